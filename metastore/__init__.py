@@ -1,0 +1,56 @@
+"""streampart's metastore: tables, partitions, chunks and rolls (SQL), and the Delta warehouse."""
+
+from metastore.errors import (
+    AlreadyExistsError,
+    ConflictError,
+    IllegalTransitionError,
+    MetastoreUnavailableError,
+    NotFoundError,
+    RetriableError,
+    StreampartError,
+    UserInputError,
+)
+from metastore.models import (
+    Chunk,
+    ChunkState,
+    Column,
+    LateDataPolicy,
+    Mode,
+    Partition,
+    PartitionState,
+    Roll,
+    RollState,
+    StagedFile,
+    Table,
+    TableKind,
+    TableName,
+    TableSpec,
+)
+from metastore.store import Metastore, default_url
+
+__all__ = [
+    "AlreadyExistsError",
+    "Chunk",
+    "ChunkState",
+    "Column",
+    "ConflictError",
+    "IllegalTransitionError",
+    "LateDataPolicy",
+    "Metastore",
+    "MetastoreUnavailableError",
+    "Mode",
+    "NotFoundError",
+    "Partition",
+    "PartitionState",
+    "RetriableError",
+    "Roll",
+    "RollState",
+    "StagedFile",
+    "StreampartError",
+    "Table",
+    "TableKind",
+    "TableName",
+    "TableSpec",
+    "UserInputError",
+    "default_url",
+]

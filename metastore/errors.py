@@ -1,0 +1,43 @@
+"""Errors of the metastore, and the root error of every streampart package.
+
+Each package has its own ``errors.py`` whose classes derive from :class:`StreampartError`;
+the CLI and the HTTP API turn any of them into one clear message. Errors that a caller may
+simply retry (a lost compare-and-swap, a busy chunk) derive from :class:`RetriableError`.
+"""
+
+from __future__ import annotations
+
+
+class StreampartError(Exception):
+    """Root of every error streampart raises on purpose; its message is meant for users."""
+
+
+class RetriableError(StreampartError):
+    """The operation lost a race or met a transient condition; retrying it is safe."""
+
+
+class UserInputError(StreampartError):
+    """A name, schema, duration, file or option given by the user is invalid."""
+
+
+class NotFoundError(StreampartError):
+    """A table, partition, chunk or roll does not exist."""
+
+
+class AlreadyExistsError(StreampartError):
+    """A table with that name exists already."""
+
+
+class IllegalTransitionError(StreampartError):
+    """A lifecycle transition that the state machine does not allow (a bug or a stale caller)."""
+
+
+class ConflictError(RetriableError):
+    """A conditional update matched no row: another process changed the state first.
+
+    Like pyiceberg's ``CommitFailedException``: refresh and retry.
+    """
+
+
+class MetastoreUnavailableError(RetriableError):
+    """The metastore database cannot be reached or is locked for too long."""

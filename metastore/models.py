@@ -1,0 +1,420 @@
+"""The product's nouns: tables, partitions, chunks and rolls, and their lifecycles.
+
+Lifecycles are enums with an explicit table of allowed transitions; every state change in the
+metastore is a conditional update guarded by :func:`check_transition`.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from metastore.errors import IllegalTransitionError, UserInputError
+
+
+class Mode(StrEnum):
+    """How a row's partition is chosen."""
+
+    ARRIVAL = "arrival"  # HIVE-4196: the partition open when the chunk commits
+    EVENT_TIME = "event-time"  # the partition of the row's own timestamp
+
+
+class LateDataPolicy(StrEnum):
+    """What happens to rows whose event-time partition is sealed already."""
+
+    REJECT = "reject"
+    DIVERT = "divert"
+
+
+class TableKind(StrEnum):
+    """Main tables hold user data; the others are companions created with a main table."""
+
+    MAIN = "main"
+    DEAD_LETTER = "dead-letter"
+    LATE = "late"
+
+
+class PartitionState(StrEnum):
+    STREAMING = "streaming"
+    ROLLING = "rolling"
+    STANDARD = "standard"
+
+
+class ChunkState(StrEnum):
+    RESERVED = "reserved"
+    COMMITTING = "committing"
+    COMMITTED = "committed"
+    ABORTED = "aborted"
+    EXPIRED = "expired"
+
+
+class RollState(StrEnum):
+    SEALING = "sealing"
+    SWEEPING = "sweeping"
+    DONE = "done"
+
+
+_TRANSITIONS: dict[type[StrEnum], set[tuple[StrEnum, StrEnum]]] = {
+    PartitionState: {
+        (PartitionState.STREAMING, PartitionState.ROLLING),
+        (PartitionState.ROLLING, PartitionState.STANDARD),
+    },
+    ChunkState: {
+        (ChunkState.RESERVED, ChunkState.COMMITTING),
+        (ChunkState.RESERVED, ChunkState.ABORTED),
+        (ChunkState.RESERVED, ChunkState.EXPIRED),
+        # a commit found not to have landed, whose writer gave up (rejected late data, or
+        # malformed content): the chunk is aborted and its files removed.
+        (ChunkState.COMMITTING, ChunkState.ABORTED),
+        (ChunkState.COMMITTING, ChunkState.COMMITTED),
+    },
+    RollState: {
+        (RollState.SEALING, RollState.SWEEPING),
+        (RollState.SWEEPING, RollState.DONE),
+    },
+}
+
+
+def check_transition(current: StrEnum, target: StrEnum) -> None:
+    """Raise :class:`IllegalTransitionError` unless ``current → target`` is allowed."""
+    allowed = _TRANSITIONS[type(current)]
+    if (current, target) not in allowed:
+        kind = type(current).__name__.removesuffix("State").lower()
+        raise IllegalTransitionError(f"a {kind} cannot go from {current.value} to {target.value}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Names
+
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+
+
+def check_identifier(value: str, what: str) -> str:
+    """Return ``value`` if it is a plain identifier; otherwise raise naming the fault."""
+    if not value:
+        raise UserInputError(f"{what} is empty")
+    if "/" in value or "\\" in value:
+        raise UserInputError(f"{what} {value!r} contains a path separator")
+    if ".." in value:
+        raise UserInputError(f"{what} {value!r} contains '..'")
+    if any(q in value for q in "'\"`"):
+        raise UserInputError(f"{what} {value!r} contains a quote")
+    if not _IDENT.match(value):
+        raise UserInputError(
+            f"{what} {value!r} is not a valid name: use letters, digits and '_', "
+            "starting with a letter or '_', at most 128 characters"
+        )
+    return value
+
+
+class TableName(BaseModel):
+    """``namespace.table``; both parts plain identifiers (they become directory names)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    namespace: str
+    table: str
+
+    @classmethod
+    def parse(cls, text: str) -> TableName:
+        if text.count(".") != 1 or ".." in text:
+            for bad in ("/", "\\", "'", '"', "`"):
+                if bad in text:
+                    check_identifier(text, "table name")
+            raise UserInputError(f"table name {text!r} must have the form NAMESPACE.TABLE")
+        ns, table = text.split(".")
+        return cls(namespace=check_identifier(ns, "namespace"), table=check_identifier(table, "table"))
+
+    def __str__(self) -> str:
+        return f"{self.namespace}.{self.table}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Durations and periods
+
+_DURATION_PART = re.compile(r"(\d+)([smhd])")
+_UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(text: str, what: str = "duration") -> timedelta:
+    """Parse ``90s``, ``15m``, ``1h``, ``1d`` or combinations such as ``1h30m``."""
+    cleaned = text.strip().lower()
+    pos, seconds = 0, 0
+    for m in _DURATION_PART.finditer(cleaned):
+        if m.start() != pos:
+            break
+        seconds += int(m.group(1)) * _UNIT[m.group(2)]
+        pos = m.end()
+    if not cleaned or pos != len(cleaned):
+        raise UserInputError(f"{what} {text!r} is not a duration such as 30s, 15m, 1h, 1d or 1h30m")
+    return timedelta(seconds=seconds)
+
+
+def format_duration(delta: timedelta) -> str:
+    seconds = int(delta.total_seconds())
+    if seconds == 0:
+        return "0s"
+    out = []
+    for unit in ("d", "h", "m", "s"):
+        n, seconds = divmod(seconds, _UNIT[unit])
+        if n:
+            out.append(f"{n}{unit}")
+    return "".join(out)
+
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def utc(ts: datetime) -> datetime:
+    """A timezone-aware UTC datetime (naive values are taken as UTC)."""
+    return ts.replace(tzinfo=UTC) if ts.tzinfo is None else ts.astimezone(UTC)
+
+
+def period_start(ts: datetime, every: timedelta) -> datetime:
+    """Start of the period of length ``every`` (aligned to the Unix epoch, UTC) holding ``ts``."""
+    step = int(every.total_seconds() * 1_000_000)
+    micros = (utc(ts) - EPOCH) // timedelta(microseconds=1)
+    return EPOCH + timedelta(microseconds=micros - micros % step)
+
+
+def iso(ts: datetime) -> str:
+    """ISO-8601 in UTC with a ``Z``; microseconds only when present."""
+    ts = utc(ts)
+    text = ts.strftime("%Y-%m-%dT%H:%M:%S")
+    if ts.microsecond:
+        text += f".{ts.microsecond:06d}"
+    return text + "Z"
+
+
+def parse_instant(text: str, what: str = "time") -> datetime:
+    """Parse an ISO-8601 instant; a value without offset is UTC."""
+    try:
+        return utc(datetime.fromisoformat(text.strip().replace("Z", "+00:00")))
+    except ValueError:
+        raise UserInputError(f"{what} {text!r} is not an ISO-8601 time such as 2026-11-21T10:00:00Z") from None
+
+
+# ---------------------------------------------------------------------------------------------
+# Table schema
+
+SQL_TYPES = {
+    "BOOLEAN": "boolean",
+    "BOOL": "boolean",
+    "TINYINT": "byte",
+    "BYTE": "byte",
+    "SMALLINT": "short",
+    "SHORT": "short",
+    "INT": "integer",
+    "INTEGER": "integer",
+    "BIGINT": "long",
+    "LONG": "long",
+    "FLOAT": "float",
+    "REAL": "float",
+    "DOUBLE": "double",
+    "STRING": "string",
+    "VARCHAR": "string",
+    "TEXT": "string",
+    "BINARY": "binary",
+    "DATE": "date",
+    "TIMESTAMP": "timestamp",
+}
+_DECIMAL = re.compile(r"^DECIMAL\s*\(\s*(\d+)\s*,\s*(\d+)\s*\)$")
+_COLUMN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)\s+(.+?)(\s+NOT\s+NULL)?$", re.IGNORECASE)
+
+
+class Column(BaseModel):
+    """One column: ``type`` is a Delta primitive type name (``long``, ``timestamp``, ``decimal(p,s)``)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    type: str
+    nullable: bool = True
+
+    @property
+    def sql_type(self) -> str:
+        inverse = {
+            "boolean": "BOOLEAN",
+            "byte": "TINYINT",
+            "short": "SMALLINT",
+            "integer": "INT",
+            "long": "BIGINT",
+            "float": "FLOAT",
+            "double": "DOUBLE",
+            "string": "STRING",
+            "binary": "BINARY",
+            "date": "DATE",
+            "timestamp": "TIMESTAMP",
+        }
+        return inverse.get(self.type, self.type.upper())
+
+
+def _split_top_level(text: str) -> list[str]:
+    parts, depth, current = [], 0, []
+    for ch in text:
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        if ch == "," and depth == 0:
+            parts.append("".join(current))
+            current = []
+        else:
+            current.append(ch)
+    parts.append("".join(current))
+    return parts
+
+
+def parse_schema(ddl: str) -> tuple[Column, ...]:
+    """Parse ``"id BIGINT, ts TIMESTAMP, msg STRING NOT NULL"`` into columns.
+
+    Raises:
+        UserInputError: naming the column (or position) at fault.
+    """
+    columns: list[Column] = []
+    seen: set[str] = set()
+    for position, raw in enumerate(_split_top_level(ddl), start=1):
+        item = raw.strip()
+        if not item:
+            raise UserInputError(f"schema: column {position} is empty (stray comma?)")
+        m = _COLUMN.match(item)
+        if not m:
+            raise UserInputError(f"schema: column {position} {item!r} is not 'NAME TYPE'")
+        name, type_text, not_null = m.group(1), m.group(2).strip().upper(), m.group(3)
+        check_identifier(name, f"schema: column {position} name")
+        if name.lower() in seen:
+            raise UserInputError(f"schema: column {name!r} appears twice")
+        seen.add(name.lower())
+        dec = _DECIMAL.match(type_text)
+        if dec:
+            precision, scale = int(dec.group(1)), int(dec.group(2))
+            if not 1 <= precision <= 38 or scale > precision:
+                raise UserInputError(f"schema: column {name!r} has an invalid DECIMAL({precision},{scale})")
+            delta_type = f"decimal({precision},{scale})"
+        elif type_text in SQL_TYPES:
+            delta_type = SQL_TYPES[type_text]
+        else:
+            known = ", ".join(sorted({*SQL_TYPES, "DECIMAL(p,s)"}))
+            raise UserInputError(f"schema: column {name!r} has unknown type {type_text!r}; known types: {known}")
+        columns.append(Column(name=name, type=delta_type, nullable=not not_null))
+    return tuple(columns)
+
+
+def format_schema(columns: tuple[Column, ...]) -> str:
+    return ", ".join(f"{c.name} {c.sql_type}{'' if c.nullable else ' NOT NULL'}" for c in columns)
+
+
+# ---------------------------------------------------------------------------------------------
+# Records of the metastore
+
+
+class TableSpec(BaseModel):
+    """What a user asks for when creating a streaming table."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: TableName
+    columns: tuple[Column, ...]
+    time_column: str
+    partition_column: str = Field(description="Column holding the partition value (period start).")
+    mode: Mode = Mode.ARRIVAL
+    roll_every: timedelta
+    lateness: timedelta = timedelta(0)
+    late_data: LateDataPolicy = LateDataPolicy.REJECT
+    dead_letter: bool = False
+    kind: TableKind = TableKind.MAIN
+    cluster: str = "default"
+
+    @property
+    def data_columns(self) -> tuple[Column, ...]:
+        return self.columns
+
+
+class Table(TableSpec):
+    """A table as recorded in the metastore."""
+
+    id: int
+    location: str
+    created_at: datetime
+
+    def companion(self, kind: TableKind) -> TableName:
+        suffix = {TableKind.DEAD_LETTER: "__dead_letter", TableKind.LATE: "__late"}[kind]
+        return TableName(namespace=self.name.namespace, table=self.name.table + suffix)
+
+
+class Partition(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    id: int
+    table_id: int
+    value: datetime
+    state: PartitionState
+    opened_at: datetime
+    rolled_at: datetime | None = None
+    # Set when the partition becomes standard; streaming partitions derive these from the Delta log.
+    chunks: int | None = None
+    rows: int | None = None
+    bytes: int | None = None
+    files: int | None = None
+
+
+class StagedFile(BaseModel):
+    """One Parquet file of a chunk in the table's staging area.
+
+    ``period`` is set in event-time mode (rows of one partition per file) and ``None`` in
+    arrival mode, where the partition is chosen at commit time.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    path: str
+    rows: int
+    bytes: int
+    period: datetime | None = None
+    stats: str = "{}"
+
+
+class Chunk(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    table_id: int
+    token: str | None
+    state: ChunkState
+    created_at: datetime
+    expires_at: datetime
+    files: tuple[StagedFile, ...] = ()
+    rows: int = 0
+    bytes: int = 0
+    committing_since: datetime | None = None
+    attempt: str | None = None
+    base_version: int | None = None
+    version: int | None = None
+    partitions: tuple[datetime, ...] = ()
+    dead_letter_rows: int = 0
+    late_rows: int = 0
+    error: str | None = None
+
+
+class Roll(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    table_id: int
+    partition_id: int
+    partition_value: datetime
+    state: RollState
+    started_at: datetime
+    finished_at: datetime | None = None
+    owner: str | None = None
+    lease_until: datetime | None = None
+    seal_version: int | None = None
+    sweep_version: int | None = None
+    files_before: int | None = None
+    files_after: int | None = None
+    rows: int | None = None
+    bytes: int | None = None
+    error: str | None = None

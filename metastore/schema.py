@@ -1,0 +1,109 @@
+"""SQLAlchemy Core tables of the metastore. Alembic migrations in ``migrations/`` create them.
+
+Times are stored as naive UTC ``DateTime`` (SQLite has no time zones); the store converts at
+its boundary so every value leaving it is timezone-aware UTC.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    Column,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+)
+
+metadata = MetaData()
+
+tables = Table(
+    "sp_tables",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("namespace", String(128), nullable=False),
+    Column("name", String(128), nullable=False),
+    Column("kind", String(16), nullable=False),
+    Column("cluster", String(128), nullable=False),
+    Column("location", Text, nullable=False),
+    Column("columns", JSON, nullable=False),
+    Column("time_column", String(128), nullable=False),
+    Column("partition_column", String(128), nullable=False),
+    Column("mode", String(16), nullable=False),
+    Column("roll_every_s", BigInteger, nullable=False),
+    Column("lateness_s", BigInteger, nullable=False),
+    Column("late_data", String(16), nullable=False),
+    Column("dead_letter", Boolean, nullable=False),
+    Column("created_at", DateTime, nullable=False),
+    UniqueConstraint("namespace", "name", name="uq_sp_tables_name"),
+)
+
+partitions = Table(
+    "sp_partitions",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("table_id", Integer, ForeignKey("sp_tables.id", ondelete="CASCADE"), nullable=False),
+    Column("value", DateTime, nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("opened_at", DateTime, nullable=False),
+    Column("rolled_at", DateTime),
+    Column("chunks", BigInteger),
+    Column("rows", BigInteger),
+    Column("bytes", BigInteger),
+    Column("files", BigInteger),
+    UniqueConstraint("table_id", "value", name="uq_sp_partitions_value"),
+    Index("ix_sp_partitions_state", "table_id", "state"),
+)
+
+chunks = Table(
+    "sp_chunks",
+    metadata,
+    Column("id", String(36), primary_key=True),
+    Column("table_id", Integer, ForeignKey("sp_tables.id", ondelete="CASCADE"), nullable=False),
+    Column("token", String(512)),
+    Column("state", String(16), nullable=False),
+    Column("created_at", DateTime, nullable=False),
+    Column("expires_at", DateTime, nullable=False),
+    Column("files", JSON, nullable=False),
+    Column("rows", BigInteger, nullable=False),
+    Column("bytes", BigInteger, nullable=False),
+    Column("committing_since", DateTime),
+    Column("attempt", String(36)),
+    Column("base_version", BigInteger),
+    Column("version", BigInteger),
+    Column("partitions", JSON, nullable=False),
+    Column("dead_letter_rows", BigInteger, nullable=False),
+    Column("late_rows", BigInteger, nullable=False),
+    Column("error", Text),
+    UniqueConstraint("table_id", "token", name="uq_sp_chunks_token"),
+    Index("ix_sp_chunks_state", "state", "expires_at"),
+)
+
+rolls = Table(
+    "sp_rolls",
+    metadata,
+    Column("id", String(36), primary_key=True),
+    Column("table_id", Integer, ForeignKey("sp_tables.id", ondelete="CASCADE"), nullable=False),
+    Column("partition_id", Integer, ForeignKey("sp_partitions.id", ondelete="CASCADE"), nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("started_at", DateTime, nullable=False),
+    Column("finished_at", DateTime),
+    Column("owner", String(64)),
+    Column("lease_until", DateTime),
+    Column("seal_version", BigInteger),
+    Column("sweep_version", BigInteger),
+    Column("files_before", BigInteger),
+    Column("files_after", BigInteger),
+    Column("rows", BigInteger),
+    Column("bytes", BigInteger),
+    Column("error", Text),
+    UniqueConstraint("partition_id", name="uq_sp_rolls_partition"),
+    Index("ix_sp_rolls_state", "table_id", "state"),
+)
