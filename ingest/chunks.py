@@ -1,0 +1,398 @@
+"""The chunk protocol: reserve → write → commit (or abort), exactly once per token.
+
+A chunk's files are written to the table's staging area; committing adds them to the table's
+Delta log in one transaction, so the chunk is wholly visible or not at all.
+
+Fencing against rolls (arrival and event-time alike): a writer loads the Delta snapshot
+*first* and checks the target partition's state in the metastore *second*. A roll marks the
+partition ROLLING in the metastore *first* and seals the Delta table (a metadata change)
+*second*. So either the writer sees ROLLING and goes to the next partition, or its snapshot
+predates the seal and its commit fails Delta's conflict check and is retried — a chunk never
+lands in a sealed partition, and a retried chunk never lands twice (each commit carries the
+chunk id in its commit info, looked up before any retry that might follow a landed commit).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from ingest.config import ChunkConfig
+from ingest.errors import ChunkBusyError, ChunkStateError, CommitTimeoutError, LateDataError, MalformedChunkError
+from ingest.formats import BadRecord, Format, Parsed, RecordValidator, parse
+from metastore.catalog import Catalog
+from metastore.errors import ConflictError, StreampartError
+from metastore.models import (
+    Chunk,
+    ChunkState,
+    LateDataPolicy,
+    Mode,
+    PartitionState,
+    StagedFile,
+    Table,
+    TableKind,
+    iso,
+    period_start,
+)
+from metastore.warehouse import CHUNK_KEY
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True)
+class CommitResult:
+    """What a committed chunk became: the shape of ``streampart write --json``."""
+
+    chunk: str
+    table: str
+    partitions: list[str]
+    rows: int
+    version: int | None
+    dead_letter_rows: int = 0
+    late_rows: int = 0
+    token: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "chunk": self.chunk,
+            "table": self.table,
+            "partitions": self.partitions,
+            "rows": self.rows,
+            "version": self.version,
+            "dead_letter_rows": self.dead_letter_rows,
+            "late_rows": self.late_rows,
+            "token": self.token,
+        }
+
+
+@dataclass
+class ChunkWriter:
+    """Writes chunks into one table. Safe to use from many processes at once."""
+
+    catalog: Catalog
+    table: Table
+    config: ChunkConfig = field(default_factory=ChunkConfig)
+
+    @property
+    def store(self) -> Any:
+        return self.catalog.store
+
+    @property
+    def warehouse(self) -> Any:
+        return self.catalog.warehouse
+
+    # -- reserve / write -------------------------------------------------------------------
+    def reserve(self, token: str | None = None) -> Chunk:
+        return self.store.reserve_chunk(self.table.id, token, self.config.ttl)
+
+    def validator(self) -> RecordValidator:
+        return RecordValidator(self.table.columns, [self.table.time_column], self.config.max_value_bytes)
+
+    def parse(self, content: bytes, fmt: Format) -> Parsed:
+        return parse(content, fmt, self.validator())
+
+    def write(self, chunk: Chunk, content: bytes, fmt: Format, source: str = "") -> Chunk:
+        """Parse ``content`` and stage it as the chunk's data (replacing an earlier attempt's)."""
+        return self.stage(chunk, self.parse(content, fmt), source=source)
+
+    def stage(self, chunk: Chunk, parsed: Parsed, source: str = "") -> Chunk:
+        chunk = self.store.get_chunk(chunk.id)
+        self._require_state(chunk, ChunkState.RESERVED, "write to")
+        if parsed.bad and not self.table.dead_letter:
+            first = parsed.bad[0]
+            more = f" (and {len(parsed.bad) - 1} more bad records)" if len(parsed.bad) > 1 else ""
+            raise MalformedChunkError(f"record {first.position}: {first.reason}{more}; nothing was committed")
+        if parsed.bad:
+            self._stage_dead_letters(chunk, parsed.bad, source)
+        files = self._write_files(chunk, parsed.good)
+        for old in chunk.files:
+            if old.path not in {f.path for f in files}:
+                self.warehouse.remove_file(self.table, old.path)
+        return self.store.record_chunk_files(chunk, files, dead_letter_rows=len(parsed.bad))
+
+    def _write_files(self, chunk: Chunk, data: pa.Table) -> list[StagedFile]:
+        if data.num_rows == 0:
+            return []
+        groups: list[tuple[datetime | None, pa.Table]]
+        if self.table.mode is Mode.EVENT_TIME:
+            groups = []
+            periods = [period_start(ts, self.table.roll_every) for ts in data.column(self.table.time_column).to_pylist()]
+            period_array = pa.array(periods, pa.timestamp("us", tz="UTC"))
+            for value in sorted(set(periods)):
+                groups.append((value, data.filter(pc.equal(period_array, pa.scalar(value, period_array.type)))))
+        else:
+            groups = [(None, data)]
+        files = []
+        for k, (period, part) in enumerate(groups):
+            path = self.warehouse.staging_path(chunk.id, k)
+            size = self.warehouse.write_parquet(self.table, path, part)
+            files.append(StagedFile(path=path, rows=part.num_rows, bytes=size, period=period))
+        return files
+
+    def _stage_dead_letters(self, chunk: Chunk, bad: Sequence[BadRecord], source: str) -> None:
+        dlq = self.catalog.companion(self.table, TableKind.DEAD_LETTER)
+        writer = ChunkWriter(self.catalog, dlq, self.config)
+        dlq_chunk = writer.reserve(token=f"dead-letter:{chunk.id}")
+        if dlq_chunk.state is not ChunkState.RESERVED:
+            return  # staged and committed by an earlier attempt
+        now = _now()
+        rows = pa.table(
+            {
+                "chunk": [chunk.id] * len(bad),
+                "source": [source or None] * len(bad),
+                "position": [b.position for b in bad],
+                "reason": [b.reason for b in bad],
+                "raw": [b.raw.encode() for b in bad],
+                "received_at": [now] * len(bad),
+            },
+            schema=writer.validator().schema,
+        )
+        writer.stage(dlq_chunk, Parsed(rows, []))
+
+    # -- commit ----------------------------------------------------------------------------
+    def commit(self, chunk_id: str) -> CommitResult:
+        """Commit a reserved chunk; calling it again (any process, any time) returns the same result.
+
+        Raises:
+            ChunkStateError: the chunk was aborted or expired.
+            ChunkBusyError: another attempt is committing it right now.
+            LateDataError: its rows belong to sealed partitions and the table rejects late data.
+            CommitTimeoutError: the commit could not land before its deadline (retry resolves).
+        """
+        chunk = self.store.get_chunk(chunk_id)
+        if chunk.table_id != self.table.id:
+            raise ChunkStateError(f"chunk {chunk_id} belongs to another table")
+        may_have_landed = False
+        if chunk.state is ChunkState.COMMITTED:
+            return self.result(chunk)
+        if chunk.state in (ChunkState.ABORTED, ChunkState.EXPIRED):
+            raise ChunkStateError(f"chunk {chunk.id} is {chunk.state.value}{': ' + chunk.error if chunk.error else ''}")
+        if chunk.state is ChunkState.RESERVED:
+            if chunk.expires_at <= _now():
+                raise ChunkStateError(f"chunk {chunk.id} expired at {iso(chunk.expires_at)} before its commit")
+            base = int(self.warehouse.load(self.table).version())
+            try:
+                chunk = self.store.begin_commit(chunk, base)
+            except ConflictError:
+                return self.commit(chunk_id)  # someone else moved it; answer from its new state
+        else:  # COMMITTING: a previous attempt died or is still running
+            assert chunk.committing_since is not None
+            stale_after = chunk.committing_since + 2 * self.config.commit_timeout
+            if _now() < stale_after:
+                raise ChunkBusyError(
+                    f"chunk {chunk.id} is being committed by another attempt; retry after {iso(stale_after)}"
+                )
+            try:
+                chunk = self.store.take_over_commit(chunk)
+            except ConflictError:
+                raise ChunkBusyError(f"chunk {chunk.id} was just taken over by another attempt") from None
+            may_have_landed = True
+        return self._commit_attempt(chunk, may_have_landed)
+
+    def _commit_attempt(self, chunk: Chunk, may_have_landed: bool) -> CommitResult:
+        assert chunk.committing_since is not None and chunk.base_version is not None
+        deadline = chunk.committing_since + self.config.commit_timeout
+        if chunk.dead_letter_rows:
+            self._commit_companion(TableKind.DEAD_LETTER, f"dead-letter:{chunk.id}")
+        late_rows = 0
+        diverted: set[str] = set()
+        attempt = 0
+        while True:
+            if may_have_landed:
+                version = self.warehouse.find_commit(self.table, CHUNK_KEY, chunk.id, chunk.base_version)
+                if version is not None:
+                    return self._finish(chunk, version, late_rows)
+            if _now() > deadline:
+                raise CommitTimeoutError(
+                    f"chunk {chunk.id} did not commit before its deadline; retry with the same token"
+                )
+            dt = self.warehouse.load(self.table)  # (a) the snapshot first …
+            plan, late = self._plan(chunk)  # (b) … then the partitions' states
+            if late:
+                late_rows += self._handle_late(chunk, [f for f in late if f.path not in diverted])
+                diverted.update(f.path for f in late)
+            if not plan:
+                return self._finish(chunk, int(dt.version()), late_rows, partitions=())
+            try:
+                version = self.warehouse.commit_files(dt, self.table, plan, {CHUNK_KEY: chunk.id})
+            except ConflictError:
+                # a roll sealed the table since our snapshot: decide the partitions again
+                attempt += 1
+                time.sleep(min(0.5, 0.01 * 2**attempt) * random.random())
+                continue
+            except StreampartError:
+                raise
+            except Exception:
+                # an ambiguous failure (I/O error mid-commit): find out before committing again
+                may_have_landed = True
+                attempt += 1
+                time.sleep(min(1.0, 0.05 * 2**attempt))
+                continue
+            return self._finish(chunk, version, late_rows, partitions=sorted({p for _, p, _ in plan}))
+
+    def _plan(self, chunk: Chunk) -> tuple[list[tuple[str, datetime, int]], list[StagedFile]]:
+        if self.table.mode is Mode.ARRIVAL:
+            open_value = self.store.open_partition(self.table.id).value
+            return [(f.path, open_value, f.rows) for f in chunk.files], []
+        plan, late = [], []
+        for f in chunk.files:
+            assert f.period is not None
+            partition = self.store.ensure_partition(self.table.id, f.period)
+            if partition.state is PartitionState.STREAMING:
+                plan.append((f.path, f.period, f.rows))
+            else:
+                late.append(f)
+        return plan, late
+
+    def _handle_late(self, chunk: Chunk, late: Sequence[StagedFile]) -> int:
+        if not late:
+            return 0
+        if self.table.late_data is LateDataPolicy.REJECT:
+            sealed = ", ".join(sorted({iso(f.period) for f in late if f.period}))
+            message = (
+                f"{sum(f.rows for f in late)} rows belong to sealed partition(s) {sealed} "
+                f"and table {self.table.name} rejects late data; the chunk was not committed"
+            )
+            self.store.abort_chunk(chunk, error=message)
+            self._remove_files(chunk)
+            raise LateDataError(message)
+        late_table = self.catalog.companion(self.table, TableKind.LATE)
+        writer = ChunkWriter(self.catalog, late_table, self.config)
+        for f in late:
+            token = f"late:{chunk.id}:{f.path}"
+            late_chunk = writer.reserve(token)
+            if late_chunk.state is ChunkState.RESERVED:
+                data = pq.read_table(Path(self.table.location) / f.path)
+                writer.stage(late_chunk, Parsed(data, []))
+            writer.commit(late_chunk.id)
+        return sum(f.rows for f in late)
+
+    def _commit_companion(self, kind: TableKind, token: str) -> None:
+        companion = self.catalog.companion(self.table, kind)
+        writer = ChunkWriter(self.catalog, companion, self.config)
+        found = self.store.find_chunk_by_token(companion.id, token)
+        if found is not None:
+            writer.commit(found.id)
+
+    def _finish(
+        self, chunk: Chunk, version: int, late_rows: int, partitions: Sequence[datetime] | None = None
+    ) -> CommitResult:
+        if partitions is None:  # found in the log after a crash: read the partitions from there
+            partitions = self._partitions_of_commit(chunk, version)
+        try:
+            done = self.store.finish_commit(chunk, version, partitions, late_rows)
+        except ConflictError:
+            done = self.store.get_chunk(chunk.id)
+            if done.state is not ChunkState.COMMITTED:
+                raise
+        return self.result(done)
+
+    def _partitions_of_commit(self, chunk: Chunk, version: int) -> list[datetime]:
+        # at the very version that added them, the chunk's files cannot have been swept yet
+        paths = {f.path for f in chunk.files}
+        dt = self.warehouse.load(self.table, version)
+        return sorted({f.partition for f in self.warehouse.live_files(dt) if f.path in paths})
+
+    def result(self, chunk: Chunk) -> CommitResult:
+        return CommitResult(
+            chunk=chunk.id,
+            table=str(self.table.name),
+            partitions=[iso(p) for p in chunk.partitions],
+            rows=chunk.rows - chunk.late_rows,
+            version=chunk.version,
+            dead_letter_rows=chunk.dead_letter_rows,
+            late_rows=chunk.late_rows,
+            token=chunk.token,
+        )
+
+    # -- abort -----------------------------------------------------------------------------
+    def abort(self, chunk_id: str, reason: str = "aborted by the producer") -> Chunk:
+        chunk = self.store.get_chunk(chunk_id)
+        if chunk.state is ChunkState.ABORTED:
+            return chunk
+        if chunk.state is not ChunkState.RESERVED:
+            raise ChunkStateError(f"chunk {chunk.id} is {chunk.state.value} and cannot be aborted")
+        try:
+            chunk = self.store.abort_chunk(chunk, error=reason)
+        except ConflictError:
+            return self.abort(chunk_id, reason)
+        self._remove_files(chunk)
+        if chunk.dead_letter_rows:
+            dlq = self.catalog.companion(self.table, TableKind.DEAD_LETTER)
+            found = self.store.find_chunk_by_token(dlq.id, f"dead-letter:{chunk.id}")
+            if found is not None and found.state is ChunkState.RESERVED:
+                ChunkWriter(self.catalog, dlq, self.config).abort(found.id, reason)
+        return chunk
+
+    def _remove_files(self, chunk: Chunk) -> None:
+        for f in chunk.files:
+            self.warehouse.remove_file(self.table, f.path)
+
+    @staticmethod
+    def _require_state(chunk: Chunk, state: ChunkState, verb: str) -> None:
+        if chunk.state is not state:
+            raise ChunkStateError(f"cannot {verb} chunk {chunk.id}: it is {chunk.state.value}")
+
+    # -- one call --------------------------------------------------------------------------
+    def write_once(self, content: bytes, fmt: Format, token: str | None = None, source: str = "") -> CommitResult:
+        """Reserve, write and commit ``content`` as one chunk; with a token, exactly once."""
+        chunk = self.reserve(token)
+        if chunk.state is ChunkState.COMMITTED:
+            return self.result(chunk)
+        if chunk.state is ChunkState.RESERVED:
+            try:
+                chunk = self.write(chunk, content, fmt, source=source)
+            except MalformedChunkError:
+                self.abort(chunk.id, reason="malformed content")
+                raise
+        return self.commit(chunk.id)
+
+    def write_table(self, data: pa.Table, token: str | None = None) -> CommitResult:
+        """Commit an Arrow table (already in the table's schema) as one chunk."""
+        chunk = self.reserve(token)
+        if chunk.state is ChunkState.RESERVED:
+            parsed = Parsed(data, []) if data.schema.equals(self.validator().schema) else self._validate(data)
+            chunk = self.stage(chunk, parsed)
+        return self.commit(chunk.id) if chunk.state is not ChunkState.COMMITTED else self.result(chunk)
+
+    def _validate(self, data: pa.Table) -> Parsed:
+        v = self.validator()
+        for n, record in enumerate(data.to_pylist(), start=1):
+            v.add(n, record, str(record)[:4096])
+        return v.result()
+
+
+def expire_chunks(catalog: Catalog) -> list[Chunk]:
+    """Expire reserved chunks past their TTL and delete their staged files."""
+    expired = catalog.store.expire_chunks()
+    tables = {}
+    for chunk in expired:
+        table = tables.get(chunk.table_id) or catalog.store.get_table_by_id(chunk.table_id)
+        tables[chunk.table_id] = table
+        for f in chunk.files:
+            catalog.warehouse.remove_file(table, f.path)
+    return expired
+
+
+def recover_commits(catalog: Catalog, config: ChunkConfig | None = None) -> list[CommitResult]:
+    """Finish commits whose writer died mid-commit (roll forward: the producer asked to commit)."""
+    config = config or ChunkConfig()
+    results = []
+    for chunk in catalog.store.stale_commits(_now() - 2 * config.commit_timeout):
+        table = catalog.store.get_table_by_id(chunk.table_id)
+        try:
+            results.append(ChunkWriter(catalog, table, config).commit(chunk.id))
+        except (ChunkBusyError, ChunkStateError, LateDataError):
+            continue
+    return results

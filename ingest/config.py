@@ -1,0 +1,25 @@
+"""Configuration of the chunk protocol."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class ChunkConfig(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    ttl: timedelta = Field(
+        timedelta(hours=1),
+        description="How long a reserved chunk may wait for its commit before it expires and its files go.",
+    )
+    # Why 60 s: a commit attempt is one metastore check plus one Delta commit (milliseconds on
+    # a local disk, seconds on object storage). A writer never starts a Delta commit after its
+    # deadline, and another process takes a COMMITTING chunk over only after twice that, so a
+    # slow but living writer and its successor never both commit the same chunk.
+    commit_timeout: timedelta = Field(
+        timedelta(seconds=60),
+        description="Deadline of one commit attempt; a stuck attempt can be taken over after twice this.",
+    )
+    max_value_bytes: int = Field(1 << 20, description="A string/binary value longer than this is a bad record.")

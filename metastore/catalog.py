@@ -1,0 +1,168 @@
+"""The catalog: the SQL metastore and the Delta warehouse seen as one.
+
+Every component (chunk writers, rollers, queries, the CLI) works through a :class:`Catalog`,
+so table creation, lookup and description have one home.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from metastore.errors import AlreadyExistsError, UserInputError
+from metastore.models import (
+    Column,
+    LateDataPolicy,
+    Mode,
+    PartitionState,
+    Table,
+    TableKind,
+    TableName,
+    TableSpec,
+    format_duration,
+    iso,
+)
+from metastore.store import Metastore, default_url
+from metastore.warehouse import STAGING_DIR, Warehouse, partition_dir
+
+DEAD_LETTER_COLUMNS = (
+    Column(name="chunk", type="string"),
+    Column(name="source", type="string"),
+    Column(name="position", type="long"),
+    Column(name="reason", type="string"),
+    Column(name="raw", type="binary"),
+    Column(name="received_at", type="timestamp", nullable=False),
+)
+
+
+@dataclass
+class Catalog:
+    store: Metastore
+    warehouse: Warehouse
+
+    @classmethod
+    def open(cls, warehouse: str | Path, metastore_url: str | None = None) -> Catalog:
+        wh = Warehouse(warehouse)
+        wh.root.mkdir(parents=True, exist_ok=True)
+        return cls(Metastore(metastore_url or default_url(wh.root)), wh)
+
+    def close(self) -> None:
+        self.store.close()
+
+    # -- tables ----------------------------------------------------------------------------
+    def create_table(self, spec: TableSpec) -> Table:
+        """Create a streaming table (and its dead-letter / late-data companions)."""
+        names = {c.name for c in spec.columns}
+        if spec.time_column not in names:
+            raise UserInputError(f"time column {spec.time_column!r} is not in the schema")
+        time_col = next(c for c in spec.columns if c.name == spec.time_column)
+        if time_col.type != "timestamp":
+            raise UserInputError(f"time column {spec.time_column!r} must be TIMESTAMP, not {time_col.sql_type}")
+        if spec.partition_column in names:
+            raise UserInputError(
+                f"partition column {spec.partition_column!r} clashes with a column of the schema; "
+                "choose another with --partition-column"
+            )
+        if spec.roll_every < timedelta(seconds=1):
+            raise UserInputError("roll interval must be at least 1s")
+        if spec.mode is Mode.ARRIVAL and spec.lateness:
+            raise UserInputError("--lateness applies to event-time tables only")
+        if self.store.find_table(spec.name) is not None:
+            raise AlreadyExistsError(f"table {spec.name} exists already")
+        companions: list[TableSpec] = []
+        if spec.dead_letter:
+            companions.append(
+                TableSpec(
+                    name=TableName(namespace=spec.name.namespace, table=spec.name.table + "__dead_letter"),
+                    columns=DEAD_LETTER_COLUMNS,
+                    time_column="received_at",
+                    partition_column="received_period",
+                    roll_every=max(spec.roll_every, timedelta(hours=1)),
+                    kind=TableKind.DEAD_LETTER,
+                    cluster=spec.cluster,
+                )
+            )
+        if spec.mode is Mode.EVENT_TIME and spec.late_data is LateDataPolicy.DIVERT:
+            companions.append(
+                spec.model_copy(
+                    update={
+                        "name": TableName(namespace=spec.name.namespace, table=spec.name.table + "__late"),
+                        "mode": Mode.ARRIVAL,
+                        "lateness": timedelta(0),
+                        "late_data": LateDataPolicy.REJECT,
+                        "dead_letter": False,
+                        "kind": TableKind.LATE,
+                    }
+                )
+            )
+        for companion in companions:
+            if self.store.find_table(companion.name) is None:
+                self._create_one(companion)
+        return self._create_one(spec)
+
+    def _create_one(self, spec: TableSpec) -> Table:
+        table = self.store.create_table(spec, self.warehouse.location(spec.name))
+        try:
+            self.warehouse.create(table)
+        except Exception:
+            self.store.drop_table(table.id)
+            raise
+        return table
+
+    def table(self, name: TableName | str) -> Table:
+        table = self.store.get_table(name)
+        if not (Path(table.location) / "_delta_log").is_dir():
+            # created in the metastore by a process that died before creating the Delta table
+            self.warehouse.create(table)
+        return table
+
+    def companion(self, table: Table, kind: TableKind) -> Table:
+        return self.table(table.companion(kind))
+
+    def list_tables(self) -> list[Table]:
+        return self.store.list_tables()
+
+    # -- description -----------------------------------------------------------------------
+    def describe(self, table: Table) -> dict[str, Any]:
+        """The table and its partitions, in the shape of ``streampart table describe --json``."""
+        dt = self.warehouse.load(table)
+        live = self.warehouse.partition_stats(dt)
+        partitions = []
+        for p in self.store.list_partitions(table.id):
+            if p.state is PartitionState.STANDARD:
+                chunks, rows, nbytes, files = p.chunks or 0, p.rows or 0, p.bytes or 0, p.files or 0
+                location = str(Path(table.location) / partition_dir(table, p.value))
+            else:
+                st = live.get(p.value)
+                chunks = st.staged_files if st else 0
+                rows, nbytes, files = (st.rows, st.bytes, st.files) if st else (0, 0, 0)
+                location = str(Path(table.location) / STAGING_DIR)
+            partitions.append(
+                {
+                    "value": iso(p.value),
+                    "state": p.state.value,
+                    "chunks": chunks,
+                    "rows": rows,
+                    "bytes": nbytes,
+                    "files": files,
+                    "location": location,
+                }
+            )
+        return {
+            "table": str(table.name),
+            "kind": table.kind.value,
+            "mode": table.mode.value,
+            "roll_every": format_duration(table.roll_every),
+            "lateness": format_duration(table.lateness),
+            "late_data": table.late_data.value,
+            "dead_letter": table.dead_letter,
+            "time_column": table.time_column,
+            "partition_column": table.partition_column,
+            "schema": ", ".join(f"{c.name} {c.sql_type}" for c in table.columns),
+            "location": table.location,
+            "cluster": table.cluster,
+            "version": int(dt.version()),
+            "partitions": partitions,
+        }

@@ -1,0 +1,352 @@
+"""The warehouse: where each table's Delta log and data files live, and every Delta commit.
+
+Layout of a table ``ns.t`` (a standard Delta table any Delta reader can open)::
+
+    <warehouse>/ns/t/_delta_log/                 the Delta transaction log
+    <warehouse>/ns/t/_staging/<chunk>-<k>.parquet chunk files of streaming partitions
+    <warehouse>/ns/t/<pcol>=<value>/part-*.parquet a standard partition: exactly its live files
+    <warehouse>/ns/t/<pcol>=<value>/_SUCCESS      completeness marker, written after the roll
+
+Names starting with ``_`` are hidden from Hive and Spark Parquet readers, so a plain reader
+of the table directory sees standard partitions only, and one pointed at a partition
+directory sees exactly that partition's rows.
+
+The Delta log is the truth about visibility: a chunk is visible iff a commit added its files.
+The SQL metastore is the truth about lifecycles and coordinates writers and rollers; where the
+two could disagree after a crash, the Delta log decides (see :meth:`Warehouse.find_commit`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import urllib.parse
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from metastore.errors import ConflictError, StreampartError
+from metastore.models import Column, Table, TableName, utc
+
+STAGING_DIR = "_staging"
+SUCCESS_MARKER = "_SUCCESS"
+SEAL_PROPERTY = "streampart.seal"
+CHUNK_KEY = "streampart.chunk"
+ROLL_KEY = "streampart.roll"
+
+# Why 100: delta-rs retries a commit whose version was taken by a concurrent writer, re-running
+# its conflict check each time. Under many concurrent writers (tests run 4+ processes plus a
+# roller) a commit may lose that race several times in a row; conflicts that matter (a seal)
+# are not retried by delta-rs and reach us at once.
+MAX_COMMIT_RETRIES = 100
+
+
+class DeltaCommitError(StreampartError):
+    """A Delta commit failed for a reason other than a conflict."""
+
+
+_ARROW: dict[str, pa.DataType] = {
+    "boolean": pa.bool_(),
+    "byte": pa.int8(),
+    "short": pa.int16(),
+    "integer": pa.int32(),
+    "long": pa.int64(),
+    "float": pa.float32(),
+    "double": pa.float64(),
+    "string": pa.string(),
+    "binary": pa.binary(),
+    "date": pa.date32(),
+    "timestamp": pa.timestamp("us", tz="UTC"),
+}
+
+
+def arrow_type(delta_type: str) -> pa.DataType:
+    if delta_type.startswith("decimal("):
+        p, sc = delta_type[len("decimal(") : -1].split(",")
+        return pa.decimal128(int(p), int(sc))
+    return _ARROW[delta_type]
+
+
+def data_schema(columns: Sequence[Column]) -> pa.Schema:
+    """Arrow schema of the data files (the partition column lives in the Delta log only)."""
+    return pa.schema([pa.field(c.name, arrow_type(c.type), nullable=c.nullable) for c in columns])
+
+
+def table_schema(table: Table) -> pa.Schema:
+    """Arrow schema of the whole table: data columns, then the partition column."""
+    return data_schema(table.columns).append(
+        pa.field(table.partition_column, pa.timestamp("us", tz="UTC"), nullable=False)
+    )
+
+
+def partition_value_text(value: datetime) -> str:
+    """A timestamp partition value as the Delta log stores it (delta-rs' own format)."""
+    return utc(value).strftime("%Y-%m-%d %H:%M:%S.%f")
+
+
+def parse_partition_value(text: Any) -> datetime:
+    if isinstance(text, datetime):
+        return utc(text)
+    return utc(datetime.fromisoformat(str(text)))
+
+
+def partition_dir(table: Table, value: datetime) -> str:
+    """Directory (relative to the table) of a standard partition, Hive-style as delta-rs names it."""
+    return f"{table.partition_column}={urllib.parse.quote(partition_value_text(value), safe='')}"
+
+
+@dataclass(frozen=True)
+class LiveFile:
+    """A data file in one Delta snapshot."""
+
+    path: str  # relative to the table root, as on disk
+    partition: datetime
+    size: int
+    rows: int
+
+    @property
+    def staged(self) -> bool:
+        return self.path.startswith(STAGING_DIR + "/")
+
+    @property
+    def name(self) -> str:
+        return self.path.rsplit("/", 1)[-1]
+
+
+@dataclass(frozen=True)
+class PartitionStats:
+    files: int = 0
+    staged_files: int = 0
+    rows: int = 0
+    bytes: int = 0
+
+
+class Warehouse:
+    """One warehouse root (a local directory) holding one Delta table per streampart table."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root).resolve()
+
+    def location(self, name: TableName) -> str:
+        return str(self.root / name.namespace / name.table)
+
+    # -- table life ------------------------------------------------------------------------
+    def create(self, table: Table) -> None:
+        from deltalake import DeltaTable
+
+        location = Path(table.location)
+        (location / STAGING_DIR).mkdir(parents=True, exist_ok=True)
+        if (location / "_delta_log").is_dir():
+            return  # created by an earlier attempt that crashed before the metastore noticed
+        DeltaTable.create(
+            str(location),
+            schema=table_schema(table),
+            partition_by=[table.partition_column],
+            name=str(table.name),
+            description=f"streampart {table.mode.value} table, rolls every {table.roll_every}",
+            configuration={"delta.checkpointInterval": "100"},
+        )
+
+    def load(self, table: Table, version: int | None = None) -> Any:
+        from deltalake import DeltaTable
+
+        if version is None:
+            return DeltaTable(table.location)
+        return DeltaTable(table.location, version=version)
+
+    # -- files -----------------------------------------------------------------------------
+    def staging_path(self, chunk_id: str, k: int) -> str:
+        return f"{STAGING_DIR}/{chunk_id}-{k}.parquet"
+
+    def write_parquet(self, table: Table, relative: str, data: pa.Table) -> int:
+        """Write ``data`` to ``relative`` atomically (temp file + rename); returns its size."""
+        target = Path(table.location) / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
+        pq.write_table(data, tmp, compression="snappy")
+        os.replace(tmp, target)
+        return target.stat().st_size
+
+    def remove_file(self, table: Table, relative: str) -> None:
+        try:
+            (Path(table.location) / relative).unlink()
+        except FileNotFoundError:
+            pass
+
+    def live_files(self, dt: Any) -> list[LiveFile]:
+        adds = pa.table(dt.get_add_actions(flatten=True))
+        if adds.num_rows == 0:
+            return []
+        pcol = next(c for c in adds.column_names if c.startswith("partition."))
+        out = []
+        for path, pv, size, rows in zip(
+            adds.column("path").to_pylist(),
+            adds.column(pcol).to_pylist(),
+            adds.column("size_bytes").to_pylist(),
+            adds.column("num_records").to_pylist(),
+            strict=True,
+        ):
+            # the log holds URI-encoded paths; ours on disk are the decoded form
+            out.append(LiveFile(urllib.parse.unquote(path), parse_partition_value(pv), int(size), int(rows or 0)))
+        return out
+
+    def partition_stats(self, dt: Any) -> dict[datetime, PartitionStats]:
+        stats: dict[datetime, PartitionStats] = {}
+        for f in self.live_files(dt):
+            cur = stats.get(f.partition, PartitionStats())
+            stats[f.partition] = PartitionStats(
+                files=cur.files + 1,
+                staged_files=cur.staged_files + int(f.staged),
+                rows=cur.rows + f.rows,
+                bytes=cur.bytes + f.size,
+            )
+        return stats
+
+    # -- commits ---------------------------------------------------------------------------
+    def _add_action(self, table: Table, relative: str, partition: datetime, rows: int, data_change: bool) -> Any:
+        from deltalake.transaction import AddAction
+
+        st = (Path(table.location) / relative).stat()
+        return AddAction(
+            relative,
+            st.st_size,
+            {table.partition_column: partition_value_text(partition)},
+            int(st.st_mtime * 1000),
+            data_change,
+            json.dumps({"numRecords": rows}),
+        )
+
+    def commit_files(
+        self,
+        dt: Any,
+        table: Table,
+        files: Iterable[tuple[str, datetime, int]],
+        metadata: dict[str, str],
+    ) -> int:
+        """Append ``(path, partition, rows)`` files in one Delta commit on top of ``dt``'s snapshot.
+
+        Returns:
+            The version of the new commit.
+
+        Raises:
+            ConflictError: a concurrent commit (a roll's seal) changed the table's metadata
+                since ``dt`` was loaded; reload and decide again.
+        """
+        from deltalake.exceptions import CommitFailedError
+        from deltalake.transaction import CommitProperties
+
+        actions = [self._add_action(table, p, part, rows, True) for p, part, rows in files]
+        read_version = int(dt.version())
+        try:
+            dt.create_write_transaction(
+                actions,
+                "append",
+                dt.schema(),
+                [table.partition_column],
+                commit_properties=CommitProperties(custom_metadata=metadata, max_commit_retries=MAX_COMMIT_RETRIES),
+            )
+        except CommitFailedError as exc:
+            raise ConflictError(f"Delta commit to {table.name} conflicted: {exc}") from exc
+        return self._committed_version(table, metadata, read_version)
+
+    def seal(self, table: Table, roll_id: str) -> int:
+        """Change the table's metadata so every commit prepared on an older snapshot fails.
+
+        Returns:
+            The version of the seal commit.
+        """
+        from deltalake.transaction import CommitProperties
+
+        dt = self.load(table)
+        read_version = int(dt.version())
+        metadata = {ROLL_KEY: roll_id, SEAL_PROPERTY: f"{roll_id}/{uuid.uuid4().hex}"}
+        dt.alter.set_table_properties(
+            {SEAL_PROPERTY: metadata[SEAL_PROPERTY]},
+            raise_if_not_exists=False,
+            commit_properties=CommitProperties(custom_metadata=metadata, max_commit_retries=MAX_COMMIT_RETRIES),
+        )
+        return self._committed_version(table, metadata, read_version)
+
+    def replace_files(
+        self,
+        dt: Any,
+        table: Table,
+        removes: Sequence[LiveFile],
+        adds: Sequence[tuple[str, datetime, int]],
+        metadata: dict[str, str],
+    ) -> int:
+        """Swap files in one commit without changing data (``dataChange=false``): the sweep."""
+        from deltalake.exceptions import CommitFailedError
+        from deltalake.transaction import CommitProperties, RemoveAction
+
+        now_ms = int(time.time() * 1000)
+        actions: list[Any] = [
+            RemoveAction(
+                f.path,
+                False,
+                now_ms,
+                f.size,
+                {table.partition_column: partition_value_text(f.partition)},
+            )
+            for f in removes
+        ]
+        actions += [self._add_action(table, p, part, rows, False) for p, part, rows in adds]
+        read_version = int(dt.version())
+        try:
+            dt.create_write_transaction(
+                actions,
+                "append",
+                dt.schema(),
+                [table.partition_column],
+                commit_properties=CommitProperties(custom_metadata=metadata, max_commit_retries=MAX_COMMIT_RETRIES),
+            )
+        except CommitFailedError as exc:
+            raise ConflictError(f"sweep commit to {table.name} conflicted: {exc}") from exc
+        return self._committed_version(table, metadata, read_version)
+
+    def _committed_version(self, table: Table, metadata: dict[str, str], read_version: int) -> int:
+        # delta-rs does not report the version it committed; every commit of ours carries a
+        # unique key in its commit info, so look it up among the commits after our snapshot.
+        key, value = next(iter(metadata.items()))
+        version = self.find_commit(table, key, value, read_version)
+        if version is None:
+            raise DeltaCommitError(f"commit {key}={value} to {table.name} is not in the Delta log")
+        return version
+
+    def find_commit(self, table: Table, key: str, value: str, since_version: int) -> int | None:
+        """The version of the commit after ``since_version`` whose commit info has ``key == value``."""
+        dt = self.load(table)
+        latest = int(dt.version())
+        if latest <= since_version:
+            return None
+        for entry in dt.history(limit=latest - since_version):
+            if entry.get(key) == value and int(entry["version"]) > since_version:
+                return int(entry["version"])
+        return None
+
+    def standard_dir_files(self, table: Table, value: datetime) -> list[str]:
+        """Data files present on disk in a standard partition's directory (relative paths)."""
+        d = Path(table.location) / partition_dir(table, value)
+        if not d.is_dir():
+            return []
+        rel = partition_dir(table, value)
+        return sorted(f"{rel}/{p.name}" for p in d.iterdir() if p.is_file() and not p.name.startswith(("_", ".")))
+
+    def write_success_marker(self, table: Table, value: datetime, content: dict[str, Any]) -> None:
+        d = Path(table.location) / partition_dir(table, value)
+        d.mkdir(parents=True, exist_ok=True)
+        (d / SUCCESS_MARKER).write_text(json.dumps(content, default=str) + "\n")
+
+    def has_success_marker(self, table: Table, value: datetime) -> bool:
+        return (Path(table.location) / partition_dir(table, value) / SUCCESS_MARKER).is_file()
+
+
+def now_utc() -> datetime:
+    return datetime.now(UTC)

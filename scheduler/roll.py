@@ -1,0 +1,229 @@
+"""Rolling partitions: seal → sweep (compact) → standard partition → completeness marker.
+
+A roll is a small state machine recorded in the metastore (``sp_rolls``):
+
+1. ``begin``: in one metastore transaction the partition goes STREAMING → ROLLING, the next
+   streaming partition opens (arrival mode) and the roll is recorded as SEALING.
+2. ``seal``: a Delta metadata change; every chunk commit prepared on an older snapshot now
+   fails Delta's conflict check and is retried against the next open partition.
+3. ``sweep``: the partition's chunk files are compacted into its own directory and swapped in
+   with one ``dataChange=false`` commit (remove staged files, add compacted ones), so at every
+   Delta version readers see the rows either in the streaming or in the standard partition.
+4. ``finish``: ``_SUCCESS`` is written, then (one transaction) the partition becomes STANDARD
+   and the roll DONE.
+
+Each step is idempotent and the roll resumes from its recorded step after a crash; a roller
+that resumes someone else's roll seals again first, which fences the old holder's sweep.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+
+from metastore.catalog import Catalog
+from metastore.errors import ConflictError
+from metastore.models import Mode, Partition, PartitionState, Roll, RollState, Table, iso, period_start
+from metastore.warehouse import LiveFile, data_schema, partition_dir
+from scheduler.config import RollConfig
+from scheduler.errors import RollBusyError
+
+SWEEP_KEY = "streampart.sweep"
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True)
+class RollResult:
+    table: str
+    partition: str
+    roll: str
+    state: str
+    chunks: int
+    rows: int
+    bytes: int
+    files_before: int
+    files_after: int
+    seconds: float
+    next_partition: str | None = None
+    resumed: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return self.__dict__.copy()
+
+
+def default_owner() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def due_partitions(table: Table, streaming: list[Partition], now: datetime, force: bool) -> list[Partition]:
+    """The streaming partitions that should roll at ``now``."""
+    if force:
+        return list(streaming)
+    due = []
+    for p in streaming:
+        end = period_start(p.value, table.roll_every) + table.roll_every
+        if table.mode is Mode.EVENT_TIME:
+            end += table.lateness
+        if end <= now:
+            due.append(p)
+    return due
+
+
+def next_partition_value(table: Table, rolled: Partition, now: datetime) -> datetime:
+    """Arrival mode: the value of the partition that opens when ``rolled`` closes.
+
+    Normally the start of the current period; after a forced roll within a period, the
+    moment of the roll itself, so partition values stay unique and ordered.
+    """
+    candidate = period_start(now, table.roll_every)
+    if candidate <= rolled.value:
+        candidate = max(now, rolled.value + timedelta(microseconds=1))
+    return candidate
+
+
+@dataclass
+class Roller:
+    """Rolls partitions of tables in a catalog. One per process; safe alongside other rollers."""
+
+    catalog: Catalog
+    config: RollConfig = field(default_factory=RollConfig)
+    owner: str = field(default_factory=default_owner)
+
+    def roll_table(self, table: Table, now: datetime | None = None, force: bool = False) -> list[RollResult]:
+        """Resume interrupted rolls of ``table``, then roll every partition due at ``now``."""
+        now = now or _now()
+        store = self.catalog.store
+        results = []
+        for roll in store.list_rolls(table.id, unfinished=True):
+            try:
+                results.append(self.run(table, roll, resumed=True))
+            except RollBusyError:
+                continue
+        streaming = store.list_partitions(table.id, [PartitionState.STREAMING])
+        for partition in due_partitions(table, streaming, now, force):
+            next_value = next_partition_value(table, partition, now) if table.mode is Mode.ARRIVAL else None
+            try:
+                roll = store.begin_roll(partition, next_value, self.owner, self.config.lease, now=now)
+            except ConflictError:
+                continue  # another roller began it
+            result = self.run(table, roll)
+            results.append(
+                RollResult(**{**result.__dict__, "next_partition": iso(next_value) if next_value else None})
+            )
+        return results
+
+    def run(self, table: Table, roll: Roll, resumed: bool = False) -> RollResult:
+        """Carry ``roll`` from its recorded step to DONE."""
+        started = time.monotonic()
+        store, wh = self.catalog.store, self.catalog.warehouse
+        try:
+            roll = store.claim_roll(roll, self.owner, self.config.lease)
+        except ConflictError as exc:
+            raise RollBusyError(str(exc)) from None
+        if roll.state is RollState.SEALING:
+            version = wh.seal(table, roll.id)
+            roll = store.advance_roll(roll, RollState.SWEEPING, self.owner, seal_version=version)
+        elif resumed:
+            wh.seal(table, roll.id)  # fence the sweep of whoever held this roll before us
+        if roll.state is RollState.SWEEPING:
+            roll = self._sweep(table, roll)
+        return RollResult(
+            table=str(table.name),
+            partition=iso(roll.partition_value),
+            roll=roll.id,
+            state=roll.state.value,
+            chunks=roll.files_before or 0,
+            rows=roll.rows or 0,
+            bytes=roll.bytes or 0,
+            files_before=roll.files_before or 0,
+            files_after=roll.files_after or 0,
+            seconds=round(time.monotonic() - started, 3),
+            resumed=resumed,
+        )
+
+    def _sweep(self, table: Table, roll: Roll) -> Roll:
+        store, wh = self.catalog.store, self.catalog.warehouse
+        value = roll.partition_value
+        dt = wh.load(table)
+        files = [f for f in wh.live_files(dt) if f.partition == value]
+        staged = [f for f in files if f.staged]
+        self._remove_leftovers(table, value, {f.path for f in files})
+        if staged:
+            roll = store.record_roll_progress(roll, self.owner, files_before=len(staged))
+            compacted = self._compact(table, value, files, roll.id)
+            try:
+                version = wh.replace_files(
+                    dt, table, files, compacted, {SWEEP_KEY: f"{roll.id}/{uuid.uuid4().hex}"}
+                )
+            except ConflictError:
+                for path, _, _ in compacted:
+                    wh.remove_file(table, path)
+                raise
+            roll = store.record_roll_progress(roll, self.owner, sweep_version=version)
+            dt = wh.load(table, version)
+        elif roll.files_before is None:
+            roll = store.record_roll_progress(roll, self.owner, files_before=0)
+        final = [f for f in wh.live_files(dt) if f.partition == value]
+        self._remove_leftovers(table, value, {f.path for f in final})
+        rows, nbytes = sum(f.rows for f in final), sum(f.size for f in final)
+        wh.write_success_marker(
+            table,
+            value,
+            {"table": str(table.name), "partition": iso(value), "roll": roll.id, "rows": rows, "files": len(final)},
+        )
+        return store.finish_roll(
+            roll, self.owner, chunks=roll.files_before or 0, rows=rows, nbytes=nbytes, files=len(final)
+        )
+
+    def _remove_leftovers(self, table: Table, value: datetime, live: set[str]) -> None:
+        """Delete files in the partition's directory that no Delta version made live (crashed sweeps)."""
+        for path in self.catalog.warehouse.standard_dir_files(table, value):
+            if path not in live:
+                self.catalog.warehouse.remove_file(table, path)
+
+    def _compact(self, table: Table, value: datetime, files: list[LiveFile], roll_id: str) -> list[tuple[str, datetime, int]]:
+        """Rewrite ``files`` into the partition's directory, toward the target file size."""
+        directory = Path(table.location) / partition_dir(table, value)
+        directory.mkdir(parents=True, exist_ok=True)
+        schema = data_schema(table.columns)
+        attempt = uuid.uuid4().hex[:8]
+        out: list[tuple[str, datetime, int]] = []
+        writer: pq.ParquetWriter | None = None
+        tmp = final = None
+        rows = written = 0
+
+        def close() -> None:
+            nonlocal writer, rows, written
+            assert writer is not None and tmp is not None and final is not None
+            writer.close()
+            os.replace(tmp, final)
+            out.append((f"{partition_dir(table, value)}/{final.name}", value, rows))
+            writer, rows, written = None, 0, 0
+
+        for f in sorted(files, key=lambda f: f.path):
+            if writer is None:
+                name = f"part-{roll_id[:8]}-{attempt}-{len(out):05d}.snappy.parquet"
+                final = directory / name
+                tmp = directory / f".{name}.tmp"
+                writer = pq.ParquetWriter(tmp, schema, compression="snappy")
+            source = pq.ParquetFile(Path(table.location) / f.path)
+            for batch in source.iter_batches(batch_size=65536):
+                writer.write_batch(batch.cast(schema) if batch.schema != schema else batch)
+                rows += batch.num_rows
+            written += f.size
+            if written >= self.config.target_file_size:
+                close()
+        if writer is not None:
+            close()
+        return out
