@@ -1,0 +1,9 @@
+"""streampart's front: configuration, the command line, Spark queries and the demo.
+
+A top-level package of its own because these parts span every component (metastore, ingest,
+scheduler) and belong to none of them.
+"""
+
+__all__ = ["__version__"]
+
+__version__ = "0.1.0"

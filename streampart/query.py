@@ -1,0 +1,171 @@
+"""Spark reads of streampart tables, each at one pinned Delta version (a snapshot).
+
+Delta's Spark connector cannot be fetched here, so a table is read through the file list of
+one Delta version with Spark's native Parquet reader; the partition column, which lives in
+the Delta log only, is attached by file name (every data file name is unique in a table).
+Because the plan holds a fixed file list, every read of a table within one query — one
+DataFrame — sees the same rows, whatever commits or rolls happen meanwhile.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from metastore.catalog import Catalog
+from metastore.errors import StreampartError, UserInputError
+from metastore.models import Table, TableName
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from streampart.config import SparkConfig
+
+
+class QueryError(StreampartError):
+    """Spark could not run the query (unknown table or column, syntax error, …)."""
+
+
+def spark_session(config: SparkConfig | None = None) -> SparkSession:
+    """The process's SparkSession, created on first use (UTC, UI off)."""
+    from pyspark.sql import SparkSession
+
+    from streampart.config import SparkConfig
+
+    config = config or SparkConfig()
+    # Python workers must run in this interpreter (and its virtualenv).
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    warnings.filterwarnings("ignore", message=".*pandas.*", category=FutureWarning)
+    log4j = Path(__file__).with_name("log4j2.properties")
+    builder = (
+        SparkSession.builder.appName("streampart")
+        .master(config.master)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.shuffle.partitions", str(config.shuffle_partitions))
+        .config("spark.driver.memory", config.driver_memory)
+        .config("spark.sql.sources.parallelPartitionDiscovery.parallelism", "8")
+        .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{log4j}")
+    )
+    for key, value in config.conf.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def spark_ddl(table: Table) -> str:
+    return ", ".join(f"`{c.name}` {c.sql_type}" for c in table.columns)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """One table pinned at one Delta version."""
+
+    table: Table
+    version: int
+    files: tuple[Any, ...]
+
+
+def pin(catalog: Catalog, table: Table, version: int | None = None) -> Snapshot:
+    dt = catalog.warehouse.load(table, version)
+    return Snapshot(table, int(dt.version()), tuple(catalog.warehouse.live_files(dt)))
+
+
+def snapshot_frame(spark: SparkSession, snap: Snapshot) -> DataFrame:
+    """A DataFrame of exactly the rows of ``snap``, partition column included."""
+    from pyspark.sql import functions as F
+
+    table = snap.table
+    pcol = table.partition_column
+    if not snap.files:
+        return spark.createDataFrame([], f"{spark_ddl(table)}, `{pcol}` TIMESTAMP")
+    paths = [str(Path(table.location) / f.path) for f in snap.files]
+    data = spark.read.schema(spark_ddl(table)).parquet(*paths)
+    names = spark.createDataFrame(
+        [(f.name, f.partition) for f in snap.files], f"`__sp_file` STRING, `{pcol}` TIMESTAMP"
+    )
+    return (
+        data.withColumn("__sp_file", F.col("_metadata.file_name"))
+        .join(F.broadcast(names), "__sp_file")
+        .drop("__sp_file")
+    )
+
+
+def read_table(spark: SparkSession, catalog: Catalog, name: str | TableName | Table, version: int | None = None) -> DataFrame:
+    """The table ``name`` at ``version`` (default: the newest) as a Spark DataFrame.
+
+    Example:
+        >>> df = read_table(spark, catalog, "demo.events")
+        >>> df.groupBy("ts_period").count().show()
+    """
+    table = name if isinstance(name, Table) else catalog.table(name)
+    return snapshot_frame(spark, pin(catalog, table, version))
+
+
+def view_name(name: TableName) -> str:
+    return f"__sp_{name.namespace}__{name.table}"
+
+
+def rewrite(sql: str, tables: set[str]) -> tuple[str, set[str]]:
+    """Replace references to ``ns.table`` by their snapshot views; returns (sql, names used)."""
+    import sqlglot
+    from sqlglot import exp
+
+    try:
+        statements = sqlglot.parse(sql, read="spark")
+    except sqlglot.errors.ParseError as exc:
+        first = exc.errors[0] if exc.errors else {}
+        raise UserInputError(
+            f"query syntax error at line {first.get('line', '?')}, column {first.get('col', '?')}: "
+            f"{first.get('description', exc)}"
+        ) from None
+    statements = [s for s in statements if s is not None]
+    if len(statements) != 1:
+        raise UserInputError("give exactly one SQL statement")
+    tree = statements[0]
+    if not isinstance(tree, exp.Query):
+        raise UserInputError("only queries (SELECT, WITH …) can run through streampart query")
+    used: set[str] = set()
+    for node in list(tree.find_all(exp.Table)):
+        if node.args.get("catalog") or not node.db:
+            continue
+        qualified = f"{node.db}.{node.name}"
+        if qualified not in tables:
+            raise UserInputError(f"table {qualified} does not exist")
+        used.add(qualified)
+        replacement = exp.to_table(view_name(TableName.parse(qualified)))
+        if node.alias:
+            replacement.set("alias", node.args["alias"])
+        else:
+            replacement.set("alias", exp.TableAlias(this=exp.to_identifier(node.name)))
+        node.replace(replacement)
+    return tree.sql(dialect="spark"), used
+
+
+def run_sql(spark: SparkSession, catalog: Catalog, sql: str) -> DataFrame:
+    """Run Spark SQL over the catalog's tables (``ns.table``), each pinned at one version."""
+    from pyspark.errors import PySparkException
+
+    names = {str(t.name) for t in catalog.list_tables()}
+    text, used = rewrite(sql, names)
+    for qualified in sorted(used):
+        snapshot_frame(spark, pin(catalog, catalog.table(qualified))).createOrReplaceTempView(
+            view_name(TableName.parse(qualified))
+        )
+    try:
+        return spark.sql(text)
+    except PySparkException as exc:
+        raise QueryError(f"query failed: {_first_line(exc)}") from None
+
+
+def _first_line(exc: Exception) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
