@@ -30,6 +30,7 @@ from ingest.config import ChunkConfig
 from ingest.errors import ChunkBusyError, ChunkStateError, CommitTimeoutError, LateDataError, MalformedChunkError
 from ingest.formats import BadRecord, Format, Parsed, RecordValidator, parse
 from metastore.catalog import Catalog
+from metastore.crashpoints import crashpoint
 from metastore.errors import ConflictError, StreampartError
 from metastore.models import (
     Chunk,
@@ -224,8 +225,10 @@ class ChunkWriter:
                 diverted.update(f.path for f in late)
             if not plan:
                 return self._finish(chunk, int(dt.version()), late_rows, partitions=())
+            crashpoint("chunk-before-delta-commit")
             try:
                 version = self.warehouse.commit_files(dt, self.table, plan, {CHUNK_KEY: chunk.id})
+                crashpoint("chunk-after-delta-commit")
             except ConflictError:
                 # a roll sealed the table since our snapshot: decide the partitions again
                 attempt += 1
@@ -356,6 +359,7 @@ class ChunkWriter:
             except MalformedChunkError:
                 self.abort(chunk.id, reason="malformed content")
                 raise
+            crashpoint("chunk-after-write")
         return self.commit(chunk.id)
 
     def write_table(self, data: pa.Table, token: str | None = None) -> CommitResult:

@@ -30,6 +30,7 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from metastore.catalog import Catalog
+from metastore.crashpoints import crashpoint
 from metastore.errors import ConflictError
 from metastore.models import Mode, Partition, PartitionState, Roll, RollState, Table, iso, period_start
 from metastore.warehouse import LiveFile, data_schema, partition_dir
@@ -131,8 +132,10 @@ class Roller:
             roll = store.claim_roll(roll, self.owner, self.config.lease)
         except ConflictError as exc:
             raise RollBusyError(str(exc)) from None
+        crashpoint("roll-after-begin")
         if roll.state is RollState.SEALING:
             version = wh.seal(table, roll.id)
+            crashpoint("roll-after-seal")
             roll = store.advance_roll(roll, RollState.SWEEPING, self.owner, seal_version=version)
         elif resumed:
             wh.seal(table, roll.id)  # fence the sweep of whoever held this roll before us
@@ -162,6 +165,7 @@ class Roller:
         if staged:
             roll = store.record_roll_progress(roll, self.owner, files_before=len(staged))
             compacted = self._compact(table, value, files, roll.id)
+            crashpoint("roll-after-compact")
             try:
                 version = wh.replace_files(
                     dt, table, files, compacted, {SWEEP_KEY: f"{roll.id}/{uuid.uuid4().hex}"}
@@ -170,6 +174,7 @@ class Roller:
                 for path, _, _ in compacted:
                     wh.remove_file(table, path)
                 raise
+            crashpoint("roll-after-sweep")
             roll = store.record_roll_progress(roll, self.owner, sweep_version=version)
             dt = wh.load(table, version)
         elif roll.files_before is None:
@@ -182,6 +187,7 @@ class Roller:
             value,
             {"table": str(table.name), "partition": iso(value), "roll": roll.id, "rows": rows, "files": len(final)},
         )
+        crashpoint("roll-before-finish")
         return store.finish_roll(
             roll, self.owner, chunks=roll.files_before or 0, rows=rows, nbytes=nbytes, files=len(final)
         )

@@ -1,0 +1,27 @@
+# The two commands: `make demo` and `make test`. Both set up .venv on a fresh machine first.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: demo test lint bench setup
+
+$(BIN)/streampart: pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check uv
+	$(BIN)/uv pip install --quiet --python $(BIN)/python -e ".[dev]"
+	touch $(BIN)/streampart
+
+setup: $(BIN)/streampart
+
+demo: setup
+	$(BIN)/streampart demo
+
+test: setup
+	$(BIN)/python -m pytest -q
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+bench: setup
+	$(BIN)/python -m bench

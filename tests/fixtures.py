@@ -1,0 +1,98 @@
+"""Shared test fixtures: metastore backends, catalogs, the Spark session."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from metastore.catalog import Catalog
+from metastore.models import LateDataPolicy, Mode, Table, TableName, TableSpec, parse_duration, parse_schema
+
+PG_ADMIN_URL = os.environ.get("STREAMPART_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+
+BACKENDS = ["sqlite", "postgresql"]
+
+
+def fresh_metastore_url(backend: str, tmp_path: Path) -> str:
+    """A metastore URL of an empty database: a new SQLite file, or a new PostgreSQL schema."""
+    if backend == "sqlite":
+        return f"sqlite:///{tmp_path / 'metastore.sqlite'}"
+    schema = f"sp_test_{uuid.uuid4().hex[:12]}"
+    engine = sa.create_engine(PG_ADMIN_URL)
+    with engine.begin() as conn:
+        conn.execute(sa.text(f"CREATE SCHEMA {schema}"))
+    engine.dispose()
+    return f"{PG_ADMIN_URL}?options=-csearch_path%3D{schema}"
+
+
+def drop_pg_schema(url: str) -> None:
+    if "search_path" not in url:
+        return
+    schema = url.rsplit("%3D", 1)[1]
+    engine = sa.create_engine(PG_ADMIN_URL)
+    with engine.begin() as conn:
+        conn.execute(sa.text(f"DROP SCHEMA IF EXISTS {schema} CASCADE"))
+    engine.dispose()
+
+
+@pytest.fixture(params=BACKENDS)
+def metastore_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    url = fresh_metastore_url(request.param, tmp_path)
+    yield url
+    drop_pg_schema(url)
+
+
+@pytest.fixture
+def catalog(metastore_url: str, tmp_path: Path) -> Iterator[Catalog]:
+    cat = Catalog.open(tmp_path / "warehouse", metastore_url)
+    yield cat
+    cat.close()
+
+
+@pytest.fixture
+def sqlite_catalog(tmp_path: Path) -> Iterator[Catalog]:
+    """For Spark-heavy tests where the backend does not matter (both are covered elsewhere)."""
+    cat = Catalog.open(tmp_path / "warehouse")
+    yield cat
+    cat.close()
+
+
+def make_table(
+    catalog: Catalog,
+    name: str = "ns.events",
+    mode: Mode = Mode.ARRIVAL,
+    roll_every: str = "1h",
+    lateness: str = "0s",
+    late_data: LateDataPolicy = LateDataPolicy.REJECT,
+    dead_letter: bool = False,
+    schema: str = "id BIGINT, ts TIMESTAMP, msg STRING",
+) -> Table:
+    return catalog.create_table(
+        TableSpec(
+            name=TableName.parse(name),
+            columns=parse_schema(schema),
+            time_column="ts",
+            partition_column="ts_period",
+            mode=mode,
+            roll_every=parse_duration(roll_every),
+            lateness=parse_duration(lateness),
+            late_data=late_data,
+            dead_letter=dead_letter,
+        )
+    )
+
+
+@pytest.fixture(scope="session")
+def spark():  # type: ignore[no-untyped-def]
+    """One SparkSession for the whole test session (start-up costs seconds)."""
+    from streampart.config import SparkConfig
+    from streampart.query import spark_session
+
+    session = spark_session(SparkConfig(master="local[2]", shuffle_partitions=2, driver_memory="1g"))
+    yield session
+    session.stop()
