@@ -1,0 +1,43 @@
+"""Helpers for reading what a table holds, independently of streampart's Spark path."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from datetime import datetime
+
+import pyarrow as pa
+
+from metastore.models import Table
+
+
+def delta_rows(table: Table, version: int | None = None, columns: str = "id, ts_period") -> pa.Table:
+    """The table's rows read by delta-rs' own query engine (an independent Delta reader)."""
+    from deltalake import DeltaTable, QueryBuilder
+
+    dt = DeltaTable(table.location) if version is None else DeltaTable(table.location, version=version)
+    return pa.table(QueryBuilder().register("t", dt).execute(f"SELECT {columns} FROM t").read_all())
+
+
+def ids_by_partition(table: Table, version: int | None = None) -> dict[datetime, list[int]]:
+    rows = delta_rows(table, version)
+    out: dict[datetime, list[int]] = {}
+    for i, p in zip(rows.column("id").to_pylist(), rows.column("ts_period").to_pylist(), strict=True):
+        out.setdefault(p, []).append(i)
+    return out
+
+
+def all_ids(table: Table, version: int | None = None) -> list[int]:
+    return delta_rows(table, version, "id").column("id").to_pylist()
+
+
+def duplicates(ids: list[int]) -> list[int]:
+    return [i for i, n in Counter(ids).items() if n > 1]
+
+
+def jsonl(rows: list[dict]) -> bytes:
+    return ("\n".join(json.dumps(r) for r in rows) + "\n").encode()
+
+
+def records(ids: range | list[int], ts: str = "2026-11-21T10:15:00Z") -> bytes:
+    return jsonl([{"id": i, "ts": ts, "msg": f"m{i}"} for i in ids])

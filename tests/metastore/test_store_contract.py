@@ -1,0 +1,125 @@
+"""The metastore contract, run against every backend (SQLite and PostgreSQL)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from metastore.errors import AlreadyExistsError, ConflictError, IllegalTransitionError, NotFoundError
+from metastore.models import ChunkState, Mode, PartitionState, RollState, StagedFile, TableName
+from metastore.store import Metastore
+from tests.fixtures import make_table
+
+T0 = datetime(2026, 11, 21, 10, 0, tzinfo=UTC)
+
+
+def test_migrations_are_idempotent_and_concurrent_safe(metastore_url: str) -> None:
+    first = Metastore(metastore_url)
+    second = Metastore(metastore_url)  # runs migrate() again: a no-op at head
+    assert first.list_tables() == second.list_tables() == []
+    first.close()
+    second.close()
+
+
+def test_tables_create_get_list_and_duplicate(catalog) -> None:  # type: ignore[no-untyped-def]
+    t = make_table(catalog, "ns.a")
+    make_table(catalog, "ns.b", mode=Mode.EVENT_TIME, lateness="10m")
+    assert catalog.store.get_table("ns.a").id == t.id
+    assert [str(x.name) for x in catalog.store.list_tables()] == ["ns.a", "ns.b"]
+    with pytest.raises(AlreadyExistsError, match="ns.a exists"):
+        make_table(catalog, "ns.a")
+    with pytest.raises(NotFoundError, match="ns.zzz does not exist"):
+        catalog.store.get_table(TableName.parse("ns.zzz"))
+    # arrival tables open a streaming partition at creation; event-time ones on first write
+    assert [p.state for p in catalog.store.list_partitions(t.id)] == [PartitionState.STREAMING]
+    assert catalog.store.list_partitions(catalog.store.get_table("ns.b").id) == []
+
+
+def test_event_time_partitions_open_once(catalog) -> None:  # type: ignore[no-untyped-def]
+    t = make_table(catalog, mode=Mode.EVENT_TIME)
+    a = catalog.store.ensure_partition(t.id, T0)
+    b = catalog.store.ensure_partition(t.id, T0)
+    assert a.id == b.id and a.value == T0 and a.state is PartitionState.STREAMING
+
+
+def test_begin_roll_is_a_compare_and_swap(catalog) -> None:  # type: ignore[no-untyped-def]
+    t = make_table(catalog)
+    p = catalog.store.open_partition(t.id)
+    roll = catalog.store.begin_roll(p, p.value + timedelta(hours=1), "me", timedelta(minutes=1))
+    assert roll.state is RollState.SEALING and roll.partition_value == p.value
+    # the next partition opened in the same transaction
+    assert catalog.store.open_partition(t.id).value == p.value + timedelta(hours=1)
+    # a second roller with the same stale view loses
+    with pytest.raises(ConflictError):
+        catalog.store.begin_roll(p, p.value + timedelta(hours=2), "other", timedelta(minutes=1))
+    states = [x.state for x in catalog.store.list_partitions(t.id)]
+    assert states == [PartitionState.ROLLING, PartitionState.STREAMING]
+
+
+def test_roll_lease_excludes_other_owners_until_it_expires(catalog) -> None:  # type: ignore[no-untyped-def]
+    t = make_table(catalog)
+    p = catalog.store.open_partition(t.id)
+    now = datetime.now(UTC)
+    roll = catalog.store.begin_roll(p, p.value + timedelta(hours=1), "a", timedelta(seconds=30), now=now)
+    with pytest.raises(ConflictError):
+        catalog.store.claim_roll(roll, "b", timedelta(seconds=30), now=now + timedelta(seconds=5))
+    taken = catalog.store.claim_roll(roll, "b", timedelta(seconds=30), now=now + timedelta(seconds=31))
+    assert taken.owner == "b"
+    # the old owner can no longer move the roll forward
+    with pytest.raises(ConflictError):
+        catalog.store.advance_roll(roll, RollState.SWEEPING, "a", seal_version=1)
+    done = catalog.store.advance_roll(taken, RollState.SWEEPING, "b", seal_version=1)
+    with pytest.raises(IllegalTransitionError):
+        catalog.store.advance_roll(done, RollState.SEALING, "b")
+    finished = catalog.store.finish_roll(done, "b", chunks=0, rows=0, nbytes=0, files=0)
+    assert finished.state is RollState.DONE
+    assert catalog.store.list_partitions(t.id)[0].state is PartitionState.STANDARD
+
+
+def test_chunk_token_reserves_once(catalog) -> None:  # type: ignore[no-untyped-def]
+    t = make_table(catalog)
+    a = catalog.store.reserve_chunk(t.id, "tok", timedelta(hours=1))
+    b = catalog.store.reserve_chunk(t.id, "tok", timedelta(hours=1))
+    c = catalog.store.reserve_chunk(t.id, None, timedelta(hours=1))
+    assert a.id == b.id != c.id
+    assert a.state is ChunkState.RESERVED
+
+
+def test_chunk_lifecycle_is_guarded(catalog) -> None:  # type: ignore[no-untyped-def]
+    t = make_table(catalog)
+    store = catalog.store
+    chunk = store.reserve_chunk(t.id, None, timedelta(hours=1))
+    chunk = store.record_chunk_files(chunk, [StagedFile(path="_staging/x-0.parquet", rows=3, bytes=10)])
+    assert chunk.rows == 3
+    committing = store.begin_commit(chunk, base_version=0)
+    assert committing.state is ChunkState.COMMITTING and committing.attempt
+    with pytest.raises(ConflictError):  # only one committer wins
+        store.begin_commit(chunk, base_version=0)
+    with pytest.raises(ConflictError):  # files cannot change once committing
+        store.record_chunk_files(chunk, [])
+    taken = store.take_over_commit(committing)
+    assert taken.attempt != committing.attempt
+    with pytest.raises(ConflictError):  # the replaced attempt is fenced
+        store.take_over_commit(committing)
+    done = store.finish_commit(taken, version=5, partitions=[T0])
+    assert done.state is ChunkState.COMMITTED and done.version == 5 and done.partitions == (T0,)
+    with pytest.raises(IllegalTransitionError):
+        store.abort_chunk(done)
+
+
+def test_expiry_only_takes_reserved_chunks_past_their_ttl(catalog) -> None:  # type: ignore[no-untyped-def]
+    t = make_table(catalog)
+    store = catalog.store
+    now = datetime.now(UTC)
+    old = store.reserve_chunk(t.id, None, timedelta(seconds=1), now=now - timedelta(seconds=10))
+    young = store.reserve_chunk(t.id, None, timedelta(hours=1), now=now)
+    committing = store.reserve_chunk(t.id, None, timedelta(seconds=5), now=now - timedelta(seconds=10))
+    store.begin_commit(committing, 0, now=now - timedelta(seconds=9))
+    expired = store.expire_chunks(now=now)
+    assert [c.id for c in expired] == [old.id]
+    assert store.get_chunk(old.id).state is ChunkState.EXPIRED
+    assert store.get_chunk(young.id).state is ChunkState.RESERVED
+    assert store.get_chunk(committing.id).state is ChunkState.COMMITTING
+    with pytest.raises(ConflictError):  # an expired chunk can never begin its commit
+        store.begin_commit(old, 0)
