@@ -377,9 +377,9 @@ class ChunkWriter:
         return v.result()
 
 
-def expire_chunks(catalog: Catalog) -> list[Chunk]:
-    """Expire reserved chunks past their TTL and delete their staged files."""
-    expired = catalog.store.expire_chunks()
+def expire_chunks(catalog: Catalog, now: datetime | None = None) -> list[Chunk]:
+    """Expire reserved chunks past their TTL (at ``now``) and delete their staged files."""
+    expired = catalog.store.expire_chunks(now)
     tables = {}
     for chunk in expired:
         table = tables.get(chunk.table_id) or catalog.store.get_table_by_id(chunk.table_id)

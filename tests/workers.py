@@ -1,0 +1,78 @@
+"""Worker processes for concurrency and crash tests: ``python -m tests.workers KIND …``.
+
+Each prints one JSON line per acknowledged operation (flushed), so a test knows exactly which
+chunks were acknowledged before a process was killed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from datetime import timedelta
+
+from ingest.chunks import ChunkWriter
+from ingest.config import ChunkConfig
+from ingest.errors import ChunkBusyError, CommitTimeoutError
+from ingest.formats import Format
+from metastore.catalog import Catalog
+from metastore.errors import RetriableError
+from scheduler.errors import RollBusyError
+from scheduler.roll import Roller
+from tests.helpers import records
+
+
+def say(**kw: object) -> None:
+    sys.stdout.write(json.dumps(kw) + "\n")
+    sys.stdout.flush()
+
+
+def writer(cat: Catalog, args: argparse.Namespace) -> None:
+    table = cat.table(args.table)
+    w = ChunkWriter(cat, table, ChunkConfig(commit_timeout=timedelta(seconds=args.commit_timeout)))
+    for i in range(args.start, args.start + args.count):
+        ids = range(args.writer * 1_000_000 + i * args.rows, args.writer * 1_000_000 + (i + 1) * args.rows)
+        token = f"w{args.writer}-{i}"
+        while True:
+            try:
+                r = w.write_once(records(ids, args.ts), Format.JSONL, token=token)
+                break
+            except (ChunkBusyError, CommitTimeoutError, RetriableError):
+                time.sleep(0.05)
+        say(token=token, chunk=r.chunk, first=ids[0], rows=r.rows, partitions=r.partitions, version=r.version)
+
+
+def roller(cat: Catalog, args: argparse.Namespace) -> None:
+    table = cat.table(args.table)
+    r = Roller(cat)
+    for _ in range(args.count):
+        time.sleep(args.interval)
+        try:
+            for res in r.roll_table(table, force=args.force):
+                say(**res.to_json())
+        except (RollBusyError, RetriableError):
+            continue
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("kind", choices=["writer", "roller"])
+    ap.add_argument("--warehouse", required=True)
+    ap.add_argument("--metastore", required=True)
+    ap.add_argument("--table", required=True)
+    ap.add_argument("--writer", type=int, default=0)
+    ap.add_argument("--start", type=int, default=0)
+    ap.add_argument("--count", type=int, default=10)
+    ap.add_argument("--rows", type=int, default=10)
+    ap.add_argument("--ts", default="2026-11-21T10:15:00Z")
+    ap.add_argument("--commit-timeout", type=float, default=60.0)
+    ap.add_argument("--interval", type=float, default=0.5)
+    ap.add_argument("--force", action="store_true")
+    args = ap.parse_args()
+    cat = Catalog.open(args.warehouse, args.metastore)
+    {"writer": writer, "roller": roller}[args.kind](cat, args)
+
+
+if __name__ == "__main__":
+    main()
