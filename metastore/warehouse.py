@@ -321,14 +321,30 @@ class Warehouse:
         return version
 
     def find_commit(self, table: Table, key: str, value: str, since_version: int) -> int | None:
-        """The version of the commit after ``since_version`` whose commit info has ``key == value``."""
-        dt = self.load(table)
-        latest = int(dt.version())
-        if latest <= since_version:
+        """The version of the commit after ``since_version`` whose commit info has ``key == value``.
+
+        Reads the commit files themselves: ``_delta_log/<version>.json`` *is* that version by
+        the Delta protocol. (delta-rs' ``history()`` numbers its entries by counting from the
+        loaded snapshot while reading a re-listed log, so under concurrent commits its version
+        numbers can be off by the commits that landed in between.)
+        """
+        latest = int(self.load(table).version())
+        for version in range(latest, since_version, -1):
+            info = self.commit_info(table, version)
+            if info is not None and info.get(key) == value:
+                return version
+        return None
+
+    def commit_info(self, table: Table, version: int) -> dict[str, Any] | None:
+        path = Path(table.location) / "_delta_log" / f"{version:020d}.json"
+        try:
+            with path.open() as f:
+                for line in f:
+                    action = json.loads(line)
+                    if "commitInfo" in action:
+                        return dict(action["commitInfo"])
+        except FileNotFoundError:  # cleaned up after a checkpoint: older than any live commit
             return None
-        for entry in dt.history(limit=latest - since_version):
-            if entry.get(key) == value and int(entry["version"]) > since_version:
-                return int(entry["version"])
         return None
 
     def standard_dir_files(self, table: Table, value: datetime) -> list[str]:
