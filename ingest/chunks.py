@@ -27,7 +27,13 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ingest.config import ChunkConfig
-from ingest.errors import ChunkBusyError, ChunkStateError, CommitTimeoutError, LateDataError, MalformedChunkError
+from ingest.errors import (
+    ChunkBusyError,
+    ChunkStateError,
+    CommitTimeoutError,
+    LateDataError,
+    MalformedChunkError,
+)
 from ingest.formats import BadRecord, Format, Parsed, RecordValidator, parse
 from metastore.catalog import Catalog
 from metastore.crashpoints import crashpoint
@@ -128,10 +134,15 @@ class ChunkWriter:
         groups: list[tuple[datetime | None, pa.Table]]
         if self.table.mode is Mode.EVENT_TIME:
             groups = []
-            periods = [period_start(ts, self.table.roll_every) for ts in data.column(self.table.time_column).to_pylist()]
+            periods = [
+                period_start(ts, self.table.roll_every)
+                for ts in data.column(self.table.time_column).to_pylist()
+            ]
             period_array = pa.array(periods, pa.timestamp("us", tz="UTC"))
             for value in sorted(set(periods)):
-                groups.append((value, data.filter(pc.equal(period_array, pa.scalar(value, period_array.type)))))
+                groups.append(
+                    (value, data.filter(pc.equal(period_array, pa.scalar(value, period_array.type))))
+                )
         else:
             groups = [(None, data)]
         files = []
@@ -178,10 +189,14 @@ class ChunkWriter:
         if chunk.state is ChunkState.COMMITTED:
             return self.result(chunk)
         if chunk.state in (ChunkState.ABORTED, ChunkState.EXPIRED):
-            raise ChunkStateError(f"chunk {chunk.id} is {chunk.state.value}{': ' + chunk.error if chunk.error else ''}")
+            raise ChunkStateError(
+                f"chunk {chunk.id} is {chunk.state.value}{': ' + chunk.error if chunk.error else ''}"
+            )
         if chunk.state is ChunkState.RESERVED:
             if chunk.expires_at <= _now():
-                raise ChunkStateError(f"chunk {chunk.id} expired at {iso(chunk.expires_at)} before its commit")
+                raise ChunkStateError(
+                    f"chunk {chunk.id} expired at {iso(chunk.expires_at)} before its commit"
+                )
             base = int(self.warehouse.load(self.table).version())
             try:
                 chunk = self.store.begin_commit(chunk, base)
@@ -348,7 +363,9 @@ class ChunkWriter:
             raise ChunkStateError(f"cannot {verb} chunk {chunk.id}: it is {chunk.state.value}")
 
     # -- one call --------------------------------------------------------------------------
-    def write_once(self, content: bytes, fmt: Format, token: str | None = None, source: str = "") -> CommitResult:
+    def write_once(
+        self, content: bytes, fmt: Format, token: str | None = None, source: str = ""
+    ) -> CommitResult:
         """Reserve, write and commit ``content`` as one chunk; with a token, exactly once."""
         chunk = self.reserve(token)
         if chunk.state is ChunkState.COMMITTED:

@@ -22,4 +22,6 @@ class ChunkConfig(BaseModel):
         timedelta(seconds=60),
         description="Deadline of one commit attempt; a stuck attempt can be taken over after twice this.",
     )
-    max_value_bytes: int = Field(1 << 20, description="A string/binary value longer than this is a bad record.")
+    max_value_bytes: int = Field(
+        1 << 20, description="A string/binary value longer than this is a bad record."
+    )

@@ -192,7 +192,9 @@ class RecordValidator:
         max_value_bytes: a string or binary value longer than this is a bad record.
     """
 
-    def __init__(self, columns: Sequence[Column], required: Sequence[str] = (), max_value_bytes: int = 1 << 20):
+    def __init__(
+        self, columns: Sequence[Column], required: Sequence[str] = (), max_value_bytes: int = 1 << 20
+    ):
         self.columns = tuple(columns)
         self.schema = data_schema(self.columns)
         self._conv = [converter(c) for c in self.columns]
@@ -210,7 +212,9 @@ class RecordValidator:
             v = record.get(col.name)
             if v is None or (empty_is_null and v == "" and col.type != "string"):
                 if required:
-                    self.bad.append(BadRecord(position, f"column {col.name!r} is required but missing or null", raw))
+                    self.bad.append(
+                        BadRecord(position, f"column {col.name!r} is required but missing or null", raw)
+                    )
                     return
                 row.append(None)
                 continue
@@ -224,7 +228,11 @@ class RecordValidator:
                 return
             if isinstance(value, str | bytes) and len(value) > self._max:
                 self.bad.append(
-                    BadRecord(position, f"column {col.name!r}: value of {len(value)} bytes exceeds {self._max}", raw[:1024])
+                    BadRecord(
+                        position,
+                        f"column {col.name!r}: value of {len(value)} bytes exceeds {self._max}",
+                        raw[:1024],
+                    )
                 )
                 return
             row.append(value)
@@ -233,7 +241,8 @@ class RecordValidator:
 
     def result(self) -> Parsed:
         arrays = [
-            pa.array(values, type=arrow_type(c.type)) for values, c in zip(self._values, self.columns, strict=True)
+            pa.array(values, type=arrow_type(c.type))
+            for values, c in zip(self._values, self.columns, strict=True)
         ]
         return Parsed(pa.Table.from_arrays(arrays, schema=self.schema), self.bad)
 

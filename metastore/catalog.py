@@ -59,7 +59,9 @@ class Catalog:
             raise UserInputError(f"time column {spec.time_column!r} is not in the schema")
         time_col = next(c for c in spec.columns if c.name == spec.time_column)
         if time_col.type != "timestamp":
-            raise UserInputError(f"time column {spec.time_column!r} must be TIMESTAMP, not {time_col.sql_type}")
+            raise UserInputError(
+                f"time column {spec.time_column!r} must be TIMESTAMP, not {time_col.sql_type}"
+            )
         if spec.partition_column in names:
             raise UserInputError(
                 f"partition column {spec.partition_column!r} clashes with a column of the schema; "

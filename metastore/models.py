@@ -194,7 +194,9 @@ def parse_instant(text: str, what: str = "time") -> datetime:
     try:
         return utc(datetime.fromisoformat(text.strip().replace("Z", "+00:00")))
     except ValueError:
-        raise UserInputError(f"{what} {text!r} is not an ISO-8601 time such as 2026-11-21T10:00:00Z") from None
+        raise UserInputError(
+            f"{what} {text!r} is not an ISO-8601 time such as 2026-11-21T10:00:00Z"
+        ) from None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -298,7 +300,9 @@ def parse_schema(ddl: str) -> tuple[Column, ...]:
             delta_type = SQL_TYPES[type_text]
         else:
             known = ", ".join(sorted({*SQL_TYPES, "DECIMAL(p,s)"}))
-            raise UserInputError(f"schema: column {name!r} has unknown type {type_text!r}; known types: {known}")
+            raise UserInputError(
+                f"schema: column {name!r} has unknown type {type_text!r}; known types: {known}"
+            )
         columns.append(Column(name=name, type=delta_type, nullable=not not_null))
     return tuple(columns)
 

@@ -130,7 +130,9 @@ class Metastore:
             with self.engine.begin() as conn:
                 yield conn
         except OperationalError as exc:
-            raise MetastoreUnavailableError(f"metastore {self._safe_url()} is unavailable: {exc.orig}") from exc
+            raise MetastoreUnavailableError(
+                f"metastore {self._safe_url()} is unavailable: {exc.orig}"
+            ) from exc
 
     def _safe_url(self) -> str:
         return sa.engine.make_url(self.url).render_as_string(hide_password=True)
@@ -212,7 +214,9 @@ class Metastore:
         name = TableName.parse(name) if isinstance(name, str) else name
         with self.tx() as conn:
             row = conn.execute(
-                sa.select(s.tables).where(s.tables.c.namespace == name.namespace, s.tables.c.name == name.table)
+                sa.select(s.tables).where(
+                    s.tables.c.namespace == name.namespace, s.tables.c.name == name.table
+                )
             ).first()
         if row is None:
             raise NotFoundError(f"table {name} does not exist")
@@ -273,7 +277,9 @@ class Metastore:
             files=m["files"],
         )
 
-    def list_partitions(self, table_id: int, states: Sequence[PartitionState] | None = None) -> list[Partition]:
+    def list_partitions(
+        self, table_id: int, states: Sequence[PartitionState] | None = None
+    ) -> list[Partition]:
         q = sa.select(s.partitions).where(s.partitions.c.table_id == table_id)
         if states:
             q = q.where(s.partitions.c.state.in_([st.value for st in states]))
@@ -346,7 +352,9 @@ class Metastore:
             raise NotFoundError(f"roll {roll_id} does not exist")
         return self._roll_from_row(row)
 
-    def list_rolls(self, table_id: int | None = None, unfinished: bool = False, limit: int = 100) -> list[Roll]:
+    def list_rolls(
+        self, table_id: int | None = None, unfinished: bool = False, limit: int = 100
+    ) -> list[Roll]:
         q = self._roll_query()
         if table_id is not None:
             q = q.where(s.rolls.c.table_id == table_id)
@@ -432,9 +440,7 @@ class Metastore:
         with self.tx() as conn:
             updated = conn.execute(
                 sa.update(s.rolls)
-                .where(
-                    s.rolls.c.id == roll.id, s.rolls.c.state == roll.state.value, s.rolls.c.owner == owner
-                )
+                .where(s.rolls.c.id == roll.id, s.rolls.c.state == roll.state.value, s.rolls.c.owner == owner)
                 .values(state=target.value, **values)
             ).rowcount
         if updated != 1:
@@ -445,9 +451,7 @@ class Metastore:
         with self.tx() as conn:
             updated = conn.execute(
                 sa.update(s.rolls)
-                .where(
-                    s.rolls.c.id == roll.id, s.rolls.c.state == roll.state.value, s.rolls.c.owner == owner
-                )
+                .where(s.rolls.c.id == roll.id, s.rolls.c.state == roll.state.value, s.rolls.c.owner == owner)
                 .values(**values)
             ).rowcount
         if updated != 1:
@@ -455,7 +459,15 @@ class Metastore:
         return self.get_roll(roll.id)
 
     def finish_roll(
-        self, roll: Roll, owner: str, *, chunks: int, rows: int, nbytes: int, files: int, now: datetime | None = None
+        self,
+        roll: Roll,
+        owner: str,
+        *,
+        chunks: int,
+        rows: int,
+        nbytes: int,
+        files: int,
+        now: datetime | None = None,
     ) -> Roll:
         """The partition becomes standard and the roll done, in one transaction."""
         now = now or _now()
@@ -469,7 +481,11 @@ class Metastore:
                     s.rolls.c.owner == owner,
                 )
                 .values(
-                    state=RollState.DONE.value, finished_at=_db(now), rows=rows, bytes=nbytes, files_after=files
+                    state=RollState.DONE.value,
+                    finished_at=_db(now),
+                    rows=rows,
+                    bytes=nbytes,
+                    files_after=files,
                 )
             ).rowcount
             if updated != 1:
@@ -517,7 +533,9 @@ class Metastore:
             error=m["error"],
         )
 
-    def reserve_chunk(self, table_id: int, token: str | None, ttl: timedelta, now: datetime | None = None) -> Chunk:
+    def reserve_chunk(
+        self, table_id: int, token: str | None, ttl: timedelta, now: datetime | None = None
+    ) -> Chunk:
         """Reserve a new chunk, or return the chunk already reserved under ``token``."""
         now = now or _now()
         if token is not None:
@@ -577,7 +595,9 @@ class Metastore:
             rows = conn.execute(q.order_by(s.chunks.c.created_at)).all()
         return [self._chunk_from_row(r) for r in rows]
 
-    def _update_chunk(self, chunk: Chunk, expected: Sequence[ChunkState], extra: Any = None, **values: Any) -> Chunk:
+    def _update_chunk(
+        self, chunk: Chunk, expected: Sequence[ChunkState], extra: Any = None, **values: Any
+    ) -> Chunk:
         q = sa.update(s.chunks).where(
             s.chunks.c.id == chunk.id, s.chunks.c.state.in_([st.value for st in expected])
         )

@@ -194,7 +194,9 @@ class Warehouse:
             strict=True,
         ):
             # the log holds URI-encoded paths; ours on disk are the decoded form
-            out.append(LiveFile(urllib.parse.unquote(path), parse_partition_value(pv), int(size), int(rows or 0)))
+            out.append(
+                LiveFile(urllib.parse.unquote(path), parse_partition_value(pv), int(size), int(rows or 0))
+            )
         return out
 
     def partition_stats(self, dt: Any) -> dict[datetime, PartitionStats]:
@@ -210,7 +212,9 @@ class Warehouse:
         return stats
 
     # -- commits ---------------------------------------------------------------------------
-    def _add_action(self, table: Table, relative: str, partition: datetime, rows: int, data_change: bool) -> Any:
+    def _add_action(
+        self, table: Table, relative: str, partition: datetime, rows: int, data_change: bool
+    ) -> Any:
         from deltalake.transaction import AddAction
 
         st = (Path(table.location) / relative).stat()
@@ -250,7 +254,9 @@ class Warehouse:
                 "append",
                 dt.schema(),
                 [table.partition_column],
-                commit_properties=CommitProperties(custom_metadata=metadata, max_commit_retries=MAX_COMMIT_RETRIES),
+                commit_properties=CommitProperties(
+                    custom_metadata=metadata, max_commit_retries=MAX_COMMIT_RETRIES
+                ),
             )
         except CommitFailedError as exc:
             raise ConflictError(f"Delta commit to {table.name} conflicted: {exc}") from exc
@@ -270,7 +276,9 @@ class Warehouse:
         dt.alter.set_table_properties(
             {SEAL_PROPERTY: metadata[SEAL_PROPERTY]},
             raise_if_not_exists=False,
-            commit_properties=CommitProperties(custom_metadata=metadata, max_commit_retries=MAX_COMMIT_RETRIES),
+            commit_properties=CommitProperties(
+                custom_metadata=metadata, max_commit_retries=MAX_COMMIT_RETRIES
+            ),
         )
         return self._committed_version(table, metadata, read_version)
 
@@ -305,7 +313,9 @@ class Warehouse:
                 "append",
                 dt.schema(),
                 [table.partition_column],
-                commit_properties=CommitProperties(custom_metadata=metadata, max_commit_retries=MAX_COMMIT_RETRIES),
+                commit_properties=CommitProperties(
+                    custom_metadata=metadata, max_commit_retries=MAX_COMMIT_RETRIES
+                ),
             )
         except CommitFailedError as exc:
             raise ConflictError(f"sweep commit to {table.name} conflicted: {exc}") from exc
@@ -353,7 +363,9 @@ class Warehouse:
         if not d.is_dir():
             return []
         rel = partition_dir(table, value)
-        return sorted(f"{rel}/{p.name}" for p in d.iterdir() if p.is_file() and not p.name.startswith(("_", ".")))
+        return sorted(
+            f"{rel}/{p.name}" for p in d.iterdir() if p.is_file() and not p.name.startswith(("_", "."))
+        )
 
     def write_success_marker(self, table: Table, value: datetime, content: dict[str, Any]) -> None:
         d = Path(table.location) / partition_dir(table, value)

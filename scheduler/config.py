@@ -17,4 +17,6 @@ class RollConfig(BaseModel):
     # compaction of a large partition on a busy machine can take minutes. Another roller takes
     # an interrupted roll over only after the lease ends, and its first step (a fresh seal)
     # fences the previous holder's sweep commit in any case.
-    lease: timedelta = Field(timedelta(minutes=10), description="How long a roller owns a roll before others may resume it.")
+    lease: timedelta = Field(
+        timedelta(minutes=10), description="How long a roller owns a roll before others may resume it."
+    )

@@ -185,7 +185,13 @@ class Roller:
         wh.write_success_marker(
             table,
             value,
-            {"table": str(table.name), "partition": iso(value), "roll": roll.id, "rows": rows, "files": len(final)},
+            {
+                "table": str(table.name),
+                "partition": iso(value),
+                "roll": roll.id,
+                "rows": rows,
+                "files": len(final),
+            },
         )
         crashpoint("roll-before-finish")
         return store.finish_roll(
@@ -198,7 +204,9 @@ class Roller:
             if path not in live:
                 self.catalog.warehouse.remove_file(table, path)
 
-    def _compact(self, table: Table, value: datetime, files: list[LiveFile], roll_id: str) -> list[tuple[str, datetime, int]]:
+    def _compact(
+        self, table: Table, value: datetime, files: list[LiveFile], roll_id: str
+    ) -> list[tuple[str, datetime, int]]:
         """Rewrite ``files`` into the partition's directory, toward the target file size."""
         directory = Path(table.location) / partition_dir(table, value)
         directory.mkdir(parents=True, exist_ok=True)

@@ -55,14 +55,18 @@ STATE = Context(None, None, None)
 @app.callback()
 def _global(
     warehouse: Annotated[
-        Path | None, typer.Option(envvar="STREAMPART_WAREHOUSE", help="Warehouse directory (default ./warehouse)")
+        Path | None,
+        typer.Option(envvar="STREAMPART_WAREHOUSE", help="Warehouse directory (default ./warehouse)"),
     ] = None,
     metastore: Annotated[
         str | None,
-        typer.Option(envvar="STREAMPART_METASTORE", help="Metastore URL (default: a SQLite file in the warehouse)"),
+        typer.Option(
+            envvar="STREAMPART_METASTORE", help="Metastore URL (default: a SQLite file in the warehouse)"
+        ),
     ] = None,
     config: Annotated[
-        Path | None, typer.Option(envvar="STREAMPART_CONFIG", help="TOML config file; see conf/streampart.toml")
+        Path | None,
+        typer.Option(envvar="STREAMPART_CONFIG", help="TOML config file; see conf/streampart.toml"),
     ] = None,
 ) -> None:
     STATE.warehouse, STATE.metastore, STATE.config = warehouse, metastore, config
@@ -95,10 +99,15 @@ def table_create(
     time_column: Annotated[str, typer.Option(help="The TIMESTAMP column the table is partitioned by")],
     roll_every: Annotated[str, typer.Option(help="Roll interval: 15m, 1h, 1d, …")],
     mode: Annotated[str, typer.Option(help="arrival (HIVE-4196) or event-time")] = "arrival",
-    lateness: Annotated[str, typer.Option(help="event-time: how long a partition waits for late rows")] = "0s",
-    late_data: Annotated[str, typer.Option(help="event-time: reject or divert (to NS.TABLE__late)")] = "reject",
+    lateness: Annotated[
+        str, typer.Option(help="event-time: how long a partition waits for late rows")
+    ] = "0s",
+    late_data: Annotated[
+        str, typer.Option(help="event-time: reject or divert (to NS.TABLE__late)")
+    ] = "reject",
     dead_letter: Annotated[
-        bool, typer.Option(help="Send malformed records to NS.TABLE__dead_letter instead of failing the chunk")
+        bool,
+        typer.Option(help="Send malformed records to NS.TABLE__dead_letter instead of failing the chunk"),
     ] = False,
     partition_column: Annotated[
         str | None, typer.Option(help="Name of the partition column [default: <time-column>_period]")
@@ -125,14 +134,18 @@ def table_create(
     if as_json:
         emit_json(info)
     else:
-        out.print(f"created [bold]{table.name}[/] ({info['mode']}, rolls every {info['roll_every']}) at {table.location}")
+        out.print(
+            f"created [bold]{table.name}[/] ({info['mode']}, rolls every {info['roll_every']}) at {table.location}"
+        )
 
 
 def _choice(enum: Any, value: str, option: str) -> Any:
     try:
         return enum(value)
     except ValueError:
-        raise UserInputError(f"{option} must be one of {', '.join(e.value for e in enum)}; got {value!r}") from None
+        raise UserInputError(
+            f"{option} must be one of {', '.join(e.value for e in enum)}; got {value!r}"
+        ) from None
 
 
 @table_app.command("list")
@@ -158,7 +171,12 @@ def table_list(as_json: Annotated[bool, typer.Option("--json", help="Print JSON"
         return
     grid = RichTable("table", "kind", "mode", "roll every", "partitions", "streaming", "location")
     for r in rows:
-        grid.add_row(*(str(r[k]) for k in ("table", "kind", "mode", "roll_every", "partitions", "streaming", "location")))
+        grid.add_row(
+            *(
+                str(r[k])
+                for k in ("table", "kind", "mode", "roll_every", "partitions", "streaming", "location")
+            )
+        )
     out.print(grid if rows else "no tables")
 
 
@@ -181,13 +199,25 @@ def table_describe(
         return
     out.print(
         f"[bold]{info['table']}[/]  {info['mode']}, rolls every {info['roll_every']}"
-        + (f", lateness {info['lateness']}, late data: {info['late_data']}" if info["mode"] == "event-time" else "")
+        + (
+            f", lateness {info['lateness']}, late data: {info['late_data']}"
+            if info["mode"] == "event-time"
+            else ""
+        )
         + f"\nschema: {info['schema']}\npartitioned by {info['partition_column']} (from {info['time_column']})"
         + f"\nlocation: {info['location']}  (Delta version {info['version']})"
     )
     grid = RichTable("partition", "state", "chunks", "rows", "bytes", "files", "location")
     for p in info["partitions"]:
-        grid.add_row(p["value"], p["state"], str(p["chunks"]), str(p["rows"]), str(p["bytes"]), str(p["files"]), p["location"])
+        grid.add_row(
+            p["value"],
+            p["state"],
+            str(p["chunks"]),
+            str(p["rows"]),
+            str(p["bytes"]),
+            str(p["files"]),
+            p["location"],
+        )
     out.print(grid)
 
 
@@ -211,8 +241,12 @@ def table_drop(
 def write(
     name: Annotated[str, typer.Argument(help="NAMESPACE.TABLE")],
     file: Annotated[Path, typer.Argument(help="File to commit as one chunk ('-' for standard input)")],
-    format: Annotated[str | None, typer.Option("--format", help="jsonl, csv or parquet [default: from the file name]")] = None,
-    token: Annotated[str | None, typer.Option(help="Idempotency token: a retry with the same token lands once")] = None,
+    format: Annotated[
+        str | None, typer.Option("--format", help="jsonl, csv or parquet [default: from the file name]")
+    ] = None,
+    token: Annotated[
+        str | None, typer.Option(help="Idempotency token: a retry with the same token lands once")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON")] = False,
 ) -> None:
     """Commit FILE as one chunk into the table's streaming partition(s)."""
@@ -248,7 +282,9 @@ def write(
 @app.command()
 def roll(
     name: Annotated[str, typer.Argument(help="NAMESPACE.TABLE")],
-    now: Annotated[str | None, typer.Option(help="Roll what is due at this ISO-8601 time [default: now]")] = None,
+    now: Annotated[
+        str | None, typer.Option(help="Roll what is due at this ISO-8601 time [default: now]")
+    ] = None,
     force: Annotated[bool, typer.Option("--force", help="Roll the open streaming partition(s) now")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON")] = False,
 ) -> None:
@@ -279,7 +315,9 @@ def roll(
 @app.command()
 def query(
     sql: Annotated[str, typer.Argument(help="Spark SQL; tables are addressed as ns.table")],
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object per row, one per line")] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print one JSON object per row, one per line")
+    ] = False,
     limit: Annotated[int, typer.Option(help="Rows to print as a table (without --json)")] = 1000,
 ) -> None:
     """Run Spark SQL over the warehouse's tables, each read at one consistent snapshot."""
@@ -323,7 +361,9 @@ def housekeep(as_json: Annotated[bool, typer.Option("--json", help="Print JSON")
 
 @app.command()
 def demo(
-    keep: Annotated[bool, typer.Option(help="Keep an existing demo table instead of starting afresh")] = False,
+    keep: Annotated[
+        bool, typer.Option(help="Keep an existing demo table instead of starting afresh")
+    ] = False,
 ) -> None:
     """Create a demo table, write chunks, roll, query, and print what happened."""
     from streampart.demo import run_demo

@@ -13,7 +13,12 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
 
 from ingest.config import ChunkConfig
 from metastore.errors import UserInputError
@@ -23,18 +28,23 @@ from scheduler.config import RollConfig
 class SparkConfig(BaseModel):
     model_config = ConfigDict(frozen=True)
 
-    master: str = Field("local[2]", description="Spark master URL (local[N], spark://host:7077, yarn, k8s://…).")
+    master: str = Field(
+        "local[2]", description="Spark master URL (local[N], spark://host:7077, yarn, k8s://…)."
+    )
     shuffle_partitions: int = Field(4, ge=1, description="spark.sql.shuffle.partitions for queries.")
     driver_memory: str = Field("2g", description="spark.driver.memory.")
     conf: dict[str, str] = Field(default_factory=dict, description="Any further Spark settings.")
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="STREAMPART_", env_nested_delimiter="__", frozen=True, extra="forbid")
+    model_config = SettingsConfigDict(
+        env_prefix="STREAMPART_", env_nested_delimiter="__", frozen=True, extra="forbid"
+    )
 
     warehouse: Path = Field(Path("./warehouse"), description="Root directory of the warehouse.")
     metastore: str | None = Field(
-        None, description="Metastore URL (sqlite:///… or postgresql://…); default: a SQLite file in the warehouse."
+        None,
+        description="Metastore URL (sqlite:///… or postgresql://…); default: a SQLite file in the warehouse.",
     )
     chunk: ChunkConfig = Field(default_factory=ChunkConfig, description="The chunk protocol.")
     roll: RollConfig = Field(default_factory=RollConfig, description="Rolls.")

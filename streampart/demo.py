@@ -77,8 +77,12 @@ def run_demo(settings: Any, catalog: Catalog, console: Console, fresh: bool = Tr
         console.print(f"2. committed chunk {k + 1}/5: {r.rows} rows at Delta version {r.version}")
     again = writer.write_once(_records(0, 1000, now), Format.JSONL, token="demo-0")
     console.print(f"3. retried chunk 1 with the same token: same chunk {again.chunk[:8]}…, nothing added")
-    bad = writer.write_once(b'{"id": 7, "ts": "2026-01-01T00:00:00Z"}\n{"id": "x", "ts": "soon"}\n', Format.JSONL)
-    console.print(f"4. a chunk with a malformed record: {bad.rows} row committed, {bad.dead_letter_rows} sent to the dead-letter table")
+    bad = writer.write_once(
+        b'{"id": 7, "ts": "2026-01-01T00:00:00Z"}\n{"id": "x", "ts": "soon"}\n', Format.JSONL
+    )
+    console.print(
+        f"4. a chunk with a malformed record: {bad.rows} row committed, {bad.dead_letter_rows} sent to the dead-letter table"
+    )
     _partitions(console, catalog, DEMO)
 
     console.print("5. starting Spark to query the streaming partition …")
@@ -94,7 +98,9 @@ def run_demo(settings: Any, catalog: Catalog, console: Console, fresh: bool = Tr
         )
     for k in range(5, 7):
         r = writer.write_once(_records(k * 1000, 500, now), Format.JSONL, token=f"demo-{k}")
-        console.print(f"7. committed chunk into the new streaming partition: {r.rows} rows → {r.partitions[0]}")
+        console.print(
+            f"7. committed chunk into the new streaming partition: {r.rows} rows → {r.partitions[0]}"
+        )
     _partitions(console, catalog, DEMO)
 
     result = run_sql(
@@ -102,7 +108,9 @@ def run_demo(settings: Any, catalog: Catalog, console: Console, fresh: bool = Tr
         catalog,
         "SELECT ts_period, count(*) AS rows, count(DISTINCT id) AS ids FROM demo.events GROUP BY ts_period ORDER BY ts_period",
     ).collect()
-    grid = RichTable("ts_period", "rows", "distinct ids", title="SELECT ts_period, count(*) … GROUP BY ts_period")
+    grid = RichTable(
+        "ts_period", "rows", "distinct ids", title="SELECT ts_period, count(*) … GROUP BY ts_period"
+    )
     for row in result:
         grid.add_row(str(row["ts_period"]), str(row["rows"]), str(row["ids"]))
     console.print(grid)
@@ -111,5 +119,5 @@ def run_demo(settings: Any, catalog: Catalog, console: Console, fresh: bool = Tr
         console.print(f"8. dead letter: record {row['position']}: {row['reason']}")
     console.rule(f"done in {time.monotonic() - started:.1f}s")
     console.print(
-        "Try: streampart table describe demo.events | streampart query \"SELECT level, count(*) FROM demo.events GROUP BY level\""
+        'Try: streampart table describe demo.events | streampart query "SELECT level, count(*) FROM demo.events GROUP BY level"'
     )

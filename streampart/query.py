@@ -99,7 +99,9 @@ def snapshot_frame(spark: SparkSession, snap: Snapshot) -> DataFrame:
     )
 
 
-def read_table(spark: SparkSession, catalog: Catalog, name: str | TableName | Table, version: int | None = None) -> DataFrame:
+def read_table(
+    spark: SparkSession, catalog: Catalog, name: str | TableName | Table, version: int | None = None
+) -> DataFrame:
     """The table ``name`` at ``version`` (default: the newest) as a Spark DataFrame.
 
     Example:

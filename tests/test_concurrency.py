@@ -27,9 +27,23 @@ def spawn(catalog, table, *args: str) -> subprocess.Popen:  # type: ignore[no-un
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("STREAMPART_CRASHPOINT", None)
     return subprocess.Popen(
-        [sys.executable, "-m", "tests.workers", *args, "--warehouse", str(catalog.warehouse.root),
-         "--metastore", catalog.store.url, "--table", str(table.name)],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "tests.workers",
+            *args,
+            "--warehouse",
+            str(catalog.warehouse.root),
+            "--metastore",
+            catalog.store.url,
+            "--table",
+            str(table.name),
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
 
 
@@ -73,7 +87,9 @@ def test_writers_rollers_and_readers_at_once(catalog) -> None:  # type: ignore[n
     for a in acks:
         [part] = a["partitions"]
         expected.setdefault(part, set()).update(range(a["first"], a["first"] + ROWS))
-    actual = {p.strftime("%Y-%m-%dT%H:%M:%S.%fZ").replace(".000000Z", "Z"): set(v) for p, v in by_part.items()}
+    actual = {
+        p.strftime("%Y-%m-%dT%H:%M:%S.%fZ").replace(".000000Z", "Z"): set(v) for p, v in by_part.items()
+    }
     assert actual == expected
     # every standard partition holds exactly the rows committed while it was open
     for p in catalog.store.list_partitions(table.id, [PartitionState.STANDARD]):

@@ -35,9 +35,23 @@ def run_worker(catalog, table, *args: str, crashpoint: str | None = None, timeou
     if crashpoint:
         env["STREAMPART_CRASHPOINT"] = crashpoint
     proc = subprocess.run(
-        [sys.executable, "-m", "tests.workers", *args, "--warehouse", str(catalog.warehouse.root),
-         "--metastore", catalog.store.url, "--table", str(table.name)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout,
+        [
+            sys.executable,
+            "-m",
+            "tests.workers",
+            *args,
+            "--warehouse",
+            str(catalog.warehouse.root),
+            "--metastore",
+            catalog.store.url,
+            "--table",
+            str(table.name),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
     acks = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     return proc.returncode, acks, proc.stderr
@@ -57,7 +71,9 @@ WRITER_CRASHES = [
 @pytest.mark.parametrize("point", WRITER_CRASHES)
 def test_writer_killed_at_each_step_then_retried_lands_once(catalog, point: str) -> None:  # type: ignore[no-untyped-def]
     table = make_table(catalog)
-    code, acks, _ = run_worker(catalog, table, "writer", "--count", "1", "--commit-timeout", "0.3", crashpoint=point)
+    code, acks, _ = run_worker(
+        catalog, table, "writer", "--count", "1", "--commit-timeout", "0.3", crashpoint=point
+    )
     assert code == -signal.SIGKILL and acks == []
     if point == "chunk-after-delta-commit":
         assert sorted(all_ids(table)) == list(range(10))  # landed, though never acknowledged
@@ -101,7 +117,9 @@ def test_roller_killed_at_each_step_then_resumed_rolls_once(catalog, point: str)
     value = catalog.store.open_partition(table.id).value
     for k in range(4):
         w.write_once(records(range(k * 10, k * 10 + 10)), Format.JSONL)
-    code, _, _ = run_worker(catalog, table, "roller", "--count", "1", "--interval", "0", "--force", crashpoint=point)
+    code, _, _ = run_worker(
+        catalog, table, "roller", "--count", "1", "--interval", "0", "--force", crashpoint=point
+    )
     assert code == -signal.SIGKILL
     assert catalog.store.get_partition(table.id, value).state is PartitionState.ROLLING
     # writers carry on into the next partition while the roll is stuck
@@ -114,7 +132,9 @@ def test_roller_killed_at_each_step_then_resumed_rolls_once(catalog, point: str)
     from datetime import timedelta
 
     resumed = Roller(catalog)
-    catalog.store.claim_roll(roll, resumed.owner, timedelta(minutes=1), now=roll.lease_until + timedelta(seconds=1))
+    catalog.store.claim_roll(
+        roll, resumed.owner, timedelta(minutes=1), now=roll.lease_until + timedelta(seconds=1)
+    )
     results = resumed.roll_table(table)
     assert [(r.partition, r.resumed, r.rows) for r in results] == [(results[0].partition, True, 40)]
     assert Roller(catalog).roll_table(table) == []  # nothing left: rolled exactly once
@@ -123,7 +143,9 @@ def test_roller_killed_at_each_step_then_resumed_rolls_once(catalog, point: str)
     assert sorted(by_part[catalog.store.open_partition(table.id).value]) == list(range(100, 110))
     directory = Path(table.location) / partition_dir(table, value)
     on_disk = {p.name for p in directory.iterdir() if not p.name.startswith(("_", "."))}
-    live = {f.name for f in catalog.warehouse.live_files(catalog.warehouse.load(table)) if f.partition == value}
+    live = {
+        f.name for f in catalog.warehouse.live_files(catalog.warehouse.load(table)) if f.partition == value
+    }
     assert on_disk == live and (directory / "_SUCCESS").is_file()
     p = catalog.store.get_partition(table.id, value)
     assert (p.state, p.rows, p.chunks) == (PartitionState.STANDARD, 40, 4)

@@ -75,7 +75,9 @@ def test_a_retry_after_a_crash_between_delta_commit_and_metastore_lands_once(cat
     dt = catalog.warehouse.load(table)
     chunk = catalog.store.begin_commit(chunk, int(dt.version()))
     part = catalog.store.open_partition(table.id).value
-    catalog.warehouse.commit_files(dt, table, [(f.path, part, f.rows) for f in chunk.files], {"streampart.chunk": chunk.id})
+    catalog.warehouse.commit_files(
+        dt, table, [(f.path, part, f.rows) for f in chunk.files], {"streampart.chunk": chunk.id}
+    )
     # the writer "died" here; a retry while the attempt may still be alive is refused …
     with pytest.raises(ChunkBusyError):
         w.commit(chunk.id)
@@ -103,7 +105,10 @@ def test_a_chunk_prepared_before_a_seal_goes_to_the_next_partition(catalog) -> N
 
     with pytest.raises(ConflictError):  # Delta refuses the stale commit into the sealed table
         catalog.warehouse.commit_files(
-            stale_snapshot, table, [(f.path, old.value, f.rows) for f in staged.files], {"streampart.chunk": "x"}
+            stale_snapshot,
+            table,
+            [(f.path, old.value, f.rows) for f in staged.files],
+            {"streampart.chunk": "x"},
         )
     result = w.commit(staged.id)  # the protocol re-plans against the open partition
     assert result.partitions == [(old.value + timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")]

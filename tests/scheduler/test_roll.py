@@ -53,7 +53,9 @@ def test_a_standard_partition_is_one_directory_of_exactly_its_rows(catalog) -> N
     directory = Path(table.location) / partition_dir(table, value)
     names = sorted(p.name for p in directory.iterdir())
     assert "_SUCCESS" in names
-    live = {f.path for f in catalog.warehouse.live_files(catalog.warehouse.load(table)) if f.partition == value}
+    live = {
+        f.path for f in catalog.warehouse.live_files(catalog.warehouse.load(table)) if f.partition == value
+    }
     on_disk = {f"{partition_dir(table, value)}/{n}" for n in names if not n.startswith(("_", "."))}
     assert on_disk == live
     # a plain Parquet reader pointed at the directory reads exactly the partition's rows
@@ -69,7 +71,9 @@ def test_compaction_aims_at_the_target_file_size(catalog) -> None:  # type: igno
     for k in range(8):
         w.write_once(records(range(k * 100, k * 100 + 100)), Format.JSONL)
     chunk_size = max(f.size for f in catalog.warehouse.live_files(catalog.warehouse.load(table)))
-    [r] = Roller(catalog, RollConfig(target_file_size=max(1024, chunk_size * 2))).roll_table(table, force=True)
+    [r] = Roller(catalog, RollConfig(target_file_size=max(1024, chunk_size * 2))).roll_table(
+        table, force=True
+    )
     assert r.files_before == 8 and 2 <= r.files_after <= 5
     assert sorted(all_ids(table)) == list(range(800))
 
@@ -95,7 +99,9 @@ def test_nothing_due_is_a_no_op_and_rolling_twice_rolls_once(catalog) -> None:  
 def test_event_time_partitions_roll_after_their_end_plus_lateness(catalog) -> None:  # type: ignore[no-untyped-def]
     table = make_table(catalog, mode=Mode.EVENT_TIME, lateness="10m")
     w = ChunkWriter(catalog, table)
-    w.write_once(records(range(3), "2026-11-21T10:20:00Z") + records(range(3, 5), "2026-11-21T11:20:00Z"), Format.JSONL)
+    w.write_once(
+        records(range(3), "2026-11-21T10:20:00Z") + records(range(3, 5), "2026-11-21T11:20:00Z"), Format.JSONL
+    )
     assert Roller(catalog).roll_table(table, now=H10 + timedelta(hours=1, minutes=9)) == []
     rolled = Roller(catalog).roll_table(table, now=H10 + timedelta(hours=1, minutes=10))
     assert [r.partition for r in rolled] == ["2026-11-21T10:00:00Z"]
