@@ -1,0 +1,178 @@
+"""``python -m bench [--quick] [--only NAME]``: run the benchmarks, print tables, write JSON."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path(__file__).parent / "results" / "latest.json"
+
+# Default scale: under 10 minutes on this 2-core machine (578 s measured while other jobs kept
+# the load average near 5); quick: a smoke run under a minute.
+#
+# Why 2,000 chunks (not 10,000) for the read benchmark by default: every chunk is a real chunk
+# commit, and on this machine a commit costs 30-200 ms (a sawtooth: each commit loads the Delta
+# table three times, each load replaying the JSON commits since the last checkpoint, which is
+# written every 100 versions; checkpoints grow with the live files). Building 10,000 chunks
+# alone takes well over half an hour here, so that size is opt-in: ``--read-chunks 10000``.
+# Likewise quick builds 150 chunks, not 500, to stay under a minute.
+SCALES: dict[str, dict[str, Any]] = {
+    "default": {
+        "rows": 100,
+        "writers": [1, 4],
+        "commits_per_writer": {1: 200, 4: 60},
+        "warmup": 3,
+        "roll_chunks": 1000,
+        "baseline_reps": 3,
+        "read_chunks": 2000,
+        "read_reps": 3,
+        "read_warmup_rounds": 1,
+    },
+    "quick": {
+        "rows": 100,
+        "writers": [1, 4],
+        "commits_per_writer": {1: 10, 4: 5},
+        "warmup": 1,
+        "roll_chunks": 100,
+        "baseline_reps": 3,
+        "read_chunks": 150,
+        "read_reps": 1,
+        "read_warmup_rounds": 0,
+    },
+}
+
+
+def benchmarks() -> dict[str, Any]:
+    from bench import commit_latency, roll, snapshot_read
+
+    return {m.NAME: m for m in (commit_latency, roll, snapshot_read)}
+
+
+NAMES = ("commit", "roll", "read")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="python -m bench",
+        description=(
+            "Benchmarks of streampart, each against a plain pyarrow/Spark baseline measured in the same run."
+        ),
+    )
+    p.add_argument("--quick", action="store_true", help="small-scale smoke run (under a minute)")
+    p.add_argument("--only", choices=NAMES, metavar="NAME", help=f"run one benchmark: {', '.join(NAMES)}")
+    p.add_argument("--roll-chunks", type=int, help="chunks in the rolled partition (overrides the scale)")
+    p.add_argument("--read-chunks", type=int, help="chunks in the table read by Spark (overrides the scale)")
+    p.add_argument("--output", type=Path, default=RESULTS, help=f"JSON results file (default {RESULTS})")
+    return p.parse_args(argv)
+
+
+def environment() -> dict[str, Any]:
+    from importlib.metadata import version
+
+    env: dict[str, Any] = {
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
+    }
+    for pkg in ("deltalake", "pyarrow", "pyspark", "sqlalchemy", "psycopg"):
+        try:
+            env[pkg] = version(pkg)
+        except Exception:
+            env[pkg] = None
+    return env
+
+
+def print_summary(results: list[Any]) -> None:
+    from rich.table import Table
+
+    from bench.common import console, fmt, fmt_ratio
+
+    t = Table(title="Summary (ratio = streampart / baseline)", title_justify="left")
+    for col in ("benchmark", "metric", "streampart", "baseline", "ratio", "better"):
+        t.add_column(col, justify="left" if col in ("benchmark", "metric") else "right")
+    for r in results:
+        for i, m in enumerate(r.metrics):
+            better = "" if m.baseline is None else ("higher" if m.higher_is_better else "lower")
+            t.add_row(
+                r.name if i == 0 else "",
+                m.name,
+                fmt(m.value, m.unit),
+                fmt(m.baseline, m.unit),
+                fmt_ratio(m.ratio),
+                better,
+            )
+        t.add_section()
+    console.print(t)
+    console.print("  baselines:")
+    for r in results:
+        console.print(f"  - {r.name}: {r.baseline}")
+    for r in results:
+        for note in r.notes:
+            console.print(f"  [yellow]note ({r.name}): {note}[/]")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    from bench.common import console
+
+    scale_name = "quick" if args.quick else "default"
+    scale = dict(SCALES[scale_name])
+    if args.roll_chunks:
+        scale["roll_chunks"] = args.roll_chunks
+    if args.read_chunks:
+        scale["read_chunks"] = args.read_chunks
+    selected = [args.only] if args.only else list(NAMES)
+    mods = benchmarks()
+    started = time.perf_counter()
+    console.rule(f"streampart benchmarks — scale {scale_name}, running {', '.join(selected)}")
+    load_before = os.getloadavg()
+    console.print(
+        f"  {os.cpu_count()} CPUs; load average {load_before[0]:.2f} (1 min) at the start"
+        + (" [yellow]- the machine is busy, timings will be noisy[/]" if load_before[0] > 0.5 else "")
+    )
+    results = []
+    for name in selected:
+        mod = mods[name]
+        console.rule(f"[bold]{name}[/]")
+        t0 = time.perf_counter()
+        result = mod.run(scale)
+        result.seconds = time.perf_counter() - t0
+        console.print("  [bold]how it was measured[/]")
+        for line in result.method:
+            console.print(f"  - {line}")
+        console.print(f"  - baseline: {result.baseline}")
+        console.print(f"  ({name} took {result.seconds:.1f} s)")
+        results.append(result)
+    console.rule("[bold]summary[/]")
+    print_summary(results)
+    total = time.perf_counter() - started
+    doc = {
+        "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "scale": scale_name,
+        "scale_params": {
+            k: (v if not isinstance(v, dict) else {str(a): b for a, b in v.items()}) for k, v in scale.items()
+        },
+        "environment": {**environment(), "load_average_at_start": [round(x, 2) for x in load_before]},
+        "seconds": round(total, 3),
+        "benchmarks": [r.to_json() for r in results],
+    }
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(doc, indent=2, default=str) + "\n")
+    load_after = os.getloadavg()
+    console.print(
+        f"  total {total:.1f} s; load average {load_before[0]:.2f} at the start, "
+        f"{load_after[0]:.2f} at the end; results written to {args.output}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
