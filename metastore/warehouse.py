@@ -243,24 +243,8 @@ class Warehouse:
             ConflictError: a concurrent commit (a roll's seal) changed the table's metadata
                 since ``dt`` was loaded; reload and decide again.
         """
-        from deltalake.exceptions import CommitFailedError
-        from deltalake.transaction import CommitProperties
-
         actions = [self._add_action(table, p, part, rows, True) for p, part, rows in files]
-        read_version = int(dt.version())
-        try:
-            dt.create_write_transaction(
-                actions,
-                "append",
-                dt.schema(),
-                [table.partition_column],
-                commit_properties=CommitProperties(
-                    custom_metadata=metadata, max_commit_retries=MAX_COMMIT_RETRIES
-                ),
-            )
-        except CommitFailedError as exc:
-            raise ConflictError(f"Delta commit to {table.name} conflicted: {exc}") from exc
-        return self._committed_version(table, metadata, read_version)
+        return self._transact(dt, table, actions, metadata, "Delta commit")
 
     def seal(self, table: Table, roll_id: str) -> int:
         """Change the table's metadata so every commit prepared on an older snapshot fails.
@@ -291,8 +275,7 @@ class Warehouse:
         metadata: dict[str, str],
     ) -> int:
         """Swap files in one commit without changing data (``dataChange=false``): the sweep."""
-        from deltalake.exceptions import CommitFailedError
-        from deltalake.transaction import CommitProperties, RemoveAction
+        from deltalake.transaction import RemoveAction
 
         now_ms = int(time.time() * 1000)
         actions: list[Any] = [
@@ -306,6 +289,15 @@ class Warehouse:
             for f in removes
         ]
         actions += [self._add_action(table, p, part, rows, False) for p, part, rows in adds]
+        return self._transact(dt, table, actions, metadata, "sweep commit")
+
+    def _transact(
+        self, dt: Any, table: Table, actions: list[Any], metadata: dict[str, str], what: str
+    ) -> int:
+        """Commit ``actions`` on top of ``dt``'s snapshot; a conflict becomes :class:`ConflictError`."""
+        from deltalake.exceptions import CommitFailedError
+        from deltalake.transaction import CommitProperties
+
         read_version = int(dt.version())
         try:
             dt.create_write_transaction(
@@ -318,14 +310,21 @@ class Warehouse:
                 ),
             )
         except CommitFailedError as exc:
-            raise ConflictError(f"sweep commit to {table.name} conflicted: {exc}") from exc
+            raise ConflictError(f"{what} to {table.name} conflicted: {exc}") from exc
         return self._committed_version(table, metadata, read_version)
 
     def _committed_version(self, table: Table, metadata: dict[str, str], read_version: int) -> int:
         # delta-rs does not report the version it committed; every commit of ours carries a
         # unique key in its commit info, so look it up among the commits after our snapshot.
+        # It landed after read_version, so scan forward through the commit files from there:
+        # cheaper than reloading the table to learn its newest version.
         key, value = next(iter(metadata.items()))
-        version = self.find_commit(table, key, value, read_version)
+        version, info = read_version + 1, self.commit_info(table, read_version + 1)
+        while info is not None and info.get(key) != value:
+            version += 1
+            info = self.commit_info(table, version)
+        if info is None:
+            version = self.find_commit(table, key, value, read_version)
         if version is None:
             raise DeltaCommitError(f"commit {key}={value} to {table.name} is not in the Delta log")
         return version

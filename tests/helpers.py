@@ -41,3 +41,20 @@ def jsonl(rows: list[dict]) -> bytes:
 
 def records(ids: range | list[int], ts: str = "2026-11-21T10:15:00Z") -> bytes:
     return jsonl([{"id": i, "ts": ts, "msg": f"m{i}"} for i in ids])
+
+
+ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
+
+
+def worker_call(catalog, table, *args: str, crashpoint: str | None = None) -> dict:  # type: ignore[no-untyped-def]
+    """Arguments for ``subprocess.run``/``Popen`` of ``python -m tests.workers`` on ``table``."""
+    import os
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("STREAMPART_CRASHPOINT", None)
+    if crashpoint:
+        env["STREAMPART_CRASHPOINT"] = crashpoint
+    argv = [sys.executable, "-m", "tests.workers", *args, "--warehouse", str(catalog.warehouse.root),
+            "--metastore", catalog.store.url, "--table", str(table.name)]  # fmt: skip
+    return {"args": argv, "cwd": ROOT, "env": env, "text": True}

@@ -9,41 +9,19 @@ or a changed snapshot, and counts never went backwards.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import time
-from pathlib import Path
 
 from metastore.models import PartitionState
 from tests.fixtures import make_table
-from tests.helpers import all_ids, duplicates, ids_by_partition
+from tests.helpers import all_ids, duplicates, ids_by_partition, worker_call
 
-ROOT = Path(__file__).resolve().parents[1]
 WRITERS, CHUNKS, ROWS = 4, 25, 10
 
 
 def spawn(catalog, table, *args: str) -> subprocess.Popen:  # type: ignore[no-untyped-def]
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    env.pop("STREAMPART_CRASHPOINT", None)
     return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tests.workers",
-            *args,
-            "--warehouse",
-            str(catalog.warehouse.root),
-            "--metastore",
-            catalog.store.url,
-            "--table",
-            str(table.name),
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+        **worker_call(catalog, table, *args), stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )
 
 

@@ -8,10 +8,8 @@ and the table must satisfy invariants 1–5.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -24,34 +22,12 @@ from metastore.models import ChunkState, PartitionState
 from metastore.warehouse import partition_dir
 from scheduler.roll import Roller
 from tests.fixtures import make_table
-from tests.helpers import all_ids, duplicates, ids_by_partition, records
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.helpers import all_ids, duplicates, ids_by_partition, records, worker_call
 
 
 def run_worker(catalog, table, *args: str, crashpoint: str | None = None, timeout: float = 120):  # type: ignore[no-untyped-def]
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    env.pop("STREAMPART_CRASHPOINT", None)
-    if crashpoint:
-        env["STREAMPART_CRASHPOINT"] = crashpoint
     proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tests.workers",
-            *args,
-            "--warehouse",
-            str(catalog.warehouse.root),
-            "--metastore",
-            catalog.store.url,
-            "--table",
-            str(table.name),
-        ],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
+        **worker_call(catalog, table, *args, crashpoint=crashpoint), capture_output=True, timeout=timeout
     )
     acks = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     return proc.returncode, acks, proc.stderr
