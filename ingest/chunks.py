@@ -185,7 +185,6 @@ class ChunkWriter:
         chunk = self.store.get_chunk(chunk_id)
         if chunk.table_id != self.table.id:
             raise ChunkStateError(f"chunk {chunk_id} belongs to another table")
-        may_have_landed = False
         if chunk.state is ChunkState.COMMITTED:
             return self.result(chunk)
         if chunk.state in (ChunkState.ABORTED, ChunkState.EXPIRED):
@@ -197,26 +196,28 @@ class ChunkWriter:
                 raise ChunkStateError(
                     f"chunk {chunk.id} expired at {iso(chunk.expires_at)} before its commit"
                 )
-            base = int(self.warehouse.load(self.table).version())
+            # This snapshot is loaded before the partitions' states are read (in _plan), which
+            # is all the fencing needs, so the first commit attempt uses it as it is.
+            snapshot = self.warehouse.latest(self.table)
             try:
-                chunk = self.store.begin_commit(chunk, base)
+                chunk = self.store.begin_commit(chunk, int(snapshot.version()))
             except ConflictError:
                 return self.commit(chunk_id)  # someone else moved it; answer from its new state
-        else:  # COMMITTING: a previous attempt died or is still running
-            assert chunk.committing_since is not None
-            stale_after = chunk.committing_since + 2 * self.config.commit_timeout
-            if _now() < stale_after:
-                raise ChunkBusyError(
-                    f"chunk {chunk.id} is being committed by another attempt; retry after {iso(stale_after)}"
-                )
-            try:
-                chunk = self.store.take_over_commit(chunk)
-            except ConflictError:
-                raise ChunkBusyError(f"chunk {chunk.id} was just taken over by another attempt") from None
-            may_have_landed = True
-        return self._commit_attempt(chunk, may_have_landed)
+            return self._commit_attempt(chunk, may_have_landed=False, snapshot=snapshot)
+        # COMMITTING: a previous attempt died or is still running
+        assert chunk.committing_since is not None
+        stale_after = chunk.committing_since + 2 * self.config.commit_timeout
+        if _now() < stale_after:
+            raise ChunkBusyError(
+                f"chunk {chunk.id} is being committed by another attempt; retry after {iso(stale_after)}"
+            )
+        try:
+            chunk = self.store.take_over_commit(chunk)
+        except ConflictError:
+            raise ChunkBusyError(f"chunk {chunk.id} was just taken over by another attempt") from None
+        return self._commit_attempt(chunk, may_have_landed=True)
 
-    def _commit_attempt(self, chunk: Chunk, may_have_landed: bool) -> CommitResult:
+    def _commit_attempt(self, chunk: Chunk, may_have_landed: bool, snapshot: Any = None) -> CommitResult:
         assert chunk.committing_since is not None and chunk.base_version is not None
         deadline = chunk.committing_since + self.config.commit_timeout
         if chunk.dead_letter_rows:
@@ -233,7 +234,8 @@ class ChunkWriter:
                 raise CommitTimeoutError(
                     f"chunk {chunk.id} did not commit before its deadline; retry with the same token"
                 )
-            dt = self.warehouse.load(self.table)  # (a) the snapshot first …
+            dt = snapshot or self.warehouse.latest(self.table)  # (a) the snapshot first …
+            snapshot = None
             plan, late = self._plan(chunk)  # (b) … then the partitions' states
             if late:
                 late_rows += self._handle_late(chunk, [f for f in late if f.path not in diverted])
