@@ -11,10 +11,11 @@ import csv
 import io
 import json
 import math
+import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
-from decimal import Decimal, InvalidOperation
+from decimal import ROUND_HALF_EVEN, Context, Decimal, InvalidOperation
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -134,9 +135,14 @@ def _to_timestamp(v: Any) -> datetime:
         try:
             ts = datetime.fromisoformat(v.strip().replace("Z", "+00:00"))
         except ValueError:
+            if _JSON_NUMBER.fullmatch(v.strip()):  # epoch seconds as text (CSV): as a JSON number
+                return _to_timestamp(json.loads(v))
             raise _FieldError(f"expected an ISO-8601 timestamp, got {v!r}") from None
         return ts if ts.tzinfo else ts.replace(tzinfo=UTC)
     raise _FieldError(f"expected an ISO-8601 timestamp, got {type(v).__name__}")
+
+
+_JSON_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
 
 
 def _to_date(v: Any) -> date:
@@ -150,14 +156,26 @@ def _to_date(v: Any) -> date:
     raise _FieldError(f"expected an ISO-8601 date, got {type(v).__name__}")
 
 
+# Quantizing needs the digits of DECIMAL(38,s), not the default context's 28.
+_DECIMAL_CONTEXT = Context(prec=38, rounding=ROUND_HALF_EVEN)
+
+
 def _to_decimal(precision: int, scale: int) -> Callable[[Any], Decimal]:
+    quantum = Decimal(1).scaleb(-scale)
+
     def convert(v: Any) -> Decimal:
-        if isinstance(v, bool) or not isinstance(v, int | float | str):
+        if isinstance(v, bool) or not isinstance(v, int | float | str | Decimal):
             raise _FieldError(f"expected a decimal number, got {type(v).__name__}")
         try:
-            d = Decimal(str(v)).quantize(Decimal(1).scaleb(-scale))
+            d = Decimal(str(v))
         except InvalidOperation:
             raise _FieldError(f"expected a decimal number, got {v!r}") from None
+        if not d.is_finite():
+            raise _FieldError(f"expected a finite decimal number, got {v!r}")
+        try:
+            d = d.quantize(quantum, context=_DECIMAL_CONTEXT)
+        except InvalidOperation:  # more digits than any decimal holds
+            raise _FieldError(f"{v} does not fit DECIMAL({precision},{scale})") from None
         if len(d.as_tuple().digits) > precision:
             raise _FieldError(f"{v} does not fit DECIMAL({precision},{scale})")
         return d
@@ -181,6 +199,18 @@ def converter(column: Column) -> Callable[[Any], Any]:
         "timestamp": _to_timestamp,
         "date": _to_date,
     }[t]
+
+
+def _byte_size(value: Any) -> int:
+    """UTF-8 size of a string or binary value (0 for other values)."""
+    if isinstance(value, bytes):
+        return len(value)
+    if isinstance(value, str):
+        try:
+            return len(value.encode("utf-8"))
+        except UnicodeEncodeError as exc:  # a lone surrogate, e.g. from a JSON "\ud800" escape
+            raise _FieldError(f"not valid Unicode: unpaired surrogate at character {exc.start + 1}") from None
+    return 0
 
 
 class RecordValidator:
@@ -220,17 +250,18 @@ class RecordValidator:
                 continue
             try:
                 value = conv(v)
+                size = _byte_size(value)
             except _FieldError as exc:
                 self.bad.append(BadRecord(position, f"column {col.name!r}: {exc}", raw))
                 return
             except (OverflowError, OSError, ValueError) as exc:
                 self.bad.append(BadRecord(position, f"column {col.name!r}: {exc}", raw))
                 return
-            if isinstance(value, str | bytes) and len(value) > self._max:
+            if size > self._max:
                 self.bad.append(
                     BadRecord(
                         position,
-                        f"column {col.name!r}: value of {len(value)} bytes exceeds {self._max}",
+                        f"column {col.name!r}: value of {size} bytes exceeds {self._max}",
                         raw[:1024],
                     )
                 )
@@ -247,15 +278,25 @@ class RecordValidator:
         return Parsed(pa.Table.from_arrays(arrays, schema=self.schema), self.bad)
 
 
-def _lines(data: bytes) -> Iterator[tuple[int, str]]:
-    text = data.decode("utf-8", errors="replace")
-    for n, line in enumerate(text.splitlines(), start=1):
-        if line.strip():
-            yield n, line
+_BOM = b"\xef\xbb\xbf"
+
+
+def _lines(data: bytes) -> Iterator[tuple[int, bytes]]:
+    """Numbered lines, split at LF only (CRLF is fine): JSON strings may hold U+2028, U+2029, U+0085."""
+    for n, line in enumerate(data.removeprefix(_BOM).split(b"\n"), start=1):
+        yield n, line.removesuffix(b"\r")
 
 
 def parse_jsonl(data: bytes, v: RecordValidator) -> Parsed:
-    for n, line in _lines(data):
+    for n, raw in _lines(data):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            text = raw.decode("utf-8", errors="replace")
+            v.bad.append(BadRecord(n, f"invalid UTF-8 at byte {exc.start + 1} of the line", text))
+            continue
+        if not line.strip():
+            continue
         try:
             record = json.loads(line)
         except json.JSONDecodeError as exc:
@@ -265,13 +306,26 @@ def parse_jsonl(data: bytes, v: RecordValidator) -> Parsed:
     return v.result()
 
 
+_UNDECODABLE = re.compile("[\udc80-\udcff]")  # bytes that were not UTF-8, kept by surrogateescape
+
+
+def _csv_text(fields: list[str]) -> str:
+    return ",".join(fields).encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
 def parse_csv(data: bytes, v: RecordValidator) -> Parsed:
-    text = data.decode("utf-8", errors="replace")
+    try:
+        text, undecodable = data.decode("utf-8-sig"), False
+    except UnicodeDecodeError:
+        # keep going so that each record with invalid UTF-8 is a bad record of its own
+        text, undecodable = data.decode("utf-8-sig", errors="surrogateescape"), True
     reader = csv.reader(io.StringIO(text))
     try:
         header = next(reader)
     except StopIteration:
         return v.result()
+    if undecodable and any(_UNDECODABLE.search(h) for h in header):
+        raise MalformedChunkError(f"line 1: CSV header is not valid UTF-8: {_csv_text(header)}")
     header = [h.strip() for h in header]
     unknown = [h for h in header if h not in {c.name for c in v.columns}]
     if unknown:
@@ -281,6 +335,11 @@ def parse_csv(data: bytes, v: RecordValidator) -> Parsed:
         if not fields:
             continue
         raw = ",".join(fields)
+        if undecodable and _UNDECODABLE.search(raw):
+            i = next(i for i, f in enumerate(fields) if _UNDECODABLE.search(f))
+            where = f"column {header[i]!r}" if len(fields) == len(header) else f"field {i + 1}"
+            v.bad.append(BadRecord(n, f"{where}: invalid UTF-8", _csv_text(fields)))
+            continue
         if len(fields) != len(header):
             v.bad.append(BadRecord(n, f"expected {len(header)} fields, got {len(fields)}", raw))
             continue

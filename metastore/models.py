@@ -137,6 +137,8 @@ class TableName(BaseModel):
 
 _DURATION_PART = re.compile(r"(\d+)([smhd])")
 _UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+# Periods are computed as EPOCH + n * duration: keep them well inside datetime's range.
+_MAX_DURATION_SECONDS = 36_500 * 86400  # 100 years
 
 
 def parse_duration(text: str, what: str = "duration") -> timedelta:
@@ -146,10 +148,14 @@ def parse_duration(text: str, what: str = "duration") -> timedelta:
     for m in _DURATION_PART.finditer(cleaned):
         if m.start() != pos:
             break
-        seconds += int(m.group(1)) * _UNIT[m.group(2)]
+        # (a number of more than 12 digits is too long anyway; int() refuses thousands of digits)
+        n = int(m.group(1)) if len(m.group(1)) <= 12 else _MAX_DURATION_SECONDS + 1
+        seconds += n * _UNIT[m.group(2)]
         pos = m.end()
     if not cleaned or pos != len(cleaned):
         raise UserInputError(f"{what} {text!r} is not a duration such as 30s, 15m, 1h, 1d or 1h30m")
+    if seconds > _MAX_DURATION_SECONDS:
+        raise UserInputError(f"{what} {text!r} is too long: at most {_MAX_DURATION_SECONDS // 86400}d")
     return timedelta(seconds=seconds)
 
 

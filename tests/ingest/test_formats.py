@@ -390,12 +390,9 @@ def test_format_guess() -> None:
     assert Format.guess("-") is Format.JSONL
 
 
-# -- product bugs (strict xfail: each turns into a failure once fixed, so remove the mark) -------
+# -- fixed product bugs (regression tests) ------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    reason="BUG: max_value_bytes is compared with len(str), i.e. characters, not UTF-8 bytes", strict=True
-)
 def test_max_value_bytes_counts_bytes_not_characters() -> None:
     value = "é" * 10  # 10 characters, 20 bytes
     parsed = parse(jsonl({**GOOD, "msg": value}), Format.JSONL, validator())
@@ -404,11 +401,6 @@ def test_max_value_bytes_counts_bytes_not_characters() -> None:
     assert_names_column(bad, "msg")
 
 
-@pytest.mark.xfail(
-    reason="BUG: JSON lines are split with str.splitlines(), which also breaks at U+2028/U+2029/U+0085 "
-    "that JSON allows unescaped inside strings",
-    strict=True,
-)
 def test_jsonl_string_may_hold_unicode_line_separators() -> None:
     data = (json.dumps({**GOOD, "msg": "a\u2028b"}, ensure_ascii=False) + "\n" + json.dumps(GOOD)).encode()
 
@@ -418,11 +410,6 @@ def test_jsonl_string_may_hold_unicode_line_separators() -> None:
     assert parsed.good.column("msg").to_pylist() == ["a\u2028b", None]
 
 
-@pytest.mark.xfail(
-    reason="BUG: decimals are quantized in the default decimal context (28 digits), so a value that fits "
-    "DECIMAL(38,2) but has more than 28 digits is rejected as 'expected a decimal number'",
-    strict=True,
-)
 def test_wide_decimal_that_fits_is_accepted() -> None:
     columns = parse_schema("ts TIMESTAMP, big DECIMAL(38,2)")
     value = "123456789012345678901234567890.12"  # 32 digits
@@ -433,10 +420,6 @@ def test_wide_decimal_that_fits_is_accepted() -> None:
     assert [str(d) for d in parsed.good.column("big").to_pylist()] == [value]
 
 
-@pytest.mark.xfail(
-    reason="BUG: _to_decimal rejects decimal.Decimal values, so a Parquet decimal column never validates",
-    strict=True,
-)
 def test_parquet_decimal_column_is_accepted() -> None:
     table = pa.table(
         {
@@ -452,11 +435,6 @@ def test_parquet_decimal_column_is_accepted() -> None:
     assert [str(d) for d in parsed.good.column("amount").to_pylist()] == ["1.50"]
 
 
-@pytest.mark.xfail(
-    reason="BUG: a decimal 'NaN' passes the converter and makes pyarrow raise ArrowInvalid (a traceback "
-    "in `streampart write`) instead of giving a BadRecord",
-    strict=True,
-)
 def test_decimal_nan_is_a_bad_record() -> None:
     parsed = parse(jsonl(GOOD, {**GOOD, "amount": "NaN"}), Format.JSONL, validator())
 
@@ -465,10 +443,53 @@ def test_decimal_nan_is_a_bad_record() -> None:
     assert_names_column(bad, "amount")
 
 
-@pytest.mark.xfail(
-    reason="BUG: a UTF-8 byte-order mark is kept in the first CSV header name, which is then 'unknown'",
-    strict=True,
+@pytest.mark.parametrize(
+    "value",
+    ['"Infinity"', '"-inf"', '"sNaN"', "NaN", "Infinity"],
+    ids=["inf", "-inf", "snan", "json-nan", "json-inf"],
 )
+def test_decimal_that_is_not_finite_is_a_bad_record(value: str) -> None:
+    data = jsonl(GOOD, '{"id": 2, "ts": 0, "tag": "x", "amount": ' + value + "}")
+
+    parsed = parse(data, Format.JSONL, validator())
+
+    bad = only_bad(parsed)
+    assert bad.position == 2
+    assert_names_column(bad, "amount")
+    assert "finite" in bad.reason
+
+
+def test_decimal_of_more_digits_than_any_decimal_does_not_fit() -> None:
+    columns = parse_schema("ts TIMESTAMP, big DECIMAL(38,0)")
+    data = jsonl({"ts": 0, "big": "9" * 38}, {"ts": 0, "big": "9" * 39}, {"ts": 0, "big": "1e400"})
+
+    parsed = parse(data, Format.JSONL, validator(columns))
+
+    assert [b.position for b in parsed.bad] == [2, 3]
+    assert all("does not fit DECIMAL(38,0)" in b.reason for b in parsed.bad)
+    assert [str(d) for d in parsed.good.column("big").to_pylist()] == ["9" * 38]
+
+
+def test_string_with_an_unpaired_surrogate_is_a_bad_record() -> None:
+    parsed = parse(
+        jsonl(GOOD, '{"id": 2, "ts": 0, "tag": "x", "msg": "a\\ud800"}'), Format.JSONL, validator()
+    )
+
+    bad = only_bad(parsed)
+    assert bad.position == 2
+    assert_names_column(bad, "msg")
+
+
+def test_jsonl_crlf_line_ends_and_byte_order_mark() -> None:
+    data = b"\xef\xbb\xbf" + jsonl(GOOD, {**GOOD, "id": 2, "msg": "a\u0085b\u2029c"}).replace(b"\n", b"\r\n")
+
+    parsed = parse(data, Format.JSONL, validator())
+
+    assert parsed.bad == []
+    assert parsed.good.column("id").to_pylist() == [1, 2]
+    assert parsed.good.column("msg").to_pylist() == [None, "a\u0085b\u2029c"]
+
+
 def test_csv_with_byte_order_mark() -> None:
     data = b"\xef\xbb\xbf" + csv_bytes("1,2026-01-01T00:00:00Z,a", header="id,ts,tag")
 
@@ -478,16 +499,58 @@ def test_csv_with_byte_order_mark() -> None:
     assert parsed.good.column("id").to_pylist() == [1]
 
 
-@pytest.mark.xfail(
-    reason="BUG: invalid UTF-8 is silently replaced by U+FFFD (data altered) instead of giving a BadRecord",
-    strict=True,
-)
 def test_invalid_utf8_is_a_bad_record() -> None:
     data = jsonl(GOOD) + b'\n{"id": 2, "ts": 0, "tag": "caf\xe9"}'
 
     parsed = parse(data, Format.JSONL, validator())
 
-    assert only_bad(parsed).position == 2
+    bad = only_bad(parsed)
+    assert bad.position == 2
+    assert "invalid UTF-8" in bad.reason
+    assert parsed.good.column("id").to_pylist() == [1]
+
+
+def test_csv_invalid_utf8_is_a_bad_record() -> None:
+    # line 3 is Latin-1, not UTF-8; line 4 is UTF-8
+    data = b"id,ts,tag\n1,2026-01-01T00:00:00Z,a\n2,2026-01-01T00:00:00Z,caf\xe9\n3,1970-01-01,\xc3\xa9"
+
+    parsed = parse(data, Format.CSV, validator())
+
+    bad = only_bad(parsed)
+    assert bad.position == 3
+    assert_names_column(bad, "tag")
+    assert "invalid UTF-8" in bad.reason
+    assert bad.raw == "2,2026-01-01T00:00:00Z,caf\ufffd"
+    assert parsed.good.column("tag").to_pylist() == ["a", "\xe9"]
+
+
+def test_csv_header_with_invalid_utf8_fails_the_chunk() -> None:
+    with pytest.raises(MalformedChunkError, match="line 1: CSV header is not valid UTF-8"):
+        parse(b"id,ts,t\xe4g\n1,2026-01-01T00:00:00Z,a", Format.CSV, validator())
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("1700000000", datetime(2023, 11, 14, 22, 13, 20, tzinfo=UTC)),
+        ("1700000000.5", datetime(2023, 11, 14, 22, 13, 20, 500000, tzinfo=UTC)),
+        ("0", EPOCH),
+        ("-60", EPOCH - timedelta(minutes=1)),
+    ],
+)
+def test_csv_epoch_timestamps_as_in_json(value: str, expected: datetime) -> None:
+    from_csv = parse(csv_bytes(f"1,{value},a", header="id,ts,tag"), Format.CSV, validator())
+    from_json = parse(jsonl({**GOOD, "ts": json.loads(value)}), Format.JSONL, validator())
+
+    assert from_csv.bad == [] and from_json.bad == []
+    assert from_csv.good.column("ts").to_pylist() == from_json.good.column("ts").to_pylist() == [expected]
+
+
+@pytest.mark.parametrize("value", ["1e300", "0x10", "1_000", "12 34"])
+def test_csv_timestamp_that_is_not_a_time(value: str) -> None:
+    parsed = parse(csv_bytes(f"1,{value},a", header="id,ts,tag"), Format.CSV, validator())
+
+    assert_names_column(only_bad(parsed), "ts")
 
 
 # -- metastore.models parsing helpers -----------------------------------------------------------
@@ -585,10 +648,16 @@ def test_parse_duration_errors(text: str) -> None:
     assert repr(text) in str(info.value)
 
 
-@pytest.mark.xfail(reason="BUG: a huge duration raises OverflowError (a traceback in the CLI)", strict=True)
 def test_parse_duration_too_large_is_a_user_error() -> None:
     with pytest.raises(UserInputError):
         parse_duration("9999999999d", "--roll-every")
+
+
+@pytest.mark.parametrize("text", ["36501d", "1" * 5000 + "s", "99999999999999999999h"])
+def test_parse_duration_names_a_value_too_large(text: str) -> None:
+    with pytest.raises(UserInputError, match=r"--roll-every '.*' is too long"):
+        parse_duration(text, "--roll-every")
+    assert parse_duration("36500d") == timedelta(days=36500)
 
 
 @pytest.mark.parametrize(
