@@ -14,6 +14,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table as RichTable
 
 from metastore.errors import StreampartError, UserInputError
@@ -28,7 +29,7 @@ table_app = typer.Typer(help="Create, list, describe and drop streaming tables."
 app.add_typer(table_app, name="table")
 
 out = Console(soft_wrap=True)
-err = Console(stderr=True)
+err = Console(stderr=True, soft_wrap=True)  # an error stays one line, whatever the terminal's width
 
 
 @dataclass
@@ -257,9 +258,14 @@ def write(
     if str(file) == "-":
         content = sys.stdin.buffer.read()
     else:
-        if not file.is_file():
-            raise UserInputError(f"file {file} does not exist")
-        content = file.read_bytes()
+        try:
+            content = file.read_bytes()
+        except FileNotFoundError:
+            raise UserInputError(f"file {file} does not exist") from None
+        except IsADirectoryError:
+            raise UserInputError(f"{file} is a directory, not a file") from None
+        except OSError as exc:
+            raise UserInputError(f"cannot read {file}: {exc.strerror or exc}") from None
     settings = STATE.settings()
     catalog = STATE.catalog()
     writer = ChunkWriter(catalog, catalog.table(name), settings.chunk)
@@ -376,7 +382,7 @@ def main() -> None:
     try:
         app()
     except StreampartError as exc:
-        err.print(f"[red]error:[/] {exc}", highlight=False)
+        err.print(f"[red]error:[/] {escape(str(exc))}", highlight=False, emoji=False)
         sys.exit(1)
     except KeyboardInterrupt:
         err.print("interrupted")

@@ -388,15 +388,26 @@ def test_event_time_late_data_diverted(scenarios: dict[str, dict[str, Any]]) -> 
     assert total_rows(diverted) == 2
 
 
-# -- product bugs (strict xfail: once fixed the test fails, so remove the mark) ------------------
+# -- fixed product bugs (regression tests) ------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    reason="BUG: an out-of-range duration raises OverflowError in parse_duration: a traceback, not a message "
-    "(a decimal 'NaN' in `write` does the same; see tests/ingest/test_formats.py)",
-    strict=True,
-)
 def test_huge_roll_interval_is_a_user_error(tmp_path: Path) -> None:
     result = run(tmp_path / "wh", "table", "create", "ns.t", *CREATE[:-1], "9999999999d")
 
     assert_user_error(result, "--roll-every")
+
+
+def test_write_a_directory_says_it_is_a_directory(tmp_path: Path) -> None:
+    result = run(tmp_path / "wh", "write", "ns.t", tmp_path)
+
+    assert_user_error(result, str(tmp_path), "is a directory")
+    assert "does not exist" not in result.message
+
+
+def test_error_is_one_line_neither_wrapped_nor_marked_up(tmp_path: Path) -> None:
+    missing = tmp_path / ("a-long-directory-name-" * 6) / "[bold]missing:smile:.jsonl"
+
+    result = run(tmp_path / "wh", "write", "ns.t", missing)
+
+    assert_user_error(result)
+    assert result.stderr == f"error: file {missing} does not exist\n"
