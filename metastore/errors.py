@@ -41,3 +41,11 @@ class ConflictError(RetriableError):
 
 class MetastoreUnavailableError(RetriableError):
     """The metastore database cannot be reached or is locked for too long."""
+
+
+class LeaseLostError(ConflictError):
+    """A lease (leadership) is no longer held by the caller at the epoch it thought it held.
+
+    The fencing token check failed: another process took the lease over (a higher epoch), or it
+    expired. The caller must stop acting as the holder and may try to acquire it afresh.
+    """

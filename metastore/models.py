@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -428,3 +429,83 @@ class Roll(BaseModel):
     rows: int | None = None
     bytes: int | None = None
     error: str | None = None
+
+
+class Lease(BaseModel):
+    """Leadership of one role (e.g. the roll daemon), held by one process until it expires.
+
+    ``epoch`` is the fencing token: it grows by one every time the lease changes hands (or is
+    taken again after it lapsed), never otherwise. A store operation given a lease as its
+    fence succeeds only while that holder still holds the lease at that very epoch, checked in
+    the operation's own transaction, so a deposed leader that wakes up late cannot act.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    holder: str | None
+    epoch: int
+    acquired_at: datetime | None = None
+    renewed_at: datetime | None = None
+    expires_at: datetime
+    info: dict[str, Any] = Field(default_factory=dict)
+
+    def live(self, now: datetime) -> bool:
+        """Whether someone holds the lease at ``now`` (by the expiry the holder recorded)."""
+        return self.holder is not None and self.expires_at > now
+
+
+class RollOutcome(StrEnum):
+    """How one attempt of the roll daemon at one partition ended."""
+
+    DONE = "done"
+    FAILED = "failed"  # retried with backoff
+    ABANDONED = "abandoned"  # stopped at a step boundary (shutdown, lost leadership); resumable
+
+
+class RollAttempt(BaseModel):
+    """One attempt of the roll daemon at rolling (or resuming) one partition: its history."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: int
+    table_id: int
+    partition_value: datetime | None
+    roll_id: str | None
+    owner: str
+    epoch: int | None
+    started_at: datetime
+    finished_at: datetime
+    outcome: RollOutcome
+    resumed: bool = False
+    rows: int | None = None
+    error: str | None = None
+    # consecutive failed attempts of the table up to and including this one (0 when done)
+    failures: int = 0
+    retry_at: datetime | None = None
+
+    @property
+    def seconds(self) -> float:
+        return (self.finished_at - self.started_at).total_seconds()
+
+
+class ChunkSummary(BaseModel):
+    """What pruned chunk rows of one partition (and state) added up to.
+
+    Chunks that never committed (aborted, expired) have no partition. A committed chunk that
+    spans several partitions (event time) counts once in each, with the rows of its files
+    there.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    table_id: int
+    partition_value: datetime | None
+    state: ChunkState
+    chunks: int
+    rows: int
+    bytes: int
+    dead_letter_rows: int = 0
+    late_rows: int = 0
+    first_created_at: datetime | None = None
+    last_created_at: datetime | None = None

@@ -107,3 +107,60 @@ rolls = Table(
     UniqueConstraint("partition_id", name="uq_sp_rolls_partition"),
     Index("ix_sp_rolls_state", "table_id", "state"),
 )
+
+# Leadership leases (the roll daemon's): one row per role. ``epoch`` is the fencing token.
+leases = Table(
+    "sp_leases",
+    metadata,
+    Column("name", String(128), primary_key=True),
+    Column("holder", String(128)),
+    Column("epoch", BigInteger, nullable=False),
+    Column("acquired_at", DateTime),
+    Column("renewed_at", DateTime),
+    Column("expires_at", DateTime, nullable=False),
+    Column("info", JSON, nullable=False),
+)
+
+# The roll daemon's history: one row per attempt at one partition (done, failed, abandoned).
+roll_attempts = Table(
+    "sp_roll_attempts",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("table_id", Integer, ForeignKey("sp_tables.id", ondelete="CASCADE"), nullable=False),
+    Column("partition_value", DateTime),
+    Column("roll_id", String(36)),
+    Column("owner", String(128), nullable=False),
+    Column("epoch", BigInteger),
+    Column("started_at", DateTime, nullable=False),
+    Column("finished_at", DateTime, nullable=False),
+    Column("outcome", String(16), nullable=False),
+    Column("resumed", Boolean, nullable=False),
+    Column("rows", BigInteger),
+    Column("error", Text),
+    Column("failures", Integer, nullable=False),
+    Column("retry_at", DateTime),
+    Index("ix_sp_roll_attempts_table", "table_id", "id"),
+)
+
+# Pruned chunk rows, added up per partition and state (see Metastore.prune_chunks). Each
+# pruning run appends rows; readers sum them.
+chunk_summaries = Table(
+    "sp_chunk_summaries",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("table_id", Integer, ForeignKey("sp_tables.id", ondelete="CASCADE"), nullable=False),
+    Column("partition_value", DateTime),
+    Column("state", String(16), nullable=False),
+    Column("chunks", BigInteger, nullable=False),
+    Column("rows", BigInteger, nullable=False),
+    Column("bytes", BigInteger, nullable=False),
+    Column("dead_letter_rows", BigInteger, nullable=False),
+    Column("late_rows", BigInteger, nullable=False),
+    Column("first_created_at", DateTime),
+    Column("last_created_at", DateTime),
+    Column("pruned_at", DateTime, nullable=False),
+    Index("ix_sp_chunk_summaries_table", "table_id", "partition_value"),
+)
+
+# Pruning walks a table's chunks oldest first (migration 0002).
+Index("ix_sp_chunks_table_created", chunks.c.table_id, chunks.c.created_at)

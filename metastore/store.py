@@ -25,6 +25,7 @@ from metastore import schema as s
 from metastore.errors import (
     AlreadyExistsError,
     ConflictError,
+    LeaseLostError,
     MetastoreUnavailableError,
     NotFoundError,
     UserInputError,
@@ -32,12 +33,16 @@ from metastore.errors import (
 from metastore.models import (
     Chunk,
     ChunkState,
+    ChunkSummary,
     Column,
     LateDataPolicy,
+    Lease,
     Mode,
     Partition,
     PartitionState,
     Roll,
+    RollAttempt,
+    RollOutcome,
     RollState,
     StagedFile,
     Table,
@@ -371,19 +376,24 @@ class Metastore:
         owner: str,
         lease: timedelta,
         now: datetime | None = None,
+        fence: Lease | None = None,
     ) -> Roll:
         """Close a streaming partition for writes and record its roll, in one transaction.
 
         The partition goes STREAMING → ROLLING; in arrival mode the next streaming partition
         (``next_value``) opens in the same transaction, so writers always find one open.
+        With ``fence``, only while that lease is still held at its epoch (same transaction).
 
         Raises:
             ConflictError: the partition is not streaming any more (another roller has it).
+            LeaseLostError: ``fence`` is no longer held.
         """
         now = now or _now()
         check_transition(partition.state, PartitionState.ROLLING)
         roll_id = str(uuid.uuid4())
         with self.tx() as conn:
+            if fence is not None:
+                self._check_fence(conn, fence, now)
             updated = conn.execute(
                 sa.update(s.partitions)
                 .where(
@@ -409,14 +419,24 @@ class Metastore:
             )
         return self.get_roll(roll_id)
 
-    def claim_roll(self, roll: Roll, owner: str, lease: timedelta, now: datetime | None = None) -> Roll:
+    def claim_roll(
+        self,
+        roll: Roll,
+        owner: str,
+        lease: timedelta,
+        now: datetime | None = None,
+        fence: Lease | None = None,
+    ) -> Roll:
         """Take over (or extend) a roll whose lease is ours or has expired.
 
         Raises:
             ConflictError: another live owner holds the roll.
+            LeaseLostError: ``fence`` (if given) is no longer held.
         """
         now = now or _now()
         with self.tx() as conn:
+            if fence is not None:
+                self._check_fence(conn, fence, now)
             updated = conn.execute(
                 sa.update(s.rolls)
                 .where(
@@ -696,3 +716,433 @@ class Metastore:
                 )
             ).all()
         return [self._chunk_from_row(r) for r in rows]
+
+    # -- leases (leadership with fencing) ----------------------------------------------------
+    @staticmethod
+    def _lease_from_row(row: Any) -> Lease:
+        m = row._mapping
+        return Lease(
+            name=m["name"],
+            holder=m["holder"],
+            epoch=m["epoch"],
+            acquired_at=_out(m["acquired_at"]),
+            renewed_at=_out(m["renewed_at"]),
+            expires_at=_out(m["expires_at"]),
+            info=m["info"] or {},
+        )
+
+    def get_lease(self, name: str) -> Lease | None:
+        with self.tx() as conn:
+            row = conn.execute(sa.select(s.leases).where(s.leases.c.name == name)).first()
+        return None if row is None else self._lease_from_row(row)
+
+    def acquire_lease(
+        self,
+        name: str,
+        holder: str,
+        ttl: timedelta,
+        *,
+        info: dict[str, Any] | None = None,
+        now: datetime | None = None,
+    ) -> Lease | None:
+        """Take the lease ``name`` if it is free, lapsed or already ours; ``None`` if another holds it.
+
+        Taking a free or lapsed lease raises its epoch by one (the new fencing token); extending
+        our own live lease keeps the epoch. Both are compare-and-swaps on the epoch read, so of
+        several processes racing for a lapsed lease exactly one wins.
+        """
+        now = now or _now()
+        values = {"renewed_at": _db(now), "expires_at": _db(now + ttl), "info": info or {}}
+        try:
+            with self.tx() as conn:
+                row = conn.execute(sa.select(s.leases).where(s.leases.c.name == name)).first()
+                if row is None:
+                    conn.execute(
+                        sa.insert(s.leases).values(
+                            name=name, holder=holder, epoch=1, acquired_at=_db(now), **values
+                        )
+                    )
+                    return self._lease_from_row(
+                        conn.execute(sa.select(s.leases).where(s.leases.c.name == name)).one()
+                    )
+                current = self._lease_from_row(row)
+                same = s.leases.c.name == name, s.leases.c.epoch == current.epoch
+                if current.holder == holder and current.live(now):
+                    q = sa.update(s.leases).where(*same, s.leases.c.holder == holder).values(**values)
+                elif not current.live(now):
+                    q = (
+                        sa.update(s.leases)
+                        .where(
+                            *same,
+                            sa.or_(s.leases.c.holder.is_(None), s.leases.c.expires_at <= _db(now)),
+                        )
+                        .values(holder=holder, epoch=current.epoch + 1, acquired_at=_db(now), **values)
+                    )
+                else:
+                    return None
+                if conn.execute(q).rowcount != 1:
+                    return None  # another contender moved the lease first
+                return self._lease_from_row(
+                    conn.execute(sa.select(s.leases).where(s.leases.c.name == name)).one()
+                )
+        except IntegrityError:
+            return None  # another contender created the lease row first
+
+    def renew_lease(self, lease: Lease, ttl: timedelta, now: datetime | None = None) -> Lease:
+        """Extend a lease we hold, before it expires; the epoch stays.
+
+        Raises:
+            LeaseLostError: it expired, or another holder has it (a higher epoch).
+        """
+        now = now or _now()
+        with self.tx() as conn:
+            updated = conn.execute(
+                sa.update(s.leases)
+                .where(
+                    s.leases.c.name == lease.name,
+                    s.leases.c.holder == lease.holder,
+                    s.leases.c.epoch == lease.epoch,
+                    s.leases.c.expires_at > _db(now),
+                )
+                .values(renewed_at=_db(now), expires_at=_db(now + ttl))
+            ).rowcount
+            if updated != 1:
+                raise LeaseLostError(
+                    f"lease {lease.name} (epoch {lease.epoch}) is no longer held by {lease.holder}"
+                )
+            row = conn.execute(sa.select(s.leases).where(s.leases.c.name == lease.name)).one()
+        return self._lease_from_row(row)
+
+    def release_lease(self, lease: Lease, now: datetime | None = None) -> bool:
+        """Give a lease up at once (e.g. at shutdown) so another process may take it without waiting."""
+        now = now or _now()
+        with self.tx() as conn:
+            return bool(
+                conn.execute(
+                    sa.update(s.leases)
+                    .where(
+                        s.leases.c.name == lease.name,
+                        s.leases.c.holder == lease.holder,
+                        s.leases.c.epoch == lease.epoch,
+                    )
+                    .values(holder=None, expires_at=_db(now))
+                ).rowcount
+            )
+
+    @staticmethod
+    def _check_fence(conn: Connection, fence: Lease, now: datetime) -> None:
+        """Inside a transaction: fail unless ``fence`` is still held, live, at its epoch.
+
+        A conditional no-op update rather than a read: on PostgreSQL it also locks the lease
+        row until the transaction ends, so no other process can take the lease over between
+        this check and the caller's own writes (on SQLite the write lock does the same).
+        """
+        updated = conn.execute(
+            sa.update(s.leases)
+            .where(
+                s.leases.c.name == fence.name,
+                s.leases.c.holder == fence.holder,
+                s.leases.c.epoch == fence.epoch,
+                s.leases.c.expires_at > _db(now),
+            )
+            .values(epoch=s.leases.c.epoch)
+        ).rowcount
+        if updated != 1:
+            raise LeaseLostError(
+                f"lease {fence.name} epoch {fence.epoch} is no longer held by {fence.holder}; "
+                "a newer leader (or none) has it"
+            )
+
+    def renew_roll_leases(
+        self, owner: str, lease: timedelta, fence: Lease | None = None, now: datetime | None = None
+    ) -> int:
+        """Extend the lease of every unfinished roll ``owner`` holds (its heartbeat); returns how many.
+
+        Raises:
+            LeaseLostError: ``fence`` is no longer held (then nothing is extended, and the
+                rolls lapse so the new leader can resume them).
+        """
+        now = now or _now()
+        with self.tx() as conn:
+            if fence is not None:
+                self._check_fence(conn, fence, now)
+            return int(
+                conn.execute(
+                    sa.update(s.rolls)
+                    .where(s.rolls.c.owner == owner, s.rolls.c.state != RollState.DONE.value)
+                    .values(lease_until=_db(now + lease))
+                ).rowcount
+            )
+
+    def release_rolls(self, owner: str, now: datetime | None = None) -> int:
+        """End the lease of every unfinished roll ``owner`` holds, so another roller may resume it now.
+
+        Only for an owner that has stopped working on them (a clean shutdown).
+        """
+        now = now or _now()
+        with self.tx() as conn:
+            return int(
+                conn.execute(
+                    sa.update(s.rolls)
+                    .where(s.rolls.c.owner == owner, s.rolls.c.state != RollState.DONE.value)
+                    .values(lease_until=_db(now))
+                ).rowcount
+            )
+
+    # -- roll attempts (the roll daemon's history) -------------------------------------------
+    @staticmethod
+    def _attempt_from_row(row: Any) -> RollAttempt:
+        m = row._mapping
+        return RollAttempt(
+            id=m["id"],
+            table_id=m["table_id"],
+            partition_value=_out(m["partition_value"]),
+            roll_id=m["roll_id"],
+            owner=m["owner"],
+            epoch=m["epoch"],
+            started_at=_out(m["started_at"]),
+            finished_at=_out(m["finished_at"]),
+            outcome=RollOutcome(m["outcome"]),
+            resumed=m["resumed"],
+            rows=m["rows"],
+            error=m["error"],
+            failures=m["failures"],
+            retry_at=_out(m["retry_at"]),
+        )
+
+    def record_roll_attempt(
+        self,
+        *,
+        table_id: int,
+        partition_value: datetime | None,
+        owner: str,
+        started_at: datetime,
+        finished_at: datetime,
+        outcome: RollOutcome,
+        roll_id: str | None = None,
+        epoch: int | None = None,
+        resumed: bool = False,
+        rows: int | None = None,
+        error: str | None = None,
+        failures: int = 0,
+        retry_at: datetime | None = None,
+    ) -> RollAttempt:
+        with self.tx() as conn:
+            attempt_id = conn.execute(
+                sa.insert(s.roll_attempts).values(
+                    table_id=table_id,
+                    partition_value=_db(partition_value),
+                    roll_id=roll_id,
+                    owner=owner,
+                    epoch=epoch,
+                    started_at=_db(started_at),
+                    finished_at=_db(finished_at),
+                    outcome=outcome.value,
+                    resumed=resumed,
+                    rows=rows,
+                    error=None if error is None else error[:4000],
+                    failures=failures,
+                    retry_at=_db(retry_at),
+                )
+            ).inserted_primary_key[0]
+            row = conn.execute(sa.select(s.roll_attempts).where(s.roll_attempts.c.id == attempt_id)).one()
+        return self._attempt_from_row(row)
+
+    def list_roll_attempts(self, table_id: int | None = None, limit: int = 20) -> list[RollAttempt]:
+        """The newest attempts first."""
+        q = sa.select(s.roll_attempts)
+        if table_id is not None:
+            q = q.where(s.roll_attempts.c.table_id == table_id)
+        with self.tx() as conn:
+            rows = conn.execute(q.order_by(s.roll_attempts.c.id.desc()).limit(limit)).all()
+        return [self._attempt_from_row(r) for r in rows]
+
+    def latest_roll_attempts(self) -> dict[int, RollAttempt]:
+        """Each table's newest attempt (its current failure streak and retry time)."""
+        newest = (
+            sa.select(sa.func.max(s.roll_attempts.c.id))
+            .group_by(s.roll_attempts.c.table_id)
+            .scalar_subquery()
+        )
+        with self.tx() as conn:
+            rows = conn.execute(sa.select(s.roll_attempts).where(s.roll_attempts.c.id.in_(newest))).all()
+        return {r.table_id: self._attempt_from_row(r) for r in rows}
+
+    def prune_roll_attempts(self, before: datetime) -> int:
+        """Forget attempts that finished before ``before``, keeping each table's newest."""
+        newest = (
+            sa.select(sa.func.max(s.roll_attempts.c.id))
+            .group_by(s.roll_attempts.c.table_id)
+            .scalar_subquery()
+        )
+        with self.tx() as conn:
+            return int(
+                conn.execute(
+                    sa.delete(s.roll_attempts).where(
+                        s.roll_attempts.c.finished_at < _db(before), s.roll_attempts.c.id.not_in(newest)
+                    )
+                ).rowcount
+            )
+
+    # -- counts for monitoring ---------------------------------------------------------------
+    def partition_counts(self) -> dict[int, dict[PartitionState, int]]:
+        """Per table, how many partitions are in each state."""
+        with self.tx() as conn:
+            rows = conn.execute(
+                sa.select(s.partitions.c.table_id, s.partitions.c.state, sa.func.count()).group_by(
+                    s.partitions.c.table_id, s.partitions.c.state
+                )
+            ).all()
+        out: dict[int, dict[PartitionState, int]] = {}
+        for table_id, state, n in rows:
+            out.setdefault(table_id, {})[PartitionState(state)] = int(n)
+        return out
+
+    def pending_chunk_counts(self) -> dict[int, int]:
+        """Per table, chunks reserved or committing (not yet visible, not yet given up)."""
+        pending = [ChunkState.RESERVED.value, ChunkState.COMMITTING.value]
+        with self.tx() as conn:
+            rows = conn.execute(
+                sa.select(s.chunks.c.table_id, sa.func.count())
+                .where(s.chunks.c.state.in_(pending))
+                .group_by(s.chunks.c.table_id)
+            ).all()
+        return {int(t): int(n) for t, n in rows}
+
+    # -- pruning chunk rows into per-partition summaries -------------------------------------
+    def prune_chunks(
+        self, table_id: int, before: datetime, now: datetime | None = None, batch: int = 1000
+    ) -> list[ChunkSummary]:
+        """Replace rows of old, finished chunks by per-partition summaries; returns what was added.
+
+        A chunk row goes only when nothing can need it any more:
+
+        - committed: every partition it landed in is standard, rolled before ``before``;
+        - aborted or expired: created before ``before``.
+
+        Its idempotency token goes with it: a retry under that token afterwards would be a new
+        chunk, so ``before`` must lie further back than any producer retries (the roll
+        daemon's default is 7 days). Partition rows (what ``describe`` shows) stay untouched.
+        """
+        now = now or _now()
+        terminal = [ChunkState.COMMITTED.value, ChunkState.ABORTED.value, ChunkState.EXPIRED.value]
+        with self.tx() as conn:
+            rolled = {
+                _out(v)
+                for v in conn.execute(
+                    sa.select(s.partitions.c.value).where(
+                        s.partitions.c.table_id == table_id,
+                        s.partitions.c.state == PartitionState.STANDARD.value,
+                        s.partitions.c.rolled_at < _db(before),
+                    )
+                ).scalars()
+            }
+        added: list[ChunkSummary] = []
+        cursor: tuple[datetime, str] | None = None
+        c = s.chunks.c
+        while True:
+            q = sa.select(s.chunks).where(
+                c.table_id == table_id, c.state.in_(terminal), c.created_at < _db(before)
+            )
+            if cursor is not None:
+                q = q.where(
+                    sa.or_(c.created_at > cursor[0], sa.and_(c.created_at == cursor[0], c.id > cursor[1]))
+                )
+            with self.tx() as conn:
+                rows = conn.execute(q.order_by(c.created_at, c.id).limit(batch)).all()
+            if not rows:
+                return added
+            cursor = (rows[-1].created_at, rows[-1].id)
+            sums: dict[tuple[datetime | None, ChunkState], dict[str, Any]] = {}
+            ids: list[str] = []
+            for row in rows:
+                chunk = self._chunk_from_row(row)
+                if chunk.state is ChunkState.COMMITTED and any(p not in rolled for p in chunk.partitions):
+                    continue
+                ids.append(chunk.id)
+                for key, part in summarize_chunk(chunk).items():
+                    acc = sums.setdefault(key, dict.fromkeys(_SUMMED, 0) | {"first": None, "last": None})
+                    for k in _SUMMED:
+                        acc[k] += part[k]
+                    acc["first"] = min(filter(None, (acc["first"], chunk.created_at)))
+                    acc["last"] = max(filter(None, (acc["last"], chunk.created_at)))
+            if not ids:
+                continue
+            with self.tx() as conn:
+                for (value, state), acc in sums.items():
+                    conn.execute(
+                        sa.insert(s.chunk_summaries).values(
+                            table_id=table_id,
+                            partition_value=_db(value),
+                            state=state.value,
+                            **{k: acc[k] for k in _SUMMED},
+                            first_created_at=_db(acc["first"]),
+                            last_created_at=_db(acc["last"]),
+                            pruned_at=_db(now),
+                        )
+                    )
+                    added.append(
+                        ChunkSummary(
+                            table_id=table_id,
+                            partition_value=value,
+                            state=state,
+                            **{k: acc[k] for k in _SUMMED},
+                            first_created_at=acc["first"],
+                            last_created_at=acc["last"],
+                        )
+                    )
+                deleted = conn.execute(
+                    sa.delete(s.chunks).where(c.id.in_(ids), c.state.in_(terminal))
+                ).rowcount
+                if deleted != len(ids):  # terminal states never change: someone else pruned them
+                    raise ConflictError(f"chunks of table #{table_id} were pruned concurrently")
+
+    def chunk_summaries(self, table_id: int) -> list[ChunkSummary]:
+        """The summaries of pruned chunks, one per partition and state (oldest partition first)."""
+        cs = s.chunk_summaries.c
+        with self.tx() as conn:
+            rows = conn.execute(
+                sa.select(
+                    cs.partition_value,
+                    cs.state,
+                    *(sa.func.sum(cs[k]).label(k) for k in _SUMMED),
+                    sa.func.min(cs.first_created_at).label("first"),
+                    sa.func.max(cs.last_created_at).label("last"),
+                )
+                .where(cs.table_id == table_id)
+                .group_by(cs.partition_value, cs.state)
+                .order_by(cs.partition_value, cs.state)
+            ).all()
+        return [
+            ChunkSummary(
+                table_id=table_id,
+                partition_value=_out(r.partition_value),
+                state=ChunkState(r.state),
+                **{k: int(getattr(r, k)) for k in _SUMMED},
+                first_created_at=_out(r.first),
+                last_created_at=_out(r.last),
+            )
+            for r in rows
+        ]
+
+
+_SUMMED = ("chunks", "rows", "bytes", "dead_letter_rows", "late_rows")
+
+
+def summarize_chunk(chunk: Chunk) -> dict[tuple[datetime | None, ChunkState], dict[str, int]]:
+    """What one chunk adds to the summary of each partition it landed in (see ChunkSummary)."""
+    extra = {"dead_letter_rows": chunk.dead_letter_rows, "late_rows": chunk.late_rows}
+    if chunk.state is not ChunkState.COMMITTED or not chunk.partitions:
+        return {(None, chunk.state): {"chunks": 1, "rows": chunk.rows, "bytes": chunk.bytes, **extra}}
+    by_period = any(f.period is not None for f in chunk.files)
+    out: dict[tuple[datetime | None, ChunkState], dict[str, int]] = {}
+    for n, value in enumerate(sorted(chunk.partitions)):
+        files = [f for f in chunk.files if not by_period or (f.period is not None and utc(f.period) == value)]
+        out[(value, chunk.state)] = {
+            "chunks": 1,
+            "rows": sum(f.rows for f in files),
+            "bytes": sum(f.bytes for f in files),
+            # the companions' rows belong to the chunk, not to a partition: count them once
+            **(extra if n == 0 else {"dead_letter_rows": 0, "late_rows": 0}),
+        }
+    return out

@@ -11,3 +11,10 @@ class RollError(StreampartError):
 
 class RollBusyError(RollError, RetriableError):
     """Another roller holds this roll's lease."""
+
+
+class RollAbandonedError(RollError):
+    """A roll stopped at a step boundary on request (shutdown, lost leadership).
+
+    Nothing is lost: the roll is recorded in the metastore and resumes from that step.
+    """

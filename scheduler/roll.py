@@ -22,6 +22,7 @@ import os
 import socket
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -31,13 +32,35 @@ import pyarrow.parquet as pq
 
 from metastore.catalog import Catalog
 from metastore.crashpoints import crashpoint
-from metastore.errors import ConflictError
-from metastore.models import Mode, Partition, PartitionState, Roll, RollState, Table, iso, period_start
+from metastore.errors import ConflictError, LeaseLostError
+from metastore.models import (
+    Lease,
+    Mode,
+    Partition,
+    PartitionState,
+    Roll,
+    RollState,
+    Table,
+    iso,
+    period_start,
+)
 from metastore.warehouse import LiveFile, data_schema, partition_dir
 from scheduler.config import RollConfig
-from scheduler.errors import RollBusyError
+from scheduler.errors import RollAbandonedError, RollBusyError
 
 SWEEP_KEY = "streampart.sweep"
+PAUSE_ENV = "STREAMPART_PAUSEPOINT"
+
+
+def pausepoint(name: str) -> None:
+    """Tests: ``STREAMPART_PAUSEPOINT=<step>:<seconds>`` makes a roll dwell at that step.
+
+    So a test can signal a daemon while it is provably in the middle of a roll.
+    """
+    spec = os.environ.get(PAUSE_ENV, "")
+    point, _, seconds = spec.partition(":")
+    if point == name:
+        time.sleep(float(seconds or 5))
 
 
 def _now() -> datetime:
@@ -100,6 +123,10 @@ class Roller:
     catalog: Catalog
     config: RollConfig = field(default_factory=RollConfig)
     owner: str = field(default_factory=default_owner)
+    # The roll daemon's leadership: rolls begin and are claimed only while it is held.
+    fence: Lease | None = None
+    # Asked at every step boundary; True stops the roll there (resumable) with RollAbandonedError.
+    should_abandon: Callable[[], bool] | None = None
 
     def roll_table(self, table: Table, now: datetime | None = None, force: bool = False) -> list[RollResult]:
         """Resume interrupted rolls of ``table``, then roll every partition due at ``now``."""
@@ -113,29 +140,46 @@ class Roller:
                 continue
         streaming = store.list_partitions(table.id, [PartitionState.STREAMING])
         for partition in due_partitions(table, streaming, now, force):
-            next_value = next_partition_value(table, partition, now) if table.mode is Mode.ARRIVAL else None
-            try:
-                roll = store.begin_roll(partition, next_value, self.owner, self.config.lease, now=now)
-            except ConflictError:
-                continue  # another roller began it
-            result = self.run(table, roll)
-            results.append(
-                RollResult(**{**result.__dict__, "next_partition": iso(next_value) if next_value else None})
-            )
+            result = self.roll_partition(table, partition, now)
+            if result is not None:
+                results.append(result)
         return results
+
+    def roll_partition(self, table: Table, partition: Partition, now: datetime) -> RollResult | None:
+        """Begin and carry out the roll of one streaming partition; ``None`` if another roller has it."""
+        next_value = next_partition_value(table, partition, now) if table.mode is Mode.ARRIVAL else None
+        try:
+            roll = self.catalog.store.begin_roll(
+                partition, next_value, self.owner, self.config.lease, now=now, fence=self.fence
+            )
+        except LeaseLostError:
+            raise  # not a lost race for the partition: we are no longer the leader
+        except ConflictError:
+            return None  # another roller began it
+        result = self.run(table, roll)
+        return RollResult(**{**result.__dict__, "next_partition": iso(next_value) if next_value else None})
+
+    def _step(self, name: str) -> None:
+        """A step boundary of the roll: crash points (tests), then stop here if asked to."""
+        crashpoint(name)
+        pausepoint(name)
+        if self.should_abandon is not None and self.should_abandon():
+            raise RollAbandonedError(f"roll abandoned at step {name}; it resumes from there")
 
     def run(self, table: Table, roll: Roll, resumed: bool = False) -> RollResult:
         """Carry ``roll`` from its recorded step to DONE."""
         started = time.monotonic()
         store, wh = self.catalog.store, self.catalog.warehouse
         try:
-            roll = store.claim_roll(roll, self.owner, self.config.lease)
+            roll = store.claim_roll(roll, self.owner, self.config.lease, fence=self.fence)
+        except LeaseLostError:
+            raise
         except ConflictError as exc:
             raise RollBusyError(str(exc)) from None
-        crashpoint("roll-after-begin")
+        self._step("roll-after-begin")
         if roll.state is RollState.SEALING:
             version = wh.seal(table, roll.id)
-            crashpoint("roll-after-seal")
+            self._step("roll-after-seal")
             roll = store.advance_roll(roll, RollState.SWEEPING, self.owner, seal_version=version)
         elif resumed:
             wh.seal(table, roll.id)  # fence the sweep of whoever held this roll before us
@@ -165,7 +209,12 @@ class Roller:
         if staged:
             roll = store.record_roll_progress(roll, self.owner, files_before=len(staged))
             compacted = self._compact(table, value, files, roll.id)
-            crashpoint("roll-after-compact")
+            try:
+                self._step("roll-after-compact")
+            except RollAbandonedError:
+                for path, _, _ in compacted:  # never committed: nobody can see them
+                    wh.remove_file(table, path)
+                raise
             try:
                 version = wh.replace_files(
                     dt, table, files, compacted, {SWEEP_KEY: f"{roll.id}/{uuid.uuid4().hex}"}
@@ -174,7 +223,7 @@ class Roller:
                 for path, _, _ in compacted:
                     wh.remove_file(table, path)
                 raise
-            crashpoint("roll-after-sweep")
+            self._step("roll-after-sweep")
             roll = store.record_roll_progress(roll, self.owner, sweep_version=version)
             dt = wh.load(table, version)
         elif roll.files_before is None:
@@ -193,7 +242,7 @@ class Roller:
                 "files": len(final),
             },
         )
-        crashpoint("roll-before-finish")
+        self._step("roll-before-finish")
         return store.finish_roll(
             roll, self.owner, chunks=roll.files_before or 0, rows=rows, nbytes=nbytes, files=len(final)
         )
