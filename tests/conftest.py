@@ -1,1 +1,1 @@
-from tests.fixtures import catalog, metastore_url, spark, sqlite_catalog  # noqa: F401
+from tests.fixtures import catalog, kafka_broker, metastore_url, spark, sqlite_catalog  # noqa: F401

@@ -96,3 +96,19 @@ def spark():  # type: ignore[no-untyped-def]
     session = spark_session(SparkConfig(master="local[2]", shuffle_partitions=2, driver_memory="1g"))
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def kafka_broker(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    """One real Kafka-compatible broker (Tansu, memory storage) on a free loopback port per session.
+
+    Yields an ``ingest.broker.EmbeddedBroker``: ``.bootstrap`` is ``127.0.0.1:PORT``;
+    ``.create_topic(name, partitions)``, ``.produce(topic, records)``, ``.end_offsets(topic)``,
+    ``.delete_topic(name)`` help tests. Give each test its own topic names (the broker is shared).
+    """
+    from ingest.broker import EmbeddedBroker
+
+    broker = EmbeddedBroker(log_path=tmp_path_factory.mktemp("kafka") / "tansu.log")
+    broker.start()
+    yield broker
+    broker.stop()
