@@ -50,11 +50,48 @@ from metastore.models import (
     iso,
     period_start,
 )
-from metastore.warehouse import CHUNK_KEY
+from metastore.warehouse import CHUNK_KEY, Warehouse
 
 
 def _now() -> datetime:
     return datetime.now(UTC)
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """A bad record on its way to the dead-letter table, with its source position."""
+
+    position: int  # line or row of a chunk, or the offset of a Kafka record
+    reason: str
+    raw: bytes  # exactly as received
+    source: str | None = None  # file, URL or topic/partition it came from
+
+
+def write_staged_files(warehouse: Warehouse, table: Table, prefix: str, data: pa.Table) -> list[StagedFile]:
+    """Write ``data`` to the table's staging area as ``<prefix>-<k>.parquet`` files.
+
+    One file in arrival mode (the partition is chosen at commit time); one file per period in
+    event-time mode. Runs wherever the rows are: in the writer, or in a Spark task (with a
+    ``prefix`` of ``<chunk>-<task>``), so it touches storage only, never the metastore.
+    """
+    if data.num_rows == 0:
+        return []
+    groups: list[tuple[datetime | None, pa.Table]]
+    if table.mode is Mode.EVENT_TIME:
+        periods = [period_start(ts, table.roll_every) for ts in data.column(table.time_column).to_pylist()]
+        period_array = pa.array(periods, pa.timestamp("us", tz="UTC"))
+        groups = [
+            (value, data.filter(pc.equal(period_array, pa.scalar(value, period_array.type))))
+            for value in sorted(set(periods))
+        ]
+    else:
+        groups = [(None, data)]
+    files = []
+    for k, (period, part) in enumerate(groups):
+        path = warehouse.staging_path(prefix, k)
+        size = warehouse.write_parquet(table, path, part)
+        files.append(StagedFile(path=path, rows=part.num_rows, bytes=size, period=period))
+    return files
 
 
 @dataclass(frozen=True)
@@ -116,43 +153,35 @@ class ChunkWriter:
     def stage(self, chunk: Chunk, parsed: Parsed, source: str = "") -> Chunk:
         chunk = self.store.get_chunk(chunk.id)
         self._require_state(chunk, ChunkState.RESERVED, "write to")
-        if parsed.bad and not self.table.dead_letter:
-            first = parsed.bad[0]
-            more = f" (and {len(parsed.bad) - 1} more bad records)" if len(parsed.bad) > 1 else ""
-            raise MalformedChunkError(f"record {first.position}: {first.reason}{more}; nothing was committed")
-        if parsed.bad:
-            self._stage_dead_letters(chunk, parsed.bad, source)
-        files = self._write_files(chunk, parsed.good)
+        self._check_bad(parsed.bad)
+        files = write_staged_files(self.warehouse, self.table, chunk.id, parsed.good)
+        letters = [DeadLetter(b.position, b.reason, b.raw.encode(), source or None) for b in parsed.bad]
+        return self.stage_files(chunk, files, letters)
+
+    def stage_files(self, chunk: Chunk, files: Sequence[StagedFile], bad: Sequence[DeadLetter]) -> Chunk:
+        """Record files already written to staging (by :func:`write_staged_files`) as the chunk's data.
+
+        This is how a distributed writer stages a chunk: each Spark task writes its own files,
+        the driver records them all here and commits once. An earlier attempt's files that the
+        new set does not replace are removed.
+        """
+        chunk = self.store.get_chunk(chunk.id)
+        self._require_state(chunk, ChunkState.RESERVED, "write to")
+        self._check_bad(bad)
+        if bad:
+            self._stage_dead_letters(chunk, bad)
         for old in chunk.files:
             if old.path not in {f.path for f in files}:
                 self.warehouse.remove_file(self.table, old.path)
-        return self.store.record_chunk_files(chunk, files, dead_letter_rows=len(parsed.bad))
+        return self.store.record_chunk_files(chunk, files, dead_letter_rows=len(bad))
 
-    def _write_files(self, chunk: Chunk, data: pa.Table) -> list[StagedFile]:
-        if data.num_rows == 0:
-            return []
-        groups: list[tuple[datetime | None, pa.Table]]
-        if self.table.mode is Mode.EVENT_TIME:
-            groups = []
-            periods = [
-                period_start(ts, self.table.roll_every)
-                for ts in data.column(self.table.time_column).to_pylist()
-            ]
-            period_array = pa.array(periods, pa.timestamp("us", tz="UTC"))
-            for value in sorted(set(periods)):
-                groups.append(
-                    (value, data.filter(pc.equal(period_array, pa.scalar(value, period_array.type))))
-                )
-        else:
-            groups = [(None, data)]
-        files = []
-        for k, (period, part) in enumerate(groups):
-            path = self.warehouse.staging_path(chunk.id, k)
-            size = self.warehouse.write_parquet(self.table, path, part)
-            files.append(StagedFile(path=path, rows=part.num_rows, bytes=size, period=period))
-        return files
+    def _check_bad(self, bad: Sequence[BadRecord | DeadLetter]) -> None:
+        if bad and not self.table.dead_letter:
+            first = bad[0]
+            more = f" (and {len(bad) - 1} more bad records)" if len(bad) > 1 else ""
+            raise MalformedChunkError(f"record {first.position}: {first.reason}{more}; nothing was committed")
 
-    def _stage_dead_letters(self, chunk: Chunk, bad: Sequence[BadRecord], source: str) -> None:
+    def _stage_dead_letters(self, chunk: Chunk, bad: Sequence[DeadLetter]) -> None:
         dlq = self.catalog.companion(self.table, TableKind.DEAD_LETTER)
         writer = ChunkWriter(self.catalog, dlq, self.config)
         dlq_chunk = writer.reserve(token=f"dead-letter:{chunk.id}")
@@ -162,10 +191,10 @@ class ChunkWriter:
         rows = pa.table(
             {
                 "chunk": [chunk.id] * len(bad),
-                "source": [source or None] * len(bad),
+                "source": [b.source for b in bad],
                 "position": [b.position for b in bad],
                 "reason": [b.reason for b in bad],
-                "raw": [b.raw.encode() for b in bad],
+                "raw": [b.raw for b in bad],
                 "received_at": [now] * len(bad),
             },
             schema=writer.validator().schema,
@@ -173,8 +202,15 @@ class ChunkWriter:
         writer.stage(dlq_chunk, Parsed(rows, []))
 
     # -- commit ----------------------------------------------------------------------------
-    def commit(self, chunk_id: str) -> CommitResult:
+    def commit(self, chunk_id: str, owner_is_dead: bool = False) -> CommitResult:
         """Commit a reserved chunk; calling it again (any process, any time) returns the same result.
+
+        Args:
+            chunk_id: the chunk.
+            owner_is_dead: the caller knows that no other attempt on this chunk is alive (a
+                Spark micro-batch replayed after its query restarted: one query runs per
+                checkpoint), so a COMMITTING chunk is taken over at once instead of after
+                twice the commit timeout.
 
         Raises:
             ChunkStateError: the chunk was aborted or expired.
@@ -207,7 +243,7 @@ class ChunkWriter:
         # COMMITTING: a previous attempt died or is still running
         assert chunk.committing_since is not None
         stale_after = chunk.committing_since + 2 * self.config.commit_timeout
-        if _now() < stale_after:
+        if _now() < stale_after and not owner_is_dead:
             raise ChunkBusyError(
                 f"chunk {chunk.id} is being committed by another attempt; retry after {iso(stale_after)}"
             )

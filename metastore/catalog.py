@@ -138,7 +138,7 @@ class Catalog:
                 location = str(Path(table.location) / partition_dir(table, p.value))
             else:
                 st = live.get(p.value)
-                chunks = st.staged_files if st else 0
+                chunks = st.chunks if st else 0
                 rows, nbytes, files = (st.rows, st.bytes, st.files) if st else (0, 0, 0)
                 location = str(Path(table.location) / STAGING_DIR)
             partitions.append(

@@ -120,11 +120,22 @@ class LiveFile:
     def name(self) -> str:
         return self.path.rsplit("/", 1)[-1]
 
+    @property
+    def chunk(self) -> str | None:
+        """The chunk a staged file belongs to: its name starts with the chunk id (a UUID)."""
+        return self.name[:CHUNK_ID_LENGTH] if self.staged else None
+
+
+# Staged files are named ``<chunk id>-<k>.parquet`` (or ``<chunk id>-<task>-<k>.parquet`` when
+# Spark tasks stage them), and chunk ids are UUIDs in their 36-character text form.
+CHUNK_ID_LENGTH = 36
+
 
 @dataclass(frozen=True)
 class PartitionStats:
     files: int = 0
     staged_files: int = 0
+    chunks: int = 0  # distinct chunks among the staged files
     rows: int = 0
     bytes: int = 0
 
@@ -136,6 +147,10 @@ class Warehouse:
         self.root = Path(root).resolve()
         # One DeltaTable per (thread, table) for the commit path, see :meth:`latest`.
         self._latest = threading.local()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Spark tasks get a warehouse by pickle; the per-thread snapshots stay behind.
+        return (Warehouse, (str(self.root),))
 
     def location(self, name: TableName) -> str:
         return str(self.root / name.namespace / name.table)
@@ -224,11 +239,16 @@ class Warehouse:
 
     def partition_stats(self, dt: Any) -> dict[datetime, PartitionStats]:
         stats: dict[datetime, PartitionStats] = {}
+        chunks: dict[datetime, set[str]] = {}
         for f in self.live_files(dt):
             cur = stats.get(f.partition, PartitionStats())
+            seen = chunks.setdefault(f.partition, set())
+            if f.chunk is not None:
+                seen.add(f.chunk)
             stats[f.partition] = PartitionStats(
                 files=cur.files + 1,
                 staged_files=cur.staged_files + int(f.staged),
+                chunks=len(seen),
                 rows=cur.rows + f.rows,
                 bytes=cur.bytes + f.size,
             )

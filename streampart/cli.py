@@ -18,6 +18,7 @@ from rich.markup import escape
 from rich.table import Table as RichTable
 
 from metastore.errors import StreampartError, UserInputError
+from streampart.cli_ingest import ingest_app
 
 app = typer.Typer(
     help="Streaming ingestion into time-partitioned Delta tables with streaming partitions and atomic rolls.",
@@ -27,6 +28,7 @@ app = typer.Typer(
 )
 table_app = typer.Typer(help="Create, list, describe and drop streaming tables.", no_args_is_help=True)
 app.add_typer(table_app, name="table")
+app.add_typer(ingest_app, name="ingest")
 
 out = Console(soft_wrap=True)
 err = Console(stderr=True, soft_wrap=True)  # an error stays one line, whatever the terminal's width

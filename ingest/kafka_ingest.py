@@ -1,0 +1,425 @@
+"""The main job: Kafka → Spark Structured Streaming → chunk commits, exactly once.
+
+Each micro-batch becomes one chunk of the table, committed once whatever crashes and
+replays happen:
+
+1. The driver reserves the chunk under the token ``kafka:<query id>:<batch id>``. The query id
+   lives in the checkpoint, so a batch replayed after a restart finds the same chunk: if it
+   is committed, the batch is done and Spark is not even asked to read it again.
+2. One Spark job reads the batch's offset ranges (the ``streampart-kafka`` source), and each
+   task parses and validates its records and writes its good rows straight to the table's
+   staging area (``<chunk>-<task>-<k>.parquet``). Tasks return only file names, row counts
+   and the bad records, so the driver never holds the rows.
+3. The driver records the files (bad records go to the dead-letter table, by the same chunk)
+   and commits the chunk: one Delta transaction, in whichever streaming partition(s) the
+   rows belong to (arrival mode: the open one; event-time: each row's own, late rows per the
+   table's policy).
+
+A Kafka record maps to exactly one row or one dead-letter entry, and a chunk lands once, so
+offsets map to rows one to one.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import logging
+import re
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from ingest.chunks import ChunkWriter, DeadLetter, write_staged_files
+from ingest.config import ChunkConfig
+from ingest.errors import IngestError
+from ingest.formats import RecordValidator
+from metastore.catalog import Catalog
+from metastore.errors import UserInputError
+from metastore.models import ChunkState, StagedFile, Table, TableKind, TableName, parse_duration
+from metastore.warehouse import Warehouse
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+log = logging.getLogger(__name__)
+
+SOURCE_FORMAT = "streampart-kafka"
+CHECKPOINTS_DIR = "_checkpoints"
+# A token whose chunk expired or was aborted never landed: the batch takes the next suffix.
+MAX_TOKEN_ATTEMPTS = 100
+
+
+class KafkaIngestOptions(BaseModel):
+    """One Kafka → table ingest job: what the CLI's flags and a spark-submit script set."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    table: str = Field(description="Target table, NS.TABLE.")
+    bootstrap: str = Field(description="Kafka bootstrap servers, HOST:PORT[,HOST:PORT…].")
+    topic: str = Field(description="Topic(s) to read, comma-separated.")
+    format: Literal["json", "csv"] = Field(
+        "json", description="Record format: a JSON object, or one CSV line in the table's column order."
+    )
+    trigger: timedelta = Field(
+        timedelta(seconds=5), description="Micro-batch interval (ignored with available_now)."
+    )
+    available_now: bool = Field(
+        False, description="Process what is in the topic at start, in rate-limited batches, then stop."
+    )
+    checkpoint: str | None = Field(
+        None,
+        description="Spark checkpoint directory; default <warehouse>/_checkpoints/NS.TABLE/<topic>.",
+    )
+    max_offsets_per_trigger: int | None = Field(
+        None, gt=0, description="Rate limit: at most this many records per micro-batch."
+    )
+    starting_offsets: str = Field(
+        "earliest",
+        description="Where a new query starts: earliest, latest, or JSON {topic: {partition: offset}}.",
+    )
+    fail_on_data_loss: bool = Field(
+        True, description="Fail when offsets to read were deleted by retention (false: skip them)."
+    )
+    source_options: dict[str, str] = Field(
+        default_factory=dict, description="More options for the Kafka source (its own names)."
+    )
+
+    @field_validator("table")
+    @classmethod
+    def _table_name(cls, v: str) -> str:
+        TableName.parse(v)
+        return v
+
+    @field_validator("trigger", mode="before")
+    @classmethod
+    def _duration(cls, v: Any) -> Any:
+        return parse_duration(v) if isinstance(v, str) else v
+
+    @field_validator("starting_offsets")
+    @classmethod
+    def _offsets(cls, v: str) -> str:
+        if v in ("earliest", "latest"):
+            return v
+        try:
+            parsed = json.loads(v)
+        except json.JSONDecodeError:
+            raise ValueError('must be earliest, latest or JSON like {"topic": {"0": 42}}') from None
+        if not isinstance(parsed, dict):
+            raise ValueError("JSON starting offsets must be an object {topic: {partition: offset}}")
+        return v
+
+    @model_validator(mode="after")
+    def _topics(self) -> KafkaIngestOptions:
+        if not self.topics:
+            raise ValueError("topic: name at least one topic")
+        return self
+
+    @property
+    def topics(self) -> list[str]:
+        return [t.strip() for t in self.topic.split(",") if t.strip()]
+
+    def checkpoint_dir(self, warehouse: Warehouse) -> str:
+        if self.checkpoint:
+            return str(Path(self.checkpoint).resolve())
+        name = ",".join(sorted(self.topics))
+        if len(name) > 100 or "/" in name:
+            name = hashlib.sha256(name.encode()).hexdigest()[:16]
+        return str(warehouse.root / CHECKPOINTS_DIR / self.table / name)
+
+    def source_reader_options(self) -> dict[str, str]:
+        opts = {
+            "kafka.bootstrap.servers": self.bootstrap,
+            "subscribe": ",".join(self.topics),
+            "startingOffsets": self.starting_offsets,
+            "failOnDataLoss": str(self.fail_on_data_loss).lower(),
+        }
+        if self.max_offsets_per_trigger:
+            opts["maxOffsetsPerTrigger"] = str(self.max_offsets_per_trigger)
+        return {**opts, **self.source_options}
+
+
+class IngestQueryError(IngestError):
+    """The streaming query stopped with an error (its message says which batch and why)."""
+
+
+# -- executors ------------------------------------------------------------------------------
+def _staged_schema() -> Any:
+    from pyspark.sql.types import (
+        BinaryType,
+        LongType,
+        StringType,
+        StructField,
+        StructType,
+        TimestampType,
+    )
+
+    return StructType(
+        [
+            StructField("path", StringType()),
+            StructField("rows", LongType()),
+            StructField("bytes", LongType()),
+            StructField("period", TimestampType()),
+            StructField("source", StringType()),
+            StructField("position", LongType()),
+            StructField("reason", StringType()),
+            StructField("raw", BinaryType()),
+        ]
+    )
+
+
+def parse_value(v: RecordValidator, fmt: str, position: int, value: bytes | None) -> str | None:
+    """Validate one Kafka record value into ``v``; returns the reason if it is a bad record."""
+    if value is None:
+        return "record value is null (a tombstone?)"
+    try:
+        text = value.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return f"invalid UTF-8 at byte {exc.start + 1}"
+    if fmt == "json":
+        try:
+            record: Any = json.loads(text)
+        except json.JSONDecodeError as exc:
+            return f"invalid JSON: {exc.msg} at column {exc.colno}"
+    else:
+        rows = list(csv.reader([text.rstrip("\r\n")]))
+        fields = rows[0] if rows else []
+        names = [c.name for c in v.columns]
+        if len(fields) != len(names):
+            return f"expected {len(names)} CSV fields ({', '.join(names)}), got {len(fields)}"
+        record = dict(zip(names, fields, strict=True))
+    before = len(v.bad)
+    v.add(position, record, text, empty_is_null=(fmt == "csv"))
+    if len(v.bad) > before:
+        return v.bad.pop().reason
+    return None
+
+
+def stage_task(warehouse: Warehouse, table: Table, chunk_id: str, fmt: str, max_value_bytes: int) -> Any:
+    """The ``mapInArrow`` function: parse one task's records and stage its good rows."""
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import pyarrow as pa
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        task = ctx.partitionId() if ctx is not None else 0
+        v = RecordValidator(table.columns, [table.time_column], max_value_bytes)
+        bad: list[dict[str, Any]] = []
+        for batch in batches:
+            values = batch.column("value").to_pylist()
+            topics = batch.column("topic").to_pylist()
+            partitions = batch.column("partition").to_pylist()
+            offsets = batch.column("offset").to_pylist()
+            for value, topic, partition, offset in zip(values, topics, partitions, offsets, strict=True):
+                reason = parse_value(v, fmt, offset, value)
+                if reason is not None:
+                    bad.append(
+                        {"source": f"{topic}/{partition}", "position": offset, "reason": reason, "raw": value}
+                    )
+        files = write_staged_files(warehouse, table, f"{chunk_id}-{task:05d}", v.result().good)
+        rows: list[dict[str, Any]] = [
+            {"path": f.path, "rows": f.rows, "bytes": f.bytes, "period": f.period} for f in files
+        ]
+        rows += bad
+        schema = pa.schema(
+            [
+                ("path", pa.string()),
+                ("rows", pa.int64()),
+                ("bytes", pa.int64()),
+                ("period", pa.timestamp("us", tz="UTC")),
+                ("source", pa.string()),
+                ("position", pa.int64()),
+                ("reason", pa.string()),
+                ("raw", pa.binary()),
+            ]
+        )
+        yield pa.RecordBatch.from_pylist(rows, schema=schema)
+
+    return run
+
+
+# -- driver ---------------------------------------------------------------------------------
+_SINKS: dict[str, ChunkSink] = {}  # query id → its sink, for run_kafka_ingest's batch count
+
+
+class ChunkSink:
+    """The ``foreachBatch`` function: one micro-batch → one chunk, exactly once."""
+
+    def __init__(
+        self,
+        catalog: Catalog,
+        table: Table,
+        options: KafkaIngestOptions,
+        checkpoint: str,
+        config: ChunkConfig | None = None,
+    ) -> None:
+        self.catalog = catalog
+        self.table = table
+        self.options = options
+        self.checkpoint = checkpoint
+        self.config = config or ChunkConfig()
+        self.writer = ChunkWriter(catalog, table, self.config)
+        self._query_id: str | None = None
+        self.batches = 0
+
+    def query_id(self) -> str:
+        # Spark writes <checkpoint>/metadata ({"id": …}) when the query first starts and keeps
+        # it across restarts; it is what makes a replayed batch's token the same.
+        if self._query_id is None:
+            meta = json.loads((Path(self.checkpoint) / "metadata").read_text())
+            self._query_id = str(meta["id"])
+        return self._query_id
+
+    def _chunk_for(self, batch_id: int) -> Any:
+        base = f"kafka:{self.query_id()}:{batch_id}"
+        for attempt in range(MAX_TOKEN_ATTEMPTS):
+            token = base if attempt == 0 else f"{base}#{attempt + 1}"
+            chunk = self.writer.reserve(token)
+            if chunk.state in (ChunkState.ABORTED, ChunkState.EXPIRED):
+                continue  # never landed: take a fresh chunk for this batch
+            return chunk
+        raise IngestError(
+            f"batch {batch_id}: {MAX_TOKEN_ATTEMPTS} chunks of this batch failed; see the metastore"
+        )
+
+    def __call__(self, df: DataFrame, batch_id: int) -> None:
+        chunk = self._chunk_for(batch_id)
+        if chunk.state is ChunkState.COMMITTED:
+            log.info("batch %s already committed as chunk %s (replay after restart)", batch_id, chunk.id)
+            return
+        if chunk.state is ChunkState.RESERVED:
+            staged = (
+                df.select("value", "topic", "partition", "offset")
+                .mapInArrow(
+                    stage_task(
+                        self.catalog.warehouse,
+                        self.table,
+                        chunk.id,
+                        self.options.format,
+                        self.config.max_value_bytes,
+                    ),
+                    _staged_schema(),
+                )
+                .collect()
+            )
+            files = [
+                StagedFile(path=r.path, rows=r.rows, bytes=r.bytes, period=r.period)
+                for r in staged
+                if r.path is not None
+            ]
+            bad = [
+                DeadLetter(r.position, r.reason, bytes(r.raw or b""), r.source)
+                for r in staged
+                if r.path is None
+            ]
+            chunk = self.writer.stage_files(chunk, files, bad)
+        result = self.writer.commit(chunk.id, owner_is_dead=True)
+        self.batches += 1
+        log.info(
+            "batch %s → chunk %s: %s rows, %s dead letters, %s late, version %s",
+            batch_id,
+            result.chunk,
+            result.rows,
+            result.dead_letter_rows,
+            result.late_rows,
+            result.version,
+        )
+
+
+def start_kafka_ingest(
+    spark: SparkSession, catalog: Catalog, options: KafkaIngestOptions, config: ChunkConfig | None = None
+) -> StreamingQuery:
+    """Start the ingest query; returns the running :class:`StreamingQuery`.
+
+    Raises:
+        NotFoundError: the table does not exist.
+        UserInputError: the table is a companion table, or the options do not fit it.
+    """
+    from ingest.kafka_source import register
+
+    table = catalog.table(options.table)
+    if table.kind is not TableKind.MAIN:
+        raise UserInputError(f"{table.name} is a {table.kind.value} table; ingest into its main table")
+    if not table.dead_letter:
+        raise UserInputError(
+            f"table {table.name} has no dead-letter table, so one malformed Kafka record would stop "
+            "the stream; create the table with --dead-letter"
+        )
+    register(spark)
+    checkpoint = options.checkpoint_dir(catalog.warehouse)
+    sink = ChunkSink(catalog, table, options, checkpoint, config)
+    Path(checkpoint).mkdir(parents=True, exist_ok=True)
+    reader = spark.readStream.format(SOURCE_FORMAT)
+    for key, value in options.source_reader_options().items():
+        reader = reader.option(key, value)
+    writer = (
+        reader.load()
+        .writeStream.queryName(f"streampart-ingest-{table.name}".replace(".", "_"))
+        .option("checkpointLocation", checkpoint)
+        .foreachBatch(sink)
+    )
+    if options.available_now:
+        writer = writer.trigger(availableNow=True)
+    else:
+        writer = writer.trigger(processingTime=f"{int(options.trigger.total_seconds() * 1000)} milliseconds")
+    query = writer.start()
+    _SINKS[query.id] = sink
+    return query
+
+
+_PY_ERROR = re.compile(r"^\s*(?:[\w.]+\.)?([A-Z]\w*(?:Error|Exception)): (.+)$")
+
+
+def query_failure(exc: BaseException) -> str:
+    """The innermost Python error in a failed streaming query's message (Spark wraps it twice)."""
+    message = str(exc)
+    found = [m for m in map(_PY_ERROR.match, message.splitlines()) if m is not None]
+    python_side = [m for m in found if not m.group(1).startswith(("Py4J", "Streaming", "Spark"))]
+    best = (python_side or found or [None])[-1]
+    if best is None:
+        return message.strip().splitlines()[0] if message.strip() else type(exc).__name__
+    return f"{best.group(1)}: {best.group(2)}"
+
+
+def run_kafka_ingest(
+    spark: SparkSession,
+    catalog: Catalog,
+    options: KafkaIngestOptions,
+    config: ChunkConfig | None = None,
+    should_stop: Callable[[], bool] = lambda: False,
+    poll_seconds: float = 0.5,
+) -> int:
+    """Run the ingest query until it finishes (available-now), fails, or ``should_stop()``.
+
+    Returns:
+        The number of micro-batches this run committed.
+
+    Raises:
+        IngestQueryError: the query failed; the message is the cause (broker down, data loss…).
+    """
+    from pyspark.errors import StreamingQueryException
+
+    query = start_kafka_ingest(spark, catalog, options, config)
+    sink = _SINKS.pop(query.id, None)
+    try:
+        while not query.awaitTermination(poll_seconds):
+            if should_stop():
+                # Stopping between batches is always safe; mid-batch, the batch is replayed
+                # by the next run and lands once (its chunk token is in the metastore).
+                query.stop()
+                break
+        exc = query.exception()
+        if exc is not None:
+            raise IngestQueryError(f"ingest into {options.table} failed: {query_failure(exc)}")
+    except StreamingQueryException as exc:
+        raise IngestQueryError(f"ingest into {options.table} failed: {query_failure(exc)}") from None
+    finally:
+        if query.isActive:
+            query.stop()
+    return sink.batches if sink is not None else 0

@@ -1,0 +1,94 @@
+"""``streampart ingest …``: the streaming ingest jobs (Kafka → table)."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from metastore.errors import UserInputError
+
+ingest_app = typer.Typer(help="Run streaming ingest jobs into a table.", no_args_is_help=True)
+
+
+def _options(**kwargs: Any) -> Any:
+    from pydantic import ValidationError
+
+    from ingest.kafka_ingest import KafkaIngestOptions
+
+    try:
+        return KafkaIngestOptions(**{k: v for k, v in kwargs.items() if v is not None})
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = ".".join(str(p) for p in first["loc"]) or "options"
+        raise UserInputError(f"--{field.replace('_', '-')}: {first['msg']}") from None
+
+
+@ingest_app.command("kafka")
+def ingest_kafka(
+    table: Annotated[str, typer.Argument(help="NAMESPACE.TABLE to ingest into")],
+    bootstrap: Annotated[str, typer.Option(help="Kafka bootstrap servers, HOST:PORT[,HOST:PORT…]")],
+    topic: Annotated[str, typer.Option(help="Topic(s) to read, comma-separated")],
+    format: Annotated[
+        str, typer.Option("--format", help="json, or csv (one line, table column order)")
+    ] = "json",
+    trigger: Annotated[str, typer.Option(help="Micro-batch interval, e.g. 1s, 5s, 1m")] = "5s",
+    available_now: Annotated[
+        bool, typer.Option("--available-now", help="Process what is in the topic now, then exit 0")
+    ] = False,
+    checkpoint: Annotated[
+        Path | None,
+        typer.Option(help="Checkpoint directory [default: <warehouse>/_checkpoints/NS.TABLE/<topic>]"),
+    ] = None,
+    max_offsets_per_trigger: Annotated[
+        int | None, typer.Option(help="Rate limit: at most N records per micro-batch")
+    ] = None,
+    starting_offsets: Annotated[
+        str, typer.Option(help='earliest, latest, or JSON {"topic": {"0": 42}} (new queries only)')
+    ] = "earliest",
+    fail_on_data_loss: Annotated[
+        bool, typer.Option(help="Fail if offsets to read were deleted by retention")
+    ] = True,
+) -> None:
+    """Stream a Kafka topic into a table, one chunk per micro-batch, exactly once."""
+    from streampart.cli import STATE, err
+    from streampart.query import spark_session
+
+    options = _options(
+        table=table,
+        bootstrap=bootstrap,
+        topic=topic,
+        format=format,
+        trigger=trigger,
+        available_now=available_now,
+        checkpoint=str(checkpoint) if checkpoint else None,
+        max_offsets_per_trigger=max_offsets_per_trigger,
+        starting_offsets=starting_offsets,
+        fail_on_data_loss=fail_on_data_loss,
+    )
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    settings = STATE.settings()
+    catalog = STATE.catalog()
+    from ingest.kafka_ingest import run_kafka_ingest
+
+    spark = spark_session(settings.spark)
+    stop = {"requested": False}
+
+    def _on_term(signum: int, frame: Any) -> None:
+        stop["requested"] = True
+
+    signal.signal(signal.SIGTERM, _on_term)
+    err.print(
+        f"ingesting {', '.join(options.topics)} from {options.bootstrap} into {options.table}"
+        + (" (available now)" if options.available_now else f" every {trigger}"),
+        highlight=False,
+    )
+    batches = run_kafka_ingest(
+        spark, catalog, options, settings.chunk, should_stop=lambda: stop["requested"]
+    )
+    err.print(f"stopped after {batches} batch(es)", highlight=False)
+    sys.exit(0)
