@@ -1012,8 +1012,8 @@ class Metastore:
     # -- pruning chunk rows into per-partition summaries -------------------------------------
     def prune_chunks(
         self, table_id: int, before: datetime, now: datetime | None = None, batch: int = 1000
-    ) -> list[ChunkSummary]:
-        """Replace rows of old, finished chunks by per-partition summaries; returns what was added.
+    ) -> int:
+        """Replace rows of old, finished chunks by per-partition summaries; returns how many went.
 
         A chunk row goes only when nothing can need it any more:
 
@@ -1037,7 +1037,7 @@ class Metastore:
                     )
                 ).scalars()
             }
-        added: list[ChunkSummary] = []
+        pruned = 0
         cursor: tuple[datetime, str] | None = None
         c = s.chunks.c
         while True:
@@ -1051,7 +1051,7 @@ class Metastore:
             with self.tx() as conn:
                 rows = conn.execute(q.order_by(c.created_at, c.id).limit(batch)).all()
             if not rows:
-                return added
+                return pruned
             cursor = (rows[-1].created_at, rows[-1].id)
             sums: dict[tuple[datetime | None, ChunkState], dict[str, Any]] = {}
             ids: list[str] = []
@@ -1081,21 +1081,12 @@ class Metastore:
                             pruned_at=_db(now),
                         )
                     )
-                    added.append(
-                        ChunkSummary(
-                            table_id=table_id,
-                            partition_value=value,
-                            state=state,
-                            **{k: acc[k] for k in _SUMMED},
-                            first_created_at=acc["first"],
-                            last_created_at=acc["last"],
-                        )
-                    )
                 deleted = conn.execute(
                     sa.delete(s.chunks).where(c.id.in_(ids), c.state.in_(terminal))
                 ).rowcount
                 if deleted != len(ids):  # terminal states never change: someone else pruned them
                     raise ConflictError(f"chunks of table #{table_id} were pruned concurrently")
+            pruned += len(ids)
 
     def chunk_summaries(self, table_id: int) -> list[ChunkSummary]:
         """The summaries of pruned chunks, one per partition and state (oldest partition first)."""

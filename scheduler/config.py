@@ -1,10 +1,12 @@
-"""Configuration of the roll operation."""
+"""Configuration of the roll operation and of the roll daemon."""
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 
 class RollConfig(BaseModel):
@@ -20,3 +22,162 @@ class RollConfig(BaseModel):
     lease: timedelta = Field(
         timedelta(minutes=10), description="How long a roller owns a roll before others may resume it."
     )
+
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
+_UNIT_S = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def _duration(value: Any) -> Any:
+    """Accept ``0.5s``, ``30s``, ``15m``, ``1h30m`` and plain seconds (``"2.5"``, as env vars give).
+
+    ISO-8601 (``PT1H``) and numbers go on to pydantic unchanged.
+    """
+    if not isinstance(value, str):
+        return value
+    text = value.strip().lower()
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    pos, seconds = 0, 0.0
+    for m in _DURATION.finditer(text):
+        if m.start() != pos:
+            break
+        seconds += float(m.group(1)) * _UNIT_S[m.group(2)]
+        pos = m.end()
+    return timedelta(seconds=seconds) if text and pos == len(text) else value
+
+
+Duration = Annotated[timedelta, BeforeValidator(_duration)]
+
+
+class HousekeepingConfig(BaseModel):
+    """The roll daemon's housekeeping: expiry, file removal, Delta checkpoints, metastore pruning."""
+
+    model_config = ConfigDict(frozen=True)
+
+    enabled: bool = Field(True, description="Run housekeeping jobs in the roll daemon (leader only).")
+    interval: Duration = Field(
+        timedelta(minutes=5), description="How often housekeeping runs over every table."
+    )
+    # Why 7 days: a query pins one Delta version and may read its files for as long as it
+    # runs, and time travel reads older versions on purpose; files that left the table (swept
+    # chunk files) or never entered it (aborted chunks) are deleted only once no reasonable
+    # query can still hold a snapshot that lists them. Longer than any query or retry window.
+    retention: Duration = Field(
+        timedelta(days=7),
+        description="Files of aborted chunks and chunk files swept by a roll are deleted after this.",
+    )
+    # Why the same 7 days: a pruned chunk's idempotency token is forgotten, so a producer
+    # retrying after that would land its chunk again; no producer retries a week later.
+    chunk_retention: Duration = Field(
+        timedelta(days=7),
+        description="Chunk rows of partitions rolled longer ago than this are pruned into per-partition "
+        "summaries (their idempotency tokens are forgotten).",
+    )
+    checkpoint_every: int = Field(
+        50,
+        ge=0,
+        description="Write a Delta checkpoint once a table's log has grown by this many commits since the "
+        "last one (0: never).",
+    )
+    history_retention: Duration = Field(
+        timedelta(days=30), description="Roll attempt history older than this is forgotten."
+    )
+
+    @model_validator(mode="after")
+    def _check_retention(self) -> HousekeepingConfig:
+        # files of a pruned chunk are judged by their age alone, so its row must outlive them
+        if self.chunk_retention < self.retention:
+            raise ValueError(
+                f"chunk_retention ({self.chunk_retention}) must not be shorter than retention "
+                f"({self.retention})"
+            )
+        return self
+
+
+class SchedulerConfig(BaseModel):
+    """The roll daemon (``streampart scheduler run``)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    lease_name: str = Field(
+        "roll-daemon",
+        min_length=1,
+        max_length=128,
+        description="Name of the leadership lease; daemons sharing it elect one leader.",
+    )
+    # Why 15 s: a standby takes over at most this long (plus one heartbeat) after the leader
+    # dies. Shorter makes failover faster but lets a leader that stalls (GC pause, a slow
+    # metastore) lose leadership spuriously; every metastore write of the leader is fenced by
+    # the lease's epoch, so a spurious loss costs time, never correctness.
+    lease_ttl: Duration = Field(
+        timedelta(seconds=15),
+        description="Leadership lease: a standby takes over after the leader is silent this long.",
+    )
+    heartbeat: Duration = Field(
+        timedelta(seconds=5),
+        description="How often the leader renews its lease (and its rolls' leases), and standbys try to "
+        "take it; at most a third of lease_ttl and of roll_lease.",
+    )
+    # Why 60 s (not roll.lease's 10 min): the daemon renews the leases of its rolls at every
+    # heartbeat, so a roll that takes an hour keeps its lease, while a roll whose daemon died
+    # is resumed by the next leader one minute later rather than ten.
+    roll_lease: Duration = Field(
+        timedelta(seconds=60),
+        description="Lease of each roll the daemon carries out, renewed at every heartbeat; another "
+        "daemon resumes an interrupted roll once it has lapsed.",
+    )
+    sync_interval: Duration = Field(
+        timedelta(seconds=10),
+        description="How often the table list is read again (tables created, changed or dropped "
+        "while the daemon runs) and event-time partitions opened by writers are scheduled.",
+    )
+    workers: int = Field(
+        4, ge=1, le=64, description="Rolls carried out at once (each table rolls one partition at a time)."
+    )
+    retry_base: Duration = Field(
+        timedelta(seconds=5), description="First delay before a failed roll is retried; doubles per failure."
+    )
+    retry_max: Duration = Field(timedelta(minutes=10), description="Longest delay between retries of a roll.")
+    retry_jitter: float = Field(
+        0.1, ge=0, le=1, description="Up to this fraction is added at random to each retry delay."
+    )
+    # Why 20 s: Kubernetes' default termination grace period is 30 s; a roll that finishes
+    # within 20 s leaves no partition ROLLING behind, and 10 s remain to stop at a step. A
+    # longer roll is abandoned at its next step boundary and resumed by the next leader.
+    shutdown_grace: Duration = Field(
+        timedelta(seconds=20),
+        description="On SIGTERM, how long a roll in progress may run on to finish before it is "
+        "abandoned at its next step (it resumes later).",
+    )
+    observe_interval: Duration = Field(
+        timedelta(seconds=15), description="How often the per-table gauges (partitions, chunks, lag) refresh."
+    )
+    metrics: bool = Field(True, description="Serve Prometheus metrics over HTTP (/metrics).")
+    metrics_port: int = Field(
+        9464, ge=0, le=65535, description="Port of the metrics endpoint; 0 picks a free port."
+    )
+    metrics_host: str = Field("0.0.0.0", description="Address the metrics endpoint listens on.")
+    log_format: Literal["json", "text"] = Field(
+        "json", description="json: one JSON object per line (structured); text: for humans."
+    )
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="Log level.")
+    housekeeping: HousekeepingConfig = Field(
+        default_factory=HousekeepingConfig, description="Housekeeping jobs."
+    )
+
+    @model_validator(mode="after")
+    def _check_timing(self) -> SchedulerConfig:
+        if self.heartbeat * 3 > self.lease_ttl:
+            raise ValueError(
+                f"heartbeat ({self.heartbeat}) must be at most a third of lease_ttl ({self.lease_ttl})"
+            )
+        if self.heartbeat * 3 > self.roll_lease:
+            raise ValueError(
+                f"heartbeat ({self.heartbeat}) must be at most a third of roll_lease ({self.roll_lease})"
+            )
+        if self.retry_max < self.retry_base:
+            raise ValueError("retry_max must not be shorter than retry_base")
+        return self

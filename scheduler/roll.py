@@ -90,6 +90,12 @@ def default_owner() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
+def due_time(table: Table, partition: Partition) -> datetime:
+    """When ``partition`` is due to roll: its period's end, plus the lateness in event-time mode."""
+    end = period_start(partition.value, table.roll_every) + table.roll_every
+    return end + table.lateness if table.mode is Mode.EVENT_TIME else end
+
+
 def due_partitions(table: Table, streaming: list[Partition], now: datetime, force: bool) -> list[Partition]:
     """The streaming partitions that should roll at ``now``."""
     if force:

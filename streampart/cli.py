@@ -19,6 +19,7 @@ from rich.table import Table as RichTable
 
 from metastore.errors import StreampartError, UserInputError
 from streampart.cli_ingest import ingest_app
+from streampart.cli_scheduler import scheduler_app
 
 app = typer.Typer(
     help="Streaming ingestion into time-partitioned Delta tables with streaming partitions and atomic rolls.",
@@ -29,6 +30,7 @@ app = typer.Typer(
 table_app = typer.Typer(help="Create, list, describe and drop streaming tables.", no_args_is_help=True)
 app.add_typer(table_app, name="table")
 app.add_typer(ingest_app, name="ingest")
+app.add_typer(scheduler_app, name="scheduler")
 
 out = Console(soft_wrap=True)
 err = Console(stderr=True, soft_wrap=True)  # an error stays one line, whatever the terminal's width

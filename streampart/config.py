@@ -22,7 +22,7 @@ from pydantic_settings import (
 
 from ingest.config import ChunkConfig
 from metastore.errors import UserInputError
-from scheduler.config import RollConfig
+from scheduler.config import RollConfig, SchedulerConfig
 
 
 class SparkConfig(BaseModel):
@@ -49,6 +49,7 @@ class Settings(BaseSettings):
     chunk: ChunkConfig = Field(default_factory=ChunkConfig, description="The chunk protocol.")
     roll: RollConfig = Field(default_factory=RollConfig, description="Rolls.")
     spark: SparkConfig = Field(default_factory=SparkConfig, description="Spark for queries.")
+    scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig, description="The roll daemon.")
 
     @classmethod
     def settings_customise_sources(

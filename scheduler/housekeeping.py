@@ -1,0 +1,207 @@
+"""Housekeeping the roll daemon runs (leader only): the metastore and the warehouse stay small.
+
+- expire chunks reserved but never committed (their files go at once: never visible), and
+  finish commits whose writer died mid-commit;
+- delete files that are in no current Delta snapshot once the retention period has passed:
+  chunk files swept into standard partitions by a roll, files of aborted or expired chunks,
+  files a crashed writer or compaction left behind. The retention (default 7 days) is longer
+  than any query may pin an older snapshot, so no reader ever misses a file;
+- checkpoint each table's Delta log, so loading a table reads one Parquet file rather than
+  hundreds of commit files;
+- prune the metastore rows of old chunks into per-partition summaries, so the metastore stays
+  small at millions of chunks (``describe`` reads partition rows, which stay);
+- forget old roll attempt history.
+
+Each table is handled on its own: a failure is reported for that table and the others go on.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from ingest.config import ChunkConfig
+from metastore.catalog import Catalog
+from metastore.errors import NotFoundError
+from metastore.models import ChunkState, PartitionState, Table
+from metastore.warehouse import STAGING_DIR
+from scheduler.config import HousekeepingConfig
+from scheduler.logs import LOGGER, event
+
+log = logging.getLogger(LOGGER)
+
+_ACTIVE = (ChunkState.RESERVED, ChunkState.COMMITTING)
+
+
+@dataclass
+class HousekeepingReport:
+    expired: int = 0
+    recovered: int = 0
+    files_removed: list[str] = field(default_factory=list)
+    checkpoints: dict[str, int] = field(default_factory=dict)
+    chunks_pruned: int = 0
+    attempts_pruned: int = 0
+    errors: dict[str, str] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.__dict__, "files_removed": len(self.files_removed)}
+
+
+def last_checkpoint_version(table: Table) -> int:
+    """The version of the table's newest Delta checkpoint (-1: none yet)."""
+    path = Path(table.location) / "_delta_log" / "_last_checkpoint"
+    try:
+        return int(json.loads(path.read_text())["version"])
+    except (FileNotFoundError, KeyError, ValueError):
+        return -1
+
+
+@dataclass
+class Housekeeper:
+    catalog: Catalog
+    config: HousekeepingConfig = field(default_factory=HousekeepingConfig)
+    chunk_config: ChunkConfig = field(default_factory=ChunkConfig)
+
+    def run(
+        self, now: datetime | None = None, should_stop: Callable[[], bool] | None = None
+    ) -> HousekeepingReport:
+        """One pass over every table; never raises for one table's trouble (see ``errors``).
+
+        ``should_stop`` is asked between tables (a daemon shutting down stops there).
+        """
+        from ingest.chunks import expire_chunks, recover_commits
+
+        now = now or datetime.now(UTC)
+        report = HousekeepingReport()
+        store = self.catalog.store
+        report.expired = len(expire_chunks(self.catalog, now))
+        try:
+            report.recovered = len(recover_commits(self.catalog, self.chunk_config))
+        except Exception as exc:  # one stuck commit must not stop the rest of housekeeping
+            report.errors["recover_commits"] = f"{type(exc).__name__}: {exc}"
+        for table in store.list_tables():
+            if should_stop is not None and should_stop():
+                break
+            try:
+                report.files_removed += self.remove_files(table, now)
+                version = self.checkpoint(table)
+                if version is not None:
+                    report.checkpoints[str(table.name)] = version
+                report.chunks_pruned += self.prune(table, now)
+            except NotFoundError:
+                continue  # dropped meanwhile
+            except Exception as exc:
+                report.errors[str(table.name)] = f"{type(exc).__name__}: {exc}"
+                event(
+                    log,
+                    logging.WARNING,
+                    "housekeeping.table_failed",
+                    "housekeeping failed for a table",
+                    table=str(table.name),
+                    error=str(exc),
+                )
+        report.attempts_pruned = store.prune_roll_attempts(now - self.config.history_retention)
+        return report
+
+    # -- files ---------------------------------------------------------------------------------
+    def remove_files(self, table: Table, now: datetime) -> list[str]:
+        """Delete the table's files that no current snapshot lists, once past the retention period.
+
+        A staged file is kept while it is live, while its chunk may still commit (reserved or
+        committing), while it is younger than the retention period, and — for a committed chunk
+        swept by a roll — until the retention period has passed since that roll.
+        """
+        cutoff = now - self.config.retention
+        root = Path(table.location)
+        staging = root / STAGING_DIR
+        if not staging.is_dir():
+            return []
+        store, wh = self.catalog.store, self.catalog.warehouse
+        # chunks that may still commit are listed *before* the snapshot is loaded: a chunk that
+        # commits in between is then either still in this list, or its files are in the snapshot
+        active = {c.id for c in store.list_chunks(table.id, _ACTIVE)}
+        live = {f.path for f in wh.live_files(wh.load(table))}
+        rolled_at: dict[datetime, datetime | None] = {}
+        removed = []
+        for path in sorted(staging.iterdir()):
+            rel = f"{STAGING_DIR}/{path.name}"
+            if not path.is_file() or rel in live or path.stat().st_mtime >= cutoff.timestamp():
+                continue
+            chunk_id = path.name[1:37] if path.name.startswith(".") else path.name[:36]
+            if chunk_id in active or not self._chunk_done_with(table, chunk_id, cutoff, rolled_at):
+                continue
+            wh.remove_file(table, rel)
+            removed.append(rel)
+        # temporary files of compactions interrupted by a crash (never part of any snapshot)
+        prefix = f"{table.partition_column}="
+        for directory in root.iterdir():
+            if directory.is_dir() and directory.name.startswith(prefix):
+                for path in directory.iterdir():
+                    tmp = path.name.startswith(".") and path.name.endswith(".tmp")
+                    if tmp and path.stat().st_mtime < cutoff.timestamp():
+                        rel = f"{directory.name}/{path.name}"
+                        wh.remove_file(table, rel)
+                        removed.append(rel)
+        if removed:
+            event(
+                log,
+                logging.INFO,
+                "housekeeping.files_removed",
+                "removed files past retention",
+                table=str(table.name),
+                files=len(removed),
+            )
+        return removed
+
+    def _chunk_done_with(
+        self, table: Table, chunk_id: str, cutoff: datetime, rolled_at: dict[datetime, datetime | None]
+    ) -> bool:
+        store = self.catalog.store
+        try:
+            chunk = store.get_chunk(chunk_id)
+        except NotFoundError:
+            return True  # pruned (long rolled), or a crashed writer's file that was never recorded
+        if chunk.state in _ACTIVE:
+            return False
+        if chunk.state is not ChunkState.COMMITTED:
+            return True  # aborted or expired: never visible to anyone
+        for value in chunk.partitions:
+            if value not in rolled_at:
+                p = store.get_partition(table.id, value)
+                rolled_at[value] = p.rolled_at if p and p.state is PartitionState.STANDARD else None
+            when = rolled_at[value]
+            if when is None or when >= cutoff:
+                return False  # swept too recently: a pinned snapshot may still list the file
+        return True
+
+    # -- Delta log -----------------------------------------------------------------------------
+    def checkpoint(self, table: Table) -> int | None:
+        """Checkpoint the table's Delta log if it grew by ``checkpoint_every`` commits; the version."""
+        every = self.config.checkpoint_every
+        if every <= 0:
+            return None
+        dt = self.catalog.warehouse.load(table)
+        version = int(dt.version())
+        if version - max(last_checkpoint_version(table), 0) < every:
+            return None
+        dt.create_checkpoint()
+        event(
+            log,
+            logging.INFO,
+            "housekeeping.checkpoint",
+            "Delta checkpoint written",
+            table=str(table.name),
+            version=version,
+        )
+        return version
+
+    # -- metastore -----------------------------------------------------------------------------
+    def prune(self, table: Table, now: datetime) -> int:
+        """Prune chunk rows of partitions rolled before the chunk retention; returns how many went."""
+        before = now - self.config.chunk_retention
+        return self.catalog.store.prune_chunks(table.id, before, now=now)
