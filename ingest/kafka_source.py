@@ -71,10 +71,13 @@ Options (names as in Spark's Kafka source; case-insensitive)
 ``kafka.group.id``, ``kafka.enable.auto.commit``, ``kafka.auto.offset.reset`` and the
 (de)serializers are rejected, as in Spark: offsets belong to the checkpoint.
 
+The first trigger of a new query always runs a batch (empty if there is no data): that is how
+the resolved ``startingOffsets`` get into the checkpoint, so a restart never resolves
+``latest`` again (see :meth:`KafkaStreamReader.initialOffset`). Only a crash between the
+start of the query and the logging of that first batch's offsets resolves them anew.
+
 Known limits: the ``headers`` column is always present (null when a record has none);
 ``startingOffsetsByTimestamp``, ``assign`` and ``minOffsetsPerTrigger`` are not supported.
-With ``startingOffsets=latest`` a crash before the first batch commits resolves "latest"
-again on restart (Spark's JVM source writes it to the checkpoint; a Python source cannot).
 """
 
 from __future__ import annotations
@@ -139,6 +142,8 @@ TP = tuple[str, int]
 
 OffsetMap = dict[TP, int]
 EARLIEST, LATEST = -2, -1
+INITIAL_MARKER = "$initial"
+"""Key of :meth:`KafkaStreamReader.initialOffset`'s marker ('$' is never part of a topic name)."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -375,6 +380,8 @@ def dump_offsets(offsets: Mapping[TP, int]) -> dict[str, dict[str, int]]:
 def load_offsets(offsets: Mapping[str, Any] | None) -> OffsetMap:
     result: OffsetMap = {}
     for topic, parts in (offsets or {}).items():
+        if topic == INITIAL_MARKER:
+            continue
         for partition, offset in parts.items():
             result[(topic, int(partition))] = int(offset)
     return result
@@ -818,8 +825,17 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._client
 
     def initialOffset(self) -> dict:
+        """``startingOffsets`` resolved, plus a marker that makes the first trigger run a batch.
+
+        Spark logs a batch's end offsets in the checkpoint, never the initial offset, and only
+        runs a batch when the end differs from the start. The marker (a key that cannot be a
+        topic name) guarantees that difference, so the first trigger always runs a batch —
+        empty if there is no data — which pins the resolved starting offsets in the
+        checkpoint: a restart then never resolves ``latest`` again and skips records.
+        """
         tps = self.client.partitions()
-        return dump_offsets(resolve_offsets(self.client, self.opts.starting_offsets, tps, "startingOffsets"))
+        resolved = resolve_offsets(self.client, self.opts.starting_offsets, tps, "startingOffsets")
+        return {INITIAL_MARKER: True, **dump_offsets(resolved)}
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.opts.max_offsets_per_trigger:
