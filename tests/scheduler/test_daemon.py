@@ -1,0 +1,210 @@
+"""The roll daemon in-process: rolls on time, follows the table list, retries with backoff.
+
+Short roll intervals (2 to 3 s) and fast daemon timings (tests/scheduler/helpers.py); every wait
+is for a condition, with a deadline. No assertion is about how fast something happened, only
+about what happened and in which order (a partition never rolls before it is due; a retry
+never runs before its backoff has passed).
+"""
+
+from __future__ import annotations
+
+import itertools
+import shutil
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from ingest.chunks import ChunkWriter
+from ingest.formats import Format
+from metastore.catalog import Catalog
+from metastore.models import Mode, PartitionState, RollOutcome, iso, parse_instant
+from scheduler.daemon import RollDaemon, backoff
+from scheduler.roll import due_time
+from scheduler.status import scheduler_status
+from tests.fixtures import make_table
+from tests.helpers import records
+from tests.scheduler.helpers import (
+    Writer,
+    check_rolled_rows,
+    fast_config,
+    metrics_samples,
+    running,
+    standard,
+    wait_for,
+)
+
+SQLITE_ONLY = pytest.mark.parametrize("metastore_url", ["sqlite"], indirect=True)
+
+
+def _attempts(catalog: Catalog, table, outcome: RollOutcome | None = None):  # type: ignore[no-untyped-def]
+    got = catalog.store.list_roll_attempts(table.id, limit=1000)
+    return sorted((a for a in got if outcome is None or a.outcome is outcome), key=lambda a: a.id)
+
+
+def test_tables_roll_on_time_each_by_its_own_schedule_and_mode(catalog) -> None:  # type: ignore[no-untyped-def]
+    fast = make_table(catalog, "ns.fast", roll_every="2s")
+    slow = make_table(catalog, "ns.slow", roll_every="3s")
+    events = make_table(catalog, "ns.events", mode=Mode.EVENT_TIME, roll_every="2s", lateness="1s")
+    ChunkWriter(catalog, slow).write_once(records(range(10)), Format.JSONL)
+    ev = ChunkWriter(catalog, events).write_once(records(range(7), iso(datetime.now(UTC))), Format.JSONL)
+    [ev_value] = [parse_instant(p) for p in ev.partitions]
+    writer = Writer(catalog, fast)  # continuous writes into the table rolling fastest
+    writer.start()
+    try:
+        with running(catalog) as daemon:
+            wait_for(
+                lambda: (
+                    len(standard(catalog, fast)) >= 3
+                    and len(standard(catalog, slow)) >= 2
+                    and catalog.store.get_partition(events.id, ev_value).state is PartitionState.STANDARD
+                ),
+                "three rolls of ns.fast, two of ns.slow and the event-time partition of ns.events",
+            )
+            samples = wait_for(
+                lambda: (
+                    (m := metrics_samples(daemon.metrics_port)).get(
+                        ("streampart_partitions_open", (("table", "ns.fast"),))
+                    )
+                    and m
+                ),
+                "the per-table gauges",
+            )
+    finally:
+        writer.stop()
+    for table in (fast, slow, events):
+        for p in standard(catalog, table):
+            assert p.rolled_at >= due_time(table, p), f"{table.name} {p.value} rolled before it was due"
+        done = _attempts(catalog, table, RollOutcome.DONE)
+        assert len({a.partition_value for a in done}) == len(done), "a partition was rolled twice"
+        assert not _attempts(catalog, table, RollOutcome.FAILED)
+    check_rolled_rows(catalog, fast, writer.acks)
+    assert writer.acks and any(
+        parts[0] in {p.value for p in standard(catalog, fast)} for _, parts in writer.acks
+    ), "the writer's rows reached standard partitions"
+    assert standard(catalog, slow)[0].rows == 10
+    assert catalog.store.get_partition(events.id, ev_value).rows == 7
+    # an event-time partition opens on demand only: no empty partition follows it
+    assert [p.value for p in catalog.store.list_partitions(events.id)] == [ev_value]
+    # metrics an operator scrapes
+    assert samples[("streampart_scheduler_leader", ())] == 1
+    assert samples[("streampart_rolls_total", (("outcome", "done"), ("table", "ns.fast")))] >= 3
+    assert samples[("streampart_roll_duration_seconds_count", (("table", "ns.slow"),))] >= 1
+    assert samples[("streampart_partitions_open", (("table", "ns.fast"),))] == 1
+    assert ("streampart_chunks_pending", (("table", "ns.fast"),)) in samples
+    assert ("streampart_oldest_due_partition_lag_seconds", (("table", "ns.slow"),)) in samples
+
+
+@SQLITE_ONLY
+def test_a_table_created_while_running_is_rolled_and_a_dropped_one_is_not(catalog) -> None:  # type: ignore[no-untyped-def]
+    keep = make_table(catalog, "ns.keep", roll_every="2s")
+    with running(catalog) as daemon:
+        wait_for(lambda: daemon.is_leader, "leadership")
+        new = make_table(catalog, "ns.new", roll_every="2s")
+        ChunkWriter(catalog, new).write_once(records(range(5)), Format.JSONL)
+        [first] = wait_for(lambda: standard(catalog, new), "the new table's first roll")
+        assert first.rows == 5
+        catalog.store.drop_table(new.id)  # what `streampart table drop` does
+        shutil.rmtree(new.location)
+        wait_for(
+            lambda: (
+                new.id not in daemon._known
+                and not any(j.id.startswith(f"roll:{new.id}:") for j in daemon.scheduler.get_jobs())
+            ),
+            "the daemon to forget the dropped table",
+        )
+        rolled = len(standard(catalog, keep))
+        wait_for(lambda: len(standard(catalog, keep)) >= rolled + 2, "ns.keep to go on rolling")
+        assert not any(j.id.startswith(f"roll:{new.id}:") for j in daemon.scheduler.get_jobs())
+        assert not Path(new.location).exists()  # nothing recreated it
+        assert daemon._failures == {}
+    assert not _attempts(catalog, keep, RollOutcome.FAILED)
+
+
+@SQLITE_ONLY
+def test_a_failing_table_is_retried_with_backoff_and_reported_while_others_roll(catalog) -> None:  # type: ignore[no-untyped-def]
+    broken = make_table(catalog, "ns.broken", roll_every="2s")
+    ok = make_table(catalog, "ns.ok", roll_every="2s")
+    ChunkWriter(catalog, broken).write_once(records(range(6)), Format.JSONL)
+    value = catalog.store.open_partition(broken.id).value
+    # storage unwritable: the table's directory is replaced by a file (root ignores permissions)
+    location, moved = Path(broken.location), Path(broken.location + ".moved")
+    location.rename(moved)
+    location.write_text("not a directory")
+    config = fast_config()
+    with running(catalog, config) as daemon:
+        failed = wait_for(
+            lambda: f if len(f := _attempts(catalog, broken, RollOutcome.FAILED)) >= 3 else None,
+            "three failed attempts at ns.broken",
+        )
+        wait_for(lambda: len(standard(catalog, ok)) >= 2, "ns.ok to roll meanwhile")
+        assert [a.failures for a in failed[:3]] == [1, 2, 3]
+        for before, after in itertools.pairwise(failed[:3]):
+            assert after.started_at >= before.retry_at, "a retry ran before its backoff had passed"
+        planned = [(a.retry_at - a.finished_at).total_seconds() for a in failed[:3]]
+        assert planned[0] < planned[1] < planned[2], f"backoff does not grow: {planned}"
+        assert backoff(config, 3) == 4 * backoff(config, 1)  # no jitter configured: doubling exactly
+        # reported: status, metrics, the attempt history
+        status = scheduler_status(catalog, config)
+        [entry] = [t for t in status["tables"] if t["table"] == "ns.broken"]
+        assert entry["failures"] >= 3 and entry["retry_at"] and "broken" in entry["last_error"]
+        assert entry["rolling"] and entry["rolling"][0]["partition"] == iso(value)
+        assert any(r["outcome"] == "failed" and r["table"] == "ns.broken" for r in status["recent_rolls"])
+        samples = wait_for(
+            lambda: (
+                (m := metrics_samples(daemon.metrics_port)).get(
+                    ("streampart_roll_consecutive_failures", (("table", "ns.broken"),)), 0
+                )
+                >= 3
+                and m
+            ),
+            "the failure gauge",
+        )
+        assert samples[("streampart_rolls_total", (("outcome", "failed"), ("table", "ns.broken")))] >= 3
+        assert samples[("streampart_roll_consecutive_failures", (("table", "ns.ok"),))] == 0
+        # the storage comes back: the table catches up, its rows intact
+        location.unlink()
+        moved.rename(location)
+        wait_for(
+            lambda: catalog.store.get_partition(broken.id, value).state is PartitionState.STANDARD,
+            "ns.broken to roll once its storage is back",
+        )
+        wait_for(
+            lambda: (
+                next(t for t in scheduler_status(catalog, config)["tables"] if t["table"] == "ns.broken")[
+                    "failures"
+                ]
+                == 0
+            ),
+            "the failure streak to end",
+        )
+    assert catalog.store.get_partition(broken.id, value).rows == 6
+    done = _attempts(catalog, broken, RollOutcome.DONE)
+    assert done[0].partition_value == value and done[0].resumed
+
+
+def test_one_leader_rolls_and_a_standby_takes_over_when_it_stops(catalog) -> None:  # type: ignore[no-untyped-def]
+    table = make_table(catalog, "ns.t", roll_every="2s")
+    other = Catalog.open(catalog.warehouse.root, catalog.store.url)  # as a second process would
+    first, second = RollDaemon(catalog, fast_config()), RollDaemon(other, fast_config())
+    first.start()
+    try:
+        wait_for(lambda: first.is_leader, "the first daemon to lead")
+        second.start()
+        wait_for(lambda: any(a.owner == first.owner for a in _attempts(catalog, table, RollOutcome.DONE)),
+                 "a roll by the leader")  # fmt: skip
+        assert not second.is_leader
+        epoch = catalog.store.get_lease("roll-daemon").epoch
+        first.stop()  # releases the lease: the standby need not wait for it to lapse
+        wait_for(lambda: second.is_leader, "the standby to take over")
+        wait_for(lambda: any(a.owner == second.owner for a in _attempts(catalog, table, RollOutcome.DONE)),
+                 "a roll by the new leader")  # fmt: skip
+        assert catalog.store.get_lease("roll-daemon").epoch == epoch + 1
+    finally:
+        first.stop()
+        second.stop()
+        other.close()
+    done = _attempts(catalog, table, RollOutcome.DONE)
+    assert {a.owner for a in done} == {first.owner, second.owner}
+    assert len({a.partition_value for a in done}) == len(done), "a partition was rolled twice"
+    assert all(p.state is not PartitionState.ROLLING for p in catalog.store.list_partitions(table.id))
