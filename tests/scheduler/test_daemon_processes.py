@@ -1,0 +1,155 @@
+"""Roll daemons as real processes: kill -9 of the leader mid-roll, SIGTERM mid-roll, the CLI.
+
+Each daemon is ``streampart scheduler run`` with fast timings from the environment. A daemon
+dies at an exact step of a roll through a crash point (``STREAMPART_CRASHPOINT``: a real
+SIGKILL, no cleanup), or dwells at one (``STREAMPART_PAUSEPOINT``) so a test can signal it
+while it is provably mid-roll.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from ingest.chunks import ChunkWriter
+from ingest.formats import Format
+from metastore.models import PartitionState, RollOutcome, RollState
+from metastore.warehouse import SEAL_PROPERTY
+from tests.fixtures import make_table
+from tests.helpers import records
+from tests.scheduler.helpers import Writer, check_rolled_rows, cli, leader_pid, start_daemon, wait_for
+
+
+def _stop(proc: subprocess.Popen[str], timeout: float = 30) -> int:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    return proc.wait(timeout=timeout)
+
+
+def _log(path: Path) -> str:
+    return path.read_text() if path.exists() else ""
+
+
+def _events(path: Path) -> list[dict]:
+    return [json.loads(line) for line in _log(path).splitlines() if line.startswith("{")]
+
+
+def test_the_leader_killed_mid_roll_is_replaced_and_the_roll_finishes_exactly_once(catalog, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    table = make_table(catalog, "ns.t", roll_every="3s")
+    w = ChunkWriter(catalog, table)
+    first = catalog.store.open_partition(table.id).value
+    for k in range(4):
+        w.write_once(records(range(k * 10, k * 10 + 10)), Format.JSONL, token=f"before-{k}")
+    writer = Writer(catalog, table, first=1000)  # and writes go on all along
+    writer.start()
+    # the leader kills itself right after sealing its first roll
+    a = start_daemon(catalog, tmp_path / "a.log", crashpoint="roll-after-seal")
+    b = None
+    try:
+        wait_for(lambda: leader_pid(catalog) == a.pid, "the first daemon to lead")
+        b = start_daemon(catalog, tmp_path / "b.log")
+        wait_for(
+            lambda: any(e.get("event") == "daemon.started" for e in _events(tmp_path / "b.log")), "standby"
+        )
+        assert a.wait(timeout=30) == -signal.SIGKILL, _log(tmp_path / "a.log")
+        # the roll it died in (the standby may be at it already, once its lease lapsed)
+        [dead] = [r for r in catalog.store.list_rolls(table.id) if r.partition_value == first]
+        assert dead.owner.split(":")[1] == str(a.pid)
+        wait_for(lambda: leader_pid(catalog) == b.pid, "the standby to take over", timeout=30)
+        done = wait_for(
+            lambda: catalog.store.get_partition(table.id, first).state is PartitionState.STANDARD,
+            "the new leader to finish the dead leader's roll",
+            timeout=30,
+        )
+        assert done
+        wait_for(lambda: len(catalog.store.list_partitions(table.id, [PartitionState.STANDARD])) >= 2,
+                 "the new leader to roll on")  # fmt: skip
+        # while it leads, the CLI reports it, each table's next roll and the last rolls
+        status = cli(catalog, "scheduler", "status", "--json")
+        assert status.returncode == 0, status.stderr
+        info = json.loads(status.stdout)
+        assert info["leader"]["pid"] == b.pid and info["leader"]["live"] and info["leader"]["epoch"] >= 2
+        [t] = info["tables"]
+        assert t["table"] == "ns.t" and t["next_roll"] and t["failures"] == 0
+        assert any(r["outcome"] == "done" and r["resumed"] for r in info["recent_rolls"])
+        text = cli(catalog, "scheduler", "status")
+        assert text.returncode == 0 and "leader:" in text.stdout and "ns.t" in text.stdout, text.stderr
+    finally:
+        writer.stop()
+        if b is not None:
+            assert _stop(b) == 0, _log(tmp_path / "b.log")
+        _stop(a)
+    # the roll the leader died in: one roll, finished once, by the new leader
+    [roll] = [r for r in catalog.store.list_rolls(table.id) if r.partition_value == first]
+    assert roll.id == dead.id and roll.state is RollState.DONE and roll.owner.split(":")[1] == str(b.pid)
+    done_attempts = [
+        x for x in catalog.store.list_roll_attempts(table.id, limit=1000) if x.outcome is RollOutcome.DONE
+    ]
+    assert [x.resumed for x in done_attempts if x.partition_value == first] == [True]
+    assert len({x.partition_value for x in done_attempts}) == len(done_attempts), "a partition rolled twice"
+    # invariants 1-5: rows before and during the crash are each in one place, exactly once
+    check_rolled_rows(
+        catalog, table, [(list(range(k * 10, k * 10 + 10)), [first]) for k in range(4)] + writer.acks
+    )
+    assert catalog.store.get_partition(table.id, first).rows == 40 + sum(
+        len(ids) for ids, parts in writer.acks if parts == [first]
+    )
+
+
+@pytest.mark.parametrize(
+    "grace, outcome",
+    [
+        # the roll may finish within the grace period: it does, then the daemon exits
+        ("10s", RollOutcome.DONE),
+        # no grace: the roll stops at its next step boundary; a restarted daemon resumes it
+        ("0s", RollOutcome.ABANDONED),
+    ],
+)
+def test_sigterm_during_a_roll_exits_cleanly_and_leaves_the_partition_correct(  # type: ignore[no-untyped-def]
+    catalog, tmp_path, grace: str, outcome: RollOutcome
+) -> None:
+    table = make_table(catalog, "ns.t", roll_every="2s")
+    w = ChunkWriter(catalog, table)
+    first = catalog.store.open_partition(table.id).value
+    for k in range(3):
+        w.write_once(records(range(k * 10, k * 10 + 10)), Format.JSONL)
+    log = tmp_path / "d1.log"
+    d1 = start_daemon(catalog, log, pausepoint="roll-after-seal:2", shutdown_grace=grace)
+    try:
+        # mid-roll: the partition's roll has sealed the Delta table and dwells there
+        roll = wait_for(lambda: catalog.store.list_rolls(table.id, unfinished=True), "the roll to begin")[0]
+        wait_for(
+            lambda: str(
+                catalog.warehouse.load(table).metadata().configuration.get(SEAL_PROPERTY, "")
+            ).startswith(roll.id),
+            "the seal",
+        )
+        d1.send_signal(signal.SIGTERM)
+        assert d1.wait(timeout=30) == 0, _log(log)
+    finally:
+        _stop(d1)
+    events = [e.get("event") for e in _events(log)]
+    assert "daemon.stopped" in events and "leader.released" in events
+    [attempt] = [x for x in catalog.store.list_roll_attempts(table.id) if x.partition_value == first]
+    assert attempt.outcome is outcome
+    lease = catalog.store.get_lease("roll-daemon")
+    assert lease.holder is None  # released: a standby need not wait for it to lapse
+    if outcome is RollOutcome.ABANDONED:
+        left = catalog.store.get_roll(roll.id)
+        assert left.state is not RollState.DONE and left.lease_until <= lease.expires_at  # released too
+        d2 = start_daemon(catalog, tmp_path / "d2.log")
+        try:
+            wait_for(
+                lambda: catalog.store.get_partition(table.id, first).state is PartitionState.STANDARD,
+                "the restarted daemon to resume the roll",
+            )
+        finally:
+            assert _stop(d2) == 0, _log(tmp_path / "d2.log")
+        assert catalog.store.get_roll(roll.id).state is RollState.DONE
+    p = catalog.store.get_partition(table.id, first)
+    assert (p.state, p.rows, p.chunks) == (PartitionState.STANDARD, 30, 3)
+    check_rolled_rows(catalog, table, [(list(range(k * 10, k * 10 + 10)), [first]) for k in range(3)])
