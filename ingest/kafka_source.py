@@ -13,7 +13,9 @@ place and follows its contract (option names, columns, offset semantics)::
           .load())
     # columns: key, value, topic, partition, offset, timestamp, timestampType, headers
 
-``spark.read.format("streampart-kafka")`` reads a bounded range the same way (batch).
+``spark.read.format("streampart-kafka")`` reads a bounded range the same way (batch). From
+Python, ``read_stream(spark, source_options("host:9092", "events", starting_offsets="earliest"))``
+validates the options in the driver first (:class:`KafkaConfigError` names the bad one).
 
 How it works
 ------------
@@ -272,7 +274,7 @@ class KafkaSourceOptions:
     def kafka_config(self) -> dict[str, Any]:
         """Keyword arguments for ``kafka.KafkaConsumer``: no group, no commits, no auto reset."""
         config: dict[str, Any] = {
-            "bootstrap_servers": self.bootstrap_servers.split(","),
+            "bootstrap_servers": [s.strip() for s in self.bootstrap_servers.split(",") if s.strip()],
             "client_id": "streampart-kafka-source",
             "bootstrap_timeout_ms": 10_000,
             "max_poll_records": 5_000,
@@ -951,3 +953,43 @@ def register(spark: Any) -> str:
     """Register the source with ``spark`` (idempotent); returns its format name."""
     spark.dataSource.register(KafkaDataSource)
     return NAME
+
+
+def source_options(
+    bootstrap_servers: str,
+    topics: str | Sequence[str],
+    *,
+    starting_offsets: str = "latest",
+    max_offsets_per_trigger: int | None = None,
+    fail_on_data_loss: bool = True,
+    **extra: Any,
+) -> dict[str, str]:
+    """The string options of a ``subscribe`` source, validated here, in the driver.
+
+    ``extra`` holds any other option by its Spark name (``minPartitions=4``,
+    ``**{"kafka.request.timeout.ms": 5000}``). Raises :class:`KafkaConfigError` (a
+    ``UserInputError``) naming the faulty option before any Spark query starts.
+    """
+    topic_list = topics if isinstance(topics, str) else ",".join(topics)
+    options: dict[str, str] = {
+        "kafka.bootstrap.servers": bootstrap_servers,
+        "subscribe": topic_list,
+        "startingOffsets": starting_offsets,
+        "failOnDataLoss": "true" if fail_on_data_loss else "false",
+    }
+    if max_offsets_per_trigger is not None:
+        options["maxOffsetsPerTrigger"] = str(max_offsets_per_trigger)
+    for key, value in extra.items():
+        options[key] = str(value).lower() if isinstance(value, bool) else str(value)
+    KafkaSourceOptions.parse(options)
+    return options
+
+
+def read_stream(spark: Any, options: Mapping[str, str]) -> Any:
+    """``spark.readStream`` of this source with ``options`` (e.g. from :func:`source_options`)."""
+    KafkaSourceOptions.parse(options)
+    register(spark)
+    reader = spark.readStream.format(NAME)
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    return reader.load()

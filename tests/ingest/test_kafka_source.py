@@ -32,7 +32,9 @@ from ingest.kafka_source import (
     plan_ranges,
     rate_limit,
     read_range,
+    read_stream,
     register,
+    source_options,
 )
 
 Row = tuple[str, int, int, bytes | None, bytes | None]  # topic, partition, offset, key, value
@@ -87,11 +89,7 @@ class Collected:
 
 
 def stream(spark: Any, opts: dict[str, str]) -> Any:
-    register(spark)
-    reader = spark.readStream.format(NAME)
-    for k, v in opts.items():
-        reader = reader.option(k, v)
-    return reader.load()
+    return read_stream(spark, opts)
 
 
 def run_available_now(spark: Any, opts: dict[str, str], checkpoint: Path, timeout: float = 120) -> Collected:
@@ -151,7 +149,7 @@ def test_bad_options_name_the_option(opts: dict[str, str], message: str) -> None
 def test_options_case_insensitive_and_passed_to_the_consumer() -> None:
     opts = KafkaSourceOptions.parse(
         {
-            "KAFKA.BOOTSTRAP.SERVERS": "a:1,b:2",
+            "KAFKA.BOOTSTRAP.SERVERS": "a:1, b:2",
             "Subscribe": "x, y,x",
             "MAXOFFSETSPERTRIGGER": "5",
             "kafka.request.timeout.ms": "2000",
@@ -163,6 +161,15 @@ def test_options_case_insensitive_and_passed_to_the_consumer() -> None:
     assert config["bootstrap_servers"] == ["a:1", "b:2"]
     assert config["request_timeout_ms"] == 2000 and config["isolation_level"] == "read_committed"
     assert config["group_id"] is None and config["enable_auto_commit"] is False
+
+
+def test_source_options_are_validated_in_the_driver() -> None:
+    opts = source_options(
+        "h:1", ["a", "b"], starting_offsets="earliest", minPartitions=4, failOnDataLoss=False
+    )
+    assert opts["subscribe"] == "a,b" and opts["minPartitions"] == "4" and opts["failOnDataLoss"] == "false"
+    with pytest.raises(KafkaConfigError, match="maxOffsetsPerTrigger"):
+        source_options("h:1", "a", max_offsets_per_trigger=-1)
 
 
 def test_plan_ranges_split_by_max_records_and_min_partitions() -> None:
