@@ -424,10 +424,13 @@ def with_retries(opts: KafkaSourceOptions, what: str, call: Callable[[], T], res
                 raise
             reset()
             if attempt == attempts:
+                from kafka.errors import KafkaConnectionError, KafkaTimeoutError
+
+                silent = isinstance(exc, (KafkaConnectionError, KafkaTimeoutError, OSError, TimeoutError))
                 raise KafkaUnavailableError(
-                    f"{what}: Kafka brokers at {opts.bootstrap_servers} (kafka.bootstrap.servers) did not "
-                    f"answer after {attempts} attempt(s) in {time.monotonic() - started:.1f} s: "
-                    f"{type(exc).__name__}: {exc}"
+                    f"{what}: Kafka brokers at {opts.bootstrap_servers} (kafka.bootstrap.servers) "
+                    f"{'did not answer' if silent else 'kept failing'} after {attempts} attempt(s) in "
+                    f"{time.monotonic() - started:.1f} s: {type(exc).__name__}: {exc}"
                 ) from exc
             log.warning(
                 "%s failed (%s: %s); retry %d/%d in %.1f s",

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from ingest.broker import EmbeddedBroker, free_port
+from ingest.broker import BrokerError, EmbeddedBroker, free_port
 from ingest.kafka_source import (
     NAME,
     SCHEMA,
@@ -522,3 +522,16 @@ def test_offsets_json_is_canonical() -> None:
         ("a", {"2": 5}),
         ("b", {"9": 0, "10": 1}),
     ]
+
+
+def test_embedded_broker_reports_a_failed_start(tmp_path: Path) -> None:
+    broker = EmbeddedBroker(binary="/bin/false", log_path=tmp_path / "b.log", ready_timeout=5)
+    with pytest.raises(BrokerError, match="exited with code 1"):
+        broker.start()
+    assert not broker.running
+    broker.stop()  # idempotent
+
+
+def test_embedded_broker_fixture_is_up(kafka_broker: EmbeddedBroker) -> None:
+    assert kafka_broker.running and kafka_broker.bootstrap.startswith("127.0.0.1:")
+    assert "listening on" in kafka_broker.log_path.read_text()
