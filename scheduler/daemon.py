@@ -326,6 +326,11 @@ class RollDaemon:
                     job.remove()
 
     def _schedule(self, table_id: int, name: str, value: datetime, at: datetime) -> None:
+        """Have the partition's job run at ``at`` (replacing its earlier plan).
+
+        Not while that job runs: a second run of one job would be dropped by APScheduler
+        (max_instances=1); the running job plans its own retry once it is done.
+        """
         job_id = roll_job_id(table_id, value)
         with self._lock:
             if job_id in self._running or self._stopping.is_set():
@@ -438,16 +443,19 @@ class RollDaemon:
             return
         with self._lock:
             self._running.add(job_id)
+        table: Table | None = None
+        again: datetime | None = None
         try:
-            table = self._roll_one(table_id, value)
+            table, again = self._roll_one(table_id, value)
         except Exception as exc:  # a bug or an unreachable metastore: logged, retried by sync
-            table = None
             event(log, logging.ERROR, "roll.job_failed", f"roll job failed: {exc}", job=job_id, exc_info=True)
         finally:
             with self._lock:
                 self._running.discard(job_id)
             lock.release()
-        if table is not None and self.leadership.is_leader and not self._stopping.is_set():
+        if again is not None:  # only now: while the job ran, its id was taken (see _schedule)
+            self._schedule(table_id, self._known.get(table_id, f"#{table_id}"), value, again)
+        elif table is not None and self.leadership.is_leader and not self._stopping.is_set():
             try:  # schedule the partition that opened (arrival mode) without waiting for a sync
                 self._sync_table(table)
             except Exception as exc:
@@ -460,17 +468,18 @@ class RollDaemon:
                     error=str(exc),
                 )
 
-    def _roll_one(self, table_id: int, value: datetime) -> Table | None:
+    def _roll_one(self, table_id: int, value: datetime) -> tuple[Table | None, datetime | None]:
+        """Roll or resume one partition: the table (to schedule its next partitions) or when to try again."""
         store = self.catalog.store
         try:
             table = store.get_table_by_id(table_id)
         except NotFoundError:
             self._forget(table_id)
-            return None
+            return None, None
         partition = store.get_partition(table_id, value)
         fence = self.leadership.lease
         if partition is None or partition.state is PartitionState.STANDARD or fence is None:
-            return table
+            return table, None
         roller = Roller(
             self.catalog,
             RollConfig(target_file_size=self.roll_config.target_file_size, lease=self.config.roll_lease),
@@ -490,14 +499,13 @@ class RollDaemon:
                     None,
                 )
                 if roll is None:
-                    return table  # finished meanwhile
+                    return table, None  # finished meanwhile
                 roll_id = roll.id
                 result: RollResult | None = roller.run(table, roll, resumed=True)
             else:
                 due = due_time(table, partition)
                 if due > started:  # the table's schedule changed since this job was planned
-                    self._schedule(table.id, str(table.name), value, due)
-                    return None
+                    return None, due
                 result = roller.roll_partition(table, partition, started)
         except RollBusyError:
             roll = self._roll_of(partition)
@@ -511,8 +519,7 @@ class RollDaemon:
                 partition=iso(value),
                 until=at,
             )
-            self._schedule(table.id, str(table.name), value, max(at, _now()) + timedelta(milliseconds=100))
-            return None
+            return None, max(at, _now()) + timedelta(milliseconds=100)
         except (RollAbandonedError, LeaseLostError) as exc:
             if isinstance(exc, LeaseLostError):
                 self.leadership.step_down(str(exc))
@@ -536,13 +543,12 @@ class RollDaemon:
                 partition=iso(value),
                 reason=str(exc),
             )
-            return None
+            return None, None
         except Exception as exc:
-            self._failed(table, partition, started, fence, exc, resumed, roll_id)
-            return None
+            return None, self._failed(table, partition, started, fence, exc, resumed, roll_id)
         if result is not None:
             self._done(table, partition, result, started, fence)
-        return table
+        return table, None
 
     def _roll_of(self, partition: Partition) -> Any:
         rolls = self.catalog.store.list_rolls(partition.table_id, unfinished=True)
@@ -602,7 +608,8 @@ class RollDaemon:
         exc: Exception,
         resumed: bool,
         roll_id: str | None,
-    ) -> None:
+    ) -> datetime:
+        """Count a failure of the table's rolls and record it; when to try again (backoff)."""
         with self._lock:
             failures = self._failures.get(table.id, 0) + 1
             self._failures[table.id] = failures
@@ -647,7 +654,7 @@ class RollDaemon:
             transient=transient,
             exc_info=not transient,
         )
-        self._schedule(table.id, name, partition.value, retry_at)
+        return retry_at
 
     def _record(
         self,

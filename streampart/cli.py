@@ -394,4 +394,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    # Run the importable module, not this __main__ copy: sub-command modules (cli_ingest, …)
+    # import streampart.cli for the global options, and there must be one STATE.
+    from streampart.cli import main as _main
+
+    _main()

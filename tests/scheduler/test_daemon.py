@@ -131,7 +131,8 @@ def test_a_failing_table_is_retried_with_backoff_and_reported_while_others_roll(
     location, moved = Path(broken.location), Path(broken.location + ".moved")
     location.rename(moved)
     location.write_text("not a directory")
-    config = fast_config()
+    # no periodic re-read of the tables to lean on: retries must come from the backoff itself
+    config = fast_config(sync_interval="60s")
     with running(catalog, config) as daemon:
         failed = wait_for(
             lambda: f if len(f := _attempts(catalog, broken, RollOutcome.FAILED)) >= 3 else None,
