@@ -45,7 +45,13 @@ from apscheduler.triggers.date import DateTrigger
 
 from ingest.config import ChunkConfig
 from metastore.catalog import Catalog
-from metastore.errors import LeaseLostError, MetastoreUnavailableError, NotFoundError, RetriableError
+from metastore.errors import (
+    LeaseLostError,
+    MetastoreUnavailableError,
+    NotFoundError,
+    RetriableError,
+    UserInputError,
+)
 from metastore.models import Lease, Partition, PartitionState, RollOutcome, Table, iso
 from scheduler.config import RollConfig, SchedulerConfig
 from scheduler.errors import RollAbandonedError, RollBusyError
@@ -146,7 +152,14 @@ class RollDaemon:
     def start(self) -> None:
         """Start serving metrics and the scheduler's jobs (returns at once)."""
         if self.config.metrics:
-            self._metrics_server = self.metrics.serve(self.config.metrics_host, self.config.metrics_port)
+            host, port = self.config.metrics_host, self.config.metrics_port
+            try:
+                self._metrics_server = self.metrics.serve(host, port)
+            except OSError as exc:
+                raise UserInputError(
+                    f"cannot serve metrics on {host}:{port} ({exc.strerror or exc}); choose another "
+                    "port with --metrics-port or scheduler.metrics_port, or --no-metrics"
+                ) from None
             self.metrics_port = int(self._metrics_server.server_port)
         host = socket.gethostname()
         self.leadership.info = {
@@ -251,7 +264,8 @@ class RollDaemon:
                 event(log, logging.WARNING, "roll.release_failed", "could not release rolls", error=str(exc))
         self.leadership.release()
         self.metrics.leader.set(0)
-        self.scheduler.shutdown(wait=False)
+        if self.scheduler.running:
+            self.scheduler.shutdown(wait=False)
         if self._metrics_server is not None:
             self._metrics_server.shutdown()
             self._metrics_server.server_close()
