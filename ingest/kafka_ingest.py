@@ -38,6 +38,7 @@ from ingest.config import ChunkConfig
 from ingest.errors import IngestError
 from ingest.formats import RecordValidator
 from metastore.catalog import Catalog
+from metastore.crashpoints import crashpoint
 from metastore.errors import UserInputError
 from metastore.models import ChunkState, StagedFile, Table, TableKind, TableName, parse_duration
 from metastore.warehouse import Warehouse
@@ -319,6 +320,7 @@ class ChunkSink:
                 if r.path is None
             ]
             chunk = self.writer.stage_files(chunk, files, bad)
+            crashpoint("chunk-after-write")
         result = self.writer.commit(chunk.id, owner_is_dead=True)
         self.batches += 1
         log.info(

@@ -2,7 +2,8 @@
 
 ``STREAMPART_CRASHPOINT=<name>`` makes the process SIGKILL itself when it reaches that point,
 so a test can kill a writer or roller at an exact step of the protocol (a real kill -9: no
-cleanup, no ``finally``). Unset, a crash point costs one dictionary lookup.
+cleanup, no ``finally``). ``<name>@<n>`` kills at the n-th time the point is reached (a
+streaming job's third batch, say). Unset, a crash point costs one dictionary lookup.
 """
 
 from __future__ import annotations
@@ -24,6 +25,16 @@ POINTS = (
 )
 
 
+_hits: dict[str, int] = {}
+
+
 def crashpoint(name: str) -> None:
-    if os.environ.get(ENV) == name:
+    wanted = os.environ.get(ENV)
+    if wanted is None or not wanted.startswith(name):
+        return
+    point, _, nth = wanted.partition("@")
+    if point != name:
+        return
+    _hits[name] = _hits.get(name, 0) + 1
+    if _hits[name] >= int(nth or 1):
         os.kill(os.getpid(), signal.SIGKILL)

@@ -70,7 +70,9 @@ def ingest_kafka(
         starting_offsets=starting_offsets,
         fail_on_data_loss=fail_on_data_loss,
     )
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # one line per committed batch (ingest.*); libraries stay at warnings
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("ingest").setLevel(logging.INFO)
     settings = STATE.settings()
     catalog = STATE.catalog()
     from ingest.kafka_ingest import run_kafka_ingest

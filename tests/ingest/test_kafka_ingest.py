@@ -1,0 +1,397 @@
+"""Kafka → table ingest, end to end: a real broker, real Spark, real chunk commits and rolls."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+
+from ingest.config import ChunkConfig
+from ingest.kafka_ingest import IngestQueryError, KafkaIngestOptions, run_kafka_ingest, start_kafka_ingest
+from metastore.catalog import Catalog
+from metastore.models import ChunkState, Mode, PartitionState, TableKind
+from metastore.warehouse import partition_dir
+from scheduler.roll import Roller
+from tests.fixtures import make_table
+from tests.helpers import all_ids, delta_rows, duplicates
+
+TS = "2026-11-21T10:15:00Z"
+
+
+def topic_name() -> str:
+    return f"t-{uuid.uuid4().hex[:10]}"
+
+
+def event(i: int, ts: str = TS, **extra: Any) -> dict[str, Any]:
+    return {"value": json.dumps({"id": i, "ts": ts, "msg": f"event {i}", **extra}), "partition": i % 3}
+
+
+def options(catalog: Catalog, broker: Any, topic: str, **kw: Any) -> KafkaIngestOptions:
+    base: dict[str, Any] = {
+        "table": "ns.events",
+        "bootstrap": broker.bootstrap,
+        "topic": topic,
+        "available_now": True,
+        "checkpoint": str(Path(catalog.warehouse.root).parent / f"ckpt-{topic}"),
+    }
+    return KafkaIngestOptions(**{**base, **kw})
+
+
+def test_available_now_lands_every_record_exactly_once(spark, sqlite_catalog, kafka_broker) -> None:  # type: ignore[no-untyped-def]
+    table = make_table(sqlite_catalog, dead_letter=True)
+    topic = topic_name()
+    kafka_broker.create_topic(topic, partitions=3)
+    kafka_broker.produce(topic, [event(i) for i in range(600)])
+    opts = options(sqlite_catalog, kafka_broker, topic, max_offsets_per_trigger=250)
+
+    batches = run_kafka_ingest(spark, sqlite_catalog, opts)
+
+    assert batches == 3  # 600 records at 250 per trigger
+    rows = delta_rows(table, columns="id, msg")
+    assert sorted(rows.column("id").to_pylist()) == list(range(600))
+    for i, m in zip(rows.column("id").to_pylist(), rows.column("msg").to_pylist(), strict=True):
+        assert m == f"event {i}"
+    chunks = sqlite_catalog.store.list_chunks(table.id, [ChunkState.COMMITTED])
+    assert len(chunks) == 3 and all(c.token.startswith("kafka:") for c in chunks)
+
+    # a second run finds nothing new and adds nothing
+    assert run_kafka_ingest(spark, sqlite_catalog, opts) == 0
+    assert sorted(all_ids(table)) == list(range(600))
+
+    # new records are picked up from where the checkpoint left off
+    kafka_broker.produce(topic, [event(i) for i in range(600, 650)])
+    assert run_kafka_ingest(spark, sqlite_catalog, opts) == 1
+    assert sorted(all_ids(table)) == list(range(650))
+
+
+def test_malformed_records_go_to_the_dead_letter_table_good_ones_commit(
+    spark, sqlite_catalog, kafka_broker
+) -> None:  # type: ignore[no-untyped-def]
+    table = make_table(sqlite_catalog, dead_letter=True)
+    topic = topic_name()
+    kafka_broker.create_topic(topic, partitions=1)
+    bad = {
+        b"{not json": "invalid JSON",
+        json.dumps({"id": "seven", "ts": TS}).encode(): "column 'id'",
+        json.dumps({"id": 7}).encode(): "column 'ts' is required",
+        json.dumps({"id": 8, "ts": TS, "msg": "x" * 5000}).encode(): "exceeds 1000",
+        b"\xff\xfe garbage": "invalid UTF-8",
+        b"[1, 2]": "expected a JSON object",
+    }
+    records: list[dict[str, Any]] = [
+        {"value": json.dumps({"id": i, "ts": TS}), "partition": 0} for i in range(5)
+    ]
+    records += [{"value": raw, "partition": 0} for raw in bad]
+    records += [{"value": json.dumps({"id": i, "ts": TS}), "partition": 0} for i in range(5, 10)]
+    offsets = kafka_broker.produce(topic, records)
+
+    run_kafka_ingest(
+        spark, sqlite_catalog, options(sqlite_catalog, kafka_broker, topic), ChunkConfig(max_value_bytes=1000)
+    )
+
+    assert sorted(all_ids(table)) == list(range(10))
+    dlq = sqlite_catalog.companion(table, TableKind.DEAD_LETTER)
+    dead = delta_rows(dlq, columns="source, position, reason, raw").to_pylist()
+    assert len(dead) == len(bad)
+    by_raw = {d["raw"]: d for d in dead}
+    for k, (raw, reason) in enumerate(bad.items()):
+        entry = by_raw[raw]  # the exact bytes that arrived
+        assert reason in entry["reason"], entry
+        assert entry["source"] == f"{topic}/0"
+        assert entry["position"] == offsets[5 + k][1]  # the Kafka offset of that record
+
+
+def test_csv_records(spark, sqlite_catalog, kafka_broker) -> None:  # type: ignore[no-untyped-def]
+    table = make_table(sqlite_catalog, dead_letter=True)
+    topic = topic_name()
+    kafka_broker.create_topic(topic, partitions=1)
+    kafka_broker.produce(
+        topic,
+        [f'{i},{TS},"hello, {i}"' for i in range(20)] + ["1,2"],  # the last one lacks a field
+    )
+    run_kafka_ingest(spark, sqlite_catalog, options(sqlite_catalog, kafka_broker, topic, format="csv"))
+    rows = delta_rows(table, columns="id, msg").to_pylist()
+    assert sorted(r["id"] for r in rows) == list(range(20))
+    assert {r["msg"] for r in rows} == {f"hello, {i}" for i in range(20)}
+    dlq = sqlite_catalog.companion(table, TableKind.DEAD_LETTER)
+    assert [d["reason"] for d in delta_rows(dlq, columns="reason").to_pylist()] == [
+        "expected 3 CSV fields (id, ts, msg), got 2"
+    ]
+
+
+def test_event_time_batch_spanning_partitions_commits_atomically(spark, sqlite_catalog, kafka_broker) -> None:  # type: ignore[no-untyped-def]
+    table = make_table(sqlite_catalog, mode=Mode.EVENT_TIME, lateness="1h", dead_letter=True)
+    topic = topic_name()
+    kafka_broker.create_topic(topic, partitions=3)
+    hours = ["2026-11-21T08:10:00Z", "2026-11-21T09:20:00Z", "2026-11-21T10:30:00Z"]
+    kafka_broker.produce(topic, [event(i, ts=hours[i % 3]) for i in range(90)])
+    before = int(sqlite_catalog.warehouse.load(table).version())
+
+    assert run_kafka_ingest(spark, sqlite_catalog, options(sqlite_catalog, kafka_broker, topic)) == 1
+
+    after = int(sqlite_catalog.warehouse.load(table).version())
+    assert after == before + 1  # one batch, one Delta commit, three partitions
+    (chunk,) = sqlite_catalog.store.list_chunks(table.id, [ChunkState.COMMITTED])
+    assert len(chunk.partitions) == 3 and chunk.rows == 90
+    rows = delta_rows(table, columns="id, ts_period").to_pylist()
+    for r in rows:
+        assert r["ts_period"].hour == int(hours[r["id"] % 3][11:13])
+
+
+def test_not_without_a_dead_letter_table(spark, sqlite_catalog, kafka_broker) -> None:  # type: ignore[no-untyped-def]
+    make_table(sqlite_catalog)
+    with pytest.raises(Exception, match="no dead-letter table"):
+        run_kafka_ingest(spark, sqlite_catalog, options(sqlite_catalog, kafka_broker, topic_name()))
+
+
+def test_rolls_while_the_stream_runs_lose_and_duplicate_nothing(spark, sqlite_catalog, kafka_broker) -> None:  # type: ignore[no-untyped-def]
+    table = make_table(sqlite_catalog, dead_letter=True)
+    topic = topic_name()
+    kafka_broker.create_topic(topic, partitions=3)
+    total = 1500
+    opts = options(sqlite_catalog, kafka_broker, topic, available_now=False, trigger="1s")
+    query = start_kafka_ingest(spark, sqlite_catalog, opts)
+    stop = threading.Event()
+
+    def produce() -> None:
+        for start in range(0, total, 100):
+            kafka_broker.produce(topic, [event(i) for i in range(start, start + 100)])
+            if stop.wait(0.4):
+                return
+
+    producer = threading.Thread(target=produce)
+    producer.start()
+    roller = Roller(sqlite_catalog)
+    rolled = []
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            time.sleep(1.5)
+            rolled += roller.roll_table(table, force=True)
+            if not producer.is_alive() and len(all_ids(table)) >= total:
+                break
+            assert query.isActive, query.exception()
+    finally:
+        stop.set()
+        producer.join()
+        query.stop()
+
+    ids = all_ids(table)
+    assert duplicates(ids) == [] and sorted(ids) == list(range(total))
+    standard = sqlite_catalog.store.list_partitions(table.id, [PartitionState.STANDARD])
+    assert len(rolled) >= 2 and len(standard) == len([r for r in rolled if r is not None])
+    # each standard partition holds exactly the chunks committed into it while it was open,
+    # and a plain Parquet reader of its directory sees exactly those rows
+    committed = sqlite_catalog.store.list_chunks(table.id, [ChunkState.COMMITTED])
+    for p in standard:
+        expected = sum(c.rows for c in committed if p.value in c.partitions)
+        directory = Path(table.location) / partition_dir(table, p.value)
+        assert pq.read_table(directory).num_rows == expected == p.rows
+
+
+# -- crashes ------------------------------------------------------------------------------
+def ingest_cmd(catalog: Catalog, broker: Any, topic: str, checkpoint: Path, *extra: str) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "streampart.cli",
+        "--warehouse",
+        str(catalog.warehouse.root),
+        "--metastore",
+        str(catalog.store.url),
+        "ingest",
+        "kafka",
+        "ns.events",
+        "--bootstrap",
+        broker.bootstrap,
+        "--topic",
+        topic,
+        "--checkpoint",
+        str(checkpoint),
+        *extra,
+    ]
+
+
+# Where the ingest process dies (its driver, with Spark's JVM below it), then restarts:
+CRASHES = [
+    # a task staged files, the driver recorded them, no commit: the replay restages, commits
+    "chunk-after-write@2",
+    # COMMITTING recorded, no Delta commit: the replay takes the commit over at once
+    "chunk-before-delta-commit@3",
+    # Delta commit landed, metastore not told: the replay finds it in the log, adds nothing
+    "chunk-after-delta-commit@2",
+    # and SIGKILL at random instants, from outside, while producers keep producing
+    "random",
+    "random",
+]
+
+
+def test_ingest_killed_again_and_again_lands_every_record_once(
+    sqlite_catalog, kafka_broker, tmp_path
+) -> None:  # type: ignore[no-untyped-def]
+    table = make_table(sqlite_catalog, dead_letter=True)
+    topic = topic_name()
+    kafka_broker.create_topic(topic, partitions=3)
+    checkpoint = tmp_path / "checkpoint"
+    produced = Counter[int]()
+    stop = threading.Event()
+
+    def produce() -> None:
+        i = 0
+        while not stop.is_set():
+            kafka_broker.produce(topic, [event(k) for k in range(i, i + 50)])
+            produced.update(range(i, i + 50))
+            i += 50
+            stop.wait(0.2)
+
+    producer = threading.Thread(target=produce)
+    producer.start()
+    rng = random.Random(4196)
+    outcomes = []
+    try:
+        for crash in CRASHES:
+            env = {**os.environ}
+            cmd = ingest_cmd(
+                sqlite_catalog,
+                kafka_broker,
+                topic,
+                checkpoint,
+                "--trigger",
+                "1s",
+                "--max-offsets-per-trigger",
+                "120",
+            )
+            if crash == "random":
+                proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                # wait until it commits something, then kill it at a random instant
+                seen = len(sqlite_catalog.store.list_chunks(table.id, [ChunkState.COMMITTED]))
+                deadline = time.monotonic() + 120
+                while time.monotonic() < deadline and proc.poll() is None:
+                    if len(sqlite_catalog.store.list_chunks(table.id, [ChunkState.COMMITTED])) > seen:
+                        break
+                    time.sleep(0.2)
+                time.sleep(rng.uniform(0.0, 2.5))
+                proc.send_signal(signal.SIGKILL)
+                _, err = proc.communicate(timeout=60)
+            else:
+                env["STREAMPART_CRASHPOINT"] = crash
+                proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                _, err = proc.communicate(timeout=240)
+            outcomes.append((crash, proc.returncode))
+            assert proc.returncode == -signal.SIGKILL, (crash, cmd, err.decode()[-1000:])
+            # whatever was committed so far is there exactly once
+            assert duplicates(all_ids(table)) == []
+    finally:
+        stop.set()
+        producer.join()
+    # a final clean run drains the topic
+    proc = subprocess.run(
+        ingest_cmd(sqlite_catalog, kafka_broker, topic, checkpoint, "--available-now"),
+        capture_output=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr.decode()[-2000:]
+    ids = all_ids(table)
+    assert duplicates(ids) == []
+    assert set(ids) == set(produced), (len(ids), len(produced), outcomes)
+    # no chunk is left half-way
+    states = Counter(c.state for c in sqlite_catalog.store.list_chunks(table.id))
+    assert set(states) <= {ChunkState.COMMITTED, ChunkState.RESERVED}, states
+
+
+# -- broker trouble -------------------------------------------------------------------------
+def test_broker_unreachable_at_start_is_a_clear_error(sqlite_catalog, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from ingest.broker import free_port
+
+    make_table(sqlite_catalog, dead_letter=True)
+    port = free_port()
+    started = time.monotonic()
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "streampart.cli",
+            "--warehouse",
+            str(sqlite_catalog.warehouse.root),
+            "--metastore",
+            str(sqlite_catalog.store.url),
+            "ingest",
+            "kafka",
+            "ns.events",
+            "--bootstrap",
+            f"127.0.0.1:{port}",
+            "--topic",
+            "nothing",
+            "--available-now",
+            "--checkpoint",
+            str(tmp_path / "ckpt"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("error:") and f"127.0.0.1:{port}" in last, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+    assert time.monotonic() - started < 240
+
+
+def test_broker_lost_mid_stream_fails_clearly_and_loses_nothing(spark, sqlite_catalog, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from ingest.broker import EmbeddedBroker
+
+    table = make_table(sqlite_catalog, dead_letter=True)
+    broker = EmbeddedBroker(log_path=tmp_path / "tansu.log").start()
+    topic = topic_name()
+    try:
+        broker.create_topic(topic, partitions=3)
+        broker.produce(topic, [event(i) for i in range(100)])
+        opts = options(
+            sqlite_catalog,
+            broker,
+            topic,
+            available_now=False,
+            trigger="1s",
+            source_options={
+                "fetchOffset.numRetries": "2",
+                "fetchOffset.retryIntervalMs": "200",
+                "kafkaConsumer.pollTimeoutMs": "5000",
+            },
+        )
+        box: dict[str, Any] = {}
+        stop = threading.Event()
+
+        def run() -> None:
+            try:
+                box["batches"] = run_kafka_ingest(spark, sqlite_catalog, opts, should_stop=stop.is_set)
+            except IngestQueryError as exc:
+                box["error"] = exc
+
+        runner = threading.Thread(target=run)
+        runner.start()
+        deadline = time.monotonic() + 120
+        while len(all_ids(table)) < 100 and time.monotonic() < deadline:
+            time.sleep(0.3)
+        assert sorted(all_ids(table)) == list(range(100))
+        broker.stop()
+        runner.join(timeout=180)
+        stop.set()
+        runner.join(timeout=60)
+        assert not runner.is_alive()
+        assert "error" in box, box  # never a silent stall
+        assert broker.bootstrap in str(box["error"]), str(box["error"])
+        assert sorted(all_ids(table)) == list(range(100))  # nothing committed is lost
+    finally:
+        broker.stop()
