@@ -48,7 +48,7 @@ def test_writers_rollers_and_readers_at_once(catalog) -> None:  # type: ignore[n
         seen_versions.append((version, len(first)))
     outputs = [w.communicate(timeout=120) for w in writers]
     roll_out, roll_err = roller.communicate(timeout=120)
-    for (out, err), w in zip(outputs, writers, strict=True):
+    for (_out, err), w in zip(outputs, writers, strict=True):
         assert w.returncode == 0, err
     assert roller.returncode == 0, roll_err
     counts = [n for _, n in sorted(seen_versions)]

@@ -27,9 +27,9 @@ def test_tables_create_get_list_and_duplicate(catalog) -> None:  # type: ignore[
     make_table(catalog, "ns.b", mode=Mode.EVENT_TIME, lateness="10m")
     assert catalog.store.get_table("ns.a").id == t.id
     assert [str(x.name) for x in catalog.store.list_tables()] == ["ns.a", "ns.b"]
-    with pytest.raises(AlreadyExistsError, match="ns.a exists"):
+    with pytest.raises(AlreadyExistsError, match=r"ns\.a exists"):
         make_table(catalog, "ns.a")
-    with pytest.raises(NotFoundError, match="ns.zzz does not exist"):
+    with pytest.raises(NotFoundError, match=r"ns\.zzz does not exist"):
         catalog.store.get_table(TableName.parse("ns.zzz"))
     # arrival tables open a streaming partition at creation; event-time ones on first write
     assert [p.state for p in catalog.store.list_partitions(t.id)] == [PartitionState.STREAMING]
