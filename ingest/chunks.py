@@ -435,7 +435,7 @@ class ChunkWriter:
 def expire_chunks(catalog: Catalog, now: datetime | None = None) -> list[Chunk]:
     """Expire reserved chunks past their TTL (at ``now``) and delete their staged files."""
     expired = catalog.store.expire_chunks(now)
-    tables = {}
+    tables: dict[int, Table] = {}
     for chunk in expired:
         table = tables.get(chunk.table_id) or catalog.store.get_table_by_id(chunk.table_id)
         tables[chunk.table_id] = table

@@ -383,9 +383,9 @@ def query_failure(exc: BaseException) -> str:
     message = str(exc)
     found = [m for m in map(_PY_ERROR.match, message.splitlines()) if m is not None]
     python_side = [m for m in found if not m.group(1).startswith(("Py4J", "Streaming", "Spark"))]
-    best = (python_side or found or [None])[-1]
-    if best is None:
+    if not (python_side or found):
         return message.strip().splitlines()[0] if message.strip() else type(exc).__name__
+    best = (python_side or found)[-1]
     return f"{best.group(1)}: {best.group(2)}"
 
 
@@ -395,7 +395,7 @@ def run_kafka_ingest(
     options: KafkaIngestOptions,
     config: ChunkConfig | None = None,
     should_stop: Callable[[], bool] = lambda: False,
-    poll_seconds: float = 0.5,
+    poll_seconds: int = 1,
 ) -> int:
     """Run the ingest query until it finishes (available-now), fails, or ``should_stop()``.
 

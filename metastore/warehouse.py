@@ -366,11 +366,12 @@ class Warehouse:
         while info is not None and info.get(key) != value:
             version += 1
             info = self.commit_info(table, version)
-        if info is None:
-            version = self.find_commit(table, key, value, read_version)
-        if version is None:
+        if info is not None:
+            return version
+        found = self.find_commit(table, key, value, read_version)
+        if found is None:
             raise DeltaCommitError(f"commit {key}={value} to {table.name} is not in the Delta log")
-        return version
+        return found
 
     def find_commit(self, table: Table, key: str, value: str, since_version: int) -> int | None:
         """The version of the commit after ``since_version`` whose commit info has ``key == value``.
