@@ -196,7 +196,7 @@ class Roller:
             partition=iso(roll.partition_value),
             roll=roll.id,
             state=roll.state.value,
-            chunks=roll.files_before or 0,
+            chunks=self._chunks_rolled(table, roll),
             rows=roll.rows or 0,
             bytes=roll.bytes or 0,
             files_before=roll.files_before or 0,
@@ -250,8 +250,26 @@ class Roller:
         )
         self._step("roll-before-finish")
         return store.finish_roll(
-            roll, self.owner, chunks=roll.files_before or 0, rows=rows, nbytes=nbytes, files=len(final)
+            roll,
+            self.owner,
+            chunks=self._chunks_rolled(table, roll),
+            rows=rows,
+            nbytes=nbytes,
+            files=len(final),
         )
+
+    def _chunks_rolled(self, table: Table, roll: Roll) -> int:
+        """How many chunks the roll swept: distinct chunks among the partition's staged files.
+
+        Counted in the snapshot before the sweep (a sealed partition's staged files no longer
+        change), so a resumed roll counts the same. A chunk may have several files (one per
+        Spark task that staged it), so this is not the number of files.
+        """
+        if not roll.files_before:
+            return 0
+        wh = self.catalog.warehouse
+        dt = wh.load(table, roll.sweep_version - 1) if roll.sweep_version else wh.load(table)
+        return len({f.chunk for f in wh.live_files(dt) if f.partition == roll.partition_value and f.staged})
 
     def _remove_leftovers(self, table: Table, value: datetime, live: set[str]) -> None:
         """Delete files in the partition's directory that no Delta version made live (crashed sweeps)."""

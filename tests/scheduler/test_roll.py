@@ -118,3 +118,24 @@ def test_a_forced_roll_mid_period_opens_a_distinct_partition(catalog) -> None:  
     [r2] = Roller(catalog).roll_table(table, now=now, force=True)  # same instant again
     assert r2.partition == r.next_partition and r2.next_partition != r.next_partition
     assert len({p.value for p in catalog.store.list_partitions(table.id)}) == 3
+
+
+def test_a_chunk_staged_by_several_tasks_counts_once(catalog) -> None:  # type: ignore[no-untyped-def]
+    # A Spark micro-batch is one chunk whose files are staged by several tasks.
+    from ingest.chunks import write_staged_files
+
+    table = make_table(catalog)
+    w = ChunkWriter(catalog, table)
+    chunk = w.reserve()
+    files = []
+    for task in range(3):
+        data = w.parse(records(range(task * 10, task * 10 + 10)), Format.JSONL).good
+        files += write_staged_files(catalog.warehouse, table, f"{chunk.id}-{task:05d}", data)
+    w.stage_files(chunk, files, [])
+    w.commit(chunk.id)
+    [before] = catalog.describe(table)["partitions"]
+    assert (before["chunks"], before["files"], before["rows"]) == (1, 3, 30)
+    [result] = Roller(catalog).roll_table(table, force=True)
+    assert (result.chunks, result.files_before, result.files_after, result.rows) == (1, 3, 1, 30)
+    [standard] = catalog.store.list_partitions(table.id, [PartitionState.STANDARD])
+    assert standard.chunks == 1
