@@ -164,3 +164,17 @@ chunk_summaries = Table(
 
 # Pruning walks a table's chunks oldest first (migration 0002).
 Index("ix_sp_chunks_table_created", chunks.c.table_id, chunks.c.created_at)
+
+# Bearer tokens of the HTTP API (migration 0003): the SHA-256 hex digest of each token, never
+# the token itself; ``scopes`` is a list of "permission:namespace" strings.
+tokens = Table(
+    "sp_tokens",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("name", String(128), nullable=False),
+    Column("token_hash", String(64), nullable=False),
+    Column("scopes", JSON, nullable=False),
+    Column("created_at", DateTime, nullable=False),
+    UniqueConstraint("name", name="uq_sp_tokens_name"),
+    UniqueConstraint("token_hash", name="uq_sp_tokens_hash"),
+)
