@@ -149,6 +149,10 @@ def rewrite(sql: str, tables: set[str]) -> tuple[str, set[str]]:
         else:
             replacement.set("alias", exp.TableAlias(this=exp.to_identifier(node.name)))
         node.replace(replacement)
+    # ns.t.col → t.col: the view keeps the alias t, and Spark resolves no three-part names
+    for column in tree.find_all(exp.Column):
+        if column.args.get("db") and f"{column.db}.{column.table}" in used:
+            column.set("db", None)
     return tree.sql(dialect="spark"), used
 
 

@@ -54,6 +54,7 @@ def test_streampart_query_agrees_with_an_independent_reader(spark, sqlite_catalo
 def test_sql_names_are_checked_and_rewritten() -> None:
     sql, used = rewrite("SELECT count(*) FROM ns.t JOIN ns.u ON ns.t.id = u.id", {"ns.t", "ns.u"})
     assert used == {"ns.t", "ns.u"} and "__sp_ns__t" in sql
+    assert "ns.t.id" not in sql and "t.id = u.id" in sql  # three-part column names resolve
     with pytest.raises(UserInputError, match=r"ns\.nope does not exist"):
         rewrite("SELECT * FROM ns.nope", {"ns.t"})
     with pytest.raises(UserInputError, match="syntax error"):
