@@ -34,6 +34,13 @@ SCALES: dict[str, dict[str, Any]] = {
         "read_chunks": 2000,
         "read_reps": 3,
         "read_warmup_rounds": 1,
+        "kafka_records": 200_000,
+        "kafka_partitions": 4,
+        "kafka_max_offsets": 50_000,
+        "kafka_reps": 2,
+        "kafka_warmup": 1,
+        "kafka_fresh_seconds": 60,
+        "kafka_fresh_rate": 200,
     },
     "quick": {
         "rows": 100,
@@ -45,17 +52,24 @@ SCALES: dict[str, dict[str, Any]] = {
         "read_chunks": 150,
         "read_reps": 1,
         "read_warmup_rounds": 0,
+        "kafka_records": 20_000,
+        "kafka_partitions": 4,
+        "kafka_max_offsets": 5_000,
+        "kafka_reps": 2,
+        "kafka_warmup": 1,
+        "kafka_fresh_seconds": 15,
+        "kafka_fresh_rate": 200,
     },
 }
 
 
 def benchmarks() -> dict[str, Any]:
-    from bench import commit_latency, roll, snapshot_read
+    from bench import commit_latency, kafka_ingest, roll, snapshot_read
 
-    return {m.NAME: m for m in (commit_latency, roll, snapshot_read)}
+    return {m.NAME: m for m in (commit_latency, roll, snapshot_read, kafka_ingest)}
 
 
-NAMES = ("commit", "roll", "read")
+NAMES = ("commit", "roll", "read", "kafka")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
