@@ -27,3 +27,20 @@ class ChunkBusyError(IngestError, RetriableError):
 
 class CommitTimeoutError(IngestError, RetriableError):
     """The commit did not land before its deadline; retrying with the same token resolves it."""
+
+
+class ApiClientError(IngestError):
+    """An error answer of the HTTP API, as the Python client (:mod:`ingest.client`) raises it."""
+
+    def __init__(self, message: str, status: int | None = None, code: str | None = None,
+                 field: str | None = None, line: int | None = None) -> None:  # fmt: skip
+        super().__init__(message)
+        self.status, self.code, self.field, self.line = status, code, field, line
+
+
+class ApiRequestError(ApiClientError, UserInputError):
+    """The server refused the request (4xx): bad input, unknown table or chunk, auth, state."""
+
+
+class ApiUnavailableError(ApiClientError, RetriableError):
+    """The server could not be reached or stayed unavailable (5xx) for as long as the client retried."""

@@ -20,6 +20,7 @@ from rich.table import Table as RichTable
 from metastore.errors import StreampartError, UserInputError
 from streampart.cli_ingest import ingest_app
 from streampart.cli_scheduler import scheduler_app
+from streampart.cli_serve import serve, token_app, write_over_http
 
 app = typer.Typer(
     help="Streaming ingestion into time-partitioned Delta tables with streaming partitions and atomic rolls.",
@@ -31,6 +32,8 @@ table_app = typer.Typer(help="Create, list, describe and drop streaming tables."
 app.add_typer(table_app, name="table")
 app.add_typer(ingest_app, name="ingest")
 app.add_typer(scheduler_app, name="scheduler")
+app.command("serve")(serve)
+app.add_typer(token_app, name="token")
 
 out = Console(soft_wrap=True)
 err = Console(stderr=True, soft_wrap=True)  # an error stays one line, whatever the terminal's width
@@ -253,12 +256,20 @@ def write(
         str | None, typer.Option(help="Idempotency token: a retry with the same token lands once")
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON")] = False,
+    url: Annotated[
+        str | None, typer.Option(help="Send through the HTTP API at URL (streampart serve)")
+    ] = None,
+    api_token: Annotated[
+        str | None, typer.Option(envvar="STREAMPART_API_TOKEN", help="Bearer token for --url")
+    ] = None,
 ) -> None:
     """Commit FILE as one chunk into the table's streaming partition(s)."""
     from ingest.chunks import ChunkWriter
     from ingest.formats import Format
 
     fmt = _choice(Format, format, "--format") if format else Format.guess(file)
+    if url is not None:
+        return write_over_http(url, api_token, name, file, fmt, token, as_json)
     if str(file) == "-":
         content = sys.stdin.buffer.read()
     else:

@@ -20,6 +20,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from ingest.api.config import ServerConfig
 from ingest.config import ChunkConfig
 from metastore.errors import UserInputError
 from scheduler.config import RollConfig, SchedulerConfig
@@ -50,6 +51,7 @@ class Settings(BaseSettings):
     roll: RollConfig = Field(default_factory=RollConfig, description="Rolls.")
     spark: SparkConfig = Field(default_factory=SparkConfig, description="Spark for queries.")
     scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig, description="The roll daemon.")
+    server: ServerConfig = Field(default_factory=ServerConfig, description="The HTTP API (streampart serve).")
 
     @classmethod
     def settings_customise_sources(

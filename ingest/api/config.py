@@ -1,0 +1,52 @@
+"""Configuration of the HTTP API server (``streampart serve``)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from scheduler.config import Duration
+
+
+class ServerConfig(BaseModel):
+    """The HTTP chunk API (``[server]`` in conf/streampart.toml, ``STREAMPART_SERVER__*``)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    host: str = Field("127.0.0.1", description="Address to listen on (0.0.0.0: every interface).")
+    port: int = Field(
+        8080, ge=0, le=65535, description="Port to listen on (0: a free port, logged at start)."
+    )
+    # Why 256 MiB: an upload is spooled to the table's staging area, not held in memory, but
+    # CSV and Parquet uploads are parsed whole (JSON lines in batches of upload_batch_rows), so
+    # the limit bounds the server's memory per concurrent upload. Larger data: more chunks.
+    max_upload_bytes: int = Field(
+        256 * 1024 * 1024, ge=1, description="Largest chunk upload (PUT /v1/chunks/{id}/data); larger: 413."
+    )
+    # Why 16 MiB: an events batch is one JSON document parsed in memory (Python objects take
+    # several times its size); Flume's HTTP sink sends batches of a few hundred events.
+    max_events_bytes: int = Field(
+        16 * 1024 * 1024, ge=1, description="Largest events batch (POST …/events); larger: 413."
+    )
+    upload_batch_rows: int = Field(
+        100_000,
+        ge=1,
+        description="JSON-lines uploads are parsed and staged this many lines at a time (one staged file "
+        "each), which bounds the memory one upload takes.",
+    )
+    # Why 5 s: every request authenticates; a metastore round trip per request would double the
+    # metastore's load. A revoked token keeps working for at most this long on each server.
+    auth_cache_ttl: Duration = Field(
+        timedelta(seconds=5),
+        description="How long a server remembers a token lookup (a revocation takes effect within this).",
+    )
+    docs: bool = Field(
+        True, description="Serve interactive API docs at /docs (the OpenAPI JSON is always served)."
+    )
+    access_log: bool = Field(False, description="Log every request (uvicorn's access log).")
+    log_format: Literal["json", "text"] = Field(
+        "json", description="json: one JSON object per line (structured); text: for humans."
+    )
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="Log level.")

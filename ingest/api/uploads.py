@@ -1,0 +1,147 @@
+"""Turning a spooled upload or an events batch into a chunk's staged files.
+
+An upload is streamed to a spool file in the table's staging area first (never held in
+memory), then parsed: JSON lines in batches of ``batch_rows`` lines, each staged as its own
+Parquet file, so one upload's memory stays bounded; CSV and Parquet whole (a quoted CSV field
+may span lines). The spool file's name starts with ``.<chunk id>``, so housekeeping removes
+one left behind by a crashed server together with the chunk's other files.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from ingest.api.errors import BodyError
+from ingest.chunks import ChunkWriter, DeadLetter, write_staged_files
+from ingest.formats import Format, Parsed
+from metastore.models import Chunk, StagedFile
+from metastore.warehouse import STAGING_DIR
+
+
+def spool_path(writer: ChunkWriter, chunk: Chunk) -> Path:
+    return Path(writer.table.location) / STAGING_DIR / f".{chunk.id}-upload-{uuid.uuid4().hex[:8]}.tmp"
+
+
+def _jsonl_batches(path: Path, batch_rows: int) -> Iterator[tuple[int, bytes]]:
+    """``(lines before the batch, the batch)`` over whole lines of ``path`` (split at LF only)."""
+    lines: list[bytes] = []
+    offset = 0
+    with path.open("rb") as f:
+        for line in f:
+            lines.append(line)
+            if len(lines) >= batch_rows:
+                yield offset, b"".join(lines)
+                offset += len(lines)
+                lines = []
+    if lines or offset == 0:
+        yield offset, b"".join(lines)
+
+
+def _where(fmt: Format) -> str:
+    return "row" if fmt is Format.PARQUET else "line"
+
+
+def _fail(fmt: Format, bad: list[DeadLetter], what: str | None = None) -> BodyError:
+    first = bad[0]
+    return BodyError(
+        f"{what or _where(fmt)} {first.position}: {first.reason}; nothing was staged "
+        "(fix the data and upload again, or abort the chunk)",
+        line=first.position,
+    )
+
+
+def stage_upload(
+    writer: ChunkWriter, chunk: Chunk, spool: Path, fmt: Format, batch_rows: int, source: str
+) -> Chunk:
+    """Parse the spooled upload and record it as the chunk's data (replacing an earlier upload's).
+
+    Raises:
+        BodyError: a record is malformed and the table has no dead-letter table; nothing staged.
+    """
+    table, warehouse = writer.table, writer.warehouse
+    attempt = uuid.uuid4().hex[:8]  # new names per attempt: never overwrite a staged upload's files
+    files: list[StagedFile] = []
+    bad: list[DeadLetter] = []
+    try:
+        if fmt is Format.JSONL:
+            batches: Iterator[tuple[int, Any]] = _jsonl_batches(spool, batch_rows)
+        elif fmt is Format.PARQUET:
+            batches = iter([(0, spool)])
+        else:
+            batches = iter([(0, spool.read_bytes())])
+        for n, (offset, content) in enumerate(batches):
+            parsed = writer.parse(content, fmt)
+            bad += [DeadLetter(offset + b.position, b.reason, b.raw.encode(), source) for b in parsed.bad]
+            if bad and not table.dead_letter:
+                raise _fail(fmt, bad)
+            files += write_staged_files(warehouse, table, f"{chunk.id}-{attempt}-{n}", parsed.good)
+        return writer.stage_files(chunk, files, bad)
+    except BaseException:
+        for f in files:
+            warehouse.remove_file(table, f.path)
+        raise
+
+
+def events_to_records(body: Any, kind: str | None) -> tuple[list[Any], str]:
+    """The records of an events batch: Flume's ``[{"headers": {…}, "body": "<record JSON>"}]``
+    or a plain JSON array of records. ``kind`` (flume, records) forces one; by default a batch
+    is Flume's when every element is an object with a ``body`` and no keys but headers and body.
+    """
+    if not isinstance(body, list):
+        raise BodyError(f"expected a JSON array of events, got {_json_type(body)}")
+    flume = kind == "flume" or (
+        kind is None
+        and bool(body)
+        and all(isinstance(e, dict) and "body" in e and set(e) <= {"headers", "body"} for e in body)
+    )
+    if not flume:
+        return body, "records"
+    records = []
+    for n, event in enumerate(body, start=1):
+        if not isinstance(event, dict) or "body" not in event:
+            raise BodyError(
+                f"event {n}: a Flume event is an object with a 'body'", line=n, field=f"body[{n - 1}]"
+            )
+        headers = event.get("headers", {})
+        if headers is not None and not isinstance(headers, dict):
+            raise BodyError(f"event {n}: 'headers' must be an object", line=n, field=f"body[{n - 1}].headers")
+        value = event["body"]
+        if isinstance(value, str):
+            try:
+                value = json.loads(value)
+            except json.JSONDecodeError as exc:
+                raise BodyError(
+                    f"event {n}: body is not a JSON record: {exc.msg} at column {exc.colno}",
+                    line=n,
+                    field=f"body[{n - 1}].body",
+                ) from None
+        records.append(value)
+    return records, "flume"
+
+
+def records_to_jsonl(records: list[Any]) -> bytes:
+    """One record per line, so line n of the chunk is event n of the batch."""
+    return b"\n".join(json.dumps(r, separators=(",", ":")).encode() for r in records)
+
+
+def stage_events(writer: ChunkWriter, chunk: Chunk, records: list[Any], source: str) -> Chunk:
+    """Validate the batch's records and stage them as the chunk's data."""
+    parsed: Parsed = writer.parse(records_to_jsonl(records), Format.JSONL)
+    if parsed.bad and not writer.table.dead_letter:
+        first = parsed.bad[0]
+        raise BodyError(
+            f"event {first.position}: {first.reason}; nothing was committed",
+            line=first.position,
+            field=f"body[{first.position - 1}]",
+        )
+    return writer.stage(chunk, parsed, source=source)
+
+
+def _json_type(value: Any) -> str:
+    return {dict: "an object", str: "a string", bool: "a boolean", type(None): "null"}.get(
+        type(value), "a number"
+    )

@@ -1,0 +1,213 @@
+"""A small Python client of the HTTP chunk API (``streampart serve``), with retries.
+
+Every call of the API is idempotent, so the client retries any call whose answer it did not
+get (connection refused or reset, timeouts) or that the server asks it to retry (409
+``chunk_busy``, 429, 502-504, with Retry-After), with exponential backoff and jitter, for up to
+``retry_for`` seconds. :meth:`Client.write` runs the whole chunk protocol under an idempotency
+key (a fresh one if none is given), so however often it retries, the chunk lands once::
+
+    from ingest.client import Client
+
+    with Client("http://127.0.0.1:8080", token="spt_…") as api:
+        result = api.write("shop.orders", b'{"id": 1, "ts": "2026-11-21T10:00:00Z"}\\n')
+        api.events("shop.orders", [{"headers": {}, "body": '{"id": 2, "ts": "2026-11-21T10:00:01Z"}'}])
+"""
+
+from __future__ import annotations
+
+import random
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from ingest.errors import ApiClientError, ApiRequestError, ApiUnavailableError
+
+__all__ = ["ApiClientError", "ApiRequestError", "ApiUnavailableError", "Client"]
+
+MEDIA_TYPES = {
+    "jsonl": "application/x-ndjson",
+    "csv": "text/csv",
+    "parquet": "application/vnd.apache.parquet",
+}
+_RETRY_STATUS = {429, 502, 503, 504}
+# Why 150 s: a commit whose server died mid-way is taken over by a retry only after twice
+# chunk.commit_timeout (60 s by default) has passed; retrying a little longer than that lets
+# write() resolve such a chunk on its own.
+DEFAULT_RETRY_FOR = 150.0
+_READ_SIZE = 1 << 20
+
+Body = bytes | Path | Callable[[], Iterator[bytes]]
+
+
+class Client:
+    """The API at ``url`` with bearer ``token``. Thread-safe (one connection pool)."""
+
+    def __init__(
+        self,
+        url: str,
+        token: str | None = None,
+        *,
+        timeout: float = 60.0,
+        retry_for: float = DEFAULT_RETRY_FOR,
+        backoff: float = 0.1,
+        max_backoff: float = 5.0,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.url = url.rstrip("/")
+        self.retry_for, self.backoff, self.max_backoff = retry_for, backoff, max_backoff
+        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout, transport=transport)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- the calls --------------------------------------------------------------------------
+    def open_chunk(self, table: str, idempotency_key: str | None = None) -> dict[str, Any]:
+        """Open a chunk of ``table`` (``ns.table``); the same key returns the same chunk."""
+        body = {"idempotency_key": idempotency_key} if idempotency_key else {}
+        return self._call("POST", f"{_table_path(table)}/chunks", json=body).json()
+
+    def upload(self, chunk_id: str, data: Body, format: str = "jsonl") -> dict[str, Any]:
+        """Upload the chunk's data (bytes, a file streamed from disk, or a factory of byte pieces)."""
+        if format not in MEDIA_TYPES:
+            raise ApiRequestError(f"format must be one of {', '.join(MEDIA_TYPES)}; got {format!r}")
+        return self._call(
+            "PUT", f"/v1/chunks/{quote(chunk_id, safe='')}/data", body=data,
+            headers={"Content-Type": MEDIA_TYPES[format]},
+        ).json()  # fmt: skip
+
+    def commit(self, chunk_id: str) -> dict[str, Any]:
+        """Commit the chunk; retried until it has landed (or is known not to)."""
+        return self._call("POST", f"/v1/chunks/{quote(chunk_id, safe='')}/commit").json()
+
+    def abort(self, chunk_id: str) -> dict[str, Any]:
+        return self._call("DELETE", f"/v1/chunks/{quote(chunk_id, safe='')}").json()
+
+    def chunk(self, chunk_id: str) -> dict[str, Any]:
+        return self._call("GET", f"/v1/chunks/{quote(chunk_id, safe='')}").json()
+
+    def events(
+        self,
+        table: str,
+        events: list[Any],
+        idempotency_key: str | None = None,
+        format: str | None = None,
+    ) -> dict[str, Any]:
+        """Commit a batch of events (Flume's JSON events or records) as one chunk, exactly once."""
+        key = idempotency_key or f"client-{uuid.uuid4()}"
+        params = {"format": format} if format else None
+        return self._call(
+            "POST", f"{_table_path(table)}/events", json=events, params=params,
+            headers={"Idempotency-Key": key},
+        ).json()  # fmt: skip
+
+    def tables(self) -> list[dict[str, Any]]:
+        return self._call("GET", "/v1/tables").json()
+
+    def table(self, table: str) -> dict[str, Any]:
+        return self._call("GET", _table_path(table)).json()
+
+    def health(self) -> dict[str, Any]:
+        return self._call("GET", "/healthz").json()
+
+    def write(
+        self,
+        table: str,
+        data: Body,
+        format: str = "jsonl",
+        idempotency_key: str | None = None,
+    ) -> dict[str, Any]:
+        """Open, upload and commit ``data`` as one chunk; exactly once under ``idempotency_key``.
+
+        Returns the commit (the shape of ``streampart write --json``). Called again with the
+        same key (after a crash, say), it finishes or returns that chunk, never writes twice.
+        """
+        key = idempotency_key or f"client-{uuid.uuid4()}"
+        chunk = self.open_chunk(table, key)
+        if chunk["state"] == "reserved":
+            try:
+                self.upload(chunk["id"], data, format)
+            except ApiRequestError as exc:
+                # an earlier attempt (whose answer was lost) committed it already: the commit says
+                if exc.code != "chunk_state":
+                    raise
+        return self.commit(chunk["id"])
+
+    # -- transport --------------------------------------------------------------------------
+    def _call(self, method: str, path: str, body: Body | None = None, **kw: Any) -> httpx.Response:
+        deadline = time.monotonic() + self.retry_for
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                response = self._http.request(method, path, content=_content(body), **kw)
+            except httpx.TransportError as exc:
+                problem: str = f"{type(exc).__name__}: {exc}"
+                wait = None
+            else:
+                if response.status_code < 400:
+                    return response
+                error = _error(response)
+                if not (response.status_code in _RETRY_STATUS or error.code == "chunk_busy"):
+                    raise error
+                problem, wait = str(error), _retry_after(response)
+            delay = min(self.max_backoff, self.backoff * 2 ** (attempt - 1)) * (0.5 + random.random())
+            delay = max(delay, wait or 0)
+            if time.monotonic() + delay > deadline:
+                raise ApiUnavailableError(
+                    f"{method} {self.url}{path} failed after {attempt} attempts: {problem}"
+                ) from None
+            time.sleep(delay)
+
+
+def _table_path(table: str) -> str:
+    namespace, sep, name = table.partition(".")
+    if not sep:
+        raise ApiRequestError(f"table name {table!r} must have the form NAMESPACE.TABLE", field="table")
+    return f"/v1/tables/{quote(namespace, safe='')}/{quote(name, safe='')}"
+
+
+def _content(body: Body | None) -> Any:
+    if body is None or isinstance(body, bytes):
+        return body
+    if isinstance(body, Path):
+        return _read(body)
+    return body()  # a fresh iterator for every attempt
+
+
+def _read(path: Path) -> Iterator[bytes]:
+    with path.open("rb") as f:
+        while piece := f.read(_READ_SIZE):
+            yield piece
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    try:
+        return float(response.headers.get("retry-after", ""))
+    except ValueError:
+        return None
+
+
+def _error(response: httpx.Response) -> ApiClientError:
+    try:
+        body = response.json()
+    except ValueError:
+        body = {}
+    if not isinstance(body, dict):
+        body = {}
+    message = body.get("message") or response.text[:500] or response.reason_phrase
+    field = body.get("field")
+    text = f"HTTP {response.status_code}: {message}" + (f" (field: {field})" if field else "")
+    cls = ApiRequestError if response.status_code < 500 else ApiUnavailableError
+    return cls(text, response.status_code, body.get("error"), field, body.get("line"))
