@@ -19,6 +19,8 @@ from metastore.models import TableName, TableSpec, parse_duration, parse_schema
 from scheduler.roll import Roller
 
 DEMO = TableName(namespace="demo", table="events")
+KAFKA_DEMO = TableName(namespace="demo", table="clicks")
+KAFKA_TOPIC = "demo-clicks"
 
 
 def _records(start_id: int, n: int, now: datetime) -> bytes:
@@ -43,6 +45,99 @@ def _partitions(console: Console, catalog: Catalog, name: TableName) -> None:
     for p in info["partitions"]:
         grid.add_row(p["value"], p["state"], str(p["chunks"]), str(p["rows"]), str(p["files"]))
     console.print(grid)
+
+
+def _drop(catalog: Catalog, name: TableName) -> None:
+    for each in (name, TableName(namespace=name.namespace, table=f"{name.table}__dead_letter")):
+        existing = catalog.store.find_table(each)
+        if existing is not None:
+            catalog.store.drop_table(existing.id)
+            shutil.rmtree(existing.location, ignore_errors=True)
+
+
+def _clicks(n: int, now: datetime) -> list[dict[str, Any]]:
+    pages = ["/", "/cart", "/search", "/item/42", "/checkout"]
+    return [
+        {
+            "value": json.dumps(
+                {
+                    "id": i,
+                    "ts": (now - timedelta(seconds=random.randint(0, 300))).isoformat(),
+                    "user": f"u{random.randint(1, 50)}",
+                    "page": random.choice(pages),
+                }
+            ),
+            "partition": i % 3,
+        }
+        for i in range(n)
+    ]
+
+
+def run_kafka_demo(settings: Any, catalog: Catalog, console: Console, spark: Any) -> None:
+    """The Kafka path: embedded broker → ``run_kafka_ingest`` (available now) → query, twice."""
+    from ingest.broker import BrokerError, EmbeddedBroker, tansu_binary
+    from ingest.kafka_ingest import KafkaIngestOptions, run_kafka_ingest
+    from streampart.query import run_sql
+
+    started = time.monotonic()
+    console.rule("[bold]Kafka → table, exactly once")
+    try:
+        tansu_binary()
+    except BrokerError as exc:
+        console.print(f"[yellow]skipping the Kafka part: {exc}[/]")
+        return
+    # The embedded broker keeps its topics in memory, so this part always starts afresh.
+    _drop(catalog, KAFKA_DEMO)
+    catalog.create_table(
+        TableSpec(
+            name=KAFKA_DEMO,
+            columns=parse_schema("id BIGINT, ts TIMESTAMP, user STRING, page STRING"),
+            time_column="ts",
+            partition_column="ts_period",
+            roll_every=parse_duration("1h"),
+            dead_letter=True,
+        )
+    )
+    options = KafkaIngestOptions(
+        table=str(KAFKA_DEMO),
+        bootstrap="127.0.0.1:9092",  # replaced below by the broker's port
+        topic=KAFKA_TOPIC,
+        available_now=True,
+        max_offsets_per_trigger=150,
+    )
+    shutil.rmtree(options.checkpoint_dir(catalog.warehouse), ignore_errors=True)
+    with EmbeddedBroker() as broker:
+        options = options.model_copy(update={"bootstrap": broker.bootstrap})
+        console.print(f"9. started a Kafka-compatible broker (Tansu) on {broker.bootstrap}")
+        broker.create_topic(KAFKA_TOPIC, partitions=3)
+        records = _clicks(298, datetime.now(UTC))
+        records.insert(100, {"value": b'{"id": 1000, "ts": "2026-01-01T00:00:00Z", "user": ', "partition": 1})
+        records.insert(200, {"value": json.dumps({"id": "x", "ts": "later"}), "partition": 2})
+        broker.produce(KAFKA_TOPIC, records)
+        console.print(
+            f"10. produced {len(records)} JSON records to topic {KAFKA_TOPIC} (3 partitions), "
+            "2 of them malformed"
+        )
+        console.print(
+            f"11. run_kafka_ingest, as `streampart ingest kafka {KAFKA_DEMO} --bootstrap {broker.bootstrap} "
+            f"--topic {KAFKA_TOPIC} --available-now --max-offsets-per-trigger 150` does:"
+        )
+        batches = run_kafka_ingest(spark, catalog, options, settings.chunk)
+        count = run_sql(spark, catalog, f"SELECT count(*) AS n FROM {KAFKA_DEMO}").collect()[0]["n"]
+        console.print(
+            f"    {batches} micro-batches → {batches} chunks; SELECT count(*) FROM {KAFKA_DEMO} → {count}"
+        )
+        dead = run_sql(
+            spark, catalog, f"SELECT source, position, reason FROM {KAFKA_DEMO}__dead_letter ORDER BY source"
+        ).collect()
+        for row in dead:
+            console.print(f"12. dead letter: {row['source']} offset {row['position']}: {row['reason']}")
+        again = run_kafka_ingest(spark, catalog, options, settings.chunk)
+        count_again = run_sql(spark, catalog, f"SELECT count(*) AS n FROM {KAFKA_DEMO}").collect()[0]["n"]
+        console.print(
+            f"13. ran the same job again from its checkpoint: {again} new batches, count(*) → {count_again}"
+        )
+    console.print(f"14. stopped the broker (the Kafka part took {time.monotonic() - started:.1f}s)")
 
 
 def run_demo(settings: Any, catalog: Catalog, console: Console, fresh: bool = True) -> None:
@@ -81,7 +176,8 @@ def run_demo(settings: Any, catalog: Catalog, console: Console, fresh: bool = Tr
         b'{"id": 7, "ts": "2026-01-01T00:00:00Z"}\n{"id": "x", "ts": "soon"}\n', Format.JSONL
     )
     console.print(
-        f"4. a chunk with a malformed record: {bad.rows} row committed, {bad.dead_letter_rows} sent to the dead-letter table"
+        f"4. a chunk with a malformed record: {bad.rows} row committed, "
+        f"{bad.dead_letter_rows} sent to the dead-letter table"
     )
     _partitions(console, catalog, DEMO)
 
@@ -106,7 +202,8 @@ def run_demo(settings: Any, catalog: Catalog, console: Console, fresh: bool = Tr
     result = run_sql(
         spark,
         catalog,
-        "SELECT ts_period, count(*) AS rows, count(DISTINCT id) AS ids FROM demo.events GROUP BY ts_period ORDER BY ts_period",
+        "SELECT ts_period, count(*) AS rows, count(DISTINCT id) AS ids FROM demo.events "
+        "GROUP BY ts_period ORDER BY ts_period",
     ).collect()
     grid = RichTable(
         "ts_period", "rows", "distinct ids", title="SELECT ts_period, count(*) … GROUP BY ts_period"
@@ -117,7 +214,10 @@ def run_demo(settings: Any, catalog: Catalog, console: Console, fresh: bool = Tr
     dead = run_sql(spark, catalog, "SELECT position, reason FROM demo.events__dead_letter").collect()
     for row in dead:
         console.print(f"8. dead letter: record {row['position']}: {row['reason']}")
+    run_kafka_demo(settings, catalog, console, spark)
     console.rule(f"done in {time.monotonic() - started:.1f}s")
     console.print(
-        'Try: streampart table describe demo.events | streampart query "SELECT level, count(*) FROM demo.events GROUP BY level"'
+        "Try: streampart table describe demo.events | "
+        'streampart query "SELECT level, count(*) FROM demo.events GROUP BY level"'
     )
+    console.print(f'     streampart query "SELECT page, count(*) FROM {KAFKA_DEMO} GROUP BY page"')
