@@ -147,7 +147,15 @@ def arrival_scenario(base: Path) -> dict[str, Any]:
     steps["describe_written"] = run(wh, "table", "describe", "ns.t", "--json")
     steps["roll_force"] = run(wh, "roll", "ns.t", "--force", "--json")
     steps["describe_rolled"] = run(wh, "table", "describe", "ns.t", "--json")
-    steps["roll_nothing_due"] = run(wh, "roll", "ns.t", "--json")
+    # "now" = just after the new partition opened, so an hour boundary passing on the real
+    # clock between the two commands cannot make it due
+    streaming = [p for p in steps["describe_rolled"].json()["partitions"] if p["state"] == "streaming"]
+    just_after = (
+        iso(datetime.fromisoformat(streaming[0]["value"]) + timedelta(seconds=1))
+        if streaming
+        else iso(datetime.now(UTC))
+    )
+    steps["roll_nothing_due"] = run(wh, "roll", "ns.t", "--now", just_after, "--json")
     steps["roll_later"] = run(
         wh, "roll", "ns.t", "--now", iso(datetime.now(UTC) + timedelta(hours=2)), "--json"
     )
