@@ -1,0 +1,1 @@
+from tests.api.fixtures import server  # noqa: F401

@@ -1,0 +1,282 @@
+"""The chunk protocol over real HTTP against a running ``streampart serve`` process.
+
+open → upload → commit → visible (read back by delta-rs and by Spark SQL, the path of
+``streampart query``); abort → never visible; a retry after a lost response lands once; Flume
+and plain JSON events; every upload format; tables in the shape of ``describe --json``.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import socket
+import subprocess
+from pathlib import Path
+
+import httpx
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from ingest.client import Client
+from metastore.models import ChunkState
+from tests.api.fixtures import COMMAND, ROOT, LossyProxy, Server, auth, pg_server, wait_for
+from tests.fixtures import make_table
+from tests.helpers import all_ids, duplicates, records
+
+
+@pytest.fixture(scope="module")
+def pg(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    yield from pg_server(tmp_path_factory)
+
+
+def _protocol(srv: Server, table_name: str, ids: range) -> None:
+    table = srv.catalog.table(table_name)
+    ns, name = table_name.split(".")
+    with httpx.Client(base_url=srv.url, headers=auth(srv.admin), timeout=30) as http:  # type: ignore[attr-defined]
+        opened = http.post(f"/v1/tables/{ns}/{name}/chunks", json={})
+        assert opened.status_code == 201, opened.text
+        chunk = opened.json()
+        assert chunk["state"] == "reserved" and chunk["table"] == table_name
+        up = http.put(
+            f"/v1/chunks/{chunk['id']}/data",
+            content=records(ids),
+            headers={"Content-Type": "application/x-ndjson"},
+        )
+        assert up.status_code == 200, up.text
+        assert up.json()["rows"] == len(ids)
+        assert not set(all_ids(table)) & set(ids)  # uploaded, not committed: invisible
+        done = http.post(f"/v1/chunks/{chunk['id']}/commit")
+        assert done.status_code == 200, done.text
+        result = done.json()
+        assert result["chunk"] == chunk["id"] and result["rows"] == len(ids) and result["version"] >= 1
+    assert sorted(i for i in all_ids(table) if i in ids) == list(ids)
+
+
+def test_open_upload_commit_makes_the_chunk_visible_sqlite(server: Server) -> None:
+    _protocol(server, "ns.events", range(0, 50))
+
+
+def test_open_upload_commit_makes_the_chunk_visible_postgresql(pg: Server) -> None:
+    _protocol(pg, "ns.events", range(0, 50))
+
+
+@pytest.mark.spark
+def test_committed_rows_are_what_streampart_query_reads(server: Server, spark) -> None:  # type: ignore[no-untyped-def]
+    from streampart.query import run_sql
+
+    make_table(server.catalog, "ns.queried")
+    with Client(server.url, server.admin) as api:  # type: ignore[attr-defined]
+        api.write("ns.queried", records(range(1000, 1010)))
+    rows = run_sql(spark, server.catalog, "SELECT id FROM ns.queried ORDER BY id").collect()
+    assert [r.id for r in rows] == list(range(1000, 1010))
+
+
+def test_an_aborted_chunk_is_never_visible_and_its_files_go(server: Server) -> None:
+    table = server.catalog.table("ns.events")
+    with Client(server.url, server.admin) as api:  # type: ignore[attr-defined]
+        chunk = api.open_chunk("ns.events")
+        api.upload(chunk["id"], records(range(100, 120)))
+        staged = server.catalog.store.get_chunk(chunk["id"]).files
+        assert staged and all((Path(table.location) / f.path).exists() for f in staged)
+        aborted = api.abort(chunk["id"])
+        assert aborted["state"] == "aborted"
+        assert api.abort(chunk["id"])["state"] == "aborted"  # aborting again is harmless
+        with pytest.raises(Exception, match=r"HTTP 409.*aborted"):
+            api.commit(chunk["id"])
+    assert not set(all_ids(table)) & set(range(100, 120))
+    assert not any((Path(table.location) / f.path).exists() for f in staged)
+
+
+def test_a_commit_whose_response_was_lost_is_retried_by_the_client_and_lands_once(server: Server) -> None:
+    table = server.catalog.table("ns.events")
+    proxy = LossyProxy(server.port, b"/commit")
+    try:
+        with Client(proxy.url, server.admin, backoff=0.05) as api:  # type: ignore[attr-defined]
+            proxy.drop = 1
+            result = api.write("ns.events", records(range(200, 230)), idempotency_key="lost-1")
+            assert proxy.dropped == 1  # the first commit landed, its answer was lost, the client retried
+            again = api.write("ns.events", records(range(200, 230)), idempotency_key="lost-1")
+        assert again == result
+    finally:
+        proxy.close()
+    ids = all_ids(table)
+    assert sorted(i for i in ids if 200 <= i < 230) == list(range(200, 230)) and not duplicates(ids)
+    assert server.catalog.store.get_chunk(result["chunk"]).state is ChunkState.COMMITTED
+
+
+def test_a_commit_request_whose_caller_vanished_lands_and_a_retry_answers_with_it(server: Server) -> None:
+    table = server.catalog.table("ns.events")
+    with Client(server.url, server.admin) as api:  # type: ignore[attr-defined]
+        chunk = api.open_chunk("ns.events", idempotency_key="vanish-1")
+        api.upload(chunk["id"], records(range(300, 310)))
+        # send the commit and hang up without reading the answer
+        raw = socket.create_connection(("127.0.0.1", server.port))
+        raw.sendall(
+            f"POST /v1/chunks/{chunk['id']}/commit HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+            f"{server.admin}\r\nContent-Length: 0\r\n\r\n".encode()  # type: ignore[attr-defined]
+        )
+        raw.close()
+        wait_for(lambda: server.catalog.store.get_chunk(chunk["id"]).state is ChunkState.COMMITTED)
+        # the producer retries from the start with the same key: the same chunk, no second copy
+        assert api.open_chunk("ns.events", idempotency_key="vanish-1")["id"] == chunk["id"]
+        result = api.write("ns.events", records(range(300, 310)), idempotency_key="vanish-1")
+        assert result["chunk"] == chunk["id"]
+    ids = all_ids(table)
+    assert sorted(i for i in ids if 300 <= i < 310) == list(range(300, 310)) and not duplicates(ids)
+
+
+def test_open_with_the_same_idempotency_key_returns_the_same_chunk(server: Server) -> None:
+    with httpx.Client(base_url=server.url, headers=auth(server.admin)) as http:  # type: ignore[attr-defined]
+        first = http.post("/v1/tables/ns/events/chunks", json={"idempotency_key": "same"})
+        second = http.post("/v1/tables/ns/events/chunks", json={"idempotency_key": "same"})
+    assert (first.status_code, second.status_code) == (201, 200)
+    assert first.json()["id"] == second.json()["id"] and second.json()["idempotency_key"] == "same"
+
+
+# -- events ---------------------------------------------------------------------------------
+def test_flume_events_commit_as_one_chunk_exactly_once_per_key(server: Server) -> None:
+    table = server.catalog.table("ns.events")
+    events = [
+        {"headers": {"host": "a"}, "body": json.dumps({"id": i, "ts": "2026-11-21T10:00:00Z", "msg": "f"})}
+        for i in range(400, 420)
+    ]
+    with Client(server.url, server.admin) as api:  # type: ignore[attr-defined]
+        first = api.events("ns.events", events, idempotency_key="flume-1")
+        again = api.events("ns.events", events, idempotency_key="flume-1")
+    assert first == again and first["rows"] == 20
+    ids = all_ids(table)
+    assert sorted(i for i in ids if 400 <= i < 420) == list(range(400, 420)) and not duplicates(ids)
+
+
+def test_a_plain_json_array_of_records_is_one_chunk(server: Server) -> None:
+    table = server.catalog.table("ns.events")
+    rows = [{"id": i, "ts": "2026-11-21T10:00:00Z"} for i in range(500, 505)]
+    with Client(server.url, server.admin) as api:  # type: ignore[attr-defined]
+        result = api.events("ns.events", rows)
+    assert result["rows"] == 5 and len(server.catalog.store.get_chunk(result["chunk"]).files) == 1
+    assert sorted(i for i in all_ids(table) if 500 <= i < 505) == list(range(500, 505))
+
+
+def test_bad_events_go_to_the_dead_letter_table_when_it_has_one(server: Server) -> None:
+    make_table(server.catalog, "ns.dl", dead_letter=True)
+    events = [{"id": 1, "ts": "2026-11-21T10:00:00Z"}, {"id": "x", "ts": "2026-11-21T10:00:00Z"}]
+    with Client(server.url, server.admin) as api:  # type: ignore[attr-defined]
+        result = api.events("ns.dl", events)
+    assert (result["rows"], result["dead_letter_rows"]) == (1, 1)
+    from tests.helpers import delta_rows
+
+    letters = delta_rows(server.catalog.table("ns.dl__dead_letter"), columns="position, reason, source")
+    assert letters.column("position").to_pylist() == [2]
+    assert "column 'id'" in letters.column("reason")[0].as_py()
+
+
+# -- formats --------------------------------------------------------------------------------
+def _parquet(ids: range) -> bytes:
+    from datetime import UTC, datetime
+
+    buf = io.BytesIO()
+    data = pa.table({"id": list(ids), "ts": [datetime(2026, 11, 21, 10, tzinfo=UTC)] * len(ids)})
+    pq.write_table(data, buf)
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize(
+    "fmt, content, ids",
+    [
+        (
+            "csv",
+            b'id,ts,msg\n600,2026-11-21T10:00:00Z,a\n601,2026-11-21T10:00:00Z,"multi\nline"\n',
+            [600, 601],
+        ),
+        ("parquet", _parquet(range(610, 615)), list(range(610, 615))),
+        ("jsonl", records(range(620, 625)), list(range(620, 625))),
+    ],
+)
+def test_each_upload_format(server: Server, fmt: str, content: bytes, ids: list[int]) -> None:
+    with Client(server.url, server.admin) as api:  # type: ignore[attr-defined]
+        result = api.write("ns.events", content, fmt)
+    assert result["rows"] == len(ids)
+    assert sorted(i for i in all_ids(server.catalog.table("ns.events")) if i in ids) == ids
+
+
+def test_large_jsonl_uploads_are_staged_in_batches_and_commit_whole(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    tmp = tmp_path_factory.mktemp("batches")
+    srv = Server(tmp / "wh", f"sqlite:///{tmp / 'wh' / '_metastore.sqlite'}", tmp)
+    try:
+        table = make_table(srv.catalog, "ns.big")
+        srv.start("--insecure-no-auth", STREAMPART_SERVER__UPLOAD_BATCH_ROWS="1000")
+        path = tmp / "big.jsonl"
+        path.write_bytes(records(range(4500)))
+        with Client(srv.url) as api:
+            result = api.write("ns.big", path)  # streamed from the file
+        assert result["rows"] == 4500
+        assert len(srv.catalog.store.get_chunk(result["chunk"]).files) == 5  # 4 × 1000 + 500
+        assert sorted(all_ids(table)) == list(range(4500))
+        # a bad line in a later batch is reported with its line number in the whole upload
+        bad = records(range(2500)) + b'{"id": "x", "ts": "2026-11-21T10:00:00Z"}\n'
+        with Client(srv.url) as api:
+            chunk = api.open_chunk("ns.big")
+            with pytest.raises(Exception, match="line 2501: column 'id'") as info:
+                api.upload(chunk["id"], bad)
+            assert info.value.line == 2501 and info.value.field == "body"  # type: ignore[attr-defined]
+            assert api.chunk(chunk["id"])["state"] == "reserved" and api.chunk(chunk["id"])["rows"] == 0
+        assert list((Path(table.location) / "_staging").glob(f"{chunk['id']}*")) == []
+    finally:
+        srv.close()
+
+
+# -- reading state --------------------------------------------------------------------------
+def test_tables_have_the_shape_of_describe_json(server: Server) -> None:
+    with Client(server.url, server.admin) as api:  # type: ignore[attr-defined]
+        one = api.table("ns.events")
+        every = api.tables()
+    proc = subprocess.run(
+        [*COMMAND, "--warehouse", str(server.warehouse), "--metastore", server.metastore,
+         "table", "describe", "ns.events", "--json"],
+        capture_output=True, text=True, cwd=ROOT, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    cli = json.loads(proc.stdout)
+    assert set(one) == set(cli) and one["table"] == cli["table"] and one["schema"] == cli["schema"]
+    assert set(one["partitions"][0]) == set(cli["partitions"][0])
+    assert "ns.events" in {t["table"] for t in every} and set(every[0]) == set(cli)
+
+
+def test_health_metrics_openapi_and_docs(server: Server) -> None:
+    with httpx.Client(base_url=server.url) as http:
+        assert http.get("/healthz").json() == {"status": "ok", "auth": True}
+        spec = http.get("/openapi.json").json()
+        assert {"/v1/tables/{namespace}/{table}/chunks", "/v1/chunks/{id}/data", "/v1/chunks/{id}/commit",
+                "/v1/chunks/{id}", "/v1/tables/{namespace}/{table}/events", "/v1/tables",
+                "/v1/tables/{namespace}/{table}", "/healthz"} <= set(spec["paths"])  # fmt: skip
+        assert "HTTPBearer" in spec["components"]["securitySchemes"]
+        assert "swagger" in http.get("/docs").text.lower()
+        metrics = http.get("/metrics").text
+    assert 'streampart_http_requests_total{method="GET",route="/healthz",status="200"}' in metrics
+    assert "streampart_http_commit_duration_seconds_bucket" in metrics
+
+
+def test_streampart_write_url_uses_the_api(server: Server, tmp_path: Path) -> None:
+    path = tmp_path / "rows.jsonl"
+    path.write_bytes(records(range(700, 704)))
+    argv = [*COMMAND, "write", "ns.events", str(path), "--url", server.url, "--token", "cli-1", "--json"]
+    env = {"STREAMPART_API_TOKEN": server.admin, "PATH": "/usr/bin:/bin"}  # type: ignore[attr-defined]
+    first = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, env=env, timeout=60)
+    second = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, env=env, timeout=60)
+    assert first.returncode == 0, first.stderr
+    assert json.loads(first.stdout) == json.loads(second.stdout)
+    assert set(json.loads(first.stdout)) == {
+        "chunk", "table", "partitions", "rows", "version", "dead_letter_rows", "late_rows", "token"
+    }  # fmt: skip
+    ids = all_ids(server.catalog.table("ns.events"))
+    assert sorted(i for i in ids if 700 <= i < 704) == list(range(700, 704)) and not duplicates(ids)
+    # a user error through the API is one line and exit status 1, as for local writes
+    bad = subprocess.run(
+        [*COMMAND, "write", "ns.nope", str(path), "--url", server.url],
+        capture_output=True, text=True, cwd=ROOT, env=env, timeout=60,
+    )  # fmt: skip
+    assert bad.returncode == 1 and "HTTP 404" in bad.stderr and "ns.nope does not exist" in bad.stderr
+    assert "Traceback" not in bad.stderr
