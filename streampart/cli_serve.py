@@ -6,7 +6,9 @@ Registered on the main app in :mod:`streampart.cli`; imports nothing heavy until
 from __future__ import annotations
 
 import logging
+import signal
 import socket
+import sys
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -78,6 +80,9 @@ def serve(
     server = uvicorn.Server(
         uvicorn.Config(app, log_config=None, access_log=config.access_log, timeout_graceful_shutdown=20)
     )
+    # uvicorn shuts down gracefully on SIGTERM, then raises the signal again with the handler it
+    # found at start: make that one a clean exit (status 0), as for the roll daemon.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     server.run(sockets=[sock])
 
 
@@ -162,8 +167,6 @@ def write_over_http(
     url: str, api_token: str | None, name: str, file: Path, fmt: Any, token: str | None, as_json: bool
 ) -> None:
     """``streampart write --url``: the same chunk, sent through the HTTP API by :mod:`ingest.client`."""
-    import sys
-
     from ingest.client import Client
     from metastore.errors import UserInputError
     from streampart.cli import emit_json, out

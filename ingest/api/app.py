@@ -360,10 +360,10 @@ def create_app(
         A malformed record fails the upload with its line (row) and nothing is staged, unless the
         table has a dead-letter table; the chunk stays open for another upload.
         """
+        chunk, t = await run_in_threadpool(chunk_of, who, Permission.WRITE, id)
         fmt = format or _upload_format(request.headers.get("content-type"))
         limit = st.server.max_upload_bytes
         _check_length(request, limit)
-        chunk, t = await run_in_threadpool(chunk_of, who, Permission.WRITE, id)
         if chunk.state is not ChunkState.RESERVED:
             raise ApiError(
                 409,

@@ -1,0 +1,240 @@
+"""Auth (401/403, revocation, --insecure-no-auth) and bad requests: always a 4xx JSON naming the field.
+
+Each bad request is a scenario of its own; after all of them, the table still holds exactly
+what was committed before (nothing committed is affected by a client's mistake).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.api.fixtures import COMMAND, ROOT, Server, auth, wait_for
+from tests.fixtures import make_table
+from tests.helpers import all_ids, records
+
+
+@pytest.fixture(scope="module")
+def tokens(server: Server) -> dict[str, str]:
+    make_table(server.catalog, "other.things")
+    return {
+        "writer": server.token("writer", "write:ns"),
+        "reader": server.token("reader", "read:ns"),
+        "ns_admin": server.token("ns-admin", "admin:ns"),
+    }
+
+
+def _open(server: Server, token: str | None, table: str = "ns/events") -> httpx.Response:
+    headers = auth(token) if token else {}
+    return httpx.post(f"{server.url}/v1/tables/{table}/chunks", json={}, headers=headers)
+
+
+# -- auth -----------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "who, method, path, status",
+    [
+        (None, "POST", "/v1/tables/ns/events/chunks", 401),  # no token
+        ("bogus", "POST", "/v1/tables/ns/events/chunks", 401),  # unknown token
+        ("reader", "POST", "/v1/tables/ns/events/chunks", 403),  # read scope cannot write
+        ("writer", "GET", "/v1/tables/ns/events", 403),  # write does not imply read
+        ("writer", "POST", "/v1/tables/other/things/chunks", 403),  # other namespace
+        ("reader", "GET", "/v1/tables/other/things", 403),
+        ("ns_admin", "GET", "/v1/tables/other/things", 403),
+        ("reader", "GET", "/v1/tables/ns/events", 200),
+        ("writer", "POST", "/v1/tables/ns/events/chunks", 201),
+        ("ns_admin", "GET", "/v1/tables/ns/events", 200),  # admin implies read and write
+        ("ns_admin", "POST", "/v1/tables/ns/events/chunks", 201),
+        (None, "GET", "/healthz", 200),  # no token needed
+        (None, "GET", "/metrics", 200),
+        (None, "GET", "/openapi.json", 200),
+    ],
+)
+def test_tokens_and_scopes(
+    server: Server, tokens: dict[str, str], who: str | None, method: str, path: str, status: int
+) -> None:
+    headers = {}
+    if who == "bogus":
+        headers = auth("spt_not-a-real-token")
+    elif who is not None:
+        headers = auth(tokens[who])
+    r = httpx.request(method, server.url + path, headers=headers, json={} if method == "POST" else None)
+    assert r.status_code == status, r.text
+    if status in (401, 403):
+        assert r.json()["field"] == "Authorization" and r.json()["error"] in ("unauthorized", "forbidden")
+    if status == 401:
+        assert r.headers["www-authenticate"] == "Bearer"
+
+
+def test_table_listing_shows_only_readable_namespaces(server: Server, tokens: dict[str, str]) -> None:
+    listed = httpx.get(f"{server.url}/v1/tables", headers=auth(tokens["reader"])).json()
+    assert {t["table"].split(".")[0] for t in listed} == {"ns"}
+    assert httpx.get(f"{server.url}/v1/tables", headers=auth(tokens["writer"])).json() == []
+
+
+def test_chunks_of_another_namespace_are_forbidden(server: Server, tokens: dict[str, str]) -> None:
+    chunk = _open(server, server.admin, "other/things").json()  # type: ignore[attr-defined]
+    for method, path in [("PUT", "/data"), ("POST", "/commit"), ("DELETE", ""), ("GET", "")]:
+        url = f"{server.url}/v1/chunks/{chunk['id']}{path}"
+        r = httpx.request(method, url, headers=auth(tokens["writer"]))
+        assert r.status_code == 403, (method, path, r.text)
+
+
+def test_a_revoked_token_is_refused_and_the_cli_makes_and_revokes_tokens(server: Server) -> None:
+    base = [*COMMAND, "--warehouse", str(server.warehouse), "--metastore", server.metastore, "token"]
+    run = lambda *a: subprocess.run([*base, *a], capture_output=True, text=True, cwd=ROOT, timeout=60)  # noqa: E731
+    made = run("create", "cli-made", "--scope", "write:ns", "--scope", "read:ns", "--json")
+    assert made.returncode == 0, made.stderr
+    info = json.loads(made.stdout)
+    assert info["name"] == "cli-made" and info["token"].startswith("spt_")
+    assert info["scopes"] == ["write:ns", "read:ns"]
+    assert _open(server, info["token"]).status_code == 201
+    listed = run("list", "--json")
+    assert info["token"] not in listed.stdout and "cli-made" in listed.stdout
+    dup = run("create", "cli-made", "--scope", "write:ns")
+    assert dup.returncode == 1 and "exists already" in dup.stderr
+    bad = run("create", "x", "--scope", "write:../etc")
+    assert bad.returncode == 1 and "path separator" in bad.stderr and "Traceback" not in bad.stderr
+    assert run("revoke", "cli-made").returncode == 0
+    assert _open(server, info["token"]).status_code == 401  # the test server caches nothing
+    gone = run("revoke", "cli-made")
+    assert gone.returncode == 1 and "does not exist" in gone.stderr
+
+
+def test_insecure_no_auth_says_so_loudly_and_needs_no_token(tmp_path_factory: pytest.TempPathFactory) -> None:
+    tmp = tmp_path_factory.mktemp("insecure")
+    srv = Server(tmp / "wh", f"sqlite:///{tmp / 'wh' / '_metastore.sqlite'}", tmp)
+    try:
+        make_table(srv.catalog, "ns.open")
+        srv.start("--insecure-no-auth")
+        assert _open(srv, None, "ns/open").status_code == 201
+        assert httpx.get(f"{srv.url}/healthz").json() == {"status": "ok", "auth": False}
+        log = wait_for(lambda: "AUTHENTICATION IS OFF" in srv.log.read_text() and srv.log.read_text())
+        assert '"server.insecure_no_auth"' in log and '"level": "warning"' in log
+    finally:
+        srv.close()
+    assert srv.proc is not None and srv.proc.returncode == 0  # SIGTERM: a clean exit
+
+
+# -- bad input ------------------------------------------------------------------------------
+NDJSON = {"Content-Type": "application/x-ndjson"}
+
+
+def _scenarios(server: Server) -> list[tuple[str, Any, int, str, str | None]]:
+    """(what, request thunk, status, error code, field) — each one a client's mistake."""
+    url = server.url
+    h = auth(server.admin)  # type: ignore[attr-defined]
+
+    def chunk() -> str:
+        return httpx.post(f"{url}/v1/tables/ns/events/chunks", json={}, headers=h).json()["id"]
+
+    def aborted() -> str:
+        cid = chunk()
+        httpx.delete(f"{url}/v1/chunks/{cid}", headers=h)
+        return cid
+
+    def committed() -> str:
+        cid = chunk()
+        httpx.put(f"{url}/v1/chunks/{cid}/data", content=records(range(5)), headers={**h, **NDJSON})
+        httpx.post(f"{url}/v1/chunks/{cid}/commit", headers=h)
+        return cid
+
+    unknown = "00000000-0000-4000-8000-000000000000"
+    T, C = f"{url}/v1/tables", f"{url}/v1/chunks"
+    JSON = {**h, "Content-Type": "application/json"}
+    bad_line = records(range(3)) + b'{"id": 1, "ts": "not a time"}\n'
+    return [
+        ("unknown table", lambda: httpx.post(f"{T}/ns/nope/chunks", json={}, headers=h),
+         404, "not_found", "table"),
+        ("unknown namespace on events", lambda: httpx.post(f"{T}/zz/nope/events", json=[], headers=h),
+         404, "not_found", "table"),
+        ("'..' in a namespace", lambda: httpx.post(f"{T}/a..b/events/chunks", json={}, headers=h),
+         400, "bad_request", "namespace"),
+        ("a backslash in a table name", lambda: httpx.get(f"{T}/ns/a%5Cb", headers=h),
+         400, "bad_request", "table"),
+        ("an encoded '/' in a name", lambda: httpx.get(f"{T}/ns/a%2Fb", headers=h),
+         404, "not_found", "path"),
+        ("'..' in a chunk id", lambda: httpx.post(f"{C}/..x/commit", headers=h),
+         400, "bad_request", "id"),
+        ("malformed line", lambda: httpx.put(f"{C}/{chunk()}/data", content=bad_line,
+                                             headers={**h, **NDJSON}), 400, "malformed_body", "body"),
+        ("wrong content type", lambda: httpx.put(f"{C}/{chunk()}/data", content=b"x",
+                                                 headers={**h, "Content-Type": "text/html"}),
+         415, "unsupported_media_type", "Content-Type"),
+        ("events not JSON", lambda: httpx.post(f"{T}/ns/events/events", content=b"[{]",
+                                               headers=JSON),
+         400, "malformed_body", "body"),
+        ("events not an array", lambda: httpx.post(f"{T}/ns/events/events", json={"a": 1}, headers=h),
+         400, "malformed_body", "body"),
+        ("events as text", lambda: httpx.post(f"{T}/ns/events/events", content=b"[]",
+                                              headers={**h, "Content-Type": "text/plain"}),
+         415, "unsupported_media_type", "Content-Type"),
+        ("a Flume body that is not JSON", lambda: httpx.post(f"{T}/ns/events/events",
+                                                             json=[{"body": "{nope"}], headers=h),
+         400, "malformed_body", "body[0].body"),
+        ("upload over the limit", lambda: httpx.put(f"{C}/{chunk()}/data", content=b"x" * 3000,
+                                                    headers={**h, **NDJSON}), 413, "too_large", "body"),
+        ("events over the limit", lambda: httpx.post(f"{T}/ns/events/events", content=b" " * 3000,
+                                                     headers=JSON),
+         413, "too_large", "body"),
+        ("commit of an unknown chunk", lambda: httpx.post(f"{C}/{unknown}/commit", headers=h),
+         404, "not_found", "id"),
+        ("commit of a non-id", lambda: httpx.post(f"{C}/banana/commit", headers=h),
+         404, "not_found", "id"),
+        ("commit of an aborted chunk", lambda: httpx.post(f"{C}/{aborted()}/commit", headers=h),
+         409, "chunk_state", "id"),
+        ("upload to a committed chunk", lambda: httpx.put(f"{C}/{committed()}/data",
+                                                          content=b"", headers={**h, **NDJSON}),
+         409, "chunk_state", "id"),
+        ("abort of a committed chunk", lambda: httpx.delete(f"{C}/{committed()}", headers=h),
+         409, "chunk_state", "id"),
+        ("an idempotency key too long", lambda: httpx.post(f"{T}/ns/events/chunks",
+                                                           json={"idempotency_key": "k" * 600}, headers=h),
+         422, "invalid_request", "idempotency_key"),
+        ("an unknown field", lambda: httpx.post(f"{T}/ns/events/chunks",
+                                                json={"idempotency": "k"}, headers=h),
+         422, "invalid_request", "idempotency"),
+        ("open with a body that is not JSON", lambda: httpx.post(f"{T}/ns/events/chunks",
+                                                                 content=b"{", headers=JSON),
+         422, "invalid_request", "body"),
+        ("an unknown route", lambda: httpx.get(f"{url}/v2/nothing", headers=h), 404, "not_found", "path"),
+        ("a wrong method", lambda: httpx.patch(f"{T}", headers=h), 405, "method_not_allowed", "path"),
+    ]  # fmt: skip
+
+
+def test_every_client_mistake_is_a_4xx_json_naming_the_field(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    tmp = tmp_path_factory.mktemp("limits")
+    srv = Server(tmp / "wh", f"sqlite:///{tmp / 'wh' / '_metastore.sqlite'}", tmp)
+    try:
+        table = make_table(srv.catalog, "ns.events")
+        srv.admin = srv.token("admin", "admin:*")  # type: ignore[attr-defined]
+        srv.start(STREAMPART_SERVER__MAX_UPLOAD_BYTES="2000", STREAMPART_SERVER__MAX_EVENTS_BYTES="2000")
+        httpx.post(f"{srv.url}/v1/tables/ns/events/events", json=[{"id": 1, "ts": "2026-11-21T10:00:00Z"}],
+                   headers=auth(srv.admin))  # type: ignore[attr-defined]  # fmt: skip
+        before = sorted(all_ids(table))
+        failures = []
+        for what, call, status, code, field in _scenarios(srv):
+            r = call()
+            body = r.json()
+            got = (r.status_code, body.get("error"), body.get("field"))
+            if got != (status, code, field) or not body.get("message"):
+                failures.append(f"{what}: expected {(status, code, field)}, got {got}: {body}")
+        assert not failures, "\n".join(failures)
+        # the malformed upload names its line
+        cid = httpx.post(f"{srv.url}/v1/tables/ns/events/chunks", json={}, headers=auth(srv.admin)).json()[
+            "id"
+        ]  # type: ignore[attr-defined]
+        r = httpx.put(f"{srv.url}/v1/chunks/{cid}/data", headers={**h, **NDJSON},
+                      content=records(range(3)) + b'{"id": 1, "ts": "not a time"}\n')  # fmt: skip
+        assert r.json()["line"] == 4 and "line 4: column 'ts'" in r.json()["message"]
+        # no client mistake changed what was committed (5 rows per committed() scenario)
+        after = sorted(all_ids(table))
+        assert after == sorted(before + [i for i in range(5)] * 2)
+        assert "Traceback" not in srv.log.read_text()
+    finally:
+        srv.close()
