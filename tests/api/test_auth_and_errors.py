@@ -226,9 +226,8 @@ def test_every_client_mistake_is_a_4xx_json_naming_the_field(
                 failures.append(f"{what}: expected {(status, code, field)}, got {got}: {body}")
         assert not failures, "\n".join(failures)
         # the malformed upload names its line
-        cid = httpx.post(f"{srv.url}/v1/tables/ns/events/chunks", json={}, headers=auth(srv.admin)).json()[
-            "id"
-        ]  # type: ignore[attr-defined]
+        h = auth(srv.admin)  # type: ignore[attr-defined]
+        cid = httpx.post(f"{srv.url}/v1/tables/ns/events/chunks", json={}, headers=h).json()["id"]
         r = httpx.put(f"{srv.url}/v1/chunks/{cid}/data", headers={**h, **NDJSON},
                       content=records(range(3)) + b'{"id": 1, "ts": "not a time"}\n')  # fmt: skip
         assert r.json()["line"] == 4 and "line 4: column 'ts'" in r.json()["message"]
