@@ -1,0 +1,302 @@
+"""Benchmark: the HTTP chunk API under load while the roll daemon rolls.
+
+N producers (threads, each with its own :class:`ingest.client.Client`) open, upload and commit
+chunks of 100 rows through a real ``streampart serve`` process for a fixed time, while a real
+``streampart scheduler run`` rolls the table every few seconds. At the end the table is read
+back with delta-rs: every acknowledged chunk must be there exactly once, whole, in one
+partition. Reports throughput and p50/p99 latency of the commit call and of the whole write.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench.common import (
+    BenchResult,
+    Metric,
+    console,
+    drop_pg_schema,
+    fmt,
+    fresh_metastore_url,
+    percentile,
+    pg_url_safe,
+    postgres_problem,
+    workdir,
+)
+
+NAME = "http"
+TABLE = "bench.http"
+ROWS = 100
+ROOT = Path(__file__).resolve().parents[1]
+_SCRIPT = Path(sys.executable).parent / "streampart"
+COMMAND = [str(_SCRIPT)] if _SCRIPT.is_file() else [sys.executable, "-m", "streampart.cli"]
+
+
+@dataclass
+class LoadResult:
+    producers: int
+    seconds: float
+    commits: int = 0
+    rows: int = 0
+    commit_latencies: list[float] = field(default_factory=list)
+    write_latencies: list[float] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    standard_partitions: int = 0
+    duplicates: int = 0
+    missing: int = 0
+    split_chunks: int = 0
+    torn_chunks: int = 0
+    elapsed: float = 0.0
+
+    @property
+    def verified(self) -> bool:
+        return not (self.errors or self.duplicates or self.missing or self.split_chunks or self.torn_chunks)
+
+    def summary(self) -> dict[str, Any]:
+        ms = [x * 1000 for x in self.commit_latencies] or [0.0]
+        wms = [x * 1000 for x in self.write_latencies] or [0.0]
+        return {
+            "producers": self.producers,
+            "seconds": round(self.elapsed, 1),
+            "commits": self.commits,
+            "commits_per_s": round(self.commits / self.elapsed, 1) if self.elapsed else 0,
+            "rows_per_s": round(self.rows / self.elapsed) if self.elapsed else 0,
+            "commit_p50_ms": round(percentile(ms, 50), 1),
+            "commit_p99_ms": round(percentile(ms, 99), 1),
+            "write_p50_ms": round(percentile(wms, 50), 1),
+            "write_p99_ms": round(percentile(wms, 99), 1),
+            "rolls": self.standard_partitions,
+            "duplicates": self.duplicates,
+            "missing": self.missing,
+            "split_chunks": self.split_chunks,
+            "torn_chunks": self.torn_chunks,
+            "errors": self.errors[:5],
+            "verified": self.verified,
+        }
+
+
+def _env(warehouse: Path, metastore: str | None, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMPART_")}
+    env.update(PYTHONPATH=str(ROOT), STREAMPART_WAREHOUSE=str(warehouse), **extra)
+    if metastore:
+        env["STREAMPART_METASTORE"] = metastore
+    return env
+
+
+def _start_server(warehouse: Path, metastore: str | None, log: Path) -> tuple[subprocess.Popen[bytes], str]:
+    import httpx
+
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [*COMMAND, "serve", "--port", "0"], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+            env=_env(warehouse, metastore, STREAMPART_SERVER__LOG_FORMAT="json"),
+        )  # fmt: skip
+    deadline = time.monotonic() + 60
+    url = None
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"streampart serve exited with {proc.returncode}: {log.read_text()[-2000:]}")
+        for line in log.read_text(errors="replace").splitlines():
+            if '"server.listening"' in line:
+                url = json.loads(line)["url"]
+        if url:
+            try:
+                if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
+                    return proc, url
+            except httpx.HTTPError:
+                pass
+        time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError(f"streampart serve did not start: {log.read_text()[-2000:]}")
+
+
+def _start_daemon(warehouse: Path, metastore: str | None, log: Path) -> subprocess.Popen[bytes]:
+    with log.open("wb") as out:
+        return subprocess.Popen(
+            [*COMMAND, "scheduler", "run"], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+            env=_env(warehouse, metastore, STREAMPART_SCHEDULER__METRICS="false",
+                     STREAMPART_SCHEDULER__SYNC_INTERVAL="2s",
+                     STREAMPART_SCHEDULER__HOUSEKEEPING__ENABLED="false"),
+        )  # fmt: skip
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(40)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+
+def _records(first: int, rows: int) -> bytes:
+    from datetime import UTC, datetime
+
+    ts = datetime.now(UTC).isoformat()
+    return "".join(
+        json.dumps({"id": first + i, "ts": ts, "msg": f"event {first + i} over HTTP"}) + "\n"
+        for i in range(rows)
+    ).encode()
+
+
+def load(
+    warehouse: Path,
+    metastore: str | None,
+    producers: int,
+    seconds: float,
+    roll_every: str = "10s",
+    rows: int = ROWS,
+    log_dir: Path | None = None,
+) -> LoadResult:
+    """Run the load and verify the table; the server and the roll daemon are real processes."""
+    from deltalake import DeltaTable, QueryBuilder
+
+    from ingest.api.auth import hash_token, new_token
+    from ingest.client import Client
+    from metastore.catalog import Catalog
+    from metastore.models import (
+        Mode,
+        PartitionState,
+        Scope,
+        TableName,
+        TableSpec,
+        parse_duration,
+        parse_schema,
+    )
+
+    log_dir = log_dir or warehouse.parent
+    catalog = Catalog.open(warehouse, metastore)
+    table = catalog.create_table(
+        TableSpec(
+            name=TableName.parse(TABLE), columns=parse_schema("id BIGINT, ts TIMESTAMP, msg STRING"),
+            time_column="ts", partition_column="ts_period", mode=Mode.ARRIVAL,
+            roll_every=parse_duration(roll_every),
+        )
+    )  # fmt: skip
+    token = new_token()
+    catalog.store.create_token("bench", hash_token(token), [Scope.parse("write:bench")])
+    server, url = _start_server(warehouse, metastore, log_dir / "http-server.log")
+    daemon = _start_daemon(warehouse, metastore, log_dir / "roll-daemon.log")
+    result = LoadResult(producers, seconds)
+    acked: list[tuple[int, str]] = []
+    lock = threading.Lock()
+    stop_at = time.monotonic() + seconds
+
+    def producer(p: int) -> None:
+        with Client(url, token, backoff=0.05, max_backoff=1.0) as api:
+            k = 0
+            while time.monotonic() < stop_at:
+                first = p * 1_000_000_000 + k * rows
+                content = _records(first, rows)
+                try:
+                    t0 = time.perf_counter()
+                    chunk = api.open_chunk(TABLE, f"p{p}-{k}")
+                    api.upload(chunk["id"], content)
+                    t1 = time.perf_counter()
+                    done = api.commit(chunk["id"])
+                    t2 = time.perf_counter()
+                except Exception as exc:  # reported, and fails the verification
+                    with lock:
+                        result.errors.append(f"producer {p} chunk {k}: {type(exc).__name__}: {exc}")
+                    k += 1
+                    continue
+                with lock:
+                    acked.append((first, done["chunk"]))
+                    result.commit_latencies.append(t2 - t1)
+                    result.write_latencies.append(t2 - t0)
+                    result.commits += 1
+                    result.rows += done["rows"]
+                k += 1
+
+    started = time.perf_counter()
+    threads = [threading.Thread(target=producer, args=(p,), daemon=True) for p in range(producers)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(seconds + 300)
+        result.elapsed = time.perf_counter() - started
+    finally:
+        _stop(daemon)
+        _stop(server)
+    # -- verify with delta-rs, independently of streampart --------------------------------------
+    data = (
+        QueryBuilder()
+        .register("t", DeltaTable(table.location))
+        .execute("SELECT id, ts_period FROM t")
+        .read_all()
+    )
+    ids = data.column("id").to_pylist()
+    partition_of = dict(zip(ids, data.column("ts_period").to_pylist(), strict=True))
+    counts = Counter(ids)
+    result.duplicates = sum(1 for n in counts.values() if n > 1)
+    for first, _chunk in acked:
+        present = [first + i in counts for i in range(rows)]
+        result.missing += present.count(False)
+        if all(present) and len({partition_of[first + i] for i in range(rows)}) != 1:
+            result.split_chunks += 1
+    # chunks never acknowledged (none, unless a producer failed) are whole or absent
+    firsts = {i - i % rows for i in counts}
+    result.torn_chunks = sum(1 for f in firsts if sum(f + i in counts for i in range(rows)) not in (0, rows))
+    result.standard_partitions = len(catalog.store.list_partitions(table.id, [PartitionState.STANDARD]))
+    catalog.close()
+    return result
+
+
+def run(scale: dict[str, Any]) -> BenchResult:
+    producers = scale.get("http_producers", 32)
+    seconds = scale.get("http_seconds", 60)
+    roll_every = scale.get("http_roll_every", "10s")
+    problem = postgres_problem()
+    backend = "postgresql" if problem is None else "sqlite"
+    res = BenchResult(
+        name=NAME,
+        title="HTTP API under load while rolls run",
+        method=[
+            f"{producers} producer threads, each with its own ingest.client.Client, open → upload "
+            f"({ROWS} JSON-lines rows) → commit chunks through one `streampart serve` for {seconds} s",
+            f"a real `streampart scheduler run` rolls the arrival-mode table every {roll_every} meanwhile",
+            f"metastore: {backend}" + (f" ({pg_url_safe()})" if backend == "postgresql" else f" ({problem})"),
+            "commit latency: the POST …/commit call as the client sees it; write: open + upload + commit",
+            "verified with delta-rs: every acknowledged chunk present exactly once, whole, in one partition",
+        ],
+        baseline="none: the load test checks correctness under load; see `commit` for in-process commits",
+        params={"producers": producers, "seconds": seconds, "roll_every": roll_every, "backend": backend},
+    )
+    with workdir("http") as tmp:
+        url = fresh_metastore_url(backend, tmp)
+        try:
+            out = load(tmp / "warehouse", url, producers, seconds, roll_every, log_dir=tmp)
+        finally:
+            drop_pg_schema(url)
+    s = out.summary()
+    console.print(f"  {json.dumps(s)}")
+    res.params["result"] = s
+    res.metrics += [
+        Metric("commits", s["commits_per_s"], "commits/s", higher_is_better=True),
+        Metric("rows", s["rows_per_s"], "rows/s", higher_is_better=True),
+        Metric("commit p50", s["commit_p50_ms"], "ms"),
+        Metric("commit p99", s["commit_p99_ms"], "ms"),
+        Metric("write p50", s["write_p50_ms"], "ms"),
+        Metric("write p99", s["write_p99_ms"], "ms"),
+        Metric("rolls during the run", s["rolls"], "rolls"),
+    ]
+    if not out.verified:
+        res.notes.append(f"VERIFICATION FAILED: {json.dumps(s)}")
+    else:
+        res.notes.append(
+            f"verified: {out.commits} acknowledged chunks present exactly once across "
+            f"{s['rolls']} rolls ({fmt(out.rows, 'rows')})"
+        )
+    return res
