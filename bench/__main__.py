@@ -41,6 +41,9 @@ SCALES: dict[str, dict[str, Any]] = {
         "kafka_warmup": 1,
         "kafka_fresh_seconds": 60,
         "kafka_fresh_rate": 200,
+        "http_producers": 32,
+        "http_seconds": 60,
+        "http_roll_every": "10s",
     },
     "quick": {
         "rows": 100,
@@ -59,17 +62,20 @@ SCALES: dict[str, dict[str, Any]] = {
         "kafka_warmup": 1,
         "kafka_fresh_seconds": 15,
         "kafka_fresh_rate": 200,
+        "http_producers": 8,
+        "http_seconds": 10,
+        "http_roll_every": "3s",
     },
 }
 
 
 def benchmarks() -> dict[str, Any]:
-    from bench import commit_latency, kafka_ingest, roll, snapshot_read
+    from bench import commit_latency, http_load, kafka_ingest, roll, snapshot_read
 
-    return {m.NAME: m for m in (commit_latency, roll, snapshot_read, kafka_ingest)}
+    return {m.NAME: m for m in (commit_latency, roll, snapshot_read, kafka_ingest, http_load)}
 
 
-NAMES = ("commit", "roll", "read", "kafka")
+NAMES = ("commit", "roll", "read", "kafka", "http")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
