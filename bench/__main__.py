@@ -37,7 +37,7 @@ SCALES: dict[str, dict[str, Any]] = {
         "kafka_records": 200_000,
         "kafka_partitions": 4,
         "kafka_max_offsets": 50_000,
-        "kafka_reps": 2,
+        "kafka_reps": 3,
         "kafka_warmup": 1,
         "kafka_fresh_seconds": 60,
         "kafka_fresh_rate": 200,
