@@ -116,6 +116,28 @@ def view_name(name: TableName) -> str:
     return f"__sp_{name.namespace}__{name.table}"
 
 
+def register_views(
+    spark: SparkSession, catalog: Catalog, names: set[str] | None = None
+) -> dict[str, tuple[str, int]]:
+    """Register tables as Spark SQL temporary views, each pinned at its newest version now.
+
+    Spark's temporary views have one-part names, so ``ns.t`` becomes ``__sp_ns__t`` (and
+    :func:`run_sql` rewrites ``ns.t`` to it). Registering again re-pins: a view never moves on
+    its own, so every query over it reads one snapshot.
+
+    Returns:
+        ``{"ns.t": (view name, pinned version)}`` for each table registered.
+    """
+    wanted = names if names is not None else {str(t.name) for t in catalog.list_tables()}
+    out = {}
+    for qualified in sorted(wanted):
+        snap = pin(catalog, catalog.table(qualified))
+        view = view_name(TableName.parse(qualified))
+        snapshot_frame(spark, snap).createOrReplaceTempView(view)
+        out[qualified] = (view, snap.version)
+    return out
+
+
 def rewrite(sql: str, tables: set[str]) -> tuple[str, set[str]]:
     """Replace references to ``ns.table`` by their snapshot views; returns (sql, names used)."""
     import sqlglot
@@ -162,10 +184,7 @@ def run_sql(spark: SparkSession, catalog: Catalog, sql: str) -> DataFrame:
 
     names = {str(t.name) for t in catalog.list_tables()}
     text, used = rewrite(sql, names)
-    for qualified in sorted(used):
-        snapshot_frame(spark, pin(catalog, catalog.table(qualified))).createOrReplaceTempView(
-            view_name(TableName.parse(qualified))
-        )
+    register_views(spark, catalog, used)
     try:
         return spark.sql(text)
     except PySparkException as exc:

@@ -67,3 +67,19 @@ def test_spark_errors_become_one_clear_message(spark, sqlite_catalog) -> None:  
     make_table(sqlite_catalog)
     with pytest.raises(QueryError, match="no_such_column"):
         run_sql(spark, sqlite_catalog, "SELECT no_such_column FROM ns.events")
+
+
+def test_registered_views_stay_pinned_until_registered_again(spark, sqlite_catalog) -> None:  # type: ignore[no-untyped-def]
+    from streampart.query import register_views
+
+    table = make_table(sqlite_catalog)
+    w = ChunkWriter(sqlite_catalog, table)
+    w.write_once(records(range(10)), Format.JSONL)
+    views = register_views(spark, sqlite_catalog)
+    view, version = views["ns.events"]
+    assert set(views) == {"ns.events"} and version == 1
+    w.write_once(records(range(10, 15)), Format.JSONL)
+    Roller(sqlite_catalog).roll_table(table, force=True)
+    assert spark.sql(f"SELECT count(*) AS n FROM {view}").first()["n"] == 10  # still the pinned snapshot
+    register_views(spark, sqlite_catalog, {"ns.events"})
+    assert spark.sql(f"SELECT count(*) AS n FROM {view}").first()["n"] == 15
