@@ -1145,15 +1145,15 @@ class Metastore:
         now = now or _now()
         try:
             with self.tx() as conn:
-                token_id = conn.execute(
+                conn.execute(
                     sa.insert(s.tokens).values(
                         name=name,
                         token_hash=token_hash,
                         scopes=[str(x) for x in scopes],
                         created_at=_db(now),
                     )
-                ).inserted_primary_key[0]
-                row = conn.execute(sa.select(s.tokens).where(s.tokens.c.id == token_id)).one()
+                )
+                row = conn.execute(sa.select(s.tokens).where(s.tokens.c.name == name)).one()
         except IntegrityError:
             raise AlreadyExistsError(f"token {name!r} exists already; revoke it first") from None
         return self._token_from_row(row)

@@ -11,7 +11,6 @@ Route code runs the chunk protocol of :mod:`ingest.chunks` in worker threads (it
 metastore and Delta); only the streaming of request bodies runs on the event loop.
 """
 
-
 import json
 import re
 import time
@@ -298,8 +297,10 @@ def create_app(
         "/v1/tables/{namespace}/{table}/chunks",
         status_code=201,
         response_model=ChunkInfo,
-        responses={200: {"model": ChunkInfo, "description": "The chunk opened before under that key"}}
-        | _errors(400, 401, 403, 404, 422),
+        responses={
+            200: {"model": ChunkInfo, "description": "The chunk opened before under that key"},
+            **_errors(400, 401, 403, 404, 422),
+        },
         tags=["chunks"],
         summary="Open a chunk",
     )

@@ -86,12 +86,13 @@ _MAP: list[tuple[type[BaseException], int, str, int | None]] = [
 
 def error_response(exc: BaseException) -> tuple[int, dict[str, Any], dict[str, str]]:
     """The status, JSON body and headers that answer ``exc``."""
+    body: dict[str, Any]
     if isinstance(exc, ApiError):
         body = {"error": exc.code, "message": str(exc), "field": exc.field}
         return exc.status, body, exc.headers
     for cls, status, code, retry in _MAP:
         if isinstance(exc, cls):
-            body: dict[str, Any] = {
+            body = {
                 "error": code,
                 "message": str(exc),
                 "field": getattr(exc, "api_field", None),
