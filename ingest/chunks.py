@@ -14,6 +14,7 @@ chunk id in its commit info, looked up before any retry that might follow a land
 
 from __future__ import annotations
 
+import json
 import random
 import time
 from collections.abc import Sequence
@@ -61,7 +62,7 @@ def _now() -> datetime:
 class DeadLetter:
     """A bad record on its way to the dead-letter table, with its source position."""
 
-    position: int  # line or row of a chunk, or the offset of a Kafka record
+    position: int | None  # line or row of a chunk, or the offset of a Kafka record
     reason: str
     raw: bytes  # exactly as received
     source: str | None = None  # file, URL or topic/partition it came from
@@ -127,6 +128,10 @@ class ChunkWriter:
     catalog: Catalog
     table: Table
     config: ChunkConfig = field(default_factory=ChunkConfig)
+    # A stream cannot answer "rejected" to a producer: rows for sealed partitions of a table
+    # that rejects late data go to its dead-letter table instead (with the reason), and the
+    # rest of the chunk commits.
+    late_rows_to_dead_letter: bool = False
 
     @property
     def store(self) -> Any:
@@ -181,12 +186,15 @@ class ChunkWriter:
             more = f" (and {len(bad) - 1} more bad records)" if len(bad) > 1 else ""
             raise MalformedChunkError(f"record {first.position}: {first.reason}{more}; nothing was committed")
 
-    def _stage_dead_letters(self, chunk: Chunk, bad: Sequence[DeadLetter]) -> None:
+    def _stage_dead_letters(
+        self, chunk: Chunk, bad: Sequence[DeadLetter], token: str | None = None
+    ) -> tuple[ChunkWriter, Chunk]:
+        """Stage ``bad`` as a dead-letter chunk (once per token); returns its writer and chunk."""
         dlq = self.catalog.companion(self.table, TableKind.DEAD_LETTER)
         writer = ChunkWriter(self.catalog, dlq, self.config)
-        dlq_chunk = writer.reserve(token=f"dead-letter:{chunk.id}")
+        dlq_chunk = writer.reserve(token=token or f"dead-letter:{chunk.id}")
         if dlq_chunk.state is not ChunkState.RESERVED:
-            return  # staged and committed by an earlier attempt
+            return writer, dlq_chunk  # staged and committed by an earlier attempt
         now = _now()
         rows = pa.table(
             {
@@ -199,7 +207,7 @@ class ChunkWriter:
             },
             schema=writer.validator().schema,
         )
-        writer.stage(dlq_chunk, Parsed(rows, []))
+        return writer, writer.stage(dlq_chunk, Parsed(rows, []))
 
     # -- commit ----------------------------------------------------------------------------
     def commit(self, chunk_id: str, owner_is_dead: bool = False) -> CommitResult:
@@ -314,6 +322,8 @@ class ChunkWriter:
     def _handle_late(self, chunk: Chunk, late: Sequence[StagedFile]) -> int:
         if not late:
             return 0
+        if self.table.late_data is LateDataPolicy.REJECT and self.late_rows_to_dead_letter:
+            return self._late_to_dead_letter(chunk, late)
         if self.table.late_data is LateDataPolicy.REJECT:
             sealed = ", ".join(sorted({iso(f.period) for f in late if f.period}))
             message = (
@@ -332,6 +342,25 @@ class ChunkWriter:
                 data = pq.read_table(Path(self.table.location) / f.path)
                 writer.stage(late_chunk, Parsed(data, []))
             writer.commit(late_chunk.id)
+        return sum(f.rows for f in late)
+
+    def _late_to_dead_letter(self, chunk: Chunk, late: Sequence[StagedFile]) -> int:
+        # One dead-letter chunk per late file, like the divert policy's late-table chunks: a
+        # retry that finds more late files (another roll meanwhile) adds only those.
+        for f in late:
+            data = pq.read_table(Path(self.table.location) / f.path)
+            reason = (
+                f"late: partition {iso(f.period) if f.period else '?'} of {self.table.name} is sealed "
+                "and the table rejects late data"
+            )
+            letters = [
+                DeadLetter(None, reason, json.dumps(row, default=str).encode(), "late")
+                for row in data.to_pylist()
+            ]
+            writer, dlq_chunk = self._stage_dead_letters(
+                chunk, letters, f"late-dead-letter:{chunk.id}:{f.path}"
+            )
+            writer.commit(dlq_chunk.id)
         return sum(f.rows for f in late)
 
     def _commit_companion(self, kind: TableKind, token: str) -> None:

@@ -265,7 +265,7 @@ class ChunkSink:
         self.options = options
         self.checkpoint = checkpoint
         self.config = config or ChunkConfig()
-        self.writer = ChunkWriter(catalog, table, self.config)
+        self.writer = ChunkWriter(catalog, table, self.config, late_rows_to_dead_letter=True)
         self._query_id: str | None = None
         self.batches = 0
 

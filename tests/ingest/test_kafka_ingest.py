@@ -395,3 +395,32 @@ def test_broker_lost_mid_stream_fails_clearly_and_loses_nothing(spark, sqlite_ca
         assert sorted(all_ids(table)) == list(range(100))  # nothing committed is lost
     finally:
         broker.stop()
+
+
+def test_late_rows_of_a_rejecting_table_become_dead_letters(
+    spark, sqlite_catalog, kafka_broker
+) -> None:  # type: ignore[no-untyped-def]
+    # A stream has no producer to answer "rejected": late rows become dead letters, the rest lands.
+    from datetime import UTC, datetime
+
+    table = make_table(sqlite_catalog, mode=Mode.EVENT_TIME, dead_letter=True)
+    topic = topic_name()
+    kafka_broker.create_topic(topic, partitions=3)
+    kafka_broker.produce(topic, [event(i, ts="2026-11-21T08:10:00Z") for i in range(10)])
+    opts = options(sqlite_catalog, kafka_broker, topic)
+    run_kafka_ingest(spark, sqlite_catalog, opts)
+    Roller(sqlite_catalog).roll_table(table, now=datetime(2026, 11, 21, 9, 30, tzinfo=UTC))
+    kafka_broker.produce(
+        topic,
+        [event(i, ts="2026-11-21T08:50:00Z") for i in range(10, 13)]  # the 08:00 partition is sealed
+        + [event(i, ts="2026-11-21T09:40:00Z") for i in range(13, 20)],
+    )
+
+    run_kafka_ingest(spark, sqlite_catalog, opts)
+
+    assert sorted(all_ids(table)) == [*range(10), *range(13, 20)]
+    dead = delta_rows(
+        sqlite_catalog.companion(table, TableKind.DEAD_LETTER), columns="reason, raw"
+    ).to_pylist()
+    assert sorted(json.loads(d["raw"])["id"] for d in dead) == [10, 11, 12]
+    assert all(d["reason"].startswith("late: partition 2026-11-21T08:00:00Z") for d in dead), dead
