@@ -87,6 +87,13 @@ def default_url(warehouse: str | Path) -> str:
     return f"sqlite:///{Path(warehouse).resolve() / '_metastore.sqlite'}"
 
 
+def _new_id(result: Any) -> int:
+    """The primary key of the row an INSERT just added."""
+    key = result.inserted_primary_key
+    assert key is not None, "not an INSERT"
+    return int(key[0])
+
+
 class Metastore:
     """Access to one metastore database. Thread-safe; open one per process."""
 
@@ -188,7 +195,7 @@ class Metastore:
         }
         try:
             with self.tx() as conn:
-                table_id = conn.execute(sa.insert(s.tables).values(**row)).inserted_primary_key[0]
+                table_id = _new_id(conn.execute(sa.insert(s.tables).values(**row)))
                 table = self._table_from_row({**row, "id": table_id})
                 if spec.mode is Mode.ARRIVAL:
                     from metastore.models import period_start
@@ -258,7 +265,7 @@ class Metastore:
     # -- partitions ------------------------------------------------------------------------
     @staticmethod
     def _insert_partition(conn: Connection, table_id: int, value: datetime, now: datetime) -> int:
-        return int(
+        return _new_id(
             conn.execute(
                 sa.insert(s.partitions).values(
                     table_id=table_id,
@@ -266,7 +273,7 @@ class Metastore:
                     state=PartitionState.STREAMING.value,
                     opened_at=_db(now),
                 )
-            ).inserted_primary_key[0]
+            )
         )
 
     @staticmethod
@@ -931,23 +938,25 @@ class Metastore:
         retry_at: datetime | None = None,
     ) -> RollAttempt:
         with self.tx() as conn:
-            attempt_id = conn.execute(
-                sa.insert(s.roll_attempts).values(
-                    table_id=table_id,
-                    partition_value=_db(partition_value),
-                    roll_id=roll_id,
-                    owner=owner,
-                    epoch=epoch,
-                    started_at=_db(started_at),
-                    finished_at=_db(finished_at),
-                    outcome=outcome.value,
-                    resumed=resumed,
-                    rows=rows,
-                    error=None if error is None else error[:4000],
-                    failures=failures,
-                    retry_at=_db(retry_at),
+            attempt_id = _new_id(
+                conn.execute(
+                    sa.insert(s.roll_attempts).values(
+                        table_id=table_id,
+                        partition_value=_db(partition_value),
+                        roll_id=roll_id,
+                        owner=owner,
+                        epoch=epoch,
+                        started_at=_db(started_at),
+                        finished_at=_db(finished_at),
+                        outcome=outcome.value,
+                        resumed=resumed,
+                        rows=rows,
+                        error=None if error is None else error[:4000],
+                        failures=failures,
+                        retry_at=_db(retry_at),
+                    )
                 )
-            ).inserted_primary_key[0]
+            )
             row = conn.execute(sa.select(s.roll_attempts).where(s.roll_attempts.c.id == attempt_id)).one()
         return self._attempt_from_row(row)
 
