@@ -23,6 +23,10 @@ RESULTS = Path(__file__).parent / "results" / "latest.json"
 # written every 100 versions; checkpoints grow with the live files). Building 10,000 chunks
 # alone takes well over half an hour here, so that size is opt-in: ``--read-chunks 10000``.
 # Likewise quick builds 150 chunks, not 500, to stay under a minute.
+#
+# kafka: 200,000 records of 1 KB (~200 MB) take 7-20 s per side and round here, depending on the
+# load; 1 warm-up and 5 timed rounds plus 60 s of freshness make it about 5 minutes (quick: 20,000
+# records, 2 timed rounds, 15 s of freshness, about 2 minutes, mostly Spark warm-up).
 SCALES: dict[str, dict[str, Any]] = {
     "default": {
         "rows": 100,
@@ -37,7 +41,7 @@ SCALES: dict[str, dict[str, Any]] = {
         "kafka_records": 200_000,
         "kafka_partitions": 4,
         "kafka_max_offsets": 50_000,
-        "kafka_reps": 3,
+        "kafka_reps": 5,
         "kafka_warmup": 1,
         "kafka_fresh_seconds": 60,
         "kafka_fresh_rate": 200,
