@@ -147,6 +147,9 @@ class Warehouse:
         self.root = Path(root).resolve()
         # One DeltaTable per (thread, table) for the commit path, see :meth:`latest`.
         self._latest = threading.local()
+        # Commits to one table from threads of this process take turns (see _transact).
+        self._commit_locks: dict[str, threading.Lock] = {}
+        self._locks_guard = threading.Lock()
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Spark tasks get a warehouse by pickle; the per-thread snapshots stay behind.
@@ -342,19 +345,29 @@ class Warehouse:
         from deltalake.transaction import CommitProperties
 
         read_version = int(dt.version())
-        try:
-            dt.create_write_transaction(
-                actions,
-                "append",
-                dt.schema(),
-                [table.partition_column],
-                commit_properties=CommitProperties(
-                    custom_metadata=metadata, max_commit_retries=MAX_COMMIT_RETRIES
-                ),
-            )
-        except CommitFailedError as exc:
-            raise ConflictError(f"{what} to {table.name} conflicted: {exc}") from exc
+        # Delta commits are optimistic: concurrent committers race for the next version and
+        # the losers re-check and retry. Threads of one process (the HTTP server's request
+        # threads) need not race each other; taking turns here leaves delta-rs' retries to
+        # commits from other processes. The snapshot is not refreshed inside the lock: it
+        # must stay the one taken before the partition states were read (the fencing).
+        with self._commit_lock(table):
+            try:
+                dt.create_write_transaction(
+                    actions,
+                    "append",
+                    dt.schema(),
+                    [table.partition_column],
+                    commit_properties=CommitProperties(
+                        custom_metadata=metadata, max_commit_retries=MAX_COMMIT_RETRIES
+                    ),
+                )
+            except CommitFailedError as exc:
+                raise ConflictError(f"{what} to {table.name} conflicted: {exc}") from exc
         return self._committed_version(table, metadata, read_version)
+
+    def _commit_lock(self, table: Table) -> threading.Lock:
+        with self._locks_guard:
+            return self._commit_locks.setdefault(table.location, threading.Lock())
 
     def _committed_version(self, table: Table, metadata: dict[str, str], read_version: int) -> int:
         # delta-rs does not report the version it committed; every commit of ours carries a
