@@ -161,7 +161,7 @@ class ChunkWriter:
         self._check_bad(parsed.bad)
         files = write_staged_files(self.warehouse, self.table, chunk.id, parsed.good)
         letters = [DeadLetter(b.position, b.reason, b.raw.encode(), source or None) for b in parsed.bad]
-        return self.stage_files(chunk, files, letters)
+        return self._record_files(chunk, files, letters)
 
     def stage_files(self, chunk: Chunk, files: Sequence[StagedFile], bad: Sequence[DeadLetter]) -> Chunk:
         """Record files already written to staging (by :func:`write_staged_files`) as the chunk's data.
@@ -173,6 +173,9 @@ class ChunkWriter:
         chunk = self.store.get_chunk(chunk.id)
         self._require_state(chunk, ChunkState.RESERVED, "write to")
         self._check_bad(bad)
+        return self._record_files(chunk, files, bad)
+
+    def _record_files(self, chunk: Chunk, files: Sequence[StagedFile], bad: Sequence[DeadLetter]) -> Chunk:
         if bad:
             self._stage_dead_letters(chunk, bad)
         for old in chunk.files:

@@ -633,14 +633,15 @@ class Metastore:
         )
         if extra is not None:
             q = q.where(extra)
+        # UPDATE … RETURNING: the new row in the same round trip (SQLite ≥ 3.35, PostgreSQL)
         with self.tx() as conn:
-            updated = conn.execute(q.values(**values)).rowcount
-        if updated != 1:
+            row = conn.execute(q.values(**values).returning(*s.chunks.c)).first()
+        if row is None:
             current = self.get_chunk(chunk.id)
             raise ConflictError(
                 f"chunk {chunk.id} is {current.state.value}, expected {'/'.join(e.value for e in expected)}"
             )
-        return self.get_chunk(chunk.id)
+        return self._chunk_from_row(row)
 
     def record_chunk_files(
         self, chunk: Chunk, files: Sequence[StagedFile], *, dead_letter_rows: int = 0

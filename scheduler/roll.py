@@ -261,14 +261,15 @@ class Roller:
     def _chunks_rolled(self, table: Table, roll: Roll) -> int:
         """How many chunks the roll swept: distinct chunks among the partition's staged files.
 
-        Counted in the snapshot before the sweep (a sealed partition's staged files no longer
-        change), so a resumed roll counts the same. A chunk may have several files (one per
-        Spark task that staged it), so this is not the number of files.
+        Counted in the seal's snapshot: no chunk lands in a sealed partition and the sweep comes
+        after the seal, so that snapshot holds exactly the chunks rolled, however often the roll
+        was resumed. A chunk may have several files (one per Spark task that staged it), so
+        this is not the number of files.
         """
-        if not roll.files_before:
+        if not roll.files_before or roll.seal_version is None:
             return 0
         wh = self.catalog.warehouse
-        dt = wh.load(table, roll.sweep_version - 1) if roll.sweep_version else wh.load(table)
+        dt = wh.load(table, roll.seal_version)
         return len({f.chunk for f in wh.live_files(dt) if f.partition == roll.partition_value and f.staged})
 
     def _remove_leftovers(self, table: Table, value: datetime, live: set[str]) -> None:
