@@ -187,10 +187,10 @@ def run_demo(settings: Any, catalog: Catalog, console: Console, fresh: bool = Tr
     console.print(f"   SELECT count(*) FROM demo.events → {count}")
 
     rolled = Roller(catalog, settings.roll).roll_table(table, force=True)
-    for r in rolled:
+    for roll in rolled:
         console.print(
-            f"6. rolled partition {r.partition}: {r.chunks} chunks → {r.files_after} file(s), {r.rows} rows, "
-            f"{r.seconds:.2f}s; next streaming partition {r.next_partition}"
+            f"6. rolled partition {roll.partition}: {roll.chunks} chunks → {roll.files_after} file(s), "
+            f"{roll.rows} rows, {roll.seconds:.2f}s; next streaming partition {roll.next_partition}"
         )
     for k in range(5, 7):
         r = writer.write_once(_records(k * 1000, 500, now), Format.JSONL, token=f"demo-{k}")
