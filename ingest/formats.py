@@ -20,6 +20,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pyarrow as pa
 
 from ingest.errors import MalformedChunkError
@@ -206,6 +207,8 @@ def _byte_size(value: Any) -> int:
     if isinstance(value, bytes):
         return len(value)
     if isinstance(value, str):
+        if value.isascii():  # one byte per character, without encoding a copy
+            return len(value)
         try:
             return len(value.encode("utf-8"))
         except UnicodeEncodeError as exc:  # a lone surrogate, e.g. from a JSON "\ud800" escape
@@ -287,6 +290,19 @@ def _lines(data: bytes) -> Iterator[tuple[int, bytes]]:
         yield n, line.removesuffix(b"\r")
 
 
+def loads_json(text: str | bytes) -> Any:
+    """``json.loads``, fast: orjson parses, and anything it refuses goes to ``json.loads``.
+
+    orjson is about 4x faster but stricter (no NaN/Infinity, no integers beyond 64 bits, no
+    lone surrogates, UTF-8 only), so whatever it refuses is parsed again by the standard
+    library: the result, and the error message of a bad record, are exactly json.loads'.
+    """
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return json.loads(text)
+
+
 def parse_jsonl(data: bytes, v: RecordValidator) -> Parsed:
     for n, raw in _lines(data):
         try:
@@ -298,7 +314,7 @@ def parse_jsonl(data: bytes, v: RecordValidator) -> Parsed:
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
+            record = loads_json(line)
         except json.JSONDecodeError as exc:
             v.bad.append(BadRecord(n, f"invalid JSON: {exc.msg} at column {exc.colno}", line))
             continue

@@ -31,6 +31,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+import orjson
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ingest.chunks import ChunkWriter, DeadLetter, write_staged_files
@@ -178,16 +179,22 @@ def parse_value(v: RecordValidator, fmt: str, position: int, value: bytes | None
     """Validate one Kafka record value into ``v``; returns the reason if it is a bad record."""
     if value is None:
         return "record value is null (a tombstone?)"
-    try:
-        text = value.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        return f"invalid UTF-8 at byte {exc.start + 1}"
+    record: Any
     if fmt == "json":
         try:
-            record: Any = json.loads(text)
-        except json.JSONDecodeError as exc:
-            return f"invalid JSON: {exc.msg} at column {exc.colno}"
+            record = orjson.loads(value)  # the fast path; it refuses invalid UTF-8 too
+        except orjson.JSONDecodeError:
+            try:
+                record = json.loads(value.decode("utf-8"))  # names the fault, or accepts
+            except UnicodeDecodeError as exc:
+                return f"invalid UTF-8 at byte {exc.start + 1}"
+            except json.JSONDecodeError as exc:
+                return f"invalid JSON: {exc.msg} at column {exc.colno}"
     else:
+        try:
+            text = value.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            return f"invalid UTF-8 at byte {exc.start + 1}"
         rows = list(csv.reader([text.rstrip("\r\n")]))
         fields = rows[0] if rows else []
         names = [c.name for c in v.columns]
@@ -195,7 +202,7 @@ def parse_value(v: RecordValidator, fmt: str, position: int, value: bytes | None
             return f"expected {len(names)} CSV fields ({', '.join(names)}), got {len(fields)}"
         record = dict(zip(names, fields, strict=True))
     before = len(v.bad)
-    v.add(position, record, text, empty_is_null=(fmt == "csv"))
+    v.add(position, record, "", empty_is_null=(fmt == "csv"))  # the raw bytes go to the dead letter
     if len(v.bad) > before:
         return v.bad.pop().reason
     return None
