@@ -61,14 +61,16 @@ def test_tables_roll_on_time_each_by_its_own_schedule_and_mode(catalog) -> None:
                 ),
                 "three rolls of ns.fast, two of ns.slow and the event-time partition of ns.events",
             )
+            # a roll counts in the metrics just after the metastore says STANDARD: wait for both
             samples = wait_for(
                 lambda: (
                     (m := metrics_samples(daemon.metrics_port)).get(
                         ("streampart_partitions_open", (("table", "ns.fast"),))
                     )
+                    and m.get(("streampart_rolls_total", (("outcome", "done"), ("table", "ns.fast"))), 0) >= 3
                     and m
                 ),
-                "the per-table gauges",
+                "the per-table gauges and three counted rolls of ns.fast",
             )
     finally:
         writer.stop()
