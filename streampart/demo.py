@@ -173,7 +173,7 @@ def run_demo(settings: Any, catalog: Catalog, console: Console, fresh: bool = Tr
     again = writer.write_once(_records(0, 1000, now), Format.JSONL, token="demo-0")
     console.print(f"3. retried chunk 1 with the same token: same chunk {again.chunk[:8]}…, nothing added")
     bad = writer.write_once(
-        b'{"id": 7, "ts": "2026-01-01T00:00:00Z"}\n{"id": "x", "ts": "soon"}\n', Format.JSONL
+        b'{"id": 5000, "ts": "2026-01-01T00:00:00Z"}\n{"id": "x", "ts": "soon"}\n', Format.JSONL
     )
     console.print(
         f"4. a chunk with a malformed record: {bad.rows} row committed, "
