@@ -143,7 +143,8 @@ def table_create(
         emit_json(info)
     else:
         out.print(
-            f"created [bold]{table.name}[/] ({info['mode']}, rolls every {info['roll_every']}) at {table.location}"
+            f"created [bold]{table.name}[/] ({info['mode']}, rolls every {info['roll_every']}) "
+            f"at {table.location}"
         )
 
 
@@ -212,7 +213,8 @@ def table_describe(
             if info["mode"] == "event-time"
             else ""
         )
-        + f"\nschema: {info['schema']}\npartitioned by {info['partition_column']} (from {info['time_column']})"
+        + f"\nschema: {info['schema']}"
+        + f"\npartitioned by {info['partition_column']} (from {info['time_column']})"
         + f"\nlocation: {info['location']}  (Delta version {info['version']})"
     )
     grid = RichTable("partition", "state", "chunks", "rows", "bytes", "files", "location")
@@ -294,7 +296,8 @@ def write(
         if result.late_rows:
             extra += f", {result.late_rows} late rows diverted"
         out.print(
-            f"committed chunk {result.chunk}: {result.rows} rows into {', '.join(result.partitions) or '(none)'} "
+            f"committed chunk {result.chunk}: {result.rows} rows into "
+            f"{', '.join(result.partitions) or '(none)'} "
             f"at version {result.version}{extra}"
         )
 

@@ -89,8 +89,6 @@ def ingest_kafka(
         + (" (available now)" if options.available_now else f" every {trigger}"),
         highlight=False,
     )
-    batches = run_kafka_ingest(
-        spark, catalog, options, settings.chunk, should_stop=lambda: stop["requested"]
-    )
+    batches = run_kafka_ingest(spark, catalog, options, settings.chunk, should_stop=lambda: stop["requested"])
     err.print(f"stopped after {batches} batch(es)", highlight=False)
     sys.exit(0)

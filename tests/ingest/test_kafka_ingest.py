@@ -397,9 +397,7 @@ def test_broker_lost_mid_stream_fails_clearly_and_loses_nothing(spark, sqlite_ca
         broker.stop()
 
 
-def test_late_rows_of_a_rejecting_table_become_dead_letters(
-    spark, sqlite_catalog, kafka_broker
-) -> None:  # type: ignore[no-untyped-def]
+def test_late_rows_of_a_rejecting_table_become_dead_letters(spark, sqlite_catalog, kafka_broker) -> None:  # type: ignore[no-untyped-def]
     # A stream has no producer to answer "rejected": late rows become dead letters, the rest lands.
     from datetime import UTC, datetime
 
