@@ -27,7 +27,7 @@ import json
 import logging
 import re
 from collections.abc import Callable, Iterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -55,6 +55,7 @@ SOURCE_FORMAT = "streampart-kafka"
 CHECKPOINTS_DIR = "_checkpoints"
 # A token whose chunk expired or was aborted never landed: the batch takes the next suffix.
 MAX_TOKEN_ATTEMPTS = 100
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 class KafkaIngestOptions(BaseModel):
@@ -158,7 +159,6 @@ def _staged_schema() -> Any:
         StringType,
         StructField,
         StructType,
-        TimestampType,
     )
 
     return StructType(
@@ -166,7 +166,9 @@ def _staged_schema() -> Any:
             StructField("path", StringType()),
             StructField("rows", LongType()),
             StructField("bytes", LongType()),
-            StructField("period", TimestampType()),
+            # epoch microseconds, not a timestamp: collect() would turn a timestamp into a naive
+            # datetime in the driver's local time zone
+            StructField("period_us", LongType()),
             StructField("source", StringType()),
             StructField("position", LongType()),
             StructField("reason", StringType()),
@@ -208,6 +210,14 @@ def parse_value(v: RecordValidator, fmt: str, position: int, value: bytes | None
     return None
 
 
+def _micros(value: datetime | None) -> int | None:
+    return None if value is None else (value - EPOCH) // timedelta(microseconds=1)
+
+
+def _from_micros(value: int | None) -> datetime | None:
+    return None if value is None else EPOCH + timedelta(microseconds=value)
+
+
 def stage_task(warehouse: Warehouse, table: Table, chunk_id: str, fmt: str, max_value_bytes: int) -> Any:
     """The ``mapInArrow`` function: parse one task's records and stage its good rows."""
 
@@ -232,7 +242,7 @@ def stage_task(warehouse: Warehouse, table: Table, chunk_id: str, fmt: str, max_
                     )
         files = write_staged_files(warehouse, table, f"{chunk_id}-{task:05d}", v.result().good)
         rows: list[dict[str, Any]] = [
-            {"path": f.path, "rows": f.rows, "bytes": f.bytes, "period": f.period} for f in files
+            {"path": f.path, "rows": f.rows, "bytes": f.bytes, "period_us": _micros(f.period)} for f in files
         ]
         rows += bad
         schema = pa.schema(
@@ -240,7 +250,7 @@ def stage_task(warehouse: Warehouse, table: Table, chunk_id: str, fmt: str, max_
                 ("path", pa.string()),
                 ("rows", pa.int64()),
                 ("bytes", pa.int64()),
-                ("period", pa.timestamp("us", tz="UTC")),
+                ("period_us", pa.int64()),
                 ("source", pa.string()),
                 ("position", pa.int64()),
                 ("reason", pa.string()),
@@ -317,7 +327,7 @@ class ChunkSink:
                 .collect()
             )
             files = [
-                StagedFile(path=r.path, rows=r.rows, bytes=r.bytes, period=r.period)
+                StagedFile(path=r.path, rows=r.rows, bytes=r.bytes, period=_from_micros(r.period_us))
                 for r in staged
                 if r.path is not None
             ]

@@ -131,6 +131,18 @@ def test_csv_records(spark, sqlite_catalog, kafka_broker) -> None:  # type: igno
     ]
 
 
+@pytest.fixture
+def local_time_zone_not_utc(monkeypatch):  # type: ignore[no-untyped-def]
+    # the driver's local zone must not leak into partition values (Spark's collect() turns
+    # timestamps into naive local datetimes)
+    monkeypatch.setenv("TZ", "Asia/Kolkata")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+@pytest.mark.usefixtures("local_time_zone_not_utc")
 def test_event_time_batch_spanning_partitions_commits_atomically(spark, sqlite_catalog, kafka_broker) -> None:  # type: ignore[no-untyped-def]
     table = make_table(sqlite_catalog, mode=Mode.EVENT_TIME, lateness="1h", dead_letter=True)
     topic = topic_name()
