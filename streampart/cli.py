@@ -7,7 +7,7 @@ import json
 import shutil
 import sys
 from dataclasses import dataclass
-from datetime import date, datetime
+from datetime import UTC, date, datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import Annotated, Any
@@ -84,7 +84,8 @@ def _json_default(value: Any) -> Any:
     if isinstance(value, datetime):
         from metastore.models import iso
 
-        return iso(value)
+        # PySpark hands TIMESTAMP values over as naive datetimes in the local time zone
+        return iso(value.astimezone(UTC) if value.tzinfo is None else value)
     if isinstance(value, date):
         return value.isoformat()
     if isinstance(value, Decimal):

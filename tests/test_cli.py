@@ -48,8 +48,10 @@ class Result:
         return " ".join(self.stderr.split())
 
 
-def run(warehouse: Path, *args: str | Path, timeout: float = 180) -> Result:
+def run(warehouse: Path, *args: str | Path, timeout: float = 180, tz: str | None = None) -> Result:
     env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMPART_")}
+    if tz is not None:
+        env["TZ"] = tz
     argv = [str(a) for a in args]
     proc = subprocess.run(
         [*COMMAND, "--warehouse", str(warehouse), *argv],
@@ -312,13 +314,16 @@ def test_query_count(arrival: dict[str, Any]) -> None:
     """The module's only Spark start-up."""
     assert arrival["roll_later"].returncode == 0  # the scenario has finished writing and rolling
 
-    result = run(arrival["warehouse"], "query", "SELECT count(*) AS n FROM ns.t", "--json", timeout=600)
+    sql = "SELECT ts_period AS p, count(*) AS n FROM ns.t GROUP BY ts_period"
+    # in a local time zone other than UTC: timestamps still print as the UTC instants they are
+    result = run(arrival["warehouse"], "query", sql, "--json", timeout=600, tz="Asia/Kolkata")
 
     assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stderr
     lines = result.stdout.splitlines()
     assert len(lines) == 1, result.stdout
-    assert json.loads(lines[0]) == {"n": WRITTEN}
+    opened = arrival["create"].json()["partitions"][0]["value"]
+    assert json.loads(lines[0]) == {"p": opened, "n": WRITTEN}
 
 
 def test_user_errors(arrival: dict[str, Any]) -> None:
