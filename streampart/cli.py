@@ -7,7 +7,7 @@ import json
 import shutil
 import sys
 from dataclasses import dataclass
-from datetime import UTC, date, datetime
+from datetime import date, datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import Annotated, Any
@@ -83,9 +83,9 @@ def _global(
 def _json_default(value: Any) -> Any:
     if isinstance(value, datetime):
         from metastore.models import iso
+        from streampart.query import from_spark
 
-        # PySpark hands TIMESTAMP values over as naive datetimes in the local time zone
-        return iso(value.astimezone(UTC) if value.tzinfo is None else value)
+        return iso(from_spark(value))
     if isinstance(value, date):
         return value.isoformat()
     if isinstance(value, Decimal):

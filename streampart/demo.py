@@ -15,7 +15,7 @@ from rich.table import Table as RichTable
 from ingest.chunks import ChunkWriter
 from ingest.formats import Format
 from metastore.catalog import Catalog
-from metastore.models import TableName, TableSpec, parse_duration, parse_schema
+from metastore.models import TableName, TableSpec, iso, parse_duration, parse_schema
 from scheduler.roll import Roller
 
 DEMO = TableName(namespace="demo", table="events")
@@ -141,7 +141,7 @@ def run_kafka_demo(settings: Any, catalog: Catalog, console: Console, spark: Any
 
 
 def run_demo(settings: Any, catalog: Catalog, console: Console, fresh: bool = True) -> None:
-    from streampart.query import run_sql, spark_session
+    from streampart.query import from_spark, run_sql, spark_session
 
     started = time.monotonic()
     console.rule("[bold]streampart demo")
@@ -209,7 +209,7 @@ def run_demo(settings: Any, catalog: Catalog, console: Console, fresh: bool = Tr
         "ts_period", "rows", "distinct ids", title="SELECT ts_period, count(*) … GROUP BY ts_period"
     )
     for row in result:
-        grid.add_row(str(row["ts_period"]), str(row["rows"]), str(row["ids"]))
+        grid.add_row(iso(from_spark(row["ts_period"])), str(row["rows"]), str(row["ids"]))
     console.print(grid)
     dead = run_sql(spark, catalog, "SELECT position, reason FROM demo.events__dead_letter").collect()
     for row in dead:

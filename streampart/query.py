@@ -112,6 +112,19 @@ def read_table(
     return snapshot_frame(spark, pin(catalog, table, version))
 
 
+def from_spark(value: Any) -> Any:
+    """A value collected from Spark, with TIMESTAMPs as aware UTC datetimes.
+
+    PySpark hands TIMESTAMP values to Python as naive datetimes in the process's local time
+    zone (whatever ``spark.sql.session.timeZone`` says); this makes them the instants they are.
+    """
+    from datetime import UTC, datetime
+
+    if isinstance(value, datetime) and value.tzinfo is None:
+        return value.astimezone(UTC)
+    return value
+
+
 def view_name(name: TableName) -> str:
     return f"__sp_{name.namespace}__{name.table}"
 
