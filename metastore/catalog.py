@@ -6,6 +6,7 @@ so table creation, lookup and description have one home.
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -119,6 +120,11 @@ class Catalog:
             # created in the metastore by a process that died before creating the Delta table
             self.warehouse.create(table)
         return table
+
+    def drop_table(self, table: Table) -> None:
+        """Drop one table: its metastore records, then its directory (Delta log and data)."""
+        self.store.drop_table(table.id)
+        shutil.rmtree(table.location, ignore_errors=True)
 
     def companion(self, table: Table, kind: TableKind) -> Table:
         return self.table(table.companion(kind))

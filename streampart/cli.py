@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import json
-import shutil
 import sys
 from dataclasses import dataclass
 from datetime import date, datetime
@@ -242,8 +241,7 @@ def table_drop(
         raise UserInputError("dropping deletes the table's data; add --yes to confirm")
     catalog = STATE.catalog()
     table = catalog.store.get_table(name)
-    catalog.store.drop_table(table.id)
-    shutil.rmtree(table.location, ignore_errors=True)
+    catalog.drop_table(table)
     out.print(f"dropped {table.name}")
 
 

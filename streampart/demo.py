@@ -48,11 +48,11 @@ def _partitions(console: Console, catalog: Catalog, name: TableName) -> None:
 
 
 def _drop(catalog: Catalog, name: TableName) -> None:
+    """Drop a demo table and its dead-letter table, if they exist."""
     for each in (name, TableName(namespace=name.namespace, table=f"{name.table}__dead_letter")):
         existing = catalog.store.find_table(each)
         if existing is not None:
-            catalog.store.drop_table(existing.id)
-            shutil.rmtree(existing.location, ignore_errors=True)
+            catalog.drop_table(existing)
 
 
 def _clicks(n: int, now: datetime) -> list[dict[str, Any]]:
@@ -146,11 +146,8 @@ def run_demo(settings: Any, catalog: Catalog, console: Console, fresh: bool = Tr
     started = time.monotonic()
     console.rule("[bold]streampart demo")
     console.print(f"warehouse {catalog.warehouse.root}, metastore {catalog.store._safe_url()}")
-    for name in (DEMO, TableName(namespace="demo", table="events__dead_letter")):
-        existing = catalog.store.find_table(name)
-        if existing is not None and fresh:
-            catalog.store.drop_table(existing.id)
-            shutil.rmtree(existing.location, ignore_errors=True)
+    if fresh:
+        _drop(catalog, DEMO)
     if catalog.store.find_table(DEMO) is None:
         catalog.create_table(
             TableSpec(
