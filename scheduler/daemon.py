@@ -384,17 +384,7 @@ class RollDaemon:
                     mode=table.mode.value,
                     roll_every=table.roll_every.total_seconds(),
                 )
-            try:
-                self._sync_table(table)
-            except Exception as exc:
-                event(
-                    log,
-                    logging.WARNING,
-                    "table.sync_failed",
-                    "could not schedule a table",
-                    table=str(table.name),
-                    error=str(exc),
-                )
+            self._try_sync_table(table)
         for table_id, name in self._known.items():
             if table_id not in current:
                 event(log, logging.INFO, "table.dropped", "table dropped: no more rolls", table=name)
@@ -403,6 +393,20 @@ class RollDaemon:
         for job in self.scheduler.get_jobs():
             if job.id.startswith("roll:") and int(job.id.split(":")[1]) not in current:
                 self._remove_roll_jobs(int(job.id.split(":")[1]))
+
+    def _try_sync_table(self, table: Table) -> None:
+        """:meth:`_sync_table`, a failure logged: one table never stops the others' scheduling."""
+        try:
+            self._sync_table(table)
+        except Exception as exc:
+            event(
+                log,
+                logging.WARNING,
+                "table.sync_failed",
+                "could not schedule a table",
+                table=str(table.name),
+                error=str(exc),
+            )
 
     def _sync_table(self, table: Table) -> None:
         store, now = self.catalog.store, _now()
@@ -470,17 +474,8 @@ class RollDaemon:
         if again is not None:  # only now: while the job ran, its id was taken (see _schedule)
             self._schedule(table_id, self._known.get(table_id, f"#{table_id}"), value, again)
         elif table is not None and self.leadership.is_leader and not self._stopping.is_set():
-            try:  # schedule the partition that opened (arrival mode) without waiting for a sync
-                self._sync_table(table)
-            except Exception as exc:
-                event(
-                    log,
-                    logging.WARNING,
-                    "table.sync_failed",
-                    "could not schedule a table",
-                    table=str(table.name),
-                    error=str(exc),
-                )
+            # schedule the partition that opened (arrival mode) without waiting for a sync
+            self._try_sync_table(table)
 
     def _roll_one(self, table_id: int, value: datetime) -> tuple[Table | None, datetime | None]:
         """Roll or resume one partition: the table (to schedule its next partitions) or when to try again."""
