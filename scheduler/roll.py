@@ -190,13 +190,15 @@ class Roller:
         elif resumed:
             wh.seal(table, roll.id)  # fence the sweep of whoever held this roll before us
         if roll.state is RollState.SWEEPING:
-            roll = self._sweep(table, roll)
+            roll, chunks = self._sweep(table, roll)
+        else:
+            chunks = self._chunks_rolled(table, roll)
         return RollResult(
             table=str(table.name),
             partition=iso(roll.partition_value),
             roll=roll.id,
             state=roll.state.value,
-            chunks=self._chunks_rolled(table, roll),
+            chunks=chunks,
             rows=roll.rows or 0,
             bytes=roll.bytes or 0,
             files_before=roll.files_before or 0,
@@ -205,7 +207,8 @@ class Roller:
             resumed=resumed,
         )
 
-    def _sweep(self, table: Table, roll: Roll) -> Roll:
+    def _sweep(self, table: Table, roll: Roll) -> tuple[Roll, int]:
+        """Sweep the sealed partition and finish the roll; returns it and the chunks it rolled."""
         store, wh = self.catalog.store, self.catalog.warehouse
         value = roll.partition_value
         dt = wh.load(table)
@@ -249,14 +252,9 @@ class Roller:
             },
         )
         self._step("roll-before-finish")
-        return store.finish_roll(
-            roll,
-            self.owner,
-            chunks=self._chunks_rolled(table, roll),
-            rows=rows,
-            nbytes=nbytes,
-            files=len(final),
-        )
+        chunks = self._chunks_rolled(table, roll)
+        roll = store.finish_roll(roll, self.owner, chunks=chunks, rows=rows, nbytes=nbytes, files=len(final))
+        return roll, chunks
 
     def _chunks_rolled(self, table: Table, roll: Roll) -> int:
         """How many chunks the roll swept: distinct chunks among the partition's staged files.
