@@ -31,13 +31,12 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-import orjson
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ingest.chunks import ChunkWriter, DeadLetter, write_staged_files
 from ingest.config import ChunkConfig
 from ingest.errors import IngestError
-from ingest.formats import RecordValidator
+from ingest.formats import RecordValidator, loads_json
 from metastore.catalog import Catalog
 from metastore.crashpoints import crashpoint
 from metastore.errors import UserInputError
@@ -184,14 +183,11 @@ def parse_value(v: RecordValidator, fmt: str, position: int, value: bytes | None
     record: Any
     if fmt == "json":
         try:
-            record = orjson.loads(value)  # the fast path; it refuses invalid UTF-8 too
-        except orjson.JSONDecodeError:
-            try:
-                record = json.loads(value.decode("utf-8"))  # names the fault, or accepts
-            except UnicodeDecodeError as exc:
-                return f"invalid UTF-8 at byte {exc.start + 1}"
-            except json.JSONDecodeError as exc:
-                return f"invalid JSON: {exc.msg} at column {exc.colno}"
+            record = loads_json(value)
+        except UnicodeDecodeError as exc:
+            return f"invalid UTF-8 at byte {exc.start + 1}"
+        except json.JSONDecodeError as exc:
+            return f"invalid JSON: {exc.msg} at column {exc.colno}"
     else:
         try:
             text = value.decode("utf-8")
@@ -263,9 +259,6 @@ def stage_task(warehouse: Warehouse, table: Table, chunk_id: str, fmt: str, max_
 
 
 # -- driver ---------------------------------------------------------------------------------
-_SINKS: dict[str, ChunkSink] = {}  # query id → its sink, for run_kafka_ingest's batch count
-
-
 class ChunkSink:
     """The ``foreachBatch`` function: one micro-batch → one chunk, exactly once."""
 
@@ -360,6 +353,12 @@ def start_kafka_ingest(
         NotFoundError: the table does not exist.
         UserInputError: the table is a companion table, or the options do not fit it.
     """
+    return _start(spark, catalog, options, config)[0]
+
+
+def _start(
+    spark: SparkSession, catalog: Catalog, options: KafkaIngestOptions, config: ChunkConfig | None
+) -> tuple[StreamingQuery, ChunkSink]:
     from ingest.kafka_source import register
 
     table = catalog.table(options.table)
@@ -387,9 +386,7 @@ def start_kafka_ingest(
         writer = writer.trigger(availableNow=True)
     else:
         writer = writer.trigger(processingTime=f"{int(options.trigger.total_seconds() * 1000)} milliseconds")
-    query = writer.start()
-    _SINKS[query.id] = sink
-    return query
+    return writer.start(), sink
 
 
 _PY_ERROR = re.compile(r"^\s*(?:[\w.]+\.)?([A-Z]\w*(?:Error|Exception)): (.+)$")
@@ -424,8 +421,7 @@ def run_kafka_ingest(
     """
     from pyspark.errors import StreamingQueryException
 
-    query = start_kafka_ingest(spark, catalog, options, config)
-    sink = _SINKS.pop(query.id, None)
+    query, sink = _start(spark, catalog, options, config)
     try:
         while not query.awaitTermination(poll_seconds):
             if should_stop():
@@ -441,4 +437,4 @@ def run_kafka_ingest(
     finally:
         if query.isActive:
             query.stop()
-    return sink.batches if sink is not None else 0
+    return sink.batches
