@@ -214,7 +214,7 @@ def test_rolls_while_the_stream_runs_lose_and_duplicate_nothing(spark, sqlite_ca
 
 
 # -- crashes ------------------------------------------------------------------------------
-def ingest_cmd(catalog: Catalog, broker: Any, topic: str, checkpoint: Path, *extra: str) -> list[str]:
+def ingest_cmd(catalog: Catalog, bootstrap: str, topic: str, checkpoint: Path, *extra: str) -> list[str]:
     return [
         sys.executable,
         "-m",
@@ -227,7 +227,7 @@ def ingest_cmd(catalog: Catalog, broker: Any, topic: str, checkpoint: Path, *ext
         "kafka",
         "ns.events",
         "--bootstrap",
-        broker.bootstrap,
+        bootstrap,
         "--topic",
         topic,
         "--checkpoint",
@@ -277,7 +277,7 @@ def test_ingest_killed_again_and_again_lands_every_record_once(
             env = {**os.environ}
             cmd = ingest_cmd(
                 sqlite_catalog,
-                kafka_broker,
+                kafka_broker.bootstrap,
                 topic,
                 checkpoint,
                 "--trigger",
@@ -310,7 +310,7 @@ def test_ingest_killed_again_and_again_lands_every_record_once(
         producer.join()
     # a final clean run drains the topic
     proc = subprocess.run(
-        ingest_cmd(sqlite_catalog, kafka_broker, topic, checkpoint, "--available-now"),
+        ingest_cmd(sqlite_catalog, kafka_broker.bootstrap, topic, checkpoint, "--available-now"),
         capture_output=True,
         timeout=300,
     )
@@ -331,25 +331,7 @@ def test_broker_unreachable_at_start_is_a_clear_error(sqlite_catalog, tmp_path) 
     port = free_port()
     started = time.monotonic()
     proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "streampart.cli",
-            "--warehouse",
-            str(sqlite_catalog.warehouse.root),
-            "--metastore",
-            str(sqlite_catalog.store.url),
-            "ingest",
-            "kafka",
-            "ns.events",
-            "--bootstrap",
-            f"127.0.0.1:{port}",
-            "--topic",
-            "nothing",
-            "--available-now",
-            "--checkpoint",
-            str(tmp_path / "ckpt"),
-        ],
+        ingest_cmd(sqlite_catalog, f"127.0.0.1:{port}", "nothing", tmp_path / "ckpt", "--available-now"),
         capture_output=True,
         text=True,
         timeout=300,
