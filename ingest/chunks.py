@@ -333,7 +333,10 @@ class ChunkWriter:
                 f"{sum(f.rows for f in late)} rows belong to sealed partition(s) {sealed} "
                 f"and table {self.table.name} rejects late data; the chunk was not committed"
             )
-            self.store.abort_chunk(chunk, error=message)
+            try:
+                self.store.abort_chunk(chunk, error=message)
+            except ConflictError:  # taken over by another attempt: its outcome stands, its files stay
+                raise ChunkBusyError(f"chunk {chunk.id} was taken over by another commit attempt") from None
             self._remove_files(chunk)
             raise LateDataError(message)
         late_table = self.catalog.companion(self.table, TableKind.LATE)

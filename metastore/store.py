@@ -695,8 +695,14 @@ class Metastore:
         )
 
     def abort_chunk(self, chunk: Chunk, error: str | None = None) -> Chunk:
+        """RESERVED or COMMITTING → ABORTED; a COMMITTING chunk only by the attempt that holds it.
+
+        An attempt that was taken over (it stalled past twice the commit timeout) must not abort
+        the chunk its successor may have committed meanwhile, nor then delete its files.
+        """
         check_transition(chunk.state, ChunkState.ABORTED)
-        return self._update_chunk(chunk, [chunk.state], state=ChunkState.ABORTED.value, error=error)
+        extra = s.chunks.c.attempt == chunk.attempt if chunk.state is ChunkState.COMMITTING else None
+        return self._update_chunk(chunk, [chunk.state], extra, state=ChunkState.ABORTED.value, error=error)
 
     def expire_chunks(self, now: datetime | None = None) -> list[Chunk]:
         """Reserved chunks past their expiry become EXPIRED; returns them (their files may go)."""

@@ -413,15 +413,13 @@ class Warehouse:
             return None
         return None
 
-    def standard_dir_files(self, table: Table, value: datetime) -> list[str]:
-        """Data files present on disk in a standard partition's directory (relative paths)."""
+    def partition_dir_entries(self, table: Table, value: datetime) -> list[str]:
+        """Every file in a partition's directory but its markers (``_*``): data and hidden temp files."""
         d = Path(table.location) / partition_dir(table, value)
         if not d.is_dir():
             return []
         rel = partition_dir(table, value)
-        return sorted(
-            f"{rel}/{p.name}" for p in d.iterdir() if p.is_file() and not p.name.startswith(("_", "."))
-        )
+        return sorted(f"{rel}/{p.name}" for p in d.iterdir() if p.is_file() and not p.name.startswith("_"))
 
     def write_success_marker(self, table: Table, value: datetime, content: dict[str, Any]) -> None:
         d = Path(table.location) / partition_dir(table, value)

@@ -18,8 +18,11 @@ that resumes someone else's roll seals again first, which fences the old holder'
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 import socket
+import sys
 import time
 import uuid
 from collections.abc import Callable
@@ -55,11 +58,14 @@ PAUSE_ENV = "STREAMPART_PAUSEPOINT"
 def pausepoint(name: str) -> None:
     """Tests: ``STREAMPART_PAUSEPOINT=<step>:<seconds>`` makes a roll dwell at that step.
 
-    So a test can signal a daemon while it is provably in the middle of a roll.
+    So a test can signal a daemon, or let another roller take over, while this one is provably
+    in the middle of a roll: it prints ``pausepoint <step>`` to stderr when the pause begins.
     """
     spec = os.environ.get(PAUSE_ENV, "")
     point, _, seconds = spec.partition(":")
     if point == name:
+        sys.stderr.write(f"pausepoint {name}\n")
+        sys.stderr.flush()
         time.sleep(float(seconds or 5))
 
 
@@ -183,14 +189,15 @@ class Roller:
         except ConflictError as exc:
             raise RollBusyError(str(exc)) from None
         self._step("roll-after-begin")
+        # Every run seals afresh (a resumed roll too): that fences the sweep of whoever held
+        # this roll before us, and this seal's version is what lets us tell a dead sweep
+        # attempt's files from a live one's (see _remove_leftovers).
+        seal_version = wh.seal(table, roll.id)
         if roll.state is RollState.SEALING:
-            version = wh.seal(table, roll.id)
             self._step("roll-after-seal")
-            roll = store.advance_roll(roll, RollState.SWEEPING, self.owner, seal_version=version)
-        elif resumed:
-            wh.seal(table, roll.id)  # fence the sweep of whoever held this roll before us
+            roll = store.advance_roll(roll, RollState.SWEEPING, self.owner, seal_version=seal_version)
         if roll.state is RollState.SWEEPING:
-            roll, chunks = self._sweep(table, roll)
+            roll, chunks = self._sweep(table, roll, seal_version)
         else:
             chunks = self._chunks_rolled(table, roll)
         return RollResult(
@@ -207,17 +214,18 @@ class Roller:
             resumed=resumed,
         )
 
-    def _sweep(self, table: Table, roll: Roll) -> tuple[Roll, int]:
+    def _sweep(self, table: Table, roll: Roll, seal_version: int) -> tuple[Roll, int]:
         """Sweep the sealed partition and finish the roll; returns it and the chunks it rolled."""
         store, wh = self.catalog.store, self.catalog.warehouse
         value = roll.partition_value
         dt = wh.load(table)
         files = [f for f in wh.live_files(dt) if f.partition == value]
         staged = [f for f in files if f.staged]
-        self._remove_leftovers(table, value, {f.path for f in files})
+        pausepoint("roll-sweep-listed")
+        self._remove_leftovers(table, roll, seal_version)
         if staged:
             roll = store.record_roll_progress(roll, self.owner, files_before=len(staged))
-            compacted = self._compact(table, value, files, roll.id)
+            compacted = self._compact(table, value, files, roll.id, int(dt.version()))
             try:
                 self._step("roll-after-compact")
             except RollAbandonedError:
@@ -238,7 +246,7 @@ class Roller:
         elif roll.files_before is None:
             roll = store.record_roll_progress(roll, self.owner, files_before=0)
         final = [f for f in wh.live_files(dt) if f.partition == value]
-        self._remove_leftovers(table, value, {f.path for f in final})
+        self._remove_leftovers(table, roll, seal_version)
         rows, nbytes = sum(f.rows for f in final), sum(f.size for f in final)
         wh.write_success_marker(
             table,
@@ -270,16 +278,51 @@ class Roller:
         dt = wh.load(table, roll.seal_version)
         return len({f.chunk for f in wh.live_files(dt) if f.partition == roll.partition_value and f.staged})
 
-    def _remove_leftovers(self, table: Table, value: datetime, live: set[str]) -> None:
-        """Delete files in the partition's directory that no Delta version made live (crashed sweeps)."""
-        for path in self.catalog.warehouse.standard_dir_files(table, value):
+    def _remove_leftovers(self, table: Table, roll: Roll, seal_version: int) -> None:
+        """Delete the files of sweep attempts that can never commit (crashed or fenced ones).
+
+        Never from a snapshot that may be stale: this roller may have stalled for longer than
+        its lease (GC, a paused VM, SIGSTOP) while another took the roll over and swept. So a
+        file goes only if all of these hold:
+
+        - its name says which Delta version its attempt's snapshot was (:func:`compacted_name`),
+          and that version is older than ``seal_version``, the seal this roller committed
+          itself: that attempt's sweep commit is based on a snapshot before the seal, so it
+          conflicts and can never land. Files of attempts that began after our seal belong to
+          a newer roller and are never touched, however stale we are;
+        - we still own the roll, checked by renewing our claim in the metastore just before;
+        - the newest Delta version does not list it (read after that claim), so a sweep that
+          did land keeps its files even if everything above were wrong.
+        """
+        wh = self.catalog.warehouse
+        value = roll.partition_value
+        candidates = [
+            path
+            for path in wh.partition_dir_entries(table, value)
+            if (v := compacted_version(path.rsplit("/", 1)[-1])) is not None and v < seal_version
+        ]
+        if not candidates:
+            return
+        try:
+            self.catalog.store.claim_roll(roll, self.owner, self.config.lease, fence=self.fence)
+        except LeaseLostError:
+            raise
+        except ConflictError as exc:
+            raise RollBusyError(f"{exc}; leaving its files alone") from None
+        live = {f.path for f in wh.live_files(wh.load(table)) if f.partition == value}
+        for path in candidates:
             if path not in live:
-                self.catalog.warehouse.remove_file(table, path)
+                wh.remove_file(table, path)
 
     def _compact(
-        self, table: Table, value: datetime, files: list[LiveFile], roll_id: str
+        self, table: Table, value: datetime, files: list[LiveFile], roll_id: str, base_version: int
     ) -> list[tuple[str, datetime, int]]:
-        """Rewrite ``files`` into the partition's directory, toward the target file size."""
+        """Rewrite ``files`` into the partition's directory, toward the target file size.
+
+        ``base_version`` is the snapshot the sweep commit will be based on; it goes into the
+        file names. On any failure (a full disk, say) the files written so far are deleted:
+        they were never committed, so nobody can see them.
+        """
         directory = Path(table.location) / partition_dir(table, value)
         directory.mkdir(parents=True, exist_ok=True)
         schema = data_schema(table.columns)
@@ -293,23 +336,51 @@ class Roller:
             nonlocal writer, rows, written
             assert writer is not None and tmp is not None and final is not None
             writer.close()
+            writer = None
             os.replace(tmp, final)
             out.append((f"{partition_dir(table, value)}/{final.name}", value, rows))
-            writer, rows, written = None, 0, 0
+            rows, written = 0, 0
 
-        for f in sorted(files, key=lambda f: f.path):
-            if writer is None:
-                name = f"part-{roll_id[:8]}-{attempt}-{len(out):05d}.snappy.parquet"
-                final = directory / name
-                tmp = directory / f".{name}.tmp"
-                writer = pq.ParquetWriter(tmp, schema, compression="snappy")
-            source = pq.ParquetFile(Path(table.location) / f.path)
-            for batch in source.iter_batches(batch_size=65536):
-                writer.write_batch(batch.cast(schema) if batch.schema != schema else batch)
-                rows += batch.num_rows
-            written += f.size
-            if written >= self.config.target_file_size:
+        try:
+            for f in sorted(files, key=lambda f: f.path):
+                if writer is None:
+                    final = directory / compacted_name(roll_id, base_version, attempt, len(out))
+                    tmp = directory / f".{final.name}.tmp"
+                    writer = pq.ParquetWriter(tmp, schema, compression="snappy")
+                source = pq.ParquetFile(Path(table.location) / f.path)
+                for batch in source.iter_batches(batch_size=65536):
+                    writer.write_batch(batch.cast(schema) if batch.schema != schema else batch)
+                    rows += batch.num_rows
+                written += f.size
+                if written >= self.config.target_file_size:
+                    close()
+            if writer is not None:
                 close()
-        if writer is not None:
-            close()
+        except BaseException:
+            if writer is not None:
+                with contextlib.suppress(Exception):
+                    writer.close()
+            if tmp is not None:
+                tmp.unlink(missing_ok=True)
+            for path, _, _ in out:
+                self.catalog.warehouse.remove_file(table, path)
+            raise
         return out
+
+
+# A compacted file is ``part-<roll>-v<version>-<attempt>-<k>.snappy.parquet`` (``.<name>.tmp``
+# while it is written), where <version> is the Delta version its sweep's snapshot was loaded at.
+# Files of releases before the version was named have no ``v<version>-``: they count as -1.
+_COMPACTED = re.compile(r"^\.?part-[0-9a-f]{8}-(?:v(\d+)-)?[0-9a-f]{8}-\d{5}\.snappy\.parquet(?:\.tmp)?$")
+
+
+def compacted_name(roll_id: str, base_version: int, attempt: str, k: int) -> str:
+    return f"part-{roll_id[:8]}-v{base_version}-{attempt}-{k:05d}.snappy.parquet"
+
+
+def compacted_version(name: str) -> int | None:
+    """The snapshot version of the sweep attempt that wrote ``name``; None: not a compacted file."""
+    m = _COMPACTED.match(name)
+    if m is None:
+        return None
+    return int(m.group(1)) if m.group(1) is not None else -1

@@ -46,15 +46,23 @@ def records(ids: range | list[int], ts: str = "2026-11-21T10:15:00Z") -> bytes:
 ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
 
 
-def worker_call(catalog, table, *args: str, crashpoint: str | None = None) -> dict:  # type: ignore[no-untyped-def]
-    """Arguments for ``subprocess.run``/``Popen`` of ``python -m tests.workers`` on ``table``."""
+def worker_call(  # type: ignore[no-untyped-def]
+    catalog, table, *args: str, crashpoint: str | None = None, pausepoint: str | None = None
+) -> dict:
+    """Arguments for ``subprocess.run``/``Popen`` of ``python -m tests.workers`` on ``table``.
+
+    ``crashpoint``: where it SIGKILLs itself; ``pausepoint``: ``STEP:SECONDS`` where a roll dwells.
+    """
     import os
     import sys
 
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("STREAMPART_CRASHPOINT", None)
+    env.pop("STREAMPART_PAUSEPOINT", None)
     if crashpoint:
         env["STREAMPART_CRASHPOINT"] = crashpoint
+    if pausepoint:
+        env["STREAMPART_PAUSEPOINT"] = pausepoint
     argv = [sys.executable, "-m", "tests.workers", *args, "--warehouse", str(catalog.warehouse.root),
             "--metastore", catalog.store.url, "--table", str(table.name)]  # fmt: skip
     return {"args": argv, "cwd": ROOT, "env": env, "text": True}

@@ -125,3 +125,72 @@ def test_roller_killed_at_each_step_then_resumed_rolls_once(catalog, point: str)
     assert on_disk == live and (directory / "_SUCCESS").is_file()
     p = catalog.store.get_partition(table.id, value)
     assert (p.state, p.rows, p.chunks) == (PartitionState.STANDARD, 40, 4)
+
+
+def _wait_for_pause(proc: subprocess.Popen, step: str, timeout: float = 60) -> None:  # type: ignore[type-arg]
+    """Read the worker's stderr until it says it is paused at ``step``."""
+    deadline = time.monotonic() + timeout
+    assert proc.stderr is not None
+    while time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        if not line:
+            raise AssertionError(f"worker exited (code {proc.wait()}) before pausing at {step}")
+        if line.strip() == f"pausepoint {step}":
+            return
+    raise AssertionError(f"worker did not pause at {step} within {timeout}s")
+
+
+# A roller stalls (GC, a paused VM, SIGSTOP) after listing the partition's files, past its roll
+# lease; a second roller takes the roll over. The stalled one then wakes up with a stale
+# snapshot and must not delete a single file of the new owner's sweep.
+STALE_ROLLER_CASES = [
+    # the new owner has finished: its compacted files are committed and the partition STANDARD
+    "takeover-finished",
+    # the new owner has written its compacted files and not yet committed them
+    "takeover-mid-sweep",
+]
+
+
+@pytest.mark.parametrize("case", STALE_ROLLER_CASES)
+def test_a_stale_roller_never_deletes_the_new_owners_files(catalog, case: str) -> None:  # type: ignore[no-untyped-def]
+    table = make_table(catalog)
+    w = ChunkWriter(catalog, table, ChunkConfig())
+    value = catalog.store.open_partition(table.id).value
+    for k in range(4):
+        w.write_once(records(range(k * 10, k * 10 + 10)), Format.JSONL)
+    roller_args = ("roller", "--count", "1", "--interval", "0", "--force")
+    stale = subprocess.Popen(
+        **worker_call(catalog, table, *roller_args, "--lease", "1", pausepoint="roll-sweep-listed:12"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        _wait_for_pause(stale, "roll-sweep-listed")
+        time.sleep(1.5)  # the stalled roller's lease lapses
+        if case == "takeover-finished":
+            results = Roller(catalog).roll_table(table)
+            assert [(r.resumed, r.rows) for r in results] == [(True, 40)]
+            assert stale.wait(timeout=60) == 0
+        else:
+            new_owner = subprocess.Popen(
+                **worker_call(catalog, table, *roller_args, pausepoint="roll-after-compact:12"),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+            )
+            try:
+                _wait_for_pause(new_owner, "roll-after-compact")
+                assert stale.wait(timeout=60) == 0  # woke while the new owner's files are uncommitted
+                assert new_owner.wait(timeout=60) == 0
+            finally:
+                new_owner.kill()
+    finally:
+        stale.kill()
+    p = catalog.store.get_partition(table.id, value)
+    assert (p.state, p.rows, p.chunks) == (PartitionState.STANDARD, 40, 4)
+    assert sorted(ids_by_partition(table)[value]) == list(range(40))  # every file there and readable
+    directory = Path(table.location) / partition_dir(table, value)
+    on_disk = {q.name for q in directory.iterdir() if not q.name.startswith("_")}
+    live = {
+        f.name for f in catalog.warehouse.live_files(catalog.warehouse.load(table)) if f.partition == value
+    }
+    assert on_disk == live and (directory / "_SUCCESS").is_file()

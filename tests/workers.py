@@ -18,6 +18,7 @@ from ingest.errors import ChunkBusyError, CommitTimeoutError
 from ingest.formats import Format
 from metastore.catalog import Catalog
 from metastore.errors import RetriableError
+from scheduler.config import RollConfig
 from scheduler.errors import RollBusyError
 from scheduler.roll import Roller
 from tests.helpers import records
@@ -45,7 +46,7 @@ def writer(cat: Catalog, args: argparse.Namespace) -> None:
 
 def roller(cat: Catalog, args: argparse.Namespace) -> None:
     table = cat.table(args.table)
-    r = Roller(cat)
+    r = Roller(cat, RollConfig(lease=timedelta(seconds=args.lease)))
     for _ in range(args.count):
         time.sleep(args.interval)
         try:
@@ -69,6 +70,7 @@ def main() -> None:
     ap.add_argument("--commit-timeout", type=float, default=60.0)
     ap.add_argument("--interval", type=float, default=0.5)
     ap.add_argument("--force", action="store_true")
+    ap.add_argument("--lease", type=float, default=600.0, help="roll lease in seconds")
     args = ap.parse_args()
     cat = Catalog.open(args.warehouse, args.metastore)
     {"writer": writer, "roller": roller}[args.kind](cat, args)

@@ -102,6 +102,9 @@ def test_chunk_lifecycle_is_guarded(catalog) -> None:  # type: ignore[no-untyped
     assert taken.attempt != committing.attempt
     with pytest.raises(ConflictError):  # the replaced attempt is fenced
         store.take_over_commit(committing)
+    with pytest.raises(ConflictError):  # … and cannot abort what its successor may have committed
+        store.abort_chunk(committing, error="late")
+    assert store.get_chunk(chunk.id).state is ChunkState.COMMITTING
     done = store.finish_commit(taken, version=5, partitions=[T0])
     assert done.state is ChunkState.COMMITTED and done.version == 5 and done.partitions == (T0,)
     with pytest.raises(IllegalTransitionError):
