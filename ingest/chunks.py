@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import random
 import time
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -37,7 +38,7 @@ from ingest.errors import (
 )
 from ingest.formats import BadRecord, Format, Parsed, RecordValidator, parse
 from metastore.catalog import Catalog
-from metastore.crashpoints import crashpoint
+from metastore.crashpoints import crashpoint, pausepoint
 from metastore.errors import ConflictError, StreampartError
 from metastore.models import (
     Chunk,
@@ -159,7 +160,9 @@ class ChunkWriter:
         chunk = self.store.get_chunk(chunk.id)
         self._require_state(chunk, ChunkState.RESERVED, "write to")
         self._check_bad(parsed.bad)
-        files = write_staged_files(self.warehouse, self.table, chunk.id, parsed.good)
+        # new names for every attempt: a file a commit may be adding is never overwritten
+        prefix = f"{chunk.id}-{uuid.uuid4().hex[:8]}"
+        files = write_staged_files(self.warehouse, self.table, prefix, parsed.good)
         letters = [DeadLetter(b.position, b.reason, b.raw.encode(), source or None) for b in parsed.bad]
         return self._record_files(chunk, files, letters)
 
@@ -176,12 +179,30 @@ class ChunkWriter:
         return self._record_files(chunk, files, bad)
 
     def _record_files(self, chunk: Chunk, files: Sequence[StagedFile], bad: Sequence[DeadLetter]) -> Chunk:
+        """Make ``files`` the chunk's data; delete the replaced files only once that is recorded.
+
+        A commit may begin between our state check and here: then the record fails, the files
+        the commit is adding stay untouched, and only the files we just wrote go.
+        """
         if bad:
             self._stage_dead_letters(chunk, bad)
-        for old in chunk.files:
-            if old.path not in {f.path for f in files}:
+        pausepoint("chunk-before-record-files")
+        new = {f.path for f in files}
+        try:
+            recorded, replaced = self.store.record_chunk_files(chunk, files, dead_letter_rows=len(bad))
+        except ConflictError:
+            recorded_paths = {f.path for f in self.store.get_chunk(chunk.id).files}
+            for path in new - recorded_paths:  # ours, never recorded: nobody else refers to them
+                self.warehouse.remove_file(self.table, path)
+            current = self.store.get_chunk(chunk.id)
+            raise ChunkStateError(
+                f"cannot write to chunk {chunk.id}: it is {current.state.value}"
+                " (a commit began meanwhile; nothing of this upload was kept)"
+            ) from None
+        for old in replaced:
+            if old.path not in new:
                 self.warehouse.remove_file(self.table, old.path)
-        return self.store.record_chunk_files(chunk, files, dead_letter_rows=len(bad))
+        return recorded
 
     def _check_bad(self, bad: Sequence[BadRecord | DeadLetter]) -> None:
         if bad and not self.table.dead_letter:
@@ -277,6 +298,7 @@ class ChunkWriter:
                 version = self.warehouse.find_commit(self.table, CHUNK_KEY, chunk.id, chunk.base_version)
                 if version is not None:
                     return self._finish(chunk, version, late_rows)
+            self._require_files(chunk)
             if _now() > deadline:
                 raise CommitTimeoutError(
                     f"chunk {chunk.id} did not commit before its deadline; retry with the same token"
@@ -307,6 +329,27 @@ class ChunkWriter:
                 time.sleep(min(1.0, 0.05 * 2**attempt))
                 continue
             return self._finish(chunk, version, late_rows, partitions=sorted({p for _, p, _ in plan}))
+
+    def _require_files(self, chunk: Chunk) -> None:
+        """End the chunk cleanly if a staged file is gone: it can never commit whole.
+
+        Only ever reached for a commit that has not landed (checked just before), so nothing
+        of the chunk is visible; the chunk is aborted and its other files go.
+        """
+        missing = [f.path for f in chunk.files if not self.warehouse.exists(self.table, f.path)]
+        if not missing:
+            return
+        message = (
+            f"staged file {missing[0]} of chunk {chunk.id} is gone from storage"
+            f"{f' (and {len(missing) - 1} more)' if len(missing) > 1 else ''}; nothing of the chunk "
+            "was committed; write its data again under a new token"
+        )
+        try:
+            self.store.abort_chunk(chunk, error=message)
+        except ConflictError:  # taken over by another attempt: its outcome stands
+            raise ChunkBusyError(f"chunk {chunk.id} was taken over by another commit attempt") from None
+        self._remove_files(chunk)
+        raise ChunkStateError(message)
 
     def _plan(self, chunk: Chunk) -> tuple[list[tuple[str, datetime, int]], list[StagedFile]]:
         if self.table.mode is Mode.ARRIVAL:

@@ -1,17 +1,25 @@
-"""Named crash points for crash tests.
+"""Named crash points and pause points for crash and race tests.
 
 ``STREAMPART_CRASHPOINT=<name>`` makes the process SIGKILL itself when it reaches that point,
 so a test can kill a writer or roller at an exact step of the protocol (a real kill -9: no
 cleanup, no ``finally``). ``<name>@<n>`` kills at the n-th time the point is reached (a
 streaming job's third batch, say). Unset, a crash point costs one dictionary lookup.
+
+``STREAMPART_PAUSEPOINT=<name>[@<n>]:<seconds>`` makes the process dwell at a point (every
+time, or only the n-th time), so a test can let another process act while this one is
+provably in the middle of a step — the shape of a GC pause or a frozen VM. The process prints
+``pausepoint <name>`` to stderr when the pause begins.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import sys
+import time
 
 ENV = "STREAMPART_CRASHPOINT"
+PAUSE_ENV = "STREAMPART_PAUSEPOINT"
 
 POINTS = (
     "chunk-after-write",  # chunk files written, commit not begun
@@ -38,3 +46,22 @@ def crashpoint(name: str) -> None:
     _hits[name] = _hits.get(name, 0) + 1
     if _hits[name] >= int(nth or 1):
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+_pauses: dict[str, int] = {}
+
+
+def pausepoint(name: str) -> None:
+    spec = os.environ.get(PAUSE_ENV)
+    if spec is None or not spec.startswith(name):
+        return
+    point, _, seconds = spec.partition(":")
+    point, _, nth = point.partition("@")
+    if point != name:
+        return
+    _pauses[name] = _pauses.get(name, 0) + 1
+    if nth and _pauses[name] != int(nth):
+        return
+    sys.stderr.write(f"pausepoint {name}\n")
+    sys.stderr.flush()
+    time.sleep(float(seconds or 5))

@@ -645,16 +645,39 @@ class Metastore:
 
     def record_chunk_files(
         self, chunk: Chunk, files: Sequence[StagedFile], *, dead_letter_rows: int = 0
-    ) -> Chunk:
-        """Record the files written for a reserved chunk (replacing an earlier attempt's)."""
-        return self._update_chunk(
-            chunk,
-            [ChunkState.RESERVED],
-            files=[f.model_dump(mode="json") for f in files],
-            rows=sum(f.rows for f in files),
-            bytes=sum(f.bytes for f in files),
-            dead_letter_rows=dead_letter_rows,
-        )
+    ) -> tuple[Chunk, tuple[StagedFile, ...]]:
+        """Record the files written for a reserved chunk, replacing an earlier attempt's.
+
+        Returns:
+            The chunk, and the files it had until now (read in the same transaction): the
+            caller may delete those the new set does not keep, and only those, only now.
+
+        Raises:
+            ConflictError: the chunk is not reserved any more (a commit began, or it was
+                aborted or expired); nothing was recorded.
+        """
+        with self.tx() as conn:
+            q = sa.select(s.chunks.c.files).where(
+                s.chunks.c.id == chunk.id, s.chunks.c.state == ChunkState.RESERVED.value
+            )
+            before = conn.execute(q if self.is_sqlite else q.with_for_update()).first()
+            row = None
+            if before is not None:
+                row = conn.execute(
+                    sa.update(s.chunks)
+                    .where(s.chunks.c.id == chunk.id, s.chunks.c.state == ChunkState.RESERVED.value)
+                    .values(
+                        files=[f.model_dump(mode="json") for f in files],
+                        rows=sum(f.rows for f in files),
+                        bytes=sum(f.bytes for f in files),
+                        dead_letter_rows=dead_letter_rows,
+                    )
+                    .returning(*s.chunks.c)
+                ).first()
+        if before is None or row is None:
+            current = self.get_chunk(chunk.id)
+            raise ConflictError(f"chunk {chunk.id} is {current.state.value}, expected reserved")
+        return self._chunk_from_row(row), tuple(StagedFile(**f) for f in before.files)
 
     def begin_commit(self, chunk: Chunk, base_version: int, now: datetime | None = None) -> Chunk:
         """RESERVED → COMMITTING, stamping this attempt; only one committer wins."""

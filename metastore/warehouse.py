@@ -218,6 +218,9 @@ class Warehouse:
         os.replace(tmp, target)
         return target.stat().st_size
 
+    def exists(self, table: Table, relative: str) -> bool:
+        return (Path(table.location) / relative).is_file()
+
     def remove_file(self, table: Table, relative: str) -> None:
         (Path(table.location) / relative).unlink(missing_ok=True)
 

@@ -22,7 +22,6 @@ import contextlib
 import os
 import re
 import socket
-import sys
 import time
 import uuid
 from collections.abc import Callable
@@ -34,7 +33,7 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from metastore.catalog import Catalog
-from metastore.crashpoints import crashpoint
+from metastore.crashpoints import crashpoint, pausepoint
 from metastore.errors import ConflictError, LeaseLostError
 from metastore.models import (
     Lease,
@@ -52,23 +51,6 @@ from scheduler.config import RollConfig
 from scheduler.errors import RollAbandonedError, RollBusyError
 
 SWEEP_KEY = "streampart.sweep"
-PAUSE_ENV = "STREAMPART_PAUSEPOINT"
-
-
-def pausepoint(name: str) -> None:
-    """Tests: ``STREAMPART_PAUSEPOINT=<step>:<seconds>`` makes a roll dwell at that step.
-
-    So a test can signal a daemon, or let another roller take over, while this one is provably
-    in the middle of a roll: it prints ``pausepoint <step>`` to stderr when the pause begins.
-    """
-    spec = os.environ.get(PAUSE_ENV, "")
-    point, _, seconds = spec.partition(":")
-    if point == name:
-        sys.stderr.write(f"pausepoint {name}\n")
-        sys.stderr.flush()
-        time.sleep(float(seconds or 5))
-
-
 def _now() -> datetime:
     return datetime.now(UTC)
 

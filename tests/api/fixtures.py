@@ -66,7 +66,7 @@ class Server:
         assert self.proc is None or self.proc.poll() is not None, "the server is running already"
         self.starts += 1
         full_env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        for key in ("STREAMPART_CRASHPOINT", "STREAMPART_CONFIG"):
+        for key in ("STREAMPART_CRASHPOINT", "STREAMPART_PAUSEPOINT", "STREAMPART_CONFIG"):
             full_env.pop(key, None)
         full_env.update(
             STREAMPART_WAREHOUSE=str(self.warehouse),

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from ingest.client import Client
@@ -172,3 +173,33 @@ def test_kill_9_at_a_random_instant_under_concurrent_producers(srv: Server) -> N
             assert rows <= present
         else:
             assert not rows & present
+
+
+def test_an_upload_retried_while_the_chunk_commits_leaves_the_commit_whole(srv: Server) -> None:
+    """A retried upload passes its state check and stalls; the commit runs; the upload wakes.
+
+    It must not delete or replace the files the commit added (it did: the chunk was committed
+    with its files gone, or wedged COMMITTING), and its own files must go.
+    """
+    table = srv.catalog.table("ns.events")
+    srv.start(STREAMPART_PAUSEPOINT="chunk-before-record-files@2:4")  # the second upload stalls
+    headers = {"Authorization": f"Bearer {srv.admin}"}  # type: ignore[attr-defined]
+    ndjson = {**headers, "content-type": "application/x-ndjson"}
+
+    def put(ids: range) -> httpx.Response:
+        return httpx.put(f"{srv.url}/v1/chunks/{cid}/data", content=records(ids), headers=ndjson, timeout=60)
+
+    cid = httpx.post(
+        f"{srv.url}/v1/tables/ns/events/chunks", json={"idempotency_key": "k"}, headers=headers
+    ).json()["id"]
+    assert put(_ids(0)).status_code < 300
+    thread, box = _run(lambda: put(_ids(1)))
+    wait_for(lambda: "pausepoint chunk-before-record-files" in srv.log.read_text(errors="replace"))
+    commit = httpx.post(f"{srv.url}/v1/chunks/{cid}/commit", headers=headers, timeout=60)
+    assert commit.status_code == 200 and commit.json()["rows"] == 100, commit.text
+    thread.join(60)
+    assert box["result"].status_code == 409, box["result"].text
+    assert sorted(all_ids(table)) == list(_ids(0))  # the committed files are there and readable
+    chunk = srv.catalog.store.get_chunk(cid)
+    staged = {f"_staging/{p.name}" for p in (Path(table.location) / "_staging").iterdir()}
+    assert staged == {f.path for f in chunk.files}  # the stalled upload's files went

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ingest.chunks import ChunkWriter, expire_chunks
+from ingest.chunks import ChunkWriter, expire_chunks, write_staged_files
 from ingest.config import ChunkConfig
 from ingest.errors import ChunkBusyError, ChunkStateError, LateDataError, MalformedChunkError
 from ingest.formats import Format
@@ -185,3 +185,35 @@ def test_bad_records_go_to_the_dead_letter_table_with_reason_and_position(catalo
     assert b"not json" in {r["raw"] for r in rows}
     w.write_once(data, Format.JSONL, token="t")  # a retry adds no dead letters either
     assert delta_rows(dlq, columns="position").num_rows == 2
+
+
+def test_a_commit_whose_staged_file_is_gone_ends_the_chunk_at_once(catalog) -> None:  # type: ignore[no-untyped-def]
+    table = make_table(catalog)
+    w = ChunkWriter(catalog, table, ChunkConfig(commit_timeout=timedelta(minutes=5)))
+    chunk = w.write(w.reserve("t-1"), records(range(10)), Format.JSONL)
+    (Path(table.location) / chunk.files[0].path).unlink()  # lost from storage
+    with pytest.raises(ChunkStateError, match=r"staged file .* is gone from storage.*new token"):
+        w.commit(chunk.id)  # at once: not a retry loop until the 5-minute deadline
+    after = catalog.store.get_chunk(chunk.id)
+    assert after.state is ChunkState.ABORTED and "gone from storage" in (after.error or "")
+    with pytest.raises(ChunkStateError, match="aborted"):
+        w.commit(chunk.id)
+    assert all_ids(table) == []
+
+
+def test_an_upload_after_the_commit_began_keeps_the_committing_files(catalog) -> None:  # type: ignore[no-untyped-def]
+    table = make_table(catalog)
+    w = ChunkWriter(catalog, table)
+    first = w.write(w.reserve(), records(range(10)), Format.JSONL)
+    replaced = w.write(first, records(range(10, 25)), Format.JSONL)  # a re-upload replaces …
+    assert replaced.rows == 15 and not set(first.files) & set(replaced.files)
+    assert not (Path(table.location) / first.files[0].path).exists()  # … and its old file goes
+    # another upload has passed its state check and written its files; a commit begins now
+    late_files = write_staged_files(
+        w.warehouse, table, f"{first.id}-late", w.parse(records(range(99)), Format.JSONL).good
+    )
+    catalog.store.begin_commit(replaced, 0)
+    with pytest.raises(ChunkStateError, match="committing"):
+        w._record_files(replaced, late_files, [])
+    staged = sorted(p.name for p in (Path(table.location) / "_staging").iterdir())
+    assert staged == sorted(f.path.rsplit("/", 1)[1] for f in replaced.files)  # only the committing data

@@ -90,8 +90,14 @@ def test_chunk_lifecycle_is_guarded(catalog) -> None:  # type: ignore[no-untyped
     t = make_table(catalog)
     store = catalog.store
     chunk = store.reserve_chunk(t.id, None, timedelta(hours=1))
-    chunk = store.record_chunk_files(chunk, [StagedFile(path="_staging/x-0.parquet", rows=3, bytes=10)])
-    assert chunk.rows == 3
+    chunk, replaced = store.record_chunk_files(
+        chunk, [StagedFile(path="_staging/x-0.parquet", rows=3, bytes=10)]
+    )
+    assert chunk.rows == 3 and replaced == ()
+    again, replaced = store.record_chunk_files(
+        chunk, [StagedFile(path="_staging/x-1.parquet", rows=4, bytes=9)]
+    )
+    assert again.rows == 4 and [f.path for f in replaced] == ["_staging/x-0.parquet"]
     committing = store.begin_commit(chunk, base_version=0)
     assert committing.state is ChunkState.COMMITTING and committing.attempt
     with pytest.raises(ConflictError):  # only one committer wins

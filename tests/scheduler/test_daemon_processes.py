@@ -58,7 +58,7 @@ def test_the_leader_killed_mid_roll_is_replaced_and_the_roll_finishes_exactly_on
         assert a.wait(timeout=30) == -signal.SIGKILL, _log(tmp_path / "a.log")
         # the roll it died in (the standby may be at it already, once its lease lapsed)
         [dead] = [r for r in catalog.store.list_rolls(table.id) if r.partition_value == first]
-        assert dead.owner.split(":")[1] == str(a.pid)
+        assert dead.owner.split(":")[1] in (str(a.pid), str(b.pid))  # a began it; b may hold it by now
         wait_for(lambda: leader_pid(catalog) == b.pid, "the standby to take over", timeout=30)
         done = wait_for(
             lambda: catalog.store.get_partition(table.id, first).state is PartitionState.STANDARD,
