@@ -29,12 +29,14 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ingest.config import ChunkConfig
+from ingest.digests import digest_bytes
 from ingest.errors import (
     ChunkBusyError,
     ChunkStateError,
     CommitTimeoutError,
     LateDataError,
     MalformedChunkError,
+    TokenConflictError,
 )
 from ingest.formats import BadRecord, Format, Parsed, RecordValidator, parse
 from metastore.catalog import Catalog
@@ -154,9 +156,9 @@ class ChunkWriter:
 
     def write(self, chunk: Chunk, content: bytes, fmt: Format, source: str = "") -> Chunk:
         """Parse ``content`` and stage it as the chunk's data (replacing an earlier attempt's)."""
-        return self.stage(chunk, self.parse(content, fmt), source=source)
+        return self.stage(chunk, self.parse(content, fmt), source=source, digest=digest_bytes(content))
 
-    def stage(self, chunk: Chunk, parsed: Parsed, source: str = "") -> Chunk:
+    def stage(self, chunk: Chunk, parsed: Parsed, source: str = "", digest: str | None = None) -> Chunk:
         chunk = self.store.get_chunk(chunk.id)
         self._require_state(chunk, ChunkState.RESERVED, "write to")
         self._check_bad(parsed.bad)
@@ -164,9 +166,15 @@ class ChunkWriter:
         prefix = f"{chunk.id}-{uuid.uuid4().hex[:8]}"
         files = write_staged_files(self.warehouse, self.table, prefix, parsed.good)
         letters = [DeadLetter(b.position, b.reason, b.raw.encode(), source or None) for b in parsed.bad]
-        return self._record_files(chunk, files, letters)
+        return self._record_files(chunk, files, letters, digest)
 
-    def stage_files(self, chunk: Chunk, files: Sequence[StagedFile], bad: Sequence[DeadLetter]) -> Chunk:
+    def stage_files(
+        self,
+        chunk: Chunk,
+        files: Sequence[StagedFile],
+        bad: Sequence[DeadLetter],
+        digest: str | None = None,
+    ) -> Chunk:
         """Record files already written to staging (by :func:`write_staged_files`) as the chunk's data.
 
         This is how a distributed writer stages a chunk: each Spark task writes its own files,
@@ -176,9 +184,15 @@ class ChunkWriter:
         chunk = self.store.get_chunk(chunk.id)
         self._require_state(chunk, ChunkState.RESERVED, "write to")
         self._check_bad(bad)
-        return self._record_files(chunk, files, bad)
+        return self._record_files(chunk, files, bad, digest)
 
-    def _record_files(self, chunk: Chunk, files: Sequence[StagedFile], bad: Sequence[DeadLetter]) -> Chunk:
+    def _record_files(
+        self,
+        chunk: Chunk,
+        files: Sequence[StagedFile],
+        bad: Sequence[DeadLetter],
+        digest: str | None = None,
+    ) -> Chunk:
         """Make ``files`` the chunk's data; delete the replaced files only once that is recorded.
 
         A commit may begin between our state check and here: then the record fails, the files
@@ -189,7 +203,9 @@ class ChunkWriter:
         pausepoint("chunk-before-record-files")
         new = {f.path for f in files}
         try:
-            recorded, replaced = self.store.record_chunk_files(chunk, files, dead_letter_rows=len(bad))
+            recorded, replaced = self.store.record_chunk_files(
+                chunk, files, dead_letter_rows=len(bad), content_digest=digest
+            )
         except ConflictError:
             recorded_paths = {f.path for f in self.store.get_chunk(chunk.id).files}
             for path in new - recorded_paths:  # ours, never recorded: nobody else refers to them
@@ -234,7 +250,9 @@ class ChunkWriter:
         return writer, writer.stage(dlq_chunk, Parsed(rows, []))
 
     # -- commit ----------------------------------------------------------------------------
-    def commit(self, chunk_id: str, owner_is_dead: bool = False) -> CommitResult:
+    def commit(
+        self, chunk_id: str, owner_is_dead: bool = False, content_digest: str | None = None
+    ) -> CommitResult:
         """Commit a reserved chunk; calling it again (any process, any time) returns the same result.
 
         Args:
@@ -243,8 +261,11 @@ class ChunkWriter:
                 Spark micro-batch replayed after its query restarted: one query runs per
                 checkpoint), so a COMMITTING chunk is taken over at once instead of after
                 twice the commit timeout.
+            content_digest: the digest of the content the caller staged (or means to have
+                committed, when it retries): a chunk that holds other content is a conflict.
 
         Raises:
+            TokenConflictError: the chunk holds (or committed) content other than ``content_digest``.
             ChunkStateError: the chunk was aborted or expired.
             ChunkBusyError: another attempt is committing it right now.
             LateDataError: its rows belong to sealed partitions and the table rejects late data.
@@ -253,6 +274,7 @@ class ChunkWriter:
         chunk = self.store.get_chunk(chunk_id)
         if chunk.table_id != self.table.id:
             raise ChunkStateError(f"chunk {chunk_id} belongs to another table")
+        self.check_digest(chunk, content_digest)
         if chunk.state is ChunkState.COMMITTED:
             return self.result(chunk)
         if chunk.state in (ChunkState.ABORTED, ChunkState.EXPIRED):
@@ -266,11 +288,11 @@ class ChunkWriter:
                 )
             # This snapshot is loaded before the partitions' states are read (in _plan), which
             # is all the fencing needs, so the first commit attempt uses it as it is.
-            snapshot = self.warehouse.latest(self.table)
+            snapshot = self._checked_latest()
             try:
-                chunk = self.store.begin_commit(chunk, int(snapshot.version()))
-            except ConflictError:
-                return self.commit(chunk_id)  # someone else moved it; answer from its new state
+                chunk = self.store.begin_commit(chunk, int(snapshot.version()), content_digest=content_digest)
+            except ConflictError:  # someone else moved or re-staged it; answer from its new state
+                return self.commit(chunk_id, content_digest=content_digest)
             return self._commit_attempt(chunk, may_have_landed=False, snapshot=snapshot)
         # COMMITTING: a previous attempt died or is still running
         assert chunk.committing_since is not None
@@ -285,8 +307,34 @@ class ChunkWriter:
             raise ChunkBusyError(f"chunk {chunk.id} was just taken over by another attempt") from None
         return self._commit_attempt(chunk, may_have_landed=True)
 
+    def check_digest(self, chunk: Chunk, digest: str | None) -> None:
+        """Raise :class:`TokenConflictError` if ``chunk`` is known to hold content other than ``digest``."""
+        if digest is None or chunk.content_digest is None or chunk.content_digest == digest:
+            return
+        if chunk.state is ChunkState.COMMITTED:
+            what = f"committed {chunk.rows - chunk.late_rows} rows of other data at version {chunk.version}"
+        else:
+            what = f"is {chunk.state.value} with other data"
+        named = f"token {chunk.token!r}" if chunk.token is not None else "this chunk"
+        raise TokenConflictError(
+            f"{named} of table {self.table.name} was used for different content (chunk {chunk.id} "
+            f"{what}); nothing of this content was written: use a new token for new data"
+        )
+
+    def _checked_latest(self) -> Any:
+        """The newest snapshot for a commit, refusing a log that lost commits the metastore recorded.
+
+        Committing on top of such a log would reuse a lost commit's version and bury the loss.
+        """
+        recorded = self.store.newest_version(self.table.id)  # the metastore first …
+        snapshot = self.warehouse.latest(self.table)  # … then the log
+        self.warehouse.verify_newest(self.table, snapshot, recorded)
+        return snapshot
+
     def _commit_attempt(self, chunk: Chunk, may_have_landed: bool, snapshot: Any = None) -> CommitResult:
         assert chunk.committing_since is not None and chunk.base_version is not None
+        if snapshot is None:
+            snapshot = self._checked_latest()
         deadline = chunk.committing_since + self.config.commit_timeout
         if chunk.dead_letter_rows:
             self._commit_companion(TableKind.DEAD_LETTER, f"dead-letter:{chunk.id}")
@@ -482,10 +530,13 @@ class ChunkWriter:
     def write_once(
         self, content: bytes, fmt: Format, token: str | None = None, source: str = ""
     ) -> CommitResult:
-        """Reserve, write and commit ``content`` as one chunk; with a token, exactly once."""
+        """Reserve, write and commit ``content`` as one chunk; with a token, exactly once.
+
+        The same token with the same content answers the original commit; with other content it
+        raises :class:`TokenConflictError`.
+        """
+        digest = digest_bytes(content)
         chunk = self.reserve(token)
-        if chunk.state is ChunkState.COMMITTED:
-            return self.result(chunk)
         if chunk.state is ChunkState.RESERVED:
             try:
                 chunk = self.write(chunk, content, fmt, source=source)
@@ -493,21 +544,31 @@ class ChunkWriter:
                 self.abort(chunk.id, reason="malformed content")
                 raise
             crashpoint("chunk-after-write")
-        return self.commit(chunk.id)
+        return self.commit(chunk.id, content_digest=digest)
 
     def write_table(self, data: pa.Table, token: str | None = None) -> CommitResult:
-        """Commit an Arrow table (already in the table's schema) as one chunk."""
+        """Commit an Arrow table as one chunk; with a token, exactly once (as :meth:`write_once`)."""
+        digest = arrow_digest(data)
         chunk = self.reserve(token)
         if chunk.state is ChunkState.RESERVED:
             parsed = Parsed(data, []) if data.schema.equals(self.validator().schema) else self._validate(data)
-            chunk = self.stage(chunk, parsed)
-        return self.commit(chunk.id) if chunk.state is not ChunkState.COMMITTED else self.result(chunk)
+            chunk = self.stage(chunk, parsed, digest=digest)
+        return self.commit(chunk.id, content_digest=digest)
 
     def _validate(self, data: pa.Table) -> Parsed:
         v = self.validator()
         for n, record in enumerate(data.to_pylist(), start=1):
             v.add(n, record, str(record)[:4096])
         return v.result()
+
+
+def arrow_digest(data: pa.Table) -> str:
+    """The digest of an Arrow table's schema and values (not of how they are split into batches)."""
+    sink = pa.BufferOutputStream()
+    combined = data.combine_chunks()
+    with pa.ipc.new_stream(sink, combined.schema) as stream:
+        stream.write_table(combined)
+    return digest_bytes(sink.getvalue().to_pybytes())
 
 
 def expire_chunks(catalog: Catalog, now: datetime | None = None) -> list[Chunk]:

@@ -15,16 +15,18 @@ key (a fresh one if none is given), so however often it retries, the chunk lands
 
 from __future__ import annotations
 
+import hashlib
 import random
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 import httpx
 
+from ingest.digests import PREFIX, digest_bytes, digest_pieces
 from ingest.errors import ApiClientError, ApiRequestError, ApiUnavailableError
 
 __all__ = ["ApiClientError", "ApiRequestError", "ApiUnavailableError", "Client"]
@@ -87,9 +89,14 @@ class Client:
             headers={"Content-Type": MEDIA_TYPES[format]},
         ).json()  # fmt: skip
 
-    def commit(self, chunk_id: str) -> dict[str, Any]:
-        """Commit the chunk; retried until it has landed (or is known not to)."""
-        return self._call("POST", f"/v1/chunks/{quote(chunk_id, safe='')}/commit").json()
+    def commit(self, chunk_id: str, content_sha256: str | None = None) -> dict[str, Any]:
+        """Commit the chunk; retried until it has landed (or is known not to).
+
+        ``content_sha256`` (``sha256:<hex>`` of the data the caller uploaded, see
+        :func:`content_digest`): a chunk holding other data answers 409 ``token_conflict``.
+        """
+        body = {"content_sha256": content_sha256} if content_sha256 else None
+        return self._call("POST", f"/v1/chunks/{quote(chunk_id, safe='')}/commit", json=body).json()
 
     def abort(self, chunk_id: str) -> dict[str, Any]:
         return self._call("DELETE", f"/v1/chunks/{quote(chunk_id, safe='')}").json()
@@ -131,18 +138,23 @@ class Client:
         """Open, upload and commit ``data`` as one chunk; exactly once under ``idempotency_key``.
 
         Returns the commit (the shape of ``streampart write --json``). Called again with the
-        same key (after a crash, say), it finishes or returns that chunk, never writes twice.
+        same key (after a crash, say), it finishes or returns that chunk, never writes twice;
+        called with the same key and other data, it raises :class:`ApiRequestError` (409
+        ``token_conflict``) instead of answering with the earlier commit.
         """
         key = idempotency_key or f"client-{uuid.uuid4()}"
         chunk = self.open_chunk(table, key)
-        if chunk["state"] == "reserved":
-            try:
-                self.upload(chunk["id"], data, format)
-            except ApiRequestError as exc:
-                # an earlier attempt (whose answer was lost) committed it already: the commit says
-                if exc.code != "chunk_state":
-                    raise
-        return self.commit(chunk["id"])
+        if chunk["state"] != "reserved":
+            return self.commit(chunk["id"], content_digest(data))
+        hashing = _Hashing(data)  # digests the bytes as they stream out: the body is read once
+        try:
+            self.upload(chunk["id"], hashing.body, format)
+        except ApiRequestError as exc:
+            # an earlier attempt (whose answer was lost) committed it already: the commit says
+            if exc.code != "chunk_state":
+                raise
+            return self.commit(chunk["id"], content_digest(data))
+        return self.commit(chunk["id"], hashing.digest())
 
     # -- transport --------------------------------------------------------------------------
     def _call(self, method: str, path: str, body: Body | None = None, **kw: Any) -> httpx.Response:
@@ -169,6 +181,34 @@ class Client:
                     f"{method} {self.url}{path} failed after {attempt} attempts: {problem}"
                 ) from None
             time.sleep(delay)
+
+
+class _Hashing:
+    """``data`` as an upload body that digests what each attempt sends (the last one counts)."""
+
+    def __init__(self, data: Body) -> None:
+        self.data = data
+        self._hash = hashlib.sha256()
+
+    def body(self) -> Iterator[bytes]:
+        self._hash = hashlib.sha256()
+        if isinstance(self.data, bytes):
+            pieces: Iterable[bytes] = [self.data]
+        else:
+            pieces = _read(self.data) if isinstance(self.data, Path) else self.data()
+        for piece in pieces:
+            self._hash.update(piece)
+            yield piece
+
+    def digest(self) -> str:
+        return PREFIX + self._hash.hexdigest()
+
+
+def content_digest(data: Body) -> str:
+    """``sha256:<hex>`` of the bytes ``data`` holds, as the server digests an upload."""
+    if isinstance(data, bytes):
+        return digest_bytes(data)
+    return digest_pieces(_read(data) if isinstance(data, Path) else data())
 
 
 def _table_path(table: str) -> str:

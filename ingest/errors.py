@@ -17,6 +17,10 @@ class LateDataError(IngestError, UserInputError):
     """Rows belong to a sealed event-time partition and the table rejects late data."""
 
 
+class TokenConflictError(IngestError, UserInputError):
+    """An idempotency token already names a chunk of different content: new data needs a new token."""
+
+
 class ChunkStateError(IngestError):
     """The chunk cannot do that in its state (commit an aborted chunk, abort a committed one)."""
 

@@ -121,6 +121,22 @@ class Catalog:
             self.warehouse.create(table)
         return table
 
+    def load(self, table: Table, version: int | None = None) -> Any:
+        """The table's Delta snapshot to read: ``version``, or the newest — checked against the metastore.
+
+        The metastore is read *before* the log, so every commit it recorded by then must be in
+        the log; a log that lacks one was damaged (see :meth:`Warehouse.verify_newest`).
+
+        Raises:
+            TableIntegrityError: the log is unreadable, or lost commits the metastore recorded.
+        """
+        if version is not None:
+            return self.warehouse.load(table, version)
+        recorded = self.store.newest_version(table.id)
+        dt = self.warehouse.load(table)
+        self.warehouse.verify_newest(table, dt, recorded)
+        return dt
+
     def drop_table(self, table: Table) -> None:
         """Drop one table: its metastore records, then its directory (Delta log and data)."""
         self.store.drop_table(table.id)
@@ -135,7 +151,7 @@ class Catalog:
     # -- description -----------------------------------------------------------------------
     def describe(self, table: Table) -> dict[str, Any]:
         """The table and its partitions, in the shape of ``streampart table describe --json``."""
-        dt = self.warehouse.load(table)
+        dt = self.load(table)
         live = self.warehouse.partition_stats(dt)
         partitions = []
         for p in self.store.list_partitions(table.id):

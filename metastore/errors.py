@@ -32,6 +32,14 @@ class IllegalTransitionError(StreampartError):
     """A lifecycle transition that the state machine does not allow (a bug or a stale caller)."""
 
 
+class TableIntegrityError(StreampartError):
+    """A table's Delta log or data files are damaged, or disagree with the metastore.
+
+    Not retriable, and never answered with a partial result: someone must restore the named
+    file from a backup (or decide to accept the loss). ``streampart check`` lists every problem.
+    """
+
+
 class ConflictError(RetriableError):
     """A conditional update matched no row: another process changed the state first.
 

@@ -410,6 +410,9 @@ class Chunk(BaseModel):
     dead_letter_rows: int = 0
     late_rows: int = 0
     error: str | None = None
+    # ``sha256:<hex>`` of the content staged under the chunk's token (None: not recorded, as for
+    # chunks of a Kafka batch, whose token names the offsets, or of releases before 0.2)
+    content_digest: str | None = None
 
 
 class Roll(BaseModel):

@@ -82,6 +82,7 @@ chunks = Table(
     Column("dead_letter_rows", BigInteger, nullable=False),
     Column("late_rows", BigInteger, nullable=False),
     Column("error", Text),
+    Column("content_digest", String(80)),
     UniqueConstraint("table_id", "token", name="uq_sp_chunks_token"),
     Index("ix_sp_chunks_state", "state", "expires_at"),
 )
@@ -164,6 +165,7 @@ chunk_summaries = Table(
 
 # Pruning walks a table's chunks oldest first (migration 0002).
 Index("ix_sp_chunks_table_created", chunks.c.table_id, chunks.c.created_at)
+Index("ix_sp_chunks_table_version", chunks.c.table_id, chunks.c.version)
 
 # Bearer tokens of the HTTP API (migration 0003): the SHA-256 hex digest of each token, never
 # the token itself; ``scopes`` is a list of "permission:namespace" strings.

@@ -561,6 +561,7 @@ class Metastore:
             dead_letter_rows=m["dead_letter_rows"],
             late_rows=m["late_rows"],
             error=m["error"],
+            content_digest=m["content_digest"],
         )
 
     def reserve_chunk(
@@ -644,9 +645,16 @@ class Metastore:
         return self._chunk_from_row(row)
 
     def record_chunk_files(
-        self, chunk: Chunk, files: Sequence[StagedFile], *, dead_letter_rows: int = 0
+        self,
+        chunk: Chunk,
+        files: Sequence[StagedFile],
+        *,
+        dead_letter_rows: int = 0,
+        content_digest: str | None = None,
     ) -> tuple[Chunk, tuple[StagedFile, ...]]:
         """Record the files written for a reserved chunk, replacing an earlier attempt's.
+
+        ``content_digest`` identifies the content they hold (see ``begin_commit``).
 
         Returns:
             The chunk, and the files it had until now (read in the same transaction): the
@@ -671,6 +679,7 @@ class Metastore:
                         rows=sum(f.rows for f in files),
                         bytes=sum(f.bytes for f in files),
                         dead_letter_rows=dead_letter_rows,
+                        content_digest=content_digest,
                     )
                     .returning(*s.chunks.c)
                 ).first()
@@ -679,14 +688,30 @@ class Metastore:
             raise ConflictError(f"chunk {chunk.id} is {current.state.value}, expected reserved")
         return self._chunk_from_row(row), tuple(StagedFile(**f) for f in before.files)
 
-    def begin_commit(self, chunk: Chunk, base_version: int, now: datetime | None = None) -> Chunk:
-        """RESERVED → COMMITTING, stamping this attempt; only one committer wins."""
+    def begin_commit(
+        self,
+        chunk: Chunk,
+        base_version: int,
+        now: datetime | None = None,
+        content_digest: str | None = None,
+    ) -> Chunk:
+        """RESERVED → COMMITTING, stamping this attempt; only one committer wins.
+
+        With ``content_digest``, only if the staged content is that content (another producer
+        may have re-staged the chunk under the same token with other data meanwhile).
+        """
         now = now or _now()
         check_transition(chunk.state, ChunkState.COMMITTING)
+        guard = s.chunks.c.expires_at > _db(now)
+        if content_digest is not None:
+            guard = sa.and_(
+                guard,
+                sa.or_(s.chunks.c.content_digest.is_(None), s.chunks.c.content_digest == content_digest),
+            )
         return self._update_chunk(
             chunk,
             [ChunkState.RESERVED],
-            s.chunks.c.expires_at > _db(now),
+            guard,
             state=ChunkState.COMMITTING.value,
             committing_since=_db(now),
             attempt=str(uuid.uuid4()),
@@ -745,6 +770,25 @@ class Metastore:
                 ).rowcount:
                     expired.append(row.id)
         return [self.get_chunk(cid) for cid in expired]
+
+    def newest_version(self, table_id: int) -> int:
+        """The newest Delta version at which the metastore recorded a commit of the table (-1: none).
+
+        Committed chunks, seals and sweeps: the Delta log must reach at least this far. (Chunks
+        pruned into summaries are older than their partition's sweep, which stays recorded.)
+        """
+        with self.tx() as conn:
+            chunk = conn.execute(
+                sa.select(sa.func.max(s.chunks.c.version)).where(
+                    s.chunks.c.table_id == table_id, s.chunks.c.state == ChunkState.COMMITTED.value
+                )
+            ).scalar()
+            roll = conn.execute(
+                sa.select(sa.func.max(s.rolls.c.seal_version), sa.func.max(s.rolls.c.sweep_version)).where(
+                    s.rolls.c.table_id == table_id
+                )
+            ).one()
+        return max(v if v is not None else -1 for v in (chunk, *roll))
 
     def stale_commits(self, older_than: datetime) -> list[Chunk]:
         """COMMITTING chunks whose attempt began before ``older_than`` (their writer is gone)."""

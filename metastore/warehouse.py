@@ -18,13 +18,14 @@ two could disagree after a crash, the Delta log decides (see :meth:`Warehouse.fi
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
 import time
 import urllib.parse
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -33,7 +34,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from metastore.errors import ConflictError, StreampartError
+from metastore.errors import ConflictError, StreampartError, TableIntegrityError
 from metastore.models import Column, Table, TableName, utc
 
 STAGING_DIR = "_staging"
@@ -176,12 +177,75 @@ class Warehouse:
         )
 
     def load(self, table: Table, version: int | None = None) -> Any:
-        """A new DeltaTable at ``version`` (default: the newest); the caller owns it."""
+        """A new DeltaTable at ``version`` (default: the newest); the caller owns it.
+
+        Raises:
+            TableIntegrityError: the Delta log cannot be read (a gap, a truncated or corrupt
+                commit file), naming the table and what to do.
+        """
         from deltalake import DeltaTable
 
-        if version is None:
-            return DeltaTable(table.location)
-        return DeltaTable(table.location, version=version)
+        with self._log_errors(table):
+            if version is None:
+                return DeltaTable(table.location)
+            return DeltaTable(table.location, version=version)
+
+    @contextlib.contextmanager
+    def _log_errors(self, table: Table) -> Iterator[None]:
+        from deltalake.exceptions import DeltaError, TableNotFoundError
+
+        try:
+            yield
+        except TableNotFoundError:
+            raise TableIntegrityError(
+                f"table {table.name}: no Delta log at {table.location}/_delta_log; restore the "
+                "table's directory from a backup, or drop the table"
+            ) from None
+        except (DeltaError, OSError) as exc:
+            raise TableIntegrityError(
+                f"table {table.name}: its Delta log cannot be read ({first_line(exc)}); restore the "
+                f"damaged commit file under {table.location}/_delta_log from a backup; "
+                "`streampart check` lists every problem"
+            ) from None
+
+    def verify_newest(self, table: Table, dt: Any, recorded: int) -> None:
+        """Check that ``dt`` (the newest snapshot) holds every commit the metastore recorded.
+
+        ``recorded`` is the newest Delta version the metastore knows a commit at (a chunk, a
+        seal, a sweep). A log that ends before it lost its newest commit files; one whose commit
+        file at that version is empty or holds no commit lost that commit's content. Either way
+        reading or writing on would serve fewer rows than were acknowledged, or reuse a version.
+
+        Raises:
+            TableIntegrityError: naming the table, the version and what to do.
+        """
+        found = int(dt.version())
+        if found < recorded:
+            raise TableIntegrityError(
+                f"table {table.name}: the Delta log ends at version {found}, but the metastore "
+                f"recorded a commit at version {recorded}: commit files were lost from "
+                f"{table.location}/_delta_log; restore versions {found + 1}..{recorded} from a "
+                "backup before reading or writing this table"
+            )
+        if recorded >= 0 and self.commit_file_damaged(table, recorded):
+            raise TableIntegrityError(
+                f"table {table.name}: the Delta commit file of version {recorded} is empty or "
+                f"holds no commit ({self.commit_path(table, recorded)}); restore it from a backup "
+                "before reading or writing this table"
+            )
+
+    def commit_path(self, table: Table, version: int) -> Path:
+        return Path(table.location) / "_delta_log" / f"{version:020d}.json"
+
+    def commit_file_damaged(self, table: Table, version: int) -> bool:
+        """Whether the commit file of ``version`` is there but unreadable, empty or without commitInfo.
+
+        A missing file is not "damaged" here: old commit files go once a checkpoint covers them.
+        """
+        try:
+            return self.commit_info(table, version) is None and self.commit_path(table, version).exists()
+        except ValueError:  # not JSON: truncated or overwritten
+            return True
 
     def latest(self, table: Table) -> Any:
         """The newest snapshot of ``table``, refreshed in place: for the commit path only.
@@ -202,7 +266,12 @@ class Warehouse:
         if dt is None:
             dt = cache[key] = self.load(table)
         else:
-            dt.update_incremental()
+            try:
+                with self._log_errors(table):
+                    dt.update_incremental()
+            except TableIntegrityError:
+                del cache[key]
+                raise
         return dt
 
     # -- files -----------------------------------------------------------------------------
@@ -405,9 +474,13 @@ class Warehouse:
         return None
 
     def commit_info(self, table: Table, version: int) -> dict[str, Any] | None:
-        path = Path(table.location) / "_delta_log" / f"{version:020d}.json"
+        """The commitInfo of ``version``'s commit file; None if the file is gone or holds none.
+
+        Raises:
+            ValueError: the file is not JSON lines (truncated or overwritten).
+        """
         try:
-            with path.open() as f:
+            with self.commit_path(table, version).open() as f:
                 for line in f:
                     action = json.loads(line)
                     if "commitInfo" in action:
@@ -415,6 +488,28 @@ class Warehouse:
         except FileNotFoundError:  # cleaned up after a checkpoint: older than any live commit
             return None
         return None
+
+    def check_files(self, table: Table, files: Iterable[LiveFile]) -> None:
+        """Check that every file a snapshot lists is on disk with the size the log recorded.
+
+        A query must never answer from part of a snapshot.
+
+        Raises:
+            TableIntegrityError: naming the first missing or truncated file.
+        """
+        for f in files:
+            try:
+                size = (Path(table.location) / f.path).stat().st_size
+            except FileNotFoundError:
+                raise TableIntegrityError(
+                    f"table {table.name}: data file {f.path} of the Delta log is missing from "
+                    f"{table.location}; restore it from a backup (`streampart check` lists every problem)"
+                ) from None
+            if size != f.size:
+                raise TableIntegrityError(
+                    f"table {table.name}: data file {f.path} has {size} bytes, the Delta log says "
+                    f"{f.size}; restore it from a backup (`streampart check` lists every problem)"
+                )
 
     def partition_dir_entries(self, table: Table, value: datetime) -> list[str]:
         """Every file in a partition's directory but its markers (``_*``): data and hidden temp files."""
@@ -431,6 +526,21 @@ class Warehouse:
 
     def has_success_marker(self, table: Table, value: datetime) -> bool:
         return (Path(table.location) / partition_dir(table, value) / SUCCESS_MARKER).is_file()
+
+
+def last_checkpoint_version(table: Table) -> int:
+    """The version of the table's newest Delta checkpoint (-1: none yet)."""
+    path = Path(table.location) / "_delta_log" / "_last_checkpoint"
+    try:
+        return int(json.loads(path.read_text())["version"])
+    except (FileNotFoundError, KeyError, ValueError):
+        return -1
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of an error's message: delta-rs appends a Rust backtrace to some."""
+    lines = str(exc).strip().splitlines()
+    return lines[0].strip() if lines else type(exc).__name__
 
 
 def now_utc() -> datetime:

@@ -17,7 +17,6 @@ Each table is handled on its own: a failure is reported for that table and the o
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -29,7 +28,7 @@ from ingest.config import ChunkConfig
 from metastore.catalog import Catalog
 from metastore.errors import NotFoundError
 from metastore.models import ChunkState, PartitionState, Table
-from metastore.warehouse import STAGING_DIR
+from metastore.warehouse import STAGING_DIR, last_checkpoint_version
 from scheduler.config import HousekeepingConfig
 from scheduler.logs import LOGGER, event
 
@@ -50,15 +49,6 @@ class HousekeepingReport:
 
     def to_json(self) -> dict[str, Any]:
         return {**self.__dict__, "files_removed": len(self.files_removed)}
-
-
-def last_checkpoint_version(table: Table) -> int:
-    """The version of the table's newest Delta checkpoint (-1: none yet)."""
-    path = Path(table.location) / "_delta_log" / "_last_checkpoint"
-    try:
-        return int(json.loads(path.read_text())["version"])
-    except (FileNotFoundError, KeyError, ValueError):
-        return -1
 
 
 @dataclass

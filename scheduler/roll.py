@@ -51,6 +51,8 @@ from scheduler.config import RollConfig
 from scheduler.errors import RollAbandonedError, RollBusyError
 
 SWEEP_KEY = "streampart.sweep"
+
+
 def _now() -> datetime:
     return datetime.now(UTC)
 
@@ -171,6 +173,7 @@ class Roller:
         except ConflictError as exc:
             raise RollBusyError(str(exc)) from None
         self._step("roll-after-begin")
+        self.catalog.load(table)  # refuse a damaged log before committing anything to it
         # Every run seals afresh (a resumed roll too): that fences the sweep of whoever held
         # this roll before us, and this seal's version is what lets us tell a dead sweep
         # attempt's files from a live one's (see _remove_leftovers).

@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.table import Table as RichTable
 
 from ingest.chunks import ChunkWriter
+from ingest.errors import TokenConflictError
 from ingest.formats import Format
 from metastore.catalog import Catalog
 from metastore.models import TableName, TableSpec, iso, parse_duration, parse_schema
@@ -169,6 +170,10 @@ def run_demo(settings: Any, catalog: Catalog, console: Console, fresh: bool = Tr
         console.print(f"2. committed chunk {k + 1}/5: {r.rows} rows at Delta version {r.version}")
     again = writer.write_once(_records(0, 1000, now), Format.JSONL, token="demo-0")
     console.print(f"3. retried chunk 1 with the same token: same chunk {again.chunk[:8]}…, nothing added")
+    try:
+        writer.write_once(_records(9000, 10, now), Format.JSONL, token="demo-0")
+    except TokenConflictError:
+        console.print("   the same token with other data is refused (a conflict), never silently dropped")
     bad = writer.write_once(
         b'{"id": 5000, "ts": "2026-01-01T00:00:00Z"}\n{"id": "x", "ts": "soon"}\n', Format.JSONL
     )

@@ -75,8 +75,11 @@ class Snapshot:
 
 
 def pin(catalog: Catalog, table: Table, version: int | None = None) -> Snapshot:
-    dt = catalog.warehouse.load(table, version)
-    return Snapshot(table, int(dt.version()), tuple(catalog.warehouse.live_files(dt)))
+    """``table`` at ``version`` (default: the newest), its log and files checked first."""
+    dt = catalog.load(table, version)
+    files = tuple(catalog.warehouse.live_files(dt))
+    catalog.warehouse.check_files(table, files)
+    return Snapshot(table, int(dt.version()), files)
 
 
 def snapshot_frame(spark: SparkSession, snap: Snapshot) -> DataFrame:

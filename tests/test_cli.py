@@ -143,6 +143,7 @@ def arrival_scenario(base: Path) -> dict[str, Any]:
     steps["list"] = run(wh, "table", "list", "--json")
     steps["jsonl"] = run(wh, "write", "ns.t", good_jsonl, "--token", "T-1", "--json")
     steps["jsonl_retry"] = run(wh, "write", "ns.t", good_jsonl, "--token", "T-1", "--json")
+    steps["token_reused"] = run(wh, "write", "ns.t", malformed, "--token", "T-1", "--json")
     steps["csv"] = run(wh, "write", "ns.t", csv_file, "--json")
     steps["parquet"] = run(wh, "write", "ns.t", parquet_file, "--json")
     steps["malformed"] = run(wh, "write", "ns.t", malformed, "--json")
@@ -269,6 +270,14 @@ def test_write_with_token_lands_once(arrival: dict[str, Any]) -> None:
     assert retry["rows"] == first["rows"] == JSONL_ROWS
     assert retry["version"] == first["version"]
     # the retry added nothing (and neither did the malformed write after it)
+    assert total_rows(arrival["describe_written"].json()) == WRITTEN
+
+
+def test_a_token_reused_for_other_data_is_refused_and_adds_nothing(arrival: dict[str, Any]) -> None:
+    result = arrival["token_reused"]
+
+    assert_user_error(result, "token 'T-1' of table ns.t was used for different content")
+    assert "use a new token" in result.message
     assert total_rows(arrival["describe_written"].json()) == WRITTEN
 
 

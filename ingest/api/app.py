@@ -11,6 +11,7 @@ Route code runs the chunk protocol of :mod:`ingest.chunks` in worker threads (it
 metastore and Delta); only the streaming of request bodies runs on the event loop.
 """
 
+import hashlib
 import json
 import re
 import time
@@ -27,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
+from ingest import digests
 from ingest.api.auth import Authenticator, Principal
 from ingest.api.config import ServerConfig
 from ingest.api.errors import ApiError, BodyError, blame, error_response
@@ -118,6 +120,18 @@ class OpenChunk(BaseModel):
         max_length=512,
         pattern=_KEY_PATTERN,
         description="Opening again with the same key returns the same chunk (whatever its state).",
+    )
+
+
+class CommitChunk(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    content_sha256: str | None = Field(
+        None,
+        pattern=r"^sha256:[0-9a-f]{64}$",
+        description="sha256:<hex> of the data the caller uploaded. If the chunk holds other data (the "
+        "idempotency key was reused, or another caller uploaded under it), the commit answers 409 "
+        "token_conflict instead of committing or answering with the other data's commit.",
     )
 
 
@@ -283,10 +297,10 @@ def create_app(
     def writer(table: Table) -> ChunkWriter:
         return ChunkWriter(st.catalog, table, st.chunk)
 
-    def commit(w: ChunkWriter, chunk_id: str) -> CommitResult:
+    def commit(w: ChunkWriter, chunk_id: str, digest: str | None = None) -> CommitResult:
         t0 = time.perf_counter()
         with blame("id"):
-            result = w.commit(chunk_id)
+            result = w.commit(chunk_id, content_digest=digest)
         st.metrics.commit_seconds.observe(time.perf_counter() - t0)
         st.metrics.chunks.labels(str(w.table.name), "committed").inc()
         st.metrics.rows.labels(str(w.table.name)).inc(result.rows)
@@ -377,16 +391,19 @@ def create_app(
         spool.parent.mkdir(parents=True, exist_ok=True)
         try:
             size = 0
+            digest = hashlib.sha256()
             with spool.open("wb") as f:
                 async for piece in _body(request):
                     size += len(piece)
                     if size > limit:
                         raise _too_large(limit)
                     f.write(piece)
+                    digest.update(piece)
             st.metrics.upload_bytes.inc(size)
             staged = await run_in_threadpool(
-                stage_upload, w, chunk, spool, fmt, st.server.upload_batch_rows, f"http:chunk:{chunk.id}"
-            )
+                stage_upload, w, chunk, spool, fmt, st.server.upload_batch_rows, f"http:chunk:{chunk.id}",
+                digests.PREFIX + digest.hexdigest(),
+            )  # fmt: skip
         finally:
             spool.unlink(missing_ok=True)
         return _chunk_info(staged, t)
@@ -398,12 +415,15 @@ def create_app(
         tags=["chunks"],
         summary="Commit a chunk",
     )
-    def commit_chunk(id: str, who: Caller) -> dict[str, Any]:
+    def commit_chunk(
+        id: str, who: Caller, body: Annotated[CommitChunk | None, Body()] = None
+    ) -> dict[str, Any]:
         """Make the chunk visible, wholly, in one Delta transaction. Retrying answers with the same
-        commit (exactly once). 409 ``chunk_busy`` with Retry-After: another attempt is committing it.
+        commit (exactly once). 409 ``chunk_busy`` with Retry-After: another attempt is committing it;
+        409 ``token_conflict``: the chunk holds other data than ``content_sha256``.
         """
         _chunk, t = chunk_of(who, Permission.WRITE, id)
-        return commit(writer(t), id).to_json()
+        return commit(writer(t), id, body.content_sha256 if body else None).to_json()
 
     @app.delete(
         "/v1/chunks/{id}",
@@ -474,16 +494,15 @@ def create_app(
                 ) from None
             records, kind = events_to_records(body, format)
             w = writer(t)
+            digest = digests.digest_bytes(bytes(data))
             chunk = w.reserve(idempotency_key)
             if chunk.state is ChunkState.RESERVED:
                 try:
-                    chunk = stage_events(w, chunk, records, f"http:events:{kind}")
+                    chunk = stage_events(w, chunk, records, f"http:events:{kind}", digest)
                 except BodyError:
                     w.abort(chunk.id, reason="malformed events")
                     raise
-            elif chunk.state is ChunkState.COMMITTED:
-                return w.result(chunk)
-            return commit(w, chunk.id)
+            return commit(w, chunk.id, digest)
 
         return (await run_in_threadpool(run)).to_json()
 

@@ -19,6 +19,7 @@ from ingest.errors import (
     CommitTimeoutError,
     LateDataError,
     MalformedChunkError,
+    TokenConflictError,
 )
 from metastore.errors import (
     AlreadyExistsError,
@@ -72,6 +73,7 @@ _MAP: list[tuple[type[BaseException], int, str, int | None]] = [
     (BodyError, 400, "malformed_body", None),
     (MalformedChunkError, 400, "malformed_body", None),
     (LateDataError, 422, "late_data", None),
+    (TokenConflictError, 409, "token_conflict", None),
     (UserInputError, 400, "bad_request", None),
     (NotFoundError, 404, "not_found", None),
     (AlreadyExistsError, 409, "already_exists", None),

@@ -55,7 +55,13 @@ def _fail(fmt: Format, bad: list[DeadLetter], what: str | None = None) -> BodyEr
 
 
 def stage_upload(
-    writer: ChunkWriter, chunk: Chunk, spool: Path, fmt: Format, batch_rows: int, source: str
+    writer: ChunkWriter,
+    chunk: Chunk,
+    spool: Path,
+    fmt: Format,
+    batch_rows: int,
+    source: str,
+    digest: str | None = None,
 ) -> Chunk:
     """Parse the spooled upload and record it as the chunk's data (replacing an earlier upload's).
 
@@ -79,7 +85,7 @@ def stage_upload(
             if bad and not table.dead_letter:
                 raise _fail(fmt, bad)
             files += write_staged_files(warehouse, table, f"{chunk.id}-{attempt}-{n}", parsed.good)
-        return writer.stage_files(chunk, files, bad)
+        return writer.stage_files(chunk, files, bad, digest)
     except BaseException:
         for f in files:
             warehouse.remove_file(table, f.path)
@@ -128,7 +134,9 @@ def records_to_jsonl(records: list[Any]) -> bytes:
     return b"\n".join(json.dumps(r, separators=(",", ":")).encode() for r in records)
 
 
-def stage_events(writer: ChunkWriter, chunk: Chunk, records: list[Any], source: str) -> Chunk:
+def stage_events(
+    writer: ChunkWriter, chunk: Chunk, records: list[Any], source: str, digest: str | None = None
+) -> Chunk:
     """Validate the batch's records and stage them as the chunk's data."""
     parsed: Parsed = writer.parse(records_to_jsonl(records), Format.JSONL)
     if parsed.bad and not writer.table.dead_letter:
@@ -138,7 +146,7 @@ def stage_events(writer: ChunkWriter, chunk: Chunk, records: list[Any], source: 
             line=first.position,
             field=f"body[{first.position - 1}]",
         )
-    return writer.stage(chunk, parsed, source=source)
+    return writer.stage(chunk, parsed, source=source, digest=digest)
 
 
 def _json_type(value: Any) -> str:

@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from ingest.client import Client
+from ingest.errors import ApiRequestError
 from metastore.models import ChunkState
 from tests.api.fixtures import COMMAND, ROOT, LossyProxy, Server, auth, pg_server, wait_for
 from tests.fixtures import make_table
@@ -132,6 +133,31 @@ def test_open_with_the_same_idempotency_key_returns_the_same_chunk(server: Serve
         second = http.post("/v1/tables/ns/events/chunks", json={"idempotency_key": "same"})
     assert (first.status_code, second.status_code) == (201, 200)
     assert first.json()["id"] == second.json()["id"] and second.json()["idempotency_key"] == "same"
+
+
+def test_an_idempotency_key_reused_for_other_data_is_a_409_and_adds_nothing(
+    server: Server, tmp_path: Path
+) -> None:
+    table = server.catalog.table("ns.events")
+    data = tmp_path / "batch.jsonl"
+    data.write_bytes(records(range(9600, 9610)))
+    with Client(server.url, server.admin) as api:  # type: ignore[attr-defined]
+        first = api.write("ns.events", data, idempotency_key="reused")
+        retry = api.write("ns.events", records(range(9600, 9610)), idempotency_key="reused")
+        assert retry == first
+        with pytest.raises(ApiRequestError) as refused:
+            api.write("ns.events", records(range(9700, 9710)), idempotency_key="reused")
+        assert (refused.value.status, refused.value.code) == (409, "token_conflict")
+        assert "token 'reused'" in str(refused.value) and "new token" in str(refused.value)
+        events = [{"id": i, "ts": "2026-11-21T10:00:00Z"} for i in range(9800, 9805)]
+        api.events("ns.events", events, idempotency_key="ev-reused")
+        with pytest.raises(ApiRequestError) as refused:
+            api.events("ns.events", events[:2], idempotency_key="ev-reused")
+        assert refused.value.code == "token_conflict"
+    ids = all_ids(table)
+    assert not {i for i in ids if 9700 <= i < 9710} and sorted(i for i in ids if 9800 <= i < 9805) == list(
+        range(9800, 9805)
+    )
 
 
 # -- events ---------------------------------------------------------------------------------

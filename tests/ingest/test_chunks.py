@@ -9,11 +9,19 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
 from ingest.chunks import ChunkWriter, expire_chunks, write_staged_files
 from ingest.config import ChunkConfig
-from ingest.errors import ChunkBusyError, ChunkStateError, LateDataError, MalformedChunkError
+from ingest.digests import digest_bytes
+from ingest.errors import (
+    ChunkBusyError,
+    ChunkStateError,
+    LateDataError,
+    MalformedChunkError,
+    TokenConflictError,
+)
 from ingest.formats import Format
 from metastore.models import ChunkState, LateDataPolicy, Mode, PartitionState, TableKind
 from scheduler.roll import Roller
@@ -64,6 +72,46 @@ def test_a_retried_token_lands_once(catalog) -> None:  # type: ignore[no-untyped
     assert again == first
     assert w.commit(first.chunk) == first  # a retried commit call, too
     assert sorted(all_ids(table)) == list(range(50))
+
+
+# The same token with other content: whichever step of the protocol the first use reached.
+TOKEN_REUSE_CASES = [
+    "committed",  # the first content committed: a reuse must not answer with its result
+    "staged",  # staged by another producer under the same token, not yet committed
+]
+
+
+@pytest.mark.parametrize("case", TOKEN_REUSE_CASES)
+def test_a_token_reused_for_other_content_is_a_conflict(catalog, case: str) -> None:  # type: ignore[no-untyped-def]
+    table = make_table(catalog)
+    w = ChunkWriter(catalog, table)
+    if case == "committed":
+        first = w.write_once(records(range(50)), Format.JSONL, token="batch-1")
+        with pytest.raises(
+            TokenConflictError, match=r"token 'batch-1' of table ns.events .* committed 50 rows"
+        ):
+            w.write_once(records(range(100, 120)), Format.JSONL, token="batch-1")
+        with pytest.raises(TokenConflictError):
+            w.write_table(w.parse(records(range(100, 120)), Format.JSONL).good, token="batch-1")
+        assert w.write_once(records(range(50)), Format.JSONL, token="batch-1") == first  # a retry
+        assert sorted(all_ids(table)) == list(range(50))
+    else:
+        chunk = w.write(w.reserve("batch-1"), records(range(50)), Format.JSONL)  # producer A staged …
+        w.write(chunk, records(range(100, 120)), Format.JSONL)  # … B re-staged under the same token
+        with pytest.raises(TokenConflictError, match="is reserved with other data"):
+            w.commit(chunk.id, content_digest=digest_bytes(records(range(50))))  # A's commit: refused
+        assert w.commit(chunk.id, content_digest=digest_bytes(records(range(100, 120)))).rows == 20
+        assert sorted(all_ids(table)) == list(range(100, 120))
+
+
+def test_an_arrow_table_retried_under_its_token_lands_once_however_it_is_batched(catalog) -> None:  # type: ignore[no-untyped-def]
+    table = make_table(catalog)
+    w = ChunkWriter(catalog, table)
+    data = w.parse(records(range(30)), Format.JSONL).good
+    first = w.write_table(data, token="arrow-1")
+    rebatched = pa.Table.from_batches(data.to_batches(max_chunksize=7))
+    assert w.write_table(rebatched, token="arrow-1") == first
+    assert sorted(all_ids(table)) == list(range(30))
 
 
 def test_a_retry_after_a_crash_between_delta_commit_and_metastore_lands_once(catalog) -> None:  # type: ignore[no-untyped-def]

@@ -118,3 +118,32 @@ def test_migrating_from_0002_adds_the_tokens_table_and_keeps_data(metastore_url:
         assert new.find_token_by_hash(digest("t")).allows(Permission.WRITE, "ns")
     finally:
         new.close()
+
+
+def test_migration_0004_adds_chunk_digests_and_keeps_every_chunk(metastore_url: str, tmp_path: Path) -> None:
+    """A database at 0003 (made here by downgrading) upgrades with its chunks intact."""
+    from alembic import command
+    from alembic.config import Config
+
+    from metastore import store as store_module
+    from metastore.catalog import Catalog
+    from tests.fixtures import make_table
+
+    catalog = Catalog.open(tmp_path / "wh", metastore_url)
+    table = make_table(catalog)
+    chunk = catalog.store.reserve_chunk(table.id, "old-token", timedelta(hours=1))
+    catalog.close()
+    cfg = Config()
+    cfg.set_main_option("script_location", str(Path(store_module.__file__).parent / "migrations"))
+    old = Metastore(metastore_url, migrate=False)
+    with old.tx() as conn:
+        cfg.attributes["connection"] = conn
+        command.downgrade(cfg, "0003")
+        assert "content_digest" not in {c["name"] for c in sa.inspect(conn).get_columns("sp_chunks")}
+    old.close()
+    new = Metastore(metastore_url)  # migrates to head
+    try:
+        again = new.find_chunk_by_token(table.id, "old-token")
+        assert again is not None and again.id == chunk.id and again.content_digest is None
+    finally:
+        new.close()

@@ -14,9 +14,9 @@ from pathlib import Path
 from ingest.chunks import ChunkWriter
 from ingest.formats import Format
 from metastore.models import ChunkState
-from metastore.warehouse import STAGING_DIR, partition_dir
+from metastore.warehouse import STAGING_DIR, last_checkpoint_version, partition_dir
 from scheduler.config import HousekeepingConfig
-from scheduler.housekeeping import Housekeeper, last_checkpoint_version
+from scheduler.housekeeping import Housekeeper
 from scheduler.roll import Roller
 from tests.fixtures import make_table
 from tests.helpers import all_ids, records

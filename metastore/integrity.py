@@ -1,0 +1,173 @@
+"""Integrity checks: does each table's Delta log agree with itself, its files and the metastore?
+
+Reads and commits already refuse a log that lost commits the metastore recorded, or a snapshot
+whose files are gone (see :meth:`Catalog.load` and :meth:`Warehouse.check_files`); this module
+looks for every such problem at once, for ``streampart check``:
+
+- the log: commit files that are empty, truncated or unreadable; gaps in the versions since
+  the last checkpoint; a log that cannot be loaded at all; a log that ends before the newest
+  version at which the metastore recorded a commit;
+- data files of the newest snapshot: missing, of another size than the log says, not a
+  readable Parquet file, or holding another number of rows;
+- standard partitions: no ``_SUCCESS`` marker, rows that differ from what the roll recorded, and
+  (a warning) data files in the partition's directory that the table does not list, which a
+  plain Parquet reader of the directory would read too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from metastore.catalog import Catalog
+from metastore.errors import TableIntegrityError
+from metastore.models import PartitionState, Table, iso
+from metastore.warehouse import SUCCESS_MARKER, Warehouse, last_checkpoint_version, partition_dir
+
+RESTORE = "restore it from a backup"
+
+
+@dataclass(frozen=True)
+class Problem:
+    table: str
+    kind: str  # a stable code: log_unreadable, log_behind, commit_damaged, log_gap, file_missing, …
+    message: str
+    severity: str = "error"  # "warning": the table reads correctly, but something needs a look
+    version: int | None = None
+    path: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def check_table(catalog: Catalog, table: Table) -> list[Problem]:
+    """Every problem of ``table`` that can be seen from its files and the metastore."""
+    name = str(table.name)
+    wh = catalog.warehouse
+    problems: list[Problem] = []
+    recorded = catalog.store.newest_version(table.id)  # before the log: see Catalog.load
+    problems += _log_files(wh, table)
+    try:
+        dt = wh.load(table)
+    except TableIntegrityError as exc:
+        return [*problems, Problem(name, "log_unreadable", str(exc))]
+    latest = int(dt.version())
+    if latest < recorded:
+        problems.append(
+            Problem(
+                name,
+                "log_behind",
+                f"the Delta log ends at version {latest}, but the metastore recorded a commit at "
+                f"version {recorded}: restore versions {latest + 1}..{recorded} from a backup",
+                version=recorded,
+            )
+        )
+    files = wh.live_files(dt)
+    for f in files:
+        problem = _file_problem(table, f.path, f.size, f.rows)
+        if problem is not None:
+            problems.append(problem)
+    live_rows: dict[Any, int] = {}
+    live_paths = {f.path for f in files}
+    for f in files:
+        live_rows[f.partition] = live_rows.get(f.partition, 0) + f.rows
+    for p in catalog.store.list_partitions(table.id, [PartitionState.STANDARD]):
+        directory = Path(table.location) / partition_dir(table, p.value)
+        where = f"standard partition {iso(p.value)}"
+        if not (directory / SUCCESS_MARKER).is_file():
+            problems.append(
+                Problem(name, "partition_marker", f"{where} has no {SUCCESS_MARKER} marker in {directory}")
+            )
+        if p.rows is not None and live_rows.get(p.value, 0) != p.rows:
+            problems.append(
+                Problem(
+                    name,
+                    "partition_rows",
+                    f"{where} holds {live_rows.get(p.value, 0)} rows in the Delta log, but its roll "
+                    f"recorded {p.rows}",
+                )
+            )
+        for path in wh.partition_dir_entries(table, p.value):
+            if path not in live_paths and not path.rsplit("/", 1)[-1].startswith("."):
+                problems.append(
+                    Problem(
+                        name,
+                        "orphan_file",
+                        f"{where}: {path} is not part of the table, but a plain Parquet reader of the "
+                        "directory reads it; delete it",
+                        severity="warning",
+                        path=path,
+                    )
+                )
+    return problems
+
+
+def _log_files(wh: Warehouse, table: Table) -> list[Problem]:
+    """Damaged commit files, and gaps among the versions a reader must replay."""
+    name = str(table.name)
+    log = Path(table.location) / "_delta_log"
+    versions = sorted(int(p.stem) for p in log.glob("*.json") if p.stem.isdigit())
+    if not versions:
+        return []
+    problems = []
+    for v in versions:
+        if wh.commit_file_damaged(table, v):
+            problems.append(
+                Problem(
+                    name,
+                    "commit_damaged",
+                    f"commit file of version {v} is empty, truncated or holds no commit; {RESTORE}",
+                    version=v,
+                    path=str(wh.commit_path(table, v)),
+                )
+            )
+    first = max(last_checkpoint_version(table) + 1, versions[0])
+    present = set(versions)
+    missing = [v for v in range(first, versions[-1]) if v not in present]
+    if missing:
+        problems.append(
+            Problem(
+                name,
+                "log_gap",
+                f"the Delta log lacks the commit file(s) of version(s) {_ranges(missing)}; restore them "
+                "from a backup",
+                version=missing[0],
+            )
+        )
+    return problems
+
+
+def _file_problem(table: Table, path: str, size: int, rows: int) -> Problem | None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    name = str(table.name)
+    full = Path(table.location) / path
+    try:
+        actual = full.stat().st_size
+    except FileNotFoundError:
+        return Problem(name, "file_missing", f"data file {path} is missing; {RESTORE}", path=path)
+    if actual != size:
+        message = f"data file {path} has {actual} bytes, the log says {size}; {RESTORE}"
+        return Problem(name, "file_size", message, path=path)
+    try:
+        found = pq.read_metadata(full).num_rows
+    except (pa.ArrowInvalid, OSError) as exc:
+        message = f"data file {path} is not readable Parquet ({exc}); {RESTORE}"
+        return Problem(name, "file_unreadable", message, path=path)
+    if rows and found != rows:
+        message = f"data file {path} holds {found} rows, the log says {rows}; {RESTORE}"
+        return Problem(name, "file_rows", message, path=path)
+    return None
+
+
+def _ranges(values: list[int]) -> str:
+    """``[3, 4, 5, 9]`` → ``3..5, 9``."""
+    runs: list[list[int]] = []
+    for v in values:
+        if runs and v == runs[-1][-1] + 1:
+            runs[-1].append(v)
+        else:
+            runs.append([v])
+    return ", ".join(str(r[0]) if len(r) == 1 else f"{r[0]}..{r[-1]}" for r in runs)
