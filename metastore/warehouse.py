@@ -238,14 +238,19 @@ class Warehouse:
         return Path(table.location) / "_delta_log" / f"{version:020d}.json"
 
     def commit_file_damaged(self, table: Table, version: int) -> bool:
-        """Whether the commit file of ``version`` is there but unreadable, empty or without commitInfo.
+        """Whether the commit file of ``version`` is there but empty, not JSON lines, or without commitInfo.
 
         A missing file is not "damaged" here: old commit files go once a checkpoint covers them.
         """
         try:
-            return self.commit_info(table, version) is None and self.commit_path(table, version).exists()
-        except ValueError:  # not JSON: truncated or overwritten
+            lines = self.commit_path(table, version).read_bytes().splitlines()
+        except FileNotFoundError:
+            return False
+        try:
+            actions = [json.loads(line) for line in lines if line.strip()]
+        except ValueError:  # truncated or overwritten
             return True
+        return not any(isinstance(a, dict) and "commitInfo" in a for a in actions)
 
     def latest(self, table: Table) -> Any:
         """The newest snapshot of ``table``, refreshed in place: for the commit path only.

@@ -344,7 +344,7 @@ def query(
     limit: Annotated[int, typer.Option(help="Rows to print as a table (without --json)")] = 1000,
 ) -> None:
     """Run Spark SQL over the warehouse's tables, each read at one consistent snapshot."""
-    from streampart.query import run_sql, spark_session
+    from streampart.query import run_sql, spark_errors, spark_session
 
     settings = STATE.settings()
     catalog = STATE.catalog()
@@ -354,10 +354,12 @@ def query(
     spark = spark_session(settings.spark)
     df = run_sql(spark, catalog, sql)
     if as_json:
-        for row in df.toLocalIterator():
-            emit_json(row.asDict(recursive=True))
+        with spark_errors():
+            for row in df.toLocalIterator():
+                emit_json(row.asDict(recursive=True))
         return
-    rows = df.limit(limit + 1).collect()
+    with spark_errors():
+        rows = df.limit(limit + 1).collect()
     grid = RichTable(*df.columns)
     for row in rows[:limit]:
         grid.add_row(*(str(_json_default(v)) if v is not None else "null" for v in row))
@@ -380,6 +382,34 @@ def housekeep(as_json: Annotated[bool, typer.Option("--json", help="Print JSON")
         emit_json({"expired": [c.id for c in expired], "recovered": [r.to_json() for r in recovered]})
     else:
         out.print(f"expired {len(expired)} reserved chunks; finished {len(recovered)} interrupted commits")
+
+
+@app.command()
+def check(
+    name: Annotated[str | None, typer.Argument(help="NAMESPACE.TABLE [default: every table]")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON")] = False,
+) -> None:
+    """Check tables' Delta logs and files against themselves and the metastore; exit 1 on any error.
+
+    Finds lost, empty or truncated commit files, gaps in the log, a log behind the metastore,
+    missing, truncated or unreadable data files, standard partitions without their marker or
+    with other rows than rolled, and (warnings) stray files in standard partitions' directories.
+    """
+    from metastore.integrity import check_table
+
+    catalog = STATE.catalog()
+    tables = [catalog.store.get_table(name)] if name else catalog.list_tables()
+    problems = [p for t in tables for p in check_table(catalog, t)]
+    errors = [p for p in problems if p.severity == "error"]
+    if as_json:
+        emit_json({"tables": len(tables), "errors": len(errors), "problems": [p.to_json() for p in problems]})
+    else:
+        for p in problems:
+            out.print(f"{p.severity}: {p.table}: {p.kind}: {p.message}", highlight=False, markup=False)
+        warnings = len(problems) - len(errors)
+        out.print(f"checked {len(tables)} table(s): {len(errors)} error(s), {warnings} warning(s)")
+    if errors:
+        raise typer.Exit(1)
 
 
 @app.command()

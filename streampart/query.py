@@ -10,8 +10,11 @@ DataFrame — sees the same rows, whatever commits or rolls happen meanwhile.
 from __future__ import annotations
 
 import os
+import re
 import sys
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -195,18 +198,46 @@ def rewrite(sql: str, tables: set[str]) -> tuple[str, set[str]]:
 
 
 def run_sql(spark: SparkSession, catalog: Catalog, sql: str) -> DataFrame:
-    """Run Spark SQL over the catalog's tables (``ns.table``), each pinned at one version."""
-    from pyspark.errors import PySparkException
+    """Run Spark SQL over the catalog's tables (``ns.table``), each pinned at one version.
 
+    Errors found while planning raise :class:`QueryError` here; errors found while reading
+    (an unreadable data file, say) surface when rows are fetched: wrap that in :func:`spark_errors`.
+    """
     names = {str(t.name) for t in catalog.list_tables()}
     text, used = rewrite(sql, names)
     register_views(spark, catalog, used)
-    try:
+    with spark_errors():
         return spark.sql(text)
-    except PySparkException as exc:
-        raise QueryError(f"query failed: {_first_line(exc)}") from None
 
 
-def _first_line(exc: Exception) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
+@contextmanager
+def spark_errors() -> Iterator[None]:
+    """Turn Spark's errors (analysis, a data file that cannot be read, …) into one-line QueryErrors."""
+    from py4j.protocol import Py4JError
+    from pyspark.errors import PySparkException
+
+    try:
+        yield
+    except (PySparkException, Py4JError) as exc:
+        raise QueryError(f"query failed: {_spark_message(exc)}") from None
+
+
+_UNREADABLE_FILE = re.compile(r"Encountered error while reading file (\S+?)\.?\s")
+
+
+def _spark_message(exc: Exception) -> str:
+    """One line saying what went wrong: Py4J's own first line only names the Java call."""
+    java = getattr(exc, "java_exception", None)
+    text = str(java) if java is not None else str(exc)
+    unreadable = _UNREADABLE_FILE.search(text + " ")
+    if unreadable:
+        return (
+            f"data file {unreadable.group(1)} cannot be read (damaged, or not Parquet); restore it from "
+            "a backup (`streampart check` lists every problem)"
+        )
+    return _first_line_of(text) or type(exc).__name__
+
+
+def _first_line_of(text: str) -> str:
+    lines = text.strip().splitlines()
+    return lines[0] if lines else ""

@@ -433,3 +433,24 @@ def test_error_is_one_line_neither_wrapped_nor_marked_up(tmp_path: Path) -> None
 
     assert_user_error(result)
     assert result.stderr == f"error: file {missing} does not exist\n"
+
+
+def test_a_table_whose_log_lost_a_commit_is_refused_and_check_names_it(tmp_path: Path) -> None:
+    wh = tmp_path / "wh"
+    data = write_jsonl(tmp_path / "a.jsonl", {"id": 1, "ts": "2026-01-01T00:00:00Z", "msg": "a"})
+    assert run(wh, "table", "create", "ns.t", *CREATE).returncode == 0
+    assert run(wh, "write", "ns.t", data).returncode == 0
+    healthy = run(wh, "check", "--json")
+    assert healthy.json() == {"tables": 1, "errors": 0, "problems": []}
+    assert run(wh, "write", "ns.t", data, "--token", "second").returncode == 0
+    (wh / "ns" / "t" / "_delta_log" / f"{2:020d}.json").unlink()  # the newest commit file is lost
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        check, describe, write = pool.map(
+            lambda args: run(wh, *args),
+            [("check", "--json"), ("table", "describe", "ns.t"), ("write", "ns.t", data, "--token", "third")],
+        )
+    assert check.returncode == 1 and "Traceback" not in check.stderr
+    [problem] = json.loads(check.stdout)["problems"]
+    assert (problem["table"], problem["kind"], problem["version"]) == ("ns.t", "log_behind", 2)
+    for refused in (describe, write):
+        assert_user_error(refused, "table ns.t: the Delta log ends at version 1", "version 2", "backup")

@@ -69,6 +69,21 @@ def test_spark_errors_become_one_clear_message(spark, sqlite_catalog) -> None:  
         run_sql(spark, sqlite_catalog, "SELECT no_such_column FROM ns.events")
 
 
+def test_a_data_file_damaged_in_place_fails_the_query_naming_the_file(spark, sqlite_catalog) -> None:  # type: ignore[no-untyped-def]
+    from pathlib import Path
+
+    from streampart.query import spark_errors
+
+    table = make_table(sqlite_catalog, "ns.garbled")
+    ChunkWriter(sqlite_catalog, table).write_once(records(range(10)), Format.JSONL)
+    [staged] = (Path(table.location) / "_staging").glob("*.parquet")
+    staged.write_bytes(b"\0" * staged.stat().st_size)  # same size: only reading it can tell
+    df = run_sql(spark, sqlite_catalog, "SELECT count(*) AS n FROM ns.garbled")
+    with pytest.raises(QueryError, match=staged.name) as failed, spark_errors():
+        df.collect()
+    assert "\n" not in str(failed.value)
+
+
 def test_registered_views_stay_pinned_until_registered_again(spark, sqlite_catalog) -> None:  # type: ignore[no-untyped-def]
     from streampart.query import register_views
 
