@@ -38,7 +38,7 @@ from ingest.errors import (
     MalformedChunkError,
     TokenConflictError,
 )
-from ingest.formats import BadRecord, Format, Parsed, RecordValidator, parse
+from ingest.formats import BadRecord, Format, Parsed, RecordValidator, TimeBounds, parse
 from metastore.catalog import Catalog
 from metastore.crashpoints import crashpoint, pausepoint
 from metastore.errors import ConflictError, StreampartError
@@ -51,6 +51,7 @@ from metastore.models import (
     StagedFile,
     Table,
     TableKind,
+    format_duration,
     iso,
     period_start,
 )
@@ -69,6 +70,15 @@ class DeadLetter:
     reason: str
     raw: bytes  # exactly as received
     source: str | None = None  # file, URL or topic/partition it came from
+
+
+def time_bounds(table: Table, now: datetime) -> TimeBounds | None:
+    """The event times rows of ``table`` may have at ``now`` (event-time tables only)."""
+    span = table.event_time_range(now)
+    if span is None:
+        return None
+    why = f"{format_duration(table.max_future)} ahead of now: the table's max-future"
+    return TimeBounds(table.time_column, span[0], span[1], why)
 
 
 def write_staged_files(warehouse: Warehouse, table: Table, prefix: str, data: pa.Table) -> list[StagedFile]:
@@ -148,8 +158,14 @@ class ChunkWriter:
     def reserve(self, token: str | None = None) -> Chunk:
         return self.store.reserve_chunk(self.table.id, token, self.config.ttl)
 
-    def validator(self) -> RecordValidator:
-        return RecordValidator(self.table.columns, [self.table.time_column], self.config.max_value_bytes)
+    def validator(self, now: datetime | None = None) -> RecordValidator:
+        return RecordValidator(
+            self.table.columns,
+            [self.table.time_column],
+            self.config.max_value_bytes,
+            self.config.max_rows,
+            time_bounds(self.table, now or _now()),
+        )
 
     def parse(self, content: bytes, fmt: Format) -> Parsed:
         return parse(content, fmt, self.validator())
@@ -400,12 +416,21 @@ class ChunkWriter:
         raise ChunkStateError(message)
 
     def _plan(self, chunk: Chunk) -> tuple[list[tuple[str, datetime, int]], list[StagedFile]]:
+        """Where each staged file goes: ``(path, partition, rows)`` to commit, and the late files.
+
+        Late (event-time tables): rows of a partition that is sealed already, or whose period
+        ended more than the table's max-age ago (no partition is opened for those).
+        """
         if self.table.mode is Mode.ARRIVAL:
             open_value = self.store.open_partition(self.table.id).value
             return [(f.path, open_value, f.rows) for f in chunk.files], []
         plan, late = [], []
+        now = _now()
         for f in chunk.files:
             assert f.period is not None
+            if self.table.too_old(f.period, now):
+                late.append(f)
+                continue
             partition = self.store.ensure_partition(self.table.id, f.period)
             if partition.state is PartitionState.STREAMING:
                 plan.append((f.path, f.period, f.rows))
@@ -419,10 +444,11 @@ class ChunkWriter:
         if self.table.late_data is LateDataPolicy.REJECT and self.late_rows_to_dead_letter:
             return self._late_to_dead_letter(chunk, late)
         if self.table.late_data is LateDataPolicy.REJECT:
-            sealed = ", ".join(sorted({iso(f.period) for f in late if f.period}))
+            periods = ", ".join(sorted({iso(f.period) for f in late if f.period}))
             message = (
-                f"{sum(f.rows for f in late)} rows belong to sealed partition(s) {sealed} "
-                f"and table {self.table.name} rejects late data; the chunk was not committed"
+                f"{sum(f.rows for f in late)} rows are late: their partition(s) {periods} are "
+                f"{self._late_because()}, and table {self.table.name} rejects late data; "
+                "the chunk was not committed"
             )
             try:
                 self.store.abort_chunk(chunk, error=message)
@@ -441,14 +467,19 @@ class ChunkWriter:
             writer.commit(late_chunk.id)
         return sum(f.rows for f in late)
 
+    def _late_because(self) -> str:
+        if self.table.max_age is None:
+            return "sealed"
+        return f"sealed, or ended more than {format_duration(self.table.max_age)} ago (max-age)"
+
     def _late_to_dead_letter(self, chunk: Chunk, late: Sequence[StagedFile]) -> int:
         # One dead-letter chunk per late file, like the divert policy's late-table chunks: a
         # retry that finds more late files (another roll meanwhile) adds only those.
         for f in late:
             data = pq.read_table(Path(self.table.location) / f.path)
             reason = (
-                f"late: partition {iso(f.period) if f.period else '?'} of {self.table.name} is sealed "
-                "and the table rejects late data"
+                f"late: partition {iso(f.period) if f.period else '?'} of {self.table.name} is "
+                f"{self._late_because()}, and the table rejects late data"
             )
             letters = [
                 DeadLetter(None, reason, json.dumps(row, default=str).encode(), "late")

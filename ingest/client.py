@@ -36,7 +36,7 @@ MEDIA_TYPES = {
     "csv": "text/csv",
     "parquet": "application/vnd.apache.parquet",
 }
-_RETRY_STATUS = {429, 502, 503, 504}
+_RETRY_STATUS = {429, 502, 503, 504, 507}
 # Why 150 s: a commit whose server died mid-way is taken over by a retry only after twice
 # chunk.commit_timeout (60 s by default) has passed; retrying a little longer than that lets
 # write() resolve such a chunk on its own.

@@ -23,5 +23,11 @@ class ChunkConfig(BaseModel):
         description="Deadline of one commit attempt; a stuck attempt can be taken over after twice this.",
     )
     max_value_bytes: int = Field(
-        1 << 20, description="A string/binary value longer than this is a bad record."
+        1 << 20, ge=1, description="A string/binary value longer than this is a bad record."
+    )
+    # Why 5 million: a chunk is parsed and staged in one process, and a tiny Parquet file can
+    # encode millions of rows; 5 million rows of a dozen columns stay within a few hundred MB
+    # as Arrow, while producers of more should split their data anyway (one chunk, one commit).
+    max_rows: int = Field(
+        5_000_000, ge=1, description="A chunk with more records than this is refused (split the data)."
     )

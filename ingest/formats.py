@@ -24,7 +24,7 @@ import orjson
 import pyarrow as pa
 
 from ingest.errors import MalformedChunkError
-from metastore.models import Column
+from metastore.models import Column, iso
 from metastore.warehouse import arrow_type, data_schema
 
 
@@ -216,6 +216,24 @@ def _byte_size(value: Any) -> int:
     return 0
 
 
+@dataclass(frozen=True)
+class TimeBounds:
+    """The event times a column may hold (an event-time table's time column): outside, a bad record."""
+
+    column: str
+    earliest: datetime
+    latest: datetime
+    why_latest: str = ""  # how the latest bound came about, for the bad record's reason
+
+    def fault(self, value: datetime) -> str | None:
+        if value < self.earliest:
+            return f"event time {iso(value)} is before {iso(self.earliest)}, the earliest accepted"
+        if value > self.latest:
+            because = f" ({self.why_latest})" if self.why_latest else ""
+            return f"event time {iso(value)} is after {iso(self.latest)}, the latest accepted now{because}"
+        return None
+
+
 class RecordValidator:
     """Turns records (mappings of column → value) into columns of checked Python values.
 
@@ -223,25 +241,53 @@ class RecordValidator:
         columns: the table's data columns.
         required: extra columns that must not be null (the time column).
         max_value_bytes: a string or binary value longer than this is a bad record.
+        max_rows: more records than this (good and bad) fail the chunk; None: no limit.
+        time_bounds: the range of event times the time column may hold (event-time tables).
     """
 
     def __init__(
-        self, columns: Sequence[Column], required: Sequence[str] = (), max_value_bytes: int = 1 << 20
+        self,
+        columns: Sequence[Column],
+        required: Sequence[str] = (),
+        max_value_bytes: int = 1 << 20,
+        max_rows: int | None = None,
+        time_bounds: TimeBounds | None = None,
     ):
         self.columns = tuple(columns)
         self.schema = data_schema(self.columns)
         self._conv = [converter(c) for c in self.columns]
+        self._required_names = tuple(required)
         self._required = [not c.nullable or c.name in required for c in self.columns]
         self._max = max_value_bytes
+        self.max_rows = max_rows
+        self.time_bounds = time_bounds
+        self._bounded = [time_bounds is not None and c.name == time_bounds.column for c in self.columns]
         self._values: list[list[Any]] = [[] for _ in self.columns]
+        self._added = 0
         self.bad: list[BadRecord] = []
 
+    def fresh(self) -> RecordValidator:
+        """A new, empty validator with the same columns and limits."""
+        return RecordValidator(self.columns, self._required_names, self._max, self.max_rows, self.time_bounds)
+
+    def check_rows(self, rows: int) -> None:
+        """Fail the chunk if it would hold more than ``max_rows`` records."""
+        if self.max_rows is not None and rows > self.max_rows:
+            raise MalformedChunkError(
+                f"the chunk holds {rows} records or more, over the limit of {self.max_rows} "
+                "(chunk.max_rows); split the data into several chunks; nothing was committed"
+            )
+
     def add(self, position: int, record: Any, raw: str, empty_is_null: bool = False) -> None:
+        self._added += 1
+        self.check_rows(self._added)
         if not isinstance(record, dict):
             self.bad.append(BadRecord(position, f"expected a JSON object, got {type(record).__name__}", raw))
             return
         row: list[Any] = []
-        for col, conv, required in zip(self.columns, self._conv, self._required, strict=True):
+        for col, conv, required, bounded in zip(
+            self.columns, self._conv, self._required, self._bounded, strict=True
+        ):
             v = record.get(col.name)
             if v is None or (empty_is_null and v == "" and col.type != "string"):
                 if required:
@@ -260,6 +306,15 @@ class RecordValidator:
             except (OverflowError, OSError, ValueError) as exc:
                 self.bad.append(BadRecord(position, f"column {col.name!r}: {exc}", raw))
                 return
+            except Exception as exc:  # a poison value must not stop the chunk: see unexpected()
+                self.bad.append(BadRecord(position, f"column {col.name!r}: {unexpected(exc)}", raw))
+                return
+            if bounded:
+                assert self.time_bounds is not None
+                fault = self.time_bounds.fault(value)
+                if fault is not None:
+                    self.bad.append(BadRecord(position, f"column {col.name!r}: {fault}", raw))
+                    return
             if size > self._max:
                 self.bad.append(
                     BadRecord(
@@ -301,8 +356,33 @@ def loads_json(text: str | bytes) -> Any:
     """
     try:
         return orjson.loads(text)
-    except orjson.JSONDecodeError:
-        return json.loads(text.decode("utf-8") if isinstance(text, bytes) else text)
+    except orjson.JSONDecodeError as exc:
+        if "recursion" in str(exc):  # json.loads would only exhaust Python's stack on it
+            raise json.JSONDecodeError(
+                f"nested more than {MAX_JSON_DEPTH} levels deep", _as_text(text), exc.pos
+            ) from None
+    try:
+        return json.loads(_as_text(text))
+    except RecursionError:
+        message = f"nested more than {MAX_JSON_DEPTH} levels deep"
+        raise json.JSONDecodeError(message, _as_text(text), 0) from None
+
+
+# orjson's own limit; json.loads refuses a little less deep (Python's recursion limit)
+MAX_JSON_DEPTH = 1024
+
+
+def _as_text(text: str | bytes) -> str:
+    return text.decode("utf-8") if isinstance(text, bytes) else text
+
+
+def unexpected(exc: BaseException) -> str:
+    """The reason of a bad record whose parsing failed in a way nobody foresaw.
+
+    A record that breaks a parser must become a dead letter (or a clear error), never stop the
+    stream or the request: so the record-level parsers catch every exception and name it.
+    """
+    return f"cannot be parsed: {type(exc).__name__}: {str(exc)[:200]}"
 
 
 def parse_jsonl(data: bytes, v: RecordValidator) -> Parsed:
@@ -318,11 +398,18 @@ def parse_jsonl(data: bytes, v: RecordValidator) -> Parsed:
         try:
             record = loads_json(line)
         except json.JSONDecodeError as exc:
-            v.bad.append(BadRecord(n, f"invalid JSON: {exc.msg} at column {exc.colno}", line))
+            v.bad.append(BadRecord(n, f"invalid JSON: {exc.msg} at column {exc.colno}", line[:4096]))
+            continue
+        except Exception as exc:  # see unexpected()
+            v.bad.append(BadRecord(n, unexpected(exc), line[:4096]))
             continue
         v.add(n, record, line)
     return v.result()
 
+
+# Field sizes are bounded by max_value_bytes (a bad record) and the request's size, not by the
+# csv module's 128 KiB default, whose csv.Error would fail the whole chunk at that line.
+csv.field_size_limit(2**31 - 1)
 
 _UNDECODABLE = re.compile("[\udc80-\udcff]")  # bytes that were not UTF-8, kept by surrogateescape
 
@@ -348,7 +435,18 @@ def parse_csv(data: bytes, v: RecordValidator) -> Parsed:
     unknown = [h for h in header if h not in {c.name for c in v.columns}]
     if unknown:
         raise MalformedChunkError(f"line 1: CSV header names unknown column(s): {', '.join(unknown)}")
-    for fields in reader:
+    failed_at = -1
+    while True:
+        try:
+            fields = next(reader)
+        except StopIteration:
+            break
+        except csv.Error as exc:  # this line is bad; the reader goes on after it
+            if reader.line_num == failed_at:  # it did not move on: give the rest up as one bad record
+                break
+            failed_at = reader.line_num
+            v.bad.append(BadRecord(reader.line_num, f"not a CSV record: {exc}", ""))
+            continue
         n = reader.line_num
         if not fields:
             continue
@@ -365,20 +463,105 @@ def parse_csv(data: bytes, v: RecordValidator) -> Parsed:
     return v.result()
 
 
+# Why 65,536 rows: a batch is validated as Arrow arrays (or row by row when it needs Python's
+# conversions), so memory stays bounded by one batch of Python rows whatever the file holds:
+# a few kilobytes of Parquet can encode millions of constant rows.
+PARQUET_BATCH_ROWS = 65_536
+
+
 def parse_parquet(data: bytes | Path, v: RecordValidator) -> Parsed:
+    """Parquet in batches: columns that already fit the table are checked as Arrow arrays; a batch
+    that needs conversions (strings to numbers, say) or holds bad values goes row by row, so that
+    each bad row is named."""
     import pyarrow.parquet as pq
 
     try:
-        table = pq.read_table(pa.BufferReader(data) if isinstance(data, bytes) else data)
+        f = pq.ParquetFile(pa.BufferReader(data) if isinstance(data, bytes) else data)
     except (pa.ArrowInvalid, OSError) as exc:
         raise MalformedChunkError(f"not a readable Parquet file: {exc}") from None
-    missing = [c.name for c in v.columns if c.name not in table.column_names and not c.nullable]
+    present = set(f.schema_arrow.names)
+    missing = [c.name for c in v.columns if c.name not in present and not c.nullable]
     if missing:
         raise MalformedChunkError(f"Parquet file lacks required column(s): {', '.join(missing)}")
-    # Row-wise validation keeps one code path for every format and names the bad row.
-    for n, record in enumerate(table.to_pylist(), start=1):
-        v.add(n, record, json.dumps(record, default=str)[:4096])
-    return v.result()
+    v.check_rows(f.metadata.num_rows)  # before reading a row: the file says how many it holds
+    wanted = [c.name for c in v.columns if c.name in present]
+    parts: list[pa.Table] = []
+    offset = 0
+    try:
+        for batch in f.iter_batches(batch_size=PARQUET_BATCH_ROWS, columns=wanted):
+            fast = _arrow_batch(batch, v)
+            if fast is None:
+                rows = v.fresh()
+                for n, record in enumerate(batch.to_pylist(), start=offset + 1):
+                    rows.add(n, record, json.dumps(record, default=str)[:4096])
+                part = rows.result()
+                v.bad += part.bad
+                fast = part.good
+            parts.append(fast)
+            offset += batch.num_rows
+    except (pa.ArrowInvalid, OSError) as exc:  # a damaged row group
+        raise MalformedChunkError(f"Parquet file cannot be read past row {offset}: {exc}") from None
+    good = pa.concat_tables(parts) if parts else v.schema.empty_table()
+    return Parsed(good, v.bad)
+
+
+def _arrow_batch(batch: pa.RecordBatch, v: RecordValidator) -> pa.Table | None:
+    """``batch`` in the table's schema if every value fits as it is (Arrow's safe casts only);
+    None if any column needs Python's conversions or holds a bad value (null where required,
+    a value that does not fit, a string over the size limit)."""
+    import pyarrow.compute as pc
+
+    arrays = []
+    names = batch.schema.names
+    for column, required, field in zip(v.columns, v._required, v.schema, strict=True):
+        if column.name not in names:
+            if required:
+                return None
+            arrays.append(pa.nulls(batch.num_rows, field.type))
+            continue
+        array = batch.column(column.name)
+        if array.type != field.type:
+            if not _fast_cast(array.type, field.type):
+                return None
+            try:
+                array = array.cast(field.type, safe=True)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                return None
+        if required and array.null_count:
+            return None
+        if v.time_bounds is not None and column.name == v.time_bounds.column:
+            low, high = pc.min_max(array).values()
+            bounds = v.time_bounds
+            if low.is_valid and (low.as_py() < bounds.earliest or high.as_py() > bounds.latest):
+                return None
+        if column.type in ("string", "binary") and len(array) - array.null_count:
+            longest = pc.max(pc.binary_length(array)).as_py()
+            if longest is not None and longest > v._max:
+                return None
+        arrays.append(array)
+    return pa.Table.from_arrays(arrays, schema=v.schema)
+
+
+def _fast_cast(source: pa.DataType, target: pa.DataType) -> bool:
+    """Whether Arrow's safe cast gives what the row-wise conversions would (or fails instead)."""
+    t = pa.types
+    if t.is_dictionary(source):
+        source = source.value_type
+    if source == target:
+        return True
+    if t.is_integer(target) or t.is_floating(target):
+        return t.is_integer(source) or t.is_floating(source)
+    if t.is_decimal(target):
+        return t.is_integer(source) or t.is_decimal(source)
+    if t.is_timestamp(target):
+        return t.is_timestamp(source)  # naive values are UTC, as in the row-wise path
+    if t.is_string(target):
+        return t.is_string(source) or t.is_large_string(source)
+    if t.is_binary(target):
+        return t.is_binary(source) or t.is_large_binary(source) or t.is_string(source)
+    if t.is_date32(target):
+        return t.is_date(source)
+    return False
 
 
 def parse(data: bytes, fmt: Format, v: RecordValidator) -> Parsed:

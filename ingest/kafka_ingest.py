@@ -33,10 +33,10 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from ingest.chunks import ChunkWriter, DeadLetter, write_staged_files
+from ingest.chunks import ChunkWriter, DeadLetter, time_bounds, write_staged_files
 from ingest.config import ChunkConfig
 from ingest.errors import IngestError
-from ingest.formats import RecordValidator, loads_json
+from ingest.formats import RecordValidator, TimeBounds, loads_json, unexpected
 from metastore.catalog import Catalog
 from metastore.crashpoints import crashpoint
 from metastore.errors import UserInputError
@@ -177,7 +177,18 @@ def _staged_schema() -> Any:
 
 
 def parse_value(v: RecordValidator, fmt: str, position: int, value: bytes | None) -> str | None:
-    """Validate one Kafka record value into ``v``; returns the reason if it is a bad record."""
+    """Validate one Kafka record value into ``v``; returns the reason if it is a bad record.
+
+    Never raises for a record, whatever it holds: an exception here would fail the batch, and
+    every restart would replay the same offsets into the same exception, stopping the stream.
+    """
+    try:
+        return _parse_value(v, fmt, position, value)
+    except Exception as exc:
+        return unexpected(exc)
+
+
+def _parse_value(v: RecordValidator, fmt: str, position: int, value: bytes | None) -> str | None:
     if value is None:
         return "record value is null (a tombstone?)"
     record: Any
@@ -214,8 +225,19 @@ def _from_micros(value: int | None) -> datetime | None:
     return None if value is None else EPOCH + timedelta(microseconds=value)
 
 
-def stage_task(warehouse: Warehouse, table: Table, chunk_id: str, fmt: str, max_value_bytes: int) -> Any:
-    """The ``mapInArrow`` function: parse one task's records and stage its good rows."""
+def stage_task(
+    warehouse: Warehouse,
+    table: Table,
+    chunk_id: str,
+    fmt: str,
+    max_value_bytes: int,
+    bounds: TimeBounds | None = None,
+) -> Any:
+    """The ``mapInArrow`` function: parse one task's records and stage its good rows.
+
+    ``bounds``: the event times rows may have, fixed by the driver for the whole batch (one
+    clock reading for every task of the batch).
+    """
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import pyarrow as pa
@@ -223,7 +245,7 @@ def stage_task(warehouse: Warehouse, table: Table, chunk_id: str, fmt: str, max_
 
         ctx = TaskContext.get()
         task = ctx.partitionId() if ctx is not None else 0
-        v = RecordValidator(table.columns, [table.time_column], max_value_bytes)
+        v = RecordValidator(table.columns, [table.time_column], max_value_bytes, time_bounds=bounds)
         bad: list[dict[str, Any]] = []
         for batch in batches:
             values = batch.column("value").to_pylist()
@@ -314,6 +336,7 @@ class ChunkSink:
                         chunk.id,
                         self.options.format,
                         self.config.max_value_bytes,
+                        time_bounds(self.table, datetime.now(UTC)),
                     ),
                     _staged_schema(),
                 )

@@ -72,6 +72,8 @@ class Catalog:
             raise UserInputError("roll interval must be at least 1s")
         if spec.mode is Mode.ARRIVAL and spec.lateness:
             raise UserInputError("--lateness applies to event-time tables only")
+        if spec.mode is Mode.ARRIVAL and spec.max_age is not None:
+            raise UserInputError("--max-age applies to event-time tables only")
         if self.store.find_table(spec.name) is not None:
             raise AlreadyExistsError(f"table {spec.name} exists already")
         companions: list[TableSpec] = []
@@ -181,6 +183,8 @@ class Catalog:
             "roll_every": format_duration(table.roll_every),
             "lateness": format_duration(table.lateness),
             "late_data": table.late_data.value,
+            "max_future": format_duration(table.max_future),
+            "max_age": format_duration(table.max_age) if table.max_age is not None else None,
             "dead_letter": table.dead_letter,
             "time_column": table.time_column,
             "partition_column": table.partition_column,

@@ -40,6 +40,14 @@ class TableIntegrityError(StreampartError):
     """
 
 
+class StorageError(StreampartError):
+    """The warehouse's storage failed: an I/O error, a permission, a path that is not a directory."""
+
+
+class StorageFullError(StorageError, RetriableError):
+    """No space left on the warehouse's storage; retrying once space is freed is safe."""
+
+
 class ConflictError(RetriableError):
     """A conditional update matched no row: another process changed the state first.
 

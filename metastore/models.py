@@ -174,6 +174,26 @@ def format_duration(delta: timedelta) -> str:
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
+# The event times an event-time table accepts, whatever its settings. Inside this range every
+# period start, period end plus lateness (each at most 100 years) and partition value text
+# (a four-digit year) is representable; a row outside it is a bad record, never a partition.
+MIN_EVENT_TIME = datetime(1000, 1, 1, tzinfo=UTC)
+MAX_EVENT_TIME = datetime(9000, 1, 1, tzinfo=UTC)
+_LATEST = datetime.max.replace(tzinfo=UTC)
+_EARLIEST = datetime.min.replace(tzinfo=UTC)
+
+
+def saturating_add(ts: datetime, delta: timedelta) -> datetime:
+    """``ts + delta``, or the latest (earliest) datetime where that would overflow.
+
+    For date arithmetic on values already stored (a partition recorded before event times were
+    bounded): a due time past year 9999 means "never", not an error that stops a daemon.
+    """
+    try:
+        return ts + delta
+    except OverflowError:
+        return _LATEST if delta > timedelta(0) else _EARLIEST
+
 
 def utc(ts: datetime) -> datetime:
     """A timezone-aware UTC datetime (naive values are taken as UTC)."""
@@ -188,9 +208,9 @@ def period_start(ts: datetime, every: timedelta) -> datetime:
 
 
 def iso(ts: datetime) -> str:
-    """ISO-8601 in UTC with a ``Z``; microseconds only when present."""
+    """ISO-8601 in UTC with a ``Z``; microseconds only when present; always a four-digit year."""
     ts = utc(ts)
-    text = ts.strftime("%Y-%m-%dT%H:%M:%S")
+    text = f"{ts.year:04d}-{ts:%m-%dT%H:%M:%S}"
     if ts.microsecond:
         text += f".{ts.microsecond:06d}"
     return text + "Z"
@@ -337,6 +357,12 @@ class TableSpec(BaseModel):
     roll_every: timedelta
     lateness: timedelta = timedelta(0)
     late_data: LateDataPolicy = LateDataPolicy.REJECT
+    # Event-time tables: a row more than max_future ahead of the clock is a bad record (a
+    # producer's broken clock must not open a partition of the year 9999); a row whose period
+    # ended more than max_age ago is late, as a row of a sealed partition is (None: backfills of
+    # any age open their partitions, as before).
+    max_future: timedelta = timedelta(days=1)
+    max_age: timedelta | None = None
     dead_letter: bool = False
     kind: TableKind = TableKind.MAIN
     cluster: str = "default"
@@ -352,6 +378,18 @@ class Table(TableSpec):
     id: int
     location: str
     created_at: datetime
+
+    def event_time_range(self, now: datetime) -> tuple[datetime, datetime] | None:
+        """Event-time tables: the earliest and latest event time a row may have at ``now``."""
+        if self.mode is not Mode.EVENT_TIME:
+            return None
+        return MIN_EVENT_TIME, min(MAX_EVENT_TIME, saturating_add(now, self.max_future))
+
+    def too_old(self, period: datetime, now: datetime) -> bool:
+        """Event-time tables: whether rows of ``period`` are past ``max_age`` at ``now`` (late)."""
+        if self.mode is not Mode.EVENT_TIME or self.max_age is None:
+            return False
+        return saturating_add(period, self.roll_every) <= saturating_add(now, -self.max_age)
 
     def companion(self, kind: TableKind) -> TableName:
         suffix = {TableKind.DEAD_LETTER: "__dead_letter", TableKind.LATE: "__late"}[kind]

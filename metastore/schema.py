@@ -40,6 +40,8 @@ tables = Table(
     Column("roll_every_s", BigInteger, nullable=False),
     Column("lateness_s", BigInteger, nullable=False),
     Column("late_data", String(16), nullable=False),
+    Column("max_future_s", BigInteger, nullable=False, server_default="86400"),
+    Column("max_age_s", BigInteger),
     Column("dead_letter", Boolean, nullable=False),
     Column("created_at", DateTime, nullable=False),
     UniqueConstraint("namespace", "name", name="uq_sp_tables_name"),

@@ -190,6 +190,8 @@ class Metastore:
             "roll_every_s": int(spec.roll_every.total_seconds()),
             "lateness_s": int(spec.lateness.total_seconds()),
             "late_data": spec.late_data.value,
+            "max_future_s": int(spec.max_future.total_seconds()),
+            "max_age_s": None if spec.max_age is None else int(spec.max_age.total_seconds()),
             "dead_letter": spec.dead_letter,
             "created_at": _db(now),
         }
@@ -221,6 +223,8 @@ class Metastore:
             roll_every=timedelta(seconds=m["roll_every_s"]),
             lateness=timedelta(seconds=m["lateness_s"]),
             late_data=LateDataPolicy(m["late_data"]),
+            max_future=timedelta(seconds=m["max_future_s"]),
+            max_age=None if m["max_age_s"] is None else timedelta(seconds=m["max_age_s"]),
             dead_letter=m["dead_letter"],
             created_at=utc(m["created_at"]),
         )
@@ -512,6 +516,7 @@ class Metastore:
                 )
                 .values(
                     state=RollState.DONE.value,
+                    error=None,
                     finished_at=_db(now),
                     rows=rows,
                     bytes=nbytes,
@@ -955,6 +960,28 @@ class Metastore:
                     sa.update(s.rolls)
                     .where(s.rolls.c.owner == owner, s.rolls.c.state != RollState.DONE.value)
                     .values(lease_until=_db(now + lease))
+                ).rowcount
+            )
+
+    def release_roll(
+        self, roll: Roll, owner: str, error: str | None = None, now: datetime | None = None
+    ) -> bool:
+        """Let a failed roll go at once (its lease ends now), recording why; only by its owner.
+
+        Returns:
+            Whether it was still ours to release.
+        """
+        now = now or _now()
+        with self.tx() as conn:
+            return bool(
+                conn.execute(
+                    sa.update(s.rolls)
+                    .where(
+                        s.rolls.c.id == roll.id,
+                        s.rolls.c.owner == owner,
+                        s.rolls.c.state != RollState.DONE.value,
+                    )
+                    .values(lease_until=_db(now), error=error)
                 ).rowcount
             )
 

@@ -19,6 +19,7 @@ two could disagree after a crash, the Delta log decides (see :meth:`Warehouse.fi
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import threading
@@ -34,7 +35,13 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from metastore.errors import ConflictError, StreampartError, TableIntegrityError
+from metastore.errors import (
+    ConflictError,
+    StorageError,
+    StorageFullError,
+    StreampartError,
+    TableIntegrityError,
+)
 from metastore.models import Column, Table, TableName, utc
 
 STAGING_DIR = "_staging"
@@ -89,8 +96,12 @@ def table_schema(table: Table) -> pa.Schema:
 
 
 def partition_value_text(value: datetime) -> str:
-    """A timestamp partition value as the Delta log stores it (delta-rs' own format)."""
-    return utc(value).strftime("%Y-%m-%d %H:%M:%S.%f")
+    """A timestamp partition value as the Delta log stores it (delta-rs' own format).
+
+    The year has four digits whatever it is: ``strftime("%Y")`` writes year 1 as ``1``.
+    """
+    v = utc(value)
+    return f"{v.year:04d}-{v:%m-%d %H:%M:%S}.{v.microsecond:06d}"
 
 
 def parse_partition_value(text: Any) -> datetime:
@@ -284,13 +295,19 @@ class Warehouse:
         return f"{STAGING_DIR}/{chunk_id}-{k}.parquet"
 
     def write_parquet(self, table: Table, relative: str, data: pa.Table) -> int:
-        """Write ``data`` to ``relative`` atomically (temp file + rename); returns its size."""
+        """Write ``data`` to ``relative`` atomically (temp file + rename); returns its size.
+
+        Raises:
+            StorageFullError: no space left (retriable); StorageError: another I/O failure.
+                Either way no file is left behind.
+        """
         target = Path(table.location) / relative
-        target.parent.mkdir(parents=True, exist_ok=True)
         tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
-        pq.write_table(data, tmp, compression="snappy")
-        os.replace(tmp, target)
-        return target.stat().st_size
+        with storage_errors(f"writing {relative} of table {table.name}", cleanup=tmp):
+            target.parent.mkdir(parents=True, exist_ok=True)
+            pq.write_table(data, tmp, compression="snappy")
+            os.replace(tmp, target)
+            return target.stat().st_size
 
     def exists(self, table: Table, relative: str) -> bool:
         return (Path(table.location) / relative).is_file()
@@ -526,11 +543,39 @@ class Warehouse:
 
     def write_success_marker(self, table: Table, value: datetime, content: dict[str, Any]) -> None:
         d = Path(table.location) / partition_dir(table, value)
-        d.mkdir(parents=True, exist_ok=True)
-        (d / SUCCESS_MARKER).write_text(json.dumps(content, default=str) + "\n")
+        with storage_errors(f"writing the {SUCCESS_MARKER} marker of table {table.name}"):
+            d.mkdir(parents=True, exist_ok=True)
+            (d / SUCCESS_MARKER).write_text(json.dumps(content, default=str) + "\n")
 
     def has_success_marker(self, table: Table, value: datetime) -> bool:
         return (Path(table.location) / partition_dir(table, value) / SUCCESS_MARKER).is_file()
+
+
+_OUT_OF_SPACE = (errno.ENOSPC, errno.EDQUOT)
+
+
+def storage_error(exc: BaseException, what: str) -> StorageError:
+    """The StreampartError that says what an I/O failure while ``what`` means for the user."""
+    text = first_line(exc)
+    # delta-rs' errors carry no errno: the cause is in a later line of their message
+    if getattr(exc, "errno", None) in _OUT_OF_SPACE or "No space left on device" in str(exc):
+        return StorageFullError(
+            f"no space left on the warehouse's storage while {what}; nothing was committed: free "
+            "space, then retry"
+        )
+    return StorageError(f"storage failed while {what}: {text}")
+
+
+@contextlib.contextmanager
+def storage_errors(what: str, cleanup: Path | None = None) -> Iterator[None]:
+    """Turn I/O failures inside into :func:`storage_error`; ``cleanup``: a temp file to delete then."""
+    try:
+        yield
+    except OSError as exc:  # pyarrow's IO errors are OSErrors too
+        if cleanup is not None:
+            with contextlib.suppress(OSError):
+                cleanup.unlink(missing_ok=True)
+        raise storage_error(exc, what) from exc
 
 
 def last_checkpoint_version(table: Table) -> int:

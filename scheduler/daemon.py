@@ -59,7 +59,7 @@ from scheduler.housekeeping import Housekeeper
 from scheduler.leadership import Leadership
 from scheduler.logs import LOGGER, event
 from scheduler.metrics import SchedulerMetrics
-from scheduler.roll import Roller, RollResult, due_time
+from scheduler.roll import NEVER, Roller, RollResult, due_time
 
 log = logging.getLogger(LOGGER)
 
@@ -423,6 +423,8 @@ class RollDaemon:
                 assert at is not None
             else:
                 at = due_time(table, p)
+                if at >= NEVER:
+                    continue  # nothing to plan (the scheduler cannot hold a job at year 9999)
             retry = self._retry_at.get(table.id)
             if retry is not None and retry > at:
                 at = retry

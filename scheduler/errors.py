@@ -13,6 +13,13 @@ class RollBusyError(RollError, RetriableError):
     """Another roller holds this roll's lease."""
 
 
+class RollFailedError(RollError):
+    """A roll step failed for a reason of its own (the message names the roll and the cause).
+
+    Nothing is lost: the roll stays at its last recorded step and resumes from there.
+    """
+
+
 class RollAbandonedError(RollError):
     """A roll stopped at a step boundary on request (shutdown, lost leadership).
 

@@ -34,7 +34,7 @@ import pyarrow.parquet as pq
 
 from metastore.catalog import Catalog
 from metastore.crashpoints import crashpoint, pausepoint
-from metastore.errors import ConflictError, LeaseLostError
+from metastore.errors import ConflictError, LeaseLostError, StreampartError
 from metastore.models import (
     Lease,
     Mode,
@@ -45,10 +45,11 @@ from metastore.models import (
     Table,
     iso,
     period_start,
+    saturating_add,
 )
-from metastore.warehouse import LiveFile, data_schema, partition_dir
+from metastore.warehouse import LiveFile, data_schema, first_line, partition_dir, storage_error
 from scheduler.config import RollConfig
-from scheduler.errors import RollAbandonedError, RollBusyError
+from scheduler.errors import RollAbandonedError, RollBusyError, RollFailedError
 
 SWEEP_KEY = "streampart.sweep"
 
@@ -80,24 +81,25 @@ def default_owner() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
+# The due time of a partition too close to the end of the calendar: it never rolls on time.
+NEVER = datetime.max.replace(tzinfo=UTC)
+
+
 def due_time(table: Table, partition: Partition) -> datetime:
-    """When ``partition`` is due to roll: its period's end, plus the lateness in event-time mode."""
-    end = period_start(partition.value, table.roll_every) + table.roll_every
-    return end + table.lateness if table.mode is Mode.EVENT_TIME else end
+    """When ``partition`` is due to roll: its period's end, plus the lateness in event-time mode.
+
+    Total over every value a partition may hold: one too close to year 9999 (recorded before
+    event times were bounded) is due :data:`NEVER`; ``roll --force`` still rolls it.
+    """
+    end = saturating_add(period_start(partition.value, table.roll_every), table.roll_every)
+    return saturating_add(end, table.lateness) if table.mode is Mode.EVENT_TIME else end
 
 
 def due_partitions(table: Table, streaming: list[Partition], now: datetime, force: bool) -> list[Partition]:
     """The streaming partitions that should roll at ``now``."""
     if force:
         return list(streaming)
-    due = []
-    for p in streaming:
-        end = period_start(p.value, table.roll_every) + table.roll_every
-        if table.mode is Mode.EVENT_TIME:
-            end += table.lateness
-        if end <= now:
-            due.append(p)
-    return due
+    return [p for p in streaming if due_time(table, p) <= now]
 
 
 def next_partition_value(table: Table, rolled: Partition, now: datetime) -> datetime:
@@ -165,26 +167,19 @@ class Roller:
     def run(self, table: Table, roll: Roll, resumed: bool = False) -> RollResult:
         """Carry ``roll`` from its recorded step to DONE."""
         started = time.monotonic()
-        store, wh = self.catalog.store, self.catalog.warehouse
+        store = self.catalog.store
         try:
             roll = store.claim_roll(roll, self.owner, self.config.lease, fence=self.fence)
         except LeaseLostError:
             raise
         except ConflictError as exc:
             raise RollBusyError(str(exc)) from None
-        self._step("roll-after-begin")
-        self.catalog.load(table)  # refuse a damaged log before committing anything to it
-        # Every run seals afresh (a resumed roll too): that fences the sweep of whoever held
-        # this roll before us, and this seal's version is what lets us tell a dead sweep
-        # attempt's files from a live one's (see _remove_leftovers).
-        seal_version = wh.seal(table, roll.id)
-        if roll.state is RollState.SEALING:
-            self._step("roll-after-seal")
-            roll = store.advance_roll(roll, RollState.SWEEPING, self.owner, seal_version=seal_version)
-        if roll.state is RollState.SWEEPING:
-            roll, chunks = self._sweep(table, roll, seal_version)
-        else:
-            chunks = self._chunks_rolled(table, roll)
+        try:
+            roll, chunks = self._carry(table, roll)
+        except (RollAbandonedError, RollBusyError, ConflictError):
+            raise  # stopped on request, or another roller has it or moved it on: nothing failed
+        except Exception as exc:
+            raise self._failed(table, roll, exc) from exc
         return RollResult(
             table=str(table.name),
             partition=iso(roll.partition_value),
@@ -198,6 +193,44 @@ class Roller:
             seconds=round(time.monotonic() - started, 3),
             resumed=resumed,
         )
+
+    def _carry(self, table: Table, roll: Roll) -> tuple[Roll, int]:
+        """The steps of a claimed roll, from its recorded one; the roll and the chunks it rolled."""
+        store, wh = self.catalog.store, self.catalog.warehouse
+        self._step("roll-after-begin")
+        self.catalog.load(table)  # refuse a damaged log before committing anything to it
+        # Every run seals afresh (a resumed roll too): that fences the sweep of whoever held
+        # this roll before us, and this seal's version is what lets us tell a dead sweep
+        # attempt's files from a live one's (see _remove_leftovers).
+        seal_version = wh.seal(table, roll.id)
+        if roll.state is RollState.SEALING:
+            self._step("roll-after-seal")
+            roll = store.advance_roll(roll, RollState.SWEEPING, self.owner, seal_version=seal_version)
+        if roll.state is RollState.SWEEPING:
+            return self._sweep(table, roll, seal_version)
+        return roll, self._chunks_rolled(table, roll)
+
+    def _failed(self, table: Table, roll: Roll, exc: Exception) -> StreampartError:
+        """Record why the roll failed and let it go, so the next attempt (any roller) resumes at once.
+
+        The roll stays at its last recorded step: nothing is lost, and the partition stays
+        closed to writes (they go to the next one). Returns the error to raise: the roll's own
+        if it is a StreampartError (it says what to do), else one naming the roll and the cause.
+        """
+        where = f"roll of {table.name} partition {iso(roll.partition_value)}"
+        error: StreampartError
+        if isinstance(exc, StreampartError):
+            error = exc
+        else:
+            resumes = "; the roll resumes from its last step on the next attempt"
+            if isinstance(exc, OSError) or "No space left on device" in str(exc):  # delta-rs says so in text
+                cause = storage_error(exc, where)
+                error = type(cause)(f"{cause}{resumes}")
+            else:
+                error = RollFailedError(f"{where} failed: {type(exc).__name__}: {first_line(exc)}{resumes}")
+        with contextlib.suppress(StreampartError):  # the metastore may be what failed
+            self.catalog.store.release_roll(roll, self.owner, error=str(error))
+        return error
 
     def _sweep(self, table: Table, roll: Roll, seal_version: int) -> tuple[Roll, int]:
         """Sweep the sealed partition and finish the roll; returns it and the chunks it rolled."""
@@ -341,7 +374,7 @@ class Roller:
                     close()
             if writer is not None:
                 close()
-        except BaseException:
+        except BaseException as exc:
             if writer is not None:
                 with contextlib.suppress(Exception):
                     writer.close()
@@ -349,6 +382,8 @@ class Roller:
                 tmp.unlink(missing_ok=True)
             for path, _, _ in out:
                 self.catalog.warehouse.remove_file(table, path)
+            if isinstance(exc, OSError):  # a full disk, say: say so
+                raise storage_error(exc, f"compacting partition {iso(value)} of table {table.name}") from exc
             raise
         return out
 

@@ -111,8 +111,24 @@ def table_create(
         str, typer.Option(help="event-time: how long a partition waits for late rows")
     ] = "0s",
     late_data: Annotated[
-        str, typer.Option(help="event-time: reject or divert (to NS.TABLE__late)")
+        str,
+        typer.Option(
+            help="event-time: what happens to late rows — reject, or divert (to NS.TABLE__late). A row "
+            "is late when its partition is sealed already (its period ended more than --lateness ago and "
+            "it rolled), or when its period ended more than --max-age ago"
+        ),
     ] = "reject",
+    max_future: Annotated[
+        str,
+        typer.Option(help="event-time: rows more than this ahead of the clock are bad records"),
+    ] = "1d",
+    max_age: Annotated[
+        str | None,
+        typer.Option(
+            help="event-time: rows whose period ended more than this ago are late [default: no "
+            "bound; a backfill opens its old partitions]"
+        ),
+    ] = None,
     dead_letter: Annotated[
         bool,
         typer.Option(help="Send malformed records to NS.TABLE__dead_letter instead of failing the chunk"),
@@ -134,6 +150,8 @@ def table_create(
         roll_every=parse_duration(roll_every, "--roll-every"),
         lateness=parse_duration(lateness, "--lateness"),
         late_data=_choice(LateDataPolicy, late_data, "--late-data"),
+        max_future=parse_duration(max_future, "--max-future"),
+        max_age=parse_duration(max_age, "--max-age") if max_age is not None else None,
         dead_letter=dead_letter,
     )
     catalog = STATE.catalog()
@@ -209,7 +227,8 @@ def table_describe(
     out.print(
         f"[bold]{info['table']}[/]  {info['mode']}, rolls every {info['roll_every']}"
         + (
-            f", lateness {info['lateness']}, late data: {info['late_data']}"
+            f", lateness {info['lateness']}, late data: {info['late_data']}, max future "
+            f"{info['max_future']}, max age {info['max_age'] or 'none'}"
             if info["mode"] == "event-time"
             else ""
         )
@@ -312,7 +331,7 @@ def roll(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON")] = False,
 ) -> None:
     """Roll every partition of the table that is due (or, with --force, the open ones)."""
-    from metastore.models import parse_instant
+    from metastore.models import iso, parse_instant
     from scheduler.roll import Roller
 
     settings = STATE.settings()
@@ -320,11 +339,24 @@ def roll(
     table = catalog.table(name)
     at = parse_instant(now, "--now") if now else None
     results = Roller(catalog, settings.roll).roll_table(table, now=at, force=force)
+    # rolls another roller holds (or whose lease has not lapsed yet): say whose, and why it may be stuck
+    held = [
+        {"partition": iso(r.partition_value), "roll": r.id, "state": r.state.value, "owner": r.owner,
+         "lease_until": iso(r.lease_until) if r.lease_until else None, "last_error": r.error}
+        for r in catalog.store.list_rolls(table.id, unfinished=True)
+    ]  # fmt: skip
     if as_json:
-        emit_json({"table": str(table.name), "rolled": [r.to_json() for r in results]})
+        emit_json({"table": str(table.name), "rolled": [r.to_json() for r in results], "in_progress": held})
         return
-    if not results:
+    if not results and not held:
         out.print(f"{table.name}: nothing to roll")
+    for h in held:
+        out.print(
+            f"{table.name} partition {h['partition']}: its roll ({h['state']}) is held by {h['owner']} until "
+            f"{h['lease_until']}" + (f"; last error: {h['last_error']}" if h["last_error"] else ""),
+            highlight=False,
+            markup=False,
+        )
     for r in results:
         out.print(
             f"rolled {r.table} partition {r.partition}: {r.chunks} chunks, {r.rows} rows, "

@@ -71,6 +71,8 @@ def make_table(
     late_data: LateDataPolicy = LateDataPolicy.REJECT,
     dead_letter: bool = False,
     schema: str = "id BIGINT, ts TIMESTAMP, msg STRING",
+    max_future: str = "1d",
+    max_age: str | None = None,
 ) -> Table:
     return catalog.create_table(
         TableSpec(
@@ -83,6 +85,8 @@ def make_table(
             lateness=parse_duration(lateness),
             late_data=late_data,
             dead_letter=dead_letter,
+            max_future=parse_duration(max_future),
+            max_age=parse_duration(max_age) if max_age is not None else None,
         )
     )
 

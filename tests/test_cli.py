@@ -311,7 +311,7 @@ def test_roll(arrival: dict[str, Any]) -> None:
     assert assert_iso_utc(streaming[0]["value"]) > assert_iso_utc(opened)
 
     # nothing is due now: exit 0, nothing rolled
-    assert arrival["roll_nothing_due"].json() == {"table": "ns.t", "rolled": []}
+    assert arrival["roll_nothing_due"].json() == {"table": "ns.t", "rolled": [], "in_progress": []}
 
     # two hours on, the new partition's period has ended
     later = arrival["roll_later"].json()

@@ -40,6 +40,7 @@ from ingest.formats import Format
 from metastore.catalog import Catalog
 from metastore.errors import StreampartError
 from metastore.models import Chunk, ChunkState, Permission, Table, TableName, check_identifier, iso
+from metastore.warehouse import storage_errors
 
 API_DESCRIPTION = """\
 Streaming ingestion into time-partitioned Delta tables (HIVE-4196's streaming partitions).
@@ -184,6 +185,8 @@ class TableInfo(BaseModel):
     roll_every: str
     lateness: str
     late_data: str
+    max_future: str = Field(description="Event-time tables: rows further ahead of the clock are bad records.")
+    max_age: str | None = Field(description="Event-time tables: rows of periods that ended before are late.")
     dead_letter: bool
     time_column: str
     partition_column: str
@@ -388,17 +391,18 @@ def create_app(
             )
         w = writer(t)
         spool = spool_path(w, chunk)
-        spool.parent.mkdir(parents=True, exist_ok=True)
         try:
             size = 0
             digest = hashlib.sha256()
-            with spool.open("wb") as f:
-                async for piece in _body(request):
-                    size += len(piece)
-                    if size > limit:
-                        raise _too_large(limit)
-                    f.write(piece)
-                    digest.update(piece)
+            with storage_errors(f"receiving an upload of chunk {chunk.id}"):
+                spool.parent.mkdir(parents=True, exist_ok=True)
+                with spool.open("wb") as f:
+                    async for piece in _body(request):
+                        size += len(piece)
+                        if size > limit:
+                            raise _too_large(limit)
+                        f.write(piece)
+                        digest.update(piece)
             st.metrics.upload_bytes.inc(size)
             staged = await run_in_threadpool(
                 stage_upload, w, chunk, spool, fmt, st.server.upload_batch_rows, f"http:chunk:{chunk.id}",

@@ -27,6 +27,7 @@ from metastore.errors import (
     IllegalTransitionError,
     NotFoundError,
     RetriableError,
+    StorageFullError,
     StreampartError,
     UserInputError,
 )
@@ -82,6 +83,7 @@ _MAP: list[tuple[type[BaseException], int, str, int | None]] = [
     (IllegalTransitionError, 409, "conflict", None),
     (ConflictError, 409, "conflict", 1),
     (CommitTimeoutError, 503, "commit_timeout", 1),
+    (StorageFullError, 507, "storage_full", 5),
     (RetriableError, 503, "unavailable", 2),
 ]
 

@@ -79,8 +79,12 @@ def stage_upload(
             batches = iter([(0, spool)])
         else:
             batches = iter([(0, spool.read_bytes())])
+        limits = writer.validator()
+        records = 0
         for n, (offset, content) in enumerate(batches):
             parsed = writer.parse(content, fmt)
+            records += parsed.good.num_rows + len(parsed.bad)
+            limits.check_rows(records)  # each batch alone is under the limit; the chunk must be too
             bad += [DeadLetter(offset + b.position, b.reason, b.raw.encode(), source) for b in parsed.bad]
             if bad and not table.dead_letter:
                 raise _fail(fmt, bad)

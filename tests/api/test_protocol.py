@@ -306,3 +306,33 @@ def test_streampart_write_url_uses_the_api(server: Server, tmp_path: Path) -> No
     )  # fmt: skip
     assert bad.returncode == 1 and "HTTP 404" in bad.stderr and "ns.nope does not exist" in bad.stderr
     assert "Traceback" not in bad.stderr
+
+
+def _many_constant_rows(n: int) -> bytes:
+    ids, times = pa.array([1] * 100_000, pa.int64()), pa.array([0] * 100_000, pa.timestamp("us"))
+    block = pa.table({"id": ids, "ts": times})
+    buf = io.BytesIO()
+    with pq.ParquetWriter(buf, block.schema) as writer:
+        for _ in range(n // 100_000):
+            writer.write_table(block)
+    return buf.getvalue()
+
+
+# Inputs that made the server answer 500 (or exhaust its memory): each is a 400 naming the fault.
+POISON_UPLOADS = [
+    # valid JSON nested 100,000 levels deep (json.loads' RecursionError)
+    ("jsonl", b'{"id": 1, "ts": "2026-11-21T10:00:00Z", "msg": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+     "nested more than 1024 levels"),
+    # 6 million rows in a few dozen kilobytes of Parquet: over chunk.max_rows, refused before reading
+    ("parquet", _many_constant_rows(6_000_000), "chunk.max_rows"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("fmt, content, says", POISON_UPLOADS, ids=[p[0] for p in POISON_UPLOADS])
+def test_poison_uploads_are_clear_400s(server: Server, fmt: str, content: bytes, says: str) -> None:
+    with httpx.Client(base_url=server.url, headers=auth(server.admin), timeout=60) as http:  # type: ignore[attr-defined]
+        chunk = http.post("/v1/tables/ns/events/chunks", json={}).json()
+        up = http.put(f"/v1/chunks/{chunk['id']}/data", content=content, params={"format": fmt})
+        assert up.status_code == 400, up.text
+        assert up.json()["error"] == "malformed_body" and says in up.json()["message"]
+        assert http.get(f"/v1/chunks/{chunk['id']}").json()["state"] == "reserved"  # open for a good upload

@@ -26,7 +26,7 @@ from ingest.formats import Format
 from metastore.models import ChunkState, LateDataPolicy, Mode, PartitionState, TableKind
 from scheduler.roll import Roller
 from tests.fixtures import make_table
-from tests.helpers import all_ids, delta_rows, ids_by_partition, records
+from tests.helpers import all_ids, delta_rows, ids_by_partition, jsonl, records
 
 H10 = datetime(2026, 11, 21, 10, 0, tzinfo=UTC)
 H11 = H10 + timedelta(hours=1)
@@ -182,7 +182,7 @@ def test_late_rows_are_rejected_whole(catalog) -> None:  # type: ignore[no-untyp
     Roller(catalog).roll_table(table, now=H11 + timedelta(minutes=10))
     assert catalog.store.get_partition(table.id, H10).state is PartitionState.STANDARD
     mixed = records([100], "2026-11-21T10:45:00Z") + records([101], "2026-11-21T11:05:00Z")
-    with pytest.raises(LateDataError, match=r"sealed partition\(s\) 2026-11-21T10:00:00Z"):
+    with pytest.raises(LateDataError, match=r"partition\(s\) 2026-11-21T10:00:00Z are sealed"):
         w.write_once(mixed, Format.JSONL)
     assert sorted(all_ids(table)) == [0, 1, 2, 3, 4]  # nothing of the rejected chunk landed
     assert catalog.describe(table)["partitions"][0]["rows"] == 5  # the standard partition never changed
@@ -265,3 +265,56 @@ def test_an_upload_after_the_commit_began_keeps_the_committing_files(catalog) ->
         w._record_files(replaced, late_files, [])
     staged = sorted(p.name for p in (Path(table.location) / "_staging").iterdir())
     assert staged == sorted(f.path.rsplit("/", 1)[1] for f in replaced.files)  # only the committing data
+
+
+# Event times a producer may send to an event-time table that no partition may be made of.
+OUT_OF_RANGE_EVENT_TIMES = [
+    # a broken clock: made due_time overflow, and the daemon never rolled the table again
+    ("9999-12-31T23:59:59Z", "is after"),
+    # further ahead than the table's max-future (1 day by default)
+    ("in-3-days", "1d ahead of now: the table's max-future"),
+    # a year of fewer than four digits: its partition directory was named 500-06-01 …
+    ("0500-06-01T00:00:00Z", "is before 1000-01-01T00:00:00Z, the earliest accepted"),
+]
+
+
+@pytest.mark.parametrize("ts, says", OUT_OF_RANGE_EVENT_TIMES, ids=[c[0] for c in OUT_OF_RANGE_EVENT_TIMES])
+def test_event_times_out_of_range_are_bad_records_not_partitions(catalog, ts: str, says: str) -> None:  # type: ignore[no-untyped-def]
+    from metastore.models import iso
+
+    if ts == "in-3-days":
+        ts = iso(datetime.now(UTC) + timedelta(days=3))
+    now = iso(datetime.now(UTC))
+    table = make_table(catalog, mode=Mode.EVENT_TIME, dead_letter=True)
+    w = ChunkWriter(catalog, table)
+    data = jsonl([{"id": 1, "ts": now}, {"id": 2, "ts": ts}])
+    result = w.write_once(data, Format.JSONL)
+    assert (result.rows, result.dead_letter_rows) == (1, 1)
+    dlq = catalog.companion(table, TableKind.DEAD_LETTER)
+    [dead] = delta_rows(dlq, columns="position, reason").to_pylist()
+    assert dead["position"] == 2 and says in dead["reason"], dead
+    assert len(catalog.store.list_partitions(table.id)) == 1  # only now's partition opened
+    strict = make_table(catalog, "ns.strict", mode=Mode.EVENT_TIME)
+    with pytest.raises(MalformedChunkError, match=f"record 2: column 'ts': .*{says}"):
+        ChunkWriter(catalog, strict).write_once(data, Format.JSONL)
+
+
+def test_rows_older_than_max_age_are_late_and_open_no_partition(catalog) -> None:  # type: ignore[no-untyped-def]
+    from metastore.models import iso
+
+    now = iso(datetime.now(UTC))
+    backfill = jsonl([{"id": 1, "ts": now}, {"id": 2, "ts": "2020-03-01T10:00:00Z"}])
+    bounded = make_table(
+        catalog, "ns.bounded", mode=Mode.EVENT_TIME, late_data=LateDataPolicy.DIVERT, max_age="30d"
+    )
+    result = ChunkWriter(catalog, bounded).write_once(backfill, Format.JSONL)
+    assert (result.rows, result.late_rows) == (1, 1)
+    assert all_ids(catalog.companion(bounded, TableKind.LATE)) == [2]
+    assert [iso(p.value)[:4] for p in catalog.store.list_partitions(bounded.id)] == [now[:4]]
+    rejecting = make_table(catalog, "ns.rejecting", mode=Mode.EVENT_TIME, max_age="30d")
+    with pytest.raises(LateDataError, match=r"2020-03-01T10:00:00Z are sealed, or ended more than 30d ago"):
+        ChunkWriter(catalog, rejecting).write_once(backfill, Format.JSONL)
+    # without max-age (the default), a backfill opens its old partition, as it always did
+    open_ended = make_table(catalog, "ns.open", mode=Mode.EVENT_TIME, late_data=LateDataPolicy.DIVERT)
+    assert ChunkWriter(catalog, open_ended).write_once(backfill, Format.JSONL).late_rows == 0
+    assert len(catalog.store.list_partitions(open_ended.id)) == 2

@@ -725,3 +725,90 @@ def test_illegal_transitions(current: Any, target: Any, message: str) -> None:
     with pytest.raises(IllegalTransitionError) as info:
         check_transition(current, target)
     assert str(info.value) == message
+
+
+# -- poison inputs: nothing a producer sends may stop a stream or exhaust memory -----------------
+
+DEEP_JSON = '{"id": 1, "ts": "2026-01-01T00:00:00Z", "tag": "x", "msg": ' + "[" * 100_000 + "]" * 100_000
+DEEP_JSON += "}"
+
+
+def test_json_nested_deeper_than_any_parser_goes_is_a_bad_record() -> None:
+    parsed = parse(jsonl(DEEP_JSON, GOOD), Format.JSONL, validator())
+    bad = only_bad(parsed)
+    assert bad.position == 1 and "nested more than 1024 levels deep" in bad.reason
+    assert parsed.good.num_rows == 1
+
+
+def test_csv_field_over_the_csv_modules_limit_is_just_a_long_value() -> None:
+    long = "y" * 200_000  # csv's default field limit is 131,072 characters
+    data = f"id,ts,tag,msg\n1,2026-01-01T00:00:00Z,x,{long}\n2,2026-01-01T00:00:00Z,x,short\n".encode()
+    parsed = parse(data, Format.CSV, validator(max_value_bytes=1 << 20))
+    assert parsed.bad == [] and parsed.good.column("msg").to_pylist() == [long, "short"]
+    too_long = parse(data, Format.CSV, validator(max_value_bytes=1000))
+    assert only_bad(too_long).position == 2 and "exceeds 1000" in too_long.bad[0].reason
+
+
+def test_a_converter_failing_in_an_unforeseen_way_is_a_bad_record() -> None:
+    v = validator()
+    v._conv[0] = lambda value: 1 // 0  # stands for a bug or a value no converter foresaw
+    parsed = parse(jsonl(GOOD), Format.JSONL, v)
+    assert "ZeroDivisionError" in only_bad(parsed).reason
+
+
+def _constant_parquet(rows: int) -> bytes:
+    """A few kilobytes of Parquet holding ``rows`` identical rows (dictionary + RLE)."""
+    block = pa.table(
+        {
+            "id": pa.array([7] * 100_000, pa.int64()),
+            "ts": pa.array([datetime(2026, 1, 1, tzinfo=UTC)] * 100_000, pa.timestamp("us", tz="UTC")),
+            "tag": pa.array(["x"] * 100_000),
+        }
+    )
+    buf = io.BytesIO()
+    with pq.ParquetWriter(buf, block.schema) as writer:
+        for _ in range(rows // 100_000):
+            writer.write_table(block)
+    return buf.getvalue()
+
+
+def test_a_small_parquet_file_of_many_rows_is_validated_without_python_rows() -> None:
+    import tracemalloc
+
+    data = _constant_parquet(1_000_000)
+    assert len(data) < 100_000
+    tracemalloc.start()
+    try:
+        parsed = parse(data, Format.PARQUET, validator())
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert parsed.bad == [] and parsed.good.num_rows == 1_000_000
+    # Python rows of a million records take hundreds of MB (about +460 MB at 12 KB before);
+    # Arrow arrays are not Python objects and batches of Python rows are bounded
+    assert peak < 64 * 1024 * 1024, peak
+
+
+def test_a_parquet_file_of_more_rows_than_a_chunk_holds_is_refused_before_reading() -> None:
+    v = RecordValidator(SCHEMA, required=["ts"], max_rows=500_000)
+    with pytest.raises(MalformedChunkError, match=r"1000000 records or more, over the limit of 500000"):
+        parse(_constant_parquet(1_000_000), Format.PARQUET, v)
+    lines = RecordValidator(SCHEMA, required=["ts"], max_rows=3)
+    with pytest.raises(MalformedChunkError, match=r"chunk\.max_rows"):
+        parse(jsonl(GOOD, GOOD, GOOD, GOOD), Format.JSONL, lines)
+
+
+def test_parquet_bad_values_in_one_batch_are_named_while_other_batches_stay_arrow() -> None:
+    from ingest import formats
+
+    good = pa.table({"id": pa.array(range(10), pa.int64()), "ts": pa.array([EPOCH] * 10, pa.timestamp("us")),
+                     "tag": pa.array(["x"] * 9 + [None])})  # fmt: skip
+    buf = io.BytesIO()
+    pq.write_table(good, buf)
+    old, formats.PARQUET_BATCH_ROWS = formats.PARQUET_BATCH_ROWS, 4
+    try:
+        parsed = parse(buf.getvalue(), Format.PARQUET, validator())
+    finally:
+        formats.PARQUET_BATCH_ROWS = old
+    assert [b.position for b in parsed.bad] == [10] and "'tag' is required" in parsed.bad[0].reason
+    assert parsed.good.column("id").to_pylist() == list(range(9))

@@ -89,6 +89,8 @@ def test_malformed_records_go_to_the_dead_letter_table_good_ones_commit(
         json.dumps({"id": 8, "ts": TS, "msg": "x" * 5000}).encode(): "exceeds 1000",
         b"\xff\xfe garbage": "invalid UTF-8",
         b"[1, 2]": "expected a JSON object",
+        # valid JSON nested 100,000 deep: json.loads' RecursionError stopped the stream for good
+        b'{"id": 9, "msg": ' + b"[" * 100_000 + b"]" * 100_000 + b"}": "nested more than 1024 levels",
     }
     records: list[dict[str, Any]] = [
         {"value": json.dumps({"id": i, "ts": TS}), "partition": 0} for i in range(5)
@@ -119,12 +121,14 @@ def test_csv_records(spark, sqlite_catalog, kafka_broker) -> None:  # type: igno
     kafka_broker.create_topic(topic, partitions=1)
     kafka_broker.produce(
         topic,
-        [f'{i},{TS},"hello, {i}"' for i in range(20)] + ["1,2"],  # the last one lacks a field
+        [f'{i},{TS},"hello, {i}"' for i in range(20)]
+        + [f"20,{TS},{'x' * 200_000}"]  # over the csv module's 128 KiB field limit (a csv.Error before)
+        + ["1,2"],  # the last one lacks a field
     )
     run_kafka_ingest(spark, sqlite_catalog, options(sqlite_catalog, kafka_broker, topic, format="csv"))
     rows = delta_rows(table, columns="id, msg").to_pylist()
-    assert sorted(r["id"] for r in rows) == list(range(20))
-    assert {r["msg"] for r in rows} == {f"hello, {i}" for i in range(20)}
+    assert sorted(r["id"] for r in rows) == list(range(21))
+    assert {r["msg"] for r in rows} == {f"hello, {i}" for i in range(20)} | {"x" * 200_000}
     dlq = sqlite_catalog.companion(table, TableKind.DEAD_LETTER)
     assert [d["reason"] for d in delta_rows(dlq, columns="reason").to_pylist()] == [
         "expected 3 CSV fields (id, ts, msg), got 2"

@@ -160,8 +160,6 @@ def test_migrating_a_metastore_from_0001_keeps_its_data(metastore_url: str) -> N
     from alembic.config import Config
 
     from metastore import store as store_module
-    from metastore.catalog import Catalog  # noqa: F401  (models used through the store)
-    from metastore.models import TableName, TableSpec, parse_schema
 
     old = Metastore(metastore_url, migrate=False)
     cfg = Config()
@@ -171,17 +169,31 @@ def test_migrating_a_metastore_from_0001_keeps_its_data(metastore_url: str) -> N
     with old.tx() as conn:
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, "0001")
-    spec = TableSpec(
-        name=TableName.parse("ns.old"), columns=parse_schema("id BIGINT, ts TIMESTAMP"),
-        time_column="ts", partition_column="ts_period", roll_every=timedelta(hours=1),
-    )  # fmt: skip
-    table = old.create_table(spec, "/nowhere/ns/old", now=T0)
-    with old.tx() as conn:
+    with old.tx() as conn:  # a table and its partition as release 0001 wrote them (its columns only)
+        conn.execute(
+            sa.text(
+                "INSERT INTO sp_tables (namespace, name, kind, cluster, location, columns, time_column, "
+                "partition_column, mode, roll_every_s, lateness_s, late_data, dead_letter, created_at) "
+                "VALUES "
+                "('ns', 'old', 'main', 'default', '/nowhere/ns/old', :columns, 'ts', 'ts_period', 'arrival', "
+                "3600, 0, 'reject', false, :t)"
+            ),
+            {"columns": '[{"name": "id", "type": "long", "nullable": true}]', "t": T0.replace(tzinfo=None)},
+        )
+        table_id = conn.execute(sa.text("SELECT id FROM sp_tables WHERE name = 'old'")).scalar_one()
+        conn.execute(
+            sa.text(
+                "INSERT INTO sp_partitions (table_id, value, state, opened_at) "
+                "VALUES (:id, :t, 'streaming', :t)"
+            ),
+            {"id": table_id, "t": T0.replace(tzinfo=None)},
+        )
         assert not sa.inspect(conn).has_table("sp_leases")
     old.close()
     new = Metastore(metastore_url)  # migrates to head
     try:
-        assert new.get_table("ns.old").id == table.id
+        table = new.get_table("ns.old")
+        assert table.id == table_id and table.max_future == timedelta(days=1) and table.max_age is None
         assert [p.value for p in new.list_partitions(table.id)] == [T0]
         assert new.acquire_lease("roll", "a", TTL, now=T0).epoch == 1
         with new.tx() as conn:

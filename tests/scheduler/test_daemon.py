@@ -211,3 +211,30 @@ def test_one_leader_rolls_and_a_standby_takes_over_when_it_stops(catalog) -> Non
     assert {a.owner for a in done} == {first.owner, second.owner}
     assert len({a.partition_value for a in done}) == len(done), "a partition was rolled twice"
     assert all(p.state is not PartitionState.ROLLING for p in catalog.store.list_partitions(table.id))
+
+
+def test_a_partition_at_the_end_of_the_calendar_never_stops_rolls_status_or_metrics(catalog) -> None:  # type: ignore[no-untyped-def]
+    """A year-9999 partition, as releases before event times were bounded let producers open.
+
+    Its due time overflowed: the daemon failed that table's sync every 10 s and never rolled it
+    again, its metrics job failed for every table, and `scheduler status` and `roll` crashed.
+    """
+    from scheduler.roll import NEVER, Roller
+
+    table = make_table(catalog, "ns.events", mode=Mode.EVENT_TIME, roll_every="2s")
+    doomsday = catalog.store.ensure_partition(table.id, datetime(9999, 12, 31, 23, 59, 58, tzinfo=UTC))
+    assert due_time(table, doomsday) == NEVER
+    assert Roller(catalog).roll_table(table) == []  # nothing due, no error
+    ev = ChunkWriter(catalog, table).write_once(records(range(5), iso(datetime.now(UTC))), Format.JSONL)
+    [value] = [parse_instant(p) for p in ev.partitions]
+    with running(catalog) as daemon:
+        wait_for(lambda: catalog.store.get_partition(table.id, value).state is PartitionState.STANDARD,
+                 "the table's ordinary partition to roll")  # fmt: skip
+        daemon._observe()  # the metrics job, over every table
+        lag = metrics_samples(daemon.metrics_port)[
+            ("streampart_oldest_due_partition_lag_seconds", (("table", "ns.events"),))
+        ]
+        assert lag <= 30  # the partition due at the end of time does not count
+    status = scheduler_status(catalog)
+    assert [t["table"] for t in status["tables"]] == ["ns.events"]
+    assert catalog.store.get_partition(table.id, doomsday.value).state is PartitionState.STREAMING
