@@ -245,6 +245,26 @@ class Warehouse:
                 "before reading or writing this table"
             )
 
+    def version_at(self, table: Table, at: datetime) -> int | None:
+        """The newest version committed at or before ``at`` (None: none that old is in the log).
+
+        From the commit files' own timestamps (delta-rs' ``load_as_version`` answers version 0
+        for a time before the table existed). Versions whose commit file is gone (cleaned after
+        a checkpoint) cannot be told apart, so they are not candidates.
+        """
+        log = Path(table.location) / "_delta_log"
+        versions = sorted(int(p.stem) for p in log.glob("*.json") if p.stem.isdigit())
+        millis = at.timestamp() * 1000
+        lo, hi, found = 0, len(versions) - 1, None
+        while lo <= hi:  # commit timestamps grow with the version
+            mid = (lo + hi) // 2
+            info = self.commit_info(table, versions[mid]) or {}
+            if float(info.get("timestamp", float("inf"))) <= millis:
+                found, lo = versions[mid], mid + 1
+            else:
+                hi = mid - 1
+        return found
+
     def commit_path(self, table: Table, version: int) -> Path:
         return Path(table.location) / "_delta_log" / f"{version:020d}.json"
 

@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Any
 from metastore.catalog import Catalog
 from metastore.errors import StreampartError, UserInputError
 from metastore.models import Table, TableName
+from streampart import query_policy
+from streampart.query_policy import TableRef, view_name
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -56,6 +58,8 @@ def spark_session(config: SparkConfig | None = None) -> SparkSession:
         .config("spark.driver.memory", config.driver_memory)
         .config("spark.sql.sources.parallelPartitionDiscovery.parallelism", "8")
         .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{log4j}")
+        # no `SELECT … FROM parquet.`/any/path``: queries read streampart snapshots only
+        .config("spark.sql.runSQLOnFiles", "false")
     )
     for key, value in config.conf.items():
         builder = builder.config(key, value)
@@ -131,10 +135,6 @@ def from_spark(value: Any) -> Any:
     return value
 
 
-def view_name(name: TableName) -> str:
-    return f"__sp_{name.namespace}__{name.table}"
-
-
 def register_views(
     spark: SparkSession, catalog: Catalog, names: set[str] | None = None
 ) -> dict[str, tuple[str, int]]:
@@ -157,8 +157,13 @@ def register_views(
     return out
 
 
-def rewrite(sql: str, tables: set[str]) -> tuple[str, set[str]]:
-    """Replace references to ``ns.table`` by their snapshot views; returns (sql, names used)."""
+def rewrite(sql: str, tables: set[str]) -> tuple[str, set[TableRef]]:
+    """Check ``sql`` against the query policy and point its tables at snapshot views.
+
+    Returns:
+        The statement to run (regenerated from the checked tree, so what was checked is what
+        runs), and the snapshots it reads (see :mod:`streampart.query_policy`).
+    """
     import sqlglot
     from sqlglot import exp
 
@@ -176,25 +181,50 @@ def rewrite(sql: str, tables: set[str]) -> tuple[str, set[str]]:
     tree = statements[0]
     if not isinstance(tree, exp.Query):
         raise UserInputError("only queries (SELECT, WITH …) can run through streampart query")
-    used: set[str] = set()
-    for node in list(tree.find_all(exp.Table)):
-        if node.args.get("catalog") or not node.db:
-            continue
-        qualified = f"{node.db}.{node.name}"
-        if qualified not in tables:
-            raise UserInputError(f"table {qualified} does not exist")
-        used.add(qualified)
-        replacement = exp.to_table(view_name(TableName.parse(qualified)))
+    refs = query_policy.check(tree, tables)
+    for node, ref in refs.items():
+        replacement = exp.to_table(ref.view)
         if node.alias:
             replacement.set("alias", node.args["alias"])
         else:
             replacement.set("alias", exp.TableAlias(this=exp.to_identifier(node.name)))
         node.replace(replacement)
     # ns.t.col → t.col: the view keeps the alias t, and Spark resolves no three-part names
+    used = {ref.name for ref in refs.values()}
     for column in tree.find_all(exp.Column):
         if column.args.get("db") and f"{column.db}.{column.table}" in used:
             column.set("db", None)
-    return tree.sql(dialect="spark"), used
+    return tree.sql(dialect="spark"), set(refs.values())
+
+
+def register_snapshots(spark: SparkSession, catalog: Catalog, refs: set[TableRef]) -> dict[TableRef, int]:
+    """Register each snapshot a query reads as its temporary view; the Delta version of each."""
+    out = {}
+    for ref in sorted(refs, key=lambda r: r.view):
+        table = catalog.table(ref.name)
+        snap = pin(catalog, table, _version_of(catalog, table, ref))
+        snapshot_frame(spark, snap).createOrReplaceTempView(ref.view)
+        out[ref] = snap.version
+    return out
+
+
+def _version_of(catalog: Catalog, table: Table, ref: TableRef) -> int | None:
+    """The Delta version ``VERSION AS OF`` / ``TIMESTAMP AS OF`` names (None: the newest)."""
+    from metastore.models import parse_instant
+
+    if ref.version is None and ref.timestamp is None:
+        return None
+    newest = int(catalog.load(table).version())
+    if ref.version is not None:
+        if ref.version > newest:
+            raise UserInputError(f"{ref.name} has no version {ref.version}: its newest is {newest}")
+        return ref.version
+    assert ref.timestamp is not None
+    at = parse_instant(ref.timestamp, f"{ref.name} TIMESTAMP AS OF")
+    version = catalog.warehouse.version_at(table, at)
+    if version is None:
+        raise UserInputError(f"{ref.name} has no version committed at or before {ref.timestamp}")
+    return min(version, newest)
 
 
 def run_sql(spark: SparkSession, catalog: Catalog, sql: str) -> DataFrame:
@@ -204,8 +234,8 @@ def run_sql(spark: SparkSession, catalog: Catalog, sql: str) -> DataFrame:
     (an unreadable data file, say) surface when rows are fetched: wrap that in :func:`spark_errors`.
     """
     names = {str(t.name) for t in catalog.list_tables()}
-    text, used = rewrite(sql, names)
-    register_views(spark, catalog, used)
+    text, refs = rewrite(sql, names)
+    register_snapshots(spark, catalog, refs)
     with spark_errors():
         return spark.sql(text)
 

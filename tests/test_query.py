@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from ingest.chunks import ChunkWriter
@@ -53,7 +55,7 @@ def test_streampart_query_agrees_with_an_independent_reader(spark, sqlite_catalo
 
 def test_sql_names_are_checked_and_rewritten() -> None:
     sql, used = rewrite("SELECT count(*) FROM ns.t JOIN ns.u ON ns.t.id = u.id", {"ns.t", "ns.u"})
-    assert used == {"ns.t", "ns.u"} and "__sp_ns__t" in sql
+    assert {r.name for r in used} == {"ns.t", "ns.u"} and "__sp_ns__t" in sql
     assert "ns.t.id" not in sql and "t.id = u.id" in sql  # three-part column names resolve
     with pytest.raises(UserInputError, match=r"ns\.nope does not exist"):
         rewrite("SELECT * FROM ns.nope", {"ns.t"})
@@ -61,6 +63,81 @@ def test_sql_names_are_checked_and_rewritten() -> None:
         rewrite("SELEC * FROM", {"ns.t"})
     with pytest.raises(UserInputError, match="only queries"):
         rewrite("DROP TABLE ns.t", {"ns.t"})
+
+
+# What a query may not touch (issue 14, item 9): each refused before Spark sees it, one message.
+REFUSED_QUERIES = [
+    # any file, through a path table, Spark's IDENTIFIER() or a table function
+    ("SELECT * FROM text.`/etc/passwd`", "does not exist"),
+    ("SELECT * FROM IDENTIFIER('text.`/etc/passwd`')", "identifier() reaches outside"),
+    ("SELECT * FROM read_files('/etc')", "not files or table functions"),
+    ("SELECT * FROM parquet.`/tmp/x`", "does not exist"),
+    # the JVM
+    ("SELECT reflect('org.apache.hadoop.fs.FileUtil', 'chmod', '/tmp', '777')", "reflect() reaches outside"),
+    ("SELECT java_method('java.lang.System', 'getenv', 'HOME')", "java_method() reaches outside"),
+    ("SELECT id FROM ns.t WHERE try_reflect('java.lang.System', 'exit', 1) IS NULL", "try_reflect()"),
+    # a program
+    ("SELECT TRANSFORM(id) USING 'cat /etc/passwd' FROM ns.t", "TRANSFORM"),
+    # Spark's own catalog and temporary views, by one- or three-part names
+    ("SELECT * FROM spark_catalog.default.x", "not through a catalog"),
+    ("SELECT * FROM __sp_ns__t", "name streampart tables as NAMESPACE.TABLE"),
+    # time travel it cannot honour is refused, never ignored
+    ("SELECT * FROM ns.t VERSION AS OF 'x'", "VERSION AS OF <number>"),
+]
+
+
+@pytest.mark.parametrize("sql, says", REFUSED_QUERIES, ids=[q[0][:40] for q in REFUSED_QUERIES])
+def test_queries_may_touch_streampart_snapshots_only(sql: str, says: str) -> None:
+    with pytest.raises(UserInputError, match=re.escape(says)) as refused:
+        rewrite(sql, {"ns.t"})
+    assert "\n" not in str(refused.value)
+
+
+def test_ctes_and_range_are_allowed() -> None:
+    sql, used = rewrite(
+        "WITH c AS (SELECT id FROM ns.t) SELECT * FROM c JOIN range(3) r ON c.id = r.id", {"ns.t"}
+    )
+    assert {r.name for r in used} == {"ns.t"} and "__sp_ns__t" in sql
+
+
+def test_version_and_timestamp_as_of_read_that_version(spark, sqlite_catalog) -> None:  # type: ignore[no-untyped-def]
+    import time
+    from datetime import UTC, datetime
+
+    from metastore.models import iso
+
+    table = make_table(sqlite_catalog)
+    w = ChunkWriter(sqlite_catalog, table)
+    w.write_once(records(range(10)), Format.JSONL)  # version 1
+    time.sleep(1.1)  # commit timestamps are milliseconds: make "between" unambiguous
+    between = iso(datetime.now(UTC))
+    time.sleep(1.1)
+    w.write_once(records(range(10, 15)), Format.JSONL)  # version 2
+
+    def count(sql: str) -> int:
+        return run_sql(spark, sqlite_catalog, sql).collect()[0]["n"]
+
+    assert count("SELECT count(*) AS n FROM ns.events") == 15
+    assert count("SELECT count(*) AS n FROM ns.events VERSION AS OF 1") == 10
+    assert count(f"SELECT count(*) AS n FROM ns.events TIMESTAMP AS OF '{between}'") == 10
+    # both in one query: each reference reads its own snapshot
+    assert (
+        count(
+            "SELECT (SELECT count(*) FROM ns.events) - (SELECT count(*) FROM ns.events VERSION AS OF 1) AS n"
+        )
+        == 5
+    )
+    with pytest.raises(UserInputError, match="has no version 7: its newest is 2"):
+        run_sql(spark, sqlite_catalog, "SELECT * FROM ns.events VERSION AS OF 7")
+    with pytest.raises(UserInputError, match="no version committed at or before 2001-01-01"):
+        run_sql(spark, sqlite_catalog, "SELECT * FROM ns.events TIMESTAMP AS OF '2001-01-01T00:00:00Z'")
+
+
+def test_spark_itself_refuses_sql_on_files(spark, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from pyspark.errors import PySparkException
+
+    with pytest.raises(PySparkException):  # a second fence, behind the query policy
+        spark.sql(f"SELECT * FROM text.`{tmp_path}`").collect()
 
 
 def test_spark_errors_become_one_clear_message(spark, sqlite_catalog) -> None:  # type: ignore[no-untyped-def]
