@@ -628,9 +628,15 @@ class _MetricsMiddleware:
         try:
             await self.app(scope, receive, send_status)
         finally:
+            # every label from a closed set: a client's made-up method or path adds no series
+            method = scope["method"] if scope["method"] in _METHODS else "other"
             route = getattr(scope.get("route"), "path", "unmatched")
-            self.metrics.requests.labels(scope["method"], route, str(status)).inc()
-            self.metrics.request_seconds.labels(scope["method"], route).observe(time.perf_counter() - t0)
+            code = str(status) if 100 <= status <= 599 else "other"
+            self.metrics.requests.labels(method, route, code).inc()
+            self.metrics.request_seconds.labels(method, route).observe(time.perf_counter() - t0)
+
+
+_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"})
 
 
 def _install_error_handlers(app: FastAPI) -> None:

@@ -336,3 +336,22 @@ def test_poison_uploads_are_clear_400s(server: Server, fmt: str, content: bytes,
         assert up.status_code == 400, up.text
         assert up.json()["error"] == "malformed_body" and says in up.json()["message"]
         assert http.get(f"/v1/chunks/{chunk['id']}").json()["state"] == "reserved"  # open for a good upload
+
+
+def test_made_up_methods_and_paths_add_no_metric_series(server: Server) -> None:
+    def series() -> set[str]:
+        text = httpx.get(f"{server.url}/metrics").text
+        return {line.rsplit(" ", 1)[0] for line in text.splitlines() if line.startswith("streampart_http_")}
+
+    with httpx.Client(base_url=server.url) as http:
+        for k in range(40):  # as an anonymous scanner would: no token, odd methods, random paths
+            http.request(f"X{k}METHOD", f"/v1/nothing/{k}")
+            http.get(f"/v1/chunks/{k}-nope")
+        after_some = series()
+        for k in range(40, 400):
+            http.request(f"X{k}METHOD", f"/v1/nothing/{k}")
+            http.get(f"/v1/chunks/{k}-nope")
+        after_many = series()
+    assert after_many == after_some  # a closed set of labels: more junk, no more series
+    assert not any("X1METHOD" in s or "nothing/1" in s for s in after_many)
+    assert any('method="other"' in s and 'route="unmatched"' in s for s in after_many)
