@@ -72,6 +72,12 @@ class DeadLetter:
     source: str | None = None  # file, URL or topic/partition it came from
 
 
+def require_records(count: int) -> None:
+    """A producer's chunk must hold records: an empty file is a mistake, not a 0-row commit."""
+    if count == 0:
+        raise MalformedChunkError("the data holds no records; nothing was committed")
+
+
 def time_bounds(table: Table, now: datetime) -> TimeBounds | None:
     """The event times rows of ``table`` may have at ``now`` (event-time tables only)."""
     span = table.event_time_range(now)
@@ -178,6 +184,7 @@ class ChunkWriter:
         chunk = self.store.get_chunk(chunk.id)
         self._require_state(chunk, ChunkState.RESERVED, "write to")
         self._check_bad(parsed.bad)
+        require_records(parsed.good.num_rows + len(parsed.bad))
         # new names for every attempt: a file a commit may be adding is never overwritten
         prefix = f"{chunk.id}-{uuid.uuid4().hex[:8]}"
         files = write_staged_files(self.warehouse, self.table, prefix, parsed.good)

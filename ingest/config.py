@@ -12,6 +12,7 @@ class ChunkConfig(BaseModel):
 
     ttl: timedelta = Field(
         timedelta(hours=1),
+        gt=timedelta(0),
         description="How long a reserved chunk may wait for its commit before it expires and its files go.",
     )
     # Why 60 s: a commit attempt is one metastore check plus one Delta commit (milliseconds on
@@ -20,6 +21,7 @@ class ChunkConfig(BaseModel):
     # slow but living writer and its successor never both commit the same chunk.
     commit_timeout: timedelta = Field(
         timedelta(seconds=60),
+        gt=timedelta(0),
         description="Deadline of one commit attempt; a stuck attempt can be taken over after twice this.",
     )
     max_value_bytes: int = Field(

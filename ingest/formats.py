@@ -24,6 +24,7 @@ import orjson
 import pyarrow as pa
 
 from ingest.errors import MalformedChunkError
+from metastore.errors import UserInputError
 from metastore.models import Column, iso
 from metastore.warehouse import arrow_type, data_schema
 
@@ -37,6 +38,15 @@ class Format(StrEnum):
     def guess(cls, path: str | Path) -> Format:
         suffix = Path(path).suffix.lower()
         return {".csv": cls.CSV, ".parquet": cls.PARQUET, ".pq": cls.PARQUET}.get(suffix, cls.JSONL)
+
+
+def as_format(fmt: Format | str) -> Format:
+    """``fmt`` as a :class:`Format` (``"jsonl"`` works as well as ``Format.JSONL``)."""
+    try:
+        return Format(fmt)
+    except ValueError:
+        known = ", ".join(f.value for f in Format)
+        raise UserInputError(f"format must be one of {known}; got {fmt!r}") from None
 
 
 @dataclass(frozen=True)
@@ -564,7 +574,8 @@ def _fast_cast(source: pa.DataType, target: pa.DataType) -> bool:
     return False
 
 
-def parse(data: bytes, fmt: Format, v: RecordValidator) -> Parsed:
+def parse(data: bytes, fmt: Format | str, v: RecordValidator) -> Parsed:
+    fmt = as_format(fmt)
     if fmt is Format.JSONL:
         return parse_jsonl(data, v)
     if fmt is Format.CSV:

@@ -6,6 +6,7 @@ so table creation, lookup and description have one home.
 
 from __future__ import annotations
 
+import os
 import shutil
 from dataclasses import dataclass
 from datetime import timedelta
@@ -26,7 +27,7 @@ from metastore.models import (
     iso,
 )
 from metastore.store import Metastore, default_url
-from metastore.warehouse import STAGING_DIR, Warehouse, partition_dir
+from metastore.warehouse import STAGING_DIR, Warehouse, partition_dir, storage_errors
 
 DEAD_LETTER_COLUMNS = (
     Column(name="chunk", type="string"),
@@ -46,7 +47,12 @@ class Catalog:
     @classmethod
     def open(cls, warehouse: str | Path, metastore_url: str | None = None) -> Catalog:
         wh = Warehouse(warehouse)
-        wh.root.mkdir(parents=True, exist_ok=True)
+        with storage_errors(f"opening the warehouse {wh.root} (set --warehouse or STREAMPART_WAREHOUSE)"):
+            if wh.root.exists() and not wh.root.is_dir():
+                raise NotADirectoryError(20, "it is a file, not a directory", str(wh.root))
+            wh.root.mkdir(parents=True, exist_ok=True)
+            if not os.access(wh.root, os.W_OK | os.X_OK):
+                raise PermissionError(13, "not writable", str(wh.root))
         return cls(Metastore(metastore_url or default_url(wh.root)), wh)
 
     def close(self) -> None:

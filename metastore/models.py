@@ -103,7 +103,7 @@ def check_identifier(value: str, what: str) -> str:
         raise UserInputError(f"{what} {value!r} contains '..'")
     if any(q in value for q in "'\"`"):
         raise UserInputError(f"{what} {value!r} contains a quote")
-    if not _IDENT.match(value):
+    if not _IDENT.fullmatch(value):
         raise UserInputError(
             f"{what} {value!r} is not a valid name: use letters, digits and '_', "
             "starting with a letter or '_', at most 128 characters"
@@ -571,7 +571,7 @@ _TOKEN_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}$")
 
 def check_token_name(name: str) -> str:
     """A token's name: letters, digits, ``_``, ``.``, ``-``; at most 128 characters."""
-    if not _TOKEN_NAME.match(name or "") or ".." in name:
+    if not _TOKEN_NAME.fullmatch(name or "") or ".." in name:
         raise UserInputError(
             f"token name {name!r} is not valid: use letters, digits, '_', '.' and '-' "
             "(not '..'), starting with a letter, digit or '_', at most 128 characters"

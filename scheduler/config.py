@@ -20,7 +20,9 @@ class RollConfig(BaseModel):
     # an interrupted roll over only after the lease ends, and its first step (a fresh seal)
     # fences the previous holder's sweep commit in any case.
     lease: timedelta = Field(
-        timedelta(minutes=10), description="How long a roller owns a roll before others may resume it."
+        timedelta(minutes=10),
+        gt=timedelta(0),
+        description="How long a roller owns a roll before others may resume it.",
     )
 
 

@@ -8,11 +8,13 @@ every field), then the defaults.
 
 from __future__ import annotations
 
+import logging
 import os
+import re
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -25,6 +27,8 @@ from ingest.config import ChunkConfig
 from metastore.errors import UserInputError
 from scheduler.config import RollConfig, SchedulerConfig
 
+_MASTER = re.compile(r"local(\[(\d+|\*)(,\d+)?\])?|local-cluster\[[\d, ]+\]|yarn|(spark|k8s|mesos)://.+")
+
 
 class SparkConfig(BaseModel):
     model_config = ConfigDict(frozen=True)
@@ -32,6 +36,17 @@ class SparkConfig(BaseModel):
     master: str = Field(
         "local[2]", description="Spark master URL (local[N], spark://host:7077, yarn, k8s://…)."
     )
+
+    @field_validator("master")
+    @classmethod
+    def _known_master(cls, value: str) -> str:
+        # Spark's own rule, checked here: in the JVM it fails with a stack trace, not a message
+        if not _MASTER.fullmatch(value):
+            raise ValueError(
+                f"{value!r} is not a Spark master: use local[N], spark://HOST:PORT, yarn or k8s://…"
+            )
+        return value
+
     shuffle_partitions: int = Field(4, ge=1, description="spark.sql.shuffle.partitions for queries.")
     driver_memory: str = Field("2g", description="spark.driver.memory.")
     conf: dict[str, str] = Field(default_factory=dict, description="Any further Spark settings.")
@@ -69,8 +84,45 @@ class Settings(BaseSettings):
         return tuple(sources)
 
 
+# STREAMPART_* variables that are not settings: the config file's name, test hooks.
+_NOT_SETTINGS = frozenset(
+    {"STREAMPART_CONFIG", "STREAMPART_CRASHPOINT", "STREAMPART_PAUSEPOINT", "STREAMPART_TEST_PG"}
+)
+
+
+def _setting_names(model: type[BaseModel], prefix: str) -> set[str]:
+    """Every environment variable naming a field of ``model`` (nested models through ``__``)."""
+    names = set()
+    for field, info in model.model_fields.items():
+        name = prefix + field.upper()
+        names.add(name)
+        if isinstance(info.annotation, type) and issubclass(info.annotation, BaseModel):
+            names |= _setting_names(info.annotation, name + "__")
+        elif info.annotation is not None and getattr(info.annotation, "__origin__", None) is dict:
+            names.add(name + "__*")  # a mapping: any key below it
+    return names
+
+
+def unknown_environment() -> list[str]:
+    """``STREAMPART_*`` variables that name no setting: a typo is otherwise ignored in silence."""
+    known = _setting_names(Settings, "STREAMPART_") | _NOT_SETTINGS
+    mappings = tuple(n[:-1] for n in known if n.endswith("__*"))
+    return sorted(
+        k for k in os.environ if k.startswith("STREAMPART_") and k not in known and not k.startswith(mappings)
+    )
+
+
 def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings:
-    """Load settings; a bad value raises :class:`UserInputError` naming the field."""
+    """Load settings; a bad value raises :class:`UserInputError` naming the field.
+
+    Unknown ``STREAMPART_*`` variables are logged as a warning (unknown keys of the TOML file
+    are an error, as its keys are checked in one place).
+    """
+    for name in unknown_environment():
+        logging.getLogger("streampart.config").warning(
+            "warning: environment variable %s names no setting and is ignored (see conf/streampart.toml)",
+            name,
+        )
     if config_file is not None:
         if not config_file.is_file():
             raise UserInputError(f"config file {config_file} does not exist")

@@ -9,6 +9,7 @@ DataFrame — sees the same rows, whatever commits or rolls happen meanwhile.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import sys
@@ -47,6 +48,9 @@ def spark_session(config: SparkConfig | None = None) -> SparkSession:
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     warnings.filterwarnings("ignore", message=".*pandas.*", category=FutureWarning)
+    # PySpark logs every error it captures from the JVM, with the whole Java stack (kilobytes),
+    # before raising it; streampart reports each as one line (spark_errors), so not twice.
+    logging.getLogger("SQLQueryContextLogger").disabled = True
     log4j = Path(__file__).with_name("log4j2.properties")
     builder = (
         SparkSession.builder.appName("streampart")
@@ -63,7 +67,14 @@ def spark_session(config: SparkConfig | None = None) -> SparkSession:
     )
     for key, value in config.conf.items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    try:
+        with spark_errors():
+            spark = builder.getOrCreate()
+    except QueryError as exc:
+        raise QueryError(
+            f"Spark could not start with master {config.master!r} (spark.master, STREAMPART_SPARK__MASTER): "
+            f"{str(exc).removeprefix('query failed: ')}"
+        ) from None
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 

@@ -48,17 +48,23 @@ class Result:
         return " ".join(self.stderr.split())
 
 
-def run(warehouse: Path, *args: str | Path, timeout: float = 180, tz: str | None = None) -> Result:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMPART_")}
+def run(
+    warehouse: Path,
+    *args: str | Path,
+    timeout: float = 180,
+    tz: str | None = None,
+    env: dict[str, str] | None = None,
+) -> Result:
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("STREAMPART_")} | (env or {})
     if tz is not None:
-        env["TZ"] = tz
+        environment["TZ"] = tz
     argv = [str(a) for a in args]
     proc = subprocess.run(
         [*COMMAND, "--warehouse", str(warehouse), *argv],
         capture_output=True,
         text=True,
         cwd=warehouse.parent,
-        env=env,
+        env=environment,
         timeout=timeout,
         stdin=subprocess.DEVNULL,
     )
@@ -454,3 +460,18 @@ def test_a_table_whose_log_lost_a_commit_is_refused_and_check_names_it(tmp_path:
     assert (problem["table"], problem["kind"], problem["version"]) == ("ns.t", "log_behind", 2)
     for refused in (describe, write):
         assert_user_error(refused, "table ns.t: the Delta log ends at version 1", "version 2", "backup")
+
+
+def test_an_unusable_warehouse_or_spark_master_is_one_clear_error(tmp_path: Path) -> None:
+    a_file = tmp_path / "a-file"
+    a_file.write_text("not a directory")
+    spark_wh = tmp_path / "wh"
+    assert run(spark_wh, "table", "create", "ns.t", *CREATE).returncode == 0
+    env = {"STREAMPART_SPARK__MASTER": "bogus://nowhere"}
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        missing = pool.submit(run, Path("/proc/nope"), "table", "list")
+        is_file = pool.submit(run, a_file, "table", "list")
+        bogus = pool.submit(run, spark_wh, "query", "SELECT count(*) FROM ns.t", env=env)
+    assert_user_error(missing.result(), "opening the warehouse /proc/nope", "STREAMPART_WAREHOUSE")
+    assert_user_error(is_file.result(), f"warehouse {a_file}", "not a directory")
+    assert_user_error(bogus.result(), "spark.master: Value error, 'bogus://nowhere' is not a Spark master")

@@ -89,6 +89,8 @@ def stage_upload(
             if bad and not table.dead_letter:
                 raise _fail(fmt, bad)
             files += write_staged_files(warehouse, table, f"{chunk.id}-{attempt}-{n}", parsed.good)
+        if records == 0:
+            raise BodyError("the upload holds no records; nothing was staged")
         return writer.stage_files(chunk, files, bad, digest)
     except BaseException:
         for f in files:

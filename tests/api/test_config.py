@@ -36,3 +36,34 @@ def test_a_bad_value_names_its_field(
     monkeypatch.setenv(f"STREAMPART_SERVER__{key}", value)
     with pytest.raises(UserInputError, match=field):
         load_settings()
+
+
+# Values that were accepted and then broke every write (issue 14, item 11).
+@pytest.mark.parametrize(
+    "variable, value, field",
+    [("STREAMPART_CHUNK__TTL", "-PT5S", "chunk.ttl"),
+     ("STREAMPART_CHUNK__COMMIT_TIMEOUT", "PT0S", "chunk.commit_timeout"),
+     ("STREAMPART_CHUNK__MAX_ROWS", "0", "chunk.max_rows"), ("STREAMPART_ROLL__LEASE", "PT0S", "roll.lease")],
+)  # fmt: skip
+def test_durations_and_limits_that_cannot_work_are_refused(
+    monkeypatch: pytest.MonkeyPatch, variable: str, value: str, field: str
+) -> None:
+    monkeypatch.delenv("STREAMPART_CONFIG", raising=False)
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(UserInputError, match=f"{field}: Input should be greater than"):
+        load_settings()
+
+
+def test_an_unknown_streampart_variable_is_a_warning(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.delenv("STREAMPART_CONFIG", raising=False)
+    monkeypatch.setenv("STREAMPART_CHUNK__TTLL", "5s")  # a typo of STREAMPART_CHUNK__TTL
+    monkeypatch.setenv("STREAMPART_SPARK__CONF__spark.executor.cores", "2")  # a key of a mapping: fine
+    monkeypatch.setenv("STREAMPART_SCHEDULER__HOUSEKEEPING__RETENTION", "3d")  # nested: fine
+    with caplog.at_level("WARNING", logger="streampart.config"):
+        load_settings()
+    assert [r.getMessage() for r in caplog.records] == [
+        "warning: environment variable STREAMPART_CHUNK__TTLL names no setting and is ignored "
+        "(see conf/streampart.toml)"
+    ]

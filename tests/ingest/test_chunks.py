@@ -318,3 +318,13 @@ def test_rows_older_than_max_age_are_late_and_open_no_partition(catalog) -> None
     open_ended = make_table(catalog, "ns.open", mode=Mode.EVENT_TIME, late_data=LateDataPolicy.DIVERT)
     assert ChunkWriter(catalog, open_ended).write_once(backfill, Format.JSONL).late_rows == 0
     assert len(catalog.store.list_partitions(open_ended.id)) == 2
+
+
+def test_an_empty_file_is_an_error_not_a_zero_row_commit(catalog) -> None:  # type: ignore[no-untyped-def]
+    table = make_table(catalog)
+    w = ChunkWriter(catalog, table)
+    for content in (b"", b"\n\n"):
+        with pytest.raises(MalformedChunkError, match="holds no records; nothing was committed"):
+            w.write_once(content, Format.JSONL)
+    assert catalog.store.list_chunks(table.id, [ChunkState.COMMITTED]) == []
+    assert w.write(w.reserve(), records(range(3)), "jsonl").rows == 3  # a format by its name

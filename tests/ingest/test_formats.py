@@ -812,3 +812,15 @@ def test_parquet_bad_values_in_one_batch_are_named_while_other_batches_stay_arro
         formats.PARQUET_BATCH_ROWS = old
     assert [b.position for b in parsed.bad] == [10] and "'tag' is required" in parsed.bad[0].reason
     assert parsed.good.column("id").to_pylist() == list(range(9))
+
+
+@pytest.mark.parametrize("text", ["ns.t\n", "ns\n.t", "ns.t\r"])
+def test_names_with_line_breaks_are_refused(text: str) -> None:
+    with pytest.raises(UserInputError, match="not a valid name"):
+        TableName.parse(text)
+
+
+def test_a_format_may_be_given_as_its_name() -> None:
+    assert parse(jsonl(GOOD), "jsonl", validator()).good.num_rows == 1  # was parsed as Parquet
+    with pytest.raises(UserInputError, match="format must be one of jsonl, csv, parquet; got 'xml'"):
+        parse(b"<a/>", "xml", validator())
