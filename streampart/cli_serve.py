@@ -77,8 +77,16 @@ def serve(
         url,
         extra={"event": "server.listening", "url": url, "auth": not insecure_no_auth},
     )
+    from ingest.api.protocol import header_timeout_protocol
+
     server = uvicorn.Server(
-        uvicorn.Config(app, log_config=None, access_log=config.access_log, timeout_graceful_shutdown=20)
+        uvicorn.Config(
+            app,
+            log_config=None,
+            access_log=config.access_log,
+            timeout_graceful_shutdown=20,
+            http=header_timeout_protocol(config.header_timeout.total_seconds()),
+        )
     )
     # uvicorn shuts down gracefully on SIGTERM, then raises the signal again with the handler it
     # found at start: make that one a clean exit (status 0), as for the roll daemon.

@@ -16,6 +16,7 @@ import json
 import re
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import Body, Depends, FastAPI, Header, Query, Request, Security
@@ -241,9 +242,11 @@ def create_app(
         title="streampart",
         version=__version__,
         description=API_DESCRIPTION,
-        docs_url="/docs" if server.docs else None,
+        docs_url=None,  # served below from the package's own copy of Swagger UI, not a CDN
         redoc_url=None,
     )
+    if server.docs:
+        _serve_docs(app)
     app.state.api = st
     app.add_middleware(_MetricsMiddleware, metrics=st.metrics)
     _install_error_handlers(app)
@@ -548,14 +551,41 @@ def create_app(
         return {"status": "ok", "auth": st.auth}
 
     @app.get("/metrics", include_in_schema=False)
-    def metrics() -> Response:
-        """Prometheus text format; no token needed."""
+    def metrics(credentials: HTTPAuthorizationCredentials | None = Security(bearer)) -> Response:
+        """Prometheus text format: table names and row counts, so behind any valid token when
+        ``server.metrics_require_token`` is set (Prometheus sends one with ``authorization``)."""
+        if st.server.metrics_require_token:
+            principal(credentials)
         return Response(generate_latest(st.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     return app
 
 
 # -- helpers ----------------------------------------------------------------------------------
+def _serve_docs(app: FastAPI) -> None:
+    """Interactive docs at /docs with Swagger UI's files served from the swagger-ui-py package.
+
+    Loading them from a CDN fails on a closed network and lets a third party run script in the
+    page that holds the user's token.
+    """
+    import swagger_ui
+    from fastapi.openapi.docs import get_swagger_ui_html
+    from fastapi.responses import HTMLResponse
+    from fastapi.staticfiles import StaticFiles
+
+    app.mount("/docs/static", StaticFiles(directory=Path(swagger_ui.__file__).parent / "static"), name="docs")
+
+    @app.get("/docs", include_in_schema=False)
+    def docs() -> HTMLResponse:
+        return get_swagger_ui_html(
+            openapi_url="/openapi.json",
+            title="streampart API",
+            swagger_js_url="/docs/static/swagger-ui-bundle.js",
+            swagger_css_url="/docs/static/swagger-ui.css",
+            swagger_favicon_url="/docs/static/favicon-32x32.png",
+        )
+
+
 def _chunk_info(chunk: Chunk, table: Table) -> ChunkInfo:
     return ChunkInfo(
         id=chunk.id,

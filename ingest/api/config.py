@@ -45,6 +45,19 @@ class ServerConfig(BaseModel):
     docs: bool = Field(
         True, description="Serve interactive API docs at /docs (the OpenAPI JSON is always served)."
     )
+    metrics_require_token: bool = Field(
+        False,
+        description="Serve /metrics only to a valid bearer token (its series name tables and count rows); "
+        "off: open to anyone who can reach the port, as Prometheus endpoints usually are.",
+    )
+    # Why 10 s: a client sends a request's headers in one packet or a few; one that trickles them
+    # (slowloris) would otherwise hold a connection, and a worker's slot, for ever.
+    header_timeout: Duration = Field(
+        timedelta(seconds=10),
+        gt=timedelta(0),
+        description="A connection that has not sent a whole request head this long after it opened "
+        "(or after its previous response) is closed.",
+    )
     access_log: bool = Field(False, description="Log every request (uvicorn's access log).")
     log_format: Literal["json", "text"] = Field(
         "json", description="json: one JSON object per line (structured); text: for humans."

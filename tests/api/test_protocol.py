@@ -355,3 +355,62 @@ def test_made_up_methods_and_paths_add_no_metric_series(server: Server) -> None:
     assert after_many == after_some  # a closed set of labels: more junk, no more series
     assert not any("X1METHOD" in s or "nothing/1" in s for s in after_many)
     assert any('method="other"' in s and 'route="unmatched"' in s for s in after_many)
+
+
+def test_docs_are_served_without_a_cdn(server: Server) -> None:
+    with httpx.Client(base_url=server.url) as http:
+        page = http.get("/docs").text
+        assert "https://" not in page and "cdn" not in page.lower()
+        for asset in ("/docs/static/swagger-ui-bundle.js", "/docs/static/swagger-ui.css"):
+            assert asset in page
+            got = http.get(asset)
+            assert got.status_code == 200 and len(got.content) > 10_000, asset
+
+
+@pytest.fixture
+def guarded(tmp_path: Path):  # type: ignore[no-untyped-def]
+    """A server whose /metrics wants a token and whose request heads must arrive within 1 s."""
+    srv = Server(tmp_path / "wh", f"sqlite:///{tmp_path / 'wh' / '_metastore.sqlite'}", tmp_path)
+    make_table(srv.catalog, "ns.events")
+    srv.admin = srv.token("admin", "read:ns")  # type: ignore[attr-defined]
+    srv.start(STREAMPART_SERVER__METRICS_REQUIRE_TOKEN="true", STREAMPART_SERVER__HEADER_TIMEOUT="1s")
+    yield srv
+    srv.close()
+
+
+def test_metrics_can_require_a_token(guarded: Server) -> None:
+    assert httpx.get(f"{guarded.url}/metrics").status_code == 401
+    with_token = httpx.get(f"{guarded.url}/metrics", headers=auth(guarded.admin))  # type: ignore[attr-defined]
+    assert with_token.status_code == 200 and "streampart_http_requests_total" in with_token.text
+
+
+def _closed_within(sock: socket.socket, seconds: float, trickle: bytes) -> bool:
+    """Send ``trickle`` a byte at a time; whether the server closes the connection within ``seconds``."""
+    import time
+
+    sock.settimeout(0.2)
+    deadline = time.monotonic() + seconds
+    for byte in trickle:
+        if time.monotonic() > deadline:
+            return False
+        try:
+            sock.sendall(bytes([byte]))
+            if sock.recv(1024) == b"":
+                return True
+        except TimeoutError:
+            continue
+        except OSError:  # reset by the server
+            return True
+    return False
+
+
+def test_a_request_head_trickled_in_is_cut_off(guarded: Server) -> None:
+    host, port = "127.0.0.1", int(guarded.url.rsplit(":", 1)[1])
+    slow = b"GET /healthz HTTP/1.1\r\nHost: x\r\n" + b"X-Slow: " + b"a" * 200 + b"\r\n\r\n"
+    with socket.create_connection((host, port)) as sock:  # slowloris from the first byte
+        assert _closed_within(sock, 6, slow)
+    with socket.create_connection((host, port)) as sock:  # one good request, then a trickled one
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert b"200 OK" in sock.recv(4096)
+        assert _closed_within(sock, 6, slow)
+    assert httpx.get(f"{guarded.url}/healthz").status_code == 200  # others are served all along
