@@ -14,6 +14,7 @@ chunk id in its commit info, looked up before any retry that might follow a land
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 import time
@@ -126,6 +127,9 @@ class CommitResult:
     dead_letter_rows: int = 0
     late_rows: int = 0
     token: str | None = None
+    # fields of the records the table has no column for, and how many records had each: not
+    # written (only known to the call that parsed the data, so not part of a retry's answer)
+    ignored_fields: dict[str, int] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -137,6 +141,7 @@ class CommitResult:
             "dead_letter_rows": self.dead_letter_rows,
             "late_rows": self.late_rows,
             "token": self.token,
+            "ignored_fields": self.ignored_fields,
         }
 
 
@@ -575,14 +580,18 @@ class ChunkWriter:
         """
         digest = digest_bytes(content)
         chunk = self.reserve(token)
+        ignored: dict[str, int] = {}
         if chunk.state is ChunkState.RESERVED:
             try:
-                chunk = self.write(chunk, content, fmt, source=source)
+                parsed = self.parse(content, fmt)
+                chunk = self.stage(chunk, parsed, source=source, digest=digest)
             except MalformedChunkError:
                 self.abort(chunk.id, reason="malformed content")
                 raise
+            ignored = parsed.ignored
             crashpoint("chunk-after-write")
-        return self.commit(chunk.id, content_digest=digest)
+        result = self.commit(chunk.id, content_digest=digest)
+        return dataclasses.replace(result, ignored_fields=ignored) if ignored else result
 
     def write_table(self, data: pa.Table, token: str | None = None) -> CommitResult:
         """Commit an Arrow table as one chunk; with a token, exactly once (as :meth:`write_once`)."""

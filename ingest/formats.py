@@ -12,8 +12,9 @@ import io
 import json
 import math
 import re
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from decimal import ROUND_HALF_EVEN, Context, Decimal, InvalidOperation
 from enum import StrEnum
@@ -60,6 +61,9 @@ class BadRecord:
 class Parsed:
     good: pa.Table
     bad: list[BadRecord]
+    # fields of the records that the table has no column for: field → how many records had it
+    # (they are not written; the caller says so rather than dropping them in silence)
+    ignored: dict[str, int] = field(default_factory=dict)
 
 
 class _FieldError(ValueError):
@@ -273,6 +277,8 @@ class RecordValidator:
         self.time_bounds = time_bounds
         self._bounded = [time_bounds is not None and c.name == time_bounds.column for c in self.columns]
         self._values: list[list[Any]] = [[] for _ in self.columns]
+        self._names = frozenset(c.name for c in self.columns)
+        self.ignored: Counter[str] = Counter()
         self._added = 0
         self.bad: list[BadRecord] = []
 
@@ -294,6 +300,8 @@ class RecordValidator:
         if not isinstance(record, dict):
             self.bad.append(BadRecord(position, f"expected a JSON object, got {type(record).__name__}", raw))
             return
+        if not record.keys() <= self._names:
+            self.ignored.update(record.keys() - self._names)
         row: list[Any] = []
         for col, conv, required, bounded in zip(
             self.columns, self._conv, self._required, self._bounded, strict=True
@@ -343,7 +351,7 @@ class RecordValidator:
             pa.array(values, type=arrow_type(c.type))
             for values, c in zip(self._values, self.columns, strict=True)
         ]
-        return Parsed(pa.Table.from_arrays(arrays, schema=self.schema), self.bad)
+        return Parsed(pa.Table.from_arrays(arrays, schema=self.schema), self.bad, dict(self.ignored))
 
 
 _BOM = b"\xef\xbb\xbf"
@@ -495,6 +503,7 @@ def parse_parquet(data: bytes | Path, v: RecordValidator) -> Parsed:
         raise MalformedChunkError(f"Parquet file lacks required column(s): {', '.join(missing)}")
     v.check_rows(f.metadata.num_rows)  # before reading a row: the file says how many it holds
     wanted = [c.name for c in v.columns if c.name in present]
+    ignored = {name: f.metadata.num_rows for name in f.schema_arrow.names if name not in v._names}
     parts: list[pa.Table] = []
     offset = 0
     try:
@@ -512,7 +521,7 @@ def parse_parquet(data: bytes | Path, v: RecordValidator) -> Parsed:
     except (pa.ArrowInvalid, OSError) as exc:  # a damaged row group
         raise MalformedChunkError(f"Parquet file cannot be read past row {offset}: {exc}") from None
     good = pa.concat_tables(parts) if parts else v.schema.empty_table()
-    return Parsed(good, v.bad)
+    return Parsed(good, v.bad, ignored)
 
 
 def _arrow_batch(batch: pa.RecordBatch, v: RecordValidator) -> pa.Table | None:
@@ -523,18 +532,18 @@ def _arrow_batch(batch: pa.RecordBatch, v: RecordValidator) -> pa.Table | None:
 
     arrays = []
     names = batch.schema.names
-    for column, required, field in zip(v.columns, v._required, v.schema, strict=True):
+    for column, required, target in zip(v.columns, v._required, v.schema, strict=True):
         if column.name not in names:
             if required:
                 return None
-            arrays.append(pa.nulls(batch.num_rows, field.type))
+            arrays.append(pa.nulls(batch.num_rows, target.type))
             continue
         array = batch.column(column.name)
-        if array.type != field.type:
-            if not _fast_cast(array.type, field.type):
+        if array.type != target.type:
+            if not _fast_cast(array.type, target.type):
                 return None
             try:
-                array = array.cast(field.type, safe=True)
+                array = array.cast(target.type, safe=True)
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
                 return None
         if required and array.null_count:

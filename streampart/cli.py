@@ -313,6 +313,11 @@ def write(
             extra += f", {result.dead_letter_rows} bad records to the dead-letter table"
         if result.late_rows:
             extra += f", {result.late_rows} late rows diverted"
+        if result.ignored_fields:
+            fields = ", ".join(f"{k} ({n} records)" for k, n in sorted(result.ignored_fields.items()))
+            err.print(
+                f"warning: fields not in the table were not written: {fields}", highlight=False, markup=False
+            )
         out.print(
             f"committed chunk {result.chunk}: {result.rows} rows into "
             f"{', '.join(result.partitions) or '(none)'} "

@@ -462,6 +462,15 @@ def test_a_table_whose_log_lost_a_commit_is_refused_and_check_names_it(tmp_path:
         assert_user_error(refused, "table ns.t: the Delta log ends at version 1", "version 2", "backup")
 
 
+def test_write_warns_of_fields_the_table_lacks(tmp_path: Path) -> None:
+    wh = tmp_path / "wh"
+    data = write_jsonl(tmp_path / "x.jsonl", {"id": 1, "ts": "2026-01-01T00:00:00Z", "colour": "red"})
+    assert run(wh, "table", "create", "ns.t", *CREATE).returncode == 0
+    written = run(wh, "write", "ns.t", data)
+    assert written.returncode == 0 and "committed chunk" in written.stdout
+    assert "warning: fields not in the table were not written: colour (1 records)" in written.message
+
+
 def test_an_unusable_warehouse_or_spark_master_is_one_clear_error(tmp_path: Path) -> None:
     a_file = tmp_path / "a-file"
     a_file.write_text("not a directory")

@@ -11,6 +11,7 @@ Route code runs the chunk protocol of :mod:`ingest.chunks` in worker threads (it
 metastore and Delta); only the streaming of request bodies runs on the event loop.
 """
 
+import dataclasses
 import hashlib
 import json
 import re
@@ -150,6 +151,11 @@ class ChunkInfo(BaseModel):
     version: int | None = Field(description="Delta version of the commit, once committed.")
     partitions: list[str]
     error: str | None
+    ignored_fields: dict[str, int] = Field(
+        default_factory=dict,
+        description="Upload: fields of the records the table has no column for, and how many records had "
+        "each. They are not written.",
+    )
 
 
 class CommitInfo(BaseModel):
@@ -163,6 +169,9 @@ class CommitInfo(BaseModel):
     dead_letter_rows: int
     late_rows: int
     token: str | None = Field(description="The chunk's idempotency key.")
+    ignored_fields: dict[str, int] = Field(
+        default_factory=dict, description="Fields of the events' records that the table has no column for."
+    )
 
 
 class PartitionInfo(BaseModel):
@@ -407,13 +416,13 @@ def create_app(
                         f.write(piece)
                         digest.update(piece)
             st.metrics.upload_bytes.inc(size)
-            staged = await run_in_threadpool(
+            staged, ignored = await run_in_threadpool(
                 stage_upload, w, chunk, spool, fmt, st.server.upload_batch_rows, f"http:chunk:{chunk.id}",
                 digests.PREFIX + digest.hexdigest(),
             )  # fmt: skip
         finally:
             spool.unlink(missing_ok=True)
-        return _chunk_info(staged, t)
+        return _chunk_info(staged, t).model_copy(update={"ignored_fields": ignored})
 
     @app.post(
         "/v1/chunks/{id}/commit",
@@ -503,13 +512,14 @@ def create_app(
             w = writer(t)
             digest = digests.digest_bytes(bytes(data))
             chunk = w.reserve(idempotency_key)
+            ignored: dict[str, int] = {}
             if chunk.state is ChunkState.RESERVED:
                 try:
-                    chunk = stage_events(w, chunk, records, f"http:events:{kind}", digest)
+                    chunk, ignored = stage_events(w, chunk, records, f"http:events:{kind}", digest)
                 except BodyError:
                     w.abort(chunk.id, reason="malformed events")
                     raise
-            return commit(w, chunk.id, digest)
+            return dataclasses.replace(commit(w, chunk.id, digest), ignored_fields=ignored)
 
         return (await run_in_threadpool(run)).to_json()
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -62,8 +63,10 @@ def stage_upload(
     batch_rows: int,
     source: str,
     digest: str | None = None,
-) -> Chunk:
+) -> tuple[Chunk, dict[str, int]]:
     """Parse the spooled upload and record it as the chunk's data (replacing an earlier upload's).
+
+    Returns the chunk, and the fields of the records the table has no column for (not written).
 
     Raises:
         BodyError: a record is malformed and the table has no dead-letter table; nothing staged.
@@ -81,9 +84,11 @@ def stage_upload(
             batches = iter([(0, spool.read_bytes())])
         limits = writer.validator()
         records = 0
+        ignored: Counter[str] = Counter()
         for n, (offset, content) in enumerate(batches):
             parsed = writer.parse(content, fmt)
             records += parsed.good.num_rows + len(parsed.bad)
+            ignored.update(parsed.ignored)
             limits.check_rows(records)  # each batch alone is under the limit; the chunk must be too
             bad += [DeadLetter(offset + b.position, b.reason, b.raw.encode(), source) for b in parsed.bad]
             if bad and not table.dead_letter:
@@ -91,7 +96,7 @@ def stage_upload(
             files += write_staged_files(warehouse, table, f"{chunk.id}-{attempt}-{n}", parsed.good)
         if records == 0:
             raise BodyError("the upload holds no records; nothing was staged")
-        return writer.stage_files(chunk, files, bad, digest)
+        return writer.stage_files(chunk, files, bad, digest), dict(ignored)
     except BaseException:
         for f in files:
             warehouse.remove_file(table, f.path)
@@ -142,8 +147,8 @@ def records_to_jsonl(records: list[Any]) -> bytes:
 
 def stage_events(
     writer: ChunkWriter, chunk: Chunk, records: list[Any], source: str, digest: str | None = None
-) -> Chunk:
-    """Validate the batch's records and stage them as the chunk's data."""
+) -> tuple[Chunk, dict[str, int]]:
+    """Validate the batch's records and stage them as the chunk's data; also the ignored fields."""
     parsed: Parsed = writer.parse(records_to_jsonl(records), Format.JSONL)
     if parsed.bad and not writer.table.dead_letter:
         first = parsed.bad[0]
@@ -152,7 +157,7 @@ def stage_events(
             line=first.position,
             field=f"body[{first.position - 1}]",
         )
-    return writer.stage(chunk, parsed, source=source, digest=digest)
+    return writer.stage(chunk, parsed, source=source, digest=digest), parsed.ignored
 
 
 def _json_type(value: Any) -> str:

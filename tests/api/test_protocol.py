@@ -24,6 +24,7 @@ from metastore.models import ChunkState
 from tests.api.fixtures import COMMAND, ROOT, LossyProxy, Server, auth, pg_server, wait_for
 from tests.fixtures import make_table
 from tests.helpers import all_ids, duplicates, records
+from tests.helpers import jsonl as jsonl_bytes
 
 
 @pytest.fixture(scope="module")
@@ -414,3 +415,15 @@ def test_a_request_head_trickled_in_is_cut_off(guarded: Server) -> None:
         assert b"200 OK" in sock.recv(4096)
         assert _closed_within(sock, 6, slow)
     assert httpx.get(f"{guarded.url}/healthz").status_code == 200  # others are served all along
+
+
+def test_uploads_and_events_report_fields_the_table_lacks(server: Server) -> None:
+    rows = [{"id": i, "ts": "2026-11-21T10:00:00Z", "colour": "red"} for i in range(9900, 9903)]
+    with httpx.Client(base_url=server.url, headers=auth(server.admin), timeout=30) as http:  # type: ignore[attr-defined]
+        chunk = http.post("/v1/tables/ns/events/chunks", json={}).json()
+        up = http.put(f"/v1/chunks/{chunk['id']}/data", content=jsonl_bytes(rows),
+                      headers={"Content-Type": "application/x-ndjson"})  # fmt: skip
+        assert up.json()["ignored_fields"] == {"colour": 3}
+        http.delete(f"/v1/chunks/{chunk['id']}")
+        events = http.post("/v1/tables/ns/events/events", json=rows)
+        assert events.status_code == 200 and events.json()["ignored_fields"] == {"colour": 3}

@@ -328,3 +328,12 @@ def test_an_empty_file_is_an_error_not_a_zero_row_commit(catalog) -> None:  # ty
             w.write_once(content, Format.JSONL)
     assert catalog.store.list_chunks(table.id, [ChunkState.COMMITTED]) == []
     assert w.write(w.reserve(), records(range(3)), "jsonl").rows == 3  # a format by its name
+
+
+def test_fields_the_table_lacks_are_counted_not_dropped_in_silence(catalog) -> None:  # type: ignore[no-untyped-def]
+    table = make_table(catalog)
+    data = jsonl([{"id": 1, "ts": "2026-11-21T10:00:00Z", "colour": "red"},
+                  {"id": 2, "ts": "2026-11-21T10:00:00Z", "colour": "blue", "size": 3}])  # fmt: skip
+    result = ChunkWriter(catalog, table).write_once(data, Format.JSONL, token="extra")
+    assert result.rows == 2 and result.ignored_fields == {"colour": 2, "size": 1}
+    assert result.to_json()["ignored_fields"] == {"colour": 2, "size": 1}
