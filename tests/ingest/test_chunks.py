@@ -50,7 +50,7 @@ def test_a_chunk_is_invisible_until_its_commit_returns(catalog) -> None:  # type
 
 def test_abort_and_expiry_leave_no_files_and_nothing_visible(catalog, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     table = make_table(catalog)
-    w = ChunkWriter(catalog, table, ChunkConfig(ttl=timedelta(seconds=0)))
+    w = ChunkWriter(catalog, table, ChunkConfig(ttl=timedelta(microseconds=1)))  # expired at once
     aborted = w.write(w.reserve(), records(range(10)), Format.JSONL)
     w.abort(aborted.id)
     with pytest.raises(ChunkStateError, match="aborted"):
