@@ -39,7 +39,7 @@ from ingest.errors import (
     MalformedChunkError,
     TokenConflictError,
 )
-from ingest.formats import BadRecord, Format, Parsed, RecordValidator, TimeBounds, parse
+from ingest.formats import BadRecord, Format, Parsed, RecordValidator, TimeBounds, parse, parse_arrow
 from metastore.catalog import Catalog
 from metastore.crashpoints import crashpoint, pausepoint
 from metastore.errors import ConflictError, StreampartError
@@ -598,15 +598,8 @@ class ChunkWriter:
         digest = arrow_digest(data)
         chunk = self.reserve(token)
         if chunk.state is ChunkState.RESERVED:
-            parsed = Parsed(data, []) if data.schema.equals(self.validator().schema) else self._validate(data)
-            chunk = self.stage(chunk, parsed, digest=digest)
+            chunk = self.stage(chunk, parse_arrow(data, self.validator()), digest=digest)
         return self.commit(chunk.id, content_digest=digest)
-
-    def _validate(self, data: pa.Table) -> Parsed:
-        v = self.validator()
-        for n, record in enumerate(data.to_pylist(), start=1):
-            v.add(n, record, str(record)[:4096])
-        return v.result()
 
 
 def arrow_digest(data: pa.Table) -> str:

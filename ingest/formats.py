@@ -504,22 +504,39 @@ def parse_parquet(data: bytes | Path, v: RecordValidator) -> Parsed:
     v.check_rows(f.metadata.num_rows)  # before reading a row: the file says how many it holds
     wanted = [c.name for c in v.columns if c.name in present]
     ignored = {name: f.metadata.num_rows for name in f.schema_arrow.names if name not in v._names}
+    batches = f.iter_batches(batch_size=PARQUET_BATCH_ROWS, columns=wanted)
+    try:
+        return _validate_batches(batches, v, ignored)
+    except (pa.ArrowInvalid, OSError) as exc:  # a damaged row group
+        raise MalformedChunkError(f"Parquet file cannot be read: {exc}") from None
+
+
+def parse_arrow(data: pa.Table, v: RecordValidator) -> Parsed:
+    """An Arrow table from Python code, checked as a Parquet file is (in batches, as Arrow)."""
+    v.check_rows(data.num_rows)
+    missing = [c.name for c in v.columns if c.name not in data.column_names and not c.nullable]
+    if missing:
+        raise MalformedChunkError(f"the data lacks required column(s): {', '.join(missing)}")
+    ignored = {name: data.num_rows for name in data.column_names if name not in v._names}
+    return _validate_batches(iter(data.to_batches(max_chunksize=PARQUET_BATCH_ROWS)), v, ignored)
+
+
+def _validate_batches(
+    batches: Iterator[pa.RecordBatch], v: RecordValidator, ignored: dict[str, int]
+) -> Parsed:
     parts: list[pa.Table] = []
     offset = 0
-    try:
-        for batch in f.iter_batches(batch_size=PARQUET_BATCH_ROWS, columns=wanted):
-            fast = _arrow_batch(batch, v)
-            if fast is None:
-                rows = v.fresh()
-                for n, record in enumerate(batch.to_pylist(), start=offset + 1):
-                    rows.add(n, record, json.dumps(record, default=str)[:4096])
-                part = rows.result()
-                v.bad += part.bad
-                fast = part.good
-            parts.append(fast)
-            offset += batch.num_rows
-    except (pa.ArrowInvalid, OSError) as exc:  # a damaged row group
-        raise MalformedChunkError(f"Parquet file cannot be read past row {offset}: {exc}") from None
+    for batch in batches:
+        fast = _arrow_batch(batch, v)
+        if fast is None:
+            rows = v.fresh()
+            for n, record in enumerate(batch.to_pylist(), start=offset + 1):
+                rows.add(n, record, json.dumps(record, default=str)[:4096])
+            part = rows.result()
+            v.bad += part.bad
+            fast = part.good
+        parts.append(fast)
+        offset += batch.num_rows
     good = pa.concat_tables(parts) if parts else v.schema.empty_table()
     return Parsed(good, v.bad, ignored)
 

@@ -337,3 +337,23 @@ def test_fields_the_table_lacks_are_counted_not_dropped_in_silence(catalog) -> N
     result = ChunkWriter(catalog, table).write_once(data, Format.JSONL, token="extra")
     assert result.rows == 2 and result.ignored_fields == {"colour": 2, "size": 1}
     assert result.to_json()["ignored_fields"] == {"colour": 2, "size": 1}
+
+
+def test_arrow_tables_from_python_are_checked_like_files(catalog) -> None:  # type: ignore[no-untyped-def]
+    """write_table took a table in the table's schema as it was: no NOT NULL or event-time check."""
+    from metastore.models import iso
+
+    table = make_table(catalog, mode=Mode.EVENT_TIME)
+    w = ChunkWriter(catalog, table)
+    now = datetime.now(UTC)
+    data = pa.table(
+        {"id": pa.array([1, 2], pa.int64()),
+         "ts": pa.array([now, datetime(9999, 12, 31, tzinfo=UTC)], pa.timestamp("us", tz="UTC")),
+         "msg": pa.array(["a", "b"])}
+    )  # fmt: skip
+    assert data.schema.equals(w.validator().schema)  # the shape that skipped every check
+    with pytest.raises(
+        MalformedChunkError, match=r"record 2: column 'ts': event time 9999-12-31T00:00:00Z is after"
+    ):
+        w.write_table(data)
+    assert w.write_table(data.slice(0, 1)).partitions == [iso(now.replace(minute=0, second=0, microsecond=0))]
