@@ -235,10 +235,11 @@ class ChunkWriter:
                 chunk, files, dead_letter_rows=len(bad), content_digest=digest
             )
         except ConflictError:
-            recorded_paths = {f.path for f in self.store.get_chunk(chunk.id).files}
-            for path in new - recorded_paths:  # ours, never recorded: nobody else refers to them
-                self.warehouse.remove_file(self.table, path)
             current = self.store.get_chunk(chunk.id)
+            for path in new - {
+                f.path for f in current.files
+            }:  # ours, never recorded: nobody else refers to them
+                self.warehouse.remove_file(self.table, path)
             raise ChunkStateError(
                 f"cannot write to chunk {chunk.id}: it is {current.state.value}"
                 " (a commit began meanwhile; nothing of this upload was kept)"
