@@ -22,6 +22,7 @@ test: setup
 lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports --no-logo
 
 bench: setup
 	$(BIN)/python -m bench

@@ -190,7 +190,8 @@ def workdir(prefix: str) -> Iterator[Path]:
 # -- tables and data -----------------------------------------------------------------------
 def create_table(catalog: Any, name: str = TABLE_NAME) -> Any:
     """An arrival-mode table (HIVE-4196 style): every chunk lands in the one open partition."""
-    from metastore.models import Mode, TableName, TableSpec, parse_duration, parse_schema
+    from metastore.durations import parse_duration
+    from metastore.models import Mode, TableName, TableSpec, parse_schema
 
     return catalog.create_table(
         TableSpec(

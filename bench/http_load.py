@@ -165,15 +165,8 @@ def load(
     from ingest.api.auth import hash_token, new_token
     from ingest.client import Client
     from metastore.catalog import Catalog
-    from metastore.models import (
-        Mode,
-        PartitionState,
-        Scope,
-        TableName,
-        TableSpec,
-        parse_duration,
-        parse_schema,
-    )
+    from metastore.durations import parse_duration
+    from metastore.models import Mode, PartitionState, Scope, TableName, TableSpec, parse_schema
 
     log_dir = log_dir or warehouse.parent
     catalog = Catalog.open(warehouse, metastore)

@@ -164,7 +164,8 @@ def run_ours(
 
 
 def create_table(catalog: Any, name: str) -> Any:
-    from metastore.models import Mode, TableName, TableSpec, parse_duration, parse_schema
+    from metastore.durations import parse_duration
+    from metastore.models import Mode, TableName, TableSpec, parse_schema
 
     return catalog.create_table(
         TableSpec(

@@ -42,6 +42,7 @@ from ingest.errors import (
 from ingest.formats import BadRecord, Format, Parsed, RecordValidator, TimeBounds, parse, parse_arrow
 from metastore.catalog import Catalog
 from metastore.crashpoints import crashpoint, pausepoint
+from metastore.durations import format_duration
 from metastore.errors import ConflictError, StreampartError
 from metastore.models import (
     Chunk,
@@ -52,7 +53,6 @@ from metastore.models import (
     StagedFile,
     Table,
     TableKind,
-    format_duration,
     iso,
     period_start,
 )

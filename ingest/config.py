@@ -6,11 +6,13 @@ from datetime import timedelta
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from metastore.durations import Duration
+
 
 class ChunkConfig(BaseModel):
     model_config = ConfigDict(frozen=True)
 
-    ttl: timedelta = Field(
+    ttl: Duration = Field(
         timedelta(hours=1),
         gt=timedelta(0),
         description="How long a reserved chunk may wait for its commit before it expires and its files go.",
@@ -19,7 +21,7 @@ class ChunkConfig(BaseModel):
     # a local disk, seconds on object storage). A writer never starts a Delta commit after its
     # deadline, and another process takes a COMMITTING chunk over only after twice that, so a
     # slow but living writer and its successor never both commit the same chunk.
-    commit_timeout: timedelta = Field(
+    commit_timeout: Duration = Field(
         timedelta(seconds=60),
         gt=timedelta(0),
         description="Deadline of one commit attempt; a stuck attempt can be taken over after twice this.",

@@ -39,8 +39,9 @@ from ingest.errors import IngestError
 from ingest.formats import RecordValidator, TimeBounds, loads_json, unexpected
 from metastore.catalog import Catalog
 from metastore.crashpoints import crashpoint
+from metastore.durations import Duration
 from metastore.errors import UserInputError
-from metastore.models import ChunkState, StagedFile, Table, TableKind, TableName, parse_duration
+from metastore.models import ChunkState, StagedFile, Table, TableKind, TableName
 from metastore.warehouse import Warehouse
 
 if TYPE_CHECKING:
@@ -68,7 +69,7 @@ class KafkaIngestOptions(BaseModel):
     format: Literal["json", "csv"] = Field(
         "json", description="Record format: a JSON object, or one CSV line in the table's column order."
     )
-    trigger: timedelta = Field(
+    trigger: Duration = Field(
         timedelta(seconds=5), description="Micro-batch interval (ignored with available_now)."
     )
     available_now: bool = Field(
@@ -97,11 +98,6 @@ class KafkaIngestOptions(BaseModel):
     def _table_name(cls, v: str) -> str:
         TableName.parse(v)
         return v
-
-    @field_validator("trigger", mode="before")
-    @classmethod
-    def _duration(cls, v: Any) -> Any:
-        return parse_duration(v) if isinstance(v, str) else v
 
     @field_validator("starting_offsets")
     @classmethod

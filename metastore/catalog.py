@@ -13,6 +13,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from metastore.durations import format_duration
 from metastore.errors import AlreadyExistsError, UserInputError
 from metastore.models import (
     Column,
@@ -23,7 +24,6 @@ from metastore.models import (
     TableKind,
     TableName,
     TableSpec,
-    format_duration,
     iso,
 )
 from metastore.store import Metastore, default_url
@@ -76,6 +76,14 @@ class Catalog:
             )
         if spec.roll_every < timedelta(seconds=1):
             raise UserInputError("roll interval must be at least 1s")
+        for what, value in (
+            ("roll interval", spec.roll_every),
+            ("lateness", spec.lateness),
+            ("max-future", spec.max_future),
+            ("max-age", spec.max_age),
+        ):
+            if value is not None and value % timedelta(seconds=1):  # the metastore keeps whole seconds
+                raise UserInputError(f"{what} {format_duration(value)} is not a whole number of seconds")
         if spec.mode is Mode.ARRIVAL and spec.lateness:
             raise UserInputError("--lateness applies to event-time tables only")
         if spec.mode is Mode.ARRIVAL and spec.max_age is not None:

@@ -134,43 +134,7 @@ class TableName(BaseModel):
 
 
 # ---------------------------------------------------------------------------------------------
-# Durations and periods
-
-_DURATION_PART = re.compile(r"(\d+)([smhd])")
-_UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-# Periods are computed as EPOCH + n * duration: keep them well inside datetime's range.
-_MAX_DURATION_SECONDS = 36_500 * 86400  # 100 years
-
-
-def parse_duration(text: str, what: str = "duration") -> timedelta:
-    """Parse ``90s``, ``15m``, ``1h``, ``1d`` or combinations such as ``1h30m``."""
-    cleaned = text.strip().lower()
-    pos, seconds = 0, 0
-    for m in _DURATION_PART.finditer(cleaned):
-        if m.start() != pos:
-            break
-        # (a number of more than 12 digits is too long anyway; int() refuses thousands of digits)
-        n = int(m.group(1)) if len(m.group(1)) <= 12 else _MAX_DURATION_SECONDS + 1
-        seconds += n * _UNIT[m.group(2)]
-        pos = m.end()
-    if not cleaned or pos != len(cleaned):
-        raise UserInputError(f"{what} {text!r} is not a duration such as 30s, 15m, 1h, 1d or 1h30m")
-    if seconds > _MAX_DURATION_SECONDS:
-        raise UserInputError(f"{what} {text!r} is too long: at most {_MAX_DURATION_SECONDS // 86400}d")
-    return timedelta(seconds=seconds)
-
-
-def format_duration(delta: timedelta) -> str:
-    seconds = int(delta.total_seconds())
-    if seconds == 0:
-        return "0s"
-    out = []
-    for unit in ("d", "h", "m", "s"):
-        n, seconds = divmod(seconds, _UNIT[unit])
-        if n:
-            out.append(f"{n}{unit}")
-    return "".join(out)
-
+# Periods
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 

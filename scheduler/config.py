@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import re
 from datetime import timedelta
-from typing import Annotated, Any, Literal
+from typing import Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from metastore.durations import Duration
 
 
 class RollConfig(BaseModel):
@@ -19,39 +20,11 @@ class RollConfig(BaseModel):
     # compaction of a large partition on a busy machine can take minutes. Another roller takes
     # an interrupted roll over only after the lease ends, and its first step (a fresh seal)
     # fences the previous holder's sweep commit in any case.
-    lease: timedelta = Field(
+    lease: Duration = Field(
         timedelta(minutes=10),
         gt=timedelta(0),
         description="How long a roller owns a roll before others may resume it.",
     )
-
-
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
-_UNIT_S = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
-
-
-def _duration(value: Any) -> Any:
-    """Accept ``0.5s``, ``30s``, ``15m``, ``1h30m`` and plain seconds (``"2.5"``, as env vars give).
-
-    ISO-8601 (``PT1H``) and numbers go on to pydantic unchanged.
-    """
-    if not isinstance(value, str):
-        return value
-    text = value.strip().lower()
-    try:
-        return float(text)
-    except ValueError:
-        pass
-    pos, seconds = 0, 0.0
-    for m in _DURATION.finditer(text):
-        if m.start() != pos:
-            break
-        seconds += float(m.group(1)) * _UNIT_S[m.group(2)]
-        pos = m.end()
-    return timedelta(seconds=seconds) if text and pos == len(text) else value
-
-
-Duration = Annotated[timedelta, BeforeValidator(_duration)]
 
 
 class HousekeepingConfig(BaseModel):

@@ -52,16 +52,16 @@ from metastore.errors import (
     RetriableError,
     UserInputError,
 )
+from metastore.logs import event
 from metastore.models import Lease, Partition, PartitionState, RollOutcome, Table, iso
 from scheduler.config import RollConfig, SchedulerConfig
 from scheduler.errors import RollAbandonedError, RollBusyError
 from scheduler.housekeeping import Housekeeper
 from scheduler.leadership import Leadership
-from scheduler.logs import LOGGER, event
 from scheduler.metrics import SchedulerMetrics
 from scheduler.roll import NEVER, Roller, RollResult, due_time
 
-log = logging.getLogger(LOGGER)
+log = logging.getLogger("streampart.scheduler")
 
 # Why these job settings (APScheduler's defaults would be wrong for rolls):
 # - misfire_grace_time=None: a roll job whose time passed while every worker was busy (or the

@@ -27,12 +27,12 @@ from typing import Any
 from ingest.config import ChunkConfig
 from metastore.catalog import Catalog
 from metastore.errors import NotFoundError
+from metastore.logs import event
 from metastore.models import ChunkState, PartitionState, Table
 from metastore.warehouse import STAGING_DIR, last_checkpoint_version
 from scheduler.config import HousekeepingConfig
-from scheduler.logs import LOGGER, event
 
-log = logging.getLogger(LOGGER)
+log = logging.getLogger("streampart.scheduler")
 
 _ACTIVE = (ChunkState.RESERVED, ChunkState.COMMITTING)
 

@@ -24,11 +24,11 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from metastore.errors import LeaseLostError, MetastoreUnavailableError
+from metastore.logs import event
 from metastore.models import Lease
 from metastore.store import Metastore
-from scheduler.logs import LOGGER, event
 
-log = logging.getLogger(LOGGER)
+log = logging.getLogger("streampart.scheduler")
 
 
 @dataclass

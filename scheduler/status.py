@@ -9,7 +9,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from metastore.catalog import Catalog
-from metastore.models import PartitionState, RollOutcome, format_duration, iso
+from metastore.durations import format_duration
+from metastore.models import PartitionState, RollOutcome, iso
 from scheduler.config import SchedulerConfig
 from scheduler.roll import due_time
 

@@ -4,6 +4,8 @@ A top-level package of its own because these parts span every component (metasto
 scheduler) and belong to none of them.
 """
 
+import importlib.metadata
+
 __all__ = ["__version__"]
 
-__version__ = "0.1.0"
+__version__ = importlib.metadata.version("streampart")

@@ -139,7 +139,8 @@ def table_create(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON")] = False,
 ) -> None:
     """Create a streaming table partitioned by one timestamp column."""
-    from metastore.models import LateDataPolicy, Mode, TableName, TableSpec, parse_duration, parse_schema
+    from metastore.durations import parse_duration
+    from metastore.models import LateDataPolicy, Mode, TableName, TableSpec, parse_schema
 
     spec = TableSpec(
         name=TableName.parse(name),
@@ -208,7 +209,7 @@ def table_list(as_json: Annotated[bool, typer.Option("--json", help="Print JSON"
 
 
 def _fmt_duration(d: Any) -> str:
-    from metastore.models import format_duration
+    from metastore.durations import format_duration
 
     return format_duration(d)
 

@@ -30,8 +30,8 @@ def scheduler_run(
 
     Start as many as you like against one metastore: one leads, the others take over if it dies.
     """
+    from metastore.logs import configure_logging
     from scheduler.daemon import RollDaemon
-    from scheduler.logs import configure_logging
     from streampart.cli import STATE
 
     settings = STATE.settings()

@@ -45,7 +45,7 @@ def serve(
 
     from ingest.api.app import create_app
     from metastore.errors import UserInputError
-    from scheduler.logs import configure_logging
+    from metastore.logs import configure_logging
     from streampart.cli import STATE, err
 
     settings = STATE.settings()

@@ -16,7 +16,8 @@ from ingest.chunks import ChunkWriter
 from ingest.errors import TokenConflictError
 from ingest.formats import Format
 from metastore.catalog import Catalog
-from metastore.models import TableName, TableSpec, iso, parse_duration, parse_schema
+from metastore.durations import parse_duration
+from metastore.models import TableName, TableSpec, iso, parse_schema
 from scheduler.roll import Roller
 
 DEMO = TableName(namespace="demo", table="events")

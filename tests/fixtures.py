@@ -11,7 +11,8 @@ import pytest
 import sqlalchemy as sa
 
 from metastore.catalog import Catalog
-from metastore.models import LateDataPolicy, Mode, Table, TableName, TableSpec, parse_duration, parse_schema
+from metastore.durations import parse_duration
+from metastore.models import LateDataPolicy, Mode, Table, TableName, TableSpec, parse_schema
 
 PG_ADMIN_URL = os.environ.get("STREAMPART_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 

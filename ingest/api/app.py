@@ -13,6 +13,7 @@ metastore and Delta); only the streaming of request bodies runs on the event loo
 
 import dataclasses
 import hashlib
+import importlib.metadata
 import json
 import re
 import time
@@ -235,8 +236,6 @@ def create_app(
     auth: bool = True,
 ) -> FastAPI:
     """The API over ``catalog``. ``auth=False`` only for ``streampart serve --insecure-no-auth``."""
-    from streampart import __version__
-
     server = server or ServerConfig()
     chunk = chunk or ChunkConfig()
     st = ApiState(
@@ -249,7 +248,7 @@ def create_app(
     )
     app = FastAPI(
         title="streampart",
-        version=__version__,
+        version=importlib.metadata.version("streampart"),
         description=API_DESCRIPTION,
         docs_url=None,  # served below from the package's own copy of Swagger UI, not a CDN
         redoc_url=None,

@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from scheduler.config import Duration
+from metastore.durations import Duration
 
 
 class ServerConfig(BaseModel):

@@ -14,6 +14,7 @@ import pytest
 
 from ingest.errors import MalformedChunkError
 from ingest.formats import BadRecord, Format, Parsed, RecordValidator, parse
+from metastore.durations import parse_duration
 from metastore.errors import IllegalTransitionError, UserInputError
 from metastore.models import (
     EPOCH,
@@ -23,7 +24,6 @@ from metastore.models import (
     RollState,
     TableName,
     check_transition,
-    parse_duration,
     parse_schema,
     period_start,
 )
@@ -624,40 +624,6 @@ def test_table_name_parse() -> None:
 def test_table_name_parse_errors(text: str, fragment: str) -> None:
     with pytest.raises(UserInputError, match=fragment.replace(".", r"\.")):
         TableName.parse(text)
-
-
-@pytest.mark.parametrize(
-    ("text", "expected"),
-    [
-        ("15m", timedelta(minutes=15)),
-        ("1h30m", timedelta(hours=1, minutes=30)),
-        ("1d", timedelta(days=1)),
-        ("90s", timedelta(seconds=90)),
-        (" 2H ", timedelta(hours=2)),
-        ("0s", timedelta(0)),
-    ],
-)
-def test_parse_duration(text: str, expected: timedelta) -> None:
-    assert parse_duration(text) == expected
-
-
-@pytest.mark.parametrize("text", ["", "  ", "10", "abc", "1x", "h1", "1h 30m", "-5m", "1.5h", "1h30"])
-def test_parse_duration_errors(text: str) -> None:
-    with pytest.raises(UserInputError, match="--roll-every") as info:
-        parse_duration(text, "--roll-every")
-    assert repr(text) in str(info.value)
-
-
-def test_parse_duration_too_large_is_a_user_error() -> None:
-    with pytest.raises(UserInputError):
-        parse_duration("9999999999d", "--roll-every")
-
-
-@pytest.mark.parametrize("text", ["36501d", "1" * 5000 + "s", "99999999999999999999h"])
-def test_parse_duration_names_a_value_too_large(text: str) -> None:
-    with pytest.raises(UserInputError, match=r"--roll-every '.*' is too long"):
-        parse_duration(text, "--roll-every")
-    assert parse_duration("36500d") == timedelta(days=36500)
 
 
 @pytest.mark.parametrize(

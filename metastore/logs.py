@@ -1,4 +1,5 @@
-"""Structured logs of the roll daemon: one JSON object per line on standard error.
+"""Structured logs of every long-running process (the roll daemon, the HTTP server): one JSON
+object per line on standard error.
 
 Every record carries ``ts``, ``level``, ``logger``, ``msg`` and, when given, ``event`` (a
 stable dotted name such as ``roll.done``) and the fields passed in ``extra`` (``table``,
@@ -13,7 +14,7 @@ import sys
 from datetime import UTC, datetime
 from typing import Any
 
-LOGGER = "streampart.scheduler"
+from metastore.models import iso
 
 # Attributes every LogRecord has; anything else on a record came from ``extra``.
 _STANDARD = set(logging.makeLogRecord({}).__dict__) | {"message", "asctime", "taskName"}
@@ -21,8 +22,6 @@ _STANDARD = set(logging.makeLogRecord({}).__dict__) | {"message", "asctime", "ta
 
 def _jsonable(value: Any) -> Any:
     if isinstance(value, datetime):
-        from metastore.models import iso
-
         return iso(value)
     if isinstance(value, str | int | float | bool) or value is None:
         return value
