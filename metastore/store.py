@@ -21,6 +21,7 @@ from sqlalchemy import event
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import IntegrityError, OperationalError
 
+from metastore import clock
 from metastore import schema as s
 from metastore.errors import (
     AlreadyExistsError,
@@ -71,7 +72,7 @@ def _out(ts: datetime | None) -> datetime | None:
 
 
 def _now() -> datetime:
-    return datetime.now(UTC)
+    return clock.now()
 
 
 def normalize_url(url: str) -> str:
