@@ -33,7 +33,6 @@ import socket
 import sys
 import threading
 import time
-import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -59,7 +58,7 @@ from scheduler.errors import RollAbandonedError, RollBusyError
 from scheduler.housekeeping import Housekeeper
 from scheduler.leadership import Leadership
 from scheduler.metrics import SchedulerMetrics
-from scheduler.roll import NEVER, Roller, RollResult, due_time
+from scheduler.roll import NEVER, Roller, RollResult, due_time, owner_id
 
 log = logging.getLogger("streampart.scheduler")
 
@@ -89,11 +88,6 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
-def daemon_owner() -> str:
-    """A unique id of this daemon process (at most 64 characters, the roll owner column)."""
-    return f"{socket.gethostname()[:40]}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-
-
 def roll_job_id(table_id: int, value: datetime) -> str:
     return f"roll:{table_id}:{iso(value)}"
 
@@ -113,7 +107,7 @@ class RollDaemon:
     config: SchedulerConfig = field(default_factory=SchedulerConfig)
     roll_config: RollConfig = field(default_factory=RollConfig)
     chunk_config: ChunkConfig = field(default_factory=ChunkConfig)
-    owner: str = field(default_factory=daemon_owner)
+    owner: str = field(default_factory=owner_id)
 
     def __post_init__(self) -> None:
         self.metrics = SchedulerMetrics()

@@ -77,8 +77,17 @@ class RollResult:
         return self.__dict__.copy()
 
 
-def default_owner() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+# The rolls.owner column's width: an owner id longer than this is refused by PostgreSQL.
+OWNER_MAX = 64
+
+
+def owner_id() -> str:
+    """A unique id of this process as a roller (``host:pid:random``), at most :data:`OWNER_MAX` long.
+
+    The host name is cut to fit: the pid and the random part keep ids unique on one host.
+    """
+    suffix = f":{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    return socket.gethostname()[: OWNER_MAX - len(suffix)] + suffix
 
 
 # The due time of a partition too close to the end of the calendar: it never rolls on time.
@@ -120,7 +129,7 @@ class Roller:
 
     catalog: Catalog
     config: RollConfig = field(default_factory=RollConfig)
-    owner: str = field(default_factory=default_owner)
+    owner: str = field(default_factory=owner_id)
     # The roll daemon's leadership: rolls begin and are claimed only while it is held.
     fence: Lease | None = None
     # Asked at every step boundary; True stops the roll there (resumable) with RollAbandonedError.

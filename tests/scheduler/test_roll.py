@@ -139,3 +139,15 @@ def test_a_chunk_staged_by_several_tasks_counts_once(catalog) -> None:  # type: 
     assert (result.chunks, result.files_before, result.files_after, result.rows) == (1, 3, 1, 30)
     [standard] = catalog.store.list_partitions(table.id, [PartitionState.STANDARD])
     assert standard.chunks == 1
+
+
+def test_a_roller_on_a_host_with_a_long_name_rolls(catalog, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    # Issue 9: `streampart roll` used the whole host name in its owner id; PostgreSQL refused
+    # an id longer than the 64-character owner column. The daemon cut it; now both do.
+    monkeypatch.setattr("socket.gethostname", lambda: "build-agent-" + "x" * 100 + ".example.internal")
+    table = make_table(catalog)
+    ChunkWriter(catalog, table).write_once(records(range(3)), Format.JSONL)
+    roller = Roller(catalog)
+    assert len(roller.owner) <= 64 and roller.owner.startswith("build-agent-xxx")
+    [result] = roller.roll_table(table, force=True)
+    assert result.rows == 3
