@@ -198,7 +198,6 @@ def create_table(catalog: Any, name: str = TABLE_NAME) -> Any:
             name=TableName.parse(name),
             columns=parse_schema(TABLE_DDL),
             time_column="ts",
-            partition_column="ts_period",
             mode=Mode.ARRIVAL,
             roll_every=parse_duration("1d"),
         )

@@ -173,7 +173,7 @@ def load(
     table = catalog.create_table(
         TableSpec(
             name=TableName.parse(TABLE), columns=parse_schema("id BIGINT, ts TIMESTAMP, msg STRING"),
-            time_column="ts", partition_column="ts_period", mode=Mode.ARRIVAL,
+            time_column="ts", mode=Mode.ARRIVAL,
             roll_every=parse_duration(roll_every),
         )
     )  # fmt: skip

@@ -172,7 +172,6 @@ def create_table(catalog: Any, name: str) -> Any:
             name=TableName.parse(name),
             columns=parse_schema(DDL),
             time_column="ts",
-            partition_column="ts_period",
             mode=Mode.ARRIVAL,
             roll_every=parse_duration("1d"),
             dead_letter=True,

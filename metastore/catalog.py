@@ -94,7 +94,7 @@ class Catalog:
         if spec.dead_letter:
             companions.append(
                 TableSpec(
-                    name=TableName(namespace=spec.name.namespace, table=spec.name.table + "__dead_letter"),
+                    name=spec.companion(TableKind.DEAD_LETTER),
                     columns=DEAD_LETTER_COLUMNS,
                     time_column="received_at",
                     partition_column="received_period",
@@ -107,7 +107,7 @@ class Catalog:
             companions.append(
                 spec.model_copy(
                     update={
-                        "name": TableName(namespace=spec.name.namespace, table=spec.name.table + "__late"),
+                        "name": spec.companion(TableKind.LATE),
                         "mode": Mode.ARRIVAL,
                         "lateness": timedelta(0),
                         "late_data": LateDataPolicy.REJECT,

@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from metastore.errors import IllegalTransitionError, UserInputError
 
@@ -308,6 +308,19 @@ def format_schema(columns: tuple[Column, ...]) -> str:
 # Records of the metastore
 
 
+# Companion tables are named after their main table: NS.TABLE__dead_letter, NS.TABLE__late.
+COMPANION_SUFFIX = {TableKind.DEAD_LETTER: "__dead_letter", TableKind.LATE: "__late"}
+
+
+def companion_name(name: TableName, kind: TableKind) -> TableName:
+    return TableName(namespace=name.namespace, table=name.table + COMPANION_SUFFIX[kind])
+
+
+def default_partition_column(time_column: str) -> str:
+    """The partition column of a table whose ``time_column`` is given: ``<time_column>_period``."""
+    return f"{time_column}_period"
+
+
 class TableSpec(BaseModel):
     """What a user asks for when creating a streaming table."""
 
@@ -316,7 +329,9 @@ class TableSpec(BaseModel):
     name: TableName
     columns: tuple[Column, ...]
     time_column: str
-    partition_column: str = Field(description="Column holding the partition value (period start).")
+    partition_column: str = Field(
+        "", description="Column holding the partition value (period start); default <time_column>_period."
+    )
     mode: Mode = Mode.ARRIVAL
     roll_every: timedelta
     lateness: timedelta = timedelta(0)
@@ -335,6 +350,17 @@ class TableSpec(BaseModel):
     def data_columns(self) -> tuple[Column, ...]:
         return self.columns
 
+    @model_validator(mode="before")
+    @classmethod
+    def _default_partition_column(cls, data: Any) -> Any:
+        if isinstance(data, dict) and not data.get("partition_column") and data.get("time_column"):
+            return {**data, "partition_column": default_partition_column(str(data["time_column"]))}
+        return data
+
+    def companion(self, kind: TableKind) -> TableName:
+        """The name of this table's dead-letter or late-data companion."""
+        return companion_name(self.name, kind)
+
 
 class Table(TableSpec):
     """A table as recorded in the metastore."""
@@ -349,15 +375,15 @@ class Table(TableSpec):
             return None
         return MIN_EVENT_TIME, min(MAX_EVENT_TIME, saturating_add(now, self.max_future))
 
+    def period_end(self, value: datetime) -> datetime:
+        """The end of the period of the partition of ``value`` (saturating at the calendar's end)."""
+        return saturating_add(period_start(value, self.roll_every), self.roll_every)
+
     def too_old(self, period: datetime, now: datetime) -> bool:
         """Event-time tables: whether rows of ``period`` are past ``max_age`` at ``now`` (late)."""
         if self.mode is not Mode.EVENT_TIME or self.max_age is None:
             return False
-        return saturating_add(period, self.roll_every) <= saturating_add(now, -self.max_age)
-
-    def companion(self, kind: TableKind) -> TableName:
-        suffix = {TableKind.DEAD_LETTER: "__dead_letter", TableKind.LATE: "__late"}[kind]
-        return TableName(namespace=self.name.namespace, table=self.name.table + suffix)
+        return self.period_end(period) <= saturating_add(now, -self.max_age)
 
 
 class Partition(BaseModel):

@@ -100,7 +100,7 @@ def due_time(table: Table, partition: Partition) -> datetime:
     Total over every value a partition may hold: one too close to year 9999 (recorded before
     event times were bounded) is due :data:`NEVER`; ``roll --force`` still rolls it.
     """
-    end = saturating_add(period_start(partition.value, table.roll_every), table.roll_every)
+    end = table.period_end(partition.value)
     return saturating_add(end, table.lateness) if table.mode is Mode.EVENT_TIME else end
 
 

@@ -17,7 +17,7 @@ from ingest.errors import TokenConflictError
 from ingest.formats import Format
 from metastore.catalog import Catalog
 from metastore.durations import parse_duration
-from metastore.models import TableName, TableSpec, iso, parse_schema
+from metastore.models import TableKind, TableName, TableSpec, companion_name, iso, parse_schema
 from scheduler.roll import Roller
 
 DEMO = TableName(namespace="demo", table="events")
@@ -51,7 +51,7 @@ def _partitions(console: Console, catalog: Catalog, name: TableName) -> None:
 
 def _drop(catalog: Catalog, name: TableName) -> None:
     """Drop a demo table and its dead-letter table, if they exist."""
-    for each in (name, TableName(namespace=name.namespace, table=f"{name.table}__dead_letter")):
+    for each in (name, companion_name(name, TableKind.DEAD_LETTER)):
         existing = catalog.store.find_table(each)
         if existing is not None:
             catalog.drop_table(existing)
@@ -95,7 +95,6 @@ def run_kafka_demo(settings: Any, catalog: Catalog, console: Console, spark: Any
             name=KAFKA_DEMO,
             columns=parse_schema("id BIGINT, ts TIMESTAMP, user STRING, page STRING"),
             time_column="ts",
-            partition_column="ts_period",
             roll_every=parse_duration("1h"),
             dead_letter=True,
         )
@@ -156,7 +155,6 @@ def run_demo(settings: Any, catalog: Catalog, console: Console, fresh: bool = Tr
                 name=DEMO,
                 columns=parse_schema("id BIGINT, ts TIMESTAMP, level STRING, msg STRING"),
                 time_column="ts",
-                partition_column="ts_period",
                 roll_every=parse_duration("1h"),
                 dead_letter=True,
             )

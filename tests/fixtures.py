@@ -80,7 +80,6 @@ def make_table(
             name=TableName.parse(name),
             columns=parse_schema(schema),
             time_column="ts",
-            partition_column="ts_period",
             mode=mode,
             roll_every=parse_duration(roll_every),
             lateness=parse_duration(lateness),
