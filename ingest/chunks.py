@@ -43,7 +43,7 @@ from ingest.formats import BadRecord, Format, Parsed, RecordValidator, TimeBound
 from metastore.catalog import Catalog
 from metastore.crashpoints import crashpoint, pausepoint
 from metastore.durations import format_duration
-from metastore.errors import ConflictError, StreampartError
+from metastore.errors import CommitStateUnknownError, ConflictError
 from metastore.models import (
     Chunk,
     ChunkState,
@@ -397,9 +397,7 @@ class ChunkWriter:
                 attempt += 1
                 time.sleep(min(0.5, 0.01 * 2**attempt) * random.random())
                 continue
-            except StreampartError:
-                raise
-            except Exception:
+            except CommitStateUnknownError:
                 # an ambiguous failure (I/O error mid-commit): find out before committing again
                 may_have_landed = True
                 attempt += 1

@@ -55,6 +55,14 @@ class ConflictError(RetriableError):
     """
 
 
+class CommitStateUnknownError(RetriableError):
+    """A Delta commit failed so that whether it landed is unknown (an I/O error mid-commit).
+
+    Like pyiceberg's ``CommitStateUnknownException``, as opposed to a conflict: before
+    committing again, look the commit up in the log (each of ours carries a unique key).
+    """
+
+
 class MetastoreUnavailableError(RetriableError):
     """The metastore database cannot be reached or is locked for too long."""
 

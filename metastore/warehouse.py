@@ -36,10 +36,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from metastore.errors import (
+    CommitStateUnknownError,
     ConflictError,
     StorageError,
     StorageFullError,
-    StreampartError,
     TableIntegrityError,
 )
 from metastore.models import Column, Table, TableName, utc
@@ -55,10 +55,6 @@ ROLL_KEY = "streampart.roll"
 # roller) a commit may lose that race several times in a row; conflicts that matter (a seal)
 # are not retried by delta-rs and reach us at once.
 MAX_COMMIT_RETRIES = 100
-
-
-class DeltaCommitError(StreampartError):
-    """A Delta commit failed for a reason other than a conflict."""
 
 
 _ARROW: dict[str, pa.DataType] = {
@@ -417,13 +413,14 @@ class Warehouse:
         dt = self.load(table)
         read_version = int(dt.version())
         metadata = {ROLL_KEY: roll_id, SEAL_PROPERTY: f"{roll_id}/{uuid.uuid4().hex}"}
-        dt.alter.set_table_properties(
-            {SEAL_PROPERTY: metadata[SEAL_PROPERTY]},
-            raise_if_not_exists=False,
-            commit_properties=CommitProperties(
-                custom_metadata=metadata, max_commit_retries=MAX_COMMIT_RETRIES
-            ),
-        )
+        with self._commit_errors(table, "seal"):
+            dt.alter.set_table_properties(
+                {SEAL_PROPERTY: metadata[SEAL_PROPERTY]},
+                raise_if_not_exists=False,
+                commit_properties=CommitProperties(
+                    custom_metadata=metadata, max_commit_retries=MAX_COMMIT_RETRIES
+                ),
+            )
         return self._committed_version(table, metadata, read_version)
 
     def replace_files(
@@ -454,8 +451,7 @@ class Warehouse:
     def _transact(
         self, dt: Any, table: Table, actions: list[Any], metadata: dict[str, str], what: str
     ) -> int:
-        """Commit ``actions`` on top of ``dt``'s snapshot; a conflict becomes :class:`ConflictError`."""
-        from deltalake.exceptions import CommitFailedError
+        """Commit ``actions`` on top of ``dt``'s snapshot (errors as :meth:`_commit_errors` says)."""
         from deltalake.transaction import CommitProperties
 
         read_version = int(dt.version())
@@ -464,20 +460,48 @@ class Warehouse:
         # threads) need not race each other; taking turns here leaves delta-rs' retries to
         # commits from other processes. The snapshot is not refreshed inside the lock: it
         # must stay the one taken before the partition states were read (the fencing).
-        with self._commit_lock(table):
-            try:
-                dt.create_write_transaction(
-                    actions,
-                    "append",
-                    dt.schema(),
-                    [table.partition_column],
-                    commit_properties=CommitProperties(
-                        custom_metadata=metadata, max_commit_retries=MAX_COMMIT_RETRIES
-                    ),
-                )
-            except CommitFailedError as exc:
-                raise ConflictError(f"{what} to {table.name} conflicted: {exc}") from exc
+        with self._commit_lock(table), self._commit_errors(table, what):
+            dt.create_write_transaction(
+                actions,
+                "append",
+                dt.schema(),
+                [table.partition_column],
+                commit_properties=CommitProperties(
+                    custom_metadata=metadata, max_commit_retries=MAX_COMMIT_RETRIES
+                ),
+            )
         return self._committed_version(table, metadata, read_version)
+
+    @contextlib.contextmanager
+    def _commit_errors(self, table: Table, what: str) -> Iterator[None]:
+        """How a failed Delta commit is reported, decided here once for every commit.
+
+        Raises:
+            ConflictError: a concurrent commit conflicted (delta-rs' ``CommitFailedError``); the
+                commit did not land: reload, decide again, retry.
+            CommitStateUnknownError: an I/O error (delta-rs' ``DeltaError``, an ``OSError``); the
+                commit may have landed: look it up before committing again.
+
+        Anything else (delta-rs' protocol and schema errors, a bug's ``TypeError``) is not
+        retried by anyone: it propagates as it is.
+        """
+        from deltalake.exceptions import (
+            CommitFailedError,
+            DeltaError,
+            DeltaProtocolError,
+            SchemaMismatchError,
+        )
+
+        try:
+            yield
+        except CommitFailedError as exc:
+            raise ConflictError(f"{what} to {table.name} conflicted: {first_line(exc)}") from exc
+        except (DeltaProtocolError, SchemaMismatchError):
+            raise
+        except (DeltaError, OSError) as exc:
+            raise CommitStateUnknownError(
+                f"{what} to {table.name} failed and may have landed: {first_line(exc)}"
+            ) from exc
 
     def _commit_lock(self, table: Table) -> threading.Lock:
         with self._locks_guard:
@@ -497,7 +521,9 @@ class Warehouse:
             return version
         found = self.find_commit(table, key, value, read_version)
         if found is None:
-            raise DeltaCommitError(f"commit {key}={value} to {table.name} is not in the Delta log")
+            raise CommitStateUnknownError(
+                f"commit {key}={value} to {table.name} returned but is not in the Delta log"
+            )
         return found
 
     def find_commit(self, table: Table, key: str, value: str, since_version: int) -> int | None:

@@ -357,3 +357,38 @@ def test_arrow_tables_from_python_are_checked_like_files(catalog) -> None:  # ty
     ):
         w.write_table(data)
     assert w.write_table(data.slice(0, 1)).partitions == [iso(now.replace(minute=0, second=0, microsecond=0))]
+
+
+def test_an_io_error_after_the_delta_commit_is_looked_up_and_lands_once(catalog, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """delta-rs' I/O errors are 'commit state unknown': the writer looks before committing again."""
+    from deltalake import DeltaTable
+
+    table = make_table(catalog)
+    real = DeltaTable.create_write_transaction
+    failures: list[str] = []
+
+    def lands_then_fails(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        real(self, *args, **kwargs)
+        if not failures:
+            failures.append("once")
+            raise OSError("connection reset while reading the commit's response")
+
+    monkeypatch.setattr(DeltaTable, "create_write_transaction", lands_then_fails)
+    result = ChunkWriter(catalog, table).write_once(records(range(20)), Format.JSONL)
+    assert failures == ["once"] and result.version == 1
+    assert sorted(all_ids(table)) == list(range(20))
+
+
+def test_a_bug_during_a_commit_is_raised_not_retried_until_the_deadline(catalog, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    # Issue 9: a bare `except Exception` took any error for an ambiguous commit: a bug's
+    # TypeError was retried until the commit deadline and reported as a timeout.
+    table = make_table(catalog)
+    w = ChunkWriter(catalog, table, ChunkConfig(commit_timeout=timedelta(seconds=2)))
+
+    def broken(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise TypeError("unsupported operand type(s) for +: 'int' and 'str'")
+
+    monkeypatch.setattr(catalog.warehouse, "commit_files", broken)
+    with pytest.raises(TypeError, match="unsupported operand"):
+        w.write_once(records(range(5)), Format.JSONL)
+    assert all_ids(table) == []
