@@ -21,7 +21,7 @@ import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +40,7 @@ from ingest.errors import (
     TokenConflictError,
 )
 from ingest.formats import BadRecord, Format, Parsed, RecordValidator, TimeBounds, parse, parse_arrow
+from metastore import clock
 from metastore.catalog import Catalog
 from metastore.crashpoints import crashpoint, pausepoint
 from metastore.durations import format_duration
@@ -57,10 +58,6 @@ from metastore.models import (
     period_start,
 )
 from metastore.warehouse import CHUNK_KEY, Warehouse
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)
 
 
 @dataclass(frozen=True)
@@ -175,7 +172,7 @@ class ChunkWriter:
             [self.table.time_column],
             self.config.max_value_bytes,
             self.config.max_rows,
-            time_bounds(self.table, now or _now()),
+            time_bounds(self.table, now or clock.now()),
         )
 
     def parse(self, content: bytes, fmt: Format) -> Parsed:
@@ -264,7 +261,7 @@ class ChunkWriter:
         dlq_chunk = writer.reserve(token=token or f"dead-letter:{chunk.id}")
         if dlq_chunk.state is not ChunkState.RESERVED:
             return writer, dlq_chunk  # staged and committed by an earlier attempt
-        now = _now()
+        now = clock.now()
         rows = pa.table(
             {
                 "chunk": [chunk.id] * len(bad),
@@ -311,7 +308,7 @@ class ChunkWriter:
                 f"chunk {chunk.id} is {chunk.state.value}{': ' + chunk.error if chunk.error else ''}"
             )
         if chunk.state is ChunkState.RESERVED:
-            if chunk.expires_at <= _now():
+            if chunk.expires_at <= clock.now():
                 raise ChunkStateError(
                     f"chunk {chunk.id} expired at {iso(chunk.expires_at)} before its commit"
                 )
@@ -326,7 +323,7 @@ class ChunkWriter:
         # COMMITTING: a previous attempt died or is still running
         assert chunk.committing_since is not None
         stale_after = chunk.committing_since + 2 * self.config.commit_timeout
-        if _now() < stale_after and not owner_is_dead:
+        if clock.now() < stale_after and not owner_is_dead:
             raise ChunkBusyError(
                 f"chunk {chunk.id} is being committed by another attempt; retry after {iso(stale_after)}"
             )
@@ -376,7 +373,7 @@ class ChunkWriter:
                 if version is not None:
                     return self._finish(chunk, version, late_rows)
             self._require_files(chunk)
-            if _now() > deadline:
+            if clock.now() > deadline:
                 raise CommitTimeoutError(
                     f"chunk {chunk.id} did not commit before its deadline; retry with the same token"
                 )
@@ -436,7 +433,7 @@ class ChunkWriter:
             open_value = self.store.open_partition(self.table.id).value
             return [(f.path, open_value, f.rows) for f in chunk.files], []
         plan, late = [], []
-        now = _now()
+        now = clock.now()
         for f in chunk.files:
             assert f.period is not None
             if self.table.too_old(f.period, now):
@@ -626,7 +623,7 @@ def recover_commits(catalog: Catalog, config: ChunkConfig | None = None) -> list
     """Finish commits whose writer died mid-commit (roll forward: the producer asked to commit)."""
     config = config or ChunkConfig()
     results = []
-    for chunk in catalog.store.stale_commits(_now() - 2 * config.commit_timeout):
+    for chunk in catalog.store.stale_commits(clock.now() - 2 * config.commit_timeout):
         table = catalog.store.get_table_by_id(chunk.table_id)
         try:
             results.append(ChunkWriter(catalog, table, config).commit(chunk.id))

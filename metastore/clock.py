@@ -1,9 +1,10 @@
 """The one clock of streampart: every "now" (leases, deadlines, TTLs, partition periods) reads it.
 
 Production code calls :func:`now` and :func:`monotonic`; a test swaps the clock with
-:func:`use` (a :class:`ManualClock` it moves forward) instead of sleeping past a deadline. The
-clock is per process: a test that runs real processes passes them time through the metastore
-(leases, TTLs), which compare against the reader's clock, so the test moves its own clock.
+:func:`use` (a :class:`SystemClock` it moves forward) instead of sleeping past a deadline. The
+clock is per process: leases and TTLs in the metastore are compared against the reading
+process's clock, so a test moves the clock of the process that must see a deadline passed
+(the test workers take ``--clock-offset``).
 """
 
 from __future__ import annotations
@@ -27,34 +28,24 @@ class Clock(Protocol):
 
 
 class SystemClock:
-    def now(self) -> datetime:
-        return datetime.now(UTC)
+    """The machine's clock, moved by ``offset``: :meth:`advance` lets a test jump past a deadline.
 
-    def monotonic(self) -> float:
-        return time.monotonic()
+    It keeps running (a loop waiting for a deadline still reaches it); only its offset changes.
+    """
 
-
-class ManualClock:
-    """A clock that stands still until :meth:`advance` moves it (tests)."""
-
-    def __init__(self, start: datetime | None = None) -> None:
-        self._now = start or datetime.now(UTC)
-        self._mono = 0.0
+    def __init__(self, offset: timedelta = timedelta(0)) -> None:
+        self._offset = offset
         self._lock = threading.Lock()
 
     def now(self) -> datetime:
-        with self._lock:
-            return self._now
+        return datetime.now(UTC) + self._offset
 
     def monotonic(self) -> float:
-        with self._lock:
-            return self._mono
+        return time.monotonic() + self._offset.total_seconds()
 
-    def advance(self, delta: timedelta | float) -> None:
-        seconds = delta.total_seconds() if isinstance(delta, timedelta) else float(delta)
+    def advance(self, delta: timedelta) -> None:
         with self._lock:
-            self._now += timedelta(seconds=seconds)
-            self._mono += seconds
+            self._offset += delta
 
 
 _clock: Clock = SystemClock()

@@ -23,18 +23,18 @@ import errno
 import json
 import os
 import threading
-import time
 import urllib.parse
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from metastore import clock
 from metastore.errors import (
     CommitStateUnknownError,
     ConflictError,
@@ -434,7 +434,7 @@ class Warehouse:
         """Swap files in one commit without changing data (``dataChange=false``): the sweep."""
         from deltalake.transaction import RemoveAction
 
-        now_ms = int(time.time() * 1000)
+        now_ms = int(clock.now().timestamp() * 1000)
         actions: list[Any] = [
             RemoveAction(
                 f.path,
@@ -640,4 +640,4 @@ def first_line(exc: BaseException) -> str:
 
 
 def now_utc() -> datetime:
-    return datetime.now(UTC)
+    return clock.now()

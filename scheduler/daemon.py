@@ -43,6 +43,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.date import DateTrigger
 
 from ingest.config import ChunkConfig
+from metastore import clock
 from metastore.catalog import Catalog
 from metastore.errors import (
     LeaseLostError,
@@ -82,10 +83,6 @@ TABLE_BUSY_RETRY = timedelta(seconds=1)
 # Past this the process exits anyway: the roll is then in the same state as after a crash,
 # which the roll protocol resumes safely (its lease lapses within roll_lease).
 ABANDON_WAIT = timedelta(seconds=10)
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)
 
 
 def roll_job_id(table_id: int, value: datetime) -> str:
@@ -160,10 +157,10 @@ class RollDaemon:
             "host": host,
             "pid": os.getpid(),
             "owner": self.owner,
-            "started_at": iso(_now()),
+            "started_at": iso(clock.now()),
             "metrics": f"http://{host}:{self.metrics_port}/metrics" if self.metrics_port else None,
         }
-        now = _now()
+        now = clock.now()
         c = self.config
         self.scheduler.add_job(
             self._guard(self._heartbeat),
@@ -266,12 +263,12 @@ class RollDaemon:
         event(log, logging.INFO, "daemon.stopped", "roll daemon stopped", owner=self.owner, stuck=self.stuck)
 
     def _wait_idle(self, timeout: timedelta) -> bool:
-        deadline = time.monotonic() + timeout.total_seconds()
+        deadline = clock.monotonic() + timeout.total_seconds()
         while True:
             with self._lock:
                 if not self._running:
                     return True
-            if time.monotonic() >= deadline:
+            if clock.monotonic() >= deadline:
                 return False
             time.sleep(0.05)
 
@@ -318,8 +315,8 @@ class RollDaemon:
         self.metrics.epoch.set(lease.epoch)
         if not self._stopping.is_set():
             # resume interrupted rolls and schedule every table now, not at the next sync
-            self.scheduler.modify_job("sync", next_run_time=_now())
-            self.scheduler.modify_job("observe", next_run_time=_now())
+            self.scheduler.modify_job("sync", next_run_time=clock.now())
+            self.scheduler.modify_job("observe", next_run_time=clock.now())
 
     def _on_deposed(self, reason: str) -> None:
         self.metrics.leader.set(0)
@@ -403,7 +400,7 @@ class RollDaemon:
             )
 
     def _sync_table(self, table: Table) -> None:
-        store, now = self.catalog.store, _now()
+        store, now = self.catalog.store, clock.now()
         partitions = store.list_partitions(table.id, [PartitionState.STREAMING, PartitionState.ROLLING])
         rolls = {r.partition_id: r for r in store.list_rolls(table.id, unfinished=True)}
         wanted: dict[str, tuple[datetime, datetime]] = {}
@@ -452,7 +449,7 @@ class RollDaemon:
         lock = self._table_lock(table_id)
         if not lock.acquire(blocking=False):
             self._schedule(
-                table_id, self._known.get(table_id, f"#{table_id}"), value, _now() + TABLE_BUSY_RETRY
+                table_id, self._known.get(table_id, f"#{table_id}"), value, clock.now() + TABLE_BUSY_RETRY
             )
             return
         with self._lock:
@@ -492,7 +489,7 @@ class RollDaemon:
             fence=fence,
             should_abandon=self._should_abandon,
         )
-        started, resumed, roll_id = _now(), partition.state is PartitionState.ROLLING, None
+        started, resumed, roll_id = clock.now(), partition.state is PartitionState.ROLLING, None
         try:
             if resumed:
                 roll = next(
@@ -514,7 +511,7 @@ class RollDaemon:
                 result = roller.roll_partition(table, partition, started)
         except RollBusyError:
             roll = self._roll_of(partition)
-            at = roll.lease_until if roll is not None and roll.lease_until else _now()
+            at = roll.lease_until if roll is not None and roll.lease_until else clock.now()
             event(
                 log,
                 logging.INFO,
@@ -524,7 +521,7 @@ class RollDaemon:
                 partition=iso(value),
                 until=at,
             )
-            return None, max(at, _now()) + timedelta(milliseconds=100)
+            return None, max(at, clock.now()) + timedelta(milliseconds=100)
         except (RollAbandonedError, LeaseLostError) as exc:
             if isinstance(exc, LeaseLostError):
                 self.leadership.step_down(str(exc))
@@ -601,7 +598,7 @@ class RollDaemon:
             resumed=result.resumed,
             next_partition=result.next_partition,
             epoch=fence.epoch,
-            lag_seconds=round((_now() - due_time(table, partition)).total_seconds(), 3),
+            lag_seconds=round((clock.now() - due_time(table, partition)).total_seconds(), 3),
         )
 
     def _failed(
@@ -618,7 +615,7 @@ class RollDaemon:
         with self._lock:
             failures = self._failures.get(table.id, 0) + 1
             self._failures[table.id] = failures
-            retry_at = _now() + backoff(self.config, failures)
+            retry_at = clock.now() + backoff(self.config, failures)
             self._retry_at[table.id] = retry_at
         name = str(table.name)
         error = f"{type(exc).__name__}: {exc}"
@@ -676,7 +673,7 @@ class RollDaemon:
             owner=self.owner,
             epoch=fence.epoch,
             started_at=started,
-            finished_at=_now(),
+            finished_at=clock.now(),
             outcome=outcome,
             **fields,
         )
@@ -687,7 +684,7 @@ class RollDaemon:
         if not self.leadership.is_leader:
             self.metrics.set_tables({})
             return
-        store, now = self.catalog.store, _now()
+        store, now = self.catalog.store, clock.now()
         counts, pending = store.partition_counts(), store.pending_chunk_counts()
         values: dict[str, dict[str, float]] = {}
         for table in store.list_tables():

@@ -20,11 +20,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from ingest.config import ChunkConfig
+from metastore import clock
 from metastore.catalog import Catalog
 from metastore.errors import NotFoundError
 from metastore.logs import event
@@ -66,7 +67,7 @@ class Housekeeper:
         """
         from ingest.chunks import expire_chunks, recover_commits
 
-        now = now or datetime.now(UTC)
+        now = now or clock.now()
         report = HousekeepingReport()
         store = self.catalog.store
         report.expired = len(expire_chunks(self.catalog, now))

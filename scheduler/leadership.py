@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
+from metastore import clock
 from metastore.errors import LeaseLostError, MetastoreUnavailableError
 from metastore.logs import event
 from metastore.models import Lease
@@ -43,14 +43,14 @@ class Leadership:
     on_elected: Callable[[Lease], None] | None = None
     on_deposed: Callable[[str], None] | None = None
     _lease: Lease | None = None
-    _deadline: float = 0.0  # time.monotonic() until which we may act as leader
+    _deadline: float = 0.0  # clock.monotonic() until which we may act as leader
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
     def lease(self) -> Lease | None:
         """The lease we hold, if we are the leader right now (else ``None``)."""
         lease = self._lease
-        return lease if lease is not None and time.monotonic() < self._deadline else None
+        return lease if lease is not None and clock.monotonic() < self._deadline else None
 
     @property
     def is_leader(self) -> bool:
@@ -59,8 +59,8 @@ class Leadership:
     def tick(self, acquire: bool = True) -> Lease | None:
         """Renew our lease, or (with ``acquire``) try to take it; returns it if we lead."""
         with self._lock:
-            started = time.monotonic()
-            now = datetime.now(UTC)
+            started = clock.monotonic()
+            now = clock.now()
             if self._lease is not None:
                 try:
                     self._lease = self.store.renew_lease(self._lease, self.ttl, now=now)
@@ -68,7 +68,7 @@ class Leadership:
                 except LeaseLostError as exc:
                     self._depose(str(exc))
                 except MetastoreUnavailableError as exc:
-                    if time.monotonic() >= self._deadline:
+                    if clock.monotonic() >= self._deadline:
                         self._depose(f"could not renew the lease in time: {exc}")
                     else:
                         event(

@@ -22,7 +22,6 @@ import contextlib
 import os
 import re
 import socket
-import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -32,6 +31,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
+from metastore import clock
 from metastore.catalog import Catalog
 from metastore.crashpoints import crashpoint, pausepoint
 from metastore.errors import ConflictError, LeaseLostError, StreampartError
@@ -52,10 +52,6 @@ from scheduler.config import RollConfig
 from scheduler.errors import RollAbandonedError, RollBusyError, RollFailedError
 
 SWEEP_KEY = "streampart.sweep"
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)
 
 
 @dataclass(frozen=True)
@@ -137,7 +133,7 @@ class Roller:
 
     def roll_table(self, table: Table, now: datetime | None = None, force: bool = False) -> list[RollResult]:
         """Resume interrupted rolls of ``table``, then roll every partition due at ``now``."""
-        now = now or _now()
+        now = now or clock.now()
         store = self.catalog.store
         results = []
         for roll in store.list_rolls(table.id, unfinished=True):
@@ -175,7 +171,7 @@ class Roller:
 
     def run(self, table: Table, roll: Roll, resumed: bool = False) -> RollResult:
         """Carry ``roll`` from its recorded step to DONE."""
-        started = time.monotonic()
+        started = clock.monotonic()
         store = self.catalog.store
         try:
             roll = store.claim_roll(roll, self.owner, self.config.lease, fence=self.fence)
@@ -199,7 +195,7 @@ class Roller:
             bytes=roll.bytes or 0,
             files_before=roll.files_before or 0,
             files_after=roll.files_after or 0,
-            seconds=round(time.monotonic() - started, 3),
+            seconds=round(clock.monotonic() - started, 3),
             resumed=resumed,
         )
 

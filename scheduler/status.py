@@ -5,9 +5,10 @@ Read from the metastore alone, so it works from any host and whether or not a da
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
+from metastore import clock
 from metastore.catalog import Catalog
 from metastore.durations import format_duration
 from metastore.models import PartitionState, RollOutcome, iso
@@ -24,7 +25,7 @@ def scheduler_status(
 ) -> dict[str, Any]:
     """The daemon's state in the shape of ``streampart scheduler status --json``."""
     config = config or SchedulerConfig()
-    now = now or datetime.now(UTC)
+    now = now or clock.now()
     store = catalog.store
     lease = store.get_lease(config.lease_name)
     leader = None

@@ -11,6 +11,7 @@ import json
 import signal
 import subprocess
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ import pytest
 from ingest.chunks import ChunkWriter, expire_chunks
 from ingest.config import ChunkConfig
 from ingest.formats import Format
+from metastore import clock
 from metastore.models import ChunkState, PartitionState
 from metastore.warehouse import partition_dir
 from scheduler.roll import Roller
@@ -55,8 +57,10 @@ def test_writer_killed_at_each_step_then_retried_lands_once(catalog, point: str)
         assert sorted(all_ids(table)) == list(range(10))  # landed, though never acknowledged
     else:
         assert all_ids(table) == []  # invariant 1: nothing of an uncommitted chunk is visible
-    time.sleep(0.7)  # past the takeover deadline (2 × commit timeout)
-    code, acks, err = run_worker(catalog, table, "writer", "--count", "1", "--commit-timeout", "0.3")
+    # the retry runs where the takeover deadline (2 × commit timeout) has passed: no sleeping
+    code, acks, err = run_worker(
+        catalog, table, "writer", "--count", "1", "--commit-timeout", "0.3", "--clock-offset", "0.7"
+    )
     assert code == 0, err
     assert sorted(all_ids(table)) == list(range(10))  # invariant 2: exactly once
     chunk = catalog.store.find_chunk_by_token(table.id, "w0-0")
@@ -166,14 +170,17 @@ def test_a_stale_roller_never_deletes_the_new_owners_files(catalog, case: str) -
     )
     try:
         _wait_for_pause(stale, "roll-sweep-listed")
-        time.sleep(1.5)  # the stalled roller's lease lapses
+        # the next rollers run where the stalled roller's 1 s lease has lapsed
         if case == "takeover-finished":
-            results = Roller(catalog).roll_table(table)
+            with clock.use(clock.SystemClock(timedelta(seconds=1.5))):
+                results = Roller(catalog).roll_table(table)
             assert [(r.resumed, r.rows) for r in results] == [(True, 40)]
             assert stale.wait(timeout=60) == 0
         else:
             new_owner = subprocess.Popen(
-                **worker_call(catalog, table, *roller_args, pausepoint="roll-after-compact:12"),
+                **worker_call(
+                    catalog, table, *roller_args, "--clock-offset", "1.5", pausepoint="roll-after-compact:12"
+                ),
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
             )

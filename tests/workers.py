@@ -16,6 +16,7 @@ from ingest.chunks import ChunkWriter
 from ingest.config import ChunkConfig
 from ingest.errors import ChunkBusyError, CommitTimeoutError
 from ingest.formats import Format
+from metastore import clock
 from metastore.catalog import Catalog
 from metastore.errors import RetriableError
 from scheduler.config import RollConfig
@@ -71,9 +72,11 @@ def main() -> None:
     ap.add_argument("--interval", type=float, default=0.5)
     ap.add_argument("--force", action="store_true")
     ap.add_argument("--lease", type=float, default=600.0, help="roll lease in seconds")
+    ap.add_argument("--clock-offset", type=float, default=0.0, help="seconds this process's clock is ahead")
     args = ap.parse_args()
     cat = Catalog.open(args.warehouse, args.metastore)
-    {"writer": writer, "roller": roller}[args.kind](cat, args)
+    with clock.use(clock.SystemClock(timedelta(seconds=args.clock_offset))):
+        {"writer": writer, "roller": roller}[args.kind](cat, args)
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ from ingest.errors import (
     TokenConflictError,
 )
 from ingest.formats import Format
+from metastore import clock
 from metastore.models import ChunkState, LateDataPolicy, Mode, PartitionState, TableKind
 from scheduler.roll import Roller
 from tests.fixtures import make_table
@@ -130,10 +131,8 @@ def test_a_retry_after_a_crash_between_delta_commit_and_metastore_lands_once(cat
     with pytest.raises(ChunkBusyError):
         w.commit(chunk.id)
     # … and after the takeover deadline the retry finds the landed commit instead of re-committing
-    import time
-
-    time.sleep(0.5)
-    result = w.write_once(records(range(30)), Format.JSONL, token="tok")
+    with clock.use(clock.SystemClock(timedelta(seconds=0.5))):
+        result = w.write_once(records(range(30)), Format.JSONL, token="tok")
     assert result.chunk == chunk.id and result.version == 1 and result.partitions
     assert sorted(all_ids(table)) == list(range(30))
     assert catalog.store.get_chunk(chunk.id).state is ChunkState.COMMITTED
