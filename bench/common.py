@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -28,7 +27,7 @@ def _console() -> Console:
 console = _console()
 
 # The PostgreSQL metastore: each run works in a schema of its own, dropped afterwards
-# (the same scheme as tests/fixtures.py, copied so the benchmarks need no test code).
+# (tests/pg.py, shared with the tests).
 PG_ADMIN_URL = os.environ.get(
     "STREAMPART_BENCH_PG",
     os.environ.get("STREAMPART_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test"),
@@ -152,28 +151,15 @@ def pg_url_safe() -> str:
 
 def fresh_metastore_url(backend: str, workdir: Path) -> str | None:
     """An empty metastore: None for SQLite (the default, inside the warehouse) or a new PG schema."""
-    if backend == "sqlite":
-        return None
-    import sqlalchemy as sa
+    from tests.pg import scratch_schema_url
 
-    schema = f"sp_bench_{uuid.uuid4().hex[:12]}"
-    engine = sa.create_engine(PG_ADMIN_URL)
-    with engine.begin() as conn:
-        conn.execute(sa.text(f"CREATE SCHEMA {schema}"))
-    engine.dispose()
-    return f"{PG_ADMIN_URL}?options=-csearch_path%3D{schema}"
+    return None if backend == "sqlite" else scratch_schema_url("sp_bench", PG_ADMIN_URL)
 
 
 def drop_pg_schema(url: str | None) -> None:
-    if not url or "search_path" not in url:
-        return
-    import sqlalchemy as sa
+    from tests.pg import drop_scratch_schema
 
-    schema = url.rsplit("%3D", 1)[1]
-    engine = sa.create_engine(PG_ADMIN_URL)
-    with engine.begin() as conn:
-        conn.execute(sa.text(f"DROP SCHEMA IF EXISTS {schema} CASCADE"))
-    engine.dispose()
+    drop_scratch_schema(url, PG_ADMIN_URL)
 
 
 @contextmanager

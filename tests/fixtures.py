@@ -2,19 +2,15 @@
 
 from __future__ import annotations
 
-import os
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import sqlalchemy as sa
 
 from metastore.catalog import Catalog
 from metastore.durations import parse_duration
 from metastore.models import LateDataPolicy, Mode, Table, TableName, TableSpec, parse_schema
-
-PG_ADMIN_URL = os.environ.get("STREAMPART_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+from tests.pg import drop_scratch_schema, scratch_schema_url
 
 BACKENDS = ["sqlite", "postgresql"]
 
@@ -23,22 +19,10 @@ def fresh_metastore_url(backend: str, tmp_path: Path) -> str:
     """A metastore URL of an empty database: a new SQLite file, or a new PostgreSQL schema."""
     if backend == "sqlite":
         return f"sqlite:///{tmp_path / 'metastore.sqlite'}"
-    schema = f"sp_test_{uuid.uuid4().hex[:12]}"
-    engine = sa.create_engine(PG_ADMIN_URL)
-    with engine.begin() as conn:
-        conn.execute(sa.text(f"CREATE SCHEMA {schema}"))
-    engine.dispose()
-    return f"{PG_ADMIN_URL}?options=-csearch_path%3D{schema}"
+    return scratch_schema_url()
 
 
-def drop_pg_schema(url: str) -> None:
-    if "search_path" not in url:
-        return
-    schema = url.rsplit("%3D", 1)[1]
-    engine = sa.create_engine(PG_ADMIN_URL)
-    with engine.begin() as conn:
-        conn.execute(sa.text(f"DROP SCHEMA IF EXISTS {schema} CASCADE"))
-    engine.dispose()
+drop_pg_schema = drop_scratch_schema
 
 
 @pytest.fixture(params=BACKENDS)
