@@ -88,7 +88,7 @@ class Catalog:
             raise UserInputError("--lateness applies to event-time tables only")
         if spec.mode is Mode.ARRIVAL and spec.max_age is not None:
             raise UserInputError("--max-age applies to event-time tables only")
-        if self.store.find_table(spec.name) is not None:
+        if self._find_created(spec.name) is not None:
             raise AlreadyExistsError(f"table {spec.name} exists already")
         companions: list[TableSpec] = []
         if spec.dead_letter:
@@ -117,9 +117,22 @@ class Catalog:
                 )
             )
         for companion in companions:
-            if self.store.find_table(companion.name) is None:
+            if self._find_created(companion.name) is None:
                 self._create_one(companion)
         return self._create_one(spec)
+
+    def _find_created(self, name: TableName) -> Table | None:
+        """The table ``name`` if its creation finished; the record of one that did not is dropped.
+
+        A table is recorded in the metastore first and its Delta table created second; a process
+        that died in between left a record without a log, which holds no data (nothing commits
+        without the log), so creating the table again starts afresh.
+        """
+        table = self.store.find_table(name)
+        if table is not None and not (Path(table.location) / "_delta_log").is_dir():
+            self.store.drop_table(table.id)
+            return None
+        return table
 
     def _create_one(self, spec: TableSpec) -> Table:
         table = self.store.create_table(spec, self.warehouse.location(spec.name))
@@ -131,11 +144,8 @@ class Catalog:
         return table
 
     def table(self, name: TableName | str) -> Table:
-        table = self.store.get_table(name)
-        if not (Path(table.location) / "_delta_log").is_dir():
-            # created in the metastore by a process that died before creating the Delta table
-            self.warehouse.create(table)
-        return table
+        """The table ``name`` as recorded in the metastore (NotFoundError if there is none)."""
+        return self.store.get_table(name)
 
     def load(self, table: Table, version: int | None = None) -> Any:
         """The table's Delta snapshot to read: ``version``, or the newest — checked against the metastore.

@@ -1,0 +1,30 @@
+"""The catalog: creating tables, and a creation that a crash cut in half."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from metastore.errors import AlreadyExistsError
+from tests.fixtures import make_table
+
+
+def test_reading_a_table_never_creates_anything(catalog) -> None:  # type: ignore[no-untyped-def]
+    # Issue 9: Catalog.table() created a missing Delta table as a side effect of a lookup.
+    table = make_table(catalog, "ns.half")
+    shutil.rmtree(Path(table.location) / "_delta_log")  # as if the creator died before the log
+    assert catalog.table("ns.half").id == table.id
+    assert not (Path(table.location) / "_delta_log").exists()
+
+
+def test_creating_again_finishes_a_creation_that_died_half_way(catalog) -> None:  # type: ignore[no-untyped-def]
+    table = make_table(catalog, "ns.half", dead_letter=True)
+    shutil.rmtree(Path(table.location) / "_delta_log")
+    again = make_table(catalog, "ns.half", dead_letter=True)
+    assert (Path(again.location) / "_delta_log").is_dir()
+    assert catalog.warehouse.load(again).version() == 0
+    with pytest.raises(AlreadyExistsError):
+        make_table(catalog, "ns.half")
+    assert [str(t.name) for t in catalog.list_tables()] == ["ns.half", "ns.half__dead_letter"]
