@@ -53,7 +53,7 @@ class Context:
         from metastore.catalog import Catalog
 
         s = self.settings()
-        return Catalog.open(s.warehouse, s.metastore)
+        return Catalog.open(s.warehouse, s.metastore.get_secret_value() if s.metastore else None)
 
 
 STATE = Context(None, None, None)
