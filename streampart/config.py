@@ -3,7 +3,8 @@
 Sources, highest first: explicit overrides (CLI options), environment variables with the
 prefix ``STREAMPART_`` (nested fields with ``__``, e.g. ``STREAMPART_ROLL__TARGET_FILE_SIZE``),
 the TOML file named by ``--config`` or ``STREAMPART_CONFIG`` (``conf/streampart.toml`` documents
-every field), then the defaults.
+every field), then the defaults. Every source is validated alike: an override is input to the
+model, never patched onto a built one.
 """
 
 from __future__ import annotations
@@ -11,10 +12,13 @@ from __future__ import annotations
 import logging
 import os
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -26,6 +30,10 @@ from ingest.api.config import ServerConfig
 from ingest.config import ChunkConfig
 from metastore.errors import UserInputError
 from scheduler.config import RollConfig, SchedulerConfig
+
+# The TOML file of the settings being loaded: load_settings names it for its own call only (a
+# context variable, not os.environ, so loading settings changes nothing around it).
+_CONFIG_FILE: ContextVar[Path | None] = ContextVar("streampart_config_file", default=None)
 
 _MASTER = re.compile(r"local(\[(\d+|\*)(,\d+)?\])?|local-cluster\[[\d, ]+\]|yarn|(spark|k8s|mesos)://.+")
 
@@ -58,7 +66,8 @@ class Settings(BaseSettings):
     )
 
     warehouse: Path = Field(Path("./warehouse"), description="Root directory of the warehouse.")
-    metastore: str | None = Field(
+    # a secret: a PostgreSQL URL may hold a password, masked in reprs, dumps and logs
+    metastore: SecretStr | None = Field(
         None,
         description="Metastore URL (sqlite:///… or postgresql://…); default: a SQLite file in the warehouse.",
     )
@@ -78,7 +87,7 @@ class Settings(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
-        config_file = os.environ.get("STREAMPART_CONFIG")
+        config_file = _CONFIG_FILE.get() or os.environ.get("STREAMPART_CONFIG")
         if config_file:
             sources.append(TomlConfigSettingsSource(settings_cls, toml_file=Path(config_file)))
         return tuple(sources)
@@ -112,8 +121,34 @@ def unknown_environment() -> list[str]:
     )
 
 
+@contextmanager
+def _reading(config_file: Path | None) -> Iterator[None]:
+    token = _CONFIG_FILE.set(config_file)
+    try:
+        yield
+    finally:
+        _CONFIG_FILE.reset(token)
+
+
+def _given(values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` without the ones not given (None), at any depth; sections left empty go too."""
+    given = {}
+    for key, value in values.items():
+        if isinstance(value, dict):
+            value = _given(value) or None
+        if value is not None:
+            given[key] = value
+    return given
+
+
 def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings:
-    """Load settings; a bad value raises :class:`UserInputError` naming the field.
+    """Load settings; a bad value, from any source, raises :class:`UserInputError` naming the field.
+
+    Args:
+        config_file: The TOML file to read [default: the one ``STREAMPART_CONFIG`` names, if any].
+        **overrides: Values above every other source, validated as they are: top-level fields
+            (``warehouse=…``) and sections as dicts (``scheduler={"metrics_port": 9000}``, merged
+            into the section's other sources). None, at any depth, means not given.
 
     Unknown ``STREAMPART_*`` variables are logged as a warning (unknown keys of the TOML file
     are an error, as its keys are checked in one place).
@@ -123,12 +158,11 @@ def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings
             "warning: environment variable %s names no setting and is ignored (see conf/streampart.toml)",
             name,
         )
-    if config_file is not None:
-        if not config_file.is_file():
-            raise UserInputError(f"config file {config_file} does not exist")
-        os.environ["STREAMPART_CONFIG"] = str(config_file)
+    if config_file is not None and not config_file.is_file():
+        raise UserInputError(f"config file {config_file} does not exist")
     try:
-        return Settings(**{k: v for k, v in overrides.items() if v is not None})
+        with _reading(config_file):
+            return Settings(**_given(overrides))
     except ValidationError as exc:
         problems = "; ".join(
             f"{'.'.join(str(p) for p in e['loc']) or 'settings'}: {e['msg']}" for e in exc.errors()

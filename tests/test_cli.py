@@ -484,3 +484,41 @@ def test_an_unusable_warehouse_or_spark_master_is_one_clear_error(tmp_path: Path
     assert_user_error(missing.result(), "opening the warehouse /proc/nope", "STREAMPART_WAREHOUSE")
     assert_user_error(is_file.result(), f"warehouse {a_file}", "not a directory")
     assert_user_error(bogus.result(), "spark.master: Value error, 'bogus://nowhere' is not a Spark master")
+
+
+def test_a_bad_option_of_a_daemon_is_refused_before_it_starts(tmp_path: Path) -> None:
+    """Options are settings, validated as the config file and the environment are (not patched in)."""
+    cases = [
+        (("scheduler", "run", "--metrics-port", "99999"), ("scheduler.metrics_port", "65535")),
+        (("scheduler", "run", "--log-format", "xml"), ("scheduler.log_format", "'json' or 'text'")),
+        (("serve", "--port", "70000"), ("server.port", "65535")),
+    ]
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        results = list(pool.map(lambda case: run(tmp_path / "wh", *case[0], timeout=60), cases))
+
+    for result, (_, fragments) in zip(results, cases, strict=True):
+        assert_user_error(result, "invalid configuration", *fragments)
+
+
+def test_python_m_streampart_runs_the_cli(tmp_path: Path) -> None:
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("STREAMPART_")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "streampart", "--warehouse", str(tmp_path / "wh"), "table", "list", "--json"],
+        capture_output=True, text=True, cwd=tmp_path, env=environment, timeout=60,
+    )  # fmt: skip
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, "[]\n", "")
+
+
+def test_each_call_has_its_own_state(tmp_path: Path) -> None:
+    """Two calls in one process: the first one's --json and warehouse do not carry over."""
+    from typer.testing import CliRunner
+
+    from streampart.cli import app
+
+    runner = CliRunner()
+    create = ["table", "create", "ns.t", *CREATE, "--json"]
+    first = runner.invoke(app, ["--warehouse", str(tmp_path / "a"), *create])
+    second = runner.invoke(app, ["--warehouse", str(tmp_path / "b"), "table", "list"])
+
+    assert first.exit_code == 0 and json.loads(first.stdout)["table"] == "ns.t", first.output
+    assert (second.exit_code, second.stdout) == (0, "no tables\n")

@@ -22,7 +22,6 @@ def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
     for key in list(os.environ):
         if key.startswith("STREAMPART_"):
             monkeypatch.delenv(key)
-    monkeypatch.setenv("STREAMPART_CONFIG", "")  # restored after the test (load_settings sets it)
 
 
 def test_the_shipped_file_documents_every_field_with_its_default() -> None:

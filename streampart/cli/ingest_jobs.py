@@ -11,6 +11,7 @@ from typing import Annotated, Any
 import typer
 
 from metastore.errors import UserInputError
+from streampart.cli.context import cli_context
 
 ingest_app = typer.Typer(help="Run streaming ingest jobs into a table.", no_args_is_help=True)
 
@@ -30,6 +31,7 @@ def _options(**kwargs: Any) -> Any:
 
 @ingest_app.command("kafka")
 def ingest_kafka(
+    ctx: typer.Context,
     table: Annotated[str, typer.Argument(help="NAMESPACE.TABLE to ingest into")],
     bootstrap: Annotated[str, typer.Option(help="Kafka bootstrap servers, HOST:PORT[,HOST:PORT…]")],
     topic: Annotated[str, typer.Option(help="Topic(s) to read, comma-separated")],
@@ -55,7 +57,6 @@ def ingest_kafka(
     ] = True,
 ) -> None:
     """Stream a Kafka topic into a table, one chunk per micro-batch, exactly once."""
-    from streampart.cli import STATE, err
     from streampart.query import spark_session
 
     options = _options(
@@ -73,8 +74,10 @@ def ingest_kafka(
     # one line per committed batch (ingest.*); libraries stay at warnings
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("ingest").setLevel(logging.INFO)
-    settings = STATE.settings()
-    catalog = STATE.catalog()
+    cli = cli_context(ctx)
+    settings = cli.settings()
+    catalog = cli.catalog()
+    err = cli.output.err
     from ingest.kafka_ingest import run_kafka_ingest
 
     spark = spark_session(settings.spark)

@@ -1,13 +1,18 @@
 """``streampart scheduler run|status``: the roll daemon and what it is doing.
 
-Registered on the main app in :mod:`streampart.cli`; imports nothing heavy until a command runs.
+Registered on the root app in :mod:`streampart.cli.root`; imports nothing heavy until a command runs.
 """
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+from rich.table import Table as RichTable
+
+from streampart.cli.context import cli_context
+from streampart.cli.output import TextOutput
+from streampart.cli.params import JsonFlag
 
 scheduler_app = typer.Typer(
     help="The roll daemon: rolls every streaming table on time (one leader among many daemons).",
@@ -17,6 +22,7 @@ scheduler_app = typer.Typer(
 
 @scheduler_app.command("run")
 def scheduler_run(
+    ctx: typer.Context,
     metrics_port: Annotated[
         int | None,
         typer.Option(help="Port of the Prometheus /metrics endpoint (0: a free port) [default: from config]"),
@@ -32,49 +38,44 @@ def scheduler_run(
     """
     from metastore.logs import configure_logging
     from scheduler.daemon import RollDaemon
-    from streampart.cli import STATE
 
-    settings = STATE.settings()
-    updates: dict[str, object] = {}
-    if metrics_port is not None:
-        updates["metrics_port"] = metrics_port
-    if no_metrics:
-        updates["metrics"] = False
-    if log_format is not None:
-        from metastore.errors import UserInputError
-
-        if log_format not in ("json", "text"):
-            raise UserInputError(f"--log-format must be json or text; got {log_format!r}")
-        updates["log_format"] = log_format
-    config = settings.scheduler.model_copy(update=updates)
-    configure_logging(config.log_format, config.log_level)
-    daemon = RollDaemon(STATE.catalog(), config, settings.roll, settings.chunk)
+    cli = cli_context(ctx)
+    settings = cli.settings(
+        scheduler={
+            "metrics_port": metrics_port,
+            "metrics": False if no_metrics else None,
+            "log_format": log_format,
+        }
+    )
+    configure_logging(settings.scheduler.log_format, settings.scheduler.log_level)
+    daemon = RollDaemon(cli.catalog(settings), settings.scheduler, settings.roll, settings.chunk)
     raise typer.Exit(daemon.run_forever())
 
 
 @scheduler_app.command("status")
 def scheduler_status(
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON")] = False,
+    ctx: typer.Context,
+    _json: JsonFlag = False,
     limit: Annotated[int, typer.Option(help="How many recent roll attempts to show")] = 20,
 ) -> None:
     """Show the leader, the next roll time per table, and the last rolls with durations and outcomes."""
-    from rich.table import Table as RichTable
-
     from scheduler.status import scheduler_status as build
-    from streampart.cli import STATE, emit_json, out
 
-    settings = STATE.settings()
-    info = build(STATE.catalog(), settings.scheduler, limit=limit)
-    if as_json:
-        emit_json(info)
-        return
+    cli = cli_context(ctx)
+    settings = cli.settings()
+    cli.output.result(build(cli.catalog(settings), settings.scheduler, limit=limit), _print_status)
+
+
+def _print_status(out: TextOutput, info: dict[str, Any]) -> None:
     leader = info["leader"]
     if leader is None:
-        out.print("leader: none (no roll daemon has run against this metastore)")
+        out.console.print("leader: none (no roll daemon has run against this metastore)")
     elif not leader["live"]:
-        out.print(f"leader: none (the last lease, epoch {leader['epoch']}, lapsed at {leader['expires_at']})")
+        out.console.print(
+            f"leader: none (the last lease, epoch {leader['epoch']}, lapsed at {leader['expires_at']})"
+        )
     else:
-        out.print(
+        out.console.print(
             f"leader: [bold]{leader['holder']}[/] (epoch {leader['epoch']}, since {leader['since']}, "
             f"lease until {leader['expires_at']})"
             + (f"\nmetrics: {leader['metrics']}" if leader["metrics"] else "")
@@ -93,7 +94,7 @@ def scheduler_status(
             str(t["failures"]),
             (t["last_error"] or "")[:80] + (f" (retry at {t['retry_at']})" if t["retry_at"] else ""),
         )
-    out.print(grid if info["tables"] else "no tables")
+    out.console.print(grid if info["tables"] else "no tables")
     recent = RichTable("finished", "table", "partition", "outcome", "seconds", "rows", "resumed", "error")
     for r in info["recent_rolls"]:
         recent.add_row(
@@ -107,7 +108,7 @@ def scheduler_status(
             (r["error"] or "")[:80],
         )
     if info["recent_rolls"]:
-        out.print("recent rolls:")
-        out.print(recent)
+        out.console.print("recent rolls:")
+        out.console.print(recent)
     else:
-        out.print("no rolls by the daemon yet")
+        out.console.print("no rolls by the daemon yet")

@@ -1,0 +1,5 @@
+"""``python -m streampart``."""
+
+from streampart.cli import main
+
+main()

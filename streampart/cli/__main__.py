@@ -1,0 +1,5 @@
+"""``python -m streampart.cli``."""
+
+from streampart.cli import main
+
+main()

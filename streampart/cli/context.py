@@ -1,0 +1,60 @@
+"""The state of one ``streampart`` call: its global options, its settings and catalog, its output.
+
+The root command puts a :class:`CliContext` into typer's context (``ctx.obj``); every command
+reads it from there with :func:`cli_context`. Nothing lives at module level, so two calls in one
+process (tests with typer's ``CliRunner``) share nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import typer
+
+from streampart.cli.output import Output, TextOutput
+
+if TYPE_CHECKING:
+    from metastore.catalog import Catalog
+    from streampart.config import Settings
+
+__all__ = ["CliContext", "cli_context"]
+
+
+@dataclass
+class CliContext:
+    """The global options of a call, and what they open (loaded when a command first asks)."""
+
+    warehouse: Path | None = None
+    metastore: str | None = None
+    config: Path | None = None
+    output: Output = field(default_factory=TextOutput)
+    _settings: Settings | None = field(default=None, init=False, repr=False)
+
+    def settings(self, **overrides: Any) -> Settings:
+        """The settings: the global options over the environment and the config file.
+
+        Args:
+            **overrides: A command's own options, as :func:`streampart.config.load_settings`
+                takes them (sections as dicts; None: not given); validated with the rest.
+        """
+        from streampart.config import load_settings
+
+        if overrides:
+            return load_settings(self.config, warehouse=self.warehouse, metastore=self.metastore, **overrides)
+        if self._settings is None:
+            self._settings = load_settings(self.config, warehouse=self.warehouse, metastore=self.metastore)
+        return self._settings
+
+    def catalog(self, settings: Settings | None = None) -> Catalog:
+        """Open the catalog (warehouse and metastore) of ``settings`` [default: :meth:`settings`]."""
+        from metastore.catalog import Catalog
+
+        s = settings if settings is not None else self.settings()
+        return Catalog.open(s.warehouse, s.metastore.get_secret_value() if s.metastore else None)
+
+
+def cli_context(ctx: typer.Context) -> CliContext:
+    """The call's :class:`CliContext` (a default one where no root command made it)."""
+    return ctx.ensure_object(CliContext)

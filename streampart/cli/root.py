@@ -1,0 +1,73 @@
+"""The root of the ``streampart`` command line: global options, the commands, exit statuses."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from metastore.errors import StreampartError
+from streampart.cli.check import check
+from streampart.cli.context import CliContext
+from streampart.cli.daemon import scheduler_app
+from streampart.cli.demo import demo
+from streampart.cli.ingest_jobs import ingest_app
+from streampart.cli.query import query
+from streampart.cli.rolls import housekeep, roll
+from streampart.cli.server import serve
+from streampart.cli.tables import table_app
+from streampart.cli.tokens import token_app
+from streampart.cli.write import write
+
+app = typer.Typer(
+    help="Streaming ingestion into time-partitioned Delta tables with streaming partitions and atomic rolls.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+# in the order of `streampart --help`
+app.add_typer(table_app, name="table")
+app.add_typer(ingest_app, name="ingest")
+app.add_typer(scheduler_app, name="scheduler")
+app.command("serve")(serve)
+app.add_typer(token_app, name="token")
+for command in (write, roll, query, housekeep, check, demo):
+    app.command()(command)
+
+
+@app.callback()
+def _global(
+    ctx: typer.Context,
+    warehouse: Annotated[
+        Path | None,
+        typer.Option(envvar="STREAMPART_WAREHOUSE", help="Warehouse directory (default ./warehouse)"),
+    ] = None,
+    metastore: Annotated[
+        str | None,
+        typer.Option(
+            envvar="STREAMPART_METASTORE", help="Metastore URL (default: a SQLite file in the warehouse)"
+        ),
+    ] = None,
+    config: Annotated[
+        Path | None,
+        typer.Option(envvar="STREAMPART_CONFIG", help="TOML config file; see conf/streampart.toml"),
+    ] = None,
+) -> None:
+    ctx.obj = CliContext(warehouse, metastore, config)
+
+
+def main() -> None:
+    """Entry point: one clear message and exit status 1 for any error of the user's or the world's."""
+    err = Console(stderr=True, soft_wrap=True)  # an error stays one line, whatever the terminal's width
+    try:
+        app()
+    except StreampartError as exc:
+        err.print(f"[red]error:[/] {escape(str(exc))}", highlight=False, emoji=False)
+        sys.exit(1)
+    except KeyboardInterrupt:
+        err.print("interrupted")
+        sys.exit(130)

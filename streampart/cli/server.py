@@ -1,0 +1,94 @@
+"""``streampart serve``: the HTTP chunk API.
+
+Registered on the root app in :mod:`streampart.cli.root`; imports nothing heavy until a command runs.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import socket
+import sys
+from typing import Annotated
+
+import typer
+
+from metastore.errors import UserInputError
+from streampart.cli.context import cli_context
+
+log = logging.getLogger("streampart.api")
+
+_INSECURE_BANNER = (
+    "WARNING: AUTHENTICATION IS OFF (--insecure-no-auth). Anyone who can reach {url} can read "
+    "every table and write into it. Never run this way outside a trusted, private network."
+)
+
+
+def serve(
+    ctx: typer.Context,
+    host: Annotated[
+        str | None, typer.Option(help="Address to listen on [default: from config, 127.0.0.1]")
+    ] = None,
+    port: Annotated[
+        int | None, typer.Option(help="Port (0: a free one, logged at start) [default: from config, 8080]")
+    ] = None,
+    insecure_no_auth: Annotated[
+        bool,
+        typer.Option("--insecure-no-auth", help="Accept requests without a token (trusted networks only)"),
+    ] = False,
+    log_format: Annotated[str | None, typer.Option(help="json or text [default: from config]")] = None,
+) -> None:
+    """Serve the HTTP chunk API (OpenAPI at /openapi.json, docs at /docs) until SIGTERM/SIGINT."""
+    import uvicorn
+
+    from ingest.api.app import create_app
+    from metastore.logs import configure_logging
+
+    cli = cli_context(ctx)
+    settings = cli.settings(server={"host": host, "port": port, "log_format": log_format})
+    config = settings.server
+    configure_logging(config.log_format, config.log_level)
+    catalog = cli.catalog(settings)
+    sock = _listen(config.host, config.port)
+    bound = sock.getsockname()[1]
+    url = f"http://{config.host if ':' not in config.host else f'[{config.host}]'}:{bound}"
+    if insecure_no_auth:
+        banner = _INSECURE_BANNER.format(url=url)
+        cli.output.err.print(f"[bold red]{banner}[/]", highlight=False)
+        log.warning(banner, extra={"event": "server.insecure_no_auth"})
+    app = create_app(catalog, config, settings.chunk, auth=not insecure_no_auth)
+    log.info(
+        "HTTP API listening on %s (docs at %s/docs)",
+        url,
+        url,
+        extra={"event": "server.listening", "url": url, "auth": not insecure_no_auth},
+    )
+    from ingest.api.protocol import header_timeout_protocol
+
+    server = uvicorn.Server(
+        uvicorn.Config(
+            app,
+            log_config=None,
+            access_log=config.access_log,
+            timeout_graceful_shutdown=20,
+            http=header_timeout_protocol(config.header_timeout.total_seconds()),
+        )
+    )
+    # uvicorn shuts down gracefully on SIGTERM, then raises the signal again with the handler it
+    # found at start: make that one a clean exit (status 0), as for the roll daemon.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    server.run(sockets=[sock])
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise UserInputError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock

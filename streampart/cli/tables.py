@@ -1,0 +1,173 @@
+"""``streampart table create|list|describe|drop``."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table as RichTable
+
+from metastore.errors import UserInputError
+from streampart.cli.context import cli_context
+from streampart.cli.output import TextOutput
+from streampart.cli.params import JsonFlag, choice
+
+table_app = typer.Typer(help="Create, list, describe and drop streaming tables.", no_args_is_help=True)
+
+
+@table_app.command("create")
+def table_create(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="NAMESPACE.TABLE")],
+    schema: Annotated[str, typer.Option(help='Columns, e.g. "id BIGINT, ts TIMESTAMP, msg STRING"')],
+    time_column: Annotated[str, typer.Option(help="The TIMESTAMP column the table is partitioned by")],
+    roll_every: Annotated[str, typer.Option(help="Roll interval: 15m, 1h, 1d, …")],
+    mode: Annotated[str, typer.Option(help="arrival (HIVE-4196) or event-time")] = "arrival",
+    lateness: Annotated[
+        str, typer.Option(help="event-time: how long a partition waits for late rows")
+    ] = "0s",
+    late_data: Annotated[
+        str,
+        typer.Option(
+            help="event-time: what happens to late rows — reject, or divert (to NS.TABLE__late). A row "
+            "is late when its partition is sealed already (its period ended more than --lateness ago and "
+            "it rolled), or when its period ended more than --max-age ago"
+        ),
+    ] = "reject",
+    max_future: Annotated[
+        str,
+        typer.Option(help="event-time: rows more than this ahead of the clock are bad records"),
+    ] = "1d",
+    max_age: Annotated[
+        str | None,
+        typer.Option(
+            help="event-time: rows whose period ended more than this ago are late [default: no "
+            "bound; a backfill opens its old partitions]"
+        ),
+    ] = None,
+    dead_letter: Annotated[
+        bool,
+        typer.Option(help="Send malformed records to NS.TABLE__dead_letter instead of failing the chunk"),
+    ] = False,
+    partition_column: Annotated[
+        str | None, typer.Option(help="Name of the partition column [default: <time-column>_period]")
+    ] = None,
+    _json: JsonFlag = False,
+) -> None:
+    """Create a streaming table partitioned by one timestamp column."""
+    from metastore.durations import parse_duration
+    from metastore.models import LateDataPolicy, Mode, TableName, TableSpec, parse_schema
+
+    spec = TableSpec(
+        name=TableName.parse(name),
+        columns=parse_schema(schema),
+        time_column=time_column,
+        partition_column=partition_column or f"{time_column}_period",
+        mode=choice(Mode, mode, "--mode"),
+        roll_every=parse_duration(roll_every, "--roll-every"),
+        lateness=parse_duration(lateness, "--lateness"),
+        late_data=choice(LateDataPolicy, late_data, "--late-data"),
+        max_future=parse_duration(max_future, "--max-future"),
+        max_age=parse_duration(max_age, "--max-age") if max_age is not None else None,
+        dead_letter=dead_letter,
+    )
+    cli = cli_context(ctx)
+    catalog = cli.catalog()
+    table = catalog.create_table(spec)
+    cli.output.result(catalog.describe(table), _print_created)
+
+
+def _print_created(out: TextOutput, info: dict[str, Any]) -> None:
+    out.console.print(
+        f"created [bold]{info['table']}[/] ({info['mode']}, rolls every {info['roll_every']}) "
+        f"at {info['location']}"
+    )
+
+
+_LIST_COLUMNS = ("table", "kind", "mode", "roll_every", "partitions", "streaming", "location")
+
+
+@table_app.command("list")
+def table_list(ctx: typer.Context, _json: JsonFlag = False) -> None:
+    """List tables."""
+    from metastore.durations import format_duration
+
+    cli = cli_context(ctx)
+    catalog = cli.catalog()
+    rows = []
+    for t in catalog.list_tables():
+        parts = catalog.store.list_partitions(t.id)
+        rows.append(
+            {
+                "table": str(t.name),
+                "kind": t.kind.value,
+                "mode": t.mode.value,
+                "roll_every": format_duration(t.roll_every),
+                "partitions": len(parts),
+                "streaming": sum(p.state.value == "streaming" for p in parts),
+                "location": t.location,
+            }
+        )
+    cli.output.result(rows, _print_list)
+
+
+def _print_list(out: TextOutput, rows: list[dict[str, Any]]) -> None:
+    grid = RichTable("table", "kind", "mode", "roll every", "partitions", "streaming", "location")
+    for r in rows:
+        grid.add_row(*(str(r[k]) for k in _LIST_COLUMNS))
+    out.console.print(grid if rows else "no tables")
+
+
+@table_app.command("describe")
+def table_describe(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="NAMESPACE.TABLE")],
+    _json: JsonFlag = False,
+) -> None:
+    """Show a table and its partitions (state, chunks, rows, bytes, location)."""
+    cli = cli_context(ctx)
+    catalog = cli.catalog()
+    cli.output.result(catalog.describe(catalog.table(name)), _print_described)
+
+
+def _print_described(out: TextOutput, info: dict[str, Any]) -> None:
+    out.console.print(
+        f"[bold]{info['table']}[/]  {info['mode']}, rolls every {info['roll_every']}"
+        + (
+            f", lateness {info['lateness']}, late data: {info['late_data']}, max future "
+            f"{info['max_future']}, max age {info['max_age'] or 'none'}"
+            if info["mode"] == "event-time"
+            else ""
+        )
+        + f"\nschema: {info['schema']}"
+        + f"\npartitioned by {info['partition_column']} (from {info['time_column']})"
+        + f"\nlocation: {info['location']}  (Delta version {info['version']})"
+    )
+    grid = RichTable("partition", "state", "chunks", "rows", "bytes", "files", "location")
+    for p in info["partitions"]:
+        grid.add_row(
+            p["value"],
+            p["state"],
+            str(p["chunks"]),
+            str(p["rows"]),
+            str(p["bytes"]),
+            str(p["files"]),
+            p["location"],
+        )
+    out.console.print(grid)
+
+
+@table_app.command("drop")
+def table_drop(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="NAMESPACE.TABLE")],
+    yes: Annotated[bool, typer.Option("--yes", help="Really delete the table and its data")] = False,
+) -> None:
+    """Drop a table: its metastore records and its directory."""
+    if not yes:
+        raise UserInputError("dropping deletes the table's data; add --yes to confirm")
+    cli = cli_context(ctx)
+    catalog = cli.catalog()
+    table = catalog.store.get_table(name)
+    catalog.drop_table(table)
+    cli.output.note(f"dropped {table.name}")

@@ -1,0 +1,103 @@
+"""``streampart write``: one file as one chunk, into the warehouse or through the HTTP API (--url)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from metastore.errors import UserInputError
+from streampart.cli.context import CliContext, cli_context
+from streampart.cli.output import TextOutput
+from streampart.cli.params import JsonFlag, choice
+
+
+def write(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="NAMESPACE.TABLE")],
+    file: Annotated[Path, typer.Argument(help="File to commit as one chunk ('-' for standard input)")],
+    format: Annotated[
+        str | None, typer.Option("--format", help="jsonl, csv or parquet [default: from the file name]")
+    ] = None,
+    token: Annotated[
+        str | None, typer.Option(help="Idempotency token: a retry with the same token lands once")
+    ] = None,
+    _json: JsonFlag = False,
+    url: Annotated[
+        str | None, typer.Option(help="Send through the HTTP API at URL (streampart serve)")
+    ] = None,
+    api_token: Annotated[
+        str | None, typer.Option(envvar="STREAMPART_API_TOKEN", help="Bearer token for --url")
+    ] = None,
+) -> None:
+    """Commit FILE as one chunk into the table's streaming partition(s)."""
+    from ingest.formats import Format
+
+    cli = cli_context(ctx)
+    fmt = choice(Format, format, "--format") if format else Format.guess(file)
+    if url is not None:
+        _write_over_http(cli, url, api_token, name, file, fmt, token)
+    else:
+        _write_here(cli, name, file, fmt, token)
+
+
+def _write_here(cli: CliContext, name: str, file: Path, fmt: Any, token: str | None) -> None:
+    from ingest.chunks import ChunkWriter
+
+    if str(file) == "-":
+        content = sys.stdin.buffer.read()
+    else:
+        try:
+            content = file.read_bytes()
+        except FileNotFoundError:
+            raise UserInputError(f"file {file} does not exist") from None
+        except IsADirectoryError:
+            raise UserInputError(f"{file} is a directory, not a file") from None
+        except OSError as exc:
+            raise UserInputError(f"cannot read {file}: {exc.strerror or exc}") from None
+    settings = cli.settings()
+    catalog = cli.catalog()
+    writer = ChunkWriter(catalog, catalog.table(name), settings.chunk)
+    result = writer.write_once(content, fmt, token=token, source=str(file))
+    cli.output.result(result.to_json(), _print_written_here)
+
+
+def _write_over_http(
+    cli: CliContext, url: str, api_token: str | None, name: str, file: Path, fmt: Any, token: str | None
+) -> None:
+    """``streampart write --url``: the same chunk, sent through the HTTP API by :mod:`ingest.client`."""
+    from ingest.client import Client
+
+    if str(file) == "-":
+        data: Any = sys.stdin.buffer.read()
+    elif not file.exists():
+        raise UserInputError(f"file {file} does not exist")
+    elif file.is_dir():
+        raise UserInputError(f"{file} is a directory, not a file")
+    else:
+        data = file
+    with Client(url, api_token) as api:
+        result = api.write(name, data, str(fmt), idempotency_key=token)
+    cli.output.result(result, _print_written)
+
+
+def _print_written_here(out: TextOutput, result: dict[str, Any]) -> None:
+    if result["ignored_fields"]:
+        fields = ", ".join(f"{k} ({n} records)" for k, n in sorted(result["ignored_fields"].items()))
+        out.warn(f"warning: fields not in the table were not written: {fields}")
+    _print_written(out, result)
+
+
+def _print_written(out: TextOutput, result: dict[str, Any]) -> None:
+    """A write's result, as the chunk writer or the HTTP API reports it."""
+    extra = ""
+    if result.get("dead_letter_rows"):
+        extra += f", {result['dead_letter_rows']} bad records to the dead-letter table"
+    if result.get("late_rows"):
+        extra += f", {result['late_rows']} late rows diverted"
+    out.console.print(
+        f"committed chunk {result['chunk']}: {result['rows']} rows into "
+        f"{', '.join(result['partitions']) or '(none)'} at version {result['version']}{extra}"
+    )
