@@ -62,7 +62,7 @@ def table_create(
         name=TableName.parse(name),
         columns=parse_schema(schema),
         time_column=time_column,
-        partition_column=partition_column or f"{time_column}_period",
+        partition_column=partition_column or "",  # default: <time column>_period
         mode=choice(Mode, mode, "--mode"),
         roll_every=parse_duration(roll_every, "--roll-every"),
         lateness=parse_duration(lateness, "--lateness"),
