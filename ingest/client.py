@@ -26,16 +26,12 @@ from urllib.parse import quote
 
 import httpx
 
+from ingest.api.media import FORMAT_MEDIA_TYPES
 from ingest.digests import PREFIX, digest_bytes, digest_pieces
 from ingest.errors import ApiClientError, ApiRequestError, ApiUnavailableError
 
 __all__ = ["ApiClientError", "ApiRequestError", "ApiUnavailableError", "Client"]
 
-MEDIA_TYPES = {
-    "jsonl": "application/x-ndjson",
-    "csv": "text/csv",
-    "parquet": "application/vnd.apache.parquet",
-}
 _RETRY_STATUS = {429, 502, 503, 504, 507}
 # Why 150 s: a commit whose server died mid-way is taken over by a retry only after twice
 # chunk.commit_timeout (60 s by default) has passed; retrying a little longer than that lets
@@ -82,11 +78,11 @@ class Client:
 
     def upload(self, chunk_id: str, data: Body, format: str = "jsonl") -> dict[str, Any]:
         """Upload the chunk's data (bytes, a file streamed from disk, or a factory of byte pieces)."""
-        if format not in MEDIA_TYPES:
-            raise ApiRequestError(f"format must be one of {', '.join(MEDIA_TYPES)}; got {format!r}")
+        if format not in FORMAT_MEDIA_TYPES:
+            raise ApiRequestError(f"format must be one of {', '.join(FORMAT_MEDIA_TYPES)}; got {format!r}")
         return self._call(
             "PUT", f"/v1/chunks/{quote(chunk_id, safe='')}/data", body=data,
-            headers={"Content-Type": MEDIA_TYPES[format]},
+            headers={"Content-Type": FORMAT_MEDIA_TYPES[format]},
         ).json()  # fmt: skip
 
     def commit(self, chunk_id: str, content_sha256: str | None = None) -> dict[str, Any]:
