@@ -26,16 +26,12 @@ from urllib.parse import quote
 
 import httpx
 
-from ingest.digests import PREFIX, digest_bytes, digest_pieces
+from ingest.api.media import FORMAT_MEDIA_TYPES
+from ingest.digests import PREFIX, digest_pieces
 from ingest.errors import ApiClientError, ApiRequestError, ApiUnavailableError
 
 __all__ = ["ApiClientError", "ApiRequestError", "ApiUnavailableError", "Client"]
 
-MEDIA_TYPES = {
-    "jsonl": "application/x-ndjson",
-    "csv": "text/csv",
-    "parquet": "application/vnd.apache.parquet",
-}
 _RETRY_STATUS = {429, 502, 503, 504, 507}
 # Why 150 s: a commit whose server died mid-way is taken over by a retry only after twice
 # chunk.commit_timeout (60 s by default) has passed; retrying a little longer than that lets
@@ -82,12 +78,10 @@ class Client:
 
     def upload(self, chunk_id: str, data: Body, format: str = "jsonl") -> dict[str, Any]:
         """Upload the chunk's data (bytes, a file streamed from disk, or a factory of byte pieces)."""
-        if format not in MEDIA_TYPES:
-            raise ApiRequestError(f"format must be one of {', '.join(MEDIA_TYPES)}; got {format!r}")
-        return self._call(
-            "PUT", f"/v1/chunks/{quote(chunk_id, safe='')}/data", body=data,
-            headers={"Content-Type": MEDIA_TYPES[format]},
-        ).json()  # fmt: skip
+        if format not in FORMAT_MEDIA_TYPES:
+            raise ApiRequestError(f"format must be one of {', '.join(FORMAT_MEDIA_TYPES)}; got {format!r}")
+        headers = {"Content-Type": FORMAT_MEDIA_TYPES[format]}
+        return self._call("PUT", _chunk_path(chunk_id, "/data"), body=data, headers=headers).json()
 
     def commit(self, chunk_id: str, content_sha256: str | None = None) -> dict[str, Any]:
         """Commit the chunk; retried until it has landed (or is known not to).
@@ -96,13 +90,13 @@ class Client:
         :func:`content_digest`): a chunk holding other data answers 409 ``token_conflict``.
         """
         body = {"content_sha256": content_sha256} if content_sha256 else None
-        return self._call("POST", f"/v1/chunks/{quote(chunk_id, safe='')}/commit", json=body).json()
+        return self._call("POST", _chunk_path(chunk_id, "/commit"), json=body).json()
 
     def abort(self, chunk_id: str) -> dict[str, Any]:
-        return self._call("DELETE", f"/v1/chunks/{quote(chunk_id, safe='')}").json()
+        return self._call("DELETE", _chunk_path(chunk_id)).json()
 
     def chunk(self, chunk_id: str) -> dict[str, Any]:
-        return self._call("GET", f"/v1/chunks/{quote(chunk_id, safe='')}").json()
+        return self._call("GET", _chunk_path(chunk_id)).json()
 
     def events(
         self,
@@ -112,7 +106,7 @@ class Client:
         format: str | None = None,
     ) -> dict[str, Any]:
         """Commit a batch of events (Flume's JSON events or records) as one chunk, exactly once."""
-        key = idempotency_key or f"client-{uuid.uuid4()}"
+        key = idempotency_key or _fresh_key()
         params = {"format": format} if format else None
         return self._call(
             "POST", f"{_table_path(table)}/events", json=events, params=params,
@@ -142,7 +136,7 @@ class Client:
         called with the same key and other data, it raises :class:`ApiRequestError` (409
         ``token_conflict``) instead of answering with the earlier commit.
         """
-        key = idempotency_key or f"client-{uuid.uuid4()}"
+        key = idempotency_key or _fresh_key()
         chunk = self.open_chunk(table, key)
         if chunk["state"] != "reserved":
             return self.commit(chunk["id"], content_digest(data))
@@ -192,11 +186,7 @@ class _Hashing:
 
     def body(self) -> Iterator[bytes]:
         self._hash = hashlib.sha256()
-        if isinstance(self.data, bytes):
-            pieces: Iterable[bytes] = [self.data]
-        else:
-            pieces = _read(self.data) if isinstance(self.data, Path) else self.data()
-        for piece in pieces:
+        for piece in _pieces(self.data):
             self._hash.update(piece)
             yield piece
 
@@ -206,9 +196,7 @@ class _Hashing:
 
 def content_digest(data: Body) -> str:
     """``sha256:<hex>`` of the bytes ``data`` holds, as the server digests an upload."""
-    if isinstance(data, bytes):
-        return digest_bytes(data)
-    return digest_pieces(_read(data) if isinstance(data, Path) else data())
+    return digest_pieces(_pieces(data))
 
 
 def _table_path(table: str) -> str:
@@ -218,12 +206,26 @@ def _table_path(table: str) -> str:
     return f"/v1/tables/{quote(namespace, safe='')}/{quote(name, safe='')}"
 
 
+def _chunk_path(chunk_id: str, rest: str = "") -> str:
+    return f"/v1/chunks/{quote(chunk_id, safe='')}{rest}"
+
+
+def _fresh_key() -> str:
+    """An idempotency key for a call the caller gave none: retries of this call land once."""
+    return f"client-{uuid.uuid4()}"
+
+
 def _content(body: Body | None) -> Any:
     if body is None or isinstance(body, bytes):
-        return body
-    if isinstance(body, Path):
-        return _read(body)
-    return body()  # a fresh iterator for every attempt
+        return body  # bytes as they are: sent with a Content-Length
+    return _pieces(body)  # a fresh iterator for every attempt
+
+
+def _pieces(data: Body) -> Iterable[bytes]:
+    """The bytes ``data`` holds, piece by piece: a file is read afresh, a factory called afresh."""
+    if isinstance(data, bytes):
+        return [data]
+    return _read(data) if isinstance(data, Path) else data()
 
 
 def _read(path: Path) -> Iterator[bytes]:

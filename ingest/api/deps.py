@@ -1,0 +1,53 @@
+"""FastAPI dependencies of the routes: the app's :class:`~ingest.api.state.ApiState` and the caller.
+
+Routes declare ``st: State`` and ``who: Caller`` rather than closing over the app's objects,
+so a route module needs no app to be defined in. ``State`` is ``request.app.state.api``;
+``Caller`` is the :class:`~ingest.api.auth.Principal` of the request's bearer token (401
+without a known one), or anyone when the app runs with ``auth=False``.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends, Request, Security
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from ingest.api.auth import Principal
+from ingest.api.errors import ApiError
+from ingest.api.state import ApiState
+
+bearer = HTTPBearer(auto_error=False, description="A token made by `streampart token create`.")
+Credentials = Annotated[HTTPAuthorizationCredentials | None, Security(bearer)]
+
+
+def api_state(request: Request) -> ApiState:
+    """The state of the app serving ``request``."""
+    state: ApiState = request.app.state.api
+    return state
+
+
+State = Annotated[ApiState, Depends(api_state)]
+
+
+def authenticate(st: ApiState, credentials: HTTPAuthorizationCredentials | None) -> Principal:
+    """The caller with ``credentials``; 401 without a bearer token or with an unknown one."""
+    if not st.auth:
+        return Principal(None, insecure=True)
+    challenge = {"WWW-Authenticate": "Bearer"}
+    if credentials is None:
+        raise ApiError(
+            401, "unauthorized", "no bearer token: send 'Authorization: Bearer <token>'",
+            "Authorization", challenge,
+        )  # fmt: skip
+    token = st.authenticator.authenticate(credentials.credentials)
+    if token is None:
+        raise ApiError(401, "unauthorized", "unknown or revoked token", "Authorization", challenge)
+    return Principal(token)
+
+
+def principal(st: State, credentials: Credentials) -> Principal:
+    return authenticate(st, credentials)
+
+
+Caller = Annotated[Principal, Depends(principal)]

@@ -1,0 +1,145 @@
+"""The request and response bodies of the HTTP API, as pydantic models (they make its OpenAPI schema).
+
+Chunks answer :class:`ChunkInfo`, commits :class:`CommitInfo` (the shape of ``streampart write
+--json``), tables :class:`TableInfo` (``streampart table describe --json``) and every error
+:class:`ErrorBody`; :func:`error_responses` declares the latter for a route's error statuses.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from metastore.models import Chunk, ChunkState, Table, iso
+
+# Idempotency keys are stored in the metastore (512 characters) and must be printable text.
+KEY_PATTERN = r"^[^\x00-\x1f\x7f]+$"
+
+
+class ErrorBody(BaseModel):
+    error: str = Field(description="A stable code: not_found, malformed_body, chunk_state, …")
+    message: str = Field(description="What is wrong, for a person.")
+    field: str | None = Field(None, description="The field at fault: a path parameter, body, a header, …")
+    line: int | None = Field(None, description="The line (row, event) of the body at fault, 1-based.")
+
+
+def error_responses(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """The ``responses`` of a route that may answer ``codes`` with an :class:`ErrorBody`."""
+    return {c: {"model": ErrorBody} for c in codes}
+
+
+class OpenChunk(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    idempotency_key: str | None = Field(
+        None,
+        min_length=1,
+        max_length=512,
+        pattern=KEY_PATTERN,
+        description="Opening again with the same key returns the same chunk (whatever its state).",
+    )
+
+
+class CommitChunk(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    content_sha256: str | None = Field(
+        None,
+        pattern=r"^sha256:[0-9a-f]{64}$",
+        description="sha256:<hex> of the data the caller uploaded. If the chunk holds other data (the "
+        "idempotency key was reused, or another caller uploaded under it), the commit answers 409 "
+        "token_conflict instead of committing or answering with the other data's commit.",
+    )
+
+
+class ChunkInfo(BaseModel):
+    id: str
+    table: str
+    state: ChunkState
+    idempotency_key: str | None
+    created_at: str
+    expires_at: str
+    rows: int = Field(description="Rows staged (uploaded) so far.")
+    bytes: int
+    dead_letter_rows: int
+    version: int | None = Field(description="Delta version of the commit, once committed.")
+    partitions: list[str]
+    error: str | None
+    ignored_fields: dict[str, int] = Field(
+        default_factory=dict,
+        description="Upload: fields of the records the table has no column for, and how many records had "
+        "each. They are not written.",
+    )
+
+    @classmethod
+    def of(cls, chunk: Chunk, table: Table) -> ChunkInfo:
+        """The answer about ``chunk`` of ``table``."""
+        return cls(
+            id=chunk.id,
+            table=str(table.name),
+            state=chunk.state,
+            idempotency_key=chunk.token,
+            created_at=iso(chunk.created_at),
+            expires_at=iso(chunk.expires_at),
+            rows=chunk.rows,
+            bytes=chunk.bytes,
+            dead_letter_rows=chunk.dead_letter_rows,
+            version=chunk.version,
+            partitions=[iso(p) for p in chunk.partitions],
+            error=chunk.error,
+        )
+
+
+class CommitInfo(BaseModel):
+    """The shape of ``streampart write --json``."""
+
+    chunk: str
+    table: str
+    partitions: list[str]
+    rows: int
+    version: int | None
+    dead_letter_rows: int
+    late_rows: int
+    token: str | None = Field(description="The chunk's idempotency key.")
+    ignored_fields: dict[str, int] = Field(
+        default_factory=dict, description="Fields of the events' records that the table has no column for."
+    )
+
+
+class PartitionInfo(BaseModel):
+    value: str
+    state: str
+    chunks: int
+    rows: int
+    bytes: int
+    files: int
+    location: str
+
+
+class TableInfo(BaseModel):
+    """The shape of ``streampart table describe --json``."""
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    table: str
+    kind: str
+    mode: str
+    roll_every: str
+    lateness: str
+    late_data: str
+    max_future: str = Field(description="Event-time tables: rows further ahead of the clock are bad records.")
+    max_age: str | None = Field(description="Event-time tables: rows of periods that ended before are late.")
+    dead_letter: bool
+    time_column: str
+    partition_column: str
+    schema_: str = Field(alias="schema")
+    location: str
+    cluster: str
+    version: int
+    partitions: list[PartitionInfo]
+
+
+class Health(BaseModel):
+    status: str
+    auth: bool

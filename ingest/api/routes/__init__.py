@@ -1,0 +1,7 @@
+"""The routes of the HTTP API, one router per resource; :func:`ingest.api.app.create_app` includes them.
+
+- :mod:`~ingest.api.routes.chunks`: open a chunk, upload its data, commit or abort it, read its state.
+- :mod:`~ingest.api.routes.events`: commit a batch of events as one chunk.
+- :mod:`~ingest.api.routes.tables`: the tables a token may read.
+- :mod:`~ingest.api.routes.ops`: health and Prometheus metrics, for operators.
+"""

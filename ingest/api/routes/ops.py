@@ -1,0 +1,38 @@
+"""Operations: ``/healthz`` for load balancers and ``/metrics`` for Prometheus.
+
+Neither needs a token, except ``/metrics`` when ``server.metrics_require_token`` is set (its
+series name tables and count rows).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from ingest.api.deps import Credentials, State, authenticate
+from ingest.api.models import Health
+from metastore.errors import StreampartError
+
+router = APIRouter(tags=["operations"])
+
+
+@router.get("/healthz", response_model=Health, responses={503: {"model": Health}})
+def healthz(st: State) -> Any:
+    """200 while the metastore answers; no token needed."""
+    try:
+        st.catalog.store.ping()
+    except StreampartError as exc:
+        return JSONResponse({"status": "unavailable", "auth": st.auth, "message": str(exc)}, 503)
+    return {"status": "ok", "auth": st.auth}
+
+
+@router.get("/metrics", include_in_schema=False)
+def metrics(st: State, credentials: Credentials) -> Response:
+    """Prometheus text format: table names and row counts, so behind any valid token when
+    ``server.metrics_require_token`` is set (Prometheus sends one with ``authorization``)."""
+    if st.server.metrics_require_token:
+        authenticate(st, credentials)
+    return Response(generate_latest(st.metrics.registry), media_type=CONTENT_TYPE_LATEST)

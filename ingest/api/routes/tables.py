@@ -1,0 +1,42 @@
+"""Tables over HTTP: the tables a token may read, and one table with its partitions.
+
+Both answer in the shape of ``streampart table describe --json`` (:class:`~ingest.api.models.TableInfo`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+
+from ingest.api.deps import Caller, State
+from ingest.api.models import TableInfo, error_responses
+from metastore.models import Permission
+
+router = APIRouter(tags=["tables"])
+
+
+@router.get(
+    "/v1/tables",
+    response_model=list[TableInfo],
+    responses=error_responses(401),
+    summary="The tables the token may read",
+)
+def list_tables(who: Caller, st: State) -> list[dict[str, Any]]:
+    """Every table of the namespaces the token has read (or admin) scope on, as ``describe --json``."""
+    out = []
+    for t in st.catalog.list_tables():
+        if who.allows(Permission.READ, t.name.namespace):
+            out.append(st.catalog.describe(st.catalog.table(t.name)))
+    return out
+
+
+@router.get(
+    "/v1/tables/{namespace}/{table}",
+    response_model=TableInfo,
+    responses=error_responses(400, 401, 403, 404),
+    summary="A table and its partitions",
+)
+def describe_table(namespace: str, table: str, who: Caller, st: State) -> dict[str, Any]:
+    """The table and its partitions, as ``streampart table describe --json``."""
+    return st.catalog.describe(st.table_of(who, Permission.READ, namespace, table))

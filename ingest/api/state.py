@@ -1,0 +1,85 @@
+"""What every request of the HTTP API works with: :class:`ApiState`, one per app.
+
+:func:`ingest.api.app.create_app` makes it and keeps it in ``app.state.api``; routes reach it
+through the :data:`ingest.api.deps.State` dependency. Its methods are the checks every route
+makes before it touches the chunk protocol: the caller's scope on the namespace (403), the
+names in the path (400, 404), and the commit with its metrics. They block on the metastore:
+async routes call them in a worker thread.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+
+from ingest.api.auth import Authenticator, Principal
+from ingest.api.config import ServerConfig
+from ingest.api.errors import ApiError, blame
+from ingest.api.metrics import ApiMetrics
+from ingest.chunks import ChunkWriter, CommitResult
+from ingest.config import ChunkConfig
+from metastore.catalog import Catalog
+from metastore.models import Chunk, Permission, Table, TableName, check_identifier
+
+_UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+
+
+def require(who: Principal, permission: Permission, namespace: str) -> None:
+    """Raise 403 unless ``who`` has ``permission`` (or admin) on ``namespace``."""
+    if not who.allows(permission, namespace):
+        raise ApiError(
+            403,
+            "forbidden",
+            f"token {who.name!r} lacks the scope {permission.value}:{namespace} (or admin:{namespace})",
+            "Authorization",
+        )
+
+
+@dataclass
+class ApiState:
+    """The app's catalog, settings, token cache and metrics."""
+
+    catalog: Catalog
+    server: ServerConfig
+    chunk: ChunkConfig
+    auth: bool
+    authenticator: Authenticator
+    metrics: ApiMetrics
+
+    def table_of(self, who: Principal, permission: Permission, namespace: str, table: str) -> Table:
+        """The table named in the path, once ``who`` may use it so."""
+        with blame("namespace"):
+            check_identifier(namespace, "namespace")
+        with blame("table"):
+            check_identifier(table, "table")
+        require(who, permission, namespace)
+        with blame("table"):
+            return self.catalog.table(TableName(namespace=namespace, table=table))
+
+    def chunk_of(self, who: Principal, permission: Permission, chunk_id: str) -> tuple[Chunk, Table]:
+        """The chunk named in the path and its table, once ``who`` may use it so."""
+        if "/" in chunk_id or "\\" in chunk_id or ".." in chunk_id:
+            raise ApiError(
+                400, "bad_request", f"chunk id {chunk_id!r} contains a path separator or '..'", "id"
+            )
+        if not _UUID.match(chunk_id):
+            raise ApiError(404, "not_found", f"chunk {chunk_id!r} does not exist", "id")
+        with blame("id"):
+            chunk = self.catalog.store.get_chunk(chunk_id)
+            table = self.catalog.store.get_table_by_id(chunk.table_id)
+        require(who, permission, table.name.namespace)
+        return chunk, self.catalog.table(table.name)
+
+    def writer(self, table: Table) -> ChunkWriter:
+        return ChunkWriter(self.catalog, table, self.chunk)
+
+    def commit(self, w: ChunkWriter, chunk_id: str, digest: str | None = None) -> CommitResult:
+        """Commit the chunk, counting it, its rows and the commit's duration."""
+        t0 = time.perf_counter()
+        with blame("id"):
+            result = w.commit(chunk_id, content_digest=digest)
+        self.metrics.commit_seconds.observe(time.perf_counter() - t0)
+        self.metrics.chunks.labels(str(w.table.name), "committed").inc()
+        self.metrics.rows.labels(str(w.table.name)).inc(result.rows)
+        return result
