@@ -159,13 +159,11 @@ def test_migrating_a_metastore_from_0001_keeps_its_data(metastore_url: str) -> N
     from alembic import command
     from alembic.config import Config
 
-    from metastore import store as store_module
+    from metastore.store.engine import MIGRATIONS
 
     old = Metastore(metastore_url, migrate=False)
     cfg = Config()
-    cfg.set_main_option(
-        "script_location", str(store_module.Path(store_module.__file__).parent / "migrations")
-    )
+    cfg.set_main_option("script_location", str(MIGRATIONS))
     with old.tx() as conn:
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, "0001")
