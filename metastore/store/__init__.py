@@ -9,7 +9,7 @@ number of processes on any number of hosts may share one metastore.
 :class:`Metastore` is the one interface; each concept lives in its own module, as a part of
 it (the way dagster splits run, event and schedule storage):
 
-- ``engine``: the engine, SQLite pragmas, transactions, migrations, error translation
+- ``engine``: the engine, SQLite pragmas, read and write transactions, migrations, errors
 - ``preconditions``: conditional updates that name the precondition that failed
 - ``tables``: tables and partitions
 - ``chunks``: chunks and their commit protocol

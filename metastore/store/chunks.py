@@ -126,14 +126,14 @@ class ChunkStore(Database):
         return self.get_chunk(chunk_id)
 
     def find_chunk_by_token(self, table_id: int, token: str) -> Chunk | None:
-        with self.tx() as conn:
+        with self.read_tx() as conn:
             row = conn.execute(
                 sa.select(s.chunks).where(s.chunks.c.table_id == table_id, s.chunks.c.token == token)
             ).first()
         return None if row is None else chunk_from_row(row)
 
     def get_chunk(self, chunk_id: str) -> Chunk:
-        with self.tx() as conn:
+        with self.read_tx() as conn:
             row = conn.execute(sa.select(s.chunks).where(s.chunks.c.id == chunk_id)).first()
         if row is None:
             raise NotFoundError(f"chunk {chunk_id} does not exist")
@@ -147,7 +147,7 @@ class ChunkStore(Database):
             q = q.where(s.chunks.c.table_id == table_id)
         if states:
             q = q.where(s.chunks.c.state.in_([st.value for st in states]))
-        with self.tx() as conn:
+        with self.read_tx() as conn:
             rows = conn.execute(q.order_by(s.chunks.c.created_at)).all()
         return [chunk_from_row(r) for r in rows]
 
@@ -269,6 +269,9 @@ class ChunkStore(Database):
         overdue = sa.select(s.chunks.c.id).where(
             s.chunks.c.state == ChunkState.RESERVED.value, s.chunks.c.expires_at <= _db(now)
         )
+        with self.read_tx() as conn:  # the usual case, nothing to expire, takes no write lock
+            if conn.execute(overdue.limit(1)).first() is None:
+                return []
         with self.tx() as conn:
             expired = []
             for chunk_id in conn.execute(overdue).scalars().all():
@@ -282,7 +285,7 @@ class ChunkStore(Database):
 
     def stale_commits(self, older_than: datetime) -> list[Chunk]:
         """COMMITTING chunks whose attempt began before ``older_than`` (their writer is gone)."""
-        with self.tx() as conn:
+        with self.read_tx() as conn:
             rows = conn.execute(
                 sa.select(s.chunks).where(
                     s.chunks.c.state == ChunkState.COMMITTING.value,
@@ -294,7 +297,7 @@ class ChunkStore(Database):
     def pending_chunk_counts(self) -> dict[int, int]:
         """Per table, chunks reserved or committing (not yet visible, not yet given up)."""
         pending = [ChunkState.RESERVED.value, ChunkState.COMMITTING.value]
-        with self.tx() as conn:
+        with self.read_tx() as conn:
             rows = conn.execute(
                 sa.select(s.chunks.c.table_id, sa.func.count())
                 .where(s.chunks.c.state.in_(pending))

@@ -1,10 +1,15 @@
 """The metastore database: engine, SQLite pragmas, transactions, migrations, error translation.
 
-:meth:`Database.tx` is one transaction. On SQLite it begins ``BEGIN IMMEDIATE``, taking the
-write lock up front, so a read-then-write transaction never fails to upgrade its lock half-way
-(SQLite's deadlock case).
+Two kinds of transaction, because SQLite serialises writers:
 
-The database being unreachable or locked for too long becomes
+- :meth:`Database.tx` writes. On SQLite it begins ``BEGIN IMMEDIATE``, taking the write lock
+  up front, so a read-then-write transaction never fails to upgrade its lock half-way
+  (SQLite's deadlock case).
+- :meth:`Database.read_tx` only reads. On SQLite it begins a plain (deferred) ``BEGIN``: in
+  WAL mode it reads a snapshot and never waits for a writer. On PostgreSQL it is a ``READ
+  ONLY`` transaction, so a write slipped into a read path fails loudly instead of passing.
+
+Either way, the database being unreachable or locked for too long becomes
 :class:`~metastore.errors.MetastoreUnavailableError`, which callers may retry.
 
 Times cross the database boundary here too: stored as naive UTC (SQLite has no time zones),
@@ -30,11 +35,15 @@ from metastore.models import utc
 
 # Why 30 s: SQLite serialises writers; under several writer processes plus a roller a write
 # transaction may wait behind a few others. Each holds the lock for milliseconds, so 30 s only
-# trips when the database is truly stuck, and then the error says so.
+# trips when the database is truly stuck, and then the error says so. Reads never wait for it
+# (see read_tx); only transactions that write do.
 SQLITE_BUSY_TIMEOUT_S: float = 30
 
 MIGRATIONS = Path(__file__).resolve().parent.parent / "migrations"
 """The Alembic script directory of the metastore's schema."""
+
+# The execution option that marks a connection's transaction as read-only (see Database.read_tx).
+_READ_ONLY = "streampart_read_only"
 
 
 def _db(ts: datetime | None) -> datetime | None:
@@ -93,8 +102,10 @@ def make_engine(url: str) -> Engine:
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Connection) -> None:
-        # IMMEDIATE takes the write lock up front (see the module's docstring).
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
+        # A reader takes no lock up front (WAL: it reads a snapshot, whatever writers do); a
+        # writer takes the write lock at once (see the module's docstring).
+        read_only = conn.get_execution_options().get(_READ_ONLY, False)
+        conn.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
 
     return engine
 
@@ -117,9 +128,20 @@ class Database:
 
     @contextmanager
     def tx(self) -> Iterator[Connection]:
-        """One transaction (on SQLite it holds the write lock throughout)."""
+        """One transaction that may write (on SQLite it holds the write lock throughout)."""
         with self._unavailable_is_retriable(), self.engine.begin() as conn:
             yield conn
+
+    @contextmanager
+    def read_tx(self) -> Iterator[Connection]:
+        """One transaction that only reads: it never waits for a writer (nor takes SQLite's lock)."""
+        with self._unavailable_is_retriable(), self.engine.connect() as conn:
+            if self.is_sqlite:
+                conn.execution_options(**{_READ_ONLY: True})
+            else:
+                conn.execution_options(postgresql_readonly=True)
+            with conn.begin():
+                yield conn
 
     @contextmanager
     def _unavailable_is_retriable(self) -> Iterator[None]:
@@ -154,7 +176,7 @@ class Database:
 
     def ping(self) -> None:
         """A round trip to the database (health checks); raises MetastoreUnavailableError."""
-        with self.tx() as conn:
+        with self.read_tx() as conn:
             conn.execute(sa.text("SELECT 1"))
 
     def close(self) -> None:

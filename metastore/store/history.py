@@ -115,13 +115,13 @@ class HistoryStore(Database):
         q = sa.select(s.roll_attempts)
         if table_id is not None:
             q = q.where(s.roll_attempts.c.table_id == table_id)
-        with self.tx() as conn:
+        with self.read_tx() as conn:
             rows = conn.execute(q.order_by(s.roll_attempts.c.id.desc()).limit(limit)).all()
         return [attempt_from_row(r) for r in rows]
 
     def latest_roll_attempts(self) -> dict[int, RollAttempt]:
         """Each table's newest attempt (its current failure streak and retry time)."""
-        with self.tx() as conn:
+        with self.read_tx() as conn:
             rows = conn.execute(
                 sa.select(s.roll_attempts).where(s.roll_attempts.c.id.in_(_newest_attempts()))
             ).all()
@@ -156,7 +156,7 @@ class HistoryStore(Database):
         """
         now = now or _now()
         terminal = [ChunkState.COMMITTED.value, ChunkState.ABORTED.value, ChunkState.EXPIRED.value]
-        with self.tx() as conn:
+        with self.read_tx() as conn:
             rolled = {
                 _out(v)
                 for v in conn.execute(
@@ -178,7 +178,7 @@ class HistoryStore(Database):
                 q = q.where(
                     sa.or_(c.created_at > cursor[0], sa.and_(c.created_at == cursor[0], c.id > cursor[1]))
                 )
-            with self.tx() as conn:
+            with self.read_tx() as conn:
                 rows = conn.execute(q.order_by(c.created_at, c.id).limit(batch)).all()
             if not rows:
                 return pruned
@@ -221,7 +221,7 @@ class HistoryStore(Database):
     def chunk_summaries(self, table_id: int) -> list[ChunkSummary]:
         """The summaries of pruned chunks, one per partition and state (oldest partition first)."""
         cs = s.chunk_summaries.c
-        with self.tx() as conn:
+        with self.read_tx() as conn:
             rows = conn.execute(
                 sa.select(
                     cs.partition_value,

@@ -90,7 +90,7 @@ class LeaseStore(Database):
     """Leases (leadership with fencing)."""
 
     def get_lease(self, name: str) -> Lease | None:
-        with self.tx() as conn:
+        with self.read_tx() as conn:
             row = conn.execute(sa.select(s.leases).where(s.leases.c.name == name)).first()
         return None if row is None else lease_from_row(row)
 

@@ -107,7 +107,7 @@ class RollStore(Database):
     """Rolls and their leases."""
 
     def get_roll(self, roll_id: str) -> Roll:
-        with self.tx() as conn:
+        with self.read_tx() as conn:
             return _read_roll(conn, roll_id)
 
     def list_rolls(
@@ -118,7 +118,7 @@ class RollStore(Database):
             q = q.where(s.rolls.c.table_id == table_id)
         if unfinished:
             q = q.where(s.rolls.c.state != RollState.DONE.value)
-        with self.tx() as conn:
+        with self.read_tx() as conn:
             rows = conn.execute(q.order_by(s.rolls.c.started_at.desc()).limit(limit)).all()
         return [roll_from_row(r) for r in rows]
 

@@ -130,7 +130,7 @@ class TableStore(Database):
 
     def get_table(self, name: TableName | str) -> Table:
         name = TableName.parse(name) if isinstance(name, str) else name
-        with self.tx() as conn:
+        with self.read_tx() as conn:
             row = conn.execute(
                 sa.select(s.tables).where(
                     s.tables.c.namespace == name.namespace, s.tables.c.name == name.table
@@ -147,14 +147,14 @@ class TableStore(Database):
             return None
 
     def get_table_by_id(self, table_id: int) -> Table:
-        with self.tx() as conn:
+        with self.read_tx() as conn:
             row = conn.execute(sa.select(s.tables).where(s.tables.c.id == table_id)).first()
         if row is None:
             raise NotFoundError(f"table #{table_id} does not exist")
         return table_from_row(row)
 
     def list_tables(self) -> list[Table]:
-        with self.tx() as conn:
+        with self.read_tx() as conn:
             rows = conn.execute(sa.select(s.tables).order_by(s.tables.c.namespace, s.tables.c.name)).all()
         return [table_from_row(r) for r in rows]
 
@@ -171,7 +171,7 @@ class TableStore(Database):
         Committed chunks, seals and sweeps: the Delta log must reach at least this far. (Chunks
         pruned into summaries are older than their partition's sweep, which stays recorded.)
         """
-        with self.tx() as conn:
+        with self.read_tx() as conn:
             chunk = conn.execute(
                 sa.select(sa.func.max(s.chunks.c.version)).where(
                     s.chunks.c.table_id == table_id, s.chunks.c.state == ChunkState.COMMITTED.value
@@ -191,12 +191,12 @@ class TableStore(Database):
         q = sa.select(s.partitions).where(s.partitions.c.table_id == table_id)
         if states:
             q = q.where(s.partitions.c.state.in_([st.value for st in states]))
-        with self.tx() as conn:
+        with self.read_tx() as conn:
             rows = conn.execute(q.order_by(s.partitions.c.value)).all()
         return [partition_from_row(r) for r in rows]
 
     def get_partition(self, table_id: int, value: datetime) -> Partition | None:
-        with self.tx() as conn:
+        with self.read_tx() as conn:
             row = conn.execute(
                 sa.select(s.partitions).where(
                     s.partitions.c.table_id == table_id, s.partitions.c.value == _db(value)
@@ -227,7 +227,7 @@ class TableStore(Database):
 
     def partition_counts(self) -> dict[int, dict[PartitionState, int]]:
         """Per table, how many partitions are in each state (for monitoring)."""
-        with self.tx() as conn:
+        with self.read_tx() as conn:
             rows = conn.execute(
                 sa.select(s.partitions.c.table_id, s.partitions.c.state, sa.func.count()).group_by(
                     s.partitions.c.table_id, s.partitions.c.state

@@ -58,12 +58,12 @@ class TokenStore(Database):
 
     def find_token_by_hash(self, token_hash: str) -> ApiToken | None:
         """The token whose digest is ``token_hash``, or None (unknown or revoked)."""
-        with self.tx() as conn:
+        with self.read_tx() as conn:
             row = conn.execute(sa.select(s.tokens).where(s.tokens.c.token_hash == token_hash)).first()
         return None if row is None else token_from_row(row)
 
     def list_tokens(self) -> list[ApiToken]:
-        with self.tx() as conn:
+        with self.read_tx() as conn:
             rows = conn.execute(sa.select(s.tokens).order_by(s.tokens.c.name)).all()
         return [token_from_row(r) for r in rows]
 
