@@ -67,9 +67,12 @@ class MetastoreUnavailableError(RetriableError):
     """The metastore database cannot be reached or is locked for too long."""
 
 
-class LeaseLostError(ConflictError):
+class LeaseLostError(RetriableError):
     """A lease (leadership) is no longer held by the caller at the epoch it thought it held.
 
     The fencing token check failed: another process took the lease over (a higher epoch), or it
     expired. The caller must stop acting as the holder and may try to acquire it afresh.
+
+    A sibling of :class:`ConflictError`, not a kind of it: a lost race for one row (retry the
+    step) is not a lost leadership (stop leading), so ``except ConflictError`` never catches it.
     """

@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import sqlalchemy as sa
 
-from metastore.errors import LeaseLostError
+from metastore.errors import ConflictError, LeaseLostError, RetriableError
 from metastore.models import PartitionState, RollOutcome
 from metastore.store import Metastore
 from tests.fixtures import make_table
@@ -112,6 +112,21 @@ def test_a_deposed_leader_can_neither_begin_nor_claim_a_roll(catalog) -> None:  
     assert store.claim_roll(roll, "b", TTL, now=T0 + TTL + S, fence=new).owner == "b"
 
 
+def test_a_lost_lease_is_no_conflict(catalog) -> None:  # type: ignore[no-untyped-def]
+    """``except ConflictError`` (a lost race for one row: retry) never swallows lost leadership (stop)."""
+    assert not issubclass(LeaseLostError, ConflictError) and not issubclass(ConflictError, LeaseLostError)
+    assert issubclass(LeaseLostError, RetriableError)
+    store = catalog.store
+    p = store.open_partition(make_table(catalog).id)
+    old = store.acquire_lease("roll", "a", TTL, now=T0)
+    store.acquire_lease("roll", "b", TTL, now=T0 + TTL)
+    with pytest.raises(LeaseLostError):
+        try:
+            store.begin_roll(p, p.value + timedelta(hours=1), "a", TTL, now=T0 + TTL, fence=old)
+        except ConflictError:  # what a roller does when another roller has the partition
+            pytest.fail("a lost lease was caught as a conflict")
+
+
 def test_roll_leases_are_renewed_only_under_a_live_fence_and_released_at_shutdown(catalog) -> None:  # type: ignore[no-untyped-def]
     store = catalog.store
     table = make_table(catalog)
@@ -159,13 +174,11 @@ def test_migrating_a_metastore_from_0001_keeps_its_data(metastore_url: str) -> N
     from alembic import command
     from alembic.config import Config
 
-    from metastore import store as store_module
+    from metastore.store.engine import MIGRATIONS
 
     old = Metastore(metastore_url, migrate=False)
     cfg = Config()
-    cfg.set_main_option(
-        "script_location", str(store_module.Path(store_module.__file__).parent / "migrations")
-    )
+    cfg.set_main_option("script_location", str(MIGRATIONS))
     with old.tx() as conn:
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, "0001")

@@ -132,3 +132,81 @@ def test_expiry_only_takes_reserved_chunks_past_their_ttl(catalog) -> None:  # t
     assert store.get_chunk(committing.id).state is ChunkState.COMMITTING
     with pytest.raises(ConflictError):  # an expired chunk can never begin its commit
         store.begin_commit(old, 0)
+
+
+def test_roll_progress_is_recorded_by_its_owner_at_its_step_only(catalog) -> None:  # type: ignore[no-untyped-def]
+    store = catalog.store
+    p = store.open_partition(make_table(catalog).id)
+    roll = store.begin_roll(p, p.value + timedelta(hours=1), "a", timedelta(minutes=1))
+    roll = store.record_roll_progress(roll, "a", seal_version=4)
+    assert roll.seal_version == 4 and roll.state is RollState.SEALING
+    with pytest.raises(ConflictError, match="is owned by a"):
+        store.record_roll_progress(roll, "b", seal_version=5)
+    swept = store.advance_roll(roll, RollState.SWEEPING, "a")
+    with pytest.raises(ConflictError, match="is sweeping, expected sealing"):  # a stale view of the step
+        store.record_roll_progress(roll, "a", files_before=1)
+    assert store.get_roll(roll.id) == swept
+
+
+def test_a_released_roll_can_be_claimed_at_once(catalog) -> None:  # type: ignore[no-untyped-def]
+    store = catalog.store
+    p = store.open_partition(make_table(catalog).id)
+    roll = store.begin_roll(p, p.value + timedelta(hours=1), "a", timedelta(hours=1), now=T0)
+    assert not store.release_roll(roll, "b", error="not mine", now=T0)  # only its owner lets it go
+    assert store.release_roll(roll, "a", error="boom", now=T0 + timedelta(seconds=1))
+    assert store.get_roll(roll.id).error == "boom"
+    taken = store.claim_roll(roll, "b", timedelta(minutes=1), now=T0 + timedelta(seconds=2))
+    assert taken.owner == "b" and taken.lease_until == T0 + timedelta(minutes=1, seconds=2)
+    done = store.finish_roll(
+        store.advance_roll(taken, RollState.SWEEPING, "b"), "b", chunks=0, rows=0, nbytes=0, files=0
+    )
+    assert not store.release_roll(done, "b")  # a done roll has nothing to release
+    with pytest.raises(ConflictError, match=r"is done \(since "):
+        store.claim_roll(done, "b", timedelta(minutes=1))
+
+
+def test_newest_version_spans_commits_seals_and_sweeps(catalog) -> None:  # type: ignore[no-untyped-def]
+    store = catalog.store
+    t = make_table(catalog)
+    assert store.newest_version(t.id) == -1
+    chunk = store.reserve_chunk(t.id, None, timedelta(hours=1))
+    store.finish_commit(store.begin_commit(chunk, 0), version=3, partitions=[T0])
+    aborted = store.begin_commit(store.reserve_chunk(t.id, None, timedelta(hours=1)), 9)
+    store.abort_chunk(aborted)  # never committed: its base version is no version of the table
+    assert store.newest_version(t.id) == 3
+    p = store.open_partition(t.id)
+    roll = store.begin_roll(p, p.value + timedelta(hours=1), "a", timedelta(minutes=1))
+    roll = store.advance_roll(roll, RollState.SWEEPING, "a", seal_version=5)
+    assert store.newest_version(t.id) == 5
+    store.record_roll_progress(roll, "a", sweep_version=7)
+    assert store.newest_version(t.id) == 7
+
+
+def test_stale_commits_and_the_monitoring_counts(catalog) -> None:  # type: ignore[no-untyped-def]
+    store = catalog.store
+    a, b = make_table(catalog, "ns.a"), make_table(catalog, "ns.b", mode=Mode.EVENT_TIME)
+    day = timedelta(days=1)
+    stalled = store.begin_commit(store.reserve_chunk(a.id, None, day, now=T0), 0, now=T0)
+    store.begin_commit(store.reserve_chunk(a.id, None, day, now=T0), 0, now=T0 + timedelta(hours=1))
+    store.reserve_chunk(b.id, None, timedelta(hours=1), now=T0)
+    assert [c.id for c in store.stale_commits(T0 + timedelta(minutes=30))] == [stalled.id]
+    assert store.pending_chunk_counts() == {a.id: 2, b.id: 1}
+    store.ensure_partition(b.id, T0)
+    store.ensure_partition(b.id, T0 + timedelta(hours=1))
+    streaming = PartitionState.STREAMING
+    assert store.partition_counts() == {a.id: {streaming: 1}, b.id: {streaming: 2}}
+
+
+def test_dropping_a_table_removes_its_partitions_chunks_and_rolls(catalog) -> None:  # type: ignore[no-untyped-def]
+    store = catalog.store
+    t, other = make_table(catalog, "ns.a"), make_table(catalog, "ns.b")
+    store.reserve_chunk(t.id, "tok", timedelta(hours=1))
+    p = store.open_partition(t.id)
+    store.begin_roll(p, p.value + timedelta(hours=1), "a", timedelta(minutes=1))
+    store.drop_table(t.id)
+    assert store.find_table(t.name) is None
+    with pytest.raises(NotFoundError, match=f"table #{t.id} does not exist"):
+        store.get_table_by_id(t.id)
+    assert store.list_partitions(t.id) == store.list_chunks(t.id) == store.list_rolls(t.id) == []
+    assert store.find_chunk_by_token(t.id, "tok") is None
+    assert store.get_table_by_id(other.id) == other

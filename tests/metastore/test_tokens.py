@@ -99,11 +99,11 @@ def test_migrating_from_0002_adds_the_tokens_table_and_keeps_data(metastore_url:
     from alembic import command
     from alembic.config import Config
 
-    from metastore import store as store_module
+    from metastore.store.engine import MIGRATIONS
 
     old = Metastore(metastore_url, migrate=False)
     cfg = Config()
-    cfg.set_main_option("script_location", str(Path(store_module.__file__).parent / "migrations"))
+    cfg.set_main_option("script_location", str(MIGRATIONS))
     with old.tx() as conn:
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, "0002")
@@ -125,8 +125,8 @@ def test_migration_0004_adds_chunk_digests_and_keeps_every_chunk(metastore_url: 
     from alembic import command
     from alembic.config import Config
 
-    from metastore import store as store_module
     from metastore.catalog import Catalog
+    from metastore.store.engine import MIGRATIONS
     from tests.fixtures import make_table
 
     catalog = Catalog.open(tmp_path / "wh", metastore_url)
@@ -134,7 +134,7 @@ def test_migration_0004_adds_chunk_digests_and_keeps_every_chunk(metastore_url: 
     chunk = catalog.store.reserve_chunk(table.id, "old-token", timedelta(hours=1))
     catalog.close()
     cfg = Config()
-    cfg.set_main_option("script_location", str(Path(store_module.__file__).parent / "migrations"))
+    cfg.set_main_option("script_location", str(MIGRATIONS))
     old = Metastore(metastore_url, migrate=False)
     with old.tx() as conn:
         cfg.attributes["connection"] = conn

@@ -1,0 +1,49 @@
+"""The SQL metastore: tables, partitions and their lifecycle, chunks, rolls, leases.
+
+One implementation serves SQLite (the embedded default) and PostgreSQL. Every state change is
+a conditional ``UPDATE … WHERE <the state it expects>``; zero rows updated raises
+:class:`~metastore.errors.ConflictError` naming the precondition that failed. Locks and
+leadership go through this database, never through local files or process memory, so any
+number of processes on any number of hosts may share one metastore.
+
+:class:`Metastore` is the one interface; each concept lives in its own module, as a part of
+it (the way dagster splits run, event and schedule storage):
+
+- ``engine``: the engine, SQLite pragmas, read and write transactions, migrations, errors
+- ``preconditions``: conditional updates that name the precondition that failed
+- ``tables``: tables and partitions
+- ``chunks``: chunks and their commit protocol
+- ``rolls``: rolls and their leases
+- ``leases``: leadership leases and fencing
+- ``history``: roll attempts, and chunk rows pruned into summaries
+- ``tokens``: the HTTP API's bearer tokens
+"""
+
+from __future__ import annotations
+
+from metastore.store.chunks import ChunkStore
+from metastore.store.engine import SQLITE_BUSY_TIMEOUT_S, Database, default_url, normalize_url
+from metastore.store.history import HistoryStore, summarize_chunk
+from metastore.store.leases import LeaseStore
+from metastore.store.rolls import RollStore
+from metastore.store.tables import TableStore
+from metastore.store.tokens import TokenStore
+
+
+class Metastore(TableStore, ChunkStore, RollStore, LeaseStore, HistoryStore, TokenStore):
+    """Access to one metastore database. Thread-safe; open one per process.
+
+    Args:
+        url: A SQLAlchemy URL (``sqlite:///…``, ``postgresql://…``; ``postgres://`` works too).
+        migrate: Bring the schema to the newest migration first.
+    """
+
+
+__all__ = [
+    "SQLITE_BUSY_TIMEOUT_S",
+    "Database",
+    "Metastore",
+    "default_url",
+    "normalize_url",
+    "summarize_chunk",
+]

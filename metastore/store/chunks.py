@@ -1,0 +1,306 @@
+"""Chunks: RESERVED → COMMITTING → COMMITTED | ABORTED | EXPIRED, each step a guarded update.
+
+A producer reserves a chunk (once per idempotency token), records the files it staged, then
+commits: ``begin_commit`` stamps one attempt (only one committer wins, and only before the
+chunk's TTL), ``finish_commit`` records the Delta version. A commit attempt whose writer
+stalled is replaced by ``take_over_commit``; the replaced attempt is fenced out of every later
+step. Every step names the precondition that failed when it loses (see ``preconditions.py``).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.exc import IntegrityError
+
+from metastore import schema as s
+from metastore.errors import NotFoundError
+from metastore.models import Chunk, ChunkState, StagedFile, check_transition, utc
+from metastore.store.engine import Database, _db, _now, _out
+from metastore.store.preconditions import Precondition, at, failed_precondition, guarded_update, state_in
+
+
+def chunk_from_row(row: Any) -> Chunk:
+    m = row._mapping
+    return Chunk(
+        id=m["id"],
+        table_id=m["table_id"],
+        token=m["token"],
+        state=ChunkState(m["state"]),
+        created_at=_out(m["created_at"]),
+        expires_at=_out(m["expires_at"]),
+        files=tuple(StagedFile(**f) for f in m["files"]),
+        rows=m["rows"],
+        bytes=m["bytes"],
+        committing_since=_out(m["committing_since"]),
+        attempt=m["attempt"],
+        base_version=m["base_version"],
+        version=m["version"],
+        partitions=tuple(utc(datetime.fromisoformat(v)) for v in m["partitions"]),
+        dead_letter_rows=m["dead_letter_rows"],
+        late_rows=m["late_rows"],
+        error=m["error"],
+        content_digest=m["content_digest"],
+    )
+
+
+# -- the preconditions of a chunk's steps --------------------------------------------------------
+def _in_state(*expected: ChunkState) -> Precondition:
+    return state_in(s.chunks.c.state, expected)
+
+
+def _unexpired(now: datetime) -> Precondition:
+    """Its TTL has not run out (a reserved chunk past it is expired, whether swept yet or not)."""
+    c = s.chunks.c
+    return Precondition(
+        c.expires_at > _db(now),
+        lambda m: m["expires_at"] > _db(now),
+        lambda m: f"expired at {at(m['expires_at'])} (its TTL)",
+    )
+
+
+def _holds_content(digest: str) -> Precondition:
+    """What is staged is ``digest``'s content (or nothing said what it is)."""
+    c = s.chunks.c
+    return Precondition(
+        sa.or_(c.content_digest.is_(None), c.content_digest == digest),
+        lambda m: m["content_digest"] in (None, digest),
+        lambda m: f"holds other content (digest {m['content_digest']}), not {digest}",
+    )
+
+
+def _attempt_is(attempt: str | None) -> Precondition:
+    """The commit attempt stamped on it is still ``attempt`` (none took it over)."""
+    c = s.chunks.c
+    return Precondition(
+        c.attempt == attempt,
+        lambda m: m["attempt"] == attempt,
+        lambda m: (
+            f"is held by another commit attempt ({m['attempt']}, since {at(m['committing_since'])}), "
+            f"not {attempt}"
+        ),
+    )
+
+
+class ChunkStore(Database):
+    """Chunks and their commit protocol."""
+
+    def reserve_chunk(
+        self, table_id: int, token: str | None, ttl: timedelta, now: datetime | None = None
+    ) -> Chunk:
+        """Reserve a new chunk, or return the chunk already reserved under ``token``."""
+        now = now or _now()
+        if token is not None:
+            existing = self.find_chunk_by_token(table_id, token)
+            if existing is not None:
+                return existing
+        chunk_id = str(uuid.uuid4())
+        try:
+            with self.tx() as conn:
+                conn.execute(
+                    sa.insert(s.chunks).values(
+                        id=chunk_id,
+                        table_id=table_id,
+                        token=token,
+                        state=ChunkState.RESERVED.value,
+                        created_at=_db(now),
+                        expires_at=_db(now + ttl),
+                        files=[],
+                        rows=0,
+                        bytes=0,
+                        partitions=[],
+                        dead_letter_rows=0,
+                        late_rows=0,
+                    )
+                )
+        except IntegrityError:
+            if token is None:
+                raise
+            found = self.find_chunk_by_token(table_id, token)
+            assert found is not None
+            return found
+        return self.get_chunk(chunk_id)
+
+    def find_chunk_by_token(self, table_id: int, token: str) -> Chunk | None:
+        with self.read_tx() as conn:
+            row = conn.execute(
+                sa.select(s.chunks).where(s.chunks.c.table_id == table_id, s.chunks.c.token == token)
+            ).first()
+        return None if row is None else chunk_from_row(row)
+
+    def get_chunk(self, chunk_id: str) -> Chunk:
+        with self.read_tx() as conn:
+            row = conn.execute(sa.select(s.chunks).where(s.chunks.c.id == chunk_id)).first()
+        if row is None:
+            raise NotFoundError(f"chunk {chunk_id} does not exist")
+        return chunk_from_row(row)
+
+    def list_chunks(
+        self, table_id: int | None = None, states: Sequence[ChunkState] | None = None
+    ) -> list[Chunk]:
+        q = sa.select(s.chunks)
+        if table_id is not None:
+            q = q.where(s.chunks.c.table_id == table_id)
+        if states:
+            q = q.where(s.chunks.c.state.in_([st.value for st in states]))
+        with self.read_tx() as conn:
+            rows = conn.execute(q.order_by(s.chunks.c.created_at)).all()
+        return [chunk_from_row(r) for r in rows]
+
+    def _update_chunk(self, chunk: Chunk, preconditions: Sequence[Precondition], **values: Any) -> Chunk:
+        """One guarded step of ``chunk``; ConflictError names the precondition that failed."""
+        with self.tx() as conn:
+            row = guarded_update(
+                conn, s.chunks, s.chunks.c.id == chunk.id, f"chunk {chunk.id}", preconditions, values
+            )
+        return chunk_from_row(row)
+
+    def record_chunk_files(
+        self,
+        chunk: Chunk,
+        files: Sequence[StagedFile],
+        *,
+        dead_letter_rows: int = 0,
+        content_digest: str | None = None,
+    ) -> tuple[Chunk, tuple[StagedFile, ...]]:
+        """Record the files written for a reserved chunk, replacing an earlier attempt's.
+
+        ``content_digest`` identifies the content they hold (see ``begin_commit``).
+
+        Returns:
+            The chunk, and the files it had until now (read in the same transaction): the
+            caller may delete those the new set does not keep, and only those, only now.
+
+        Raises:
+            ConflictError: the chunk is not reserved any more (a commit began, or it was
+                aborted or expired); nothing was recorded.
+        """
+        key, subject = s.chunks.c.id == chunk.id, f"chunk {chunk.id}"
+        reserved = [_in_state(ChunkState.RESERVED)]
+        with self.tx() as conn:
+            q = sa.select(s.chunks.c.files).where(key, *(p.clause for p in reserved))
+            before = conn.execute(q if self.is_sqlite else q.with_for_update()).first()
+            if before is None:
+                raise failed_precondition(conn, s.chunks, key, subject, reserved)
+            row = guarded_update(
+                conn,
+                s.chunks,
+                key,
+                subject,
+                reserved,
+                {
+                    "files": [f.model_dump(mode="json") for f in files],
+                    "rows": sum(f.rows for f in files),
+                    "bytes": sum(f.bytes for f in files),
+                    "dead_letter_rows": dead_letter_rows,
+                    "content_digest": content_digest,
+                },
+            )
+        return chunk_from_row(row), tuple(StagedFile(**f) for f in before.files)
+
+    def begin_commit(
+        self,
+        chunk: Chunk,
+        base_version: int,
+        now: datetime | None = None,
+        content_digest: str | None = None,
+    ) -> Chunk:
+        """RESERVED → COMMITTING, stamping this attempt; only one committer wins.
+
+        With ``content_digest``, only if the staged content is that content (another producer
+        may have re-staged the chunk under the same token with other data meanwhile).
+        """
+        now = now or _now()
+        check_transition(chunk.state, ChunkState.COMMITTING)
+        preconditions = [_in_state(ChunkState.RESERVED), _unexpired(now)]
+        if content_digest is not None:
+            preconditions.append(_holds_content(content_digest))
+        return self._update_chunk(
+            chunk,
+            preconditions,
+            state=ChunkState.COMMITTING.value,
+            committing_since=_db(now),
+            attempt=str(uuid.uuid4()),
+            base_version=base_version,
+        )
+
+    def take_over_commit(self, chunk: Chunk, now: datetime | None = None) -> Chunk:
+        """Replace a stale commit attempt (whose deadline has passed) by a new one."""
+        now = now or _now()
+        return self._update_chunk(
+            chunk,
+            [_in_state(ChunkState.COMMITTING), _attempt_is(chunk.attempt)],
+            committing_since=_db(now),
+            attempt=str(uuid.uuid4()),
+        )
+
+    def finish_commit(
+        self, chunk: Chunk, version: int, partitions: Sequence[datetime], late_rows: int = 0
+    ) -> Chunk:
+        check_transition(chunk.state, ChunkState.COMMITTED)
+        return self._update_chunk(
+            chunk,
+            [_in_state(ChunkState.COMMITTING)],
+            state=ChunkState.COMMITTED.value,
+            version=version,
+            partitions=[utc(p).isoformat() for p in partitions],
+            late_rows=late_rows,
+        )
+
+    def abort_chunk(self, chunk: Chunk, error: str | None = None) -> Chunk:
+        """RESERVED or COMMITTING → ABORTED; a COMMITTING chunk only by the attempt that holds it.
+
+        An attempt that was taken over (it stalled past twice the commit timeout) must not abort
+        the chunk its successor may have committed meanwhile, nor then delete its files.
+        """
+        check_transition(chunk.state, ChunkState.ABORTED)
+        preconditions = [_in_state(chunk.state)]
+        if chunk.state is ChunkState.COMMITTING:
+            preconditions.append(_attempt_is(chunk.attempt))
+        return self._update_chunk(chunk, preconditions, state=ChunkState.ABORTED.value, error=error)
+
+    def expire_chunks(self, now: datetime | None = None) -> list[Chunk]:
+        """Reserved chunks past their expiry become EXPIRED; returns them (their files may go)."""
+        now = now or _now()
+        overdue = sa.select(s.chunks.c.id).where(
+            s.chunks.c.state == ChunkState.RESERVED.value, s.chunks.c.expires_at <= _db(now)
+        )
+        with self.read_tx() as conn:  # the usual case, nothing to expire, takes no write lock
+            if conn.execute(overdue.limit(1)).first() is None:
+                return []
+        with self.tx() as conn:
+            expired = []
+            for chunk_id in conn.execute(overdue).scalars().all():
+                if conn.execute(
+                    sa.update(s.chunks)
+                    .where(s.chunks.c.id == chunk_id, s.chunks.c.state == ChunkState.RESERVED.value)
+                    .values(state=ChunkState.EXPIRED.value, error="expired before commit")
+                ).rowcount:
+                    expired.append(chunk_id)
+        return [self.get_chunk(cid) for cid in expired]
+
+    def stale_commits(self, older_than: datetime) -> list[Chunk]:
+        """COMMITTING chunks whose attempt began before ``older_than`` (their writer is gone)."""
+        with self.read_tx() as conn:
+            rows = conn.execute(
+                sa.select(s.chunks).where(
+                    s.chunks.c.state == ChunkState.COMMITTING.value,
+                    s.chunks.c.committing_since < _db(older_than),
+                )
+            ).all()
+        return [chunk_from_row(r) for r in rows]
+
+    def pending_chunk_counts(self) -> dict[int, int]:
+        """Per table, chunks reserved or committing (not yet visible, not yet given up)."""
+        pending = [ChunkState.RESERVED.value, ChunkState.COMMITTING.value]
+        with self.read_tx() as conn:
+            rows = conn.execute(
+                sa.select(s.chunks.c.table_id, sa.func.count())
+                .where(s.chunks.c.state.in_(pending))
+                .group_by(s.chunks.c.table_id)
+            ).all()
+        return {int(t): int(n) for t, n in rows}

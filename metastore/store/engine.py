@@ -1,0 +1,183 @@
+"""The metastore database: engine, SQLite pragmas, transactions, migrations, error translation.
+
+Two kinds of transaction, because SQLite serialises writers:
+
+- :meth:`Database.tx` writes. On SQLite it begins ``BEGIN IMMEDIATE``, taking the write lock
+  up front, so a read-then-write transaction never fails to upgrade its lock half-way
+  (SQLite's deadlock case).
+- :meth:`Database.read_tx` only reads. On SQLite it begins a plain (deferred) ``BEGIN``: in
+  WAL mode it reads a snapshot and never waits for a writer. On PostgreSQL it is a ``READ
+  ONLY`` transaction, so a write slipped into a read path fails loudly instead of passing.
+
+Either way, the database being unreachable or locked for too long becomes
+:class:`~metastore.errors.MetastoreUnavailableError`, which callers may retry.
+
+Times cross the database boundary here too: stored as naive UTC (SQLite has no time zones),
+handed out timezone-aware; "now" is always :func:`metastore.clock.now`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import OperationalError
+
+from metastore import clock
+from metastore.errors import MetastoreUnavailableError, UserInputError
+from metastore.models import utc
+
+# Why 30 s: SQLite serialises writers; under several writer processes plus a roller a write
+# transaction may wait behind a few others. Each holds the lock for milliseconds, so 30 s only
+# trips when the database is truly stuck, and then the error says so. Reads never wait for it
+# (see read_tx); only transactions that write do.
+SQLITE_BUSY_TIMEOUT_S: float = 30
+
+MIGRATIONS = Path(__file__).resolve().parent.parent / "migrations"
+"""The Alembic script directory of the metastore's schema."""
+
+# The execution option that marks a connection's transaction as read-only (see Database.read_tx).
+_READ_ONLY = "streampart_read_only"
+
+
+def _db(ts: datetime | None) -> datetime | None:
+    """A time as the database stores it: naive UTC."""
+    return None if ts is None else utc(ts).replace(tzinfo=None)
+
+
+def _out(ts: datetime | None) -> datetime | None:
+    """A time as the database returned it (naive UTC), made timezone-aware."""
+    return None if ts is None else ts.replace(tzinfo=UTC)
+
+
+def _now() -> datetime:
+    return clock.now()
+
+
+def _new_id(result: Any) -> int:
+    """The primary key of the row an INSERT just added."""
+    key = result.inserted_primary_key
+    assert key is not None, "not an INSERT"
+    return int(key[0])
+
+
+def normalize_url(url: str) -> str:
+    """Accept ``postgres://`` and ``postgresql://`` URLs and use the psycopg 3 driver for them."""
+    for prefix in ("postgres://", "postgresql://"):
+        if url.startswith(prefix):
+            return "postgresql+psycopg://" + url[len(prefix) :]
+    return url
+
+
+def default_url(warehouse: str | Path) -> str:
+    """The embedded metastore: a SQLite file inside the warehouse (hidden from Parquet readers)."""
+    return f"sqlite:///{Path(warehouse).resolve() / '_metastore.sqlite'}"
+
+
+def make_engine(url: str) -> Engine:
+    """An engine for ``url``; on SQLite with WAL, a busy timeout, foreign keys and our own BEGIN."""
+    if not url.startswith("sqlite"):
+        return sa.create_engine(url, pool_pre_ping=True, pool_size=5, max_overflow=5)
+    path = sa.engine.make_url(url).database
+    if path and path != ":memory:":
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+    busy_ms = int(SQLITE_BUSY_TIMEOUT_S * 1000)
+    engine = sa.create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S})
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        dbapi_conn.isolation_level = None  # we issue BEGIN ourselves
+        cur = dbapi_conn.cursor()
+        cur.execute("PRAGMA journal_mode=WAL")
+        cur.execute(f"PRAGMA busy_timeout={busy_ms}")
+        cur.execute("PRAGMA foreign_keys=ON")
+        cur.execute("PRAGMA synchronous=NORMAL")
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        # A reader takes no lock up front (WAL: it reads a snapshot, whatever writers do); a
+        # writer takes the write lock at once (see the module's docstring).
+        read_only = conn.get_execution_options().get(_READ_ONLY, False)
+        conn.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
+
+    return engine
+
+
+class Database:
+    """Access to one metastore database. Thread-safe; open one per process."""
+
+    def __init__(self, url: str, *, migrate: bool = True) -> None:
+        self.url = normalize_url(url)
+        try:
+            self.engine = make_engine(self.url)
+        except (sa.exc.ArgumentError, ModuleNotFoundError) as exc:
+            raise UserInputError(f"metastore URL {url!r} is not usable: {exc}") from None
+        if migrate:
+            self.migrate()
+
+    @property
+    def is_sqlite(self) -> bool:
+        return self.engine.dialect.name == "sqlite"
+
+    @contextmanager
+    def tx(self) -> Iterator[Connection]:
+        """One transaction that may write (on SQLite it holds the write lock throughout)."""
+        with self._unavailable_is_retriable(), self.engine.begin() as conn:
+            yield conn
+
+    @contextmanager
+    def read_tx(self) -> Iterator[Connection]:
+        """One transaction that only reads: it never waits for a writer (nor takes SQLite's lock)."""
+        with self._unavailable_is_retriable(), self.engine.connect() as conn:
+            if self.is_sqlite:
+                conn.execution_options(**{_READ_ONLY: True})
+            else:
+                conn.execution_options(postgresql_readonly=True)
+            with conn.begin():
+                yield conn
+
+    @contextmanager
+    def _unavailable_is_retriable(self) -> Iterator[None]:
+        """The database's operational errors (unreachable, locked too long) as a retriable error."""
+        try:
+            yield
+        except OperationalError as exc:
+            raise MetastoreUnavailableError(
+                f"metastore {self._safe_url()} is unavailable: {exc.orig}"
+            ) from exc
+
+    def _safe_url(self) -> str:
+        return sa.engine.make_url(self.url).render_as_string(hide_password=True)
+
+    def migrate(self) -> None:
+        """Bring the schema to the newest migration (safe to run from many processes at once)."""
+        from alembic import command
+        from alembic.config import Config
+        from alembic.runtime.migration import MigrationContext
+        from alembic.script import ScriptDirectory
+
+        cfg = Config()
+        cfg.set_main_option("script_location", str(MIGRATIONS))
+        head = ScriptDirectory.from_config(cfg).get_current_head()
+        with self.tx() as conn:
+            if conn.dialect.name == "postgresql":
+                conn.execute(sa.text("SELECT pg_advisory_xact_lock(4196)"))
+            if MigrationContext.configure(conn).get_current_revision() == head:
+                return
+            cfg.attributes["connection"] = conn
+            command.upgrade(cfg, "head")
+
+    def ping(self) -> None:
+        """A round trip to the database (health checks); raises MetastoreUnavailableError."""
+        with self.read_tx() as conn:
+            conn.execute(sa.text("SELECT 1"))
+
+    def close(self) -> None:
+        self.engine.dispose()

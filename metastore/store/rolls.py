@@ -1,0 +1,317 @@
+"""Rolls: SEALING → SWEEPING → DONE, owned by one roller at a time under a renewable lease.
+
+``begin_roll`` closes a streaming partition (STREAMING → ROLLING) and, in arrival mode, opens
+the next one in the same transaction, so writers always find one open; ``finish_roll`` makes
+the partition standard and the roll done, again in one transaction. Between them the owner
+moves the roll step by step, each step guarded by the state it expects and by its ownership;
+a roller that stopped heartbeating loses the roll to any other once its lease lapses. With a
+``fence`` (the roll daemon's leadership lease, see ``leases.py``), a step happens only while
+that lease is still held, checked in the step's own transaction.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from metastore import schema as s
+from metastore.errors import ConflictError, NotFoundError
+from metastore.models import Lease, Partition, PartitionState, Roll, RollState, check_transition
+from metastore.store.engine import Database, _db, _now, _out
+from metastore.store.leases import check_fence
+from metastore.store.preconditions import Precondition, at, guarded_update, state_in
+from metastore.store.tables import insert_partition, partition_subject
+
+
+def roll_from_row(row: Any) -> Roll:
+    m = row._mapping
+    return Roll(
+        id=m["id"],
+        table_id=m["table_id"],
+        partition_id=m["partition_id"],
+        partition_value=_out(m["value"]),
+        state=RollState(m["state"]),
+        started_at=_out(m["started_at"]),
+        finished_at=_out(m["finished_at"]),
+        owner=m["owner"],
+        lease_until=_out(m["lease_until"]),
+        seal_version=m["seal_version"],
+        sweep_version=m["sweep_version"],
+        files_before=m["files_before"],
+        files_after=m["files_after"],
+        rows=m["rows"],
+        bytes=m["bytes"],
+        error=m["error"],
+    )
+
+
+def _roll_query() -> sa.Select[Any]:
+    """Rolls with the value of their partition."""
+    return sa.select(s.rolls, s.partitions.c.value).join(
+        s.partitions, s.partitions.c.id == s.rolls.c.partition_id
+    )
+
+
+def _read_roll(conn: Connection, roll_id: str) -> Roll:
+    row = conn.execute(_roll_query().where(s.rolls.c.id == roll_id)).first()
+    if row is None:
+        raise NotFoundError(f"roll {roll_id} does not exist")
+    return roll_from_row(row)
+
+
+# -- the preconditions of a roll's steps ---------------------------------------------------------
+def _in_state(*expected: RollState) -> Precondition:
+    return state_in(s.rolls.c.state, expected)
+
+
+def _unfinished() -> Precondition:
+    return Precondition(
+        s.rolls.c.state != RollState.DONE.value,
+        lambda m: m["state"] != RollState.DONE.value,
+        lambda m: f"is done (since {at(m['finished_at'])})",
+    )
+
+
+def _owned_by(owner: str) -> Precondition:
+    return Precondition(
+        s.rolls.c.owner == owner,
+        lambda m: m["owner"] == owner,
+        lambda m: f"is owned by {m['owner']} (lease until {at(m['lease_until'])}), not {owner}",
+    )
+
+
+def _ours_or_lapsed(owner: str, now: datetime) -> Precondition:
+    """Ours already, or its owner's lease has lapsed (so anyone may take it over)."""
+    c = s.rolls.c
+    return Precondition(
+        sa.or_(c.owner == owner, c.lease_until.is_(None), c.lease_until < _db(now)),
+        lambda m: m["owner"] == owner or m["lease_until"] is None or m["lease_until"] < _db(now),
+        lambda m: f"is held by {m['owner']} until {at(m['lease_until'])}",
+    )
+
+
+def _update_roll(
+    conn: Connection, roll: Roll, preconditions: list[Precondition], values: dict[str, Any]
+) -> None:
+    # A roll row only goes with its table (drop_table): to a roller, a lost race like any other.
+    guarded_update(
+        conn, s.rolls, s.rolls.c.id == roll.id, f"roll {roll.id}", preconditions, values, gone=ConflictError
+    )
+
+
+class RollStore(Database):
+    """Rolls and their leases."""
+
+    def get_roll(self, roll_id: str) -> Roll:
+        with self.read_tx() as conn:
+            return _read_roll(conn, roll_id)
+
+    def list_rolls(
+        self, table_id: int | None = None, unfinished: bool = False, limit: int = 100
+    ) -> list[Roll]:
+        q = _roll_query()
+        if table_id is not None:
+            q = q.where(s.rolls.c.table_id == table_id)
+        if unfinished:
+            q = q.where(s.rolls.c.state != RollState.DONE.value)
+        with self.read_tx() as conn:
+            rows = conn.execute(q.order_by(s.rolls.c.started_at.desc()).limit(limit)).all()
+        return [roll_from_row(r) for r in rows]
+
+    def begin_roll(
+        self,
+        partition: Partition,
+        next_value: datetime | None,
+        owner: str,
+        lease: timedelta,
+        now: datetime | None = None,
+        fence: Lease | None = None,
+    ) -> Roll:
+        """Close a streaming partition for writes and record its roll, in one transaction.
+
+        The partition goes STREAMING → ROLLING; in arrival mode the next streaming partition
+        (``next_value``) opens in the same transaction, so writers always find one open.
+        With ``fence``, only while that lease is still held at its epoch (same transaction).
+
+        Raises:
+            ConflictError: the partition is not streaming any more (another roller has it).
+            LeaseLostError: ``fence`` is no longer held.
+        """
+        now = now or _now()
+        check_transition(partition.state, PartitionState.ROLLING)
+        roll_id = str(uuid.uuid4())
+        with self.tx() as conn:
+            if fence is not None:
+                check_fence(conn, fence, now)
+            guarded_update(
+                conn,
+                s.partitions,
+                s.partitions.c.id == partition.id,
+                partition_subject(partition.table_id, partition.value),
+                [state_in(s.partitions.c.state, [PartitionState.STREAMING])],
+                {"state": PartitionState.ROLLING.value},
+                gone=ConflictError,
+            )
+            if next_value is not None:
+                insert_partition(conn, partition.table_id, next_value, now)
+            conn.execute(
+                sa.insert(s.rolls).values(
+                    id=roll_id,
+                    table_id=partition.table_id,
+                    partition_id=partition.id,
+                    state=RollState.SEALING.value,
+                    started_at=_db(now),
+                    owner=owner,
+                    lease_until=_db(now + lease),
+                )
+            )
+            return _read_roll(conn, roll_id)
+
+    def claim_roll(
+        self,
+        roll: Roll,
+        owner: str,
+        lease: timedelta,
+        now: datetime | None = None,
+        fence: Lease | None = None,
+    ) -> Roll:
+        """Take over (or extend) a roll whose lease is ours or has expired.
+
+        Raises:
+            ConflictError: another live owner holds the roll, or it is done.
+            LeaseLostError: ``fence`` (if given) is no longer held.
+        """
+        now = now or _now()
+        with self.tx() as conn:
+            if fence is not None:
+                check_fence(conn, fence, now)
+            _update_roll(
+                conn,
+                roll,
+                [_unfinished(), _ours_or_lapsed(owner, now)],
+                {"owner": owner, "lease_until": _db(now + lease)},
+            )
+            return _read_roll(conn, roll.id)
+
+    def advance_roll(self, roll: Roll, target: RollState, owner: str, **values: Any) -> Roll:
+        """Move a roll one step forward (guarded by its state and owner)."""
+        check_transition(roll.state, target)
+        with self.tx() as conn:
+            _update_roll(
+                conn, roll, [_in_state(roll.state), _owned_by(owner)], {"state": target.value, **values}
+            )
+            return _read_roll(conn, roll.id)
+
+    def record_roll_progress(self, roll: Roll, owner: str, **values: Any) -> Roll:
+        with self.tx() as conn:
+            _update_roll(conn, roll, [_in_state(roll.state), _owned_by(owner)], values)
+            return _read_roll(conn, roll.id)
+
+    def finish_roll(
+        self,
+        roll: Roll,
+        owner: str,
+        *,
+        chunks: int,
+        rows: int,
+        nbytes: int,
+        files: int,
+        now: datetime | None = None,
+    ) -> Roll:
+        """The partition becomes standard and the roll done, in one transaction."""
+        now = now or _now()
+        check_transition(roll.state, RollState.DONE)
+        with self.tx() as conn:
+            _update_roll(
+                conn,
+                roll,
+                [_in_state(RollState.SWEEPING), _owned_by(owner)],
+                {
+                    "state": RollState.DONE.value,
+                    "error": None,
+                    "finished_at": _db(now),
+                    "rows": rows,
+                    "bytes": nbytes,
+                    "files_after": files,
+                },
+            )
+            guarded_update(
+                conn,
+                s.partitions,
+                s.partitions.c.id == roll.partition_id,
+                partition_subject(roll.table_id, roll.partition_value),
+                [state_in(s.partitions.c.state, [PartitionState.ROLLING])],
+                {
+                    "state": PartitionState.STANDARD.value,
+                    "rolled_at": _db(now),
+                    "chunks": chunks,
+                    "rows": rows,
+                    "bytes": nbytes,
+                    "files": files,
+                },
+                gone=ConflictError,
+            )
+            return _read_roll(conn, roll.id)
+
+    # -- roll leases -------------------------------------------------------------------------
+    def renew_roll_leases(
+        self, owner: str, lease: timedelta, fence: Lease | None = None, now: datetime | None = None
+    ) -> int:
+        """Extend the lease of every unfinished roll ``owner`` holds (its heartbeat); returns how many.
+
+        Raises:
+            LeaseLostError: ``fence`` is no longer held (then nothing is extended, and the
+                rolls lapse so the new leader can resume them).
+        """
+        now = now or _now()
+        with self.tx() as conn:
+            if fence is not None:
+                check_fence(conn, fence, now)
+            return int(
+                conn.execute(
+                    sa.update(s.rolls)
+                    .where(s.rolls.c.owner == owner, s.rolls.c.state != RollState.DONE.value)
+                    .values(lease_until=_db(now + lease))
+                ).rowcount
+            )
+
+    def release_roll(
+        self, roll: Roll, owner: str, error: str | None = None, now: datetime | None = None
+    ) -> bool:
+        """Let a failed roll go at once (its lease ends now), recording why; only by its owner.
+
+        Returns:
+            Whether it was still ours to release.
+        """
+        now = now or _now()
+        with self.tx() as conn:
+            return bool(
+                conn.execute(
+                    sa.update(s.rolls)
+                    .where(
+                        s.rolls.c.id == roll.id,
+                        s.rolls.c.owner == owner,
+                        s.rolls.c.state != RollState.DONE.value,
+                    )
+                    .values(lease_until=_db(now), error=error)
+                ).rowcount
+            )
+
+    def release_rolls(self, owner: str, now: datetime | None = None) -> int:
+        """End the lease of every unfinished roll ``owner`` holds, so another roller may resume it now.
+
+        Only for an owner that has stopped working on them (a clean shutdown).
+        """
+        now = now or _now()
+        with self.tx() as conn:
+            return int(
+                conn.execute(
+                    sa.update(s.rolls)
+                    .where(s.rolls.c.owner == owner, s.rolls.c.state != RollState.DONE.value)
+                    .values(lease_until=_db(now))
+                ).rowcount
+            )

@@ -1,0 +1,239 @@
+"""Tables and their partitions (STREAMING → ROLLING → STANDARD), and what is recorded of them.
+
+A table row holds its spec and its storage location; an arrival-mode table's first streaming
+partition opens in the same transaction as the table. Event-time partitions open on first
+write (:meth:`TableStore.ensure_partition`), once, whichever writer comes first. The partition
+state changes themselves belong to the roll (``rolls.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+from sqlalchemy.exc import IntegrityError
+
+from metastore import schema as s
+from metastore.errors import AlreadyExistsError, NotFoundError
+from metastore.models import (
+    ChunkState,
+    Column,
+    LateDataPolicy,
+    Mode,
+    Partition,
+    PartitionState,
+    Table,
+    TableKind,
+    TableName,
+    TableSpec,
+    iso,
+    period_start,
+    utc,
+)
+from metastore.store.engine import Database, _db, _new_id, _now, _out
+
+
+def table_from_row(row: Any) -> Table:
+    m = dict(row._mapping) if hasattr(row, "_mapping") else dict(row)
+    return Table(
+        id=m["id"],
+        name=TableName(namespace=m["namespace"], table=m["name"]),
+        kind=TableKind(m["kind"]),
+        cluster=m["cluster"],
+        location=m["location"],
+        columns=tuple(Column(**c) for c in m["columns"]),
+        time_column=m["time_column"],
+        partition_column=m["partition_column"],
+        mode=Mode(m["mode"]),
+        roll_every=timedelta(seconds=m["roll_every_s"]),
+        lateness=timedelta(seconds=m["lateness_s"]),
+        late_data=LateDataPolicy(m["late_data"]),
+        max_future=timedelta(seconds=m["max_future_s"]),
+        max_age=None if m["max_age_s"] is None else timedelta(seconds=m["max_age_s"]),
+        dead_letter=m["dead_letter"],
+        created_at=utc(m["created_at"]),
+    )
+
+
+def partition_from_row(row: Any) -> Partition:
+    m = row._mapping
+    return Partition(
+        id=m["id"],
+        table_id=m["table_id"],
+        value=_out(m["value"]),
+        state=PartitionState(m["state"]),
+        opened_at=_out(m["opened_at"]),
+        rolled_at=_out(m["rolled_at"]),
+        chunks=m["chunks"],
+        rows=m["rows"],
+        bytes=m["bytes"],
+        files=m["files"],
+    )
+
+
+def partition_subject(table_id: int, value: datetime) -> str:
+    """How messages name a partition."""
+    return f"partition {iso(value)} of table #{table_id}"
+
+
+def insert_partition(conn: Connection, table_id: int, value: datetime, now: datetime) -> int:
+    """Open a streaming partition (inside the caller's transaction)."""
+    return _new_id(
+        conn.execute(
+            sa.insert(s.partitions).values(
+                table_id=table_id,
+                value=_db(value),
+                state=PartitionState.STREAMING.value,
+                opened_at=_db(now),
+            )
+        )
+    )
+
+
+class TableStore(Database):
+    """Tables and partitions."""
+
+    # -- tables ----------------------------------------------------------------------------
+    def create_table(self, spec: TableSpec, location: str, now: datetime | None = None) -> Table:
+        """Record a new table. In arrival mode its first streaming partition opens at once."""
+        now = now or _now()
+        row = {
+            "namespace": spec.name.namespace,
+            "name": spec.name.table,
+            "kind": spec.kind.value,
+            "cluster": spec.cluster,
+            "location": location,
+            "columns": [c.model_dump() for c in spec.columns],
+            "time_column": spec.time_column,
+            "partition_column": spec.partition_column,
+            "mode": spec.mode.value,
+            "roll_every_s": int(spec.roll_every.total_seconds()),
+            "lateness_s": int(spec.lateness.total_seconds()),
+            "late_data": spec.late_data.value,
+            "max_future_s": int(spec.max_future.total_seconds()),
+            "max_age_s": None if spec.max_age is None else int(spec.max_age.total_seconds()),
+            "dead_letter": spec.dead_letter,
+            "created_at": _db(now),
+        }
+        try:
+            with self.tx() as conn:
+                table_id = _new_id(conn.execute(sa.insert(s.tables).values(**row)))
+                table = table_from_row({**row, "id": table_id})
+                if spec.mode is Mode.ARRIVAL:
+                    insert_partition(conn, table_id, period_start(now, spec.roll_every), now)
+        except IntegrityError:
+            raise AlreadyExistsError(f"table {spec.name} exists already") from None
+        return table
+
+    def get_table(self, name: TableName | str) -> Table:
+        name = TableName.parse(name) if isinstance(name, str) else name
+        with self.read_tx() as conn:
+            row = conn.execute(
+                sa.select(s.tables).where(
+                    s.tables.c.namespace == name.namespace, s.tables.c.name == name.table
+                )
+            ).first()
+        if row is None:
+            raise NotFoundError(f"table {name} does not exist")
+        return table_from_row(row)
+
+    def find_table(self, name: TableName) -> Table | None:
+        try:
+            return self.get_table(name)
+        except NotFoundError:
+            return None
+
+    def get_table_by_id(self, table_id: int) -> Table:
+        with self.read_tx() as conn:
+            row = conn.execute(sa.select(s.tables).where(s.tables.c.id == table_id)).first()
+        if row is None:
+            raise NotFoundError(f"table #{table_id} does not exist")
+        return table_from_row(row)
+
+    def list_tables(self) -> list[Table]:
+        with self.read_tx() as conn:
+            rows = conn.execute(sa.select(s.tables).order_by(s.tables.c.namespace, s.tables.c.name)).all()
+        return [table_from_row(r) for r in rows]
+
+    def drop_table(self, table_id: int) -> None:
+        with self.tx() as conn:
+            conn.execute(sa.delete(s.rolls).where(s.rolls.c.table_id == table_id))
+            conn.execute(sa.delete(s.chunks).where(s.chunks.c.table_id == table_id))
+            conn.execute(sa.delete(s.partitions).where(s.partitions.c.table_id == table_id))
+            conn.execute(sa.delete(s.tables).where(s.tables.c.id == table_id))
+
+    def newest_version(self, table_id: int) -> int:
+        """The newest Delta version at which the metastore recorded a commit of the table (-1: none).
+
+        Committed chunks, seals and sweeps: the Delta log must reach at least this far. (Chunks
+        pruned into summaries are older than their partition's sweep, which stays recorded.)
+        """
+        with self.read_tx() as conn:
+            chunk = conn.execute(
+                sa.select(sa.func.max(s.chunks.c.version)).where(
+                    s.chunks.c.table_id == table_id, s.chunks.c.state == ChunkState.COMMITTED.value
+                )
+            ).scalar()
+            roll = conn.execute(
+                sa.select(sa.func.max(s.rolls.c.seal_version), sa.func.max(s.rolls.c.sweep_version)).where(
+                    s.rolls.c.table_id == table_id
+                )
+            ).one()
+        return max(v if v is not None else -1 for v in (chunk, *roll))
+
+    # -- partitions ------------------------------------------------------------------------
+    def list_partitions(
+        self, table_id: int, states: Sequence[PartitionState] | None = None
+    ) -> list[Partition]:
+        q = sa.select(s.partitions).where(s.partitions.c.table_id == table_id)
+        if states:
+            q = q.where(s.partitions.c.state.in_([st.value for st in states]))
+        with self.read_tx() as conn:
+            rows = conn.execute(q.order_by(s.partitions.c.value)).all()
+        return [partition_from_row(r) for r in rows]
+
+    def get_partition(self, table_id: int, value: datetime) -> Partition | None:
+        with self.read_tx() as conn:
+            row = conn.execute(
+                sa.select(s.partitions).where(
+                    s.partitions.c.table_id == table_id, s.partitions.c.value == _db(value)
+                )
+            ).first()
+        return None if row is None else partition_from_row(row)
+
+    def open_partition(self, table_id: int) -> Partition:
+        """The arrival-mode table's streaming partition (there is always exactly one)."""
+        parts = self.list_partitions(table_id, [PartitionState.STREAMING])
+        if not parts:
+            raise NotFoundError(f"table #{table_id} has no streaming partition")
+        return parts[-1]
+
+    def ensure_partition(self, table_id: int, value: datetime, now: datetime | None = None) -> Partition:
+        """Event time: the partition for ``value``, opened as streaming if it did not exist."""
+        existing = self.get_partition(table_id, value)
+        if existing is not None:
+            return existing
+        try:
+            with self.tx() as conn:
+                insert_partition(conn, table_id, value, now or _now())
+        except IntegrityError:
+            pass  # another writer opened it first
+        found = self.get_partition(table_id, value)
+        assert found is not None
+        return found
+
+    def partition_counts(self) -> dict[int, dict[PartitionState, int]]:
+        """Per table, how many partitions are in each state (for monitoring)."""
+        with self.read_tx() as conn:
+            rows = conn.execute(
+                sa.select(s.partitions.c.table_id, s.partitions.c.state, sa.func.count()).group_by(
+                    s.partitions.c.table_id, s.partitions.c.state
+                )
+            ).all()
+        out: dict[int, dict[PartitionState, int]] = {}
+        for table_id, state, n in rows:
+            out.setdefault(table_id, {})[PartitionState(state)] = int(n)
+        return out
