@@ -155,9 +155,7 @@ class Roller:
             roll = self.catalog.store.begin_roll(
                 partition, next_value, self.owner, self.config.lease, now=now, fence=self.fence
             )
-        except LeaseLostError:
-            raise  # not a lost race for the partition: we are no longer the leader
-        except ConflictError:
+        except ConflictError:  # (a LeaseLostError, not a ConflictError, means we are no longer leader)
             return None  # another roller began it
         result = self.run(table, roll)
         return RollResult(**{**result.__dict__, "next_partition": iso(next_value) if next_value else None})
@@ -175,14 +173,12 @@ class Roller:
         store = self.catalog.store
         try:
             roll = store.claim_roll(roll, self.owner, self.config.lease, fence=self.fence)
-        except LeaseLostError:
-            raise
         except ConflictError as exc:
             raise RollBusyError(str(exc)) from None
         try:
             roll, chunks = self._carry(table, roll)
-        except (RollAbandonedError, RollBusyError, ConflictError):
-            raise  # stopped on request, or another roller has it or moved it on: nothing failed
+        except (RollAbandonedError, RollBusyError, ConflictError, LeaseLostError):
+            raise  # stopped on request, another roller has it or moved it on, or leadership is lost
         except Exception as exc:
             raise self._failed(table, roll, exc) from exc
         return RollResult(
@@ -328,8 +324,6 @@ class Roller:
             return
         try:
             self.catalog.store.claim_roll(roll, self.owner, self.config.lease, fence=self.fence)
-        except LeaseLostError:
-            raise
         except ConflictError as exc:
             raise RollBusyError(f"{exc}; leaving its files alone") from None
         live = {f.path for f in wh.live_files(wh.load(table)) if f.partition == value}
