@@ -206,7 +206,7 @@ class RollDaemon:
             owner=self.owner,
             lease=c.lease_name,
             metrics_port=self.metrics_port,
-            metastore=self.catalog.store._safe_url(),
+            metastore=self.catalog.store.safe_url,
             warehouse=str(self.catalog.warehouse.root),
         )
 

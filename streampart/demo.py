@@ -146,7 +146,7 @@ def run_demo(settings: Any, catalog: Catalog, console: Console, fresh: bool = Tr
 
     started = time.monotonic()
     console.rule("[bold]streampart demo")
-    console.print(f"warehouse {catalog.warehouse.root}, metastore {catalog.store._safe_url()}")
+    console.print(f"warehouse {catalog.warehouse.root}, metastore {catalog.store.safe_url}")
     if fresh:
         _drop(catalog, DEMO)
     if catalog.store.find_table(DEMO) is None:

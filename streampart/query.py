@@ -21,19 +21,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from metastore.catalog import Catalog
-from metastore.errors import StreampartError, UserInputError
+from metastore.errors import UserInputError
 from metastore.models import Table, TableName
 from streampart import query_policy
+from streampart.errors import QueryError
 from streampart.query_policy import TableRef, view_name
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from streampart.config import SparkConfig
-
-
-class QueryError(StreampartError):
-    """Spark could not run the query (unknown table or column, syntax error, …)."""
 
 
 def spark_session(config: SparkConfig | None = None) -> SparkSession:

@@ -28,6 +28,7 @@ from sqlglot import exp
 
 from metastore.errors import UserInputError
 from metastore.models import TableName
+from streampart.errors import QueryRefusedError
 
 # Functions that reach outside the query: the JVM, or a table named by a string.
 REFUSED_FUNCTIONS = frozenset({"REFLECT", "JAVA_METHOD", "TRY_REFLECT", "IDENTIFIER"})
@@ -57,10 +58,6 @@ class TableRef:
 def view_name(name: TableName) -> str:
     """The Spark temporary view of a table's newest snapshot: views have one-part names."""
     return f"__sp_{name.namespace}__{name.table}"
-
-
-class QueryRefusedError(UserInputError):
-    """The query names something streampart does not let a query touch."""
 
 
 def check(tree: Any, tables: set[str]) -> dict[exp.Table, TableRef]:

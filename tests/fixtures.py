@@ -22,14 +22,11 @@ def fresh_metastore_url(backend: str, tmp_path: Path) -> str:
     return scratch_schema_url()
 
 
-drop_pg_schema = drop_scratch_schema
-
-
 @pytest.fixture(params=BACKENDS)
 def metastore_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     url = fresh_metastore_url(request.param, tmp_path)
     yield url
-    drop_pg_schema(url)
+    drop_scratch_schema(url)
 
 
 @pytest.fixture

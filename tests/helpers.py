@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import json
+import time
 from collections import Counter
+from collections.abc import Callable
 from datetime import datetime
+from typing import TypeVar
 
 import pyarrow as pa
 
 from metastore.models import Table
+
+T = TypeVar("T")
 
 
 def delta_rows(table: Table, version: int | None = None, columns: str = "id, ts_period") -> pa.Table:
@@ -66,3 +71,17 @@ def worker_call(  # type: ignore[no-untyped-def]
     argv = [sys.executable, "-m", "tests.workers", *args, "--warehouse", str(catalog.warehouse.root),
             "--metastore", catalog.store.url, "--table", str(table.name)]  # fmt: skip
     return {"args": argv, "cwd": ROOT, "env": env, "text": True}
+
+
+def wait_for(
+    cond: Callable[[], T], what: str = "the condition", timeout: float = 30.0, interval: float = 0.1
+) -> T:
+    """Poll ``cond`` until it returns something truthy (returned), or fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = cond()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(interval)

@@ -10,7 +10,8 @@ from ingest.chunks import ChunkWriter
 from ingest.formats import Format
 from metastore.errors import UserInputError
 from scheduler.roll import Roller
-from streampart.query import QueryError, read_table, rewrite, run_sql
+from streampart.errors import QueryError
+from streampart.query import read_table, rewrite, run_sql
 from tests.fixtures import make_table
 from tests.helpers import delta_rows, records
 

@@ -149,11 +149,11 @@ class Database:
         try:
             yield
         except OperationalError as exc:
-            raise MetastoreUnavailableError(
-                f"metastore {self._safe_url()} is unavailable: {exc.orig}"
-            ) from exc
+            raise MetastoreUnavailableError(f"metastore {self.safe_url} is unavailable: {exc.orig}") from exc
 
-    def _safe_url(self) -> str:
+    @property
+    def safe_url(self) -> str:
+        """The URL with its password masked: for messages and logs."""
         return sa.engine.make_url(self.url).render_as_string(hide_password=True)
 
     def migrate(self) -> None:

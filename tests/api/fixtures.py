@@ -19,7 +19,6 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -27,7 +26,8 @@ import pytest
 from ingest.api.auth import hash_token, new_token
 from metastore.catalog import Catalog
 from metastore.models import Scope
-from tests.fixtures import drop_pg_schema, fresh_metastore_url, make_table
+from tests.fixtures import fresh_metastore_url, make_table
+from tests.pg import drop_scratch_schema
 
 ROOT = Path(__file__).resolve().parents[2]
 _SCRIPT = Path(sys.executable).parent / "streampart"
@@ -153,7 +153,7 @@ def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     srv.start()
     yield srv
     srv.close()
-    drop_pg_schema(url)
+    drop_scratch_schema(url)
 
 
 def auth(token: str) -> dict[str, str]:
@@ -226,13 +226,3 @@ class LossyProxy:
     def close(self) -> None:
         self._closing = True
         self._sock.close()
-
-
-def wait_for(predicate: Any, timeout: float = 30, interval: float = 0.05) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"condition not met within {timeout}s")

@@ -13,9 +13,9 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.api.fixtures import COMMAND, ROOT, Server, auth, wait_for
+from tests.api.fixtures import COMMAND, ROOT, Server, auth
 from tests.fixtures import make_table
-from tests.helpers import all_ids, records
+from tests.helpers import all_ids, records, wait_for
 
 
 @pytest.fixture(scope="module")

@@ -21,9 +21,9 @@ import pytest
 from ingest.client import Client
 from ingest.errors import ApiRequestError
 from metastore.models import ChunkState
-from tests.api.fixtures import COMMAND, ROOT, LossyProxy, Server, auth, pg_server, wait_for
+from tests.api.fixtures import COMMAND, ROOT, LossyProxy, Server, auth, pg_server
 from tests.fixtures import make_table
-from tests.helpers import all_ids, duplicates, records
+from tests.helpers import all_ids, duplicates, records, wait_for
 from tests.helpers import jsonl as jsonl_bytes
 
 

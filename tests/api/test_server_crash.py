@@ -20,9 +20,9 @@ import pytest
 
 from ingest.client import Client
 from metastore.models import ChunkState
-from tests.api.fixtures import Server, wait_for
+from tests.api.fixtures import Server
 from tests.fixtures import make_table
-from tests.helpers import all_ids, duplicates, records
+from tests.helpers import all_ids, duplicates, records, wait_for
 
 # Why 0.5 s: a commit left COMMITTING by a dead server is taken over by a retry after twice the
 # commit timeout; short here so the client's retry resolves within a second.

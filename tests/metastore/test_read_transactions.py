@@ -22,7 +22,8 @@ from metastore.catalog import Catalog
 from metastore.errors import MetastoreUnavailableError
 from metastore.models import RollOutcome, TableName
 from metastore.store import Metastore
-from tests.fixtures import drop_pg_schema, fresh_metastore_url, make_table
+from tests.fixtures import fresh_metastore_url, make_table
+from tests.pg import drop_scratch_schema
 
 T0 = datetime(2026, 11, 21, 10, 0, tzinfo=UTC)
 
@@ -156,4 +157,4 @@ def test_a_read_transaction_cannot_write_on_postgresql(tmp_path: Path) -> None:
             assert store.acquire_lease(f"lease-{n}", "me", timedelta(minutes=1)) is not None
     finally:
         store.close()
-        drop_pg_schema(url)
+        drop_scratch_schema(url)

@@ -8,7 +8,7 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -48,18 +48,6 @@ FAST: dict[str, Any] = {
 
 def fast_config(**overrides: Any) -> SchedulerConfig:
     return SchedulerConfig(**{**FAST, **overrides})
-
-
-def wait_for(cond: Callable[[], T], what: str, timeout: float = 30.0, interval: float = 0.1) -> T:
-    """Poll ``cond`` until it returns something truthy (returned), or fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = cond()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(interval)
 
 
 @contextmanager

@@ -23,7 +23,7 @@ from scheduler.daemon import RollDaemon, backoff
 from scheduler.roll import due_time
 from scheduler.status import scheduler_status
 from tests.fixtures import make_table
-from tests.helpers import records
+from tests.helpers import records, wait_for
 from tests.scheduler.helpers import (
     Writer,
     check_rolled_rows,
@@ -31,7 +31,6 @@ from tests.scheduler.helpers import (
     metrics_samples,
     running,
     standard,
-    wait_for,
 )
 
 SQLITE_ONLY = pytest.mark.parametrize("metastore_url", ["sqlite"], indirect=True)

@@ -20,8 +20,8 @@ from ingest.formats import Format
 from metastore.models import PartitionState, RollOutcome, RollState
 from metastore.warehouse import SEAL_PROPERTY
 from tests.fixtures import make_table
-from tests.helpers import records
-from tests.scheduler.helpers import Writer, check_rolled_rows, cli, leader_pid, start_daemon, wait_for
+from tests.helpers import records, wait_for
+from tests.scheduler.helpers import Writer, check_rolled_rows, cli, leader_pid, start_daemon
 
 
 def _stop(proc: subprocess.Popen[str], timeout: float = 30) -> int:

@@ -1,0 +1,13 @@
+"""Errors of streampart's front (queries); they derive from the root in metastore.errors."""
+
+from __future__ import annotations
+
+from metastore.errors import StreampartError, UserInputError
+
+
+class QueryError(StreampartError):
+    """Spark could not run the query (unknown table or column, syntax error, …)."""
+
+
+class QueryRefusedError(UserInputError):
+    """The query names something streampart does not let a query touch."""
