@@ -430,7 +430,7 @@ class ChunkWriter:
         ended more than the table's max-age ago (no partition is opened for those).
         """
         if self.table.mode is Mode.ARRIVAL:
-            open_value = self.store.open_partition(self.table.id).value
+            open_value = self.store.streaming_partition(self.table.id).value
             return [(f.path, open_value, f.rows) for f in chunk.files], []
         plan, late = [], []
         now = clock.now()

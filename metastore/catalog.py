@@ -182,12 +182,12 @@ class Catalog:
         partitions = []
         for p in self.store.list_partitions(table.id):
             if p.state is PartitionState.STANDARD:
-                chunks, rows, nbytes, files = p.chunks or 0, p.rows or 0, p.bytes or 0, p.files or 0
+                chunks, rows, size, files = p.chunks or 0, p.rows or 0, p.bytes or 0, p.files or 0
                 location = str(Path(table.location) / partition_dir(table, p.value))
             else:
                 st = live.get(p.value)
                 chunks = st.chunks if st else 0
-                rows, nbytes, files = (st.rows, st.bytes, st.files) if st else (0, 0, 0)
+                rows, size, files = (st.rows, st.bytes, st.files) if st else (0, 0, 0)
                 location = str(Path(table.location) / STAGING_DIR)
             partitions.append(
                 {
@@ -195,7 +195,7 @@ class Catalog:
                     "state": p.state.value,
                     "chunks": chunks,
                     "rows": rows,
-                    "bytes": nbytes,
+                    "bytes": size,
                     "files": files,
                     "location": location,
                 }

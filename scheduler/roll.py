@@ -266,7 +266,7 @@ class Roller:
             roll = store.record_roll_progress(roll, self.owner, files_before=0)
         final = [f for f in wh.live_files(dt) if f.partition == value]
         self._remove_leftovers(table, roll, seal_version)
-        rows, nbytes = sum(f.rows for f in final), sum(f.size for f in final)
+        rows, size = sum(f.rows for f in final), sum(f.size for f in final)
         wh.write_success_marker(
             table,
             value,
@@ -280,7 +280,7 @@ class Roller:
         )
         self._step("roll-before-finish")
         chunks = self._chunks_rolled(table, roll)
-        roll = store.finish_roll(roll, self.owner, chunks=chunks, rows=rows, nbytes=nbytes, files=len(final))
+        roll = store.finish_roll(roll, self.owner, chunks=chunks, rows=rows, bytes=size, files=len(final))
         return roll, chunks
 
     def _chunks_rolled(self, table: Table, roll: Roll) -> int:

@@ -94,7 +94,7 @@ ROLL_CRASHES = [
 def test_roller_killed_at_each_step_then_resumed_rolls_once(catalog, point: str) -> None:  # type: ignore[no-untyped-def]
     table = make_table(catalog)
     w = ChunkWriter(catalog, table, ChunkConfig())
-    value = catalog.store.open_partition(table.id).value
+    value = catalog.store.streaming_partition(table.id).value
     for k in range(4):
         w.write_once(records(range(k * 10, k * 10 + 10)), Format.JSONL)
     code, _, _ = run_worker(
@@ -120,7 +120,7 @@ def test_roller_killed_at_each_step_then_resumed_rolls_once(catalog, point: str)
     assert Roller(catalog).roll_table(table) == []  # nothing left: rolled exactly once
     by_part = ids_by_partition(table)
     assert sorted(by_part[value]) == list(range(40))
-    assert sorted(by_part[catalog.store.open_partition(table.id).value]) == list(range(100, 110))
+    assert sorted(by_part[catalog.store.streaming_partition(table.id).value]) == list(range(100, 110))
     directory = Path(table.location) / partition_dir(table, value)
     on_disk = {p.name for p in directory.iterdir() if not p.name.startswith(("_", "."))}
     live = {
@@ -159,7 +159,7 @@ STALE_ROLLER_CASES = [
 def test_a_stale_roller_never_deletes_the_new_owners_files(catalog, case: str) -> None:  # type: ignore[no-untyped-def]
     table = make_table(catalog)
     w = ChunkWriter(catalog, table, ChunkConfig())
-    value = catalog.store.open_partition(table.id).value
+    value = catalog.store.streaming_partition(table.id).value
     for k in range(4):
         w.write_once(records(range(k * 10, k * 10 + 10)), Format.JSONL)
     roller_args = ("roller", "--count", "1", "--interval", "0", "--force")

@@ -105,7 +105,7 @@ def test_a_roll_on_a_full_disk_says_why_cleans_up_and_resumes_at_once(
 ) -> None:
     table = make_table(catalog_on)
     w = ChunkWriter(catalog_on, table)
-    value = catalog_on.store.open_partition(table.id).value
+    value = catalog_on.store.streaming_partition(table.id).value
     for k in range(8):  # about 300 KB staged
         w.write_once(records(range(k * 2000, (k + 1) * 2000)), Format.JSONL)
     filler = fill(Path(catalog_on.warehouse.root).parent, leave)

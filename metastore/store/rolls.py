@@ -218,7 +218,7 @@ class RollStore(Database):
         *,
         chunks: int,
         rows: int,
-        nbytes: int,
+        bytes: int,
         files: int,
         now: datetime | None = None,
     ) -> Roll:
@@ -235,7 +235,7 @@ class RollStore(Database):
                     "error": None,
                     "finished_at": _db(now),
                     "rows": rows,
-                    "bytes": nbytes,
+                    "bytes": bytes,
                     "files_after": files,
                 },
             )
@@ -250,7 +250,7 @@ class RollStore(Database):
                     "rolled_at": _db(now),
                     "chunks": chunks,
                     "rows": rows,
-                    "bytes": nbytes,
+                    "bytes": bytes,
                     "files": files,
                 },
                 gone=ConflictError,

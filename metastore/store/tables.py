@@ -204,7 +204,7 @@ class TableStore(Database):
             ).first()
         return None if row is None else partition_from_row(row)
 
-    def open_partition(self, table_id: int) -> Partition:
+    def streaming_partition(self, table_id: int) -> Partition:
         """The arrival-mode table's streaming partition (there is always exactly one)."""
         parts = self.list_partitions(table_id, [PartitionState.STREAMING])
         if not parts:

@@ -123,7 +123,7 @@ def test_a_retry_after_a_crash_between_delta_commit_and_metastore_lands_once(cat
     chunk = w.write(w.reserve("tok"), records(range(30)), Format.JSONL)
     dt = catalog.warehouse.load(table)
     chunk = catalog.store.begin_commit(chunk, int(dt.version()))
-    part = catalog.store.open_partition(table.id).value
+    part = catalog.store.streaming_partition(table.id).value
     catalog.warehouse.commit_files(
         dt, table, [(f.path, part, f.rows) for f in chunk.files], {"streampart.chunk": chunk.id}
     )
@@ -143,7 +143,7 @@ def test_a_chunk_prepared_before_a_seal_goes_to_the_next_partition(catalog) -> N
     table = make_table(catalog)
     w = ChunkWriter(catalog, table)
     w.write_once(records(range(10)), Format.JSONL)
-    old = catalog.store.open_partition(table.id)
+    old = catalog.store.streaming_partition(table.id)
     staged = w.write(w.reserve(), records(range(10, 20)), Format.JSONL)
     stale_snapshot = catalog.warehouse.load(table)  # the writer loaded its snapshot …
     roll = catalog.store.begin_roll(old, old.value + timedelta(hours=1), "r", timedelta(minutes=1))

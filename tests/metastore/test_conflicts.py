@@ -69,7 +69,7 @@ def rolling_partition(catalog: Catalog) -> tuple[Callable[[], object], str]:
     # a second roller with a stale view of the partition
     store = catalog.store
     table = make_table(catalog)
-    p = store.open_partition(table.id)
+    p = store.streaming_partition(table.id)
     store.begin_roll(p, p.value + HOUR, "a", HOUR)
     return (
         lambda: store.begin_roll(p, p.value + 2 * HOUR, "b", HOUR),
@@ -80,7 +80,7 @@ def rolling_partition(catalog: Catalog) -> tuple[Callable[[], object], str]:
 def roll_held_by_another(catalog: Catalog) -> tuple[Callable[[], object], str]:
     # the roll's owner is alive (its lease runs): nobody else may claim it
     store = catalog.store
-    p = store.open_partition(make_table(catalog).id)
+    p = store.streaming_partition(make_table(catalog).id)
     roll = store.begin_roll(p, p.value + HOUR, "a", 30 * S, now=T0)
     return (
         lambda: store.claim_roll(roll, "b", 30 * S, now=T0 + 5 * S),
@@ -91,7 +91,7 @@ def roll_held_by_another(catalog: Catalog) -> tuple[Callable[[], object], str]:
 def roll_taken_over(catalog: Catalog) -> tuple[Callable[[], object], str]:
     # the old owner's lease lapsed and b took the roll: a may not move it on
     store = catalog.store
-    p = store.open_partition(make_table(catalog).id)
+    p = store.streaming_partition(make_table(catalog).id)
     roll = store.begin_roll(p, p.value + HOUR, "a", 30 * S, now=T0)
     store.claim_roll(roll, "b", 30 * S, now=T0 + 31 * S)
     return (
@@ -113,7 +113,7 @@ def lease_taken_over(catalog: Catalog) -> tuple[Callable[[], object], str]:
     store = catalog.store
     lease = store.acquire_lease("roll", "a", 10 * S, now=T0)
     assert lease is not None and store.acquire_lease("roll", "b", 10 * S, now=T0 + 11 * S) is not None
-    p = store.open_partition(make_table(catalog).id)
+    p = store.streaming_partition(make_table(catalog).id)
     return (
         lambda: store.begin_roll(p, p.value + HOUR, "a", HOUR, now=T0 + 12 * S, fence=lease),
         r"lease roll \(epoch 1 of a\) is held by b at epoch 2",

@@ -104,7 +104,7 @@ def test_a_damaged_data_file_is_named(  # type: ignore[no-untyped-def]
 def test_a_healthy_table_has_no_problems_and_a_broken_standard_partition_is_reported(catalog) -> None:  # type: ignore[no-untyped-def]
     table = make_table(catalog)
     w = ChunkWriter(catalog, table)
-    value = catalog.store.open_partition(table.id).value
+    value = catalog.store.streaming_partition(table.id).value
     for k in range(3):
         w.write_once(records(range(k * 10, k * 10 + 10)), Format.JSONL)
     Roller(catalog).roll_table(table, force=True)

@@ -97,7 +97,7 @@ def test_of_many_racing_contenders_exactly_one_wins(metastore_url: str, contende
 def test_a_deposed_leader_can_neither_begin_nor_claim_a_roll(catalog) -> None:  # type: ignore[no-untyped-def]
     store = catalog.store
     table = make_table(catalog)
-    p = store.open_partition(table.id)
+    p = store.streaming_partition(table.id)
     old = store.acquire_lease("roll", "a", TTL, now=T0)
     new = store.acquire_lease("roll", "b", TTL, now=T0 + TTL)  # a stalled past its TTL
     with pytest.raises(LeaseLostError):
@@ -117,7 +117,7 @@ def test_a_lost_lease_is_no_conflict(catalog) -> None:  # type: ignore[no-untype
     assert not issubclass(LeaseLostError, ConflictError) and not issubclass(ConflictError, LeaseLostError)
     assert issubclass(LeaseLostError, RetriableError)
     store = catalog.store
-    p = store.open_partition(make_table(catalog).id)
+    p = store.streaming_partition(make_table(catalog).id)
     old = store.acquire_lease("roll", "a", TTL, now=T0)
     store.acquire_lease("roll", "b", TTL, now=T0 + TTL)
     with pytest.raises(LeaseLostError):
@@ -130,7 +130,7 @@ def test_a_lost_lease_is_no_conflict(catalog) -> None:  # type: ignore[no-untype
 def test_roll_leases_are_renewed_only_under_a_live_fence_and_released_at_shutdown(catalog) -> None:  # type: ignore[no-untyped-def]
     store = catalog.store
     table = make_table(catalog)
-    p = store.open_partition(table.id)
+    p = store.streaming_partition(table.id)
     lease = store.acquire_lease("roll", "me", TTL, now=T0)
     roll = store.begin_roll(p, p.value + timedelta(hours=1), "me", TTL, now=T0, fence=lease)
     assert store.renew_roll_leases("me", 3 * TTL, fence=lease, now=T0 + S) == 1

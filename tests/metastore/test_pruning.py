@@ -33,7 +33,7 @@ def test_old_chunks_become_summaries_and_describe_does_not_change(catalog) -> No
     store = catalog.store
     table = make_table(catalog)
     w = ChunkWriter(catalog, table)
-    first = store.open_partition(table.id).value
+    first = store.streaming_partition(table.id).value
     for k in range(3):
         w.write_once(records(range(k * 10, k * 10 + 10)), Format.JSONL, token=f"t{k}")
     aborted = w.reserve("gave-up")

@@ -81,7 +81,7 @@ def locked_store(
     store = catalog.store
     table = make_table(catalog)
     chunk = store.reserve_chunk(table.id, "tok", timedelta(hours=1))
-    part = store.open_partition(table.id)
+    part = store.streaming_partition(table.id)
     roll = store.begin_roll(part, part.value + timedelta(hours=1), "me", timedelta(minutes=1))
     store.acquire_lease("roll", "me", timedelta(minutes=1))
     store.record_roll_attempt(
@@ -107,7 +107,7 @@ READS: list[tuple[str, Callable[[Metastore, dict], object]]] = [
     ("newest_version", lambda st, r: st.newest_version(r["table"].id)),
     ("list_partitions", lambda st, r: st.list_partitions(r["table"].id)),
     ("get_partition", lambda st, r: st.get_partition(r["table"].id, r["partition"].value)),
-    ("open_partition", lambda st, r: st.open_partition(r["table"].id)),
+    ("streaming_partition", lambda st, r: st.streaming_partition(r["table"].id)),
     # an existing partition: nothing to open, so nothing to write
     ("ensure_partition", lambda st, r: st.ensure_partition(r["table"].id, r["partition"].value)),
     ("partition_counts", lambda st, r: st.partition_counts()),

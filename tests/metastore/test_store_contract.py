@@ -45,11 +45,11 @@ def test_event_time_partitions_open_once(catalog) -> None:  # type: ignore[no-un
 
 def test_begin_roll_is_a_compare_and_swap(catalog) -> None:  # type: ignore[no-untyped-def]
     t = make_table(catalog)
-    p = catalog.store.open_partition(t.id)
+    p = catalog.store.streaming_partition(t.id)
     roll = catalog.store.begin_roll(p, p.value + timedelta(hours=1), "me", timedelta(minutes=1))
     assert roll.state is RollState.SEALING and roll.partition_value == p.value
     # the next partition opened in the same transaction
-    assert catalog.store.open_partition(t.id).value == p.value + timedelta(hours=1)
+    assert catalog.store.streaming_partition(t.id).value == p.value + timedelta(hours=1)
     # a second roller with the same stale view loses
     with pytest.raises(ConflictError):
         catalog.store.begin_roll(p, p.value + timedelta(hours=2), "other", timedelta(minutes=1))
@@ -59,7 +59,7 @@ def test_begin_roll_is_a_compare_and_swap(catalog) -> None:  # type: ignore[no-u
 
 def test_roll_lease_excludes_other_owners_until_it_expires(catalog) -> None:  # type: ignore[no-untyped-def]
     t = make_table(catalog)
-    p = catalog.store.open_partition(t.id)
+    p = catalog.store.streaming_partition(t.id)
     now = datetime.now(UTC)
     roll = catalog.store.begin_roll(p, p.value + timedelta(hours=1), "a", timedelta(seconds=30), now=now)
     with pytest.raises(ConflictError):
@@ -72,7 +72,7 @@ def test_roll_lease_excludes_other_owners_until_it_expires(catalog) -> None:  # 
     done = catalog.store.advance_roll(taken, RollState.SWEEPING, "b", seal_version=1)
     with pytest.raises(IllegalTransitionError):
         catalog.store.advance_roll(done, RollState.SEALING, "b")
-    finished = catalog.store.finish_roll(done, "b", chunks=0, rows=0, nbytes=0, files=0)
+    finished = catalog.store.finish_roll(done, "b", chunks=0, rows=0, bytes=0, files=0)
     assert finished.state is RollState.DONE
     assert catalog.store.list_partitions(t.id)[0].state is PartitionState.STANDARD
 
@@ -136,7 +136,7 @@ def test_expiry_only_takes_reserved_chunks_past_their_ttl(catalog) -> None:  # t
 
 def test_roll_progress_is_recorded_by_its_owner_at_its_step_only(catalog) -> None:  # type: ignore[no-untyped-def]
     store = catalog.store
-    p = store.open_partition(make_table(catalog).id)
+    p = store.streaming_partition(make_table(catalog).id)
     roll = store.begin_roll(p, p.value + timedelta(hours=1), "a", timedelta(minutes=1))
     roll = store.record_roll_progress(roll, "a", seal_version=4)
     assert roll.seal_version == 4 and roll.state is RollState.SEALING
@@ -150,7 +150,7 @@ def test_roll_progress_is_recorded_by_its_owner_at_its_step_only(catalog) -> Non
 
 def test_a_released_roll_can_be_claimed_at_once(catalog) -> None:  # type: ignore[no-untyped-def]
     store = catalog.store
-    p = store.open_partition(make_table(catalog).id)
+    p = store.streaming_partition(make_table(catalog).id)
     roll = store.begin_roll(p, p.value + timedelta(hours=1), "a", timedelta(hours=1), now=T0)
     assert not store.release_roll(roll, "b", error="not mine", now=T0)  # only its owner lets it go
     assert store.release_roll(roll, "a", error="boom", now=T0 + timedelta(seconds=1))
@@ -158,7 +158,7 @@ def test_a_released_roll_can_be_claimed_at_once(catalog) -> None:  # type: ignor
     taken = store.claim_roll(roll, "b", timedelta(minutes=1), now=T0 + timedelta(seconds=2))
     assert taken.owner == "b" and taken.lease_until == T0 + timedelta(minutes=1, seconds=2)
     done = store.finish_roll(
-        store.advance_roll(taken, RollState.SWEEPING, "b"), "b", chunks=0, rows=0, nbytes=0, files=0
+        store.advance_roll(taken, RollState.SWEEPING, "b"), "b", chunks=0, rows=0, bytes=0, files=0
     )
     assert not store.release_roll(done, "b")  # a done roll has nothing to release
     with pytest.raises(ConflictError, match=r"is done \(since "):
@@ -174,7 +174,7 @@ def test_newest_version_spans_commits_seals_and_sweeps(catalog) -> None:  # type
     aborted = store.begin_commit(store.reserve_chunk(t.id, None, timedelta(hours=1)), 9)
     store.abort_chunk(aborted)  # never committed: its base version is no version of the table
     assert store.newest_version(t.id) == 3
-    p = store.open_partition(t.id)
+    p = store.streaming_partition(t.id)
     roll = store.begin_roll(p, p.value + timedelta(hours=1), "a", timedelta(minutes=1))
     roll = store.advance_roll(roll, RollState.SWEEPING, "a", seal_version=5)
     assert store.newest_version(t.id) == 5
@@ -201,7 +201,7 @@ def test_dropping_a_table_removes_its_partitions_chunks_and_rolls(catalog) -> No
     store = catalog.store
     t, other = make_table(catalog, "ns.a"), make_table(catalog, "ns.b")
     store.reserve_chunk(t.id, "tok", timedelta(hours=1))
-    p = store.open_partition(t.id)
+    p = store.streaming_partition(t.id)
     store.begin_roll(p, p.value + timedelta(hours=1), "a", timedelta(minutes=1))
     store.drop_table(t.id)
     assert store.find_table(t.name) is None

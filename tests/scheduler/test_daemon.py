@@ -127,7 +127,7 @@ def test_a_failing_table_is_retried_with_backoff_and_reported_while_others_roll(
     broken = make_table(catalog, "ns.broken", roll_every="2s")
     ok = make_table(catalog, "ns.ok", roll_every="2s")
     ChunkWriter(catalog, broken).write_once(records(range(6)), Format.JSONL)
-    value = catalog.store.open_partition(broken.id).value
+    value = catalog.store.streaming_partition(broken.id).value
     # storage unwritable: the table's directory is replaced by a file (root ignores permissions)
     location, moved = Path(broken.location), Path(broken.location + ".moved")
     location.rename(moved)

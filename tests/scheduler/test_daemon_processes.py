@@ -41,7 +41,7 @@ def _events(path: Path) -> list[dict]:
 def test_the_leader_killed_mid_roll_is_replaced_and_the_roll_finishes_exactly_once(catalog, tmp_path) -> None:  # type: ignore[no-untyped-def]
     table = make_table(catalog, "ns.t", roll_every="3s")
     w = ChunkWriter(catalog, table)
-    first = catalog.store.open_partition(table.id).value
+    first = catalog.store.streaming_partition(table.id).value
     for k in range(4):
         w.write_once(records(range(k * 10, k * 10 + 10)), Format.JSONL, token=f"before-{k}")
     writer = Writer(catalog, table, first=1000)  # and writes go on all along
@@ -114,7 +114,7 @@ def test_sigterm_during_a_roll_exits_cleanly_and_leaves_the_partition_correct(  
 ) -> None:
     table = make_table(catalog, "ns.t", roll_every="2s")
     w = ChunkWriter(catalog, table)
-    first = catalog.store.open_partition(table.id).value
+    first = catalog.store.streaming_partition(table.id).value
     for k in range(3):
         w.write_once(records(range(k * 10, k * 10 + 10)), Format.JSONL)
     log = tmp_path / "d1.log"

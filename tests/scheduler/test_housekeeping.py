@@ -26,7 +26,7 @@ def test_files_go_after_the_retention_and_readers_notice_nothing(catalog) -> Non
     store = catalog.store
     table = make_table(catalog)
     w = ChunkWriter(catalog, table)
-    first = store.open_partition(table.id).value
+    first = store.streaming_partition(table.id).value
     swept = store.get_chunk(w.write_once(records(range(10)), Format.JSONL, token="swept").chunk)
     # aborted by a process that died before it removed the chunk's files
     aborted = w.write(w.reserve("aborted"), records(range(50, 55)), Format.JSONL)

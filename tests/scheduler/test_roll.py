@@ -22,7 +22,7 @@ H10 = datetime(2026, 11, 21, 10, 0, tzinfo=UTC)
 def test_every_version_shows_each_row_once_in_exactly_one_partition(catalog) -> None:  # type: ignore[no-untyped-def]
     table = make_table(catalog)
     w = ChunkWriter(catalog, table)
-    first = catalog.store.open_partition(table.id).value
+    first = catalog.store.streaming_partition(table.id).value
     for k in range(5):
         w.write_once(records(range(k * 10, k * 10 + 10)), Format.JSONL)
     [result] = Roller(catalog).roll_table(table, force=True)
@@ -39,14 +39,14 @@ def test_every_version_shows_each_row_once_in_exactly_one_partition(catalog) -> 
         assert sorted(by_part.get(first, [])) == list(range(len(by_part.get(first, []))))
     by_part = ids_by_partition(table)
     assert sorted(by_part[first]) == list(range(50))  # rolled rows == rows committed while open
-    assert sorted(by_part[catalog.store.open_partition(table.id).value]) == list(range(100, 105))
+    assert sorted(by_part[catalog.store.streaming_partition(table.id).value]) == list(range(100, 105))
     assert (result.chunks, result.rows, result.files_before, result.files_after) == (5, 50, 5, 1)
 
 
 def test_a_standard_partition_is_one_directory_of_exactly_its_rows(catalog) -> None:  # type: ignore[no-untyped-def]
     table = make_table(catalog)
     w = ChunkWriter(catalog, table)
-    value = catalog.store.open_partition(table.id).value
+    value = catalog.store.streaming_partition(table.id).value
     for k in range(3):
         w.write_once(records(range(k * 7, k * 7 + 7)), Format.JSONL)
     Roller(catalog).roll_table(table, force=True)
@@ -82,7 +82,7 @@ def test_nothing_due_is_a_no_op_and_rolling_twice_rolls_once(catalog) -> None:  
     table = make_table(catalog)
     w = ChunkWriter(catalog, table)
     w.write_once(records(range(4)), Format.JSONL)
-    open_value = catalog.store.open_partition(table.id).value
+    open_value = catalog.store.streaming_partition(table.id).value
     assert Roller(catalog).roll_table(table, now=open_value + timedelta(minutes=59)) == []
     versions = int(catalog.warehouse.load(table).version())
     rolled = Roller(catalog).roll_table(table, now=open_value + timedelta(hours=1))
@@ -111,7 +111,7 @@ def test_event_time_partitions_roll_after_their_end_plus_lateness(catalog) -> No
 
 def test_a_forced_roll_mid_period_opens_a_distinct_partition(catalog) -> None:  # type: ignore[no-untyped-def]
     table = make_table(catalog)
-    first = catalog.store.open_partition(table.id).value
+    first = catalog.store.streaming_partition(table.id).value
     now = first + timedelta(minutes=17)
     [r] = Roller(catalog).roll_table(table, now=now, force=True)
     assert r.next_partition == now.strftime("%Y-%m-%dT%H:%M:%SZ")
