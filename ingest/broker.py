@@ -44,17 +44,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ingest.errors import IngestError
+from ingest.errors import BrokerError
 
 TANSU_ENV = "STREAMPART_TANSU_BIN"
 
 Record = bytes | str | tuple[Any, Any] | Mapping[str, Any]
 """What :func:`produce` accepts: a value, a ``(key, value)`` pair, or a dict with ``value`` and
 optionally ``key``, ``headers`` (list of ``(str, bytes)``), ``partition``, ``timestamp_ms``."""
-
-
-class BrokerError(IngestError):
-    """The embedded broker could not be found, started or reached."""
 
 
 def tansu_binary() -> str:

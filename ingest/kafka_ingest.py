@@ -35,7 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from ingest.chunks import ChunkWriter, DeadLetter, time_bounds, write_staged_files
 from ingest.config import ChunkConfig
-from ingest.errors import IngestError
+from ingest.errors import IngestError, IngestQueryError
 from ingest.formats import RecordValidator, TimeBounds, loads_json, unexpected
 from metastore.catalog import Catalog
 from metastore.crashpoints import crashpoint
@@ -140,10 +140,6 @@ class KafkaIngestOptions(BaseModel):
         if self.max_offsets_per_trigger:
             opts["maxOffsetsPerTrigger"] = str(self.max_offsets_per_trigger)
         return {**opts, **self.source_options}
-
-
-class IngestQueryError(IngestError):
-    """The streaming query stopped with an error (its message says which batch and why)."""
 
 
 # -- executors ------------------------------------------------------------------------------

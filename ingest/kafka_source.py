@@ -115,8 +115,13 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from ingest.errors import IngestError
-from metastore.errors import RetriableError, UserInputError
+from ingest.errors import (
+    KafkaConfigError,
+    KafkaDataLossError,
+    KafkaReadTimeoutError,
+    KafkaSourceError,
+    KafkaUnavailableError,
+)
 
 log = logging.getLogger(__name__)
 
@@ -146,30 +151,6 @@ OffsetMap = dict[TP, int]
 EARLIEST, LATEST = -2, -1
 INITIAL_MARKER = "$initial"
 """Key of :meth:`KafkaStreamReader.initialOffset`'s marker ('$' is never part of a topic name)."""
-
-
-# --------------------------------------------------------------------------------------------
-# Errors
-
-
-class KafkaSourceError(IngestError):
-    """Root of the Kafka source's errors."""
-
-
-class KafkaConfigError(KafkaSourceError, UserInputError):
-    """An option of the source is missing or invalid; the message names the option."""
-
-
-class KafkaUnavailableError(KafkaSourceError, RetriableError):
-    """The brokers did not answer after the bounded retries; the message names them."""
-
-
-class KafkaReadTimeoutError(KafkaSourceError, RetriableError):
-    """An executor made no progress reading its offset range within ``kafkaConsumer.pollTimeoutMs``."""
-
-
-class KafkaDataLossError(KafkaSourceError):
-    """Offsets that should be read no longer exist (retention, topic deleted/re-created)."""
 
 
 DATA_LOSS_ADVICE = (
