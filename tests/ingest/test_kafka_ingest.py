@@ -19,7 +19,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from ingest.config import ChunkConfig
-from ingest.kafka_ingest import IngestQueryError, KafkaIngestOptions, run_kafka_ingest, start_kafka_ingest
+from ingest.errors import IngestQueryError
+from ingest.kafka.job import KafkaIngestOptions, run_kafka_ingest, start_kafka_ingest
 from metastore.catalog import Catalog
 from metastore.models import ChunkState, Mode, PartitionState, TableKind
 from metastore.warehouse import partition_dir
@@ -329,7 +330,7 @@ def test_ingest_killed_again_and_again_lands_every_record_once(
 
 # -- broker trouble -------------------------------------------------------------------------
 def test_broker_unreachable_at_start_is_a_clear_error(sqlite_catalog, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from ingest.broker import free_port
+    from ingest.kafka.devbroker import free_port
 
     make_table(sqlite_catalog, dead_letter=True)
     port = free_port()
@@ -348,7 +349,7 @@ def test_broker_unreachable_at_start_is_a_clear_error(sqlite_catalog, tmp_path) 
 
 
 def test_broker_lost_mid_stream_fails_clearly_and_loses_nothing(spark, sqlite_catalog, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from ingest.broker import EmbeddedBroker
+    from ingest.kafka.devbroker import EmbeddedBroker
 
     table = make_table(sqlite_catalog, dead_letter=True)
     broker = EmbeddedBroker(log_path=tmp_path / "tansu.log").start()

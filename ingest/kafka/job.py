@@ -1,4 +1,8 @@
-"""The main job: Kafka → Spark Structured Streaming → chunk commits, exactly once.
+"""The Kafka ingest job: Kafka → Spark Structured Streaming → chunk commits, exactly once.
+
+:class:`KafkaIngestOptions` says what to ingest (the CLI's ``streampart ingest kafka`` flags);
+:func:`run_kafka_ingest` runs the query until it stops, :func:`start_kafka_ingest` starts it
+and returns it. The records come from the ``streampart-kafka`` source (:mod:`ingest.kafka.source`).
 
 Each micro-batch becomes one chunk of the table, committed once whatever crashes and
 replays happen:
@@ -374,7 +378,7 @@ def start_kafka_ingest(
 def _start(
     spark: SparkSession, catalog: Catalog, options: KafkaIngestOptions, config: ChunkConfig | None
 ) -> tuple[StreamingQuery, ChunkSink]:
-    from ingest.kafka_source import register
+    from ingest.kafka.source import register
 
     table = catalog.table(options.table)
     if table.kind is not TableKind.MAIN:
