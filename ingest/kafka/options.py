@@ -3,7 +3,8 @@
 :meth:`KafkaSourceOptions.parse` turns the options a query gives (names as in Spark's Kafka
 source, case-insensitive) into one frozen object, or raises :class:`KafkaConfigError` naming
 the faulty option; :func:`source_options` builds the string options of a ``subscribe`` source
-and checks them in the driver, before any Spark query starts.
+and checks them in the driver, before any Spark query starts. The offsets options are checked
+by :func:`check_offsets_spec`, which the ingest job's options use as well.
 
 =================================  ==========  ==============================================
 ``kafka.bootstrap.servers``        required    ``host:port[,host:port…]``
@@ -112,8 +113,14 @@ class KafkaSourceOptions:
         ending = opts.get("endingoffsets", "latest").strip()
         if not batch and "endingoffsets" in opts:
             raise KafkaConfigError("option endingOffsets is for batch reads only (spark.read)")
-        _check_offsets_spec("startingOffsets", starting, allow_earliest=True)
-        _check_offsets_spec("endingOffsets", ending, allow_earliest=False)
+        for name, spec, allow_earliest in (
+            ("startingOffsets", starting, True),
+            ("endingOffsets", ending, False),
+        ):
+            try:
+                check_offsets_spec(spec, allow_earliest=allow_earliest)
+            except ValueError as exc:
+                raise KafkaConfigError(f"option {name} {exc}") from None
         return cls(
             bootstrap_servers=servers,
             topics=topics,
@@ -206,7 +213,16 @@ def _consumer_config(opts: Mapping[str, str]) -> dict[str, Any]:
     return config
 
 
-def _check_offsets_spec(name: str, spec: str, allow_earliest: bool) -> None:
+def check_offsets_spec(spec: str, *, allow_earliest: bool = True) -> None:
+    """Check the form of an offsets option: ``startingOffsets``, or ``endingOffsets`` (no earliest).
+
+    ``earliest`` (if allowed), ``latest``, or JSON ``{"topic": {"partition": offset}}`` with
+    offsets ≥ 0, -2 (earliest, if allowed) or -1 (latest). Whether the topics and partitions
+    exist is checked when the offsets are resolved (:func:`ingest.kafka.source.resolve_offsets`).
+
+    Raises:
+        ValueError: says what the value must be, and quotes it.
+    """
     if spec in ("latest",) or (allow_earliest and spec == "earliest"):
         return
     try:
@@ -223,9 +239,8 @@ def _check_offsets_spec(name: str, spec: str, allow_earliest: bool) -> None:
     except ValueError:
         words = "earliest, latest" if allow_earliest else "latest"
         special = "-2 (earliest) or -1 (latest)" if allow_earliest else "-1 (latest)"
-        raise KafkaConfigError(
-            f'option {name} must be {words} or JSON like {{"topic":{{"0":23}}}} with offsets ≥ 0, '
-            f"{special}; got {spec!r}"
+        raise ValueError(
+            f'must be {words} or JSON like {{"topic":{{"0":23}}}} with offsets ≥ 0, {special}; got {spec!r}'
         ) from None
 
 
@@ -244,6 +259,31 @@ def source_options(
     ``**{"kafka.request.timeout.ms": 5000}``). Raises :class:`KafkaConfigError` (a
     ``UserInputError``) naming the faulty option before any Spark query starts.
     """
+    options = subscribe_options(
+        bootstrap_servers,
+        topics,
+        starting_offsets=starting_offsets,
+        max_offsets_per_trigger=max_offsets_per_trigger,
+        fail_on_data_loss=fail_on_data_loss,
+        extra=extra,
+    )
+    KafkaSourceOptions.parse(options)
+    return options
+
+
+def subscribe_options(
+    bootstrap_servers: str,
+    topics: str | Sequence[str],
+    *,
+    starting_offsets: str = "latest",
+    max_offsets_per_trigger: int | None = None,
+    fail_on_data_loss: bool = True,
+    extra: Mapping[str, Any] | None = None,
+) -> dict[str, str]:
+    """The string options of a ``subscribe`` source, built but not checked (:func:`source_options` checks).
+
+    ``extra`` holds any other option by its Spark name and wins over the ones built here.
+    """
     topic_list = topics if isinstance(topics, str) else ",".join(topics)
     options: dict[str, str] = {
         "kafka.bootstrap.servers": bootstrap_servers,
@@ -253,7 +293,6 @@ def source_options(
     }
     if max_offsets_per_trigger is not None:
         options["maxOffsetsPerTrigger"] = str(max_offsets_per_trigger)
-    for key, value in extra.items():
+    for key, value in (extra or {}).items():
         options[key] = str(value).lower() if isinstance(value, bool) else str(value)
-    KafkaSourceOptions.parse(options)
     return options
