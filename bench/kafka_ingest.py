@@ -57,12 +57,12 @@ def bulk_produce(broker: Any, topic: str, n: int, partitions: int, seed: int = 7
     """Produce ``n`` records round-robin over ``partitions``, fast; returns the payload bytes.
 
     Tansu under-reports a partition's end offset after a multi-record batch (see
-    ``ingest.broker``), so all but the last record of each partition go in large batches, then
+    ``ingest.kafka.devbroker``), so all but the last record of each partition go in large batches, then
     the last ones one per batch, which makes the end offsets exact.
     """
     from kafka import KafkaProducer
 
-    from ingest.broker import producer
+    from ingest.kafka.devbroker import producer
 
     rng = random.Random(seed)
     now = datetime.now(UTC)
@@ -108,7 +108,7 @@ def bulk_produce(broker: Any, topic: str, n: int, partitions: int, seed: int = 7
 
 # -- throughput ----------------------------------------------------------------------------
 def _source_options(bootstrap: str, max_offsets: int) -> dict[str, str]:
-    from ingest.kafka_source import source_options
+    from ingest.kafka.options import source_options
 
     return source_options(bootstrap, TOPIC, starting_offsets="earliest", max_offsets_per_trigger=max_offsets)
 
@@ -117,7 +117,7 @@ def run_baseline(spark: Any, bootstrap: str, max_offsets: int, out: Path, checkp
     """Same source and trigger → foreachBatch: from_json into the table schema → plain Parquet."""
     from pyspark.sql import functions as F
 
-    from ingest.kafka_source import read_stream
+    from ingest.kafka.source import read_stream
 
     schema = DDL
 
@@ -148,7 +148,7 @@ def run_baseline(spark: Any, bootstrap: str, max_offsets: int, out: Path, checkp
 def run_ours(
     spark: Any, catalog: Any, table: str, bootstrap: str, max_offsets: int, checkpoint: Path
 ) -> float:
-    from ingest.kafka_ingest import KafkaIngestOptions, run_kafka_ingest
+    from ingest.kafka.job import KafkaIngestOptions, run_kafka_ingest
 
     opts = KafkaIngestOptions(
         table=table,
@@ -238,7 +238,7 @@ class Freshness:
 
 def _producer_loop(broker: Any, rate: int, partitions: int, stop: threading.Event, state: Freshness) -> None:
     """``rate`` records/s in sends of FRESH_BATCH records, each carrying its produce time in ``ts``."""
-    from ingest.broker import producer
+    from ingest.kafka.devbroker import producer
 
     rng = random.Random(11)
     prod = producer(broker.bootstrap)  # one record per batch: Tansu's end offsets stay exact
@@ -273,7 +273,7 @@ def run_freshness(
     """
     import pyarrow.parquet as pq
 
-    from ingest.kafka_ingest import KafkaIngestOptions, start_kafka_ingest
+    from ingest.kafka.job import KafkaIngestOptions, start_kafka_ingest
 
     broker.create_topic(FRESH_TOPIC, partitions=partitions)
     name = "bench.kafka_fresh"
@@ -341,7 +341,7 @@ def run_freshness(
 def run(scale: dict[str, Any]) -> BenchResult:
     from rich.table import Table as RichTable
 
-    from ingest.broker import EmbeddedBroker
+    from ingest.kafka.devbroker import EmbeddedBroker
     from metastore.catalog import Catalog
     from streampart.query import spark_session
 
@@ -354,7 +354,7 @@ def run(scale: dict[str, Any]) -> BenchResult:
         name=NAME,
         title=f"Kafka ingest of {n:,} JSON records of ~1 KB, and freshness at a 1 s trigger",
         method=[
-            f"Embedded Tansu broker (ingest.broker.EmbeddedBroker, memory storage); topic of {partitions} "
+            f"Embedded Tansu broker (ingest.kafka.devbroker, memory storage); topic of {partitions} "
             f"partitions, {n:,} JSON records of ~{RECORD_BYTES} B (7 fields, msg = a slice of random words) "
             "bulk-produced before any timing.",
             "One SparkSession (streampart.query.spark_session, local[2]) for everything. Both sides read "

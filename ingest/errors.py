@@ -1,4 +1,4 @@
-"""Errors of the ingest path (chunk protocol, parsing)."""
+"""Errors of the ingest path (chunk protocol, parsing, the Kafka source and ingest job, the dev broker)."""
 
 from __future__ import annotations
 
@@ -48,3 +48,31 @@ class ApiRequestError(ApiClientError, UserInputError):
 
 class ApiUnavailableError(ApiClientError, RetriableError):
     """The server could not be reached or stayed unavailable (5xx) for as long as the client retried."""
+
+
+class IngestQueryError(IngestError):
+    """The Kafka ingest job's streaming query stopped with an error (its message says which batch and why)."""
+
+
+class KafkaSourceError(IngestError):
+    """Root of the Kafka source's errors."""
+
+
+class KafkaConfigError(KafkaSourceError, UserInputError):
+    """An option of the source is missing or invalid; the message names the option."""
+
+
+class KafkaUnavailableError(KafkaSourceError, RetriableError):
+    """The brokers did not answer after the bounded retries; the message names them."""
+
+
+class KafkaReadTimeoutError(KafkaSourceError, RetriableError):
+    """An executor made no progress reading its offset range within ``kafkaConsumer.pollTimeoutMs``."""
+
+
+class KafkaDataLossError(KafkaSourceError):
+    """Offsets that should be read no longer exist (retention, topic deleted/re-created)."""
+
+
+class BrokerError(IngestError):
+    """The development broker (:mod:`ingest.kafka.devbroker`) could not be found, started or reached."""

@@ -77,8 +77,9 @@ def _clicks(n: int, now: datetime) -> list[dict[str, Any]]:
 
 def run_kafka_demo(settings: Any, catalog: Catalog, console: Console, spark: Any) -> None:
     """The Kafka path: embedded broker → ``run_kafka_ingest`` (available now) → query, twice."""
-    from ingest.broker import BrokerError, EmbeddedBroker, tansu_binary
-    from ingest.kafka_ingest import KafkaIngestOptions, run_kafka_ingest
+    from ingest.errors import BrokerError
+    from ingest.kafka.devbroker import EmbeddedBroker, tansu_binary
+    from ingest.kafka.job import KafkaIngestOptions, run_kafka_ingest
     from streampart.query import run_sql
 
     started = time.monotonic()

@@ -87,11 +87,11 @@ def spark():  # type: ignore[no-untyped-def]
 def kafka_broker(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
     """One real Kafka-compatible broker (Tansu, memory storage) on a free loopback port per session.
 
-    Yields an ``ingest.broker.EmbeddedBroker``: ``.bootstrap`` is ``127.0.0.1:PORT``;
+    Yields an ``ingest.kafka.devbroker.EmbeddedBroker``: ``.bootstrap`` is ``127.0.0.1:PORT``;
     ``.create_topic(name, partitions)``, ``.produce(topic, records)``, ``.end_offsets(topic)``,
     ``.delete_topic(name)`` help tests. Give each test its own topic names (the broker is shared).
     """
-    from ingest.broker import EmbeddedBroker
+    from ingest.kafka.devbroker import EmbeddedBroker
 
     broker = EmbeddedBroker(log_path=tmp_path_factory.mktemp("kafka") / "tansu.log")
     broker.start()

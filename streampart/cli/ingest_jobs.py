@@ -19,7 +19,7 @@ ingest_app = typer.Typer(help="Run streaming ingest jobs into a table.", no_args
 def _options(**kwargs: Any) -> Any:
     from pydantic import ValidationError
 
-    from ingest.kafka_ingest import KafkaIngestOptions
+    from ingest.kafka.job import KafkaIngestOptions
 
     try:
         return KafkaIngestOptions(**{k: v for k, v in kwargs.items() if v is not None})
@@ -78,7 +78,7 @@ def ingest_kafka(
     settings = cli.settings()
     catalog = cli.catalog()
     err = cli.output.err
-    from ingest.kafka_ingest import run_kafka_ingest
+    from ingest.kafka.job import run_kafka_ingest
 
     spark = spark_session(settings.spark)
     stop = {"requested": False}

@@ -17,9 +17,12 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
+from pydantic import ValidationError
 
 from ingest.config import ChunkConfig
-from ingest.kafka_ingest import IngestQueryError, KafkaIngestOptions, run_kafka_ingest, start_kafka_ingest
+from ingest.errors import IngestQueryError, KafkaConfigError
+from ingest.kafka.job import KafkaIngestOptions, run_kafka_ingest, start_kafka_ingest
+from ingest.kafka.options import source_options
 from metastore.catalog import Catalog
 from metastore.models import ChunkState, Mode, PartitionState, TableKind
 from metastore.warehouse import partition_dir
@@ -47,6 +50,37 @@ def options(catalog: Catalog, broker: Any, topic: str, **kw: Any) -> KafkaIngest
         "checkpoint": str(Path(catalog.warehouse.root).parent / f"ckpt-{topic}"),
     }
     return KafkaIngestOptions(**{**base, **kw})
+
+
+# -- options (no broker, no Spark) --------------------------------------------------------------
+@pytest.mark.parametrize("spec", ["soon", "[]", '{"t": [0]}', '{"t": {"x": 1}}', '{"t": {"0": -3}}'])
+def test_starting_offsets_follow_the_sources_rule(spec: str) -> None:
+    """The job refuses, before any query starts, exactly what the source refuses (one rule)."""
+    with pytest.raises(ValidationError, match="must be earliest, latest or JSON like"):
+        KafkaIngestOptions(table="ns.events", bootstrap="127.0.0.1:9092", topic="t", starting_offsets=spec)
+    with pytest.raises(KafkaConfigError, match="option startingOffsets must be earliest, latest or JSON"):
+        source_options("127.0.0.1:9092", "t", starting_offsets=spec)
+
+
+def test_the_jobs_source_options_are_built_as_the_sources() -> None:
+    opts = KafkaIngestOptions(
+        table="ns.events",
+        bootstrap="127.0.0.1:9092",
+        topic="a, b",
+        starting_offsets='{"a": {"0": -2}, "b": {"0": 7}}',
+        max_offsets_per_trigger=500,
+        fail_on_data_loss=False,
+        source_options={"minPartitions": "4", "failOnDataLoss": "true"},  # extra options win
+    )
+    assert opts.source_reader_options() == source_options(
+        "127.0.0.1:9092",
+        ["a", "b"],
+        starting_offsets='{"a": {"0": -2}, "b": {"0": 7}}',
+        max_offsets_per_trigger=500,
+        fail_on_data_loss=False,
+        minPartitions=4,
+        failOnDataLoss=True,
+    )
 
 
 def test_available_now_lands_every_record_exactly_once(spark, sqlite_catalog, kafka_broker) -> None:  # type: ignore[no-untyped-def]
@@ -329,7 +363,7 @@ def test_ingest_killed_again_and_again_lands_every_record_once(
 
 # -- broker trouble -------------------------------------------------------------------------
 def test_broker_unreachable_at_start_is_a_clear_error(sqlite_catalog, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from ingest.broker import free_port
+    from ingest.kafka.devbroker import free_port
 
     make_table(sqlite_catalog, dead_letter=True)
     port = free_port()
@@ -348,7 +382,7 @@ def test_broker_unreachable_at_start_is_a_clear_error(sqlite_catalog, tmp_path) 
 
 
 def test_broker_lost_mid_stream_fails_clearly_and_loses_nothing(spark, sqlite_catalog, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from ingest.broker import EmbeddedBroker
+    from ingest.kafka.devbroker import EmbeddedBroker
 
     table = make_table(sqlite_catalog, dead_letter=True)
     broker = EmbeddedBroker(log_path=tmp_path / "tansu.log").start()

@@ -1,4 +1,4 @@
-"""The Kafka source (ingest/kafka_source.py) against a real broker (Tansu, the kafka_broker fixture).
+"""The Kafka source (ingest/kafka/) against a real broker (Tansu, the kafka_broker fixture).
 
 Planning, rate limiting and data-loss decisions are also tested directly on the reader (no
 Spark); the Spark tests run streaming queries on the shared session with ``availableNow``
@@ -18,24 +18,13 @@ from typing import Any
 
 import pytest
 
-from ingest.broker import BrokerError, EmbeddedBroker, free_port
-from ingest.kafka_source import (
-    NAME,
-    SCHEMA,
-    KafkaConfigError,
-    KafkaDataLossError,
-    KafkaRange,
-    KafkaSourceOptions,
-    KafkaStreamReader,
-    KafkaUnavailableError,
-    dump_offsets,
-    plan_ranges,
-    rate_limit,
-    read_range,
-    read_stream,
-    register,
-    source_options,
-)
+from ingest.errors import BrokerError, KafkaConfigError, KafkaDataLossError, KafkaUnavailableError
+from ingest.kafka.devbroker import EmbeddedBroker, free_port
+from ingest.kafka.offsets import dump_offsets
+from ingest.kafka.options import KafkaSourceOptions, source_options
+from ingest.kafka.planning import KafkaRange, plan_ranges, rate_limit
+from ingest.kafka.reader import SCHEMA, read_range
+from ingest.kafka.source import NAME, KafkaStreamReader, read_stream, register
 
 Row = tuple[str, int, int, bytes | None, bytes | None]  # topic, partition, offset, key, value
 

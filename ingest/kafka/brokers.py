@@ -1,0 +1,139 @@
+"""Calls to the Kafka brokers through kafka-python: bounded retries, and the driver's metadata client.
+
+Every broker call is retried with exponential backoff a bounded number of times
+(``fetchOffset.numRetries``, first pause ``fetchOffset.retryIntervalMs``, doubling up to 10 s);
+then :class:`KafkaUnavailableError` names the bootstrap servers. Nothing waits forever.
+
+Consumers never join a group: the driver's :class:`OffsetClient` only asks for metadata and
+offsets, the executors (:mod:`ingest.kafka.reader`) use ``assign`` + ``seek``; nothing is ever
+committed to Kafka, because offsets belong to Spark's checkpoint.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from ingest.errors import KafkaUnavailableError
+from ingest.kafka.offsets import TP, OffsetMap
+from ingest.kafka.options import KafkaSourceOptions
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+def retriable(exc: BaseException) -> bool:
+    """Whether ``exc`` is a transient broker or network error, worth another attempt."""
+    from kafka.errors import KafkaError
+
+    if isinstance(exc, KafkaError):
+        return bool(getattr(exc, "retriable", False))
+    return isinstance(exc, (OSError, TimeoutError))
+
+
+def with_retries(opts: KafkaSourceOptions, what: str, call: Callable[[], T], reset: Callable[[], None]) -> T:
+    """``call()``, retried on transient broker errors with exponential backoff, a bounded number of times.
+
+    ``reset`` runs after each failure (e.g. to drop a broken consumer). The last error becomes
+    a :class:`KafkaUnavailableError` that names the bootstrap servers and the time spent.
+    """
+    attempts = max(1, opts.num_retries)
+    delay = opts.retry_interval_ms / 1000
+    started = time.monotonic()
+    for attempt in range(1, attempts + 1):
+        try:
+            return call()
+        except Exception as exc:
+            if not retriable(exc):
+                raise
+            reset()
+            if attempt == attempts:
+                from kafka.errors import KafkaConnectionError, KafkaTimeoutError
+
+                silent = isinstance(exc, (KafkaConnectionError, KafkaTimeoutError, OSError, TimeoutError))
+                raise KafkaUnavailableError(
+                    f"{what}: Kafka brokers at {opts.bootstrap_servers} (kafka.bootstrap.servers) "
+                    f"{'did not answer' if silent else 'kept failing'} after {attempts} attempt(s) in "
+                    f"{time.monotonic() - started:.1f} s: {type(exc).__name__}: {exc}"
+                ) from exc
+            log.warning(
+                "%s failed (%s: %s); retry %d/%d in %.1f s",
+                what,
+                type(exc).__name__,
+                exc,
+                attempt,
+                attempts - 1,
+                delay,
+            )
+            time.sleep(delay)
+            delay = min(max(delay * 2, 0.1), 10.0)
+    raise AssertionError("unreachable")
+
+
+def new_consumer(opts: KafkaSourceOptions) -> Any:
+    """A kafka-python consumer with no group (used with assign/seek only)."""
+    from kafka import KafkaConsumer
+
+    return KafkaConsumer(**opts.kafka_config())
+
+
+class OffsetClient:
+    """Driver-side metadata: which partitions exist and their earliest/latest offsets.
+
+    Holds one consumer (no group, never assigned) and re-creates it after a failure.
+    """
+
+    def __init__(self, opts: KafkaSourceOptions) -> None:
+        self.opts = opts
+        self._consumer: Any = None
+
+    def _get(self) -> Any:
+        if self._consumer is None:
+            self._consumer = new_consumer(self.opts)
+        return self._consumer
+
+    def close(self) -> None:
+        consumer, self._consumer = self._consumer, None
+        if consumer is not None:
+            with contextlib.suppress(Exception):
+                consumer.close(autocommit=False)
+
+    def _call(self, what: str, fn: Callable[[Any], T]) -> T:
+        return with_retries(self.opts, what, lambda: fn(self._get()), self.close)
+
+    def partitions(self) -> list[TP]:
+        """Every partition of the subscribed topics, from fresh metadata, sorted."""
+
+        def discover(consumer: Any) -> list[TP]:
+            names = consumer.topics()  # always a metadata round trip: sees new topics/partitions
+            found: list[TP] = []
+            for topic in sorted(names):
+                if self.opts.subscribed(topic):
+                    found.extend((topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ()))
+            return found
+
+        return self._call("listing partitions", discover)
+
+    def _offsets(self, what: str, tps: Sequence[TP], earliest: bool) -> OffsetMap:
+        if not tps:
+            return {}
+        from kafka import TopicPartition
+
+        timeout = int(self.opts.kafka_config().get("request_timeout_ms", 30_000))
+
+        def fetch(consumer: Any) -> OffsetMap:
+            keys = [TopicPartition(t, p) for t, p in tps]
+            got = (consumer.beginning_offsets if earliest else consumer.end_offsets)(keys, timeout_ms=timeout)
+            return {(k.topic, k.partition): int(v) for k, v in got.items()}
+
+        return self._call(what, fetch)
+
+    def earliest(self, tps: Sequence[TP]) -> OffsetMap:
+        return self._offsets("fetching earliest offsets", tps, earliest=True)
+
+    def latest(self, tps: Sequence[TP]) -> OffsetMap:
+        return self._offsets("fetching latest offsets", tps, earliest=False)

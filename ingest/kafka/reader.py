@@ -1,0 +1,245 @@
+"""The executors' side of the Kafka source: one offset range read into Arrow record batches.
+
+:func:`read_range` reads records ``[start, end)`` of one topic-partition with a consumer that
+uses ``assign`` + ``seek`` (no ``group.id``, no auto commit) and stops exactly at the end
+offset. A range always yields the same records, so a batch that Spark replays after a crash
+yields the same rows — unless retention deleted them in the meantime: that is data loss,
+which :func:`report_data_loss` fails on or logs, per ``failOnDataLoss`` (the driver's
+:class:`~ingest.kafka.source.KafkaStreamReader` reports it the same way). An executor that
+makes no progress on its range for ``kafkaConsumer.pollTimeoutMs`` fails with
+:class:`KafkaReadTimeoutError`.
+
+The rows have the columns of Spark's Kafka source (:data:`SCHEMA`): key, value, topic,
+partition, offset, timestamp, timestampType, headers (null when a record has none).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from ingest.errors import KafkaDataLossError, KafkaReadTimeoutError, KafkaSourceError, KafkaUnavailableError
+from ingest.kafka.brokers import new_consumer, retriable, with_retries
+from ingest.kafka.offsets import tp_name
+from ingest.kafka.options import KafkaSourceOptions
+from ingest.kafka.planning import KafkaRange
+
+log = logging.getLogger(__name__)
+
+SCHEMA = StructType(
+    [
+        StructField("key", BinaryType()),
+        StructField("value", BinaryType()),
+        StructField("topic", StringType()),
+        StructField("partition", IntegerType()),
+        StructField("offset", LongType()),
+        StructField("timestamp", TimestampType()),
+        StructField("timestampType", IntegerType()),
+        StructField(
+            "headers",
+            ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())])),
+        ),
+    ]
+)
+"""The columns of Spark's Kafka source, which this source yields too."""
+ARROW_SCHEMA = to_arrow_schema(SCHEMA, timezone="UTC")
+
+DATA_LOSS_ADVICE = (
+    "Some data may have been lost because it is no longer available in Kafka: either it was aged "
+    "out by retention or the topic was deleted before all its data was processed. If you do not "
+    "want the query to fail in such cases, set the source option failOnDataLoss to false."
+)
+
+
+class _Batch:
+    """Columns of up to ``limit`` records, turned into one Arrow record batch."""
+
+    HEADERS = ARROW_SCHEMA.field("headers").type
+
+    def __init__(self, topic: str, partition: int) -> None:
+        self.topic, self.partition = topic, partition
+        self.keys: list[bytes | None] = []
+        self.values: list[bytes | None] = []
+        self.offsets: list[int] = []
+        self.timestamps: list[int | None] = []
+        self.types: list[int] = []
+        self.headers: list[list[dict[str, Any]] | None] = []
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    def add(self, record: Any) -> None:
+        self.keys.append(record.key)
+        self.values.append(record.value)
+        self.offsets.append(record.offset)
+        ts = record.timestamp
+        self.timestamps.append(None if ts is None or ts < 0 else int(ts) * 1000)
+        self.types.append(int(record.timestamp_type) if record.timestamp_type is not None else -1)
+        hs = record.headers
+        self.headers.append([{"key": k, "value": v} for k, v in hs] if hs else None)
+
+    def to_arrow(self) -> pa.RecordBatch:
+        n = len(self.offsets)
+        batch = pa.RecordBatch.from_arrays(
+            [
+                pa.array(self.keys, pa.binary()),
+                pa.array(self.values, pa.binary()),
+                pa.array([self.topic] * n, pa.string()),
+                pa.array([self.partition] * n, pa.int32()),
+                pa.array(self.offsets, pa.int64()),
+                pa.array(self.timestamps, pa.timestamp("us", tz="UTC")),
+                pa.array(self.types, pa.int32()),
+                pa.array(self.headers, self.HEADERS),
+            ],
+            schema=ARROW_SCHEMA,
+        )
+        self.__init__(self.topic, self.partition)  # type: ignore[misc]
+        return batch
+
+
+def report_data_loss(opts: KafkaSourceOptions, message: str) -> None:
+    """Raise :class:`KafkaDataLossError` for ``message``, or log it when ``failOnDataLoss`` is false."""
+    if opts.fail_on_data_loss:
+        raise KafkaDataLossError(f"{message}. {DATA_LOSS_ADVICE}")
+    log.warning("%s; failOnDataLoss=false, so reading goes on with the next available offset", message)
+
+
+def read_range(
+    rng: KafkaRange,
+    opts: KafkaSourceOptions,
+    consumer_factory: Callable[[], Any] | None = None,
+    batch_rows: int = 10_000,
+) -> Iterator[pa.RecordBatch]:
+    """Records ``[rng.start, rng.end)`` of one partition as Arrow batches (assign + seek, no group).
+
+    Stops exactly at ``rng.end``. Offsets missing inside the range are fine when the broker
+    still holds the offsets before them (compaction, transaction markers); offsets deleted by
+    retention, or a partition that ends before ``rng.end``, are data loss (``failOnDataLoss``).
+    No progress for ``kafkaConsumer.pollTimeoutMs`` raises :class:`KafkaReadTimeoutError`.
+    """
+    from kafka import TopicPartition
+    from kafka.errors import OffsetOutOfRangeError
+
+    if rng.end <= rng.start:
+        return
+    factory = consumer_factory or (lambda: new_consumer(opts))
+    holder: list[Any] = []
+
+    def connect() -> Any:
+        consumer = factory()
+        holder.append(consumer)
+        return consumer
+
+    def drop() -> None:
+        while holder:
+            with contextlib.suppress(Exception):
+                holder.pop().close(autocommit=False)
+
+    where = f"{tp_name((rng.topic, rng.partition))} offsets [{rng.start}, {rng.end})"
+    consumer = with_retries(opts, f"connecting to read {where}", connect, drop)
+    tp = TopicPartition(rng.topic, rng.partition)
+    timeout = int(opts.kafka_config().get("request_timeout_ms", 30_000))
+    try:
+        consumer.assign([tp])
+        consumer.seek(tp, rng.start)
+        expected = rng.start  # next offset this range still needs
+        fresh_seek = True
+        last_progress = time.monotonic()
+        batch = _Batch(rng.topic, rng.partition)
+        while expected < rng.end:
+            try:
+                polled = consumer.poll(
+                    timeout_ms=500, max_records=max(1, min(batch_rows, rng.end - expected))
+                )
+            except OffsetOutOfRangeError:
+                earliest = consumer.beginning_offsets([tp], timeout_ms=timeout)[tp]
+                latest = consumer.end_offsets([tp], timeout_ms=timeout)[tp]
+                if expected < earliest:
+                    report_data_loss(
+                        opts,
+                        f"cannot read {where}: offsets [{expected}, {min(earliest, rng.end)}) "
+                        f"were deleted (the partition now starts at {earliest})",
+                    )
+                    expected = earliest
+                elif expected >= latest:
+                    report_data_loss(
+                        opts,
+                        f"cannot read {where}: the partition now ends at {latest}, "
+                        f"before offset {expected} (topic deleted and re-created?)",
+                    )
+                    break
+                if expected < rng.end:
+                    consumer.seek(tp, expected)
+                    fresh_seek = True
+                last_progress = time.monotonic()
+                continue
+            progressed = False
+            for record in polled.get(tp, ()):
+                if record.offset < expected:
+                    continue
+                if record.offset >= rng.end:
+                    break
+                if record.offset > expected and fresh_seek:
+                    earliest = consumer.beginning_offsets([tp], timeout_ms=timeout)[tp]
+                    if earliest > expected:
+                        report_data_loss(
+                            opts,
+                            f"while reading {where}: offsets [{expected}, {record.offset}) "
+                            f"were deleted (the partition now starts at {earliest})",
+                        )
+                fresh_seek = False
+                batch.add(record)
+                expected = record.offset + 1
+                progressed = True
+                if len(batch) >= batch_rows:
+                    yield batch.to_arrow()
+            position = consumer.position(tp)
+            if position is not None and position > expected:
+                # Past offsets that hold no record (transaction markers, compacted away).
+                expected = min(int(position), rng.end)
+                progressed = True
+            if progressed:
+                last_progress = time.monotonic()
+                continue
+            if (time.monotonic() - last_progress) * 1000 >= opts.poll_timeout_ms:
+                latest = consumer.end_offsets([tp], timeout_ms=timeout)[tp]
+                if latest < rng.end and expected >= latest:
+                    report_data_loss(
+                        opts,
+                        f"cannot read {where}: the partition now ends at {latest} "
+                        f"(topic deleted and re-created?)",
+                    )
+                    break
+                raise KafkaReadTimeoutError(
+                    f"no progress reading {where} from Kafka brokers at {opts.bootstrap_servers} for "
+                    f"{opts.poll_timeout_ms} ms (kafkaConsumer.pollTimeoutMs); stopped at offset {expected}"
+                )
+        if len(batch):
+            yield batch.to_arrow()
+    except KafkaSourceError:
+        raise
+    except Exception as exc:
+        if retriable(exc):
+            raise KafkaUnavailableError(
+                f"reading {where} from Kafka brokers at {opts.bootstrap_servers} failed: "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
+        raise
+    finally:
+        drop()

@@ -1,0 +1,300 @@
+"""Kafka as a Spark source: a Python data source (``pyspark.sql.datasource``) on kafka-python.
+
+Spark's own Kafka connector is a JVM jar that cannot be fetched here; this source takes its
+place and follows its contract (option names, columns, offset semantics)::
+
+    from ingest.kafka.source import register
+    register(spark)                                   # once per SparkSession
+    df = (spark.readStream.format("streampart-kafka")
+          .option("kafka.bootstrap.servers", "127.0.0.1:9092")
+          .option("subscribe", "events")              # or subscribePattern
+          .option("startingOffsets", "earliest")      # latest | earliest | JSON
+          .option("maxOffsetsPerTrigger", 10000)
+          .load())
+    # columns: key, value, topic, partition, offset, timestamp, timestampType, headers
+
+``spark.read.format("streampart-kafka")`` reads a bounded range the same way (batch). From
+Python, ``read_stream(spark, source_options("host:9092", "events", starting_offsets="earliest"))``
+validates the options in the driver first (:class:`KafkaConfigError` names the bad one); the
+options are listed in :mod:`ingest.kafka.options`.
+
+The package's modules: :mod:`~ingest.kafka.options` (the options), :mod:`~ingest.kafka.offsets`
+(offsets as the checkpoint keeps them), :mod:`~ingest.kafka.brokers` (broker calls, the
+driver's metadata client), :mod:`~ingest.kafka.planning` (ranges → tasks, rate limit),
+:mod:`~ingest.kafka.reader` (executors read one range), this module (the Spark readers).
+
+How it works
+------------
+* **Offsets** are a JSON dict ``{"topic": {"partition": next_offset}}`` (partition keys are
+  strings, topics and partitions in sorted order). Spark keeps them in the query's checkpoint:
+  ``initialOffset`` resolves ``startingOffsets``, ``latestOffset`` asks the brokers for the
+  newest offsets (capped by the rate limit, and by the target recorded at the start of a
+  ``Trigger.AvailableNow`` run), ``partitions`` cuts ``[start, end)`` per topic-partition into
+  tasks. Nothing is committed to Kafka: there is no consumer group at all.
+* **Executors** read one range each with a consumer that uses ``assign`` + ``seek`` (no
+  ``group.id``, no auto commit) and stop exactly at the end offset. A range always yields the
+  same records, so a batch that Spark replays after a crash yields the same rows (unless
+  retention deleted them in the meantime: see ``failOnDataLoss``).
+* **New partitions** (of subscribed topics, or new topics that match ``subscribePattern``)
+  are found by ``latestOffset`` on every trigger and read from their first offset (offset 0;
+  the planning never asks the broker, so a replayed batch plans the same ranges).
+* **Data loss** — offsets that retention deleted before they were read, a partition whose
+  offsets went backwards (topic deleted and re-created) or that disappeared: with
+  ``failOnDataLoss=true`` (default) the query fails with :class:`KafkaDataLossError` naming
+  the partition and offsets; with ``false`` a warning is logged and reading goes on with the
+  next available offset (the same behaviour as Spark's source).
+* **Brokers unreachable**: every broker call is retried with exponential backoff a bounded
+  number of times, then :class:`KafkaUnavailableError` names the bootstrap servers. An
+  executor that makes no progress on its range for ``kafkaConsumer.pollTimeoutMs`` fails
+  with :class:`KafkaReadTimeoutError`. Nothing waits forever.
+
+The first trigger of a new query always runs a batch (empty if there is no data): that is how
+the resolved ``startingOffsets`` get into the checkpoint, so a restart never resolves
+``latest`` again (see :meth:`KafkaStreamReader.initialOffset`). Only a crash between the
+start of the query and the logging of that first batch's offsets resolves them anew.
+
+Known limits: the ``headers`` column is always present (null when a record has none);
+``startingOffsetsByTimestamp``, ``assign`` and ``minOffsetsPerTrigger`` are not supported.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import StructType
+
+from ingest.errors import KafkaConfigError
+from ingest.kafka.brokers import OffsetClient
+from ingest.kafka.offsets import (
+    EARLIEST,
+    INITIAL_MARKER,
+    LATEST,
+    TP,
+    OffsetMap,
+    dump_offsets,
+    load_offsets,
+    tp_name,
+)
+from ingest.kafka.options import KafkaSourceOptions
+from ingest.kafka.planning import KafkaRange, plan_ranges, rate_limit
+from ingest.kafka.reader import SCHEMA, read_range, report_data_loss
+
+NAME = "streampart-kafka"
+"""The format name of the source: ``spark.readStream.format(NAME)`` once :func:`register` ran."""
+
+
+def _check_schema(schema: StructType | None) -> None:
+    if schema is not None and schema != SCHEMA:
+        raise KafkaConfigError(
+            f"the {NAME} source has a fixed schema ({SCHEMA.simpleString()}); do not pass another one"
+        )
+
+
+def resolve_offsets(
+    client: OffsetClient, spec: str, tps: Sequence[TP], option: str, earliest_ok: bool = True
+) -> OffsetMap:
+    """``earliest`` / ``latest`` / JSON resolved to concrete offsets for ``tps``."""
+    if spec == "earliest":
+        return client.earliest(tps)
+    if spec == "latest":
+        return client.latest(tps)
+    wanted = load_offsets(json.loads(spec))
+    opts = client.opts
+    stray = sorted(tp for tp in wanted if not opts.subscribed(tp[0]))
+    if stray:
+        raise KafkaConfigError(
+            f"option {option} names topics that are not subscribed: "
+            f"{', '.join(sorted({t for t, _ in stray}))}"
+        )
+    known = set(tps)
+    unknown = sorted(tp for tp in wanted if tp not in known)
+    if unknown:
+        raise KafkaConfigError(
+            f"option {option} names partitions that do not exist: {', '.join(map(tp_name, unknown))}"
+        )
+    missing = sorted(tp for tp in tps if tp not in wanted)
+    if missing:
+        raise KafkaConfigError(
+            f"option {option} must give an offset for every partition of the subscribed topics "
+            f"(-2 earliest, -1 latest); missing: {', '.join(map(tp_name, missing))}"
+        )
+    need_earliest = [tp for tp, o in wanted.items() if o == EARLIEST]
+    need_latest = [tp for tp, o in wanted.items() if o == LATEST]
+    resolved = dict(wanted)
+    resolved.update(client.earliest(need_earliest) if earliest_ok else {})
+    resolved.update(client.latest(need_latest))
+    return resolved
+
+
+class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Micro-batch reader; see the module docstring. Cheap to build: connects on first use."""
+
+    def __init__(self, options: Mapping[str, str], schema: StructType | None = None) -> None:
+        _check_schema(schema)
+        self.opts = KafkaSourceOptions.parse(options)
+        self._client: OffsetClient | None = None
+        self._target: OffsetMap | None = None
+        self._last_latest: OffsetMap | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_client"] = None  # connections stay in the process that opened them
+        return state
+
+    @property
+    def client(self) -> OffsetClient:
+        if self._client is None:
+            self._client = OffsetClient(self.opts)
+        return self._client
+
+    def initialOffset(self) -> dict:
+        """``startingOffsets`` resolved, plus a marker that makes the first trigger run a batch.
+
+        Spark logs a batch's end offsets in the checkpoint, never the initial offset, and only
+        runs a batch when the end differs from the start. The marker (a key that cannot be a
+        topic name) guarantees that difference, so the first trigger always runs a batch —
+        empty if there is no data — which pins the resolved starting offsets in the
+        checkpoint: a restart then never resolves ``latest`` again and skips records.
+        """
+        tps = self.client.partitions()
+        resolved = resolve_offsets(self.client, self.opts.starting_offsets, tps, "startingOffsets")
+        return {INITIAL_MARKER: True, **dump_offsets(resolved)}
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.opts.max_offsets_per_trigger:
+            return ReadMaxRows(self.opts.max_offsets_per_trigger)
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        tps = self.client.partitions()
+        self._target = self.client.latest(tps)
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        begin = load_offsets(start)
+        tps = self.client.partitions()
+        latest = self.client.latest(tps)
+        earliest = self.client.earliest(tps)
+        self._last_latest = dict(latest)
+        end: OffsetMap = {}
+        effective_start: OffsetMap = {}
+        for tp in tps:
+            new = tp not in begin
+            s = begin.get(tp, 0)
+            top = latest[tp]
+            if self._target is not None:
+                top = min(top, self._target.get(tp, s))
+            if new and earliest[tp] > 0:
+                report_data_loss(
+                    self.opts, f"new partition {tp_name(tp)} starts at offset {earliest[tp]}, not 0"
+                )
+            if latest[tp] < s:
+                report_data_loss(
+                    self.opts, f"partition {tp_name(tp)}'s offset went back from {s} to {latest[tp]}"
+                )
+                end[tp] = latest[tp]  # planned as an empty range; the next batch starts there
+                effective_start[tp] = latest[tp]
+                continue
+            if earliest[tp] > s and not new:
+                report_data_loss(
+                    self.opts,
+                    f"offsets [{s}, {earliest[tp]}) of {tp_name(tp)} were deleted before they were read",
+                )
+            end[tp] = max(s, top)
+            effective_start[tp] = max(s, min(earliest[tp], end[tp]))
+        gone = sorted(tp for tp in begin if tp not in end)
+        if gone:
+            report_data_loss(self.opts, f"partitions {', '.join(map(tp_name, gone))} no longer exist")
+        if isinstance(limit, ReadMaxRows):
+            capped = rate_limit(effective_start, end, int(limit.max_rows))
+            end = {tp: (e if e < begin.get(tp, 0) else capped[tp]) for tp, e in end.items()}
+        return dump_offsets(end)
+
+    def reportLatestOffset(self) -> dict | None:
+        return dump_offsets(self._last_latest) if self._last_latest is not None else None
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        return plan_ranges(
+            load_offsets(start),
+            load_offsets(end),
+            self.opts.min_partitions,
+            self.opts.max_records_per_partition,
+        )
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if not isinstance(partition, KafkaRange):  # Spark's placeholder for "no partitions"
+            return iter(())
+        return read_range(partition, self.opts)
+
+    def commit(self, end: dict) -> None:
+        """Nothing to do: offsets live in Spark's checkpoint, not in Kafka."""
+
+    def stop(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+
+class KafkaBatchReader(DataSourceReader):
+    """Bounded read of ``[startingOffsets, endingOffsets)`` (defaults: earliest, latest)."""
+
+    def __init__(self, options: Mapping[str, str], schema: StructType | None = None) -> None:
+        _check_schema(schema)
+        self.opts = KafkaSourceOptions.parse(options, batch=True)
+
+    def partitions(self) -> Sequence[InputPartition]:
+        client = OffsetClient(self.opts)
+        try:
+            tps = client.partitions()
+            start = resolve_offsets(client, self.opts.starting_offsets, tps, "startingOffsets")
+            end = resolve_offsets(client, self.opts.ending_offsets, tps, "endingOffsets", earliest_ok=False)
+        finally:
+            client.close()
+        return plan_ranges(start, end, self.opts.min_partitions, self.opts.max_records_per_partition)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if not isinstance(partition, KafkaRange):  # Spark's placeholder for "no partitions"
+            return iter(())
+        return read_range(partition, self.opts)
+
+
+class KafkaDataSource(DataSource):
+    """``spark.readStream.format("streampart-kafka")`` (and ``spark.read``); see the module docstring."""
+
+    @classmethod
+    def name(cls) -> str:
+        return NAME
+
+    def schema(self) -> StructType:
+        return SCHEMA
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return KafkaStreamReader(self.options, schema)
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return KafkaBatchReader(self.options, schema)
+
+
+def register(spark: Any) -> str:
+    """Register the source with ``spark`` (idempotent); returns its format name."""
+    spark.dataSource.register(KafkaDataSource)
+    return NAME
+
+
+def read_stream(spark: Any, options: Mapping[str, str]) -> Any:
+    """``spark.readStream`` of this source with ``options`` (e.g. built by ``source_options``)."""
+    KafkaSourceOptions.parse(options)
+    register(spark)
+    reader = spark.readStream.format(NAME)
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    return reader.load()
