@@ -178,11 +178,13 @@ class ChunkWriter:
     def parse(self, content: bytes, fmt: Format) -> Parsed:
         return parse(content, fmt, self.validator())
 
-    def write(self, chunk: Chunk, content: bytes, fmt: Format, source: str = "") -> Chunk:
+    def stage(self, chunk: Chunk, content: bytes, fmt: Format, source: str = "") -> Chunk:
         """Parse ``content`` and stage it as the chunk's data (replacing an earlier attempt's)."""
-        return self.stage(chunk, self.parse(content, fmt), source=source, digest=digest_bytes(content))
+        return self.stage_parsed(chunk, self.parse(content, fmt), source=source, digest=digest_bytes(content))
 
-    def stage(self, chunk: Chunk, parsed: Parsed, source: str = "", digest: str | None = None) -> Chunk:
+    def stage_parsed(
+        self, chunk: Chunk, parsed: Parsed, source: str = "", digest: str | None = None
+    ) -> Chunk:
         chunk = self.store.get_chunk(chunk.id)
         self._require_state(chunk, ChunkState.RESERVED, "write to")
         self._check_bad(parsed.bad)
@@ -273,7 +275,7 @@ class ChunkWriter:
             },
             schema=writer.validator().schema,
         )
-        return writer, writer.stage(dlq_chunk, Parsed(rows, []))
+        return writer, writer.stage_parsed(dlq_chunk, Parsed(rows, []))
 
     # -- commit ----------------------------------------------------------------------------
     def commit(
@@ -471,7 +473,7 @@ class ChunkWriter:
             late_chunk = writer.reserve(token)
             if late_chunk.state is ChunkState.RESERVED:
                 data = pq.read_table(Path(self.table.location) / f.path)
-                writer.stage(late_chunk, Parsed(data, []))
+                writer.stage_parsed(late_chunk, Parsed(data, []))
             writer.commit(late_chunk.id)
         return sum(f.rows for f in late)
 
@@ -566,9 +568,7 @@ class ChunkWriter:
             raise ChunkStateError(f"cannot {verb} chunk {chunk.id}: it is {chunk.state.value}")
 
     # -- one call --------------------------------------------------------------------------
-    def write_once(
-        self, content: bytes, fmt: Format, token: str | None = None, source: str = ""
-    ) -> CommitResult:
+    def write(self, content: bytes, fmt: Format, token: str | None = None, source: str = "") -> CommitResult:
         """Reserve, write and commit ``content`` as one chunk; with a token, exactly once.
 
         The same token with the same content answers the original commit; with other content it
@@ -580,7 +580,7 @@ class ChunkWriter:
         if chunk.state is ChunkState.RESERVED:
             try:
                 parsed = self.parse(content, fmt)
-                chunk = self.stage(chunk, parsed, source=source, digest=digest)
+                chunk = self.stage_parsed(chunk, parsed, source=source, digest=digest)
             except MalformedChunkError:
                 self.abort(chunk.id, reason="malformed content")
                 raise
@@ -590,11 +590,11 @@ class ChunkWriter:
         return dataclasses.replace(result, ignored_fields=ignored) if ignored else result
 
     def write_table(self, data: pa.Table, token: str | None = None) -> CommitResult:
-        """Commit an Arrow table as one chunk; with a token, exactly once (as :meth:`write_once`)."""
+        """Commit an Arrow table as one chunk; with a token, exactly once (as :meth:`write`)."""
         digest = arrow_digest(data)
         chunk = self.reserve(token)
         if chunk.state is ChunkState.RESERVED:
-            chunk = self.stage(chunk, parse_arrow(data, self.validator()), digest=digest)
+            chunk = self.stage_parsed(chunk, parse_arrow(data, self.validator()), digest=digest)
         return self.commit(chunk.id, content_digest=digest)
 
 

@@ -166,15 +166,15 @@ def run_demo(settings: Any, catalog: Catalog, console: Console, fresh: bool = Tr
     writer = ChunkWriter(catalog, table, settings.chunk)
     now = datetime.now(UTC)
     for k in range(5):
-        r = writer.write_once(_records(k * 1000, 1000, now), Format.JSONL, token=f"demo-{k}")
+        r = writer.write(_records(k * 1000, 1000, now), Format.JSONL, token=f"demo-{k}")
         console.print(f"2. committed chunk {k + 1}/5: {r.rows} rows at Delta version {r.version}")
-    again = writer.write_once(_records(0, 1000, now), Format.JSONL, token="demo-0")
+    again = writer.write(_records(0, 1000, now), Format.JSONL, token="demo-0")
     console.print(f"3. retried chunk 1 with the same token: same chunk {again.chunk[:8]}…, nothing added")
     try:
-        writer.write_once(_records(9000, 10, now), Format.JSONL, token="demo-0")
+        writer.write(_records(9000, 10, now), Format.JSONL, token="demo-0")
     except TokenConflictError:
         console.print("   the same token with other data is refused (a conflict), never silently dropped")
-    bad = writer.write_once(
+    bad = writer.write(
         b'{"id": 5000, "ts": "2026-01-01T00:00:00Z"}\n{"id": "x", "ts": "soon"}\n', Format.JSONL
     )
     console.print(
@@ -195,7 +195,7 @@ def run_demo(settings: Any, catalog: Catalog, console: Console, fresh: bool = Tr
             f"{roll.rows} rows, {roll.seconds:.2f}s; next streaming partition {roll.next_partition}"
         )
     for k in range(5, 7):
-        r = writer.write_once(_records(k * 1000, 500, now), Format.JSONL, token=f"demo-{k}")
+        r = writer.write(_records(k * 1000, 500, now), Format.JSONL, token=f"demo-{k}")
         console.print(
             f"7. committed chunk into the new streaming partition: {r.rows} rows → {r.partitions[0]}"
         )

@@ -96,14 +96,14 @@ def test_roller_killed_at_each_step_then_resumed_rolls_once(catalog, point: str)
     w = ChunkWriter(catalog, table, ChunkConfig())
     value = catalog.store.streaming_partition(table.id).value
     for k in range(4):
-        w.write_once(records(range(k * 10, k * 10 + 10)), Format.JSONL)
+        w.write(records(range(k * 10, k * 10 + 10)), Format.JSONL)
     code, _, _ = run_worker(
         catalog, table, "roller", "--count", "1", "--interval", "0", "--force", crashpoint=point
     )
     assert code == -signal.SIGKILL
     assert catalog.store.get_partition(table.id, value).state is PartitionState.ROLLING
     # writers carry on into the next partition while the roll is stuck
-    w.write_once(records(range(100, 110)), Format.JSONL)
+    w.write(records(range(100, 110)), Format.JSONL)
     ids = all_ids(table)
     assert not duplicates(ids) and sorted(ids) == [*range(40), *range(100, 110)]
     # the dead roller's lease must end before another may resume; here it is taken over by
@@ -161,7 +161,7 @@ def test_a_stale_roller_never_deletes_the_new_owners_files(catalog, case: str) -
     w = ChunkWriter(catalog, table, ChunkConfig())
     value = catalog.store.streaming_partition(table.id).value
     for k in range(4):
-        w.write_once(records(range(k * 10, k * 10 + 10)), Format.JSONL)
+        w.write(records(range(k * 10, k * 10 + 10)), Format.JSONL)
     roller_args = ("roller", "--count", "1", "--interval", "0", "--force")
     stale = subprocess.Popen(
         **worker_call(catalog, table, *roller_args, "--lease", "1", pausepoint="roll-sweep-listed:12"),

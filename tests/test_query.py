@@ -20,12 +20,12 @@ def test_a_pinned_snapshot_never_changes_while_commits_and_rolls_happen(spark, s
     cat = sqlite_catalog
     table = make_table(cat)
     w = ChunkWriter(cat, table)
-    w.write_once(records(range(20)), Format.JSONL)
+    w.write(records(range(20)), Format.JSONL)
     pinned = read_table(spark, cat, table)  # one query's view of the table
     before = sorted(r["id"] for r in pinned.collect())
-    w.write_once(records(range(20, 30)), Format.JSONL)
+    w.write(records(range(20, 30)), Format.JSONL)
     Roller(cat).roll_table(table, force=True)  # the files it read were swept (still on disk)
-    w.write_once(records(range(30, 35)), Format.JSONL)
+    w.write(records(range(30, 35)), Format.JSONL)
     assert sorted(r["id"] for r in pinned.collect()) == before == list(range(20))
     # a self-join of the pinned frame reads the same rows on both sides
     assert pinned.alias("a").join(pinned.alias("b"), "id").count() == 20
@@ -40,9 +40,9 @@ def test_streampart_query_agrees_with_an_independent_reader(spark, sqlite_catalo
     table = make_table(cat)
     w = ChunkWriter(cat, table)
     for k in range(3):
-        w.write_once(records(range(k * 10, k * 10 + 10)), Format.JSONL)
+        w.write(records(range(k * 10, k * 10 + 10)), Format.JSONL)
     Roller(cat).roll_table(table, force=True)
-    w.write_once(records(range(100, 104)), Format.JSONL)
+    w.write(records(range(100, 104)), Format.JSONL)
     ours = run_sql(spark, cat, "SELECT id, ts_period FROM ns.events").collect()
     theirs = delta_rows(table).to_pylist()  # delta-rs' own engine on the table directory
     assert sorted((r["id"], r["ts_period"].replace(tzinfo=None)) for r in ours) == sorted(
@@ -109,11 +109,11 @@ def test_version_and_timestamp_as_of_read_that_version(spark, sqlite_catalog) ->
 
     table = make_table(sqlite_catalog)
     w = ChunkWriter(sqlite_catalog, table)
-    w.write_once(records(range(10)), Format.JSONL)  # version 1
+    w.write(records(range(10)), Format.JSONL)  # version 1
     time.sleep(1.1)  # commit timestamps are milliseconds: make "between" unambiguous
     between = iso(datetime.now(UTC))
     time.sleep(1.1)
-    w.write_once(records(range(10, 15)), Format.JSONL)  # version 2
+    w.write(records(range(10, 15)), Format.JSONL)  # version 2
 
     def count(sql: str) -> int:
         return run_sql(spark, sqlite_catalog, sql).collect()[0]["n"]
@@ -153,7 +153,7 @@ def test_a_data_file_damaged_in_place_fails_the_query_naming_the_file(spark, sql
     from streampart.query import spark_errors
 
     table = make_table(sqlite_catalog, "ns.garbled")
-    ChunkWriter(sqlite_catalog, table).write_once(records(range(10)), Format.JSONL)
+    ChunkWriter(sqlite_catalog, table).write(records(range(10)), Format.JSONL)
     [staged] = (Path(table.location) / "_staging").glob("*.parquet")
     staged.write_bytes(b"\0" * staged.stat().st_size)  # same size: only reading it can tell
     df = run_sql(spark, sqlite_catalog, "SELECT count(*) AS n FROM ns.garbled")
@@ -167,11 +167,11 @@ def test_registered_views_stay_pinned_until_registered_again(spark, sqlite_catal
 
     table = make_table(sqlite_catalog)
     w = ChunkWriter(sqlite_catalog, table)
-    w.write_once(records(range(10)), Format.JSONL)
+    w.write(records(range(10)), Format.JSONL)
     views = register_views(spark, sqlite_catalog)
     view, version = views["ns.events"]
     assert set(views) == {"ns.events"} and version == 1
-    w.write_once(records(range(10, 15)), Format.JSONL)
+    w.write(records(range(10, 15)), Format.JSONL)
     Roller(sqlite_catalog).roll_table(table, force=True)
     assert spark.sql(f"SELECT count(*) AS n FROM {view}").first()["n"] == 10  # still the pinned snapshot
     register_views(spark, sqlite_catalog, {"ns.events"})

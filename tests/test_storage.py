@@ -80,15 +80,15 @@ def catalog_on(small_disk: Path, tmp_path: Path) -> Iterator[Catalog]:
 def test_a_write_to_a_full_disk_is_retriable_and_lands_once_after_space_is_freed(catalog_on: Catalog) -> None:
     table = make_table(catalog_on)
     w = ChunkWriter(catalog_on, table)
-    w.write_once(records(range(10)), Format.JSONL, token="before")
+    w.write(records(range(10)), Format.JSONL, token="before")
     filler = fill(Path(catalog_on.warehouse.root).parent)
     with pytest.raises(StorageFullError, match="no space left on the warehouse's storage") as full:
-        w.write_once(records(range(10, 20)), Format.JSONL, token="during")
+        w.write(records(range(10, 20)), Format.JSONL, token="during")
     assert isinstance(full.value, RetriableError) and "free space, then retry" in str(full.value)
     assert temp_files(Path(table.location)) == []
     filler.unlink()
-    w.write_once(records(range(10, 20)), Format.JSONL, token="during")  # the producer's retry
-    w.write_once(records(range(10, 20)), Format.JSONL, token="during")
+    w.write(records(range(10, 20)), Format.JSONL, token="during")  # the producer's retry
+    w.write(records(range(10, 20)), Format.JSONL, token="during")
     assert sorted(all_ids(table)) == list(range(20))
 
 
@@ -107,7 +107,7 @@ def test_a_roll_on_a_full_disk_says_why_cleans_up_and_resumes_at_once(
     w = ChunkWriter(catalog_on, table)
     value = catalog_on.store.streaming_partition(table.id).value
     for k in range(8):  # about 300 KB staged
-        w.write_once(records(range(k * 2000, (k + 1) * 2000)), Format.JSONL)
+        w.write(records(range(k * 2000, (k + 1) * 2000)), Format.JSONL)
     filler = fill(Path(catalog_on.warehouse.root).parent, leave)
     with pytest.raises(StorageFullError, match="no space left") as full:
         Roller(catalog_on).roll_table(table, force=True)

@@ -38,7 +38,7 @@ def writer(cat: Catalog, args: argparse.Namespace) -> None:
         token = f"w{args.writer}-{i}"
         while True:
             try:
-                r = w.write_once(records(ids, args.ts), Format.JSONL, token=token)
+                r = w.write(records(ids, args.ts), Format.JSONL, token=token)
                 break
             except (ChunkBusyError, CommitTimeoutError, RetriableError):
                 time.sleep(0.05)

@@ -157,7 +157,7 @@ def stage_events(
             line=first.position,
             field=f"body[{first.position - 1}]",
         )
-    return writer.stage(chunk, parsed, source=source, digest=digest), parsed.ignored
+    return writer.stage_parsed(chunk, parsed, source=source, digest=digest), parsed.ignored
 
 
 def _json_type(value: Any) -> str:

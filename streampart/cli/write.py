@@ -60,7 +60,7 @@ def _write_here(cli: CliContext, name: str, file: Path, fmt: Any, token: str | N
     settings = cli.settings()
     catalog = cli.catalog()
     writer = ChunkWriter(catalog, catalog.table(name), settings.chunk)
-    result = writer.write_once(content, fmt, token=token, source=str(file))
+    result = writer.write(content, fmt, token=token, source=str(file))
     cli.output.result(result.to_json(), _print_written_here)
 
 

@@ -40,7 +40,7 @@ def live_paths(catalog, table) -> set[str]:  # type: ignore[no-untyped-def]
 def test_a_chunk_is_invisible_until_its_commit_returns(catalog) -> None:  # type: ignore[no-untyped-def]
     table = make_table(catalog)
     w = ChunkWriter(catalog, table)
-    chunk = w.write(w.reserve(), records(range(100)), Format.JSONL)
+    chunk = w.stage(w.reserve(), records(range(100)), Format.JSONL)
     assert all_ids(table) == []  # written, staged, not committed: invisible
     assert all((Path(table.location) / f.path).is_file() for f in chunk.files)
     result = w.commit(chunk.id)
@@ -52,11 +52,11 @@ def test_a_chunk_is_invisible_until_its_commit_returns(catalog) -> None:  # type
 def test_abort_and_expiry_leave_no_files_and_nothing_visible(catalog, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     table = make_table(catalog)
     w = ChunkWriter(catalog, table, ChunkConfig(ttl=timedelta(microseconds=1)))  # expired at once
-    aborted = w.write(w.reserve(), records(range(10)), Format.JSONL)
+    aborted = w.stage(w.reserve(), records(range(10)), Format.JSONL)
     w.abort(aborted.id)
     with pytest.raises(ChunkStateError, match="aborted"):
         w.commit(aborted.id)
-    expiring = w.write(w.reserve(), records(range(10, 20)), Format.JSONL)
+    expiring = w.stage(w.reserve(), records(range(10, 20)), Format.JSONL)
     assert [c.id for c in expire_chunks(catalog)] == [expiring.id]
     with pytest.raises(ChunkStateError, match="expired"):
         w.commit(expiring.id)
@@ -68,8 +68,8 @@ def test_abort_and_expiry_leave_no_files_and_nothing_visible(catalog, tmp_path: 
 def test_a_retried_token_lands_once(catalog) -> None:  # type: ignore[no-untyped-def]
     table = make_table(catalog)
     w = ChunkWriter(catalog, table)
-    first = w.write_once(records(range(50)), Format.JSONL, token="batch-7")
-    again = w.write_once(records(range(50)), Format.JSONL, token="batch-7")
+    first = w.write(records(range(50)), Format.JSONL, token="batch-7")
+    again = w.write(records(range(50)), Format.JSONL, token="batch-7")
     assert again == first
     assert w.commit(first.chunk) == first  # a retried commit call, too
     assert sorted(all_ids(table)) == list(range(50))
@@ -87,18 +87,18 @@ def test_a_token_reused_for_other_content_is_a_conflict(catalog, case: str) -> N
     table = make_table(catalog)
     w = ChunkWriter(catalog, table)
     if case == "committed":
-        first = w.write_once(records(range(50)), Format.JSONL, token="batch-1")
+        first = w.write(records(range(50)), Format.JSONL, token="batch-1")
         with pytest.raises(
             TokenConflictError, match=r"token 'batch-1' of table ns.events .* committed 50 rows"
         ):
-            w.write_once(records(range(100, 120)), Format.JSONL, token="batch-1")
+            w.write(records(range(100, 120)), Format.JSONL, token="batch-1")
         with pytest.raises(TokenConflictError):
             w.write_table(w.parse(records(range(100, 120)), Format.JSONL).good, token="batch-1")
-        assert w.write_once(records(range(50)), Format.JSONL, token="batch-1") == first  # a retry
+        assert w.write(records(range(50)), Format.JSONL, token="batch-1") == first  # a retry
         assert sorted(all_ids(table)) == list(range(50))
     else:
-        chunk = w.write(w.reserve("batch-1"), records(range(50)), Format.JSONL)  # producer A staged …
-        w.write(chunk, records(range(100, 120)), Format.JSONL)  # … B re-staged under the same token
+        chunk = w.stage(w.reserve("batch-1"), records(range(50)), Format.JSONL)  # producer A staged …
+        w.stage(chunk, records(range(100, 120)), Format.JSONL)  # … B re-staged under the same token
         with pytest.raises(TokenConflictError, match="is reserved with other data"):
             w.commit(chunk.id, content_digest=digest_bytes(records(range(50))))  # A's commit: refused
         assert w.commit(chunk.id, content_digest=digest_bytes(records(range(100, 120)))).rows == 20
@@ -120,7 +120,7 @@ def test_a_retry_after_a_crash_between_delta_commit_and_metastore_lands_once(cat
     table = make_table(catalog)
     cfg = ChunkConfig(commit_timeout=timedelta(milliseconds=200))
     w = ChunkWriter(catalog, table, cfg)
-    chunk = w.write(w.reserve("tok"), records(range(30)), Format.JSONL)
+    chunk = w.stage(w.reserve("tok"), records(range(30)), Format.JSONL)
     dt = catalog.warehouse.load(table)
     chunk = catalog.store.begin_commit(chunk, int(dt.version()))
     part = catalog.store.streaming_partition(table.id).value
@@ -132,7 +132,7 @@ def test_a_retry_after_a_crash_between_delta_commit_and_metastore_lands_once(cat
         w.commit(chunk.id)
     # … and after the takeover deadline the retry finds the landed commit instead of re-committing
     with clock.use(clock.SystemClock(timedelta(seconds=0.5))):
-        result = w.write_once(records(range(30)), Format.JSONL, token="tok")
+        result = w.write(records(range(30)), Format.JSONL, token="tok")
     assert result.chunk == chunk.id and result.version == 1 and result.partitions
     assert sorted(all_ids(table)) == list(range(30))
     assert catalog.store.get_chunk(chunk.id).state is ChunkState.COMMITTED
@@ -142,9 +142,9 @@ def test_a_chunk_prepared_before_a_seal_goes_to_the_next_partition(catalog) -> N
     """Invariant 5, arrival mode: a commit racing a roll retries into the new open partition."""
     table = make_table(catalog)
     w = ChunkWriter(catalog, table)
-    w.write_once(records(range(10)), Format.JSONL)
+    w.write(records(range(10)), Format.JSONL)
     old = catalog.store.streaming_partition(table.id)
-    staged = w.write(w.reserve(), records(range(10, 20)), Format.JSONL)
+    staged = w.stage(w.reserve(), records(range(10, 20)), Format.JSONL)
     stale_snapshot = catalog.warehouse.load(table)  # the writer loaded its snapshot …
     roll = catalog.store.begin_roll(old, old.value + timedelta(hours=1), "r", timedelta(minutes=1))
     catalog.warehouse.seal(table, roll.id)  # … then a roll began and sealed
@@ -169,7 +169,7 @@ def test_event_time_splits_a_chunk_by_period_in_one_commit(catalog) -> None:  # 
     table = make_table(catalog, mode=Mode.EVENT_TIME, lateness="10m")
     w = ChunkWriter(catalog, table)
     data = records(range(0, 5), "2026-11-21T10:59:59Z") + records(range(5, 8), "2026-11-21T11:00:00Z")
-    result = w.write_once(data, Format.JSONL)
+    result = w.write(data, Format.JSONL)
     assert result.version == 1  # one atomic commit for both partitions
     assert ids_by_partition(table) == {H10: [0, 1, 2, 3, 4], H11: [5, 6, 7]}
 
@@ -177,12 +177,12 @@ def test_event_time_splits_a_chunk_by_period_in_one_commit(catalog) -> None:  # 
 def test_late_rows_are_rejected_whole(catalog) -> None:  # type: ignore[no-untyped-def]
     table = make_table(catalog, mode=Mode.EVENT_TIME, lateness="10m")
     w = ChunkWriter(catalog, table)
-    w.write_once(records(range(5), "2026-11-21T10:30:00Z"), Format.JSONL)
+    w.write(records(range(5), "2026-11-21T10:30:00Z"), Format.JSONL)
     Roller(catalog).roll_table(table, now=H11 + timedelta(minutes=10))
     assert catalog.store.get_partition(table.id, H10).state is PartitionState.STANDARD
     mixed = records([100], "2026-11-21T10:45:00Z") + records([101], "2026-11-21T11:05:00Z")
     with pytest.raises(LateDataError, match=r"partition\(s\) 2026-11-21T10:00:00Z are sealed"):
-        w.write_once(mixed, Format.JSONL)
+        w.write(mixed, Format.JSONL)
     assert sorted(all_ids(table)) == [0, 1, 2, 3, 4]  # nothing of the rejected chunk landed
     assert catalog.describe(table)["partitions"][0]["rows"] == 5  # the standard partition never changed
 
@@ -190,12 +190,12 @@ def test_late_rows_are_rejected_whole(catalog) -> None:  # type: ignore[no-untyp
 def test_late_rows_are_diverted_when_the_table_says_so(catalog) -> None:  # type: ignore[no-untyped-def]
     table = make_table(catalog, mode=Mode.EVENT_TIME, late_data=LateDataPolicy.DIVERT)
     w = ChunkWriter(catalog, table)
-    w.write_once(records(range(5), "2026-11-21T10:30:00Z"), Format.JSONL)
+    w.write(records(range(5), "2026-11-21T10:30:00Z"), Format.JSONL)
     Roller(catalog).roll_table(table, now=H11)
     mixed = records([100, 102], "2026-11-21T10:45:00Z") + records([101], "2026-11-21T11:05:00Z")
-    result = w.write_once(mixed, Format.JSONL, token="t")
+    result = w.write(mixed, Format.JSONL, token="t")
     assert result.late_rows == 2 and result.rows == 1
-    assert w.write_once(mixed, Format.JSONL, token="t") == result  # the divert is exactly once too
+    assert w.write(mixed, Format.JSONL, token="t") == result  # the divert is exactly once too
     late = catalog.companion(table, TableKind.LATE)
     assert sorted(all_ids(late)) == [100, 102]
     assert ids_by_partition(table) == {H10: [0, 1, 2, 3, 4], H11: [101]}
@@ -204,10 +204,10 @@ def test_late_rows_are_diverted_when_the_table_says_so(catalog) -> None:  # type
 def test_a_malformed_chunk_fails_whole_with_the_line_number(catalog) -> None:  # type: ignore[no-untyped-def]
     table = make_table(catalog)
     w = ChunkWriter(catalog, table)
-    w.write_once(records(range(3)), Format.JSONL)
+    w.write(records(range(3)), Format.JSONL)
     bad = records(range(10, 12)) + b'{"id": "eleven", "ts": "2026-11-21T10:00:00Z"}\n'
     with pytest.raises(MalformedChunkError, match=r"record 3: column 'id': expected an integer"):
-        w.write_once(bad, Format.JSONL, token="bad")
+        w.write(bad, Format.JSONL, token="bad")
     assert sorted(all_ids(table)) == [0, 1, 2]  # what was committed is untouched, nothing added
     assert catalog.store.find_chunk_by_token(table.id, "bad").state is ChunkState.ABORTED
     # the aborted chunk's staged file is gone: staging holds exactly the one live chunk file
@@ -219,7 +219,7 @@ def test_bad_records_go_to_the_dead_letter_table_with_reason_and_position(catalo
     table = make_table(catalog, dead_letter=True)
     w = ChunkWriter(catalog, table)
     data = records([1]) + b"not json\n" + records([2]) + b'{"id": 3}\n'
-    result = w.write_once(data, Format.JSONL, token="t", source="upload.jsonl")
+    result = w.write(data, Format.JSONL, token="t", source="upload.jsonl")
     assert result.rows == 2 and result.dead_letter_rows == 2
     dlq = catalog.companion(table, TableKind.DEAD_LETTER)
     rows = delta_rows(dlq, columns="position, reason, source, raw, chunk").to_pylist()
@@ -230,14 +230,14 @@ def test_bad_records_go_to_the_dead_letter_table_with_reason_and_position(catalo
     assert {r["source"] for r in rows} == {"upload.jsonl"}
     assert {r["chunk"] for r in rows} == {result.chunk}
     assert b"not json" in {r["raw"] for r in rows}
-    w.write_once(data, Format.JSONL, token="t")  # a retry adds no dead letters either
+    w.write(data, Format.JSONL, token="t")  # a retry adds no dead letters either
     assert delta_rows(dlq, columns="position").num_rows == 2
 
 
 def test_a_commit_whose_staged_file_is_gone_ends_the_chunk_at_once(catalog) -> None:  # type: ignore[no-untyped-def]
     table = make_table(catalog)
     w = ChunkWriter(catalog, table, ChunkConfig(commit_timeout=timedelta(minutes=5)))
-    chunk = w.write(w.reserve("t-1"), records(range(10)), Format.JSONL)
+    chunk = w.stage(w.reserve("t-1"), records(range(10)), Format.JSONL)
     (Path(table.location) / chunk.files[0].path).unlink()  # lost from storage
     with pytest.raises(ChunkStateError, match=r"staged file .* is gone from storage.*new token"):
         w.commit(chunk.id)  # at once: not a retry loop until the 5-minute deadline
@@ -251,8 +251,8 @@ def test_a_commit_whose_staged_file_is_gone_ends_the_chunk_at_once(catalog) -> N
 def test_an_upload_after_the_commit_began_keeps_the_committing_files(catalog) -> None:  # type: ignore[no-untyped-def]
     table = make_table(catalog)
     w = ChunkWriter(catalog, table)
-    first = w.write(w.reserve(), records(range(10)), Format.JSONL)
-    replaced = w.write(first, records(range(10, 25)), Format.JSONL)  # a re-upload replaces …
+    first = w.stage(w.reserve(), records(range(10)), Format.JSONL)
+    replaced = w.stage(first, records(range(10, 25)), Format.JSONL)  # a re-upload replaces …
     assert replaced.rows == 15 and not set(first.files) & set(replaced.files)
     assert not (Path(table.location) / first.files[0].path).exists()  # … and its old file goes
     # another upload has passed its state check and written its files; a commit begins now
@@ -287,7 +287,7 @@ def test_event_times_out_of_range_are_bad_records_not_partitions(catalog, ts: st
     table = make_table(catalog, mode=Mode.EVENT_TIME, dead_letter=True)
     w = ChunkWriter(catalog, table)
     data = jsonl([{"id": 1, "ts": now}, {"id": 2, "ts": ts}])
-    result = w.write_once(data, Format.JSONL)
+    result = w.write(data, Format.JSONL)
     assert (result.rows, result.dead_letter_rows) == (1, 1)
     dlq = catalog.companion(table, TableKind.DEAD_LETTER)
     [dead] = delta_rows(dlq, columns="position, reason").to_pylist()
@@ -295,7 +295,7 @@ def test_event_times_out_of_range_are_bad_records_not_partitions(catalog, ts: st
     assert len(catalog.store.list_partitions(table.id)) == 1  # only now's partition opened
     strict = make_table(catalog, "ns.strict", mode=Mode.EVENT_TIME)
     with pytest.raises(MalformedChunkError, match=f"record 2: column 'ts': .*{says}"):
-        ChunkWriter(catalog, strict).write_once(data, Format.JSONL)
+        ChunkWriter(catalog, strict).write(data, Format.JSONL)
 
 
 def test_rows_older_than_max_age_are_late_and_open_no_partition(catalog) -> None:  # type: ignore[no-untyped-def]
@@ -306,16 +306,16 @@ def test_rows_older_than_max_age_are_late_and_open_no_partition(catalog) -> None
     bounded = make_table(
         catalog, "ns.bounded", mode=Mode.EVENT_TIME, late_data=LateDataPolicy.DIVERT, max_age="30d"
     )
-    result = ChunkWriter(catalog, bounded).write_once(backfill, Format.JSONL)
+    result = ChunkWriter(catalog, bounded).write(backfill, Format.JSONL)
     assert (result.rows, result.late_rows) == (1, 1)
     assert all_ids(catalog.companion(bounded, TableKind.LATE)) == [2]
     assert [iso(p.value)[:4] for p in catalog.store.list_partitions(bounded.id)] == [now[:4]]
     rejecting = make_table(catalog, "ns.rejecting", mode=Mode.EVENT_TIME, max_age="30d")
     with pytest.raises(LateDataError, match=r"2020-03-01T10:00:00Z are sealed, or ended more than 30d ago"):
-        ChunkWriter(catalog, rejecting).write_once(backfill, Format.JSONL)
+        ChunkWriter(catalog, rejecting).write(backfill, Format.JSONL)
     # without max-age (the default), a backfill opens its old partition, as it always did
     open_ended = make_table(catalog, "ns.open", mode=Mode.EVENT_TIME, late_data=LateDataPolicy.DIVERT)
-    assert ChunkWriter(catalog, open_ended).write_once(backfill, Format.JSONL).late_rows == 0
+    assert ChunkWriter(catalog, open_ended).write(backfill, Format.JSONL).late_rows == 0
     assert len(catalog.store.list_partitions(open_ended.id)) == 2
 
 
@@ -324,16 +324,16 @@ def test_an_empty_file_is_an_error_not_a_zero_row_commit(catalog) -> None:  # ty
     w = ChunkWriter(catalog, table)
     for content in (b"", b"\n\n"):
         with pytest.raises(MalformedChunkError, match="holds no records; nothing was committed"):
-            w.write_once(content, Format.JSONL)
+            w.write(content, Format.JSONL)
     assert catalog.store.list_chunks(table.id, [ChunkState.COMMITTED]) == []
-    assert w.write(w.reserve(), records(range(3)), "jsonl").rows == 3  # a format by its name
+    assert w.stage(w.reserve(), records(range(3)), "jsonl").rows == 3  # a format by its name
 
 
 def test_fields_the_table_lacks_are_counted_not_dropped_in_silence(catalog) -> None:  # type: ignore[no-untyped-def]
     table = make_table(catalog)
     data = jsonl([{"id": 1, "ts": "2026-11-21T10:00:00Z", "colour": "red"},
                   {"id": 2, "ts": "2026-11-21T10:00:00Z", "colour": "blue", "size": 3}])  # fmt: skip
-    result = ChunkWriter(catalog, table).write_once(data, Format.JSONL, token="extra")
+    result = ChunkWriter(catalog, table).write(data, Format.JSONL, token="extra")
     assert result.rows == 2 and result.ignored_fields == {"colour": 2, "size": 1}
     assert result.to_json()["ignored_fields"] == {"colour": 2, "size": 1}
 
@@ -373,7 +373,7 @@ def test_an_io_error_after_the_delta_commit_is_looked_up_and_lands_once(catalog,
             raise OSError("connection reset while reading the commit's response")
 
     monkeypatch.setattr(DeltaTable, "create_write_transaction", lands_then_fails)
-    result = ChunkWriter(catalog, table).write_once(records(range(20)), Format.JSONL)
+    result = ChunkWriter(catalog, table).write(records(range(20)), Format.JSONL)
     assert failures == ["once"] and result.version == 1
     assert sorted(all_ids(table)) == list(range(20))
 
@@ -389,5 +389,5 @@ def test_a_bug_during_a_commit_is_raised_not_retried_until_the_deadline(catalog,
 
     monkeypatch.setattr(catalog.warehouse, "commit_files", broken)
     with pytest.raises(TypeError, match="unsupported operand"):
-        w.write_once(records(range(5)), Format.JSONL)
+        w.write(records(range(5)), Format.JSONL)
     assert all_ids(table) == []

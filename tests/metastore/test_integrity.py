@@ -62,7 +62,7 @@ def test_a_damaged_log_is_refused_by_reads_writes_and_rolls(  # type: ignore[no-
     table = make_table(catalog)
     w = ChunkWriter(catalog, table)
     for k in range(3):
-        assert w.write_once(records(range(k * 10, k * 10 + 10)), Format.JSONL).version == k + 1
+        assert w.write(records(range(k * 10, k * 10 + 10)), Format.JSONL).version == k + 1
     damage(table)
     log_before = sorted(os.listdir(Path(table.location) / "_delta_log"))
     with pytest.raises(TableIntegrityError, match=says) as refused:
@@ -72,7 +72,7 @@ def test_a_damaged_log_is_refused_by_reads_writes_and_rolls(  # type: ignore[no-
     with pytest.raises(TableIntegrityError, match=says):
         catalog.describe(table)
     with pytest.raises(TableIntegrityError, match=says):
-        ChunkWriter(catalog, table).write_once(records(range(100, 110)), Format.JSONL)
+        ChunkWriter(catalog, table).write(records(range(100, 110)), Format.JSONL)
     with pytest.raises(TableIntegrityError, match=says):
         Roller(catalog).roll_table(table, force=True)
     assert sorted(os.listdir(Path(table.location) / "_delta_log")) == log_before  # nothing committed on top
@@ -92,7 +92,7 @@ def test_a_damaged_data_file_is_named(  # type: ignore[no-untyped-def]
     catalog, case: str, damage: Callable[[Table], None], says: str, kind: str
 ) -> None:
     table = make_table(catalog)
-    ChunkWriter(catalog, table).write_once(records(range(10)), Format.JSONL)
+    ChunkWriter(catalog, table).write(records(range(10)), Format.JSONL)
     damage(table)
     if says:  # a query never answers from part of its snapshot
         with pytest.raises(TableIntegrityError, match=says):
@@ -106,9 +106,9 @@ def test_a_healthy_table_has_no_problems_and_a_broken_standard_partition_is_repo
     w = ChunkWriter(catalog, table)
     value = catalog.store.streaming_partition(table.id).value
     for k in range(3):
-        w.write_once(records(range(k * 10, k * 10 + 10)), Format.JSONL)
+        w.write(records(range(k * 10, k * 10 + 10)), Format.JSONL)
     Roller(catalog).roll_table(table, force=True)
-    w.write_once(records(range(100, 110)), Format.JSONL)
+    w.write(records(range(100, 110)), Format.JSONL)
     assert check_table(catalog, table) == []
     directory = Path(table.location) / partition_dir(table, value)
     (directory / "_SUCCESS").unlink()

@@ -35,11 +35,11 @@ def test_old_chunks_become_summaries_and_describe_does_not_change(catalog) -> No
     w = ChunkWriter(catalog, table)
     first = store.streaming_partition(table.id).value
     for k in range(3):
-        w.write_once(records(range(k * 10, k * 10 + 10)), Format.JSONL, token=f"t{k}")
+        w.write(records(range(k * 10, k * 10 + 10)), Format.JSONL, token=f"t{k}")
     aborted = w.reserve("gave-up")
     w.abort(aborted.id)
     Roller(catalog).roll_table(table, force=True)
-    w.write_once(records(range(100, 105)), Format.JSONL, token="open")  # stays in the streaming partition
+    w.write(records(range(100, 105)), Format.JSONL, token="open")  # stays in the streaming partition
     rolled_at = store.get_partition(table.id, first).rolled_at
     described, rows = catalog.describe(table), sorted(all_ids(table))
     expected = _totals(c for c in store.list_chunks(table.id) if c.token != "open")
@@ -79,7 +79,7 @@ def test_a_chunk_spanning_partitions_is_summarised_in_each_once_both_rolled(cata
     store = catalog.store
     table = make_table(catalog, mode=Mode.EVENT_TIME)
     w = ChunkWriter(catalog, table)
-    w.write_once(
+    w.write(
         records(range(3), "2026-11-21T10:20:00Z") + records(range(3, 5), "2026-11-21T11:20:00Z"), Format.JSONL
     )
     Roller(catalog).roll_table(table, now=H10 + timedelta(hours=1, minutes=1))  # only 10:00 is due
@@ -98,7 +98,7 @@ def test_pruning_walks_many_chunks_in_batches(catalog) -> None:  # type: ignore[
     table = make_table(catalog)
     w = ChunkWriter(catalog, table)
     for k in range(7):
-        w.write_once(records([k]), Format.JSONL)
+        w.write(records([k]), Format.JSONL)
     Roller(catalog).roll_table(table, force=True)
     value = store.list_partitions(table.id)[0]
     assert store.prune_chunks(table.id, before=value.rolled_at + timedelta(seconds=1), batch=3) == 7

@@ -45,8 +45,8 @@ def test_tables_roll_on_time_each_by_its_own_schedule_and_mode(catalog) -> None:
     fast = make_table(catalog, "ns.fast", roll_every="2s")
     slow = make_table(catalog, "ns.slow", roll_every="3s")
     events = make_table(catalog, "ns.events", mode=Mode.EVENT_TIME, roll_every="2s", lateness="1s")
-    ChunkWriter(catalog, slow).write_once(records(range(10)), Format.JSONL)
-    ev = ChunkWriter(catalog, events).write_once(records(range(7), iso(datetime.now(UTC))), Format.JSONL)
+    ChunkWriter(catalog, slow).write(records(range(10)), Format.JSONL)
+    ev = ChunkWriter(catalog, events).write(records(range(7), iso(datetime.now(UTC))), Format.JSONL)
     [ev_value] = [parse_instant(p) for p in ev.partitions]
     writer = Writer(catalog, fast)  # continuous writes into the table rolling fastest
     writer.start()
@@ -102,7 +102,7 @@ def test_a_table_created_while_running_is_rolled_and_a_dropped_one_is_not(catalo
     with running(catalog) as daemon:
         wait_for(lambda: daemon.is_leader, "leadership")
         new = make_table(catalog, "ns.new", roll_every="2s")
-        ChunkWriter(catalog, new).write_once(records(range(5)), Format.JSONL)
+        ChunkWriter(catalog, new).write(records(range(5)), Format.JSONL)
         [first] = wait_for(lambda: standard(catalog, new), "the new table's first roll")
         assert first.rows == 5
         catalog.store.drop_table(new.id)  # what `streampart table drop` does
@@ -126,7 +126,7 @@ def test_a_table_created_while_running_is_rolled_and_a_dropped_one_is_not(catalo
 def test_a_failing_table_is_retried_with_backoff_and_reported_while_others_roll(catalog) -> None:  # type: ignore[no-untyped-def]
     broken = make_table(catalog, "ns.broken", roll_every="2s")
     ok = make_table(catalog, "ns.ok", roll_every="2s")
-    ChunkWriter(catalog, broken).write_once(records(range(6)), Format.JSONL)
+    ChunkWriter(catalog, broken).write(records(range(6)), Format.JSONL)
     value = catalog.store.streaming_partition(broken.id).value
     # storage unwritable: the table's directory is replaced by a file (root ignores permissions)
     location, moved = Path(broken.location), Path(broken.location + ".moved")
@@ -224,7 +224,7 @@ def test_a_partition_at_the_end_of_the_calendar_never_stops_rolls_status_or_metr
     doomsday = catalog.store.ensure_partition(table.id, datetime(9999, 12, 31, 23, 59, 58, tzinfo=UTC))
     assert due_time(table, doomsday) == NEVER
     assert Roller(catalog).roll_table(table) == []  # nothing due, no error
-    ev = ChunkWriter(catalog, table).write_once(records(range(5), iso(datetime.now(UTC))), Format.JSONL)
+    ev = ChunkWriter(catalog, table).write(records(range(5), iso(datetime.now(UTC))), Format.JSONL)
     [value] = [parse_instant(p) for p in ev.partitions]
     with running(catalog) as daemon:
         wait_for(lambda: catalog.store.get_partition(table.id, value).state is PartitionState.STANDARD,

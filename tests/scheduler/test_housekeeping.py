@@ -27,14 +27,14 @@ def test_files_go_after_the_retention_and_readers_notice_nothing(catalog) -> Non
     table = make_table(catalog)
     w = ChunkWriter(catalog, table)
     first = store.streaming_partition(table.id).value
-    swept = store.get_chunk(w.write_once(records(range(10)), Format.JSONL, token="swept").chunk)
+    swept = store.get_chunk(w.write(records(range(10)), Format.JSONL, token="swept").chunk)
     # aborted by a process that died before it removed the chunk's files
-    aborted = w.write(w.reserve("aborted"), records(range(50, 55)), Format.JSONL)
+    aborted = w.stage(w.reserve("aborted"), records(range(50, 55)), Format.JSONL)
     store.abort_chunk(aborted)
     # reserved and staged by a writer that vanished: never committed
-    stuck = w.write(w.reserve("stuck"), records(range(60, 65)), Format.JSONL)
+    stuck = w.stage(w.reserve("stuck"), records(range(60, 65)), Format.JSONL)
     Roller(catalog).roll_table(table, force=True)  # sweeps the committed chunk's file out of the table
-    live = store.get_chunk(w.write_once(records(range(100, 105)), Format.JSONL, token="live").chunk)
+    live = store.get_chunk(w.write(records(range(100, 105)), Format.JSONL, token="live").chunk)
     root = Path(table.location)
     orphan = root / STAGING_DIR / f"{uuid.uuid4()}-0.parquet"  # a crashed writer's, never recorded
     orphan.write_bytes(b"PAR1")

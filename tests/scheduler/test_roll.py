@@ -24,9 +24,9 @@ def test_every_version_shows_each_row_once_in_exactly_one_partition(catalog) -> 
     w = ChunkWriter(catalog, table)
     first = catalog.store.streaming_partition(table.id).value
     for k in range(5):
-        w.write_once(records(range(k * 10, k * 10 + 10)), Format.JSONL)
+        w.write(records(range(k * 10, k * 10 + 10)), Format.JSONL)
     [result] = Roller(catalog).roll_table(table, force=True)
-    w.write_once(records(range(100, 105)), Format.JSONL)
+    w.write(records(range(100, 105)), Format.JSONL)
     latest = int(catalog.warehouse.load(table).version())
     seen = 0
     for version in range(latest + 1):
@@ -48,7 +48,7 @@ def test_a_standard_partition_is_one_directory_of_exactly_its_rows(catalog) -> N
     w = ChunkWriter(catalog, table)
     value = catalog.store.streaming_partition(table.id).value
     for k in range(3):
-        w.write_once(records(range(k * 7, k * 7 + 7)), Format.JSONL)
+        w.write(records(range(k * 7, k * 7 + 7)), Format.JSONL)
     Roller(catalog).roll_table(table, force=True)
     directory = Path(table.location) / partition_dir(table, value)
     names = sorted(p.name for p in directory.iterdir())
@@ -69,7 +69,7 @@ def test_compaction_aims_at_the_target_file_size(catalog) -> None:  # type: igno
     table = make_table(catalog)
     w = ChunkWriter(catalog, table)
     for k in range(8):
-        w.write_once(records(range(k * 100, k * 100 + 100)), Format.JSONL)
+        w.write(records(range(k * 100, k * 100 + 100)), Format.JSONL)
     chunk_size = max(f.size for f in catalog.warehouse.live_files(catalog.warehouse.load(table)))
     [r] = Roller(catalog, RollConfig(target_file_size=max(1024, chunk_size * 2))).roll_table(
         table, force=True
@@ -81,7 +81,7 @@ def test_compaction_aims_at_the_target_file_size(catalog) -> None:  # type: igno
 def test_nothing_due_is_a_no_op_and_rolling_twice_rolls_once(catalog) -> None:  # type: ignore[no-untyped-def]
     table = make_table(catalog)
     w = ChunkWriter(catalog, table)
-    w.write_once(records(range(4)), Format.JSONL)
+    w.write(records(range(4)), Format.JSONL)
     open_value = catalog.store.streaming_partition(table.id).value
     assert Roller(catalog).roll_table(table, now=open_value + timedelta(minutes=59)) == []
     versions = int(catalog.warehouse.load(table).version())
@@ -99,7 +99,7 @@ def test_nothing_due_is_a_no_op_and_rolling_twice_rolls_once(catalog) -> None:  
 def test_event_time_partitions_roll_after_their_end_plus_lateness(catalog) -> None:  # type: ignore[no-untyped-def]
     table = make_table(catalog, mode=Mode.EVENT_TIME, lateness="10m")
     w = ChunkWriter(catalog, table)
-    w.write_once(
+    w.write(
         records(range(3), "2026-11-21T10:20:00Z") + records(range(3, 5), "2026-11-21T11:20:00Z"), Format.JSONL
     )
     assert Roller(catalog).roll_table(table, now=H10 + timedelta(hours=1, minutes=9)) == []
@@ -146,7 +146,7 @@ def test_a_roller_on_a_host_with_a_long_name_rolls(catalog, monkeypatch) -> None
     # an id longer than the 64-character owner column. The daemon cut it; now both do.
     monkeypatch.setattr("socket.gethostname", lambda: "build-agent-" + "x" * 100 + ".example.internal")
     table = make_table(catalog)
-    ChunkWriter(catalog, table).write_once(records(range(3)), Format.JSONL)
+    ChunkWriter(catalog, table).write(records(range(3)), Format.JSONL)
     roller = Roller(catalog)
     assert len(roller.owner) <= 64 and roller.owner.startswith("build-agent-xxx")
     [result] = roller.roll_table(table, force=True)
