@@ -481,6 +481,7 @@ class Warehouse:
                 commit did not land: reload, decide again, retry.
             CommitStateUnknownError: an I/O error (delta-rs' ``DeltaError``, an ``OSError``); the
                 commit may have landed: look it up before committing again.
+            StorageFullError: no space for the commit file; it did not land.
 
         Anything else (delta-rs' protocol and schema errors, a bug's ``TypeError``) is not
         retried by anyone: it propagates as it is.
@@ -499,6 +500,9 @@ class Warehouse:
         except (DeltaProtocolError, SchemaMismatchError):
             raise
         except (DeltaError, OSError) as exc:
+            full = storage_error(exc, f"the {what} to {table.name}")
+            if isinstance(full, StorageFullError):  # the commit file could not be written: not landed
+                raise full from exc
             raise CommitStateUnknownError(
                 f"{what} to {table.name} failed and may have landed: {first_line(exc)}"
             ) from exc

@@ -34,7 +34,7 @@ import pyarrow.parquet as pq
 from metastore import clock
 from metastore.catalog import Catalog
 from metastore.crashpoints import crashpoint, pausepoint
-from metastore.errors import ConflictError, LeaseLostError, StreampartError
+from metastore.errors import ConflictError, LeaseLostError, StorageError, StreampartError
 from metastore.models import (
     Lease,
     Mode,
@@ -220,10 +220,12 @@ class Roller:
         """
         where = f"roll of {table.name} partition {iso(roll.partition_value)}"
         error: StreampartError
-        if isinstance(exc, StreampartError):
+        resumes = "; the roll resumes from its last step on the next attempt"
+        if isinstance(exc, StorageError):  # (a full disk during a seal or a compaction)
+            error = type(exc)(f"{exc}{resumes}")
+        elif isinstance(exc, StreampartError):
             error = exc
         else:
-            resumes = "; the roll resumes from its last step on the next attempt"
             if isinstance(exc, OSError) or "No space left on device" in str(exc):  # delta-rs says so in text
                 cause = storage_error(exc, where)
                 error = type(cause)(f"{cause}{resumes}")
