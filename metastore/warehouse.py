@@ -130,13 +130,20 @@ class LiveFile:
 
     @property
     def chunk(self) -> str | None:
-        """The chunk a staged file belongs to: its name starts with the chunk id (a UUID)."""
-        return self.name[:CHUNK_ID_LENGTH] if self.staged else None
+        """The chunk a staged file belongs to (see :func:`chunk_of_staged`)."""
+        return chunk_of_staged(self.name) if self.staged else None
 
 
 # Staged files are named ``<chunk id>-<k>.parquet`` (or ``<chunk id>-<task>-<k>.parquet`` when
-# Spark tasks stage them), and chunk ids are UUIDs in their 36-character text form.
+# Spark tasks stage them, ``<chunk id>-<attempt>-<batch>-<k>.parquet`` for HTTP uploads), and
+# chunk ids are UUIDs in their 36-character text form. Files being written are hidden: a ``.``
+# before the same name.
 CHUNK_ID_LENGTH = 36
+
+
+def chunk_of_staged(name: str) -> str:
+    """The id of the chunk whose staged (or hidden, half-written) file is named ``name``."""
+    return name.removeprefix(".")[:CHUNK_ID_LENGTH]
 
 
 @dataclass(frozen=True)
@@ -307,8 +314,9 @@ class Warehouse:
         return dt
 
     # -- files -----------------------------------------------------------------------------
-    def staging_path(self, chunk_id: str, k: int) -> str:
-        return f"{STAGING_DIR}/{chunk_id}-{k}.parquet"
+    def staging_path(self, prefix: str, k: int) -> str:
+        """The path of a chunk's ``k``-th staged file; ``prefix`` starts with the chunk id."""
+        return f"{STAGING_DIR}/{prefix}-{k}.parquet"
 
     def write_parquet(self, table: Table, relative: str, data: pa.Table) -> int:
         """Write ``data`` to ``relative`` atomically (temp file + rename); returns its size.

@@ -30,7 +30,7 @@ from metastore.catalog import Catalog
 from metastore.errors import NotFoundError
 from metastore.logs import event
 from metastore.models import ChunkState, PartitionState, Table
-from metastore.warehouse import STAGING_DIR, last_checkpoint_version
+from metastore.warehouse import STAGING_DIR, chunk_of_staged, last_checkpoint_version
 from scheduler.config import HousekeepingConfig
 
 log = logging.getLogger("streampart.scheduler")
@@ -123,7 +123,7 @@ class Housekeeper:
             rel = f"{STAGING_DIR}/{path.name}"
             if not path.is_file() or rel in live or path.stat().st_mtime >= cutoff.timestamp():
                 continue
-            chunk_id = path.name[1:37] if path.name.startswith(".") else path.name[:36]
+            chunk_id = chunk_of_staged(path.name)
             if chunk_id in active or not self._chunk_done_with(table, chunk_id, cutoff, rolled_at):
                 continue
             wh.remove_file(table, rel)
