@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from metastore.durations import format_duration
-from metastore.errors import AlreadyExistsError, UserInputError
+from metastore.errors import AlreadyExistsError, TableIntegrityError, UserInputError
 from metastore.models import (
     Column,
     LateDataPolicy,
@@ -125,14 +125,20 @@ class Catalog:
         """The table ``name`` if its creation finished; the record of one that did not is dropped.
 
         A table is recorded in the metastore first and its Delta table created second; a process
-        that died in between left a record without a log, which holds no data (nothing commits
-        without the log), so creating the table again starts afresh.
+        that died in between left a record without a log and without commits, so creating the
+        table again starts afresh. A table whose log is gone *after* commits is damaged, not
+        half-created: that is an error (its records are never dropped here).
         """
         table = self.store.find_table(name)
-        if table is not None and not (Path(table.location) / "_delta_log").is_dir():
-            self.store.drop_table(table.id)
-            return None
-        return table
+        if table is None or (Path(table.location) / "_delta_log").is_dir():
+            return table
+        if self.store.newest_version(table.id) >= 0:  # it had commits: its log was lost, not unborn
+            raise TableIntegrityError(
+                f"table {name}: no Delta log at {table.location}/_delta_log although commits were "
+                "recorded; restore the table's directory from a backup, or drop the table"
+            )
+        self.store.drop_table(table.id)
+        return None
 
     def _create_one(self, spec: TableSpec) -> Table:
         table = self.store.create_table(spec, self.warehouse.location(spec.name))

@@ -28,3 +28,17 @@ def test_creating_again_finishes_a_creation_that_died_half_way(catalog) -> None:
     with pytest.raises(AlreadyExistsError):
         make_table(catalog, "ns.half")
     assert [str(t.name) for t in catalog.list_tables()] == ["ns.half", "ns.half__dead_letter"]
+
+
+def test_a_table_whose_log_was_lost_after_commits_is_never_dropped_by_a_create(catalog) -> None:  # type: ignore[no-untyped-def]
+    from ingest.chunks import ChunkWriter
+    from ingest.formats import Format
+    from metastore.errors import TableIntegrityError
+    from tests.helpers import records
+
+    table = make_table(catalog, "ns.lost")
+    ChunkWriter(catalog, table).write(records(range(3)), Format.JSONL)
+    shutil.rmtree(Path(table.location) / "_delta_log")  # a lost log (a missing mount, a bad disk)
+    with pytest.raises(TableIntegrityError, match="restore the table's directory"):
+        make_table(catalog, "ns.lost")
+    assert catalog.table("ns.lost").id == table.id  # its records stay
