@@ -25,6 +25,7 @@ from ingest.kafka.options import KafkaSourceOptions, source_options
 from ingest.kafka.planning import KafkaRange, plan_ranges, rate_limit
 from ingest.kafka.reader import SCHEMA, read_range
 from ingest.kafka.source import NAME, KafkaStreamReader, read_stream, register
+from tests.helpers import wait_for
 
 Row = tuple[str, int, int, bytes | None, bytes | None]  # topic, partition, offset, key, value
 
@@ -430,17 +431,14 @@ def test_new_topic_partitions_are_picked_up_mid_stream(
     )
     try:
 
-        def wait_for(n: int) -> None:
-            deadline = time.monotonic() + 60
-            while len(seen.rows()) < n:
-                assert query.exception() is None, query.exception()
-                assert time.monotonic() < deadline, f"saw {len(seen.rows())} of {n} rows"
-                time.sleep(0.2)
+        def has_rows(n: int) -> bool:
+            assert query.exception() is None, query.exception()
+            return len(seen.rows()) >= n
 
-        wait_for(3)
+        wait_for(lambda: has_rows(3), "3 rows", timeout=60, interval=0.2)
         kafka_broker.create_topic(later, 2)  # appears while the query runs
         expected += produce(kafka_broker, later, records(later, 6, 2))
-        wait_for(9)
+        wait_for(lambda: has_rows(9), "9 rows", timeout=60, interval=0.2)
     finally:
         query.stop()
     assert key_sorted(seen.rows()) == key_sorted(expected)
