@@ -44,7 +44,7 @@ from metastore import clock
 from metastore.catalog import Catalog
 from metastore.crashpoints import crashpoint, pausepoint
 from metastore.durations import format_duration
-from metastore.errors import CommitStateUnknownError, ConflictError
+from metastore.errors import CommitStateUnknownError, ConflictError, QuotaExceededError
 from metastore.models import (
     Chunk,
     ChunkState,
@@ -297,6 +297,7 @@ class ChunkWriter:
             ChunkStateError: the chunk was aborted or expired.
             ChunkBusyError: another attempt is committing it right now.
             LateDataError: its rows belong to sealed partitions and the table rejects late data.
+            QuotaExceededError: it would take its namespace past its quota; it was aborted.
             CommitTimeoutError: the commit could not land before its deadline (retry resolves).
         """
         chunk = self.store.get_chunk(chunk_id)
@@ -321,6 +322,9 @@ class ChunkWriter:
                 chunk = self.store.begin_commit(chunk, int(snapshot.version()), content_digest=content_digest)
             except ConflictError:  # someone else moved or re-staged it; answer from its new state
                 return self.commit(chunk_id, content_digest=content_digest)
+            except QuotaExceededError as exc:  # refused whole: nothing of it stays behind
+                self.abort(chunk.id, reason=str(exc))
+                raise
             return self._commit_attempt(chunk, may_have_landed=False, snapshot=snapshot)
         # COMMITTING: a previous attempt died or is still running
         assert chunk.committing_since is not None

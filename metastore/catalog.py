@@ -9,12 +9,22 @@ from __future__ import annotations
 import os
 import shutil
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from metastore import clock
 from metastore.durations import format_duration
-from metastore.errors import AlreadyExistsError, TableIntegrityError, UserInputError
+from metastore.errors import (
+    AlreadyExistsError,
+    DanglingLinkError,
+    IsolationError,
+    NotFoundError,
+    ReadOnlyLinkError,
+    TableIntegrityError,
+    UserInputError,
+)
+from metastore.links import Link, LinkMode, LinkSpec, Reference, Resolved, check_static_values
 from metastore.models import (
     Column,
     LateDataPolicy,
@@ -27,7 +37,7 @@ from metastore.models import (
     iso,
 )
 from metastore.store import Metastore, default_url
-from metastore.warehouse import STAGING_DIR, Warehouse, partition_dir, storage_errors
+from metastore.warehouse import STAGING_DIR, Warehouse, files_stats, partition_dir, storage_errors
 
 DEAD_LETTER_COLUMNS = (
     Column(name="chunk", type="string"),
@@ -59,8 +69,12 @@ class Catalog:
         self.store.close()
 
     # -- tables ----------------------------------------------------------------------------
-    def create_table(self, spec: TableSpec) -> Table:
-        """Create a streaming table (and its dead-letter / late-data companions)."""
+    def create_table(self, spec: TableSpec, *, create_namespace: bool = True) -> Table:
+        """Create a streaming table (and its dead-letter / late-data companions).
+
+        Its namespace is made on first use unless ``create_namespace`` is false
+        (``namespaces.require_explicit``): then a missing namespace is an error.
+        """
         names = {c.name for c in spec.columns}
         if spec.time_column not in names:
             raise UserInputError(f"time column {spec.time_column!r} is not in the schema")
@@ -90,6 +104,8 @@ class Catalog:
             raise UserInputError("--max-age applies to event-time tables only")
         if self._find_created(spec.name) is not None:
             raise AlreadyExistsError(f"table {spec.name} exists already")
+        if not create_namespace:
+            self.store.get_namespace(spec.name.namespace)  # a clear error before anything is made
         companions: list[TableSpec] = []
         if spec.dead_letter:
             companions.append(
@@ -118,8 +134,8 @@ class Catalog:
             )
         for companion in companions:
             if self._find_created(companion.name) is None:
-                self._create_one(companion)
-        return self._create_one(spec)
+                self._create_one(companion, create_namespace)
+        return self._create_one(spec, create_namespace)
 
     def _find_created(self, name: TableName) -> Table | None:
         """The table ``name`` if its creation finished; the record of one that did not is dropped.
@@ -140,8 +156,10 @@ class Catalog:
         self.store.drop_table(table.id)
         return None
 
-    def _create_one(self, spec: TableSpec) -> Table:
-        table = self.store.create_table(spec, self.warehouse.location(spec.name))
+    def _create_one(self, spec: TableSpec, create_namespace: bool = True) -> Table:
+        table = self.store.create_table(
+            spec, self.warehouse.location(spec.name), create_namespace=create_namespace
+        )
         try:
             self.warehouse.create(table)
         except Exception:
@@ -150,8 +168,23 @@ class Catalog:
         return table
 
     def table(self, name: TableName | str) -> Table:
-        """The table ``name`` as recorded in the metastore (NotFoundError if there is none)."""
-        return self.store.get_table(name)
+        """The table ``name`` as recorded in the metastore, to write, roll or drop.
+
+        Raises:
+            ReadOnlyLinkError: ``name`` is a link (links are read through :meth:`resolve`).
+            NotFoundError: there is no table of that name.
+        """
+        name = TableName.parse(name) if isinstance(name, str) else name
+        try:
+            return self.store.get_table(name)
+        except NotFoundError:
+            link = self.store.find_link(name)
+            if link is None:
+                raise
+        raise ReadOnlyLinkError(
+            f"{name} is a link (to {link.source}), and links are read-only: write to, roll or drop "
+            f"{link.source} itself, or remove the link with `streampart link drop {name}`"
+        )
 
     def load(self, table: Table, version: int | None = None) -> Any:
         """The table's Delta snapshot to read: ``version``, or the newest — checked against the metastore.
@@ -169,8 +202,19 @@ class Catalog:
         self.warehouse.verify_newest(table, dt, recorded)
         return dt
 
-    def drop_table(self, table: Table) -> None:
-        """Drop one table: its metastore records, then its directory (Delta log and data)."""
+    def drop_table(self, table: Table, *, force: bool = False) -> None:
+        """Drop one table: its metastore records, then its directory (Delta log and data).
+
+        Raises:
+            UserInputError: other namespaces link to it (naming the links), unless ``force``,
+                which leaves those links dangling: every read of them then fails clearly.
+        """
+        links = self.store.links_to(table.id)
+        if links and not force:
+            raise UserInputError(
+                f"table {table.name} is linked by {', '.join(str(x.name) for x in links)}; drop those "
+                "links first, or add --force to leave them dangling (every read of them then fails)"
+            )
         self.store.drop_table(table.id)
         shutil.rmtree(table.location, ignore_errors=True)
 
@@ -180,21 +224,148 @@ class Catalog:
     def list_tables(self) -> list[Table]:
         return self.store.list_tables()
 
+    # -- names -----------------------------------------------------------------------------
+    def resolve(self, name: str | TableName, namespace: str | None = None) -> Resolved:
+        """What a name read by a query, a describe or ``read_table`` stands for: a table, or a link.
+
+        Args:
+            name: ``NS.T``; or, inside ``namespace``, ``T`` (its own table or link) and ``T@B``
+                (its one link to ``B.T``).
+            namespace: The namespace the read runs in. If it is isolated, ``NS.T`` of another
+                namespace is refused, naming the link command that would allow it.
+
+        Raises:
+            IsolationError, NotFoundError, DanglingLinkError, UserInputError: each naming the fault.
+        """
+        ref = Reference.parse(str(name))
+        if ref.via is not None:
+            return self._resolve_via(ref, namespace)
+        if ref.namespace is None:
+            if namespace is None:
+                raise UserInputError(
+                    f"table {ref.name!r}: name streampart tables as NAMESPACE.TABLE, or run the query in "
+                    "a namespace (--namespace, or USE NAMESPACE; first)"
+                )
+            qualified = TableName(namespace=namespace, table=ref.name)
+        else:
+            qualified = TableName(namespace=ref.namespace, table=ref.name)
+        if namespace is not None and qualified.namespace != namespace and self._isolated(namespace):
+            raise IsolationError(
+                f"namespace {namespace} is isolated: it reads only its own tables and its links, not "
+                f"{qualified}; to read it, link it: streampart link create {namespace}.{qualified.table} "
+                f"--to {qualified}"
+            )
+        table = self.store.find_table(qualified)
+        if table is not None:
+            return Resolved(qualified, table)
+        link = self.store.find_link(qualified)
+        if link is None:
+            raise NotFoundError(f"table {qualified} does not exist")
+        return Resolved(qualified, self.link_source(link), link)
+
+    def _resolve_via(self, ref: Reference, namespace: str | None) -> Resolved:
+        assert ref.via is not None
+        source = TableName(namespace=ref.via, table=ref.name)
+        if namespace is None:
+            raise UserInputError(
+                f"{ref} names a link of the namespace the query runs in: give it (--namespace, or "
+                "USE NAMESPACE; first)"
+            )
+        links = self.store.links_from(namespace, source)
+        if not links:
+            raise NotFoundError(
+                f"namespace {namespace} has no link to {source}; create one: streampart link create "
+                f"{namespace}.{ref.name} --to {source}"
+            )
+        if len(links) > 1:
+            raise UserInputError(
+                f"{ref} is ambiguous: namespace {namespace} links {source} as "
+                f"{', '.join(str(x.name) for x in links)}; use one of those names"
+            )
+        return Resolved(links[0].name, self.link_source(links[0]), links[0])
+
+    def _isolated(self, namespace: str) -> bool:
+        found = self.store.find_namespace(namespace)
+        return found is not None and found.isolated
+
+    def link_source(self, link: Link) -> Table:
+        """The table a link reads (DanglingLinkError if it was dropped)."""
+        if link.source_table_id is not None:
+            try:
+                return self.store.get_table_by_id(link.source_table_id)
+            except NotFoundError:
+                pass
+        raise DanglingLinkError(
+            f"link {link.name}: its source {link.source} was dropped; drop the link "
+            f"(streampart link drop {link.name})"
+        )
+
+    # -- links -----------------------------------------------------------------------------
+    def create_link(self, spec: LinkSpec, *, create_namespace: bool = True) -> Link:
+        """Link ``spec.source`` (a table of another namespace) into ``spec.name``'s namespace.
+
+        Raises:
+            UserInputError: the source is a link, is in the same namespace, or the partitions
+                are not the source's; AlreadyExistsError: the local name is taken.
+        """
+        if spec.source.namespace == spec.name.namespace:
+            raise UserInputError(
+                f"{spec.source} is in namespace {spec.name.namespace} already; a link imports a table "
+                "of another namespace"
+            )
+        source_link = self.store.find_link(spec.source)
+        if source_link is not None:
+            raise UserInputError(
+                f"{spec.source} is a link (to {source_link.source}); link to {source_link.source} itself "
+                "(links point at tables, never at links, so they form no chains or cycles)"
+            )
+        source = self.store.get_table(spec.source)
+        if not create_namespace:
+            self.store.get_namespace(spec.name.namespace)
+        if spec.mode is LinkMode.STATIC:
+            values = list(spec.partitions) + (spec.range.values(source) if spec.range else [])
+            spec = spec.model_copy(update={"partitions": check_static_values(source, values), "range": None})
+        elif spec.partitions:
+            raise UserInputError("--partition lists the partitions of a static link: add --static")
+        return self.store.create_link(spec, source.id, create_namespace=create_namespace)
+
+    def set_link_partitions(
+        self,
+        link: Link,
+        add: list[datetime] | tuple[datetime, ...] = (),
+        drop: list[datetime] | tuple[datetime, ...] = (),
+    ) -> Link:
+        """Add or drop partitions of a static link (added values must be the source's periods)."""
+        source = self.link_source(link)
+        return self.store.set_link_partitions(link, check_static_values(source, add), drop)
+
     # -- description -----------------------------------------------------------------------
-    def describe(self, table: Table) -> dict[str, Any]:
-        """The table and its partitions, in the shape of ``streampart table describe --json``."""
+    def describe(self, what: Table | Resolved) -> dict[str, Any]:
+        """A table (or a link) and its partitions, in the shape of ``streampart table describe --json``.
+
+        A link shows the partitions it exposes now, read from one version of its source; its
+        ``link`` entry says what it points at and which partitions it admits.
+        """
+        resolved = what if isinstance(what, Resolved) else Resolved(what.name, what)
+        table, link = resolved.table, resolved.link
         dt = self.load(table)
-        live = self.warehouse.partition_stats(dt)
+        files = self.warehouse.live_files(dt)
+        if link is not None:
+            files = link.filter(files, table, clock.now())
+        live = files_stats(files)
         partitions = []
         for p in self.store.list_partitions(table.id):
-            if p.state is PartitionState.STANDARD:
-                chunks, rows, size, files = p.chunks or 0, p.rows or 0, p.bytes or 0, p.files or 0
-                location = str(Path(table.location) / partition_dir(table, p.value))
+            if link is not None and p.value not in live:
+                continue  # not exposed through the link (now)
+            st = live.get(p.value)
+            if p.state is PartitionState.STANDARD and link is None:
+                chunks, rows, size, files_n = p.chunks or 0, p.rows or 0, p.bytes or 0, p.files or 0
+                swept = True
             else:
-                st = live.get(p.value)
                 chunks = st.chunks if st else 0
-                rows, size, files = (st.rows, st.bytes, st.files) if st else (0, 0, 0)
-                location = str(Path(table.location) / STAGING_DIR)
+                rows, size, files_n = (st.rows, st.bytes, st.files) if st else (0, 0, 0)
+                swept = st is not None and st.files > 0 and not st.staged_files  # a link's view of it
+            location = Path(table.location) / (partition_dir(table, p.value) if swept else STAGING_DIR)
             partitions.append(
                 {
                     "value": iso(p.value),
@@ -202,13 +373,13 @@ class Catalog:
                     "chunks": chunks,
                     "rows": rows,
                     "bytes": size,
-                    "files": files,
-                    "location": location,
+                    "files": files_n,
+                    "location": str(location),
                 }
             )
-        return {
-            "table": str(table.name),
-            "kind": table.kind.value,
+        info: dict[str, Any] = {
+            "table": str(resolved.name),
+            "kind": "link" if link is not None else table.kind.value,
             "mode": table.mode.value,
             "roll_every": format_duration(table.roll_every),
             "lateness": format_duration(table.lateness),
@@ -224,3 +395,22 @@ class Catalog:
             "version": int(dt.version()),
             "partitions": partitions,
         }
+        if link is not None:
+            info["link"] = link_info(link)
+        return info
+
+
+def link_info(link: Link) -> dict[str, Any]:
+    """A link's own settings, as ``link describe --json`` and ``table describe --json`` show them."""
+    return {
+        "name": str(link.name),
+        "source": str(link.source),
+        "dangling": link.source_table_id is None,
+        "mode": link.mode.value,
+        "include_streaming": link.include_streaming,
+        "retention": format_duration(link.retention) if link.retention is not None else None,
+        "range": str(link.range) if link.range is not None else None,
+        "partitions": [iso(v) for v in link.partitions] if link.mode is LinkMode.STATIC else None,
+        "admits": link.describe_rule(),
+        "created_at": iso(link.created_at),
+    }

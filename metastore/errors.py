@@ -76,3 +76,19 @@ class LeaseLostError(RetriableError):
     A sibling of :class:`ConflictError`, not a kind of it: a lost race for one row (retry the
     step) is not a lost leadership (stop leading), so ``except ConflictError`` never catches it.
     """
+
+
+class QuotaExceededError(UserInputError):
+    """A chunk would take its namespace past its quota; nothing of it was committed."""
+
+
+class ReadOnlyLinkError(UserInputError):
+    """A write, roll or drop asked of a link (links only read their source)."""
+
+
+class DanglingLinkError(NotFoundError):
+    """A link whose source table was dropped (with ``--force``)."""
+
+
+class IsolationError(UserInputError):
+    """An isolated namespace named a table that is neither its own nor one of its links."""

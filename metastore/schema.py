@@ -60,6 +60,9 @@ partitions = Table(
     Column("rows", BigInteger),
     Column("bytes", BigInteger),
     Column("files", BigInteger),
+    # Bytes of the chunks committed into it while streaming (finish_commit adds each chunk's):
+    # with ``bytes`` of standard partitions, the ledger a namespace's quota is checked against.
+    Column("staged_bytes", BigInteger, nullable=False, server_default="0"),
     UniqueConstraint("table_id", "value", name="uq_sp_partitions_value"),
     Index("ix_sp_partitions_state", "table_id", "state"),
 )
@@ -181,4 +184,45 @@ tokens = Table(
     Column("created_at", DateTime, nullable=False),
     UniqueConstraint("name", name="uq_sp_tokens_name"),
     UniqueConstraint("token_hash", name="uq_sp_tokens_hash"),
+)
+
+# Namespaces (migration 0005): one row per namespace a table or link lives in.
+namespaces = Table(
+    "sp_namespaces",
+    metadata,
+    Column("name", String(128), primary_key=True),
+    Column("isolated", Boolean, nullable=False),
+    Column("quota_bytes", BigInteger),
+    Column("description", Text, nullable=False),
+    Column("created_at", DateTime, nullable=False),
+)
+
+# Links (migration 0005): ``namespace.name`` imports the table ``source_namespace.source_name``.
+# ``source_table_id`` is the table itself, so a table dropped and made again under the same name
+# is not silently linked; it becomes NULL when the source is dropped with --force (dangling).
+links = Table(
+    "sp_links",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("namespace", String(128), ForeignKey("sp_namespaces.name"), nullable=False),
+    Column("name", String(128), nullable=False),
+    Column("source_namespace", String(128), nullable=False),
+    Column("source_name", String(128), nullable=False),
+    Column("source_table_id", Integer, ForeignKey("sp_tables.id", ondelete="SET NULL")),
+    Column("mode", String(16), nullable=False),
+    Column("include_streaming", Boolean, nullable=False),
+    Column("retention_s", BigInteger),
+    Column("range_start", DateTime),
+    Column("range_end", DateTime),
+    Column("created_at", DateTime, nullable=False),
+    UniqueConstraint("namespace", "name", name="uq_sp_links_name"),
+    Index("ix_sp_links_source", "source_table_id"),
+)
+
+# The partitions a static link lists.
+link_partitions = Table(
+    "sp_link_partitions",
+    metadata,
+    Column("link_id", Integer, ForeignKey("sp_links.id", ondelete="CASCADE"), primary_key=True),
+    Column("value", DateTime, primary_key=True),
 )

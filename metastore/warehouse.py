@@ -155,6 +155,25 @@ class PartitionStats:
     bytes: int = 0
 
 
+def files_stats(files: Iterable[LiveFile]) -> dict[datetime, PartitionStats]:
+    """Per partition, what ``files`` (of one snapshot, or what a link shows of it) hold."""
+    stats: dict[datetime, PartitionStats] = {}
+    chunks: dict[datetime, set[str]] = {}
+    for f in files:
+        cur = stats.get(f.partition, PartitionStats())
+        seen = chunks.setdefault(f.partition, set())
+        if f.chunk is not None:
+            seen.add(f.chunk)
+        stats[f.partition] = PartitionStats(
+            files=cur.files + 1,
+            staged_files=cur.staged_files + int(f.staged),
+            chunks=len(seen),
+            rows=cur.rows + f.rows,
+            bytes=cur.bytes + f.size,
+        )
+    return stats
+
+
 class Warehouse:
     """One warehouse root (a local directory) holding one Delta table per streampart table."""
 
@@ -359,21 +378,7 @@ class Warehouse:
         return out
 
     def partition_stats(self, dt: Any) -> dict[datetime, PartitionStats]:
-        stats: dict[datetime, PartitionStats] = {}
-        chunks: dict[datetime, set[str]] = {}
-        for f in self.live_files(dt):
-            cur = stats.get(f.partition, PartitionStats())
-            seen = chunks.setdefault(f.partition, set())
-            if f.chunk is not None:
-                seen.add(f.chunk)
-            stats[f.partition] = PartitionStats(
-                files=cur.files + 1,
-                staged_files=cur.staged_files + int(f.staged),
-                chunks=len(seen),
-                rows=cur.rows + f.rows,
-                bytes=cur.bytes + f.size,
-            )
-        return stats
+        return files_stats(self.live_files(dt))
 
     # -- commits ---------------------------------------------------------------------------
     def _add_action(

@@ -20,12 +20,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from metastore import clock
 from metastore.catalog import Catalog
 from metastore.errors import UserInputError
+from metastore.links import Resolved
 from metastore.models import Table, TableName
+from metastore.namespaces import check_namespace
 from streampart import query_policy
 from streampart.errors import QueryError
-from streampart.query_policy import TableRef, view_name
+from streampart.query_policy import Resolver, TableRef
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -118,16 +121,33 @@ def snapshot_frame(spark: SparkSession, snap: Snapshot) -> DataFrame:
 
 
 def read_table(
-    spark: SparkSession, catalog: Catalog, name: str | TableName | Table, version: int | None = None
+    spark: SparkSession,
+    catalog: Catalog,
+    name: str | TableName | Table,
+    version: int | None = None,
+    namespace: str | None = None,
 ) -> DataFrame:
-    """The table ``name`` at ``version`` (default: the newest) as a Spark DataFrame.
+    """The table or link ``name`` at ``version`` (default: the newest) as a Spark DataFrame.
+
+    A link reads its source's files at one version of the source (``version`` is the source's),
+    keeping the partitions the link admits. ``namespace`` is the namespace the read runs in
+    (``T`` and ``T@B`` names; an isolated one reads only its own tables and links).
 
     Example:
         >>> df = read_table(spark, catalog, "demo.events")
         >>> df.groupBy("ts_period").count().show()
     """
-    table = name if isinstance(name, Table) else catalog.table(name)
-    return snapshot_frame(spark, pin(catalog, table, version))
+    resolved = Resolved(name.name, name) if isinstance(name, Table) else catalog.resolve(name, namespace)
+    return snapshot_frame(spark, view_of(resolved, pin(catalog, resolved.table, version)))
+
+
+def view_of(resolved: Resolved, snap: Snapshot) -> Snapshot:
+    """What ``resolved`` shows of ``snap`` (a snapshot of its table): all of it, or what its link admits."""
+    if resolved.link is None:
+        return snap
+    return Snapshot(
+        snap.table, snap.version, tuple(resolved.link.filter(snap.files, snap.table, clock.now()))
+    )
 
 
 def from_spark(value: Any) -> Any:
@@ -146,7 +166,7 @@ def from_spark(value: Any) -> Any:
 def register_views(
     spark: SparkSession, catalog: Catalog, names: set[str] | None = None
 ) -> dict[str, tuple[str, int]]:
-    """Register tables as Spark SQL temporary views, each pinned at its newest version now.
+    """Register tables (and links) as Spark SQL temporary views, each pinned at its newest version now.
 
     Spark's temporary views have one-part names, so ``ns.t`` becomes ``__sp_ns__t`` (and
     :func:`run_sql` rewrites ``ns.t`` to it). Registering again re-pins: a view never moves on
@@ -156,17 +176,39 @@ def register_views(
         ``{"ns.t": (view name, pinned version)}`` for each table registered.
     """
     wanted = names if names is not None else {str(t.name) for t in catalog.list_tables()}
-    out = {}
-    for qualified in sorted(wanted):
-        snap = pin(catalog, catalog.table(qualified))
-        view = view_name(TableName.parse(qualified))
-        snapshot_frame(spark, snap).createOrReplaceTempView(view)
-        out[qualified] = (view, snap.version)
-    return out
+    versions = register_snapshots(spark, catalog, {TableRef(n) for n in wanted})
+    return {ref.name: (ref.view, v) for ref, v in versions.items()}
 
 
-def rewrite(sql: str, tables: set[str]) -> tuple[str, set[TableRef]]:
+def catalog_resolver(catalog: Catalog, namespace: str | None = None) -> Resolver:
+    """How a query run in ``namespace`` (None: in none) resolves the names it reads."""
+    return lambda written: str(catalog.resolve(written, namespace).name)
+
+
+def split_use(sql: str, namespace: str | None = None) -> tuple[str, str | None]:
+    """A leading ``USE NAMESPACE;`` taken off ``sql``: the rest, and the namespace the query runs in.
+
+    Raises:
+        UserInputError: ``USE`` names another namespace than ``namespace`` (``--namespace``).
+    """
+    m = _USE.match(sql)
+    if m is None:
+        return sql, namespace
+    used = check_namespace(m.group(1).strip("`"))
+    if namespace is not None and used != namespace:
+        raise UserInputError(f"USE {used} contradicts --namespace {namespace}: give one of them")
+    return sql[m.end() :], used
+
+
+_USE = re.compile(r"^\s*USE\s+(`?[A-Za-z_][A-Za-z0-9_]*`?)\s*;", re.IGNORECASE)
+
+
+def rewrite(sql: str, resolve: Resolver) -> tuple[str, set[TableRef]]:
     """Check ``sql`` against the query policy and point its tables at snapshot views.
+
+    Args:
+        sql: One query (``USE`` is taken off first, by :func:`split_use`).
+        resolve: How names become catalog tables or links (:func:`catalog_resolver`).
 
     Returns:
         The statement to run (regenerated from the checked tree, so what was checked is what
@@ -176,7 +218,7 @@ def rewrite(sql: str, tables: set[str]) -> tuple[str, set[TableRef]]:
     from sqlglot import exp
 
     try:
-        statements = sqlglot.parse(sql, read="spark")
+        statements = sqlglot.parse(query_policy.quote_link_references(sql), read="spark")
     except sqlglot.errors.ParseError as exc:
         first = exc.errors[0] if exc.errors else {}
         raise UserInputError(
@@ -185,32 +227,43 @@ def rewrite(sql: str, tables: set[str]) -> tuple[str, set[TableRef]]:
         ) from None
     statements = [s for s in statements if s is not None]
     if len(statements) != 1:
-        raise UserInputError("give exactly one SQL statement")
+        raise UserInputError("give exactly one SQL statement (USE NAMESPACE; may come before it)")
     tree = statements[0]
     if not isinstance(tree, exp.Query):
         raise UserInputError("only queries (SELECT, WITH …) can run through streampart query")
-    refs = query_policy.check(tree, tables)
+    refs = query_policy.check(tree, resolve)
+    written = {f"{node.db}.{node.name}" for node in refs if node.db}
     for node, ref in refs.items():
         replacement = exp.to_table(ref.view)
         if node.alias:
             replacement.set("alias", node.args["alias"])
         else:
-            replacement.set("alias", exp.TableAlias(this=exp.to_identifier(node.name)))
+            replacement.set("alias", exp.TableAlias(this=exp.to_identifier(node.name.split("@")[0])))
         node.replace(replacement)
     # ns.t.col → t.col: the view keeps the alias t, and Spark resolves no three-part names
-    used = {ref.name for ref in refs.values()}
     for column in tree.find_all(exp.Column):
-        if column.args.get("db") and f"{column.db}.{column.table}" in used:
+        if column.args.get("db") and f"{column.db}.{column.table}" in written:
             column.set("db", None)
     return tree.sql(dialect="spark"), set(refs.values())
 
 
 def register_snapshots(spark: SparkSession, catalog: Catalog, refs: set[TableRef]) -> dict[TableRef, int]:
-    """Register each snapshot a query reads as its temporary view; the Delta version of each."""
+    """Register each snapshot a query reads as its temporary view; the Delta version of each.
+
+    Each table is pinned once per version asked for, and every reference that reads it — the
+    table itself, links to it — is a view of that one snapshot: a query reading ``B.T`` and A's
+    link to it sees one version of B in both.
+    """
+    resolved = {ref: catalog.resolve(ref.name) for ref in refs}
+    pinned: dict[tuple[int, int | None], Snapshot] = {}
     out = {}
     for ref in sorted(refs, key=lambda r: r.view):
-        table = catalog.table(ref.name)
-        snap = pin(catalog, table, _version_of(catalog, table, ref))
+        table = resolved[ref].table
+        version = _version_of(catalog, table, ref)
+        key = (table.id, version)
+        if key not in pinned:
+            pinned[key] = pin(catalog, table, version)
+        snap = view_of(resolved[ref], pinned[key])
         snapshot_frame(spark, snap).createOrReplaceTempView(ref.view)
         out[ref] = snap.version
     return out
@@ -235,14 +288,18 @@ def _version_of(catalog: Catalog, table: Table, ref: TableRef) -> int | None:
     return min(version, newest)
 
 
-def run_sql(spark: SparkSession, catalog: Catalog, sql: str) -> DataFrame:
-    """Run Spark SQL over the catalog's tables (``ns.table``), each pinned at one version.
+def run_sql(spark: SparkSession, catalog: Catalog, sql: str, namespace: str | None = None) -> DataFrame:
+    """Run Spark SQL over the catalog's tables and links, each pinned at one version.
+
+    Args:
+        sql: One query, optionally after ``USE NAMESPACE;``.
+        namespace: The namespace the query runs in (``--namespace``); see :meth:`Catalog.resolve`.
 
     Errors found while planning raise :class:`QueryError` here; errors found while reading
     (an unreadable data file, say) surface when rows are fetched: wrap that in :func:`spark_errors`.
     """
-    names = {str(t.name) for t in catalog.list_tables()}
-    text, refs = rewrite(sql, names)
+    sql, namespace = split_use(sql, namespace)
+    text, refs = rewrite(sql, catalog_resolver(catalog, namespace))
     register_snapshots(spark, catalog, refs)
     with spark_errors():
         return spark.sql(text)

@@ -5,10 +5,12 @@ call any Java method (``reflect``, ``java_method``) and run any program (``TRANS
 A query here is parsed (sqlglot, Spark dialect) and only the statement regenerated from the
 checked tree reaches Spark, so what is checked is what runs:
 
-- every table reference is ``NAMESPACE.TABLE`` of the catalog (rewritten to its pinned
-  snapshot), or the name of a common table expression of the same query; one-part names of
-  anything else (Spark's temporary views, its local catalog), three-part names and paths are
-  refused;
+- every table reference is a table or link of the catalog — ``NAMESPACE.TABLE``, or inside the
+  namespace the query runs in ``TABLE`` and ``TABLE@SOURCE_NAMESPACE`` (that namespace's link),
+  resolved by :meth:`metastore.catalog.Catalog.resolve`, which also keeps an isolated namespace
+  to its own tables and links — rewritten to its pinned snapshot; or the name of a common table
+  expression of the same query. Anything else (Spark's temporary views, its local catalog),
+  three-part names and paths are refused;
 - a table-valued function in ``FROM`` is refused, but for ``range(…)``;
 - functions that reach outside the query (``reflect``, ``java_method``, ``try_reflect``,
   ``IDENTIFIER``) and script transforms are refused;
@@ -21,6 +23,7 @@ Spark itself runs with ``spark.sql.runSQLOnFiles=false`` as a second fence.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,11 +39,19 @@ REFUSED_FUNCTIONS = frozenset({"REFLECT", "JAVA_METHOD", "TRY_REFLECT", "IDENTIF
 ALLOWED_TABLE_FUNCTIONS = frozenset({"RANGE"})
 
 
+# Maps a table reference as written (``ns.t``, ``t``, ``t@b``) to the catalog name it reads
+# (a table's or a link's ``ns.name``), raising a StreampartError that names the fault.
+Resolver = Callable[[str], str]
+
+
 @dataclass(frozen=True)
 class TableRef:
-    """A table the query reads, and at which version: the newest (both None), a number or a time."""
+    """A table (or link) the query reads, and at which version: the newest (both None), a number or a time.
 
-    name: str  # NAMESPACE.TABLE
+    A link's version is its source's: ``VERSION AS OF`` on a link reads that version of the source.
+    """
+
+    name: str  # NAMESPACE.TABLE or NAMESPACE.LINK
     version: int | None = None
     timestamp: str | None = None
 
@@ -60,12 +71,13 @@ def view_name(name: TableName) -> str:
     return f"__sp_{name.namespace}__{name.table}"
 
 
-def check(tree: Any, tables: set[str]) -> dict[exp.Table, TableRef]:
-    """Check ``tree`` against the policy above; the catalog table each table node reads.
+def check(tree: Any, resolve: Resolver) -> dict[exp.Table, TableRef]:
+    """Check ``tree`` against the policy above; the catalog table (or link) each table node reads.
 
     Raises:
         QueryRefusedError: naming the first reference or function that is not allowed.
-        UserInputError: a table of the catalog that does not exist.
+        StreampartError: what ``resolve`` raises for a name that is not readable (it does not
+            exist, an isolated namespace may not read it, an ambiguous ``t@b``).
     """
     if tree.find(exp.QueryTransform) is not None:
         raise QueryRefusedError("TRANSFORM … USING runs a program; queries may not run programs")
@@ -91,18 +103,44 @@ def check(tree: Any, tables: set[str]) -> dict[exp.Table, TableRef]:
                 f"{node.sql(dialect='spark')}: queries read streampart tables as NAMESPACE.TABLE, "
                 "not through a catalog or a path"
             )
-        if not node.db:
-            if node.name in ctes:
-                continue
-            raise QueryRefusedError(
-                f"table {node.name!r}: name streampart tables as NAMESPACE.TABLE (one-part names "
-                "may only refer to the query's own WITH clauses)"
-            )
-        qualified = f"{node.db}.{node.name}"
-        if qualified not in tables:
-            raise UserInputError(f"table {qualified} does not exist")
-        refs[node] = _versioned(qualified, node.args.get("version"))
+        if not node.db and node.name in ctes:
+            continue
+        written = f"{node.db}.{node.name}" if node.db else node.name
+        refs[node] = _versioned(resolve(written), node.args.get("version"))
     return refs
+
+
+def quote_link_references(sql: str) -> str:
+    """``t@b`` written in a query, as the quoted identifier ```t@b``` the parser reads as one name.
+
+    Spark's grammar has no ``@`` in names (sqlglot reads ``t@b`` as a table with a parameter for
+    an alias), so adjacent tokens NAME ``@`` NAME, outside strings and comments, become one
+    quoted identifier first; :func:`check` then resolves it like any other name.
+    """
+    from sqlglot.dialects.spark import Spark
+    from sqlglot.errors import TokenError
+    from sqlglot.tokens import TokenType
+
+    try:
+        tokens = Spark().tokenize(sql)
+    except TokenError:  # the parser reports it, with its position
+        return sql
+    names = (TokenType.VAR, TokenType.IDENTIFIER)
+    out, last = [], 0
+    for a, at_, b in zip(tokens, tokens[1:], tokens[2:], strict=False):
+        if (
+            a.token_type in names
+            and at_.token_type is TokenType.PARAMETER
+            and b.token_type in names
+            and a.end + 1 == at_.start
+            and at_.end + 1 == b.start
+            and a.start >= last
+        ):
+            out.append(sql[last : a.start])
+            out.append(f"`{a.text}@{b.text}`")
+            last = b.end + 1
+    out.append(sql[last:])
+    return "".join(out)
 
 
 def _versioned(name: str, version: exp.Version | None) -> TableRef:

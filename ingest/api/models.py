@@ -117,8 +117,23 @@ class PartitionInfo(BaseModel):
     location: str
 
 
+class LinkInfo(BaseModel):
+    """A link's own settings: what it points at and which partitions it admits."""
+
+    name: str = Field(description="NAMESPACE.LOCAL")
+    source: str = Field(description="The table it reads: NAMESPACE.TABLE of another namespace.")
+    dangling: bool = Field(description="Its source was dropped (with --force): every read fails.")
+    mode: str = Field(description="dynamic (follows the source's rolls) or static (listed partitions)")
+    include_streaming: bool = Field(description="Also shows the source's open streaming partitions.")
+    retention: str | None = Field(description="Hides partitions whose period ended longer ago than this.")
+    range: str | None = Field(description="Dynamic links: the partition values FROM..TO it admits.")
+    partitions: list[str] | None = Field(description="Static links: the partitions it lists.")
+    admits: str = Field(description="The partitions it admits, in words.")
+    created_at: str
+
+
 class TableInfo(BaseModel):
-    """The shape of ``streampart table describe --json``."""
+    """The shape of ``streampart table describe --json`` (a link: its source's, with ``link``)."""
 
     model_config = ConfigDict(populate_by_name=True)
 
@@ -138,6 +153,7 @@ class TableInfo(BaseModel):
     cluster: str
     version: int
     partitions: list[PartitionInfo]
+    link: LinkInfo | None = Field(None, description="Set when the name is a link.")
 
 
 class Health(BaseModel):

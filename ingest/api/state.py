@@ -20,6 +20,7 @@ from ingest.api.metrics import ApiMetrics
 from ingest.chunks import ChunkWriter, CommitResult
 from ingest.config import ChunkConfig
 from metastore.catalog import Catalog
+from metastore.links import Resolved
 from metastore.models import Chunk, Permission, Table, TableName, check_identifier
 
 _UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
@@ -56,6 +57,19 @@ class ApiState:
         require(who, permission, namespace)
         with blame("table"):
             return self.catalog.table(TableName(namespace=namespace, table=table))
+
+    def resolved_of(self, who: Principal, namespace: str, table: str) -> Resolved:
+        """The table or link named in the path, read in its namespace, once ``who`` may read it.
+
+        ``read:NS`` reads NS's tables and NS's links, whatever namespace a link's source is in.
+        """
+        with blame("namespace"):
+            check_identifier(namespace, "namespace")
+        with blame("table"):
+            check_identifier(table, "table")
+        require(who, Permission.READ, namespace)
+        with blame("table"):
+            return self.catalog.resolve(TableName(namespace=namespace, table=table), namespace)
 
     def chunk_of(self, who: Principal, permission: Permission, chunk_id: str) -> tuple[Chunk, Table]:
         """The chunk named in the path and its table, once ``who`` may use it so."""

@@ -17,6 +17,8 @@ it (the way dagster splits run, event and schedule storage):
 - ``leases``: leadership leases and fencing
 - ``history``: roll attempts, and chunk rows pruned into summaries
 - ``tokens``: the HTTP API's bearer tokens
+- ``namespaces``: namespaces, and the ledger their quotas are checked against
+- ``links``: links between namespaces
 """
 
 from __future__ import annotations
@@ -25,12 +27,16 @@ from metastore.store.chunks import ChunkStore
 from metastore.store.engine import SQLITE_BUSY_TIMEOUT_S, Database, default_url, normalize_url
 from metastore.store.history import HistoryStore, summarize_chunk
 from metastore.store.leases import LeaseStore
+from metastore.store.links import LinkStore
+from metastore.store.namespaces import NamespaceStore
 from metastore.store.rolls import RollStore
 from metastore.store.tables import TableStore
 from metastore.store.tokens import TokenStore
 
 
-class Metastore(TableStore, ChunkStore, RollStore, LeaseStore, HistoryStore, TokenStore):
+class Metastore(
+    TableStore, ChunkStore, RollStore, LeaseStore, HistoryStore, TokenStore, NamespaceStore, LinkStore
+):
     """Access to one metastore database. Thread-safe; open one per process.
 
     Args:

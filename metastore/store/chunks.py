@@ -21,6 +21,7 @@ from metastore import schema as s
 from metastore.errors import NotFoundError
 from metastore.models import Chunk, ChunkState, StagedFile, check_transition, utc
 from metastore.store.engine import Database, _db, _now, _out
+from metastore.store.namespaces import check_quota
 from metastore.store.preconditions import Precondition, at, failed_precondition, guarded_update, state_in
 
 
@@ -46,6 +47,15 @@ def chunk_from_row(row: Any) -> Chunk:
         error=m["error"],
         content_digest=m["content_digest"],
     )
+
+
+def bytes_in(chunk: Chunk, value: datetime) -> int:
+    """The bytes a committed chunk put into the partition ``value``.
+
+    Arrival mode: every file went to its one partition (files carry no period). Event time: the
+    files of that period (late files went elsewhere: their partitions are not the chunk's).
+    """
+    return sum(f.bytes for f in chunk.files if f.period is None or utc(f.period) == utc(value))
 
 
 # -- the preconditions of a chunk's steps --------------------------------------------------------
@@ -213,20 +223,32 @@ class ChunkStore(Database):
 
         With ``content_digest``, only if the staged content is that content (another producer
         may have re-staged the chunk under the same token with other data meanwhile).
+
+        Raises:
+            QuotaExceededError: the chunk's bytes would take its namespace past its quota
+                (checked here, under the namespace's lock: see ``namespaces.py``).
         """
         now = now or _now()
         check_transition(chunk.state, ChunkState.COMMITTING)
         preconditions = [_in_state(ChunkState.RESERVED), _unexpired(now)]
         if content_digest is not None:
             preconditions.append(_holds_content(content_digest))
-        return self._update_chunk(
-            chunk,
-            preconditions,
-            state=ChunkState.COMMITTING.value,
-            committing_since=_db(now),
-            attempt=str(uuid.uuid4()),
-            base_version=base_version,
-        )
+        with self.tx() as conn:
+            check_quota(conn, chunk.id)
+            row = guarded_update(
+                conn,
+                s.chunks,
+                s.chunks.c.id == chunk.id,
+                f"chunk {chunk.id}",
+                preconditions,
+                {
+                    "state": ChunkState.COMMITTING.value,
+                    "committing_since": _db(now),
+                    "attempt": str(uuid.uuid4()),
+                    "base_version": base_version,
+                },
+            )
+        return chunk_from_row(row)
 
     def take_over_commit(self, chunk: Chunk, now: datetime | None = None) -> Chunk:
         """Replace a stale commit attempt (whose deadline has passed) by a new one."""
@@ -241,15 +263,30 @@ class ChunkStore(Database):
     def finish_commit(
         self, chunk: Chunk, version: int, partitions: Sequence[datetime], late_rows: int = 0
     ) -> Chunk:
+        """COMMITTING → COMMITTED at ``version``, into ``partitions``; their bytes grow by its files'."""
         check_transition(chunk.state, ChunkState.COMMITTED)
-        return self._update_chunk(
-            chunk,
-            [_in_state(ChunkState.COMMITTING)],
-            state=ChunkState.COMMITTED.value,
-            version=version,
-            partitions=[utc(p).isoformat() for p in partitions],
-            late_rows=late_rows,
-        )
+        with self.tx() as conn:
+            row = guarded_update(
+                conn,
+                s.chunks,
+                s.chunks.c.id == chunk.id,
+                f"chunk {chunk.id}",
+                [_in_state(ChunkState.COMMITTING)],
+                {
+                    "state": ChunkState.COMMITTED.value,
+                    "version": version,
+                    "partitions": [utc(p).isoformat() for p in partitions],
+                    "late_rows": late_rows,
+                },
+            )
+            done = chunk_from_row(row)
+            for value in partitions:
+                conn.execute(
+                    sa.update(s.partitions)
+                    .where(s.partitions.c.table_id == done.table_id, s.partitions.c.value == _db(value))
+                    .values(staged_bytes=s.partitions.c.staged_bytes + bytes_in(done, value))
+                )
+        return done
 
     def abort_chunk(self, chunk: Chunk, error: str | None = None) -> Chunk:
         """RESERVED or COMMITTING → ABORTED; a COMMITTING chunk only by the attempt that holds it.

@@ -34,6 +34,8 @@ from metastore.models import (
     utc,
 )
 from metastore.store.engine import Database, _db, _new_id, _now, _out
+from metastore.store.links import link_named
+from metastore.store.namespaces import ensure_namespace
 
 
 def table_from_row(row: Any) -> Table:
@@ -97,8 +99,14 @@ class TableStore(Database):
     """Tables and partitions."""
 
     # -- tables ----------------------------------------------------------------------------
-    def create_table(self, spec: TableSpec, location: str, now: datetime | None = None) -> Table:
-        """Record a new table. In arrival mode its first streaming partition opens at once."""
+    def create_table(
+        self, spec: TableSpec, location: str, now: datetime | None = None, *, create_namespace: bool = True
+    ) -> Table:
+        """Record a new table. In arrival mode its first streaming partition opens at once.
+
+        Its namespace is made first if it does not exist, unless ``create_namespace`` is false
+        (then that is a NotFoundError naming the command that makes it).
+        """
         now = now or _now()
         row = {
             "namespace": spec.name.namespace,
@@ -120,6 +128,13 @@ class TableStore(Database):
         }
         try:
             with self.tx() as conn:
+                ensure_namespace(conn, spec.name.namespace, create_namespace, now)
+                link = link_named(conn, spec.name)
+                if link is not None:
+                    raise AlreadyExistsError(
+                        f"{spec.name} is a link (to {link.source_namespace}.{link.source_name}); choose "
+                        "another name, or drop the link first"
+                    )
                 table_id = _new_id(conn.execute(sa.insert(s.tables).values(**row)))
                 table = table_from_row({**row, "id": table_id})
                 if spec.mode is Mode.ARRIVAL:
@@ -159,7 +174,11 @@ class TableStore(Database):
         return [table_from_row(r) for r in rows]
 
     def drop_table(self, table_id: int) -> None:
+        """Remove a table's records; links to it are left dangling (the catalog decides whether to)."""
         with self.tx() as conn:
+            conn.execute(
+                sa.update(s.links).where(s.links.c.source_table_id == table_id).values(source_table_id=None)
+            )
             conn.execute(sa.delete(s.rolls).where(s.rolls.c.table_id == table_id))
             conn.execute(sa.delete(s.chunks).where(s.chunks.c.table_id == table_id))
             conn.execute(sa.delete(s.partitions).where(s.partitions.c.table_id == table_id))

@@ -18,16 +18,26 @@ def query(
     sql: Annotated[str, typer.Argument(help="Spark SQL; tables are addressed as ns.table")],
     _json: Annotated[bool, json_flag("Print one JSON object per row, one per line")] = False,
     limit: Annotated[int, typer.Option(help="Rows to print as a table (without --json)")] = 1000,
+    namespace: Annotated[
+        str | None,
+        typer.Option(
+            help="The namespace the query runs in (or `USE NS;` first): its tables and links may be "
+            "named T, links also T@SOURCE_NS; an isolated namespace reads nothing else"
+        ),
+    ] = None,
 ) -> None:
-    """Run Spark SQL over the warehouse's tables, each read at one consistent snapshot."""
-    from streampart.query import rewrite, run_sql, spark_errors, spark_session
+    """Run Spark SQL over the warehouse's tables and links, each read at one consistent snapshot."""
+    from streampart.query import catalog_resolver, rewrite, run_sql, spark_errors, spark_session, split_use
 
     cli = cli_context(ctx)
     settings = cli.settings()
     catalog = cli.catalog()
-    rewrite(sql, {str(t.name) for t in catalog.list_tables()})  # fail fast, before Spark starts
+    body, ns = split_use(sql, namespace)
+    if ns is not None:
+        catalog.store.get_namespace(ns)
+    rewrite(body, catalog_resolver(catalog, ns))  # fail fast, before Spark starts
     spark = spark_session(settings.spark)
-    df = run_sql(spark, catalog, sql)
+    df = run_sql(spark, catalog, sql, namespace)
 
     def each_row() -> Iterator[dict[str, Any]]:  # streamed: no more than a partition in memory
         with spark_errors():

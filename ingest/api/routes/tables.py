@@ -23,11 +23,17 @@ router = APIRouter(tags=["tables"])
     summary="The tables the token may read",
 )
 def list_tables(who: Caller, st: State) -> list[dict[str, Any]]:
-    """Every table of the namespaces the token has read (or admin) scope on, as ``describe --json``."""
+    """Every table and link of the namespaces the token may read (read or admin), as ``describe --json``.
+
+    A link whose source was dropped is left out (describing it names the fault).
+    """
     out = []
     for t in st.catalog.list_tables():
         if who.allows(Permission.READ, t.name.namespace):
-            out.append(st.catalog.describe(st.catalog.table(t.name)))
+            out.append(st.catalog.describe(t))
+    for link in st.catalog.store.list_links():
+        if who.allows(Permission.READ, link.name.namespace) and link.source_table_id is not None:
+            out.append(st.catalog.describe(st.catalog.resolve(link.name)))
     return out
 
 
@@ -38,5 +44,5 @@ def list_tables(who: Caller, st: State) -> list[dict[str, Any]]:
     summary="A table and its partitions",
 )
 def describe_table(namespace: str, table: str, who: Caller, st: State) -> dict[str, Any]:
-    """The table and its partitions, as ``streampart table describe --json``."""
-    return st.catalog.describe(st.table_of(who, Permission.READ, namespace, table))
+    """The table (or link) and its partitions, as ``streampart table describe --json``."""
+    return st.catalog.describe(st.resolved_of(who, namespace, table))

@@ -1,0 +1,231 @@
+"""Namespaces: their rows, what they hold, and the ledger their quotas are checked against.
+
+**Quota.** A namespace's *committed bytes* are, over its tables, the bytes of its standard
+partitions (as their rolls recorded them) plus the bytes committed into its other partitions
+(``sp_partitions.staged_bytes``, added by ``finish_commit`` in the same transaction that makes a
+chunk COMMITTED) plus every chunk COMMITTING right now (in flight: counted before it lands).
+``begin_commit`` checks, in its own transaction, that a chunk's bytes fit under the quota and
+takes the namespace's row lock first (SQLite's write lock serialises it anyway), so concurrent
+writers are checked one after another against each other's in-flight chunks: the quota is not
+passed by commits of user data. Never refused, but counted: the dead-letter and late-data chunks
+that belong to a main chunk's commit (refusing one half-way would split that commit), and rolls
+(compaction may change a partition's bytes).
+
+Namespaces are locked the same way when a table or a link is made in them or they are dropped,
+so a name is never both a table and a link, and a namespace is never dropped under a new table.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Connection
+
+from metastore import schema as s
+from metastore.errors import AlreadyExistsError, NotFoundError, QuotaExceededError, UserInputError
+from metastore.models import ChunkState, PartitionState, TableKind
+from metastore.namespaces import Namespace, check_namespace, format_size
+from metastore.store.engine import Database, _db, _now, _out
+
+_UNSET: Any = object()
+
+
+def namespace_from_row(row: Any) -> Namespace:
+    m = row._mapping
+    return Namespace(
+        name=m["name"],
+        isolated=bool(m["isolated"]),
+        quota_bytes=m["quota_bytes"],
+        description=m["description"] or "",
+        created_at=_out(m["created_at"]),
+    )
+
+
+def lock_namespace(conn: Connection, name: str) -> Any:
+    """The namespace's row, locked until the transaction ends (PostgreSQL; SQLite holds its write lock)."""
+    q = sa.select(s.namespaces).where(s.namespaces.c.name == name)
+    if conn.dialect.name == "postgresql":
+        q = q.with_for_update()
+    return conn.execute(q).first()
+
+
+def ensure_namespace(conn: Connection, name: str, create: bool, now: datetime) -> Any:
+    """The namespace's row, locked; made first if missing and ``create`` (else NotFoundError)."""
+    row = lock_namespace(conn, name)
+    if row is not None:
+        return row
+    if not create:
+        raise NotFoundError(
+            f"namespace {name} does not exist (namespaces.require_explicit is set): create it with "
+            f"`streampart namespace create {name}`"
+        )
+    values = {"name": name, "isolated": False, "description": "", "created_at": _db(now)}
+    insert = (postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert)(s.namespaces)
+    conn.execute(insert.values(**values).on_conflict_do_nothing(index_elements=["name"]))
+    return lock_namespace(conn, name)
+
+
+def committed_bytes(conn: Connection, namespace: str) -> int:
+    """The namespace's bytes as its quota counts them (see the module's docstring).
+
+    One statement, so PostgreSQL reads one snapshot for both sums: a chunk whose commit finishes
+    meanwhile is counted once, as committing or as committed, never in neither.
+    """
+    t, p, c = s.tables.c, s.partitions.c, s.chunks.c
+    mine = sa.select(t.id).where(t.namespace == namespace).scalar_subquery()
+    partitions = (
+        sa.select(
+            sa.func.coalesce(
+                sa.func.sum(
+                    sa.case(
+                        (p.state == PartitionState.STANDARD.value, sa.func.coalesce(p.bytes, 0)),
+                        else_=p.staged_bytes,
+                    )
+                ),
+                0,
+            )
+        )
+        .where(p.table_id.in_(mine))
+        .scalar_subquery()
+    )
+    in_flight = (
+        sa.select(sa.func.coalesce(sa.func.sum(c.bytes), 0))
+        .where(c.state == ChunkState.COMMITTING.value, c.table_id.in_(mine))
+        .scalar_subquery()
+    )
+    return int(conn.execute(sa.select(partitions + in_flight)).scalar() or 0)
+
+
+def check_quota(conn: Connection, chunk_id: str) -> None:
+    """Refuse the chunk ``chunk_id`` if its bytes would take its namespace past the namespace's quota.
+
+    Call inside the transaction that makes the chunk COMMITTING: the namespace's row stays
+    locked until it ends, so the next writer's check counts this chunk.
+    """
+    t, c = s.tables.c, s.chunks.c
+    found = conn.execute(
+        sa.select(t.namespace, t.kind, c.bytes)
+        .select_from(s.chunks.join(s.tables, c.table_id == t.id))
+        .where(c.id == chunk_id)
+    ).first()
+    if found is None:
+        return
+    namespace, kind, chunk_bytes = found
+    if kind != TableKind.MAIN.value:
+        # A companion's chunk (dead letters, late rows) is part of a main chunk's commit that was
+        # checked already; refusing it half-way would split that commit. Its bytes still count.
+        return
+    row = lock_namespace(conn, namespace)
+    if row is None or row.quota_bytes is None:
+        return
+    used = committed_bytes(conn, namespace)
+    if used + chunk_bytes > row.quota_bytes:
+        raise QuotaExceededError(
+            f"namespace {namespace} is over its quota: it holds {format_size(used)} ({used} bytes) of "
+            f"{format_size(row.quota_bytes)} ({row.quota_bytes} bytes), and this chunk adds "
+            f"{chunk_bytes} bytes; nothing was committed. Free space (drop a table) or raise the "
+            f"quota: streampart namespace alter {namespace} --quota SIZE"
+        )
+
+
+class NamespaceStore(Database):
+    """Namespaces."""
+
+    def create_namespace(
+        self,
+        name: str,
+        *,
+        isolated: bool = False,
+        quota_bytes: int | None = None,
+        description: str = "",
+        now: datetime | None = None,
+    ) -> Namespace:
+        check_namespace(name)
+        with self.tx() as conn:
+            if lock_namespace(conn, name) is not None:
+                raise AlreadyExistsError(f"namespace {name} exists already")
+            conn.execute(
+                sa.insert(s.namespaces).values(
+                    name=name,
+                    isolated=isolated,
+                    quota_bytes=quota_bytes,
+                    description=description,
+                    created_at=_db(now or _now()),
+                )
+            )
+        return self.get_namespace(name)
+
+    def get_namespace(self, name: str) -> Namespace:
+        with self.read_tx() as conn:
+            row = conn.execute(sa.select(s.namespaces).where(s.namespaces.c.name == name)).first()
+        if row is None:
+            raise NotFoundError(f"namespace {name} does not exist")
+        return namespace_from_row(row)
+
+    def find_namespace(self, name: str) -> Namespace | None:
+        try:
+            return self.get_namespace(name)
+        except NotFoundError:
+            return None
+
+    def list_namespaces(self) -> list[Namespace]:
+        with self.read_tx() as conn:
+            rows = conn.execute(sa.select(s.namespaces).order_by(s.namespaces.c.name)).all()
+        return [namespace_from_row(r) for r in rows]
+
+    def alter_namespace(
+        self,
+        name: str,
+        *,
+        isolated: bool | None = None,
+        quota_bytes: int | None = _UNSET,
+        description: str | None = None,
+    ) -> Namespace:
+        """Change a namespace's settings (``quota_bytes=None`` removes its quota)."""
+        values: dict[str, Any] = {}
+        if isolated is not None:
+            values["isolated"] = isolated
+        if quota_bytes is not _UNSET:
+            values["quota_bytes"] = quota_bytes
+        if description is not None:
+            values["description"] = description
+        with self.tx() as conn:
+            if lock_namespace(conn, name) is None:
+                raise NotFoundError(f"namespace {name} does not exist")
+            if values:
+                conn.execute(sa.update(s.namespaces).where(s.namespaces.c.name == name).values(**values))
+        return self.get_namespace(name)
+
+    def drop_namespace(self, name: str) -> None:
+        """Remove an empty namespace's row (the catalog empties it first, or refuses)."""
+        with self.tx() as conn:
+            if lock_namespace(conn, name) is None:
+                raise NotFoundError(f"namespace {name} does not exist")
+            tables, links = _members(conn, name)
+            if tables or links:
+                held = ", ".join([*tables, *links])
+                raise UserInputError(f"namespace {name} is not empty: it holds {held}")
+            conn.execute(sa.delete(s.namespaces).where(s.namespaces.c.name == name))
+
+    def namespace_members(self, name: str) -> tuple[list[str], list[str]]:
+        """The names of the namespace's tables and of its links."""
+        with self.read_tx() as conn:
+            return _members(conn, name)
+
+    def committed_bytes(self, namespace: str) -> int:
+        """The bytes the namespace's quota counts now (see :func:`committed_bytes`)."""
+        with self.read_tx() as conn:
+            return committed_bytes(conn, namespace)
+
+
+def _members(conn: Connection, name: str) -> tuple[list[str], list[str]]:
+    tables = conn.execute(
+        sa.select(s.tables.c.name).where(s.tables.c.namespace == name).order_by(s.tables.c.name)
+    ).scalars()
+    links = conn.execute(
+        sa.select(s.links.c.name).where(s.links.c.namespace == name).order_by(s.links.c.name)
+    ).scalars()
+    return [f"{name}.{t}" for t in tables], [f"{name}.{x}" for x in links]
