@@ -37,6 +37,7 @@ from metastore.models import (
     iso,
 )
 from metastore.store import Metastore, default_url
+from metastore.store.namespaces import missing_namespace
 from metastore.warehouse import STAGING_DIR, Warehouse, files_stats, partition_dir, storage_errors
 
 DEAD_LETTER_COLUMNS = (
@@ -104,8 +105,8 @@ class Catalog:
             raise UserInputError("--max-age applies to event-time tables only")
         if self._find_created(spec.name) is not None:
             raise AlreadyExistsError(f"table {spec.name} exists already")
-        if not create_namespace:
-            self.store.get_namespace(spec.name.namespace)  # a clear error before anything is made
+        if not create_namespace and self.store.find_namespace(spec.name.namespace) is None:
+            raise missing_namespace(spec.name.namespace)  # before anything is made
         companions: list[TableSpec] = []
         if spec.dead_letter:
             companions.append(
@@ -320,8 +321,8 @@ class Catalog:
                 "(links point at tables, never at links, so they form no chains or cycles)"
             )
         source = self.store.get_table(spec.source)
-        if not create_namespace:
-            self.store.get_namespace(spec.name.namespace)
+        if not create_namespace and self.store.find_namespace(spec.name.namespace) is None:
+            raise missing_namespace(spec.name.namespace)
         if spec.mode is LinkMode.STATIC:
             values = list(spec.partitions) + (spec.range.values(source) if spec.range else [])
             spec = spec.model_copy(update={"partitions": check_static_values(source, values), "range": None})

@@ -52,16 +52,21 @@ def lock_namespace(conn: Connection, name: str) -> Any:
     return conn.execute(q).first()
 
 
+def missing_namespace(name: str) -> NotFoundError:
+    """The error for a namespace that must exist first (``namespaces.require_explicit``)."""
+    return NotFoundError(
+        f"namespace {name} does not exist (namespaces.require_explicit is set): create it with "
+        f"`streampart namespace create {name}`"
+    )
+
+
 def ensure_namespace(conn: Connection, name: str, create: bool, now: datetime) -> Any:
     """The namespace's row, locked; made first if missing and ``create`` (else NotFoundError)."""
     row = lock_namespace(conn, name)
     if row is not None:
         return row
     if not create:
-        raise NotFoundError(
-            f"namespace {name} does not exist (namespaces.require_explicit is set): create it with "
-            f"`streampart namespace create {name}`"
-        )
+        raise missing_namespace(name)
     values = {"name": name, "isolated": False, "description": "", "created_at": _db(now)}
     insert = (postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert)(s.namespaces)
     conn.execute(insert.values(**values).on_conflict_do_nothing(index_elements=["name"]))
