@@ -392,6 +392,7 @@ class ChunkWriter:
             if not plan:
                 return self._finish(chunk, int(dt.version()), late_rows, partitions=())
             crashpoint("chunk-before-delta-commit")
+            pausepoint("chunk-before-delta-commit")  # tests: chunks of several writers in flight at once
             try:
                 version = self.warehouse.commit_files(dt, self.table, plan, {CHUNK_KEY: chunk.id})
                 crashpoint("chunk-after-delta-commit")

@@ -5,10 +5,10 @@ so a test can kill a writer or roller at an exact step of the protocol (a real k
 cleanup, no ``finally``). ``<name>@<n>`` kills at the n-th time the point is reached (a
 streaming job's third batch, say). Unset, a crash point costs one dictionary lookup.
 
-``STREAMPART_PAUSEPOINT=<name>[@<n>]:<seconds>`` makes the process dwell at a point (every
-time, or only the n-th time), so a test can let another process act while this one is
-provably in the middle of a step — the shape of a GC pause or a frozen VM. The process prints
-``pausepoint <name>`` to stderr when the pause begins.
+``STREAMPART_PAUSEPOINT=<name>[@<n>]:<seconds>[,…]`` makes the process dwell at a point (every
+time, or only the n-th time; several points separated by commas), so a test can let another
+process act while this one is provably in the middle of a step — the shape of a GC pause or a
+frozen VM. The process prints ``pausepoint <name>`` to stderr when the pause begins.
 """
 
 from __future__ import annotations
@@ -52,9 +52,12 @@ _pauses: dict[str, int] = {}
 
 
 def pausepoint(name: str) -> None:
-    spec = os.environ.get(PAUSE_ENV)
-    if spec is None or not spec.startswith(name):
-        return
+    for spec in os.environ.get(PAUSE_ENV, "").split(","):
+        if spec.startswith(name):
+            _pause(name, spec)
+
+
+def _pause(name: str, spec: str) -> None:
     point, _, seconds = spec.partition(":")
     point, _, nth = point.partition("@")
     if point != name:

@@ -12,16 +12,20 @@ import json
 import subprocess
 import time
 
-from metastore.models import PartitionState
+from ingest.chunks import ChunkWriter
+from ingest.formats import Format
+from metastore.models import ChunkState, PartitionState
 from tests.fixtures import make_table
-from tests.helpers import all_ids, duplicates, ids_by_partition, worker_call
+from tests.helpers import all_ids, duplicates, ids_by_partition, records, worker_call
 
 WRITERS, CHUNKS, ROWS = 4, 25, 10
 
 
-def spawn(catalog, table, *args: str) -> subprocess.Popen:  # type: ignore[no-untyped-def]
+def spawn(catalog, table, *args: str, pausepoint: str | None = None) -> subprocess.Popen:  # type: ignore[no-untyped-def]
     return subprocess.Popen(
-        **worker_call(catalog, table, *args), stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        **worker_call(catalog, table, *args, pausepoint=pausepoint),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
     )
 
 
@@ -73,3 +77,37 @@ def test_writers_rollers_and_readers_at_once(catalog) -> None:  # type: ignore[n
     for p in catalog.store.list_partitions(table.id, [PartitionState.STANDARD]):
         key = p.value.strftime("%Y-%m-%dT%H:%M:%S.%fZ").replace(".000000Z", "Z")
         assert p.rows == len(expected.get(key, ())), key
+
+
+def test_concurrent_writers_never_pass_a_namespace_quota(catalog) -> None:  # type: ignore[no-untyped-def]
+    """Writer processes race into a namespace a few chunks short of its quota (invariant 7 and
+    issue 10's quota): the committed bytes never pass it, every acknowledged chunk is there,
+    and every refused chunk is aborted with nothing left on disk."""
+    table = make_table(catalog, "quota.t")
+    first = ChunkWriter(catalog, table).write(records(range(ROWS)), Format.JSONL, token="first")
+    one_chunk = catalog.store.committed_bytes("quota")
+    quota = one_chunk * 6 + one_chunk // 2  # room for five more chunks of about the same size
+    catalog.store.alter_namespace("quota", quota_bytes=quota)
+    # each writer dwells right after its quota check (the others' checks must wait for it) and
+    # in flight (COMMITTING, not yet in the Delta log: the others' checks must count it)
+    writers = [
+        spawn(catalog, table, "writer", "--writer", str(k + 1), "--count", "4", "--rows", str(ROWS),
+              pausepoint="chunk-quota-checked:0.2,chunk-before-delta-commit:0.4")
+        for k in range(WRITERS)
+    ]  # fmt: skip
+    outputs = [w.communicate(timeout=180) for w in writers]
+    for (_out, err), w in zip(outputs, writers, strict=True):
+        assert w.returncode == 0, err
+    said = [json.loads(line) for out, _ in outputs for line in out.splitlines()]
+    acked = [s for s in said if "refused" not in s]
+    refused = [s for s in said if "refused" in s]
+    assert len(said) == WRITERS * 4 and acked and refused
+    assert all("over its quota" in s["refused"] for s in refused)
+    live = sum(f.size for f in catalog.warehouse.live_files(catalog.warehouse.load(table)))
+    assert live == catalog.store.committed_bytes("quota") <= quota
+    ids = all_ids(table)
+    assert not duplicates(ids) and len(ids) == (len(acked) + 1) * ROWS and first.rows == ROWS
+    for s in refused:
+        chunk = catalog.store.find_chunk_by_token(table.id, s["token"])
+        assert chunk is not None and chunk.state is ChunkState.ABORTED
+        assert not any(catalog.warehouse.exists(table, f.path) for f in chunk.files)

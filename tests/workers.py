@@ -12,13 +12,13 @@ import sys
 import time
 from datetime import timedelta
 
-from ingest.chunks import ChunkWriter
+from ingest.chunks import ChunkWriter, CommitResult
 from ingest.config import ChunkConfig
 from ingest.errors import ChunkBusyError, CommitTimeoutError
 from ingest.formats import Format
 from metastore import clock
 from metastore.catalog import Catalog
-from metastore.errors import RetriableError
+from metastore.errors import QuotaExceededError, RetriableError
 from scheduler.config import RollConfig
 from scheduler.errors import RollBusyError
 from scheduler.roll import Roller
@@ -36,13 +36,21 @@ def writer(cat: Catalog, args: argparse.Namespace) -> None:
     for i in range(args.start, args.start + args.count):
         ids = range(args.writer * 1_000_000 + i * args.rows, args.writer * 1_000_000 + (i + 1) * args.rows)
         token = f"w{args.writer}-{i}"
-        while True:
-            try:
-                r = w.write(records(ids, args.ts), Format.JSONL, token=token)
-                break
-            except (ChunkBusyError, CommitTimeoutError, RetriableError):
-                time.sleep(0.05)
+        try:
+            r = write_retrying(w, records(ids, args.ts), token)
+        except QuotaExceededError as exc:  # refused whole (a namespace at its quota): say so, go on
+            say(token=token, refused=str(exc))
+            continue
         say(token=token, chunk=r.chunk, first=ids[0], rows=r.rows, partitions=r.partitions, version=r.version)
+
+
+def write_retrying(w: ChunkWriter, content: bytes, token: str) -> CommitResult:
+    """Write one chunk, retrying what may be retried (a busy chunk, a lost race, a timeout)."""
+    while True:
+        try:
+            return w.write(content, Format.JSONL, token=token)
+        except (ChunkBusyError, CommitTimeoutError, RetriableError):
+            time.sleep(0.05)
 
 
 def roller(cat: Catalog, args: argparse.Namespace) -> None:

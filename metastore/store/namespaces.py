@@ -25,6 +25,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 
 from metastore import schema as s
+from metastore.crashpoints import pausepoint
 from metastore.errors import AlreadyExistsError, NotFoundError, QuotaExceededError, UserInputError
 from metastore.models import ChunkState, PartitionState, TableKind
 from metastore.namespaces import Namespace, check_namespace, format_size
@@ -127,6 +128,7 @@ def check_quota(conn: Connection, chunk_id: str) -> None:
     if row is None or row.quota_bytes is None:
         return
     used = committed_bytes(conn, namespace)
+    pausepoint("chunk-quota-checked")  # tests: other writers' checks arrive meanwhile
     if used + chunk_bytes > row.quota_bytes:
         raise QuotaExceededError(
             f"namespace {namespace} is over its quota: it holds {format_size(used)} ({used} bytes) of "
