@@ -9,6 +9,7 @@ from rich.table import Table as RichTable
 
 from metastore.errors import UserInputError
 from streampart.cli.context import cli_context
+from streampart.cli.namespaces import require_namespace
 from streampart.cli.output import TextOutput
 from streampart.cli.params import JsonFlag, choice
 
@@ -74,6 +75,8 @@ def table_create(
     cli = cli_context(ctx)
     settings = cli.settings()
     catalog = cli.catalog(settings)
+    if settings.namespaces.require_explicit:
+        require_namespace(catalog, spec.name.namespace)
     table = catalog.create_table(spec, create_namespace=not settings.namespaces.require_explicit)
     cli.output.result(catalog.describe(table), _print_created)
 
@@ -138,17 +141,9 @@ def table_list(ctx: typer.Context, _json: JsonFlag = False) -> None:
 def _print_list(out: TextOutput, rows: list[dict[str, Any]]) -> None:
     grid = RichTable("table", "kind", "mode", "roll every", "partitions", "streaming", "location")
     for r in rows:
-        if r["kind"] == "link":
-            source = f"→ {r['source']}" + (" (dangling: source dropped)" if r["dangling"] else "")
-            grid.add_row(
-                r["table"],
-                f"link ({r['link_mode']})",
-                r["mode"] or "",
-                r["roll_every"] or "",
-                "",
-                "",
-                source,
-            )
+        if r["kind"] == "link":  # kind: link (its mode), or dangling (its source was dropped)
+            kind = "dangling link" if r["dangling"] else f"link ({r['link_mode']})"
+            grid.add_row(r["table"], kind, r["mode"] or "", r["roll_every"] or "", "", "", f"→ {r['source']}")
             continue
         grid.add_row(*(str(r[k]) for k in _LIST_COLUMNS))
     out.console.print(grid if rows else "no tables")
