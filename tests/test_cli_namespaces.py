@@ -457,3 +457,21 @@ def test_usage_agrees_with_the_delta_logs_before_and_after_a_roll(teams: Path, t
     text = " ".join(cli(teams, "namespace", "usage").ok().stdout.split())
     assert "analytics" in text and "10.0 MiB" in text and "not charged" in text
     assert_user_error(cli(teams, "namespace", "usage", "nope"), "namespace nope does not exist")
+
+
+def test_a_write_past_the_quota_is_refused_and_commits_nothing(tmp_path: Path) -> None:
+    wh = tmp_path / "wh"
+    cli(wh, "namespace", "create", "small", "--quota", "100B").ok()
+    cli(wh, "table", "create", "small.t", *CREATE).ok()
+    before = cli(wh, "table", "describe", "small.t", "--json").json()
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text('{"id": 1, "ts": "2026-11-21T10:00:00Z", "msg": "hello"}\n')
+
+    assert_user_error(
+        cli(wh, "write", "small.t", rows), "namespace small is over its quota", "nothing was committed"
+    )
+
+    after = cli(wh, "table", "describe", "small.t", "--json").json()
+    assert (after["version"], after["partitions"]) == (before["version"], before["partitions"])
+    cli(wh, "namespace", "alter", "small", "--quota", "none").ok()
+    assert cli(wh, "write", "small.t", rows, "--json").json()["rows"] == 1
