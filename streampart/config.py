@@ -60,6 +60,16 @@ class SparkConfig(BaseModel):
     conf: dict[str, str] = Field(default_factory=dict, description="Any further Spark settings.")
 
 
+class NamespacesConfig(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    require_explicit: bool = Field(
+        False,
+        description="Refuse to make a namespace on first use: `table create` and `link create` in a "
+        "namespace that does not exist fail until `streampart namespace create NS` made it.",
+    )
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="STREAMPART_", env_nested_delimiter="__", frozen=True, extra="forbid"
@@ -76,6 +86,7 @@ class Settings(BaseSettings):
     spark: SparkConfig = Field(default_factory=SparkConfig, description="Spark for queries.")
     scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig, description="The roll daemon.")
     server: ServerConfig = Field(default_factory=ServerConfig, description="The HTTP API (streampart serve).")
+    namespaces: NamespacesConfig = Field(default_factory=NamespacesConfig, description="Namespaces.")
 
     @classmethod
     def settings_customise_sources(

@@ -16,6 +16,8 @@ from streampart.cli.context import CliContext
 from streampart.cli.daemon import scheduler_app
 from streampart.cli.demo import demo
 from streampart.cli.ingest_jobs import ingest_app
+from streampart.cli.links import link_app
+from streampart.cli.namespaces import namespace_app
 from streampart.cli.query import query
 from streampart.cli.rolls import housekeep, roll
 from streampart.cli.server import serve
@@ -31,6 +33,8 @@ app = typer.Typer(
 )
 # in the order of `streampart --help`
 app.add_typer(table_app, name="table")
+app.add_typer(namespace_app, name="namespace")
+app.add_typer(link_app, name="link")
 app.add_typer(ingest_app, name="ingest")
 app.add_typer(scheduler_app, name="scheduler")
 app.command("serve")(serve)

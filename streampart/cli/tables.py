@@ -9,6 +9,7 @@ from rich.table import Table as RichTable
 
 from metastore.errors import UserInputError
 from streampart.cli.context import cli_context
+from streampart.cli.namespaces import require_namespace
 from streampart.cli.output import TextOutput
 from streampart.cli.params import JsonFlag, choice
 
@@ -72,8 +73,11 @@ def table_create(
         dead_letter=dead_letter,
     )
     cli = cli_context(ctx)
-    catalog = cli.catalog()
-    table = catalog.create_table(spec)
+    settings = cli.settings()
+    catalog = cli.catalog(settings)
+    if settings.namespaces.require_explicit:
+        require_namespace(catalog, spec.name.namespace)
+    table = catalog.create_table(spec, create_namespace=not settings.namespaces.require_explicit)
     cli.output.result(catalog.describe(table), _print_created)
 
 
@@ -89,12 +93,13 @@ _LIST_COLUMNS = ("table", "kind", "mode", "roll_every", "partitions", "streaming
 
 @table_app.command("list")
 def table_list(ctx: typer.Context, _json: JsonFlag = False) -> None:
-    """List tables."""
+    """List tables, and links (kind ``link``, with their source; a dangling one has ``dangling``)."""
     from metastore.durations import format_duration
+    from metastore.errors import DanglingLinkError
 
     cli = cli_context(ctx)
     catalog = cli.catalog()
-    rows = []
+    rows: list[dict[str, Any]] = []
     for t in catalog.list_tables():
         parts = catalog.store.list_partitions(t.id)
         rows.append(
@@ -108,12 +113,38 @@ def table_list(ctx: typer.Context, _json: JsonFlag = False) -> None:
                 "location": t.location,
             }
         )
+    for link in catalog.store.list_links():
+        row: dict[str, Any] = {
+            "table": str(link.name),
+            "kind": "link",
+            "source": str(link.source),
+            "link_mode": link.mode.value,
+            "partitions": None,
+            "streaming": None,
+        }
+        try:
+            source = catalog.link_source(link)
+        except DanglingLinkError:  # its source was dropped (--force): listed, marked
+            rows.append(row | {"dangling": True, "mode": None, "roll_every": None, "location": None})
+            continue
+        row |= {
+            "dangling": False,
+            "mode": source.mode.value,
+            "roll_every": format_duration(source.roll_every),
+            "location": source.location,
+        }
+        rows.append(row)
+    rows.sort(key=lambda r: r["table"])
     cli.output.result(rows, _print_list)
 
 
 def _print_list(out: TextOutput, rows: list[dict[str, Any]]) -> None:
     grid = RichTable("table", "kind", "mode", "roll every", "partitions", "streaming", "location")
     for r in rows:
+        if r["kind"] == "link":  # kind: link (its mode), or dangling (its source was dropped)
+            kind = "dangling link" if r["dangling"] else f"link ({r['link_mode']})"
+            grid.add_row(r["table"], kind, r["mode"] or "", r["roll_every"] or "", "", "", f"→ {r['source']}")
+            continue
         grid.add_row(*(str(r[k]) for k in _LIST_COLUMNS))
     out.console.print(grid if rows else "no tables")
 
@@ -121,30 +152,54 @@ def _print_list(out: TextOutput, rows: list[dict[str, Any]]) -> None:
 @table_app.command("describe")
 def table_describe(
     ctx: typer.Context,
-    name: Annotated[str, typer.Argument(help="NAMESPACE.TABLE")],
+    name: Annotated[str, typer.Argument(help="NAMESPACE.TABLE, or NAMESPACE.LOCAL of a link")],
     _json: JsonFlag = False,
 ) -> None:
-    """Show a table and its partitions (state, chunks, rows, bytes, location)."""
+    """Show a table and its partitions (state, chunks, rows, bytes, location); a link: those it exposes."""
     cli = cli_context(ctx)
     catalog = cli.catalog()
-    cli.output.result(catalog.describe(catalog.table(name)), _print_described)
+    cli.output.result(catalog.describe(catalog.resolve(name)), _print_described)
 
 
 def _print_described(out: TextOutput, info: dict[str, Any]) -> None:
-    out.console.print(
-        f"[bold]{info['table']}[/]  {info['mode']}, rolls every {info['roll_every']}"
-        + (
-            f", lateness {info['lateness']}, late data: {info['late_data']}, max future "
-            f"{info['max_future']}, max age {info['max_age'] or 'none'}"
-            if info["mode"] == "event-time"
-            else ""
+    link = info.get("link")
+    if link is not None:
+        out.console.print(
+            f"[bold]{info['table']}[/]  is a link to {link['source']} ({link['mode']}"
+            + (", retention " + link["retention"] if link["retention"] else "")
+            + f"): admits {link['admits']}"
+            + (
+                f"\nlists: {', '.join(link['partitions']) or 'no partitions'}"
+                if link["mode"] == "static"
+                else ""
+            )
+            + f"\nsource: {info['mode']}, rolls every {info['roll_every']}",
+            highlight=False,
         )
-        + f"\nschema: {info['schema']}"
+    else:
+        out.console.print(
+            f"[bold]{info['table']}[/]  {info['mode']}, rolls every {info['roll_every']}"
+            + (
+                f", lateness {info['lateness']}, late data: {info['late_data']}, max future "
+                f"{info['max_future']}, max age {info['max_age'] or 'none'}"
+                if info["mode"] == "event-time"
+                else ""
+            )
+        )
+    out.console.print(
+        f"schema: {info['schema']}"
         + f"\npartitioned by {info['partition_column']} (from {info['time_column']})"
         + f"\nlocation: {info['location']}  (Delta version {info['version']})"
     )
+    if link is not None:
+        out.console.print("partitions it exposes now:")
+    print_partitions(out, info["partitions"])
+
+
+def print_partitions(out: TextOutput, partitions: list[dict[str, Any]]) -> None:
+    """Partitions as ``table describe`` and ``link describe`` print them."""
     grid = RichTable("partition", "state", "chunks", "rows", "bytes", "files", "location")
-    for p in info["partitions"]:
+    for p in partitions:
         grid.add_row(
             p["value"],
             p["state"],
@@ -162,12 +217,18 @@ def table_drop(
     ctx: typer.Context,
     name: Annotated[str, typer.Argument(help="NAMESPACE.TABLE")],
     yes: Annotated[bool, typer.Option("--yes", help="Really delete the table and its data")] = False,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force", help="Drop it even if other namespaces link to it (their links dangle: reads fail)"
+        ),
+    ] = False,
 ) -> None:
-    """Drop a table: its metastore records and its directory."""
+    """Drop a table: its metastore records and its directory (refused for a link: `link drop`)."""
     if not yes:
         raise UserInputError("dropping deletes the table's data; add --yes to confirm")
     cli = cli_context(ctx)
     catalog = cli.catalog()
-    table = catalog.store.get_table(name)
-    catalog.drop_table(table)
+    table = catalog.table(name)  # ReadOnlyLinkError for a link
+    catalog.drop_table(table, force=force)
     cli.output.note(f"dropped {table.name}")

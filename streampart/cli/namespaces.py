@@ -1,0 +1,338 @@
+"""``streampart namespace create|list|describe|alter|drop|usage``."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from rich.table import Table as RichTable
+
+from metastore.errors import UserInputError
+from streampart.cli.context import cli_context
+from streampart.cli.output import TextOutput
+from streampart.cli.params import JsonFlag
+
+if TYPE_CHECKING:
+    from metastore.catalog import Catalog
+    from metastore.namespaces import Namespace
+
+namespace_app = typer.Typer(
+    help="Create, list, describe, alter and drop namespaces; show what they hold (usage).",
+    no_args_is_help=True,
+)
+
+
+def _namespace_json(ns: Namespace) -> dict[str, Any]:
+    from metastore.models import iso
+
+    return {
+        "namespace": ns.name,
+        "isolated": ns.isolated,
+        "quota_bytes": ns.quota_bytes,
+        "description": ns.description,
+        "created_at": iso(ns.created_at),
+    }
+
+
+def _quota(text: str, option: str = "--quota") -> int | None:
+    """A quota option's value in bytes; ``none`` (alter only) removes the quota."""
+    from metastore.namespaces import parse_size
+
+    if text.strip().lower() == "none":
+        return None
+    return parse_size(text, option)
+
+
+def require_namespace(catalog: Catalog, name: str) -> None:
+    """Under ``namespaces.require_explicit``: a missing namespace is an error saying how to make it."""
+    from metastore.errors import NotFoundError
+
+    if catalog.store.find_namespace(name) is None:
+        raise NotFoundError(
+            f"namespace {name} does not exist (namespaces.require_explicit is set): create it first with "
+            f"`streampart namespace create {name}`"
+        )
+
+
+def _percent(used: int, quota: int | None) -> float | None:
+    if quota is None:
+        return None
+    return round(100.0 * used / max(quota, 1), 1)
+
+
+@namespace_app.command("create")
+def namespace_create(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="NAMESPACE")],
+    isolated: Annotated[
+        bool,
+        typer.Option(help="Its queries read only its own tables and its links (never NS.T of another)"),
+    ] = False,
+    quota: Annotated[
+        str | None,
+        typer.Option(
+            help="Hard limit on the bytes its tables hold: 500GiB, 1.5TB, 10G, bytes [default: none]"
+        ),
+    ] = None,
+    description: Annotated[str, typer.Option(help="What the namespace is for")] = "",
+    _json: JsonFlag = False,
+) -> None:
+    """Create a namespace (tables also make theirs on first use, unless namespaces.require_explicit)."""
+    from metastore.namespaces import parse_size
+
+    quota_bytes = parse_size(quota, "--quota") if quota is not None else None
+    cli = cli_context(ctx)
+    ns = cli.catalog().store.create_namespace(
+        name, isolated=isolated, quota_bytes=quota_bytes, description=description
+    )
+    cli.output.result(_namespace_json(ns), _print_created)
+
+
+def _print_created(out: TextOutput, info: dict[str, Any]) -> None:
+    from metastore.namespaces import format_size
+
+    out.console.print(
+        f"created namespace [bold]{info['namespace']}[/]"
+        + (" (isolated)" if info["isolated"] else "")
+        + (f", quota {format_size(info['quota_bytes'])}" if info["quota_bytes"] is not None else ""),
+        highlight=False,
+    )
+
+
+@namespace_app.command("list")
+def namespace_list(ctx: typer.Context, _json: JsonFlag = False) -> None:
+    """List namespaces: isolation, quota, description, how many tables and links each holds."""
+    cli = cli_context(ctx)
+    store = cli.catalog().store
+    rows = []
+    for ns in store.list_namespaces():
+        tables, links = store.namespace_members(ns.name)
+        rows.append(_namespace_json(ns) | {"tables": len(tables), "links": len(links)})
+    cli.output.result(rows, _print_list)
+
+
+def _print_list(out: TextOutput, rows: list[dict[str, Any]]) -> None:
+    from metastore.namespaces import format_size
+
+    if not rows:
+        out.console.print("no namespaces")
+        return
+    grid = RichTable("namespace", "isolated", "quota", "tables", "links", "description")
+    for r in rows:
+        grid.add_row(
+            r["namespace"],
+            "yes" if r["isolated"] else "no",
+            format_size(r["quota_bytes"]),
+            str(r["tables"]),
+            str(r["links"]),
+            r["description"],
+        )
+    out.console.print(grid)
+
+
+@namespace_app.command("describe")
+def namespace_describe(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="NAMESPACE")],
+    _json: JsonFlag = False,
+) -> None:
+    """Show a namespace: its settings, its tables and links, its committed bytes against its quota."""
+    cli = cli_context(ctx)
+    store = cli.catalog().store
+    ns = store.get_namespace(name)
+    tables, _ = store.namespace_members(ns.name)
+    used = store.committed_bytes(ns.name)
+    info = _namespace_json(ns) | {
+        "tables": tables,
+        "links": [
+            {
+                "name": str(link.name),
+                "source": str(link.source),
+                "mode": link.mode.value,
+                "include_streaming": link.include_streaming,
+                "dangling": link.source_table_id is None,
+            }
+            for link in store.list_links(ns.name)
+        ],
+        "committed_bytes": used,
+        "quota_used_percent": _percent(used, ns.quota_bytes),
+    }
+    cli.output.result(info, _print_described)
+
+
+def _print_described(out: TextOutput, info: dict[str, Any]) -> None:
+    from metastore.namespaces import format_size
+
+    quota = info["quota_bytes"]
+    out.console.print(
+        f"[bold]{info['namespace']}[/]  " + ("isolated" if info["isolated"] else "not isolated")
+        + (f"\n{info['description']}" if info["description"] else "")
+        + f"\ncommitted: {format_size(info['committed_bytes'])} ({info['committed_bytes']} bytes)"
+        + (
+            f" of a quota of {format_size(quota)} ({info['quota_used_percent']}% used)"
+            if quota is not None
+            else ", no quota"
+        )
+        + f"\ncreated {info['created_at']}",
+        highlight=False,
+    )  # fmt: skip
+    out.console.print("tables: " + (", ".join(info["tables"]) or "none"), highlight=False)
+    if not info["links"]:
+        out.console.print("links: none")
+        return
+    grid = RichTable("link", "source", "mode", "streaming")
+    for link in info["links"]:
+        grid.add_row(
+            link["name"],
+            link["source"] + (" (dropped: dangling)" if link["dangling"] else ""),
+            link["mode"],
+            "yes" if link["include_streaming"] else "no",
+        )
+    out.console.print(grid)
+
+
+@namespace_app.command("alter")
+def namespace_alter(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="NAMESPACE")],
+    isolated: Annotated[
+        bool | None,
+        typer.Option("--isolated/--not-isolated", help="Read only its own tables and links, or not"),
+    ] = None,
+    quota: Annotated[
+        str | None, typer.Option(help="New quota (500GiB, 1.5TB, bytes), or 'none' to remove it")
+    ] = None,
+    description: Annotated[str | None, typer.Option(help="New description")] = None,
+    _json: JsonFlag = False,
+) -> None:
+    """Change a namespace's isolation, quota or description."""
+    if isolated is None and quota is None and description is None:
+        raise UserInputError("nothing to change: give --isolated/--not-isolated, --quota or --description")
+    changes: dict[str, Any] = {"isolated": isolated, "description": description}
+    if quota is not None:  # not given: unchanged; "none": removed
+        changes["quota_bytes"] = _quota(quota)
+    cli = cli_context(ctx)
+    ns = cli.catalog().store.alter_namespace(name, **changes)
+    cli.output.result(_namespace_json(ns), _print_altered)
+
+
+def _print_altered(out: TextOutput, info: dict[str, Any]) -> None:
+    from metastore.namespaces import format_size
+
+    out.console.print(
+        f"namespace [bold]{info['namespace']}[/]: "
+        + ("isolated" if info["isolated"] else "not isolated")
+        + f", quota {format_size(info['quota_bytes'])}"
+        + (f", {info['description']!r}" if info["description"] else ""),
+        highlight=False,
+    )
+
+
+@namespace_app.command("drop")
+def namespace_drop(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="NAMESPACE")],
+    cascade: Annotated[
+        bool, typer.Option("--cascade", help="Drop its links, then its tables (and their data), then it")
+    ] = False,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force", help="With --cascade: drop tables other namespaces link to (those links dangle)"
+        ),
+    ] = False,
+    yes: Annotated[bool, typer.Option("--yes", help="Really drop the namespace")] = False,
+) -> None:
+    """Drop a namespace; one that holds tables or links is refused unless --cascade."""
+    if not yes:
+        raise UserInputError("dropping a namespace may delete data; add --yes to confirm")
+    if force and not cascade:
+        raise UserInputError("--force applies to --cascade only (it drops tables other namespaces link to)")
+    cli = cli_context(ctx)
+    catalog = cli.catalog()
+    store = catalog.store
+    store.get_namespace(name)
+    tables, links = store.namespace_members(name)
+    if (tables or links) and not cascade:
+        raise UserInputError(
+            f"namespace {name} is not empty: it holds "
+            + "; ".join(
+                f"{what} {', '.join(names)}"
+                for what, names in (("tables", tables), ("links", links))
+                if names
+            )
+            + "; drop them first, or add --cascade"
+        )
+    if cascade:
+        _drop_members(catalog, name, force)
+    store.drop_namespace(name)
+    dropped = f" with {len(tables)} table(s) and {len(links)} link(s)" if tables or links else ""
+    cli.output.note(f"dropped namespace {name}{dropped}")
+
+
+def _drop_members(catalog: Catalog, name: str, force: bool) -> None:
+    """Drop the namespace's links, then its tables; refused before anything is dropped if others link them."""
+    owned = [t for t in catalog.list_tables() if t.name.namespace == name]
+    if not force:
+        linked_by = [str(link.name) for t in owned for link in catalog.store.links_to(t.id)]
+        if linked_by:
+            raise UserInputError(
+                f"namespace {name}: its tables are linked by {', '.join(linked_by)}; drop those links "
+                "first, or add --force to leave them dangling (every read of them then fails)"
+            )
+    for link in catalog.store.list_links(name):
+        catalog.store.drop_link(link)
+    for table in owned:
+        catalog.drop_table(table, force=force)
+
+
+@namespace_app.command("usage")
+def namespace_usage(
+    ctx: typer.Context,
+    name: Annotated[str | None, typer.Argument(help="NAMESPACE [default: every namespace]")] = None,
+    _json: JsonFlag = False,
+) -> None:
+    """What each namespace owns (charged to its quota) and what it reads through links (not charged).
+
+    With NAMESPACE, --json prints one object; without, a list of them.
+    """
+    from metastore.usage import namespace_usage as usage_of
+
+    cli = cli_context(ctx)
+    catalog = cli.catalog()
+    if name is not None:
+        cli.output.result(usage_of(catalog, name).to_json(), lambda out, u: _print_usage(out, [u]))
+        return
+    names = [ns.name for ns in catalog.store.list_namespaces()]
+    cli.output.result([usage_of(catalog, n).to_json() for n in names], _print_usage)
+
+
+def _print_usage(out: TextOutput, usages: list[dict[str, Any]]) -> None:
+    from metastore.namespaces import format_size
+
+    if not usages:
+        out.console.print("no namespaces")
+        return
+    grid = RichTable("namespace", "standard", "streaming", "files", "rows", "quota", "used", "linked")
+    for u in usages:
+        owned, std, live = u["owned"], u["owned"]["standard"], u["owned"]["streaming"]
+        used = _percent(owned["bytes"], u["quota_bytes"])
+        grid.add_row(
+            u["namespace"],
+            format_size(std["bytes"]),
+            format_size(live["bytes"]),
+            f"{std['files']} + {live['files']}",
+            f"{std['rows']} + {live['rows']}",
+            format_size(u["quota_bytes"]),
+            f"{used}%" if used is not None else "-",
+            format_size(u["linked"]["bytes"]),
+        )
+    out.console.print(grid)
+    out.console.print(
+        "owned: standard and streaming (files and rows: standard + streaming), charged to the quota; "
+        "linked: read through links, not charged",
+        highlight=False,
+    )
+    for u in usages:
+        for link, error in u["errors"].items():
+            out.warn(f"warning: {link}: {error}")
