@@ -325,7 +325,9 @@ class Catalog:
             raise missing_namespace(spec.name.namespace)
         if spec.mode is LinkMode.STATIC:
             values = list(spec.partitions) + (spec.range.values(source) if spec.range else [])
-            spec = spec.model_copy(update={"partitions": check_static_values(source, values), "range": None})
+            existing = [p.value for p in self.store.list_partitions(source.id)]
+            listed = check_static_values(source, values, existing)
+            spec = spec.model_copy(update={"partitions": listed, "range": None})
         elif spec.partitions:
             raise UserInputError("--partition lists the partitions of a static link: add --static")
         return self.store.create_link(spec, source.id, create_namespace=create_namespace)
@@ -338,7 +340,8 @@ class Catalog:
     ) -> Link:
         """Add or drop partitions of a static link (added values must be the source's periods)."""
         source = self.link_source(link)
-        return self.store.set_link_partitions(link, check_static_values(source, add), drop)
+        existing = [p.value for p in self.store.list_partitions(source.id)]
+        return self.store.set_link_partitions(link, check_static_values(source, add, existing), drop)
 
     # -- description -----------------------------------------------------------------------
     def describe(self, what: Table | Resolved) -> dict[str, Any]:

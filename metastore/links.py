@@ -185,12 +185,19 @@ class Reference:
         return f"{self.namespace}.{self.name}" if self.namespace else self.name
 
 
-def check_static_values(source: Table, values: Sequence[datetime]) -> tuple[datetime, ...]:
-    """Partition values a static link lists: each the start of one of the source's periods."""
+def check_static_values(
+    source: Table, values: Sequence[datetime], existing: Iterable[datetime] = ()
+) -> tuple[datetime, ...]:
+    """Partition values a static link lists: each a partition of the source, or one of its period starts.
+
+    (A forced roll opens the next partition at the moment of the roll, not at a period start:
+    such a partition is listed by its own value.)
+    """
+    have = set(existing)
     out = []
     for v in values:
         start = period_start(v, source.roll_every)
-        if start != v:
+        if start != v and v not in have:
             raise UserInputError(
                 f"{iso(v)} is not the start of a partition of {source.name} (it rolls every "
                 f"{format_duration(source.roll_every)}); did you mean {iso(start)}?"

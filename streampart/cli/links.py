@@ -9,7 +9,6 @@ from rich.table import Table as RichTable
 
 from metastore.errors import UserInputError
 from streampart.cli.context import cli_context
-from streampart.cli.namespaces import require_namespace
 from streampart.cli.output import TextOutput
 from streampart.cli.params import JsonFlag
 from streampart.cli.tables import print_partitions
@@ -97,8 +96,6 @@ def link_create(
     cli = cli_context(ctx)
     settings = cli.settings()
     catalog = cli.catalog(settings)
-    if settings.namespaces.require_explicit:
-        require_namespace(catalog, spec.name.namespace)
     link = catalog.create_link(spec, create_namespace=not settings.namespaces.require_explicit)
     cli.output.result(link_info(link), _print_created)
 

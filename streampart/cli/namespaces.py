@@ -43,17 +43,6 @@ def _quota(text: str, option: str = "--quota") -> int | None:
     return parse_size(text, option)
 
 
-def require_namespace(catalog: Catalog, name: str) -> None:
-    """Under ``namespaces.require_explicit``: a missing namespace is an error saying how to make it."""
-    from metastore.errors import NotFoundError
-
-    if catalog.store.find_namespace(name) is None:
-        raise NotFoundError(
-            f"namespace {name} does not exist (namespaces.require_explicit is set): create it first with "
-            f"`streampart namespace create {name}`"
-        )
-
-
 def _percent(used: int, quota: int | None) -> float | None:
     if quota is None:
         return None

@@ -9,7 +9,6 @@ from rich.table import Table as RichTable
 
 from metastore.errors import UserInputError
 from streampart.cli.context import cli_context
-from streampart.cli.namespaces import require_namespace
 from streampart.cli.output import TextOutput
 from streampart.cli.params import JsonFlag, choice
 
@@ -75,8 +74,6 @@ def table_create(
     cli = cli_context(ctx)
     settings = cli.settings()
     catalog = cli.catalog(settings)
-    if settings.namespaces.require_explicit:
-        require_namespace(catalog, spec.name.namespace)
     table = catalog.create_table(spec, create_namespace=not settings.namespaces.require_explicit)
     cli.output.result(catalog.describe(table), _print_created)
 
