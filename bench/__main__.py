@@ -15,7 +15,8 @@ from typing import Any
 RESULTS = Path(__file__).parent / "results" / "latest.json"
 
 # Default scale: under 10 minutes on this 2-core machine (578 s measured while other jobs kept
-# the load average near 5); quick: a smoke run under a minute.
+# the load average near 5), plus about 5 minutes for ``links`` (309 s at load 6-7); quick: a
+# smoke run of about a minute, plus 48 s for ``links``.
 #
 # Why 2,000 chunks (not 10,000) for the read benchmark by default: every chunk is a real chunk
 # commit. Session 1 measured 30-200 ms a commit (each loaded the Delta table from scratch),
