@@ -15,7 +15,8 @@ from typing import Any
 RESULTS = Path(__file__).parent / "results" / "latest.json"
 
 # Default scale: under 10 minutes on this 2-core machine (578 s measured while other jobs kept
-# the load average near 5); quick: a smoke run under a minute.
+# the load average near 5), plus about 5 minutes for ``links`` (309 s at load 6-7); quick: a
+# smoke run of about a minute, plus 48 s for ``links``.
 #
 # Why 2,000 chunks (not 10,000) for the read benchmark by default: every chunk is a real chunk
 # commit. Session 1 measured 30-200 ms a commit (each loaded the Delta table from scratch),
@@ -43,6 +44,11 @@ SCALES: dict[str, dict[str, Any]] = {
         "http_producers": 32,
         "http_seconds": 60,
         "http_roll_every": "10s",
+        "links_files": 10_000,
+        "links_rolled_partitions": 4,
+        "links_files_per_chunk": 100,
+        "links_reps": 5,
+        "links_warmup_rounds": 1,
     },
     "quick": {
         "rows": 100,
@@ -64,17 +70,22 @@ SCALES: dict[str, dict[str, Any]] = {
         "http_producers": 8,
         "http_seconds": 10,
         "http_roll_every": "3s",
+        "links_files": 500,
+        "links_rolled_partitions": 2,
+        "links_files_per_chunk": 25,
+        "links_reps": 2,
+        "links_warmup_rounds": 1,
     },
 }
 
 
 def benchmarks() -> dict[str, Any]:
-    from bench import commit_latency, http_load, kafka_ingest, roll, snapshot_read
+    from bench import commit_latency, http_load, kafka_ingest, link_planning, roll, snapshot_read
 
-    return {m.NAME: m for m in (commit_latency, roll, snapshot_read, kafka_ingest, http_load)}
+    return {m.NAME: m for m in (commit_latency, roll, snapshot_read, kafka_ingest, http_load, link_planning)}
 
 
-NAMES = ("commit", "roll", "read", "kafka", "http")
+NAMES = ("commit", "roll", "read", "kafka", "http", "links")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -88,6 +99,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--only", choices=NAMES, metavar="NAME", help=f"run one benchmark: {', '.join(NAMES)}")
     p.add_argument("--roll-chunks", type=int, help="chunks in the rolled partition (overrides the scale)")
     p.add_argument("--read-chunks", type=int, help="chunks in the table read by Spark (overrides the scale)")
+    p.add_argument("--links-files", type=int, help="files in the link's source table (overrides the scale)")
     p.add_argument("--output", type=Path, default=RESULTS, help=f"JSON results file (default {RESULTS})")
     return p.parse_args(argv)
 
@@ -148,6 +160,8 @@ def main(argv: list[str] | None = None) -> int:
         scale["roll_chunks"] = args.roll_chunks
     if args.read_chunks:
         scale["read_chunks"] = args.read_chunks
+    if args.links_files:
+        scale["links_files"] = args.links_files
     selected = [args.only] if args.only else list(NAMES)
     mods = benchmarks()
     started = time.perf_counter()
