@@ -50,11 +50,50 @@ def _partitions(console: Console, catalog: Catalog, name: TableName) -> None:
 
 
 def _drop(catalog: Catalog, name: TableName) -> None:
-    """Drop a demo table and its dead-letter table, if they exist."""
+    """Drop a demo table and its dead-letter table, if they exist (and the demo's links to them)."""
     for each in (name, companion_name(name, TableKind.DEAD_LETTER)):
         existing = catalog.store.find_table(each)
         if existing is not None:
+            for link in catalog.store.links_to(existing.id):
+                catalog.store.drop_link(link)
             catalog.drop_table(existing)
+
+
+def run_links_demo(catalog: Catalog, console: Console, spark: Any) -> None:
+    """Namespaces and links: an isolated namespace imports demo.events through a link, no copy."""
+    from metastore.errors import IsolationError
+    from metastore.links import LinkSpec
+    from metastore.namespaces import format_size
+    from metastore.usage import namespace_usage
+    from streampart.query import run_sql
+
+    link_name = TableName(namespace=REPORTS, table="events")
+    found = catalog.store.find_link(link_name)
+    if found is not None:
+        catalog.store.drop_link(found)
+    if catalog.store.find_namespace(REPORTS) is None:
+        catalog.store.create_namespace(REPORTS, isolated=True, description="the reporting team (demo)")
+    catalog.create_link(LinkSpec(name=link_name, source=DEMO))
+    console.print(
+        f"15. namespace {REPORTS} (isolated) links {DEMO} as {link_name}: a dynamic link, which shows "
+        "each partition of demo.events from the roll that makes it standard; nothing is copied"
+    )
+    n = run_sql(spark, catalog, "SELECT count(*) AS n FROM events", namespace=REPORTS).collect()[0]["n"]
+    total = run_sql(spark, catalog, f"SELECT count(*) AS n FROM {DEMO}").collect()[0]["n"]
+    console.print(
+        f"16. in {REPORTS}: SELECT count(*) FROM events → {n} (the rolled partition; {DEMO} holds {total} "
+        "with its streaming partition)"
+    )
+    try:
+        run_sql(spark, catalog, f"SELECT count(*) FROM {DEMO}", namespace=REPORTS)
+    except IsolationError as exc:
+        console.print(f"    and {REPORTS} may not name {DEMO} directly: {exc}")
+    owner, reader = namespace_usage(catalog, DEMO.namespace), namespace_usage(catalog, REPORTS)
+    console.print(
+        f"17. usage: {DEMO.namespace} owns {format_size(owner.owned_bytes)}; {REPORTS} owns "
+        f"{format_size(reader.owned_bytes)} and reads {format_size(reader.linked_bytes)} through its link "
+        "(charged once, to its owner)"
+    )
 
 
 def _clicks(n: int, now: datetime) -> list[dict[str, Any]]:
@@ -217,6 +256,7 @@ def run_demo(settings: Any, catalog: Catalog, console: Console, fresh: bool = Tr
     for row in dead:
         console.print(f"8. dead letter: record {row['position']}: {row['reason']}")
     run_kafka_demo(settings, catalog, console, spark)
+    run_links_demo(catalog, console, spark)
     console.rule(f"done in {time.monotonic() - started:.1f}s")
     console.print(
         "Try: streampart table describe demo.events | "
