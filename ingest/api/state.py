@@ -20,8 +20,10 @@ from ingest.api.metrics import ApiMetrics
 from ingest.chunks import ChunkWriter, CommitResult
 from ingest.config import ChunkConfig
 from metastore.catalog import Catalog
-from metastore.links import Resolved
+from metastore.errors import NotFoundError
+from metastore.links import Link, Resolved
 from metastore.models import Chunk, Permission, Table, TableName, check_identifier
+from metastore.namespaces import Namespace, check_namespace
 
 _UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 
@@ -70,6 +72,33 @@ class ApiState:
         require(who, Permission.READ, namespace)
         with blame("table"):
             return self.catalog.resolve(TableName(namespace=namespace, table=table), namespace)
+
+    def namespace_of(self, who: Principal, permission: Permission, namespace: str) -> Namespace:
+        """The namespace named in the path, once ``who`` may use it so (403 before 404: a token
+        without the scope learns nothing of the namespace, not even whether it exists)."""
+        with blame("namespace"):
+            check_namespace(namespace)
+        require(who, permission, namespace)
+        with blame("namespace"):
+            return self.catalog.store.get_namespace(namespace)
+
+    def link_of(self, who: Principal, permission: Permission, namespace: str, name: str) -> Link:
+        """The link ``namespace.name`` named in the path, once ``who`` may use it so."""
+        with blame("namespace"):
+            check_namespace(namespace)
+        with blame("name"):
+            check_identifier(name, "link name")
+        require(who, permission, namespace)
+        qualified = TableName(namespace=namespace, table=name)
+        with blame("name"):
+            link = self.catalog.store.find_link(qualified)
+            if link is None:
+                if self.catalog.store.find_table(qualified) is not None:
+                    raise NotFoundError(
+                        f"{qualified} is a table, not a link (see GET /v1/tables/{namespace}/{name})"
+                    )
+                raise NotFoundError(f"link {qualified} does not exist")
+        return link
 
     def chunk_of(self, who: Principal, permission: Permission, chunk_id: str) -> tuple[Chunk, Table]:
         """The chunk named in the path and its table, once ``who`` may use it so."""
