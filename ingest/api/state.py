@@ -20,7 +20,7 @@ from ingest.api.metrics import ApiMetrics
 from ingest.chunks import ChunkWriter, CommitResult
 from ingest.config import ChunkConfig
 from metastore.catalog import Catalog
-from metastore.errors import NotFoundError
+from metastore.errors import NotFoundError, QuotaExceededError
 from metastore.links import Link, Resolved
 from metastore.models import Chunk, Permission, Table, TableName, check_identifier
 from metastore.namespaces import Namespace, check_namespace
@@ -118,10 +118,15 @@ class ApiState:
         return ChunkWriter(self.catalog, table, self.chunk)
 
     def commit(self, w: ChunkWriter, chunk_id: str, digest: str | None = None) -> CommitResult:
-        """Commit the chunk, counting it, its rows and the commit's duration."""
+        """Commit the chunk, counting it, its rows and the commit's duration (or its abort, when over
+        its namespace's quota)."""
         t0 = time.perf_counter()
         with blame("id"):
-            result = w.commit(chunk_id, content_digest=digest)
+            try:
+                result = w.commit(chunk_id, content_digest=digest)
+            except QuotaExceededError:  # the writer aborted it: count it so
+                self.metrics.chunks.labels(str(w.table.name), "aborted").inc()
+                raise
         self.metrics.commit_seconds.observe(time.perf_counter() - t0)
         self.metrics.chunks.labels(str(w.table.name), "committed").inc()
         self.metrics.rows.labels(str(w.table.name)).inc(result.rows)

@@ -295,6 +295,8 @@ def test_a_commit_past_the_quota_is_a_413_and_leaves_nothing_behind(
     assert left == []
     assert sorted(all_ids(table)) == list(range(20))
     assert srv.catalog.store.committed_bytes("q") == used
+    metrics = httpx.get(f"{srv.url}/metrics").text
+    assert 'streampart_http_chunks_total{outcome="aborted",table="q.t"} 1.0' in metrics
 
     usage = _get(srv, _admin(srv), "/v1/namespaces/q/usage").json()
     assert usage["quota_bytes"] == used + 10 and usage["owned"]["bytes"] > 0
