@@ -3,7 +3,8 @@
 A producer opens a chunk (``POST /v1/tables/{namespace}/{table}/chunks``), uploads its data
 (``PUT /v1/chunks/{id}/data``, streamed to the table's staging area) and commits it (``POST
 /v1/chunks/{id}/commit``) or aborts it (``DELETE /v1/chunks/{id}``); or posts a batch of events
-as one chunk (``POST …/events``, Flume's JSON format or a plain array of records). Every call is
+as one chunk (``POST …/events``, Flume's JSON format or a plain array of records). Namespaces,
+their usage and their links are read and managed under ``/v1/namespaces``. Every call is
 idempotent: opening with an ``idempotency_key`` returns the chunk opened under it before, and a
 commit retried after a lost response answers with the commit that landed.
 
@@ -24,7 +25,7 @@ from ingest.api.config import ServerConfig
 from ingest.api.docs import serve_docs
 from ingest.api.handlers import install_error_handlers
 from ingest.api.metrics import ApiMetrics, MetricsMiddleware
-from ingest.api.routes import chunks, events, ops, tables
+from ingest.api.routes import chunks, events, namespaces, ops, tables
 from ingest.api.state import ApiState
 from ingest.config import ChunkConfig
 from metastore.catalog import Catalog
@@ -60,7 +61,7 @@ def create_app(
         chunk,
         auth,
         Authenticator(catalog.store, server.auth_cache_ttl.total_seconds()),
-        ApiMetrics(),
+        ApiMetrics(catalog),
     )
     app = FastAPI(
         title="streampart",
@@ -74,6 +75,6 @@ def create_app(
     app.state.api = st
     app.add_middleware(MetricsMiddleware, metrics=st.metrics)
     install_error_handlers(app)
-    for routes in (chunks, events, tables, ops):
+    for routes in (chunks, events, tables, namespaces, ops):
         app.include_router(routes.router)
     return app

@@ -1,7 +1,8 @@
 """The request and response bodies of the HTTP API, as pydantic models (they make its OpenAPI schema).
 
 Chunks answer :class:`ChunkInfo`, commits :class:`CommitInfo` (the shape of ``streampart write
---json``), tables :class:`TableInfo` (``streampart table describe --json``) and every error
+--json``), tables :class:`TableInfo` (``streampart table describe --json``), namespaces
+:class:`NamespaceInfo` and their :class:`UsageInfo`, links :class:`LinkInfo`, and every error
 :class:`ErrorBody`; :func:`error_responses` declares the latter for a route's error statuses.
 """
 
@@ -12,6 +13,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from metastore.models import Chunk, ChunkState, Table, iso
+from metastore.namespaces import Namespace
 
 # Idempotency keys are stored in the metastore (512 characters) and must be printable text.
 KEY_PATTERN = r"^[^\x00-\x1f\x7f]+$"
@@ -154,6 +156,123 @@ class TableInfo(BaseModel):
     version: int
     partitions: list[PartitionInfo]
     link: LinkInfo | None = Field(None, description="Set when the name is a link.")
+
+
+class LinkDescription(LinkInfo):
+    """A link's settings and the partitions of its source it exposes now."""
+
+    version: int | None = Field(
+        description="The source's Delta version the exposed partitions were read at (null: dangling)."
+    )
+    exposed: list[PartitionInfo] = Field(
+        description="The source's partitions the link shows now (as ``GET /v1/tables/{ns}/{link}``)."
+    )
+
+
+class CreateLink(BaseModel):
+    """``POST /v1/namespaces/{ns}/links``: link a table of another namespace into ``ns``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, max_length=255, description="The link's local name in the namespace.")
+    to: str = Field(min_length=1, max_length=511, description="The source table: NAMESPACE.TABLE.")
+    static: bool = Field(
+        False,
+        description="Static: exactly the partitions listed (``partitions``, ``values``; added and dropped "
+        "later with …/partitions). Dynamic (default): every standard partition, as the source rolls.",
+    )
+    partitions: str | None = Field(
+        None,
+        max_length=200,
+        description="FROM..TO (ISO-8601, TO excluded): dynamic links admit only partitions in it (either "
+        "end may be empty); static links list every partition of the source in it (both ends needed).",
+    )
+    values: list[str] = Field(
+        default_factory=list,
+        max_length=10_000,
+        description="Static links: partition values (ISO-8601, each the start of a source partition).",
+    )
+    include_streaming: bool = Field(False, description="Also show the source's open streaming partitions.")
+    retention: str | None = Field(
+        None,
+        max_length=100,
+        description="Hide partitions whose period ended longer ago than this (30d, 12h, PT6H).",
+    )
+
+
+class LinkPartitions(BaseModel):
+    """The partition values to add to or drop from a static link."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    values: list[str] = Field(
+        min_length=1, max_length=10_000, description="Partition values, ISO-8601 (2026-11-21T10:00:00Z)."
+    )
+
+
+class NamespaceInfo(BaseModel):
+    """A namespace: a virtual warehouse owning tables and links, with isolation and a quota."""
+
+    name: str
+    isolated: bool = Field(description="Its queries read only its own tables and its links.")
+    quota_bytes: int | None = Field(description="The bytes its tables may hold (null: no quota).")
+    description: str
+    created_at: str
+
+    @classmethod
+    def of(cls, ns: Namespace) -> NamespaceInfo:
+        return cls(
+            name=ns.name,
+            isolated=ns.isolated,
+            quota_bytes=ns.quota_bytes,
+            description=ns.description,
+            created_at=iso(ns.created_at),
+        )
+
+
+class UsageTotals(BaseModel):
+    bytes: int
+    files: int
+    rows: int
+
+
+class HoldingInfo(BaseModel):
+    """What one table (or link) holds (or shows) at one Delta version."""
+
+    name: str
+    kind: str = Field(description="main, dead-letter, late, or link")
+    version: int = Field(description="The Delta version read (a link: its source's).")
+    bytes: int
+    standard_bytes: int
+    standard_files: int
+    standard_rows: int
+    streaming_bytes: int
+    streaming_files: int
+    streaming_rows: int
+
+
+class OwnedUsage(BaseModel):
+    bytes: int = Field(description="Every live file of the namespace's tables (companions included).")
+    standard: UsageTotals
+    streaming: UsageTotals
+    tables: list[HoldingInfo]
+
+
+class LinkedUsage(BaseModel):
+    bytes: int = Field(description="What its links show now: shown, never charged to it.")
+    standard: UsageTotals
+    streaming: UsageTotals
+    links: list[HoldingInfo]
+
+
+class UsageInfo(BaseModel):
+    """A namespace's capacity, read from the Delta logs (``streampart namespace usage --json``)."""
+
+    namespace: str
+    quota_bytes: int | None = Field(description="null: no quota.")
+    owned: OwnedUsage
+    linked: LinkedUsage
+    errors: dict[str, str] = Field(description="Links whose source cannot be read, and why.")
 
 
 class Health(BaseModel):

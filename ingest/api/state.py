@@ -20,8 +20,10 @@ from ingest.api.metrics import ApiMetrics
 from ingest.chunks import ChunkWriter, CommitResult
 from ingest.config import ChunkConfig
 from metastore.catalog import Catalog
-from metastore.links import Resolved
+from metastore.errors import NotFoundError, QuotaExceededError
+from metastore.links import Link, Resolved
 from metastore.models import Chunk, Permission, Table, TableName, check_identifier
+from metastore.namespaces import Namespace, check_namespace
 
 _UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 
@@ -71,6 +73,33 @@ class ApiState:
         with blame("table"):
             return self.catalog.resolve(TableName(namespace=namespace, table=table), namespace)
 
+    def namespace_of(self, who: Principal, permission: Permission, namespace: str) -> Namespace:
+        """The namespace named in the path, once ``who`` may use it so (403 before 404: a token
+        without the scope learns nothing of the namespace, not even whether it exists)."""
+        with blame("namespace"):
+            check_namespace(namespace)
+        require(who, permission, namespace)
+        with blame("namespace"):
+            return self.catalog.store.get_namespace(namespace)
+
+    def link_of(self, who: Principal, permission: Permission, namespace: str, name: str) -> Link:
+        """The link ``namespace.name`` named in the path, once ``who`` may use it so."""
+        with blame("namespace"):
+            check_namespace(namespace)
+        with blame("name"):
+            check_identifier(name, "link name")
+        require(who, permission, namespace)
+        qualified = TableName(namespace=namespace, table=name)
+        with blame("name"):
+            link = self.catalog.store.find_link(qualified)
+            if link is None:
+                if self.catalog.store.find_table(qualified) is not None:
+                    raise NotFoundError(
+                        f"{qualified} is a table, not a link (see GET /v1/tables/{namespace}/{name})"
+                    )
+                raise NotFoundError(f"link {qualified} does not exist")
+        return link
+
     def chunk_of(self, who: Principal, permission: Permission, chunk_id: str) -> tuple[Chunk, Table]:
         """The chunk named in the path and its table, once ``who`` may use it so."""
         if "/" in chunk_id or "\\" in chunk_id or ".." in chunk_id:
@@ -89,10 +118,15 @@ class ApiState:
         return ChunkWriter(self.catalog, table, self.chunk)
 
     def commit(self, w: ChunkWriter, chunk_id: str, digest: str | None = None) -> CommitResult:
-        """Commit the chunk, counting it, its rows and the commit's duration."""
+        """Commit the chunk, counting it, its rows and the commit's duration (or its abort, when over
+        its namespace's quota)."""
         t0 = time.perf_counter()
         with blame("id"):
-            result = w.commit(chunk_id, content_digest=digest)
+            try:
+                result = w.commit(chunk_id, content_digest=digest)
+            except QuotaExceededError:  # the writer aborted it: count it so
+                self.metrics.chunks.labels(str(w.table.name), "aborted").inc()
+                raise
         self.metrics.commit_seconds.observe(time.perf_counter() - t0)
         self.metrics.chunks.labels(str(w.table.name), "committed").inc()
         self.metrics.rows.labels(str(w.table.name)).inc(result.rows)

@@ -50,7 +50,7 @@ _UPLOAD_BODY = {
     response_model=ChunkInfo,
     responses={
         200: {"model": ChunkInfo, "description": "The chunk opened before under that key"},
-        **error_responses(400, 401, 403, 404, 422),
+        **error_responses(400, 401, 403, 404, 409, 422),
     },
     summary="Open a chunk",
 )
@@ -62,7 +62,8 @@ def open_chunk(
     response: Response,
     body: Annotated[OpenChunk | None, Body()] = None,
 ) -> ChunkInfo:
-    """Reserve a chunk of the table's streaming partition; upload to it, then commit or abort it."""
+    """Reserve a chunk of the table's streaming partition; upload to it, then commit or abort it.
+    A link is read-only: 409 ``read_only_link``."""
     t = st.table_of(who, Permission.WRITE, namespace, table)
     key = body.idempotency_key if body else None
     w = st.writer(t)
@@ -149,7 +150,7 @@ async def upload(
 @router.post(
     "/v1/chunks/{id}/commit",
     response_model=CommitInfo,
-    responses=error_responses(400, 401, 403, 404, 409, 422, 503),
+    responses=error_responses(400, 401, 403, 404, 409, 413, 422, 503),
     summary="Commit a chunk",
 )
 def commit_chunk(
@@ -157,7 +158,8 @@ def commit_chunk(
 ) -> dict[str, Any]:
     """Make the chunk visible, wholly, in one Delta transaction. Retrying answers with the same
     commit (exactly once). 409 ``chunk_busy`` with Retry-After: another attempt is committing it;
-    409 ``token_conflict``: the chunk holds other data than ``content_sha256``.
+    409 ``token_conflict``: the chunk holds other data than ``content_sha256``. 413
+    ``quota_exceeded``: it would take its namespace past its quota; it was aborted (its files go).
     """
     _chunk, t = st.chunk_of(who, Permission.WRITE, id)
     return st.commit(st.writer(t), id, body.content_sha256 if body else None).to_json()

@@ -19,6 +19,7 @@ router = APIRouter(tags=["tables"])
 @router.get(
     "/v1/tables",
     response_model=list[TableInfo],
+    response_model_exclude_unset=True,  # a table has no "link" key, as in describe --json
     responses=error_responses(401),
     summary="The tables the token may read",
 )
@@ -40,6 +41,7 @@ def list_tables(who: Caller, st: State) -> list[dict[str, Any]]:
 @router.get(
     "/v1/tables/{namespace}/{table}",
     response_model=TableInfo,
+    response_model_exclude_unset=True,  # a table has no "link" key, as in describe --json
     responses=error_responses(400, 401, 403, 404),
     summary="A table and its partitions",
 )
