@@ -4,7 +4,9 @@
 included), standard and streaming apart; this is what its quota caps. *Linked* is what its
 links show now, each at one version of its source: shown, never charged, for a partition shared
 through links is charged once, to the namespace that owns its table. Figures are those of the
-newest Delta version of each table, so they agree with any Delta reader of the directories.
+newest Delta version of each table, so they agree with any Delta reader of the directories. A
+table or link that cannot be read (a damaged log, a dropped source) is named in ``errors``
+instead of stopping the whole report.
 """
 
 from __future__ import annotations
@@ -42,7 +44,11 @@ def namespace_usage(catalog: Catalog, namespace: str, now: datetime | None = Non
     for table in catalog.store.list_tables():
         if table.name.namespace != ns.name:
             continue
-        dt = catalog.load(table)
+        try:
+            dt = catalog.load(table)
+        except StreampartError as exc:  # a damaged table stops only its own figure
+            usage.errors[str(table.name)] = str(exc)
+            continue
         usage.owned.append(
             holding(str(table.name), table.kind.value, int(dt.version()), catalog.warehouse.live_files(dt))
         )

@@ -23,6 +23,7 @@ from scheduler.roll import Roller
 DEMO = TableName(namespace="demo", table="events")
 KAFKA_DEMO = TableName(namespace="demo", table="clicks")
 KAFKA_TOPIC = "demo-clicks"
+REPORTS = "reports"  # the namespace that links demo.events (steps 15–17)
 
 
 def _records(start_id: int, n: int, now: datetime) -> bytes:

@@ -36,3 +36,30 @@ def test_kafka_demo_lands_good_records_once_and_bad_ones_in_the_dead_letter_tabl
     text = _run(spark, sqlite_catalog)
     assert f"SELECT count(*) FROM {KAFKA_DEMO} → 298" in text, text
     assert sorted(all_ids(sqlite_catalog.table(KAFKA_DEMO))) == list(range(298))
+
+
+def test_links_demo_reads_the_rolled_partition_through_an_isolated_namespace(spark, sqlite_catalog) -> None:  # type: ignore[no-untyped-def]
+    from ingest.chunks import ChunkWriter
+    from ingest.formats import Format
+    from metastore.durations import parse_duration
+    from metastore.models import TableSpec, parse_schema
+    from scheduler.roll import Roller
+    from streampart.demo import DEMO, REPORTS, run_links_demo
+    from tests.helpers import records
+
+    spec = TableSpec(name=DEMO, columns=parse_schema("id BIGINT, ts TIMESTAMP, msg STRING"), time_column="ts",
+                     roll_every=parse_duration("1h"))  # fmt: skip
+    table = sqlite_catalog.create_table(spec)
+    w = ChunkWriter(sqlite_catalog, table)
+    w.write(records(range(10)), Format.JSONL, token="a")
+    Roller(sqlite_catalog).roll_table(table, force=True)
+    w.write(records(range(10, 13)), Format.JSONL, token="b")
+    for _ in range(2):  # a second demo finds its link and namespace and makes them again
+        out = io.StringIO()
+        run_links_demo(sqlite_catalog, Console(file=out, width=300), spark)
+        text = out.getvalue()
+        assert (
+            f"in {REPORTS}: SELECT count(*) FROM events → 10 (the rolled partition; demo.events holds 13"
+            in text
+        )
+        assert f"namespace {REPORTS} is isolated" in text and "reads 0 B" not in text, text
