@@ -205,10 +205,11 @@ def run_demo(settings: Any, catalog: Catalog, console: Console, fresh: bool = Tr
 
     writer = ChunkWriter(catalog, table, settings.chunk)
     now = datetime.now(UTC)
-    for k in range(5):
-        r = writer.write(_records(k * 1000, 1000, now), Format.JSONL, token=f"demo-{k}")
+    chunks = [_records(k * 1000, 1000, now) for k in range(5)]
+    for k, content in enumerate(chunks):
+        r = writer.write(content, Format.JSONL, token=f"demo-{k}")
         console.print(f"2. committed chunk {k + 1}/5: {r.rows} rows at Delta version {r.version}")
-    again = writer.write(_records(0, 1000, now), Format.JSONL, token="demo-0")
+    again = writer.write(chunks[0], Format.JSONL, token="demo-0")  # a retry sends the same bytes
     console.print(f"3. retried chunk 1 with the same token: same chunk {again.chunk[:8]}…, nothing added")
     try:
         writer.write(_records(9000, 10, now), Format.JSONL, token="demo-0")
