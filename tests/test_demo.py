@@ -63,3 +63,18 @@ def test_links_demo_reads_the_rolled_partition_through_an_isolated_namespace(spa
             in text
         )
         assert f"namespace {REPORTS} is isolated" in text and "reads 0 B" not in text, text
+
+
+def test_the_whole_demo_runs(spark, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """``make demo``'s job, in process on the shared Spark session: every step, to the end."""
+    from streampart.demo import run_demo
+
+    catalog = Catalog.open(tmp_path / "wh")
+    out = io.StringIO()
+    try:
+        run_demo(Settings(warehouse=catalog.warehouse.root), catalog, Console(file=out, width=300))
+    finally:
+        catalog.close()
+    text = out.getvalue()
+    assert "3. retried chunk 1 with the same token: same chunk" in text, text
+    assert "17. usage: demo owns" in text and "done in" in text, text
