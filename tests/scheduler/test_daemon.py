@@ -138,6 +138,7 @@ def test_a_failing_table_is_retried_with_backoff_and_reported_while_others_roll(
         failed = wait_for(
             lambda: f if len(f := _attempts(catalog, broken, RollOutcome.FAILED)) >= 3 else None,
             "three failed attempts at ns.broken",
+            timeout=90,  # seconds of backoff, but a loaded 2-core machine once took over 30
         )
         wait_for(lambda: len(standard(catalog, ok)) >= 2, "ns.ok to roll meanwhile")
         assert [a.failures for a in failed[:3]] == [1, 2, 3]
