@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -236,3 +237,22 @@ def commit_chunks(catalog: Any, table: Any, n: int, rows: int, label: str) -> tu
             latencies.append(time.perf_counter() - t0)
             bar.advance(task)
     return time.perf_counter() - started, latencies
+
+
+def timed(fn: Callable[[], Any]) -> tuple[Any, float]:
+    """``fn()`` and the seconds it took."""
+    t0 = time.perf_counter()
+    value = fn()
+    return value, time.perf_counter() - t0
+
+
+def warm_spark(spark: Any, tmp: Path) -> Any:
+    """Start Spark and load its Parquet read path once (classes, codecs) on a tiny file."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from pyspark.sql import functions as F
+
+    path = tmp / "spark-warmup.parquet"
+    pq.write_table(pa.table({"id": list(range(1000))}), path)
+    spark.read.parquet(str(path)).agg(F.sum("id")).collect()
+    return spark

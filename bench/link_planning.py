@@ -51,7 +51,6 @@ import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 from bench.common import (
@@ -63,6 +62,8 @@ from bench.common import (
     median,
     progress,
     sample_data,
+    timed,
+    warm_spark,
     workdir,
 )
 
@@ -72,24 +73,6 @@ SOURCE = "b.t"
 LINK = "a.l"
 ROWS_PER_FILE = 2
 PHASES = ("rewrite", "pin", "link filter", "snapshot_frame", "rest of run_sql", "optimise")
-
-
-def _timed(fn: Callable[[], Any]) -> tuple[Any, float]:
-    t0 = time.perf_counter()
-    value = fn()
-    return value, time.perf_counter() - t0
-
-
-def _warm_spark(spark: Any, tmp: Path) -> Any:
-    """Start Spark and load its Parquet read path once (classes, codecs) on a tiny file."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-    from pyspark.sql import functions as F
-
-    path = tmp / "spark-warmup.parquet"
-    pq.write_table(pa.table({"id": list(range(1000))}), path)
-    spark.read.parquet(str(path)).agg(F.sum("id")).collect()
-    return spark
 
 
 def _commit_chunk(writer: Any, table: Any, files: int, first_id: int) -> None:
@@ -244,8 +227,8 @@ def run(scale: dict[str, Any]) -> BenchResult:
     with workdir("links") as tmp:
         catalog = Catalog.open(tmp / "warehouse")
         with ThreadPoolExecutor(max_workers=1) as pool:
-            spark_future = pool.submit(_timed, lambda: _warm_spark(spark_session(), tmp))
-            built, build_s = _timed(lambda: build_source(catalog, files, rolled, per_chunk))
+            spark_future = pool.submit(timed, lambda: warm_spark(spark_session(), tmp))
+            built, build_s = timed(lambda: build_source(catalog, files, rolled, per_chunk))
             spark, spark_start = spark_future.result()
         table = built["table"]
         snap = pin(catalog, table)

@@ -20,28 +20,12 @@ from bench.common import (
     median,
     percentile,
     progress,
+    timed,
+    warm_spark,
     workdir,
 )
 
 NAME = "read"
-
-
-def _timed(fn: Callable[[], Any]) -> tuple[Any, float]:
-    t0 = time.perf_counter()
-    value = fn()
-    return value, time.perf_counter() - t0
-
-
-def _warm_spark(spark: Any, tmp: Path) -> Any:
-    """Start Spark and load its Parquet read path once (classes, codecs) on a tiny file."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-    from pyspark.sql import functions as F
-
-    path = tmp / "spark-warmup.parquet"
-    pq.write_table(pa.table({"id": list(range(1000))}), path)
-    spark.read.parquet(str(path)).agg(F.sum("id")).collect()
-    return spark
 
 
 def _measure(build: Callable[[], Any]) -> dict[str, Any]:
@@ -95,7 +79,7 @@ def run(scale: dict[str, Any]) -> BenchResult:
         table = create_table(catalog)
         # Spark starts (a JVM) in the background while the chunks are committed.
         with ThreadPoolExecutor(max_workers=1) as pool:
-            spark_future = pool.submit(_timed, lambda: _warm_spark(spark_session(), tmp))
+            spark_future = pool.submit(timed, lambda: warm_spark(spark_session(), tmp))
             build_s, latencies = commit_chunks(catalog, table, n, rows, f"committing {n:,} chunks")
             spark, spark_start = spark_future.result()
         snap = pin(catalog, table)

@@ -338,7 +338,11 @@ class Catalog:
         add: list[datetime] | tuple[datetime, ...] = (),
         drop: list[datetime] | tuple[datetime, ...] = (),
     ) -> Link:
-        """Add or drop partitions of a static link (added values must be the source's periods)."""
+        """Add or drop partitions of a static link (added values must be the source's partitions or
+        period starts; dropped ones must be listed: a typo changes nothing, rather than nothing silently)."""
+        missing = [iso(v) for v in drop if v not in link.partitions]
+        if missing and link.mode is LinkMode.STATIC:
+            raise UserInputError(f"link {link.name} does not list {', '.join(missing)}; nothing was changed")
         source = self.link_source(link)
         existing = [p.value for p in self.store.list_partitions(source.id)]
         return self.store.set_link_partitions(link, check_static_values(source, add, existing), drop)

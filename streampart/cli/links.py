@@ -132,17 +132,11 @@ def link_drop_partition(
 ) -> None:
     """Drop partitions from a static link (the source keeps them)."""
     from metastore.catalog import link_info
-    from metastore.links import LinkMode
-    from metastore.models import iso
 
     cli = cli_context(ctx)
     catalog = cli.catalog()
     link = _get_link(catalog, name)
-    drop = _values(values, "partition value")
-    missing = [iso(v) for v in drop if v not in link.partitions]
-    if missing and link.mode is LinkMode.STATIC:
-        raise UserInputError(f"link {link.name} does not list {', '.join(missing)}; nothing was changed")
-    link = catalog.set_link_partitions(link, drop=drop)
+    link = catalog.set_link_partitions(link, drop=_values(values, "partition value"))
     cli.output.result(link_info(link), _print_partitions)
 
 

@@ -198,8 +198,8 @@ def add_link_partitions(
 def drop_link_partitions(
     namespace: str, name: str, body: LinkPartitions, who: Caller, st: State
 ) -> dict[str, Any]:
-    """The values stop showing in the link at once (the source keeps them); values not listed are
-    ignored. Needs ``admin`` on the namespace."""
+    """The values stop showing in the link at once (the source keeps them); a value the link does not
+    list is a 400 and nothing changes. Needs ``admin`` on the namespace."""
     link = st.link_of(who, Permission.ADMIN, namespace, name)
     values = _instants(body.values)
     with blame("values"):
