@@ -1,4 +1,4 @@
-"""The chunk protocol: reserve → write → commit (or abort), exactly once per token.
+"""The chunk protocol: reserve → write → commit (or abort), exactly once per idempotency key.
 
 A chunk's files are written to the table's staging area; committing adds them to the table's
 Delta log in one transaction, so the chunk is wholly visible or not at all.
@@ -35,9 +35,9 @@ from ingest.errors import (
     ChunkBusyError,
     ChunkStateError,
     CommitTimeoutError,
+    IdempotencyConflictError,
     LateDataError,
     MalformedChunkError,
-    TokenConflictError,
 )
 from ingest.formats import BadRecord, Format, Parsed, RecordValidator, TimeBounds, parse, parse_arrow
 from metastore import clock
@@ -123,7 +123,7 @@ class CommitResult:
     version: int | None
     dead_letter_rows: int = 0
     late_rows: int = 0
-    token: str | None = None
+    idempotency_key: str | None = None
     # fields of the records the table has no column for, and how many records had each: not
     # written (only known to the call that parsed the data, so not part of a retry's answer)
     ignored_fields: dict[str, int] = field(default_factory=dict)
@@ -137,7 +137,7 @@ class CommitResult:
             "version": self.version,
             "dead_letter_rows": self.dead_letter_rows,
             "late_rows": self.late_rows,
-            "token": self.token,
+            "idempotency_key": self.idempotency_key,
             "ignored_fields": self.ignored_fields,
         }
 
@@ -163,8 +163,9 @@ class ChunkWriter:
         return self.catalog.warehouse
 
     # -- reserve / write -------------------------------------------------------------------
-    def reserve(self, token: str | None = None) -> Chunk:
-        return self.store.reserve_chunk(self.table.id, token, self.config.ttl)
+    def reserve(self, key: str | None = None) -> Chunk:
+        """A new chunk, or the one reserved already under the idempotency ``key``."""
+        return self.store.reserve_chunk(self.table.id, key, self.config.ttl)
 
     def validator(self, now: datetime | None = None) -> RecordValidator:
         return RecordValidator(
@@ -255,12 +256,12 @@ class ChunkWriter:
             raise MalformedChunkError(f"record {first.position}: {first.reason}{more}; nothing was committed")
 
     def _stage_dead_letters(
-        self, chunk: Chunk, bad: Sequence[DeadLetter], token: str | None = None
+        self, chunk: Chunk, bad: Sequence[DeadLetter], key: str | None = None
     ) -> tuple[ChunkWriter, Chunk]:
-        """Stage ``bad`` as a dead-letter chunk (once per token); returns its writer and chunk."""
+        """Stage ``bad`` as a dead-letter chunk (once per idempotency key); returns its writer and chunk."""
         dlq = self.catalog.companion(self.table, TableKind.DEAD_LETTER)
         writer = ChunkWriter(self.catalog, dlq, self.config)
-        dlq_chunk = writer.reserve(token=token or f"dead-letter:{chunk.id}")
+        dlq_chunk = writer.reserve(key or f"dead-letter:{chunk.id}")
         if dlq_chunk.state is not ChunkState.RESERVED:
             return writer, dlq_chunk  # staged and committed by an earlier attempt
         now = clock.now()
@@ -293,7 +294,7 @@ class ChunkWriter:
                 committed, when it retries): a chunk that holds other content is a conflict.
 
         Raises:
-            TokenConflictError: the chunk holds (or committed) content other than ``content_digest``.
+            IdempotencyConflictError: the chunk holds (or committed) content other than ``content_digest``.
             ChunkStateError: the chunk was aborted or expired.
             ChunkBusyError: another attempt is committing it right now.
             LateDataError: its rows belong to sealed partitions and the table rejects late data.
@@ -340,17 +341,21 @@ class ChunkWriter:
         return self._commit_attempt(chunk, may_have_landed=True)
 
     def check_digest(self, chunk: Chunk, digest: str | None) -> None:
-        """Raise :class:`TokenConflictError` if ``chunk`` is known to hold content other than ``digest``."""
+        """Raise :class:`IdempotencyConflictError` if ``chunk`` is holds other content than ``digest``."""
         if digest is None or chunk.content_digest is None or chunk.content_digest == digest:
             return
         if chunk.state is ChunkState.COMMITTED:
             what = f"committed {chunk.rows - chunk.late_rows} rows of other data at version {chunk.version}"
         else:
             what = f"is {chunk.state.value} with other data"
-        named = f"token {chunk.token!r}" if chunk.token is not None else "this chunk"
-        raise TokenConflictError(
+        named = (
+            f"idempotency key {chunk.idempotency_key!r}"
+            if chunk.idempotency_key is not None
+            else "this chunk"
+        )
+        raise IdempotencyConflictError(
             f"{named} of table {self.table.name} was used for different content (chunk {chunk.id} "
-            f"{what}); nothing of this content was written: use a new token for new data"
+            f"{what}); nothing of this content was written: use a new idempotency key for new data"
         )
 
     def _checked_latest(self) -> Any:
@@ -381,7 +386,8 @@ class ChunkWriter:
             self._require_files(chunk)
             if clock.now() > deadline:
                 raise CommitTimeoutError(
-                    f"chunk {chunk.id} did not commit before its deadline; retry with the same token"
+                    f"chunk {chunk.id} did not commit before its deadline; retry with the same "
+                    "idempotency key"
                 )
             dt = snapshot or self.warehouse.latest(self.table)  # (a) the snapshot first …
             snapshot = None
@@ -421,7 +427,7 @@ class ChunkWriter:
         message = (
             f"staged file {missing[0]} of chunk {chunk.id} is gone from storage"
             f"{f' (and {len(missing) - 1} more)' if len(missing) > 1 else ''}; nothing of the chunk "
-            "was committed; write its data again under a new token"
+            "was committed; write its data again under a new idempotency key"
         )
         try:
             self.store.abort_chunk(chunk, error=message)
@@ -474,8 +480,7 @@ class ChunkWriter:
         late_table = self.catalog.companion(self.table, TableKind.LATE)
         writer = ChunkWriter(self.catalog, late_table, self.config)
         for f in late:
-            token = f"late:{chunk.id}:{f.path}"
-            late_chunk = writer.reserve(token)
+            late_chunk = writer.reserve(f"late:{chunk.id}:{f.path}")
             if late_chunk.state is ChunkState.RESERVED:
                 data = pq.read_table(Path(self.table.location) / f.path)
                 writer.stage_parsed(late_chunk, Parsed(data, []))
@@ -506,10 +511,10 @@ class ChunkWriter:
             writer.commit(dlq_chunk.id)
         return sum(f.rows for f in late)
 
-    def _commit_companion(self, kind: TableKind, token: str) -> None:
+    def _commit_companion(self, kind: TableKind, key: str) -> None:
         companion = self.catalog.companion(self.table, kind)
         writer = ChunkWriter(self.catalog, companion, self.config)
-        found = self.store.find_chunk_by_token(companion.id, token)
+        found = self.store.find_chunk_by_key(companion.id, key)
         if found is not None:
             writer.commit(found.id)
 
@@ -541,7 +546,7 @@ class ChunkWriter:
             version=chunk.version,
             dead_letter_rows=chunk.dead_letter_rows,
             late_rows=chunk.late_rows,
-            token=chunk.token,
+            idempotency_key=chunk.idempotency_key,
         )
 
     # -- abort -----------------------------------------------------------------------------
@@ -558,7 +563,7 @@ class ChunkWriter:
         self._remove_files(chunk)
         if chunk.dead_letter_rows:
             dlq = self.catalog.companion(self.table, TableKind.DEAD_LETTER)
-            found = self.store.find_chunk_by_token(dlq.id, f"dead-letter:{chunk.id}")
+            found = self.store.find_chunk_by_key(dlq.id, f"dead-letter:{chunk.id}")
             if found is not None and found.state is ChunkState.RESERVED:
                 ChunkWriter(self.catalog, dlq, self.config).abort(found.id, reason)
         return chunk
@@ -573,14 +578,14 @@ class ChunkWriter:
             raise ChunkStateError(f"cannot {verb} chunk {chunk.id}: it is {chunk.state.value}")
 
     # -- one call --------------------------------------------------------------------------
-    def write(self, content: bytes, fmt: Format, token: str | None = None, source: str = "") -> CommitResult:
-        """Reserve, write and commit ``content`` as one chunk; with a token, exactly once.
+    def write(self, content: bytes, fmt: Format, key: str | None = None, source: str = "") -> CommitResult:
+        """Reserve, write and commit ``content`` as one chunk; with an idempotency ``key``, exactly once.
 
-        The same token with the same content answers the original commit; with other content it
-        raises :class:`TokenConflictError`.
+        The same key with the same content answers the original commit; with other content it
+        raises :class:`IdempotencyConflictError`.
         """
         digest = digest_bytes(content)
-        chunk = self.reserve(token)
+        chunk = self.reserve(key)
         ignored: dict[str, int] = {}
         if chunk.state is ChunkState.RESERVED:
             try:
@@ -594,10 +599,10 @@ class ChunkWriter:
         result = self.commit(chunk.id, content_digest=digest)
         return dataclasses.replace(result, ignored_fields=ignored) if ignored else result
 
-    def write_table(self, data: pa.Table, token: str | None = None) -> CommitResult:
-        """Commit an Arrow table as one chunk; with a token, exactly once (as :meth:`write`)."""
+    def write_table(self, data: pa.Table, key: str | None = None) -> CommitResult:
+        """Commit an Arrow table as one chunk; with an idempotency ``key``, exactly once."""
         digest = arrow_digest(data)
-        chunk = self.reserve(token)
+        chunk = self.reserve(key)
         if chunk.state is ChunkState.RESERVED:
             chunk = self.stage_parsed(chunk, parse_arrow(data, self.validator()), digest=digest)
         return self.commit(chunk.id, content_digest=digest)

@@ -87,7 +87,7 @@ class Client:
         """Commit the chunk; retried until it has landed (or is known not to).
 
         ``content_sha256`` (``sha256:<hex>`` of the data the caller uploaded, see
-        :func:`content_digest`): a chunk holding other data answers 409 ``token_conflict``.
+        :func:`content_digest`): a chunk holding other data answers 409 ``idempotency_conflict``.
         """
         body = {"content_sha256": content_sha256} if content_sha256 else None
         return self._call("POST", _chunk_path(chunk_id, "/commit"), json=body).json()
@@ -134,7 +134,7 @@ class Client:
         Returns the commit (the shape of ``streampart write --json``). Called again with the
         same key (after a crash, say), it finishes or returns that chunk, never writes twice;
         called with the same key and other data, it raises :class:`ApiRequestError` (409
-        ``token_conflict``) instead of answering with the earlier commit.
+        ``idempotency_conflict``) instead of answering with the earlier commit.
         """
         key = idempotency_key or _fresh_key()
         chunk = self.open_chunk(table, key)

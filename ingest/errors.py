@@ -17,8 +17,8 @@ class LateDataError(IngestError, UserInputError):
     """Rows belong to a sealed event-time partition and the table rejects late data."""
 
 
-class TokenConflictError(IngestError, UserInputError):
-    """An idempotency token already names a chunk of different content: new data needs a new token."""
+class IdempotencyConflictError(IngestError, UserInputError):
+    """An idempotency key already names a chunk of different content: new data needs a new key."""
 
 
 class ChunkStateError(IngestError):
@@ -30,7 +30,7 @@ class ChunkBusyError(IngestError, RetriableError):
 
 
 class CommitTimeoutError(IngestError, RetriableError):
-    """The commit did not land before its deadline; retrying with the same token resolves it."""
+    """The commit did not land before its deadline; retrying with the same idempotency key resolves it."""
 
 
 class ApiClientError(IngestError):

@@ -423,7 +423,7 @@ class Chunk(BaseModel):
 
     id: str
     table_id: int
-    token: str | None
+    idempotency_key: str | None  # names the chunk for good: a retry under it lands once
     state: ChunkState
     created_at: datetime
     expires_at: datetime
@@ -438,8 +438,8 @@ class Chunk(BaseModel):
     dead_letter_rows: int = 0
     late_rows: int = 0
     error: str | None = None
-    # ``sha256:<hex>`` of the content staged under the chunk's token (None: not recorded, as for
-    # chunks of a Kafka batch, whose token names the offsets, or of releases before 0.2)
+    # ``sha256:<hex>`` of the content staged under the chunk's idempotency key (None: not recorded, as
+    # for chunks of a Kafka batch, whose key names the offsets, or of releases before 0.2)
     content_digest: str | None = None
 
 

@@ -44,12 +44,12 @@ class HousekeepingConfig(BaseModel):
         timedelta(days=7),
         description="Files of aborted chunks and chunk files swept by a roll are deleted after this.",
     )
-    # Why the same 7 days: a pruned chunk's idempotency token is forgotten, so a producer
+    # Why the same 7 days: a pruned chunk's idempotency key is forgotten, so a producer
     # retrying after that would land its chunk again; no producer retries a week later.
     chunk_retention: Duration = Field(
         timedelta(days=7),
         description="Chunk rows of partitions rolled longer ago than this are pruned into per-partition "
-        "summaries (their idempotency tokens are forgotten).",
+        "summaries (their idempotency keys are forgotten).",
     )
     checkpoint_every: int = Field(
         50,

@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.table import Table as RichTable
 
 from ingest.chunks import ChunkWriter
-from ingest.errors import TokenConflictError
+from ingest.errors import IdempotencyConflictError
 from ingest.formats import Format
 from metastore.catalog import Catalog
 from metastore.durations import parse_duration
@@ -207,14 +207,16 @@ def run_demo(settings: Any, catalog: Catalog, console: Console, fresh: bool = Tr
     now = datetime.now(UTC)
     chunks = [_records(k * 1000, 1000, now) for k in range(5)]
     for k, content in enumerate(chunks):
-        r = writer.write(content, Format.JSONL, token=f"demo-{k}")
+        r = writer.write(content, Format.JSONL, key=f"demo-{k}")
         console.print(f"2. committed chunk {k + 1}/5: {r.rows} rows at Delta version {r.version}")
-    again = writer.write(chunks[0], Format.JSONL, token="demo-0")  # a retry sends the same bytes
-    console.print(f"3. retried chunk 1 with the same token: same chunk {again.chunk[:8]}…, nothing added")
+    again = writer.write(chunks[0], Format.JSONL, key="demo-0")  # a retry sends the same bytes
+    console.print(
+        f"3. retried chunk 1 with the same idempotency key: same chunk {again.chunk[:8]}…, nothing added"
+    )
     try:
-        writer.write(_records(9000, 10, now), Format.JSONL, token="demo-0")
-    except TokenConflictError:
-        console.print("   the same token with other data is refused (a conflict), never silently dropped")
+        writer.write(_records(9000, 10, now), Format.JSONL, key="demo-0")
+    except IdempotencyConflictError:
+        console.print("   the same key with other data is refused (a conflict), never silently dropped")
     bad = writer.write(
         b'{"id": 5000, "ts": "2026-01-01T00:00:00Z"}\n{"id": "x", "ts": "soon"}\n', Format.JSONL
     )
@@ -236,7 +238,7 @@ def run_demo(settings: Any, catalog: Catalog, console: Console, fresh: bool = Tr
             f"{roll.rows} rows, {roll.seconds:.2f}s; next streaming partition {roll.next_partition}"
         )
     for k in range(5, 7):
-        r = writer.write(_records(k * 1000, 500, now), Format.JSONL, token=f"demo-{k}")
+        r = writer.write(_records(k * 1000, 500, now), Format.JSONL, key=f"demo-{k}")
         console.print(
             f"7. committed chunk into the new streaming partition: {r.rows} rows → {r.partitions[0]}"
         )

@@ -282,8 +282,8 @@ def test_write_with_token_lands_once(arrival: dict[str, Any]) -> None:
 def test_a_token_reused_for_other_data_is_refused_and_adds_nothing(arrival: dict[str, Any]) -> None:
     result = arrival["token_reused"]
 
-    assert_user_error(result, "token 'T-1' of table ns.t was used for different content")
-    assert "use a new token" in result.message
+    assert_user_error(result, "idempotency key 'T-1' of table ns.t was used for different content")
+    assert "use a new idempotency key" in result.message
     assert total_rows(arrival["describe_written"].json()) == WRITTEN
 
 

@@ -84,7 +84,7 @@ def test_concurrent_writers_never_pass_a_namespace_quota(catalog) -> None:  # ty
     issue 10's quota): the committed bytes never pass it, every acknowledged chunk is there,
     and every refused chunk is aborted with nothing left on disk."""
     table = make_table(catalog, "quota.t")
-    first = ChunkWriter(catalog, table).write(records(range(ROWS)), Format.JSONL, token="first")
+    first = ChunkWriter(catalog, table).write(records(range(ROWS)), Format.JSONL, key="first")
     one_chunk = catalog.store.committed_bytes("quota")
     quota = one_chunk * 6 + one_chunk // 2  # room for five more chunks of about the same size
     catalog.store.alter_namespace("quota", quota_bytes=quota)
@@ -108,6 +108,6 @@ def test_concurrent_writers_never_pass_a_namespace_quota(catalog) -> None:  # ty
     ids = all_ids(table)
     assert not duplicates(ids) and len(ids) == (len(acked) + 1) * ROWS and first.rows == ROWS
     for s in refused:
-        chunk = catalog.store.find_chunk_by_token(table.id, s["token"])
+        chunk = catalog.store.find_chunk_by_key(table.id, s["token"])
         assert chunk is not None and chunk.state is ChunkState.ABORTED
         assert not any(catalog.warehouse.exists(table, f.path) for f in chunk.files)

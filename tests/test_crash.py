@@ -35,7 +35,7 @@ def run_worker(catalog, table, *args: str, crashpoint: str | None = None, timeou
     return proc.returncode, acks, proc.stderr
 
 
-# Where a writer dies, and what a retry with the same token must find.
+# Where a writer dies, and what a retry with the same idempotency key must find.
 WRITER_CRASHES = [
     # files staged, commit never begun: the retry rewrites and commits them
     "chunk-after-write",
@@ -63,7 +63,7 @@ def test_writer_killed_at_each_step_then_retried_lands_once(catalog, point: str)
     )
     assert code == 0, err
     assert sorted(all_ids(table)) == list(range(10))  # invariant 2: exactly once
-    chunk = catalog.store.find_chunk_by_token(table.id, "w0-0")
+    chunk = catalog.store.find_chunk_by_key(table.id, "w0-0")
     assert chunk.state is ChunkState.COMMITTED and acks[0]["chunk"] == chunk.id
 
 
@@ -73,7 +73,7 @@ def test_a_writer_killed_before_commit_and_never_retried_leaves_nothing(catalog)
     assert code == -signal.SIGKILL
     staging = Path(table.location) / "_staging"
     assert len(list(staging.glob("*.parquet"))) == 1
-    chunk = catalog.store.find_chunk_by_token(table.id, "w0-0")
+    chunk = catalog.store.find_chunk_by_key(table.id, "w0-0")
     assert expire_chunks(catalog) == []  # not before its TTL …
     expire_chunks(catalog, now=chunk.expires_at)  # … but once past it, housekeeping removes its files
     assert catalog.store.get_chunk(chunk.id).state is ChunkState.EXPIRED

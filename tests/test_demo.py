@@ -51,9 +51,9 @@ def test_links_demo_reads_the_rolled_partition_through_an_isolated_namespace(spa
                      roll_every=parse_duration("1h"))  # fmt: skip
     table = sqlite_catalog.create_table(spec)
     w = ChunkWriter(sqlite_catalog, table)
-    w.write(records(range(10)), Format.JSONL, token="a")
+    w.write(records(range(10)), Format.JSONL, key="a")
     Roller(sqlite_catalog).roll_table(table, force=True)
-    w.write(records(range(10, 13)), Format.JSONL, token="b")
+    w.write(records(range(10, 13)), Format.JSONL, key="b")
     for _ in range(2):  # a second demo finds its link and namespace and makes them again
         out = io.StringIO()
         run_links_demo(sqlite_catalog, Console(file=out, width=300), spark)
@@ -76,5 +76,5 @@ def test_the_whole_demo_runs(spark, tmp_path) -> None:  # type: ignore[no-untype
     finally:
         catalog.close()
     text = out.getvalue()
-    assert "3. retried chunk 1 with the same token: same chunk" in text, text
+    assert "3. retried chunk 1 with the same idempotency key: same chunk" in text, text
     assert "17. usage: demo owns" in text and "done in" in text, text

@@ -66,11 +66,11 @@ def test_a_dynamic_link_shows_a_partition_from_the_version_that_swept_it(spark, 
     link(cat, "c.s", "b.t", include_streaming=True)
     w = ChunkWriter(cat, source)
     for k in range(3):
-        w.write(records(range(k * 10, k * 10 + 10)), Format.JSONL, token=f"before-{k}")
+        w.write(records(range(k * 10, k * 10 + 10)), Format.JSONL, key=f"before-{k}")
     Roller(cat).roll_table(source, force=True)
     [rolled] = cat.store.list_rolls(source.id)
     for k in range(2):
-        w.write(records(range(100 + k * 10, 110 + k * 10)), Format.JSONL, token=f"after-{k}")
+        w.write(records(range(100 + k * 10, 110 + k * 10)), Format.JSONL, key=f"after-{k}")
     newest = int(cat.load(source).version())
     assert rolled.seal_version is not None and rolled.sweep_version == rolled.seal_version + 1
     for v in range(newest + 1):
@@ -150,7 +150,7 @@ def test_static_links_retention_and_partitions_added_and_dropped(spark, sqlite_c
     w, roller = ChunkWriter(cat, source), Roller(cat)
     for k in range(3):  # three partitions, 10:00, 11:00 and 12:00, each rolled at its end
         with clock.use(at(start + k * hour)):
-            w.write(records(range(k * 10, k * 10 + 10)), Format.JSONL, token=f"p{k}")
+            w.write(records(range(k * 10, k * 10 + 10)), Format.JSONL, key=f"p{k}")
         with clock.use(at(start + (k + 1) * hour)):
             roller.roll_table(source)
     parts = [p.value for p in cat.store.list_partitions(source.id)]
@@ -170,9 +170,9 @@ def test_static_links_retention_and_partitions_added_and_dropped(spark, sqlite_c
 def test_an_isolated_namespace_reads_its_own_tables_and_links_only(spark, sqlite_catalog) -> None:  # type: ignore[no-untyped-def]
     cat = sqlite_catalog
     b = make_table(cat, "b.t")
-    ChunkWriter(cat, b).write(records(range(5)), Format.JSONL, token="x")
+    ChunkWriter(cat, b).write(records(range(5)), Format.JSONL, key="x")
     own = make_table(cat, "a.own")
-    ChunkWriter(cat, own).write(records(range(100, 103)), Format.JSONL, token="y")
+    ChunkWriter(cat, own).write(records(range(100, 103)), Format.JSONL, key="y")
     cat.store.create_namespace("iso", isolated=True)
     make_table(cat, "iso.mine")
     link(cat, "iso.l", "b.t", include_streaming=True)

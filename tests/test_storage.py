@@ -2,7 +2,7 @@
 
 Out of space is a clear, retriable error everywhere — a write, an upload (HTTP 507 with
 Retry-After), a roll — that leaves no temporary file behind and loses nothing; once space is
-freed, the same token lands once and the roll resumes at once, whoever retries it.
+freed, the same idempotency key lands once and the roll resumes at once, whoever retries it.
 """
 
 from __future__ import annotations
@@ -80,15 +80,15 @@ def catalog_on(small_disk: Path, tmp_path: Path) -> Iterator[Catalog]:
 def test_a_write_to_a_full_disk_is_retriable_and_lands_once_after_space_is_freed(catalog_on: Catalog) -> None:
     table = make_table(catalog_on)
     w = ChunkWriter(catalog_on, table)
-    w.write(records(range(10)), Format.JSONL, token="before")
+    w.write(records(range(10)), Format.JSONL, key="before")
     filler = fill(Path(catalog_on.warehouse.root).parent)
     with pytest.raises(StorageFullError, match="no space left on the warehouse's storage") as full:
-        w.write(records(range(10, 20)), Format.JSONL, token="during")
+        w.write(records(range(10, 20)), Format.JSONL, key="during")
     assert isinstance(full.value, RetriableError) and "free space, then retry" in str(full.value)
     assert temp_files(Path(table.location)) == []
     filler.unlink()
-    w.write(records(range(10, 20)), Format.JSONL, token="during")  # the producer's retry
-    w.write(records(range(10, 20)), Format.JSONL, token="during")
+    w.write(records(range(10, 20)), Format.JSONL, key="during")  # the producer's retry
+    w.write(records(range(10, 20)), Format.JSONL, key="during")
     assert sorted(all_ids(table)) == list(range(20))
 
 

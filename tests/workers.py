@@ -48,7 +48,7 @@ def write_retrying(w: ChunkWriter, content: bytes, token: str) -> CommitResult:
     """Write one chunk, retrying what may be retried (a busy chunk, a lost race, a timeout)."""
     while True:
         try:
-            return w.write(content, Format.JSONL, token=token)
+            return w.write(content, Format.JSONL, key=token)
         except (ChunkBusyError, CommitTimeoutError, RetriableError):
             time.sleep(0.05)
 

@@ -17,9 +17,9 @@ from ingest.errors import (
     ChunkBusyError,
     ChunkStateError,
     CommitTimeoutError,
+    IdempotencyConflictError,
     LateDataError,
     MalformedChunkError,
-    TokenConflictError,
 )
 from metastore.errors import (
     AlreadyExistsError,
@@ -77,7 +77,7 @@ _MAP: list[tuple[type[BaseException], int, str, int | None]] = [
     (BodyError, 400, "malformed_body", None),
     (MalformedChunkError, 400, "malformed_body", None),
     (LateDataError, 422, "late_data", None),
-    (TokenConflictError, 409, "token_conflict", None),
+    (IdempotencyConflictError, 409, "idempotency_conflict", None),
     (QuotaExceededError, 413, "quota_exceeded", None),
     (ReadOnlyLinkError, 409, "read_only_link", None),
     (IsolationError, 403, "isolated_namespace", None),

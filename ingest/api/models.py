@@ -51,7 +51,7 @@ class CommitChunk(BaseModel):
         pattern=r"^sha256:[0-9a-f]{64}$",
         description="sha256:<hex> of the data the caller uploaded. If the chunk holds other data (the "
         "idempotency key was reused, or another caller uploaded under it), the commit answers 409 "
-        "token_conflict instead of committing or answering with the other data's commit.",
+        "idempotency_conflict instead of committing or answering with the other data's commit.",
     )
 
 
@@ -81,7 +81,7 @@ class ChunkInfo(BaseModel):
             id=chunk.id,
             table=str(table.name),
             state=chunk.state,
-            idempotency_key=chunk.token,
+            idempotency_key=chunk.idempotency_key,
             created_at=iso(chunk.created_at),
             expires_at=iso(chunk.expires_at),
             rows=chunk.rows,
@@ -103,7 +103,7 @@ class CommitInfo(BaseModel):
     version: int | None
     dead_letter_rows: int
     late_rows: int
-    token: str | None = Field(description="The chunk's idempotency key.")
+    idempotency_key: str | None = Field(description="The chunk's idempotency key.")
     ignored_fields: dict[str, int] = Field(
         default_factory=dict, description="Fields of the events' records that the table has no column for."
     )

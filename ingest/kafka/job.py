@@ -7,7 +7,7 @@ and returns it. The records come from the ``streampart-kafka`` source (:mod:`ing
 Each micro-batch becomes one chunk of the table, committed once whatever crashes and
 replays happen:
 
-1. The driver reserves the chunk under the token ``kafka:<query id>:<batch id>``. The query id
+1. The driver reserves the chunk under the idempotency key ``kafka:<query id>:<batch id>``. The query id
    lives in the checkpoint, so a batch replayed after a restart finds the same chunk: if it
    is committed, the batch is done and Spark is not even asked to read it again.
 2. One Spark job reads the batch's offset ranges (the ``streampart-kafka`` source), and each
@@ -58,7 +58,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 CHECKPOINTS_DIR = "_checkpoints"
-# A token whose chunk expired or was aborted never landed: the batch takes the next suffix.
+# A key whose chunk expired or was aborted never landed: the batch takes the next suffix.
 MAX_TOKEN_ATTEMPTS = 100
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -293,7 +293,7 @@ class ChunkSink:
 
     def query_id(self) -> str:
         # Spark writes <checkpoint>/metadata ({"id": …}) when the query first starts and keeps
-        # it across restarts; it is what makes a replayed batch's token the same.
+        # it across restarts; it is what makes a replayed batch's idempotency key the same.
         if self._query_id is None:
             meta = json.loads((Path(self.checkpoint) / "metadata").read_text())
             self._query_id = str(meta["id"])
@@ -302,8 +302,8 @@ class ChunkSink:
     def _chunk_for(self, batch_id: int) -> Any:
         base = f"kafka:{self.query_id()}:{batch_id}"
         for attempt in range(MAX_TOKEN_ATTEMPTS):
-            token = base if attempt == 0 else f"{base}#{attempt + 1}"
-            chunk = self.writer.reserve(token)
+            key = base if attempt == 0 else f"{base}#{attempt + 1}"
+            chunk = self.writer.reserve(key)
             if chunk.state in (ChunkState.ABORTED, ChunkState.EXPIRED):
                 continue  # never landed: take a fresh chunk for this batch
             return chunk
@@ -439,7 +439,7 @@ def run_kafka_ingest(
         while not query.awaitTermination(poll_seconds):
             if should_stop():
                 # Stopping between batches is always safe; mid-batch, the batch is replayed
-                # by the next run and lands once (its chunk token is in the metastore).
+                # by the next run and lands once (its chunk's idempotency key is in the metastore).
                 query.stop()
                 break
         exc = query.exception()

@@ -1,6 +1,6 @@
 """Chunks: RESERVED → COMMITTING → COMMITTED | ABORTED | EXPIRED, each step a guarded update.
 
-A producer reserves a chunk (once per idempotency token), records the files it staged, then
+A producer reserves a chunk (once per idempotency key), records the files it staged, then
 commits: ``begin_commit`` stamps one attempt (only one committer wins, and only before the
 chunk's TTL), ``finish_commit`` records the Delta version. A commit attempt whose writer
 stalled is replaced by ``take_over_commit``; the replaced attempt is fenced out of every later
@@ -30,7 +30,7 @@ def chunk_from_row(row: Any) -> Chunk:
     return Chunk(
         id=m["id"],
         table_id=m["table_id"],
-        token=m["token"],
+        idempotency_key=m["token"],  # the column keeps its first name
         state=ChunkState(m["state"]),
         created_at=_out(m["created_at"]),
         expires_at=_out(m["expires_at"]),
@@ -100,12 +100,12 @@ class ChunkStore(Database):
     """Chunks and their commit protocol."""
 
     def reserve_chunk(
-        self, table_id: int, token: str | None, ttl: timedelta, now: datetime | None = None
+        self, table_id: int, key: str | None, ttl: timedelta, now: datetime | None = None
     ) -> Chunk:
-        """Reserve a new chunk, or return the chunk already reserved under ``token``."""
+        """Reserve a new chunk, or return the chunk already reserved under the idempotency ``key``."""
         now = now or _now()
-        if token is not None:
-            existing = self.find_chunk_by_token(table_id, token)
+        if key is not None:
+            existing = self.find_chunk_by_key(table_id, key)
             if existing is not None:
                 return existing
         chunk_id = str(uuid.uuid4())
@@ -115,7 +115,7 @@ class ChunkStore(Database):
                     sa.insert(s.chunks).values(
                         id=chunk_id,
                         table_id=table_id,
-                        token=token,
+                        token=key,
                         state=ChunkState.RESERVED.value,
                         created_at=_db(now),
                         expires_at=_db(now + ttl),
@@ -128,17 +128,18 @@ class ChunkStore(Database):
                     )
                 )
         except IntegrityError:
-            if token is None:
+            if key is None:
                 raise
-            found = self.find_chunk_by_token(table_id, token)
+            found = self.find_chunk_by_key(table_id, key)
             assert found is not None
             return found
         return self.get_chunk(chunk_id)
 
-    def find_chunk_by_token(self, table_id: int, token: str) -> Chunk | None:
+    def find_chunk_by_key(self, table_id: int, key: str) -> Chunk | None:
+        """The table's chunk reserved under the idempotency ``key``, if any."""
         with self.read_tx() as conn:
             row = conn.execute(
-                sa.select(s.chunks).where(s.chunks.c.table_id == table_id, s.chunks.c.token == token)
+                sa.select(s.chunks).where(s.chunks.c.table_id == table_id, s.chunks.c.token == key)
             ).first()
         return None if row is None else chunk_from_row(row)
 
@@ -222,7 +223,7 @@ class ChunkStore(Database):
         """RESERVED → COMMITTING, stamping this attempt; only one committer wins.
 
         With ``content_digest``, only if the staged content is that content (another producer
-        may have re-staged the chunk under the same token with other data meanwhile).
+        may have re-staged the chunk under the same idempotency key with other data meanwhile).
 
         Raises:
             QuotaExceededError: the chunk's bytes would take its namespace past its quota

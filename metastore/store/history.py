@@ -150,7 +150,7 @@ class HistoryStore(Database):
         - committed: every partition it landed in is standard, rolled before ``before``;
         - aborted or expired: created before ``before``.
 
-        Its idempotency token goes with it: a retry under that token afterwards would be a new
+        Its idempotency key goes with it: a retry under that key afterwards would be a new
         chunk, so ``before`` must lie further back than any producer retries (the roll
         daemon's default is 7 days). Partition rows (what ``describe`` shows) stay untouched.
         """

@@ -21,8 +21,14 @@ def write(
     format: Annotated[
         str | None, typer.Option("--format", help="jsonl, csv or parquet [default: from the file name]")
     ] = None,
-    token: Annotated[
-        str | None, typer.Option(help="Idempotency token: a retry with the same token lands once")
+    key: Annotated[
+        str | None,
+        typer.Option(
+            "--idempotency-key",
+            "--key",
+            "--token",  # its first name, kept for scripts that use it
+            help="Idempotency key: the chunk's name for good; a retry with the same key and data lands once",
+        ),
     ] = None,
     _json: JsonFlag = False,
     url: Annotated[
@@ -38,12 +44,12 @@ def write(
     cli = cli_context(ctx)
     fmt = choice(Format, format, "--format") if format else Format.guess(file)
     if url is not None:
-        _write_over_http(cli, url, api_token, name, file, fmt, token)
+        _write_over_http(cli, url, api_token, name, file, fmt, key)
     else:
-        _write_here(cli, name, file, fmt, token)
+        _write_here(cli, name, file, fmt, key)
 
 
-def _write_here(cli: CliContext, name: str, file: Path, fmt: Any, token: str | None) -> None:
+def _write_here(cli: CliContext, name: str, file: Path, fmt: Any, key: str | None) -> None:
     from ingest.chunks import ChunkWriter
 
     if str(file) == "-":
@@ -60,12 +66,12 @@ def _write_here(cli: CliContext, name: str, file: Path, fmt: Any, token: str | N
     settings = cli.settings()
     catalog = cli.catalog()
     writer = ChunkWriter(catalog, catalog.table(name), settings.chunk)
-    result = writer.write(content, fmt, token=token, source=str(file))
+    result = writer.write(content, fmt, key=key, source=str(file))
     cli.output.result(result.to_json(), _print_written_here)
 
 
 def _write_over_http(
-    cli: CliContext, url: str, api_token: str | None, name: str, file: Path, fmt: Any, token: str | None
+    cli: CliContext, url: str, api_token: str | None, name: str, file: Path, fmt: Any, key: str | None
 ) -> None:
     """``streampart write --url``: the same chunk, sent through the HTTP API by :mod:`ingest.client`."""
     from ingest.client import Client
@@ -79,7 +85,7 @@ def _write_over_http(
     else:
         data = file
     with Client(url, api_token) as api:
-        result = api.write(name, data, str(fmt), idempotency_key=token)
+        result = api.write(name, data, str(fmt), idempotency_key=key)
     cli.output.result(result, _print_written)
 
 

@@ -148,13 +148,14 @@ def test_an_idempotency_key_reused_for_other_data_is_a_409_and_adds_nothing(
         assert retry == first
         with pytest.raises(ApiRequestError) as refused:
             api.write("ns.events", records(range(9700, 9710)), idempotency_key="reused")
-        assert (refused.value.status, refused.value.code) == (409, "token_conflict")
-        assert "token 'reused'" in str(refused.value) and "new token" in str(refused.value)
+        assert (refused.value.status, refused.value.code) == (409, "idempotency_conflict")
+        said = str(refused.value)
+        assert "idempotency key 'reused'" in said and "new idempotency key" in said
         events = [{"id": i, "ts": "2026-11-21T10:00:00Z"} for i in range(9800, 9805)]
         api.events("ns.events", events, idempotency_key="ev-reused")
         with pytest.raises(ApiRequestError) as refused:
             api.events("ns.events", events[:2], idempotency_key="ev-reused")
-        assert refused.value.code == "token_conflict"
+        assert refused.value.code == "idempotency_conflict"
     ids = all_ids(table)
     assert not {i for i in ids if 9700 <= i < 9710} and sorted(i for i in ids if 9800 <= i < 9805) == list(
         range(9800, 9805)
@@ -296,7 +297,7 @@ def test_streampart_write_url_uses_the_api(server: Server, tmp_path: Path) -> No
     assert first.returncode == 0, first.stderr
     assert json.loads(first.stdout) == json.loads(second.stdout)
     assert set(json.loads(first.stdout)) == {
-        "chunk", "table", "partitions", "rows", "version", "dead_letter_rows", "late_rows", "token",
+        "chunk", "table", "partitions", "rows", "version", "dead_letter_rows", "late_rows", "idempotency_key",
         "ignored_fields",
     }  # fmt: skip
     ids = all_ids(server.catalog.table("ns.events"))

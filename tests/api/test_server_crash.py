@@ -77,7 +77,7 @@ def test_server_killed_mid_commit_then_restarted_the_retry_lands_once(
     assert srv.proc is not None
     srv.proc.wait(30)
     assert srv.proc.returncode == -9  # died at the crash point, mid-commit
-    chunk = srv.catalog.store.find_chunk_by_token(table.id, "k2")
+    chunk = srv.catalog.store.find_chunk_by_key(table.id, "k2")
     assert chunk is not None and chunk.state is ChunkState.COMMITTING
     visible = set(all_ids(table))
     assert set(_ids(2)) <= visible if landed else not set(_ids(2)) & visible  # wholly or not at all
@@ -115,7 +115,7 @@ def test_server_killed_mid_upload_then_restarted_the_retry_lands_once(srv: Serve
     staging = Path(table.location) / "_staging"
     spool = wait_for(lambda: list(staging.glob(".*-upload-*.tmp")))
     srv.kill()
-    chunk = srv.catalog.store.find_chunk_by_token(table.id, "during")
+    chunk = srv.catalog.store.find_chunk_by_key(table.id, "during")
     assert chunk is not None and chunk.state is ChunkState.RESERVED and chunk.files == ()
     # the half-written spool file belongs to the chunk by name, so housekeeping removes it
     assert spool[0].name.startswith(f".{chunk.id}-upload-")
@@ -168,7 +168,8 @@ def test_kill_9_at_a_random_instant_under_concurrent_producers(srv: Server) -> N
     # every chunk the server ever opened is wholly there (committed) or not at all
     present = set(ids)
     for chunk in srv.catalog.store.list_chunks(table.id):
-        rows = set(_ids(int(chunk.token.split("-")[0][1:]) * 1000 + int(chunk.token.split("-")[1])))
+        who, k = chunk.idempotency_key.split("-")
+        rows = set(_ids(int(who[1:]) * 1000 + int(k)))
         if chunk.state is ChunkState.COMMITTED:
             assert rows <= present
         else:

@@ -18,9 +18,9 @@ from ingest.digests import digest_bytes
 from ingest.errors import (
     ChunkBusyError,
     ChunkStateError,
+    IdempotencyConflictError,
     LateDataError,
     MalformedChunkError,
-    TokenConflictError,
 )
 from ingest.formats import Format
 from metastore import clock
@@ -68,17 +68,17 @@ def test_abort_and_expiry_leave_no_files_and_nothing_visible(catalog, tmp_path: 
 def test_a_retried_token_lands_once(catalog) -> None:  # type: ignore[no-untyped-def]
     table = make_table(catalog)
     w = ChunkWriter(catalog, table)
-    first = w.write(records(range(50)), Format.JSONL, token="batch-7")
-    again = w.write(records(range(50)), Format.JSONL, token="batch-7")
+    first = w.write(records(range(50)), Format.JSONL, key="batch-7")
+    again = w.write(records(range(50)), Format.JSONL, key="batch-7")
     assert again == first
     assert w.commit(first.chunk) == first  # a retried commit call, too
     assert sorted(all_ids(table)) == list(range(50))
 
 
-# The same token with other content: whichever step of the protocol the first use reached.
+# The same idempotency key with other content: whichever step of the protocol the first use reached.
 TOKEN_REUSE_CASES = [
     "committed",  # the first content committed: a reuse must not answer with its result
-    "staged",  # staged by another producer under the same token, not yet committed
+    "staged",  # staged by another producer under the same key, not yet committed
 ]
 
 
@@ -87,19 +87,19 @@ def test_a_token_reused_for_other_content_is_a_conflict(catalog, case: str) -> N
     table = make_table(catalog)
     w = ChunkWriter(catalog, table)
     if case == "committed":
-        first = w.write(records(range(50)), Format.JSONL, token="batch-1")
+        first = w.write(records(range(50)), Format.JSONL, key="batch-1")
         with pytest.raises(
-            TokenConflictError, match=r"token 'batch-1' of table ns.events .* committed 50 rows"
+            IdempotencyConflictError, match=r"key 'batch-1' of table ns.events .* committed 50 rows"
         ):
-            w.write(records(range(100, 120)), Format.JSONL, token="batch-1")
-        with pytest.raises(TokenConflictError):
-            w.write_table(w.parse(records(range(100, 120)), Format.JSONL).good, token="batch-1")
-        assert w.write(records(range(50)), Format.JSONL, token="batch-1") == first  # a retry
+            w.write(records(range(100, 120)), Format.JSONL, key="batch-1")
+        with pytest.raises(IdempotencyConflictError):
+            w.write_table(w.parse(records(range(100, 120)), Format.JSONL).good, key="batch-1")
+        assert w.write(records(range(50)), Format.JSONL, key="batch-1") == first  # a retry
         assert sorted(all_ids(table)) == list(range(50))
     else:
         chunk = w.stage(w.reserve("batch-1"), records(range(50)), Format.JSONL)  # producer A staged …
-        w.stage(chunk, records(range(100, 120)), Format.JSONL)  # … B re-staged under the same token
-        with pytest.raises(TokenConflictError, match="is reserved with other data"):
+        w.stage(chunk, records(range(100, 120)), Format.JSONL)  # … B re-staged under the same key
+        with pytest.raises(IdempotencyConflictError, match="is reserved with other data"):
             w.commit(chunk.id, content_digest=digest_bytes(records(range(50))))  # A's commit: refused
         assert w.commit(chunk.id, content_digest=digest_bytes(records(range(100, 120)))).rows == 20
         assert sorted(all_ids(table)) == list(range(100, 120))
@@ -109,9 +109,9 @@ def test_an_arrow_table_retried_under_its_token_lands_once_however_it_is_batched
     table = make_table(catalog)
     w = ChunkWriter(catalog, table)
     data = w.parse(records(range(30)), Format.JSONL).good
-    first = w.write_table(data, token="arrow-1")
+    first = w.write_table(data, key="arrow-1")
     rebatched = pa.Table.from_batches(data.to_batches(max_chunksize=7))
-    assert w.write_table(rebatched, token="arrow-1") == first
+    assert w.write_table(rebatched, key="arrow-1") == first
     assert sorted(all_ids(table)) == list(range(30))
 
 
@@ -132,7 +132,7 @@ def test_a_retry_after_a_crash_between_delta_commit_and_metastore_lands_once(cat
         w.commit(chunk.id)
     # … and after the takeover deadline the retry finds the landed commit instead of re-committing
     with clock.use(clock.SystemClock(timedelta(seconds=0.5))):
-        result = w.write(records(range(30)), Format.JSONL, token="tok")
+        result = w.write(records(range(30)), Format.JSONL, key="tok")
     assert result.chunk == chunk.id and result.version == 1 and result.partitions
     assert sorted(all_ids(table)) == list(range(30))
     assert catalog.store.get_chunk(chunk.id).state is ChunkState.COMMITTED
@@ -193,9 +193,9 @@ def test_late_rows_are_diverted_when_the_table_says_so(catalog) -> None:  # type
     w.write(records(range(5), "2026-11-21T10:30:00Z"), Format.JSONL)
     Roller(catalog).roll_table(table, now=H11)
     mixed = records([100, 102], "2026-11-21T10:45:00Z") + records([101], "2026-11-21T11:05:00Z")
-    result = w.write(mixed, Format.JSONL, token="t")
+    result = w.write(mixed, Format.JSONL, key="t")
     assert result.late_rows == 2 and result.rows == 1
-    assert w.write(mixed, Format.JSONL, token="t") == result  # the divert is exactly once too
+    assert w.write(mixed, Format.JSONL, key="t") == result  # the divert is exactly once too
     late = catalog.companion(table, TableKind.LATE)
     assert sorted(all_ids(late)) == [100, 102]
     assert ids_by_partition(table) == {H10: [0, 1, 2, 3, 4], H11: [101]}
@@ -207,9 +207,9 @@ def test_a_malformed_chunk_fails_whole_with_the_line_number(catalog) -> None:  #
     w.write(records(range(3)), Format.JSONL)
     bad = records(range(10, 12)) + b'{"id": "eleven", "ts": "2026-11-21T10:00:00Z"}\n'
     with pytest.raises(MalformedChunkError, match=r"record 3: column 'id': expected an integer"):
-        w.write(bad, Format.JSONL, token="bad")
+        w.write(bad, Format.JSONL, key="bad")
     assert sorted(all_ids(table)) == [0, 1, 2]  # what was committed is untouched, nothing added
-    assert catalog.store.find_chunk_by_token(table.id, "bad").state is ChunkState.ABORTED
+    assert catalog.store.find_chunk_by_key(table.id, "bad").state is ChunkState.ABORTED
     # the aborted chunk's staged file is gone: staging holds exactly the one live chunk file
     staged = {f"_staging/{p.name}" for p in (Path(table.location) / "_staging").glob("*.parquet")}
     assert staged == live_paths(catalog, table) and len(staged) == 1
@@ -219,7 +219,7 @@ def test_bad_records_go_to_the_dead_letter_table_with_reason_and_position(catalo
     table = make_table(catalog, dead_letter=True)
     w = ChunkWriter(catalog, table)
     data = records([1]) + b"not json\n" + records([2]) + b'{"id": 3}\n'
-    result = w.write(data, Format.JSONL, token="t", source="upload.jsonl")
+    result = w.write(data, Format.JSONL, key="t", source="upload.jsonl")
     assert result.rows == 2 and result.dead_letter_rows == 2
     dlq = catalog.companion(table, TableKind.DEAD_LETTER)
     rows = delta_rows(dlq, columns="position, reason, source, raw, chunk").to_pylist()
@@ -230,7 +230,7 @@ def test_bad_records_go_to_the_dead_letter_table_with_reason_and_position(catalo
     assert {r["source"] for r in rows} == {"upload.jsonl"}
     assert {r["chunk"] for r in rows} == {result.chunk}
     assert b"not json" in {r["raw"] for r in rows}
-    w.write(data, Format.JSONL, token="t")  # a retry adds no dead letters either
+    w.write(data, Format.JSONL, key="t")  # a retry adds no dead letters either
     assert delta_rows(dlq, columns="position").num_rows == 2
 
 
@@ -239,7 +239,7 @@ def test_a_commit_whose_staged_file_is_gone_ends_the_chunk_at_once(catalog) -> N
     w = ChunkWriter(catalog, table, ChunkConfig(commit_timeout=timedelta(minutes=5)))
     chunk = w.stage(w.reserve("t-1"), records(range(10)), Format.JSONL)
     (Path(table.location) / chunk.files[0].path).unlink()  # lost from storage
-    with pytest.raises(ChunkStateError, match=r"staged file .* is gone from storage.*new token"):
+    with pytest.raises(ChunkStateError, match=r"staged file .* is gone from storage.*new idempotency key"):
         w.commit(chunk.id)  # at once: not a retry loop until the 5-minute deadline
     after = catalog.store.get_chunk(chunk.id)
     assert after.state is ChunkState.ABORTED and "gone from storage" in (after.error or "")
@@ -333,7 +333,7 @@ def test_fields_the_table_lacks_are_counted_not_dropped_in_silence(catalog) -> N
     table = make_table(catalog)
     data = jsonl([{"id": 1, "ts": "2026-11-21T10:00:00Z", "colour": "red"},
                   {"id": 2, "ts": "2026-11-21T10:00:00Z", "colour": "blue", "size": 3}])  # fmt: skip
-    result = ChunkWriter(catalog, table).write(data, Format.JSONL, token="extra")
+    result = ChunkWriter(catalog, table).write(data, Format.JSONL, key="extra")
     assert result.rows == 2 and result.ignored_fields == {"colour": 2, "size": 1}
     assert result.to_json()["ignored_fields"] == {"colour": 2, "size": 1}
 

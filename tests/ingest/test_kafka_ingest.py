@@ -98,7 +98,7 @@ def test_available_now_lands_every_record_exactly_once(spark, sqlite_catalog, ka
     for i, m in zip(rows.column("id").to_pylist(), rows.column("msg").to_pylist(), strict=True):
         assert m == f"event {i}"
     chunks = sqlite_catalog.store.list_chunks(table.id, [ChunkState.COMMITTED])
-    assert len(chunks) == 3 and all(c.token.startswith("kafka:") for c in chunks)
+    assert len(chunks) == 3 and all(c.idempotency_key.startswith("kafka:") for c in chunks)
 
     # a second run finds nothing new and adds nothing
     assert run_kafka_ingest(spark, sqlite_catalog, opts) == 0

@@ -34,7 +34,7 @@ def expired_chunk(catalog: Catalog) -> tuple[Callable[[], object], str]:
 
 
 def chunk_with_other_content(catalog: Catalog) -> tuple[Callable[[], object], str]:
-    # another producer re-staged the chunk under the same token with other data
+    # another producer re-staged the chunk under the same idempotency key with other data
     store = catalog.store
     chunk = store.reserve_chunk(make_table(catalog).id, "tok", HOUR, now=T0)
     store.record_chunk_files(chunk, [], content_digest="aaa")

@@ -289,13 +289,13 @@ def test_usage_and_the_quota_ledger_agree_with_the_delta_logs(catalog) -> None: 
     t = make_table(catalog, "b.t", dead_letter=True)
     w = ChunkWriter(catalog, t)
     for k in range(3):
-        w.write(records(range(k * 10, k * 10 + 10)), Format.JSONL, token=f"c{k}")
-    w.write(records(range(100, 105)) + b"not json\n", Format.JSONL, token="bad")  # one dead letter
+        w.write(records(range(k * 10, k * 10 + 10)), Format.JSONL, key=f"c{k}")
+    w.write(records(range(100, 105)) + b"not json\n", Format.JSONL, key="bad")  # one dead letter
     Roller(catalog).roll_table(t, force=True)
-    w.write(records(range(200, 210)), Format.JSONL, token="after")
+    w.write(records(range(200, 210)), Format.JSONL, key="after")
     ev = make_table(catalog, "b.ev", mode=Mode.EVENT_TIME, late_data=LateDataPolicy.DIVERT)
     two_periods = records(range(5), "2026-11-21T10:15:00Z") + records(range(5, 9), "2026-11-21T11:15:00Z")
-    ChunkWriter(catalog, ev).write(two_periods, Format.JSONL, token="e")
+    ChunkWriter(catalog, ev).write(two_periods, Format.JSONL, key="e")
     link(catalog, "a.l", "b.t", include_streaming=True)
     usage = namespace_usage(catalog, "b")
     tables = {
@@ -317,19 +317,19 @@ def test_usage_and_the_quota_ledger_agree_with_the_delta_logs(catalog) -> None: 
 def test_a_write_past_the_quota_is_refused_whole_and_leaves_nothing(catalog) -> None:  # type: ignore[no-untyped-def]
     t = make_table(catalog, "b.t")
     w = ChunkWriter(catalog, t)
-    w.write(records(range(10)), Format.JSONL, token="fits")
+    w.write(records(range(10)), Format.JSONL, key="fits")
     used = catalog.store.committed_bytes("b")
     catalog.store.alter_namespace("b", quota_bytes=used + 100)  # less than any chunk
     with pytest.raises(
         QuotaExceededError, match=r"namespace b is over its quota: it holds .* this chunk adds"
     ):
-        w.write(records(range(10, 20)), Format.JSONL, token="over")
-    refused = catalog.store.find_chunk_by_token(t.id, "over")
+        w.write(records(range(10, 20)), Format.JSONL, key="over")
+    refused = catalog.store.find_chunk_by_key(t.id, "over")
     assert refused is not None and refused.state is ChunkState.ABORTED and "quota" in (refused.error or "")
     assert all(not catalog.warehouse.exists(t, f.path) for f in refused.files)
     assert catalog.store.committed_bytes("b") == used == sum(delta_bytes(t.location))
     catalog.store.alter_namespace("b", quota_bytes=None)
-    assert w.write(records(range(10, 20)), Format.JSONL, token="later").rows == 10
+    assert w.write(records(range(10, 20)), Format.JSONL, key="later").rows == 10
 
 
 def test_migrating_from_0004_adds_namespaces_and_the_ledger(metastore_url: str, tmp_path: Path) -> None:
@@ -345,12 +345,12 @@ def test_migrating_from_0004_adds_namespaces_and_the_ledger(metastore_url: str, 
     t = make_table(catalog, "sales.orders")
     make_table(catalog, "ops.events", mode=Mode.EVENT_TIME)
     w = ChunkWriter(catalog, t)
-    w.write(records(range(10)), Format.JSONL, token="a")
+    w.write(records(range(10)), Format.JSONL, key="a")
     Roller(catalog).roll_table(t, force=True)
-    w.write(records(range(10, 30)), Format.JSONL, token="b")
+    w.write(records(range(10, 30)), Format.JSONL, key="b")
     ev = catalog.table("ops.events")
     two_periods = records(range(3), "2026-11-21T10:15:00Z") + records(range(3, 5), "2026-11-21T11:15:00Z")
-    ChunkWriter(catalog, ev).write(two_periods, Format.JSONL, token="e")
+    ChunkWriter(catalog, ev).write(two_periods, Format.JSONL, key="e")
     expected = {n: catalog.store.committed_bytes(n) for n in ("sales", "ops")}
     assert expected["sales"] == sum(delta_bytes(t.location)) and expected["ops"] == sum(
         delta_bytes(ev.location)

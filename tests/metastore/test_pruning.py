@@ -35,23 +35,23 @@ def test_old_chunks_become_summaries_and_describe_does_not_change(catalog) -> No
     w = ChunkWriter(catalog, table)
     first = store.streaming_partition(table.id).value
     for k in range(3):
-        w.write(records(range(k * 10, k * 10 + 10)), Format.JSONL, token=f"t{k}")
+        w.write(records(range(k * 10, k * 10 + 10)), Format.JSONL, key=f"t{k}")
     aborted = w.reserve("gave-up")
     w.abort(aborted.id)
     Roller(catalog).roll_table(table, force=True)
-    w.write(records(range(100, 105)), Format.JSONL, token="open")  # stays in the streaming partition
+    w.write(records(range(100, 105)), Format.JSONL, key="open")  # stays in the streaming partition
     rolled_at = store.get_partition(table.id, first).rolled_at
     described, rows = catalog.describe(table), sorted(all_ids(table))
-    expected = _totals(c for c in store.list_chunks(table.id) if c.token != "open")
+    expected = _totals(c for c in store.list_chunks(table.id) if c.idempotency_key != "open")
 
     # within the retention nothing goes
     assert store.prune_chunks(table.id, before=store.list_chunks(table.id)[0].created_at) == 0
     assert len(store.list_chunks(table.id)) == 5
     # an aborted chunk goes once old enough; committed ones only once their partition rolled that long ago
     assert store.prune_chunks(table.id, before=rolled_at) == 1
-    assert store.find_chunk_by_token(table.id, "gave-up") is None
+    assert store.find_chunk_by_key(table.id, "gave-up") is None
     assert store.prune_chunks(table.id, before=rolled_at + timedelta(seconds=1)) == 3
-    assert [c.token for c in store.list_chunks(table.id)] == ["open"]  # its partition is still open
+    assert [c.idempotency_key for c in store.list_chunks(table.id)] == ["open"]  # its partition is still open
     summaries = {(s.partition_value, s.state): s for s in store.chunk_summaries(table.id)}
     assert set(summaries) == set(expected) == {(first, ChunkState.COMMITTED), (None, ChunkState.ABORTED)}
     for key, s in summaries.items():

@@ -112,7 +112,7 @@ READS: list[tuple[str, Callable[[Metastore, dict], object]]] = [
     ("ensure_partition", lambda st, r: st.ensure_partition(r["table"].id, r["partition"].value)),
     ("partition_counts", lambda st, r: st.partition_counts()),
     ("get_chunk", lambda st, r: st.get_chunk(r["chunk"].id)),
-    ("find_chunk_by_token", lambda st, r: st.find_chunk_by_token(r["table"].id, "tok")),
+    ("find_chunk_by_key", lambda st, r: st.find_chunk_by_key(r["table"].id, "tok")),
     # a token reserved already: the same chunk, read back
     ("reserve_chunk", lambda st, r: st.reserve_chunk(r["table"].id, "tok", timedelta(hours=1))),
     ("list_chunks", lambda st, r: st.list_chunks(r["table"].id)),

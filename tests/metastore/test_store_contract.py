@@ -208,5 +208,5 @@ def test_dropping_a_table_removes_its_partitions_chunks_and_rolls(catalog) -> No
     with pytest.raises(NotFoundError, match=f"table #{t.id} does not exist"):
         store.get_table_by_id(t.id)
     assert store.list_partitions(t.id) == store.list_chunks(t.id) == store.list_rolls(t.id) == []
-    assert store.find_chunk_by_token(t.id, "tok") is None
+    assert store.find_chunk_by_key(t.id, "tok") is None
     assert store.get_table_by_id(other.id) == other

@@ -143,7 +143,7 @@ def test_migration_0004_adds_chunk_digests_and_keeps_every_chunk(metastore_url: 
     old.close()
     new = Metastore(metastore_url)  # migrates to head
     try:
-        again = new.find_chunk_by_token(table.id, "old-token")
+        again = new.find_chunk_by_key(table.id, "old-token")
         assert again is not None and again.id == chunk.id and again.content_digest is None
     finally:
         new.close()

@@ -93,10 +93,10 @@ class Writer(threading.Thread):
         while not self._halt.is_set():
             ids = list(range(self.next, self.next + self.rows))
             try:
-                r = self.writer.write(records(ids), Format.JSONL, token=f"writer-{k}")
+                r = self.writer.write(records(ids), Format.JSONL, key=f"writer-{k}")
             except (RetriableError, ChunkBusyError, CommitTimeoutError):
                 time.sleep(0.05)
-                continue  # retried with the same token: lands once
+                continue  # retried with the same idempotency key: lands once
             except BaseException as exc:
                 self.errors.append(exc)
                 return

@@ -43,7 +43,7 @@ def test_the_leader_killed_mid_roll_is_replaced_and_the_roll_finishes_exactly_on
     w = ChunkWriter(catalog, table)
     first = catalog.store.streaming_partition(table.id).value
     for k in range(4):
-        w.write(records(range(k * 10, k * 10 + 10)), Format.JSONL, token=f"before-{k}")
+        w.write(records(range(k * 10, k * 10 + 10)), Format.JSONL, key=f"before-{k}")
     writer = Writer(catalog, table, first=1000)  # and writes go on all along
     writer.start()
     # the leader kills itself right after sealing its first roll

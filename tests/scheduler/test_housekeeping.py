@@ -27,14 +27,14 @@ def test_files_go_after_the_retention_and_readers_notice_nothing(catalog) -> Non
     table = make_table(catalog)
     w = ChunkWriter(catalog, table)
     first = store.streaming_partition(table.id).value
-    swept = store.get_chunk(w.write(records(range(10)), Format.JSONL, token="swept").chunk)
+    swept = store.get_chunk(w.write(records(range(10)), Format.JSONL, key="swept").chunk)
     # aborted by a process that died before it removed the chunk's files
     aborted = w.stage(w.reserve("aborted"), records(range(50, 55)), Format.JSONL)
     store.abort_chunk(aborted)
     # reserved and staged by a writer that vanished: never committed
     stuck = w.stage(w.reserve("stuck"), records(range(60, 65)), Format.JSONL)
     Roller(catalog).roll_table(table, force=True)  # sweeps the committed chunk's file out of the table
-    live = store.get_chunk(w.write(records(range(100, 105)), Format.JSONL, token="live").chunk)
+    live = store.get_chunk(w.write(records(range(100, 105)), Format.JSONL, key="live").chunk)
     root = Path(table.location)
     orphan = root / STAGING_DIR / f"{uuid.uuid4()}-0.parquet"  # a crashed writer's, never recorded
     orphan.write_bytes(b"PAR1")
@@ -75,10 +75,10 @@ def test_files_go_after_the_retention_and_readers_notice_nothing(catalog) -> Non
     # with it), and the rows of finished chunks become summaries
     report = keeper.run(now=rolled_at + timedelta(hours=2))
     assert {Path(p).name for p in report.files_removed} == {name(swept)}
-    assert report.expired == 1 and store.find_chunk_by_token(table.id, "stuck") is None
+    assert report.expired == 1 and store.find_chunk_by_key(table.id, "stuck") is None
     assert on_disk() == {name(live)}  # a live file stays, whatever its age
     assert report.chunks_pruned == 3
-    assert [c.token for c in store.list_chunks(table.id)] == ["live"]
+    assert [c.idempotency_key for c in store.list_chunks(table.id)] == ["live"]
     summary = {(s.partition_value, s.state): s.chunks for s in store.chunk_summaries(table.id)}
     assert summary == {
         (first, ChunkState.COMMITTED): 1,

@@ -67,7 +67,7 @@ def open_chunk(
     t = st.table_of(who, Permission.WRITE, namespace, table)
     key = body.idempotency_key if body else None
     w = st.writer(t)
-    existing = st.catalog.store.find_chunk_by_token(t.id, key) if key is not None else None
+    existing = st.catalog.store.find_chunk_by_key(t.id, key) if key is not None else None
     chunk = existing or w.reserve(key)
     if existing is not None:
         response.status_code = 200
@@ -158,7 +158,7 @@ def commit_chunk(
 ) -> dict[str, Any]:
     """Make the chunk visible, wholly, in one Delta transaction. Retrying answers with the same
     commit (exactly once). 409 ``chunk_busy`` with Retry-After: another attempt is committing it;
-    409 ``token_conflict``: the chunk holds other data than ``content_sha256``. 413
+    409 ``idempotency_conflict``: the chunk holds other data than ``content_sha256``. 413
     ``quota_exceeded``: it would take its namespace past its quota; it was aborted (its files go).
     """
     _chunk, t = st.chunk_of(who, Permission.WRITE, id)
