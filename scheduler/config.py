@@ -16,15 +16,31 @@ class RollConfig(BaseModel):
     target_file_size: int = Field(
         128 * 1024 * 1024, ge=1024, description="Size the sweep compacts a standard partition's files toward."
     )
-    # Why 10 min: a roll holds its lease while it seals, compacts and commits one partition;
-    # compaction of a large partition on a busy machine can take minutes. Another roller takes
-    # an interrupted roll over only after the lease ends, and its first step (a fresh seal)
-    # fences the previous holder's sweep commit in any case.
+    # A roll is owned through a lease: another roller resumes an interrupted roll only once
+    # the lease has lapsed, and its first step (a fresh seal) fences the previous holder's
+    # sweep commit in any case. Two lengths, one for each kind of roller:
+    #
+    # Why 10 min for `lease`: a one-shot roller (`streampart roll`, Roller in Python) does not
+    # renew its lease while it seals, compacts and commits one partition, and compaction of a
+    # large partition on a busy machine can take minutes.
     lease: Duration = Field(
         timedelta(minutes=10),
         gt=timedelta(0),
-        description="How long a roller owns a roll before others may resume it.",
+        description="How long a one-shot roller (streampart roll) owns a roll before others may resume it.",
     )
+    # Why 60 s for `renewed_lease`: the roll daemon renews the leases of its rolls at every
+    # heartbeat, so a roll that takes an hour keeps its lease, while a roll whose daemon died
+    # is resumed by the next leader one minute later rather than ten.
+    renewed_lease: Duration = Field(
+        timedelta(seconds=60),
+        gt=timedelta(0),
+        description="Lease of each roll the roll daemon carries out, renewed at every heartbeat; another "
+        "daemon resumes an interrupted roll once it has lapsed (at least three heartbeats).",
+    )
+
+    def renewed(self) -> RollConfig:
+        """The settings of a roller that renews its lease (the daemon's): ``renewed_lease`` is its lease."""
+        return self.model_copy(update={"lease": self.renewed_lease})
 
 
 class HousekeepingConfig(BaseModel):
@@ -93,16 +109,8 @@ class SchedulerConfig(BaseModel):
     )
     heartbeat: Duration = Field(
         timedelta(seconds=5),
-        description="How often the leader renews its lease (and its rolls' leases), and standbys try to "
-        "take it; at most a third of lease_ttl and of roll_lease.",
-    )
-    # Why 60 s (not roll.lease's 10 min): the daemon renews the leases of its rolls at every
-    # heartbeat, so a roll that takes an hour keeps its lease, while a roll whose daemon died
-    # is resumed by the next leader one minute later rather than ten.
-    roll_lease: Duration = Field(
-        timedelta(seconds=60),
-        description="Lease of each roll the daemon carries out, renewed at every heartbeat; another "
-        "daemon resumes an interrupted roll once it has lapsed.",
+        description="How often the leader renews its lease (and its rolls' leases, roll.renewed_lease), "
+        "and standbys try to take it; at most a third of lease_ttl and of roll.renewed_lease.",
     )
     sync_interval: Duration = Field(
         timedelta(seconds=10),
@@ -149,10 +157,19 @@ class SchedulerConfig(BaseModel):
             raise ValueError(
                 f"heartbeat ({self.heartbeat}) must be at most a third of lease_ttl ({self.lease_ttl})"
             )
-        if self.heartbeat * 3 > self.roll_lease:
-            raise ValueError(
-                f"heartbeat ({self.heartbeat}) must be at most a third of roll_lease ({self.roll_lease})"
-            )
         if self.retry_max < self.retry_base:
             raise ValueError("retry_max must not be shorter than retry_base")
         return self
+
+
+def check_heartbeat(scheduler: SchedulerConfig, roll: RollConfig) -> None:
+    """The daemon renews its rolls' leases at every heartbeat: three renewals at least per lease.
+
+    Raises:
+        ValueError: naming both settings (the config loader reports it with the section).
+    """
+    if scheduler.heartbeat * 3 > roll.renewed_lease:
+        raise ValueError(
+            f"scheduler.heartbeat ({scheduler.heartbeat}) must be at most a third of roll.renewed_lease "
+            f"({roll.renewed_lease})"
+        )

@@ -6,7 +6,7 @@ roll"; this is that agent (``streampart scheduler run``). It is built on APSched
 - **Leadership.** Every daemon heartbeats a lease in the metastore (:mod:`scheduler.leadership`);
   only the holder rolls. Rolls begin and are claimed fenced by the lease's epoch, and the
   leader renews the leases of the rolls it carries out at every heartbeat, so when it dies its
-  rolls lapse and the next leader resumes them within ``roll_lease``.
+  rolls lapse and the next leader resumes them within ``roll.renewed_lease``.
 - **One job per partition.** The job that rolls a partition has the id
   ``roll:<table id>:<partition value>``: re-scheduling it (a retry, a re-read of the table
   list) replaces it rather than adding a second, a per-table lock lets one partition of a
@@ -54,7 +54,7 @@ from metastore.errors import (
 )
 from metastore.logs import event
 from metastore.models import Lease, Partition, PartitionState, RollOutcome, Table, iso
-from scheduler.config import RollConfig, SchedulerConfig
+from scheduler.config import RollConfig, SchedulerConfig, check_heartbeat
 from scheduler.errors import RollAbandonedError, RollBusyError
 from scheduler.housekeeping import Housekeeper
 from scheduler.leadership import Leadership
@@ -81,7 +81,7 @@ TABLE_BUSY_RETRY = timedelta(seconds=1)
 # Why 10 s: after shutdown_grace a roll is asked to stop at its next step boundary; steps are
 # one Delta commit or one metastore update each, except compaction, which may take longer.
 # Past this the process exits anyway: the roll is then in the same state as after a crash,
-# which the roll protocol resumes safely (its lease lapses within roll_lease).
+# which the roll protocol resumes safely (its lease lapses within roll.renewed_lease).
 ABANDON_WAIT = timedelta(seconds=10)
 
 
@@ -107,6 +107,10 @@ class RollDaemon:
     owner: str = field(default_factory=owner_id)
 
     def __post_init__(self) -> None:
+        try:
+            check_heartbeat(self.config, self.roll_config)
+        except ValueError as exc:
+            raise UserInputError(str(exc)) from None
         self.metrics = SchedulerMetrics()
         self.metrics_port: int | None = None
         self._metrics_server: Any = None
@@ -305,7 +309,7 @@ class RollDaemon:
         lease = self.leadership.tick(acquire=not self._stopping.is_set())
         if lease is not None:
             try:
-                self.catalog.store.renew_roll_leases(self.owner, self.config.roll_lease, fence=lease)
+                self.catalog.store.renew_roll_leases(self.owner, self.roll_config.renewed_lease, fence=lease)
             except LeaseLostError as exc:
                 self.leadership.step_down(str(exc))
         self.metrics.leader.set(1 if self.leadership.is_leader else 0)
@@ -484,7 +488,7 @@ class RollDaemon:
             return table, None
         roller = Roller(
             self.catalog,
-            RollConfig(target_file_size=self.roll_config.target_file_size, lease=self.config.roll_lease),
+            self.roll_config.renewed(),
             owner=self.owner,
             fence=fence,
             should_abandon=self._should_abandon,

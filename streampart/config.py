@@ -18,7 +18,15 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -29,7 +37,7 @@ from pydantic_settings import (
 from ingest.api.config import ServerConfig
 from ingest.config import ChunkConfig
 from metastore.errors import UserInputError
-from scheduler.config import RollConfig, SchedulerConfig
+from scheduler.config import RollConfig, SchedulerConfig, check_heartbeat
 
 # The TOML file of the settings being loaded: load_settings names it for its own call only (a
 # context variable, not os.environ, so loading settings changes nothing around it).
@@ -87,6 +95,11 @@ class Settings(BaseSettings):
     scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig, description="The roll daemon.")
     server: ServerConfig = Field(default_factory=ServerConfig, description="The HTTP API (streampart serve).")
     namespaces: NamespacesConfig = Field(default_factory=NamespacesConfig, description="Namespaces.")
+
+    @model_validator(mode="after")
+    def _heartbeat_renews_rolls(self) -> Settings:
+        check_heartbeat(self.scheduler, self.roll)  # two sections, one rule
+        return self
 
     @classmethod
     def settings_customise_sources(

@@ -148,8 +148,9 @@ def arrival_scenario(base: Path) -> dict[str, Any]:
     steps["create"] = run(wh, "table", "create", "ns.t", *CREATE, "--json")
     steps["list"] = run(wh, "table", "list", "--json")
     steps["jsonl"] = run(wh, "write", "ns.t", good_jsonl, "--token", "T-1", "--json")
-    steps["jsonl_retry"] = run(wh, "write", "ns.t", good_jsonl, "--token", "T-1", "--json")
-    steps["token_reused"] = run(wh, "write", "ns.t", malformed, "--token", "T-1", "--json")
+    # the idempotency key's three spellings (--token is its first name) name one chunk
+    steps["jsonl_retry"] = run(wh, "write", "ns.t", good_jsonl, "--key", "T-1", "--json")
+    steps["key_reused"] = run(wh, "write", "ns.t", malformed, "--idempotency-key", "T-1", "--json")
     steps["csv"] = run(wh, "write", "ns.t", csv_file, "--json")
     steps["parquet"] = run(wh, "write", "ns.t", parquet_file, "--json")
     steps["malformed"] = run(wh, "write", "ns.t", malformed, "--json")
@@ -269,7 +270,7 @@ def test_write_versions_and_chunks_are_distinct(arrival: dict[str, Any]) -> None
     assert versions == sorted(versions) and len(set(versions)) == 3
 
 
-def test_write_with_token_lands_once(arrival: dict[str, Any]) -> None:
+def test_write_with_an_idempotency_key_lands_once(arrival: dict[str, Any]) -> None:
     first, retry = arrival["jsonl"].json(), arrival["jsonl_retry"].json()
 
     assert retry["chunk"] == first["chunk"]
@@ -279,8 +280,8 @@ def test_write_with_token_lands_once(arrival: dict[str, Any]) -> None:
     assert total_rows(arrival["describe_written"].json()) == WRITTEN
 
 
-def test_a_token_reused_for_other_data_is_refused_and_adds_nothing(arrival: dict[str, Any]) -> None:
-    result = arrival["token_reused"]
+def test_a_key_reused_for_other_data_is_refused_and_adds_nothing(arrival: dict[str, Any]) -> None:
+    result = arrival["key_reused"]
 
     assert_user_error(result, "idempotency key 'T-1' of table ns.t was used for different content")
     assert "use a new idempotency key" in result.message

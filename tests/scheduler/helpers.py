@@ -21,7 +21,7 @@ from metastore.catalog import Catalog
 from metastore.errors import RetriableError
 from metastore.models import PartitionState, Table, parse_instant
 from metastore.warehouse import partition_dir
-from scheduler.config import SchedulerConfig
+from scheduler.config import RollConfig, SchedulerConfig
 from scheduler.daemon import RollDaemon
 from tests.helpers import ROOT, duplicates, ids_by_partition, records
 
@@ -33,7 +33,6 @@ T = TypeVar("T")
 FAST: dict[str, Any] = {
     "lease_ttl": "1.5s",
     "heartbeat": "0.5s",
-    "roll_lease": "1.5s",
     "sync_interval": "0.5s",
     "observe_interval": "0.5s",
     "metrics_port": 0,
@@ -46,14 +45,22 @@ FAST: dict[str, Any] = {
 }
 
 
+# A dead leader's rolls lapse 1.5 s after its last renewal (three heartbeats).
+FAST_ROLL: dict[str, Any] = {"renewed_lease": "1.5s"}
+
+
 def fast_config(**overrides: Any) -> SchedulerConfig:
     return SchedulerConfig(**{**FAST, **overrides})
+
+
+def fast_roll_config(**overrides: Any) -> RollConfig:
+    return RollConfig(**{**FAST_ROLL, **overrides})
 
 
 @contextmanager
 def running(catalog: Catalog, config: SchedulerConfig | None = None) -> Iterator[RollDaemon]:
     """An in-process daemon (no signal handlers), stopped on exit."""
-    daemon = RollDaemon(catalog, config or fast_config())
+    daemon = RollDaemon(catalog, config or fast_config(), fast_roll_config())
     daemon.start()
     try:
         yield daemon
@@ -159,6 +166,8 @@ def daemon_env(
             env[f"STREAMPART_SCHEDULER__{key.upper()}"] = (
                 str(value).lower() if isinstance(value, bool) else str(value)
             )
+    for key, value in FAST_ROLL.items():
+        env[f"STREAMPART_ROLL__{key.upper()}"] = str(value)
     if crashpoint:
         env["STREAMPART_CRASHPOINT"] = crashpoint
     if pausepoint:

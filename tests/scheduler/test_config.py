@@ -50,6 +50,12 @@ BAD = [
     ("STREAMPART_SCHEDULER__WORKERS", "0", "scheduler.workers"),
     ("STREAMPART_SCHEDULER__LEASE_TTL", "soon", "scheduler.lease_ttl"),
     ("STREAMPART_SCHEDULER__HEARTBEAT", "10s", "heartbeat"),  # more than a third of the 15 s lease
+    # the daemon renews its rolls' leases at every heartbeat (5 s): three renewals per lease at least
+    (
+        "STREAMPART_ROLL__RENEWED_LEASE",
+        "12s",
+        r"scheduler\.heartbeat \(0:00:05\) must be at most a third of roll\.renewed_lease",
+    ),
     ("STREAMPART_SCHEDULER__LOG_FORMAT", "xml", "scheduler.log_format"),
     ("STREAMPART_SCHEDULER__HOUSEKEEPING__CHUNK_RETENTION", "1d", "chunk_retention"),  # < retention
 ]
@@ -62,3 +68,16 @@ def test_a_bad_value_names_its_field(
     monkeypatch.setenv(var, value)
     with pytest.raises(UserInputError, match=field):
         load_settings()
+
+
+def test_the_roll_lease_has_one_home(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Both roll leases live in [roll]; the daemon's old variable names no setting (a warning says so)."""
+    roll = load_settings(CONF).roll
+    assert (roll.lease, roll.renewed_lease) == (timedelta(minutes=10), timedelta(seconds=60))
+    assert roll.renewed().lease == timedelta(seconds=60)  # what the daemon's rollers take
+    monkeypatch.setenv("STREAMPART_SCHEDULER__ROLL_LEASE", "30s")
+    with caplog.at_level("WARNING", logger="streampart.config"):
+        load_settings(CONF)
+    assert any("STREAMPART_SCHEDULER__ROLL_LEASE names no setting" in r.getMessage() for r in caplog.records)

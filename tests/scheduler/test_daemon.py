@@ -28,6 +28,7 @@ from tests.scheduler.helpers import (
     Writer,
     check_rolled_rows,
     fast_config,
+    fast_roll_config,
     metrics_samples,
     running,
     standard,
@@ -189,7 +190,8 @@ def test_a_failing_table_is_retried_with_backoff_and_reported_while_others_roll(
 def test_one_leader_rolls_and_a_standby_takes_over_when_it_stops(catalog) -> None:  # type: ignore[no-untyped-def]
     table = make_table(catalog, "ns.t", roll_every="2s")
     other = Catalog.open(catalog.warehouse.root, catalog.store.url)  # as a second process would
-    first, second = RollDaemon(catalog, fast_config()), RollDaemon(other, fast_config())
+    first = RollDaemon(catalog, fast_config(), fast_roll_config())
+    second = RollDaemon(other, fast_config(), fast_roll_config())
     first.start()
     try:
         wait_for(lambda: first.is_leader, "the first daemon to lead")
