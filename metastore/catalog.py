@@ -14,6 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from metastore import clock
+from metastore.clusters import (
+    DEFAULT_CLUSTER,
+    Cluster,
+    check_cluster_name,
+    check_spark_master,
+    check_storage,
+)
 from metastore.durations import format_duration
 from metastore.errors import (
     AlreadyExistsError,
@@ -224,6 +231,25 @@ class Catalog:
 
     def list_tables(self) -> list[Table]:
         return self.store.list_tables()
+
+    # -- clusters --------------------------------------------------------------------------
+    def add_cluster(
+        self, name: str, storage: str, spark_master: str, conf: dict[str, str] | None = None
+    ) -> Cluster:
+        """Register a cluster: its name, an existing writable storage root, a Spark master URL."""
+        return self.store.add_cluster(
+            check_cluster_name(name), check_storage(storage), check_spark_master(spark_master), conf
+        )
+
+    def cluster(self, name: str) -> Cluster:
+        """The cluster ``name``; ``default`` is this process's warehouse (its master: spark.master)."""
+        if name == DEFAULT_CLUSTER:
+            return Cluster(name=DEFAULT_CLUSTER, storage=str(self.warehouse.root), spark_master=None)
+        return self.store.get_cluster(name)
+
+    def clusters(self) -> list[Cluster]:
+        """``default`` first, then every registered cluster by name."""
+        return [self.cluster(DEFAULT_CLUSTER), *self.store.list_clusters()]
 
     # -- names -----------------------------------------------------------------------------
     def resolve(self, name: str | TableName, namespace: str | None = None) -> Resolved:

@@ -226,3 +226,15 @@ link_partitions = Table(
     Column("link_id", Integer, ForeignKey("sp_links.id", ondelete="CASCADE"), primary_key=True),
     Column("value", DateTime, primary_key=True),
 )
+
+# Clusters (migration 0006): named storage roots with their Spark masters. ``default`` (the
+# process's own --warehouse) has no row; sp_tables.cluster names a table's primary cluster.
+clusters = Table(
+    "sp_clusters",
+    metadata,
+    Column("name", String(128), primary_key=True),
+    Column("storage", Text, nullable=False),
+    Column("spark_master", Text, nullable=False),
+    Column("conf", JSON, nullable=False),
+    Column("created_at", DateTime, nullable=False),
+)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -36,14 +35,13 @@ from pydantic_settings import (
 
 from ingest.api.config import ServerConfig
 from ingest.config import ChunkConfig
+from metastore.clusters import check_spark_master
 from metastore.errors import UserInputError
 from scheduler.config import RollConfig, SchedulerConfig, check_heartbeat
 
 # The TOML file of the settings being loaded: load_settings names it for its own call only (a
 # context variable, not os.environ, so loading settings changes nothing around it).
 _CONFIG_FILE: ContextVar[Path | None] = ContextVar("streampart_config_file", default=None)
-
-_MASTER = re.compile(r"local(\[(\d+|\*)(,\d+)?\])?|local-cluster\[[\d, ]+\]|yarn|(spark|k8s|mesos)://.+")
 
 
 class SparkConfig(BaseModel):
@@ -56,16 +54,36 @@ class SparkConfig(BaseModel):
     @field_validator("master")
     @classmethod
     def _known_master(cls, value: str) -> str:
-        # Spark's own rule, checked here: in the JVM it fails with a stack trace, not a message
-        if not _MASTER.fullmatch(value):
-            raise ValueError(
-                f"{value!r} is not a Spark master: use local[N], spark://HOST:PORT, yarn or k8s://…"
-            )
-        return value
+        try:
+            return check_spark_master(value)
+        except UserInputError as exc:
+            raise ValueError(str(exc)) from None
 
     shuffle_partitions: int = Field(4, ge=1, description="spark.sql.shuffle.partitions for queries.")
     driver_memory: str = Field("2g", description="spark.driver.memory.")
     conf: dict[str, str] = Field(default_factory=dict, description="Any further Spark settings.")
+
+
+class ClustersConfig(BaseModel):
+    """This host's view of the clusters registered in the metastore."""
+
+    model_config = ConfigDict(frozen=True)
+
+    spark_masters: dict[str, str] = Field(
+        default_factory=dict,
+        description="Per cluster name, the Spark master this host uses for it instead of the registered "
+        'one (as HIVE\'s hive.cluster.properties), e.g. { C1 = "spark://gateway:7077" }.',
+    )
+
+    @field_validator("spark_masters")
+    @classmethod
+    def _masters(cls, value: dict[str, str]) -> dict[str, str]:
+        for url in value.values():
+            try:
+                check_spark_master(url)
+            except UserInputError as exc:
+                raise ValueError(str(exc)) from None
+        return value
 
 
 class NamespacesConfig(BaseModel):
@@ -95,6 +113,9 @@ class Settings(BaseSettings):
     scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig, description="The roll daemon.")
     server: ServerConfig = Field(default_factory=ServerConfig, description="The HTTP API (streampart serve).")
     namespaces: NamespacesConfig = Field(default_factory=NamespacesConfig, description="Namespaces.")
+    clusters: ClustersConfig = Field(
+        default_factory=ClustersConfig, description="Clusters, as this host sees them."
+    )
 
     @model_validator(mode="after")
     def _heartbeat_renews_rolls(self) -> Settings:

@@ -19,11 +19,13 @@ it (the way dagster splits run, event and schedule storage):
 - ``tokens``: the HTTP API's bearer tokens
 - ``namespaces``: namespaces, and the ledger their quotas are checked against
 - ``links``: links between namespaces
+- ``clusters``: the registry of clusters (storage roots and their Spark masters)
 """
 
 from __future__ import annotations
 
 from metastore.store.chunks import ChunkStore
+from metastore.store.clusters import ClusterStore
 from metastore.store.engine import SQLITE_BUSY_TIMEOUT_S, Database, default_url, normalize_url
 from metastore.store.history import HistoryStore, summarize_chunk
 from metastore.store.leases import LeaseStore
@@ -35,7 +37,15 @@ from metastore.store.tokens import TokenStore
 
 
 class Metastore(
-    TableStore, ChunkStore, RollStore, LeaseStore, HistoryStore, TokenStore, NamespaceStore, LinkStore
+    TableStore,
+    ChunkStore,
+    RollStore,
+    LeaseStore,
+    HistoryStore,
+    TokenStore,
+    NamespaceStore,
+    LinkStore,
+    ClusterStore,
 ):
     """Access to one metastore database. Thread-safe; open one per process.
 

@@ -12,6 +12,7 @@ from rich.markup import escape
 
 from metastore.errors import StreampartError
 from streampart.cli.check import check
+from streampart.cli.clusters import cluster_app
 from streampart.cli.context import CliContext
 from streampart.cli.daemon import scheduler_app
 from streampart.cli.demo import demo
@@ -35,6 +36,7 @@ app = typer.Typer(
 app.add_typer(table_app, name="table")
 app.add_typer(namespace_app, name="namespace")
 app.add_typer(link_app, name="link")
+app.add_typer(cluster_app, name="cluster")
 app.add_typer(ingest_app, name="ingest")
 app.add_typer(scheduler_app, name="scheduler")
 app.command("serve")(serve)
