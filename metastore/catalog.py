@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -335,28 +336,41 @@ class Catalog:
             UserInputError: the source is a link, is in the same namespace, or the partitions
                 are not the source's; AlreadyExistsError: the local name is taken.
         """
-        if spec.source.namespace == spec.name.namespace:
-            raise UserInputError(
-                f"{spec.source} is in namespace {spec.name.namespace} already; a link imports a table "
-                "of another namespace"
-            )
-        source_link = self.store.find_link(spec.source)
-        if source_link is not None:
-            raise UserInputError(
-                f"{spec.source} is a link (to {source_link.source}); link to {source_link.source} itself "
-                "(links point at tables, never at links, so they form no chains or cycles)"
-            )
-        source = self.store.get_table(spec.source)
+        source = self.link_source_for(spec.name, spec.source)
         if not create_namespace and self.store.find_namespace(spec.name.namespace) is None:
             raise missing_namespace(spec.name.namespace)
         if spec.mode is LinkMode.STATIC:
             values = list(spec.partitions) + (spec.range.values(source) if spec.range else [])
-            existing = [p.value for p in self.store.list_partitions(source.id)]
-            listed = check_static_values(source, values, existing)
+            listed = self.static_link_values(source, values)
             spec = spec.model_copy(update={"partitions": listed, "range": None})
         elif spec.partitions:
             raise UserInputError("--partition lists the partitions of a static link: add --static")
         return self.store.create_link(spec, source.id, create_namespace=create_namespace)
+
+    def link_source_for(self, name: TableName, source: TableName) -> Table:
+        """The table a new link ``name`` may point at: ``source``, a table of another namespace.
+
+        Raises:
+            UserInputError: ``source`` is in ``name``'s namespace, or is a link (links point at
+                tables only, so they form no chains or cycles); NotFoundError: there is no such table.
+        """
+        if source.namespace == name.namespace:
+            raise UserInputError(
+                f"{source} is in namespace {name.namespace} already; a link imports a table of another "
+                "namespace"
+            )
+        source_link = self.store.find_link(source)
+        if source_link is not None:
+            raise UserInputError(
+                f"{source} is a link (to {source_link.source}); link to {source_link.source} itself "
+                "(links point at tables, never at links, so they form no chains or cycles)"
+            )
+        return self.store.get_table(source)
+
+    def static_link_values(self, source: Table, values: Sequence[datetime]) -> tuple[datetime, ...]:
+        """``values`` checked as partitions a static link of ``source`` may list (see check_static_values)."""
+        existing = [p.value for p in self.store.list_partitions(source.id)]
+        return check_static_values(source, values, existing)
 
     def set_link_partitions(
         self,
@@ -369,9 +383,9 @@ class Catalog:
         missing = [iso(v) for v in drop if v not in link.partitions]
         if missing and link.mode is LinkMode.STATIC:
             raise UserInputError(f"link {link.name} does not list {', '.join(missing)}; nothing was changed")
-        source = self.link_source(link)
-        existing = [p.value for p in self.store.list_partitions(source.id)]
-        return self.store.set_link_partitions(link, check_static_values(source, add, existing), drop)
+        return self.store.set_link_partitions(
+            link, self.static_link_values(self.link_source(link), add), drop
+        )
 
     # -- description -----------------------------------------------------------------------
     def describe(self, what: Table | Resolved) -> dict[str, Any]:

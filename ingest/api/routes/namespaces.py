@@ -30,7 +30,7 @@ from ingest.api.state import require
 from metastore.catalog import link_info
 from metastore.durations import parse_duration
 from metastore.errors import DanglingLinkError, UserInputError
-from metastore.links import LinkMode, LinkSpec, PartitionRange, Resolved, check_static_values
+from metastore.links import LinkMode, LinkSpec, PartitionRange, Resolved
 from metastore.models import Permission, TableName, check_identifier, parse_instant
 from metastore.usage import namespace_usage
 
@@ -140,23 +140,13 @@ def create_link(namespace: str, body: CreateLink, who: Caller, st: State) -> dic
     with blame("retention"):
         retention = parse_duration(body.retention, "retention") if body.retention is not None else None
     with blame("to"):
-        if source_name.namespace == ns.name:
-            raise UserInputError(
-                f"{source_name} is in namespace {ns.name} already; a link imports a table of another "
-                "namespace"
-            )
-        if (via := st.catalog.store.find_link(source_name)) is not None:
-            raise UserInputError(
-                f"{source_name} is a link (to {via.source}); link to {via.source} itself (links point at "
-                "tables, never at links)"
-            )
-        source = st.catalog.store.get_table(source_name)
+        source = st.catalog.link_source_for(name, source_name)
     if body.static:  # each value named by its own field (the catalog checks them again, as a whole)
         with blame("partitions"):
             if rng is not None:
                 rng.values(source)
         with blame("values"):
-            check_static_values(source, values)
+            st.catalog.static_link_values(source, values)
     spec = LinkSpec(
         name=name,
         source=source_name,
