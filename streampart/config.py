@@ -35,7 +35,7 @@ from pydantic_settings import (
 
 from ingest.api.config import ServerConfig
 from ingest.config import ChunkConfig
-from metastore.clusters import check_spark_master
+from metastore.clusters import Cluster, check_spark_master
 from metastore.errors import UserInputError
 from scheduler.config import RollConfig, SchedulerConfig, check_heartbeat
 
@@ -121,6 +121,16 @@ class Settings(BaseSettings):
     def _heartbeat_renews_rolls(self) -> Settings:
         check_heartbeat(self.scheduler, self.roll)  # two sections, one rule
         return self
+
+    def spark_for(self, cluster: Cluster) -> SparkConfig:
+        """The Spark settings of jobs that compute on ``cluster``, as this host reaches it.
+
+        The master, highest first: this host's ``[clusters] spark_masters`` entry for it, the
+        registered one, ``spark.master`` (the ``default`` cluster registers none). The
+        cluster's registered ``--conf`` settings go over ``spark.conf``.
+        """
+        master = self.clusters.spark_masters.get(cluster.name) or cluster.spark_master or self.spark.master
+        return self.spark.model_copy(update={"master": master, "conf": {**self.spark.conf, **cluster.conf}})
 
     @classmethod
     def settings_customise_sources(

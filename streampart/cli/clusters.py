@@ -31,7 +31,7 @@ def _cluster_json(cli: CliContext, cluster: Cluster, tables: list[str]) -> dict[
         "cluster": cluster.name,
         "storage": cluster.storage,
         "spark_master": registered,
-        "spark_master_here": settings.clusters.spark_masters.get(cluster.name, registered),
+        "spark_master_here": settings.spark_for(cluster).master,
         "conf": cluster.conf,
         "tables": tables,
         "created_at": iso(cluster.created_at) if cluster.created_at else None,
