@@ -55,6 +55,11 @@ log = logging.getLogger("streampart.replication")
 BLOCK = 8 * 1024 * 1024
 
 
+# Why 512 MiB: besides after every file, a copier renews its claim after this many bytes, so
+# one huge file (a large roll.target_file_size) never outlasts the lease (60 s in the daemon).
+RENEW_EVERY = 512 * 1024 * 1024
+
+
 @dataclass(frozen=True)
 class CopyResult:
     """One partition copied (or found copied) to one secondary."""
@@ -73,12 +78,24 @@ class CopyResult:
         return dict(self.__dict__)
 
 
+@dataclass(frozen=True)
+class CopyFailure:
+    """One copy that failed (recorded in the metastore, retried after its backoff)."""
+
+    cluster: str
+    partition: str
+    error: str
+
+    def __str__(self) -> str:
+        return self.error
+
+
 @dataclass
 class ReplicationReport:
     """What one pass over a table's secondaries did."""
 
     copied: list[CopyResult] = field(default_factory=list)
-    failed: list[str] = field(default_factory=list)  # one message per failed copy
+    failed: list[CopyFailure] = field(default_factory=list)
     busy: int = 0  # copies another copier holds (or that wait for their retry time)
 
     @property
@@ -157,7 +174,7 @@ class Replicator:
                 try:
                     result = self.copy(table, partition, replica, progress)
                 except ReplicationFailedError as exc:
-                    report.failed.append(str(exc))
+                    report.failed.append(CopyFailure(replica.cluster, iso(partition.value), str(exc)))
                     break
                 if result is None:
                     report.busy += 1
@@ -234,8 +251,19 @@ class Replicator:
         written = 0
         if not committed:
             attempt = uuid.uuid4().hex[:8]
+            since_renewal = 0
+
+            def on_bytes(n: int) -> None:
+                nonlocal since_renewal
+                if progress is not None:
+                    progress(n)
+                since_renewal += n
+                if since_renewal >= RENEW_EVERY:
+                    since_renewal = 0
+                    self._claim(partition, replica)
+
             for f in files:
-                _, digests[f.path], copied = self._copy_file(table, target, f, attempt, progress)
+                _, digests[f.path], copied = self._copy_file(table, target, f, attempt, on_bytes)
                 written += copied
                 self._step("replica-after-file")
                 copy = self._claim(partition, replica)  # renewed: still ours (and still the leader's)
@@ -398,3 +426,23 @@ def partition_checksum(files: Sequence[LiveFile], digests: dict[str, str]) -> st
     for f in sorted(files, key=lambda f: f.path):
         h.update(f"{f.path}\t{f.size}\t{digests[f.path]}\n".encode())
     return h.hexdigest()
+
+
+def backlog(catalog: Catalog, table: Table, now: datetime | None = None) -> dict[str, tuple[float, int]]:
+    """Per secondary of ``table``: how long its oldest missing standard partition has been rolled
+    (seconds; 0 when none is missing), and how many are missing."""
+    now = now or clock.now()
+    replicas = catalog.replicas(table)
+    if not replicas:
+        return {}
+    standard = catalog.store.list_partitions(table.id, [PartitionState.STANDARD])
+    out = {}
+    for replica in replicas:
+        present = catalog.store.present_values(table.id, replica.cluster)
+        missing = [p for p in standard if p.value not in present]
+        rolled = [p.rolled_at for p in missing if p.rolled_at is not None]
+        out[replica.cluster] = (
+            max(0.0, (now - min(rolled)).total_seconds()) if rolled else 0.0,
+            len(missing),
+        )
+    return out

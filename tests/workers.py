@@ -80,7 +80,7 @@ def replicator(cat: Catalog, args: argparse.Namespace) -> None:
         for res in report.copied:
             say(**res.to_json())
         for failure in report.failed:
-            say(error=failure)
+            say(error=str(failure))
         time.sleep(args.interval)
 
 
