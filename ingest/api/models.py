@@ -41,6 +41,13 @@ class OpenChunk(BaseModel):
         pattern=KEY_PATTERN,
         description="Opening again with the same key returns the same chunk (whatever its state).",
     )
+    cluster: str | None = Field(
+        None,
+        min_length=1,
+        max_length=128,
+        description="The cluster meant to take the write. Only the table's primary takes writes; another "
+        "cluster is refused with 409 secondary_cluster (absent: the primary).",
+    )
 
 
 class CommitChunk(BaseModel):
