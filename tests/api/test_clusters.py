@@ -26,3 +26,6 @@ def test_a_chunk_opened_for_a_secondary_is_a_409_secondary_cluster(server: Serve
     assert opened.json()["field"] == "cluster" and "primary cluster c1" in opened.json()["message"]
     ok = httpx.post(f"{server.url}/v1/tables/ns/replicated/chunks", json={"cluster": "c1"}, headers=hdr)
     assert ok.status_code == 201, ok.text
+    described = httpx.get(f"{server.url}/v1/tables/ns/replicated", headers=hdr).json()
+    assert described["cluster"] == "c1" and [r["cluster"] for r in described["replicas"]] == ["c2"]
+    assert [p["clusters"] for p in described["partitions"]] == [["c1"]]  # streaming: the primary only

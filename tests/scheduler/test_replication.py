@@ -261,3 +261,38 @@ def test_a_copier_killed_at_each_step_is_resumed_and_copies_once(
     leftovers = [p for p in Path(replica.location).rglob(".*.tmp")]
     assert leftovers == []
     assert os.listdir(Path(replica.location)) != []
+
+
+def test_a_metastore_from_before_replicas_upgrades_unchanged(metastore_url: str, tmp_path: Path) -> None:
+    """0006 → 0007: tables and their partitions stay as they were, with no replicas; a replica
+    added afterwards receives the partitions rolled before the upgrade."""
+    import sqlalchemy as sa
+    from alembic import command
+    from alembic.config import Config
+
+    from metastore.store import Metastore
+    from metastore.store.engine import MIGRATIONS
+
+    catalog = Catalog.open(tmp_path / "wh", metastore_url)
+    _clusters(catalog, tmp_path, "c1", "c2")
+    table = _table(catalog, replicate_to=())
+    ids = _rolled(catalog, table, 2)
+    before = catalog.store.list_partitions(table.id)
+    catalog.close()
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    old = Metastore(metastore_url, migrate=False)
+    with old.tx() as conn:
+        cfg.attributes["connection"] = conn
+        command.downgrade(cfg, "0006")
+        assert not sa.inspect(conn).has_table("sp_replicas")
+    old.close()
+    catalog = Catalog.open(tmp_path / "wh", metastore_url)  # migrates to head
+    try:
+        table = catalog.table("ns.events")
+        assert catalog.store.list_partitions(table.id) == before and catalog.replicas(table) == []
+        replica = catalog.add_replica(table, "c2")
+        assert len(Replicator(catalog).replicate(table).copied) == 2
+        assert sorted(all_ids(replica_table(table, replica))) == ids
+    finally:
+        catalog.close()
