@@ -5,9 +5,10 @@ copy of one partition to one secondary goes in steps, each safe to crash in and 
 
 1. **claim** the copy in the metastore under a lease (like a roll; fenced by the roll
    daemon's leadership when the daemon copies), so one copier works on it at a time;
-2. **copy** each of the partition's live files to ``<secondary>/<partition dir>/``: written to a
-   hidden ``.<name>.<attempt>.tmp`` while its SHA-256 is taken, flushed to disk, read back and
-   compared (size and checksum) with the source, then renamed to the source file's own name.
+2. **copy** each of the partition's live files to ``<secondary>/<partition dir>/``: copied to a
+   hidden ``.<name>.<attempt>.tmp`` (by the kernel where it can), flushed to disk, then the
+   SHA-256 and size of the source and of the copy as read back are compared, and only then is
+   the copy renamed to the source file's own name.
    A file already there with the right size and checksum (a crashed attempt's) is kept; every
    attempt writes the same bytes under the same names, so a stale copier can never leave
    anything but identical files behind;
@@ -29,8 +30,10 @@ import contextlib
 import hashlib
 import logging
 import os
+import shutil
 import uuid
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -50,14 +53,8 @@ from scheduler.roll import owner_id
 
 log = logging.getLogger("streampart.replication")
 
-# Why 8 MiB: large enough that the per-read overhead (and the checksum's) vanishes next to the
-# disk's time, small enough that progress and lease renewal stay fine-grained.
-BLOCK = 8 * 1024 * 1024
-
-
-# Why 512 MiB: besides after every file, a copier renews its claim after this many bytes, so
-# one huge file (a large roll.target_file_size) never outlasts the lease (60 s in the daemon).
-RENEW_EVERY = 512 * 1024 * 1024
+# Source and copy are hashed side by side: two threads for every copier of the process.
+_HASHING = ThreadPoolExecutor(2, thread_name_prefix="streampart-sha256")
 
 
 @dataclass(frozen=True)
@@ -117,7 +114,7 @@ class Replicator:
     catalog: Catalog
     owner: str = field(default_factory=owner_id)
     # How long a claim lasts without renewal; it is renewed after every file (compacted files are
-    # about roll.target_file_size, seconds of copying each).
+    # about roll.target_file_size: a second or less of copying each).
     lease: timedelta = timedelta(minutes=10)
     fence: Lease | None = None  # the roll daemon's leadership: copies are claimed only while held
     should_abandon: Callable[[], bool] | None = None
@@ -251,19 +248,8 @@ class Replicator:
         written = 0
         if not committed:
             attempt = uuid.uuid4().hex[:8]
-            since_renewal = 0
-
-            def on_bytes(n: int) -> None:
-                nonlocal since_renewal
-                if progress is not None:
-                    progress(n)
-                since_renewal += n
-                if since_renewal >= RENEW_EVERY:
-                    since_renewal = 0
-                    self._claim(partition, replica)
-
             for f in files:
-                _, digests[f.path], copied = self._copy_file(table, target, f, attempt, on_bytes)
+                _, digests[f.path], copied = self._copy_file(table, target, f, attempt, progress)
                 written += copied
                 self._step("replica-after-file")
                 copy = self._claim(partition, replica)  # renewed: still ours (and still the leader's)
@@ -333,36 +319,36 @@ class Replicator:
         source = Path(table.location) / f.path
         final = Path(target.location) / f.path
         if final.is_file() and final.stat().st_size == f.size:  # a crashed attempt copied it: verify
-            size, digest = sha256_of(source)
-            if (size, digest) == sha256_of(final):
+            src, dst = _HASHING.map(sha256_of, (source, final))
+            if src == dst:
                 if progress is not None:
-                    progress(size)
-                return size, digest, 0
+                    progress(src[0])
+                return src[0], src[1], 0
         final.parent.mkdir(parents=True, exist_ok=True)
         tmp = final.with_name(f".{final.name}.{attempt}.tmp")
-        h, size = hashlib.sha256(), 0
         try:
-            with open(source, "rb") as src, open(tmp, "wb") as dst:
-                while block := src.read(BLOCK):
-                    h.update(block)
-                    dst.write(block)
-                    size += len(block)
-                    if progress is not None:
-                        progress(len(block))
-                dst.flush()
-                os.fsync(dst.fileno())
-            digest = h.hexdigest()
+            shutil.copyfile(source, tmp)  # in the kernel where it can (copy_file_range, sendfile)
+            fd = os.open(tmp, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            # both read from disk (or its cache) after the copy, side by side (hashlib frees the GIL)
+            src, dst = _HASHING.map(sha256_of, (source, tmp))
+            size, digest = src
             if size != f.size:
                 raise ReplicationFailedError(
                     f"source file {source} has {size} bytes, but the Delta log says {f.size}; "
                     f"run `streampart check {table.name}`"
                 )
-            if sha256_of(tmp) != (size, digest):
+            if dst != src:
                 raise ReplicationFailedError(f"the copy of {f.path} on the secondary differs from the source")
             os.replace(tmp, final)
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise
+        if progress is not None:
+            progress(size)
         return size, digest, size
 
     def _verified(self, target: Table, f: LiveFile) -> str:
