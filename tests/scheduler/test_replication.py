@@ -12,7 +12,7 @@ import json
 import os
 import subprocess
 from collections import Counter
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -217,10 +217,13 @@ def test_a_stale_copier_that_lost_its_claim_commits_nothing_twice(catalog: Catal
     try:
         from tests.helpers import wait_for
 
-        wait_for(lambda: catalog.store.list_copies(table.id), "the stale copier's claim", timeout=60)
-        import time
+        # its files are copied (so it dwells before its commit, 6 s), and its lease (1 s) lapsed
+        def lapsed() -> bool:
+            copies = catalog.store.list_copies(table.id)
+            copied = list(Path(replica.location).glob("*/part-*.parquet"))
+            return bool(copies and copied and copies[0].lease_until < datetime.now(UTC))  # type: ignore[operator]
 
-        time.sleep(2)  # its lease (1 s) lapses while it dwells before its commit
+        wait_for(lapsed, "the stale copier's files copied and its lease lapsed", timeout=60)
         report = Replicator(catalog).replicate(table)
         assert len(report.copied) == 1
         out, _ = stale.communicate(timeout=60)
