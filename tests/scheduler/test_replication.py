@@ -299,3 +299,30 @@ def test_a_metastore_from_before_replicas_upgrades_unchanged(metastore_url: str,
         assert sorted(all_ids(replica_table(table, replica))) == ids
     finally:
         catalog.close()
+
+
+def test_check_finds_a_damaged_or_incomplete_replica(catalog: Catalog, tmp_path: Path) -> None:
+    from metastore.integrity import check_table
+
+    _clusters(catalog, tmp_path, "c1", "c2")
+    table = _table(catalog)
+    _rolled(catalog, table, 2)
+    Replicator(catalog).replicate(table)
+    assert check_table(catalog, table) == []
+    [replica] = catalog.replicas(table)
+    first, second = sorted(Path(replica.location).glob("*/part-*.parquet"))
+    first.write_bytes(b"garbage")  # a damaged copy
+    copies = catalog.store.list_copies(table.id)
+    with catalog.store.tx() as conn:  # a copy that stopped between its commit and its record
+        from metastore import schema as s
+
+        conn.execute(
+            s.partition_copies.update()
+            .where(s.partition_copies.c.partition_id == copies[1].partition_id)
+            .values(state="copying")
+        )
+    found = {(p.kind, p.severity) for p in check_table(catalog, table)}
+    assert found == {("replica_file_size", "error"), ("replica_unrecorded", "warning")}, found
+    assert second.exists()
+    Replicator(catalog).replicate(table, include_waiting=True)  # records the unrecorded one
+    assert {p.kind for p in check_table(catalog, table)} == {"replica_file_size"}
