@@ -261,6 +261,7 @@ class RollDaemon:
         self._stopping.set()
         grace = self.config.shutdown_grace if grace is None else grace
         self._remove_roll_jobs()
+        self.replication.remove()  # copies in progress stop at their next step (_should_abandon)
         if not self._wait_idle(grace):
             event(
                 log,
@@ -276,6 +277,10 @@ class RollDaemon:
                 released = self.catalog.store.release_rolls(self.owner)
                 if released:
                     event(log, logging.INFO, "roll.released", "released unfinished rolls", rolls=released)
+                # a copy still running fails its next claim or finds its commit taken: both harmless
+                copies = self.catalog.store.release_copies(self.owner)
+                if copies:
+                    event(log, logging.INFO, "replica.released", "released unfinished copies", copies=copies)
             except MetastoreUnavailableError as exc:
                 event(log, logging.WARNING, "roll.release_failed", "could not release rolls", error=str(exc))
         self.leadership.release()

@@ -321,3 +321,17 @@ class ReplicaStore(Database):
                     .values(**values)
                 ).rowcount
             )
+
+    def release_copies(self, owner: str, now: datetime | None = None) -> int:
+        """End the lease of every unfinished copy ``owner`` holds (a clean shutdown), so another
+        copier may resume it now; returns how many."""
+        now = now or _now()
+        c = s.partition_copies.c
+        with self.tx() as conn:
+            return int(
+                conn.execute(
+                    sa.update(s.partition_copies)
+                    .where(c.owner == owner, c.state == CopyState.COPYING.value)
+                    .values(lease_until=_db(now))
+                ).rowcount
+            )

@@ -171,8 +171,12 @@ def test_replication_under_load_survives_the_leader_killed_mid_copy(catalog: Cat
         reader.stop()
     assert kills == 3
     # a roll may have landed between the last check and SIGTERM: its copy is the next pass's
-    Replicator(catalog).replicate(table)
-    assert catalog.present_on(table, "c2") == {p.value for p in standard(catalog, table)}
+    # (once the stopped daemon's claim on it, if it held one, has lapsed: 1.5 s)
+    def caught_up() -> bool:
+        Replicator(catalog).replicate(table, include_waiting=True)
+        return catalog.present_on(table, "c2") == {p.value for p in standard(catalog, table)}
+
+    wait_for(caught_up, "the last rolled partitions copied", timeout=30, interval=0.5)
     assert reader.reads > 10 and reader.partial == [], reader.partial[:5]
     check_rolled_rows(catalog, table, writer.acks)
     _same_rows(catalog, table, replica)
