@@ -80,12 +80,13 @@ SCALES: dict[str, dict[str, Any]] = {
 
 
 def benchmarks() -> dict[str, Any]:
-    from bench import commit_latency, http_load, kafka_ingest, link_planning, roll, snapshot_read
+    from bench import commit_latency, http_load, kafka_ingest, link_planning, roll, snapshot_read, spark_roll
 
-    return {m.NAME: m for m in (commit_latency, roll, snapshot_read, kafka_ingest, http_load, link_planning)}
+    mods = (commit_latency, roll, snapshot_read, kafka_ingest, http_load, link_planning, spark_roll)
+    return {m.NAME: m for m in mods}
 
 
-NAMES = ("commit", "roll", "read", "kafka", "http", "links")
+NAMES = ("commit", "roll", "read", "kafka", "http", "links", "spark_roll")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
