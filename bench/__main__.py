@@ -49,6 +49,7 @@ SCALES: dict[str, dict[str, Any]] = {
         "links_files_per_chunk": 100,
         "links_reps": 5,
         "links_warmup_rounds": 1,
+        "spark_roll_bytes": 2 * 1024 * 1024 * 1024,
     },
     "quick": {
         "rows": 100,
@@ -75,6 +76,7 @@ SCALES: dict[str, dict[str, Any]] = {
         "links_files_per_chunk": 25,
         "links_reps": 2,
         "links_warmup_rounds": 1,
+        "spark_roll_bytes": 128 * 1024 * 1024,
     },
 }
 
