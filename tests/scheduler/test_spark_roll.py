@@ -132,3 +132,25 @@ def test_one_process_runs_spark_on_one_master(spark, sqlite_catalog, tmp_path) -
     assert ClusterSpark(settings, sqlite_catalog)(table) is spark  # the default cluster: spark.master
     with pytest.raises(UserInputError, match=r"already runs Spark on local\[2\] and cannot also run on spark://"):
         ClusterSpark(settings, sqlite_catalog)(on_c1)
+
+
+def test_the_daemon_rolls_with_the_spark_engine_under_continuous_writes(spark, sqlite_catalog) -> None:  # type: ignore[no-untyped-def]
+    from scheduler.daemon import RollDaemon
+    from tests.helpers import wait_for
+    from tests.scheduler.helpers import Writer, check_rolled_rows, fast_config, fast_roll_config, standard
+
+    table = make_table(sqlite_catalog, roll_every="2s")
+    writer = Writer(sqlite_catalog, table)
+    daemon = RollDaemon(
+        sqlite_catalog, fast_config(), fast_roll_config(engine="spark"), spark=lambda _: spark
+    )
+    writer.start()
+    daemon.start()
+    try:
+        wait_for(lambda: len(standard(sqlite_catalog, table)) >= 2, "two rolls by the Spark engine", 120)
+    finally:
+        daemon.stop()
+        writer.stop()
+    check_rolled_rows(sqlite_catalog, table, writer.acks)  # each standard partition: its rows, its files
+    for p in standard(sqlite_catalog, table):
+        assert all(compacted_version(n) is not None for n in on_disk(table, p.value))
