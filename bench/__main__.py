@@ -49,6 +49,8 @@ SCALES: dict[str, dict[str, Any]] = {
         "links_files_per_chunk": 100,
         "links_reps": 5,
         "links_warmup_rounds": 1,
+        "replication_bytes": 1024 * 1024 * 1024,
+        "replication_reps": 3,
         "spark_roll_bytes": 2 * 1024 * 1024 * 1024,
     },
     "quick": {
@@ -76,19 +78,32 @@ SCALES: dict[str, dict[str, Any]] = {
         "links_files_per_chunk": 25,
         "links_reps": 2,
         "links_warmup_rounds": 1,
+        "replication_bytes": 128 * 1024 * 1024,
+        "replication_reps": 2,
         "spark_roll_bytes": 128 * 1024 * 1024,
     },
 }
 
 
 def benchmarks() -> dict[str, Any]:
-    from bench import commit_latency, http_load, kafka_ingest, link_planning, roll, snapshot_read, spark_roll
+    from bench import (
+        commit_latency,
+        http_load,
+        kafka_ingest,
+        link_planning,
+        replication,
+        roll,
+        snapshot_read,
+        spark_roll,
+    )
 
-    mods = (commit_latency, roll, snapshot_read, kafka_ingest, http_load, link_planning, spark_roll)
-    return {m.NAME: m for m in mods}
+    modules = (
+        commit_latency, roll, snapshot_read, kafka_ingest, http_load, link_planning, replication, spark_roll,
+    )  # fmt: skip
+    return {m.NAME: m for m in modules}
 
 
-NAMES = ("commit", "roll", "read", "kafka", "http", "links", "spark_roll")
+NAMES = ("commit", "roll", "read", "kafka", "http", "links", "replication", "spark_roll")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
