@@ -55,6 +55,7 @@ def make_table(
     schema: str = "id BIGINT, ts TIMESTAMP, msg STRING",
     max_future: str = "1d",
     max_age: str | None = None,
+    cluster: str = "default",
 ) -> Table:
     return catalog.create_table(
         TableSpec(
@@ -68,6 +69,7 @@ def make_table(
             dead_letter=dead_letter,
             max_future=parse_duration(max_future),
             max_age=parse_duration(max_age) if max_age is not None else None,
+            cluster=cluster,
         )
     )
 

@@ -39,18 +39,19 @@ SPARK_ROLL = {"STREAMPART_ROLL__ENGINE": "spark", **SHORT_LEASE}
 
 def streampart(
     catalog: Catalog,
-    master: str,
+    master: str | None,
     *args: str,
     env: dict[str, str] | None = None,
     crashpoint: str | None = None,
     timeout: float = 300,
 ) -> subprocess.CompletedProcess[str]:
-    """One ``streampart`` process on ``catalog`` whose Spark jobs run on ``master``."""
+    """One ``streampart`` process on ``catalog`` whose Spark jobs run on ``master`` (None: spark.master's
+    default, ``local[2]``, for the default cluster; a table on a registered cluster uses that one's)."""
     environment = {k: v for k, v in cluster_env().items() if not k.startswith("STREAMPART_")} | (env or {})
     if crashpoint:
         environment["STREAMPART_CRASHPOINT"] = crashpoint
     argv = [*COMMAND, "--warehouse", str(catalog.warehouse.root), "--metastore", catalog.store.url,
-            "--spark-master", master, *args]  # fmt: skip
+            *(["--spark-master", master] if master else []), *args]  # fmt: skip
     return subprocess.run(
         argv, env=environment, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
     )
@@ -101,22 +102,27 @@ def assert_landed_once(catalog: Catalog, table: Table, records: int, batches: in
 
 
 def test_ingest_and_a_spark_roll_on_the_standalone_cluster(
-    spark_standalone, sqlite_catalog, kafka_broker
+    spark_standalone, sqlite_catalog, kafka_broker, tmp_path
 ) -> None:  # type: ignore[no-untyped-def]
+    # The table lives on a registered cluster whose master is the standalone one; the processes
+    # get no --spark-master (spark.master stays local[2]): the table's cluster decides.
     cluster, catalog = spark_standalone, sqlite_catalog
-    table = make_table(catalog, dead_letter=True)
+    (tmp_path / "c1").mkdir()
+    catalog.add_cluster("c1", str(tmp_path / "c1"), cluster.url)
+    table = make_table(catalog, dead_letter=True, cluster="c1")
+    assert table.location.startswith(str(tmp_path / "c1"))
     value = catalog.store.streaming_partition(table.id).value
     topic = topic_name()
     kafka_broker.create_topic(topic, partitions=3)
     kafka_broker.produce(topic, [event(i) for i in range(600)])
     before = apps(cluster)
 
-    ok(streampart(catalog, cluster.url, *ingest_args(catalog, kafka_broker, topic)))
+    ok(streampart(catalog, None, *ingest_args(catalog, kafka_broker, topic)))
     assert_landed_once(catalog, table, records=600, batches=3)  # 600 records at 250 per trigger
     assert apps(cluster) == before + 1  # the driver ran its jobs on the cluster
 
     # a Spark roll killed after renaming its first compacted file: nothing of it is visible
-    killed(streampart(catalog, cluster.url, "roll", "ns.events", "--force", env=SPARK_ROLL,
+    killed(streampart(catalog, None, "roll", "ns.events", "--force", env=SPARK_ROLL,
                       crashpoint="roll-spark-mid-rename"))  # fmt: skip
     assert catalog.store.get_partition(table.id, value).state is PartitionState.ROLLING
     left = entries(table, value)
@@ -126,7 +132,7 @@ def test_ingest_and_a_spark_roll_on_the_standalone_cluster(
     assert duplicates(ids) == [] and sorted(ids) == list(range(600))
     # the roll resumes once the dead roller's lease lapses, and removes what the dead one wrote
     time.sleep(2.5)
-    rolled = ok(streampart(catalog, cluster.url, "roll", "ns.events", "--json", env=SPARK_ROLL))
+    rolled = ok(streampart(catalog, None, "roll", "ns.events", "--json", env=SPARK_ROLL))
     assert '"resumed": true' in rolled.stdout.replace("\n", ""), rolled.stdout
     assert apps(cluster) == before + 3
 
