@@ -51,6 +51,7 @@ SCALES: dict[str, dict[str, Any]] = {
         "links_warmup_rounds": 1,
         "replication_bytes": 1024 * 1024 * 1024,
         "replication_reps": 3,
+        "spark_roll_bytes": 2 * 1024 * 1024 * 1024,
     },
     "quick": {
         "rows": 100,
@@ -79,18 +80,30 @@ SCALES: dict[str, dict[str, Any]] = {
         "links_warmup_rounds": 1,
         "replication_bytes": 128 * 1024 * 1024,
         "replication_reps": 2,
+        "spark_roll_bytes": 128 * 1024 * 1024,
     },
 }
 
 
 def benchmarks() -> dict[str, Any]:
-    from bench import commit_latency, http_load, kafka_ingest, link_planning, replication, roll, snapshot_read
+    from bench import (
+        commit_latency,
+        http_load,
+        kafka_ingest,
+        link_planning,
+        replication,
+        roll,
+        snapshot_read,
+        spark_roll,
+    )
 
-    modules = (commit_latency, roll, snapshot_read, kafka_ingest, http_load, link_planning, replication)
+    modules = (
+        commit_latency, roll, snapshot_read, kafka_ingest, http_load, link_planning, replication, spark_roll,
+    )  # fmt: skip
     return {m.NAME: m for m in modules}
 
 
-NAMES = ("commit", "roll", "read", "kafka", "http", "links", "replication")
+NAMES = ("commit", "roll", "read", "kafka", "http", "links", "replication", "spark_roll")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -27,6 +27,8 @@ POINTS = (
     "chunk-after-delta-commit",  # Delta commit made, metastore not told
     "roll-after-begin",  # partition ROLLING, not sealed
     "roll-after-seal",  # sealed, not swept
+    "roll-spark-after-write",  # (roll.engine = spark) Spark's files in the attempt's hidden directory
+    "roll-spark-mid-rename",  # (roll.engine = spark) the first compacted file renamed, others not
     "roll-after-compact",  # compacted files written, sweep not committed
     "roll-after-sweep",  # sweep committed, no _SUCCESS, partition not STANDARD
     "roll-before-finish",  # _SUCCESS written, partition not STANDARD

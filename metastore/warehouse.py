@@ -22,6 +22,7 @@ import contextlib
 import errno
 import json
 import os
+import shutil
 import threading
 import urllib.parse
 import uuid
@@ -356,7 +357,12 @@ class Warehouse:
         return (Path(table.location) / relative).is_file()
 
     def remove_file(self, table: Table, relative: str) -> None:
-        (Path(table.location) / relative).unlink(missing_ok=True)
+        """Delete a file, or a directory with everything in it (a Spark sweep attempt's)."""
+        path = Path(table.location) / relative
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
 
     def live_files(self, dt: Any) -> list[LiveFile]:
         adds = pa.table(dt.get_add_actions(flatten=True))
@@ -608,13 +614,20 @@ class Warehouse:
                     f"{f.size}; restore it from a backup (`streampart check` lists every problem)"
                 )
 
-    def partition_dir_entries(self, table: Table, value: datetime) -> list[str]:
-        """Every file in a partition's directory but its markers (``_*``): data and hidden temp files."""
+    def partition_dir_entries(self, table: Table, value: datetime, directories: bool = False) -> list[str]:
+        """Every file in a partition's directory but its markers (``_*``): data and hidden temp files.
+
+        ``directories``: directories too (a Spark sweep attempt writes into a hidden one).
+        """
         d = Path(table.location) / partition_dir(table, value)
         if not d.is_dir():
             return []
         rel = partition_dir(table, value)
-        return sorted(f"{rel}/{p.name}" for p in d.iterdir() if p.is_file() and not p.name.startswith("_"))
+        return sorted(
+            f"{rel}/{p.name}"
+            for p in d.iterdir()
+            if (p.is_file() or (directories and p.is_dir())) and not p.name.startswith("_")
+        )
 
     def write_success_marker(self, table: Table, value: datetime, content: dict[str, Any]) -> None:
         d = Path(table.location) / partition_dir(table, value)

@@ -9,9 +9,18 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from metastore.durations import Duration
 
+# The engines that compact a partition when it rolls (see scheduler.spark_compaction).
+RollEngine = Literal["local", "spark"]
+
 
 class RollConfig(BaseModel):
     model_config = ConfigDict(frozen=True)
+
+    engine: RollEngine = Field(
+        "local",
+        description="What compacts a rolling partition: local (this process, pyarrow) or spark (a Spark "
+        "job on the table's cluster, for partitions too big for one process).",
+    )
 
     target_file_size: int = Field(
         128 * 1024 * 1024, ge=1024, description="Size the sweep compacts a standard partition's files toward."

@@ -61,6 +61,7 @@ from scheduler.leadership import Leadership
 from scheduler.metrics import SchedulerMetrics
 from scheduler.replication_jobs import ReplicationJobs
 from scheduler.roll import NEVER, Roller, RollResult, due_time, owner_id
+from scheduler.spark_compaction import SparkFactory
 
 log = logging.getLogger("streampart.scheduler")
 
@@ -106,6 +107,8 @@ class RollDaemon:
     roll_config: RollConfig = field(default_factory=RollConfig)
     chunk_config: ChunkConfig = field(default_factory=ChunkConfig)
     owner: str = field(default_factory=owner_id)
+    # roll.engine = spark: the Spark session of a table's cluster (see Roller.spark)
+    spark: SparkFactory | None = None
 
     def __post_init__(self) -> None:
         try:
@@ -521,6 +524,7 @@ class RollDaemon:
             owner=self.owner,
             fence=fence,
             should_abandon=self._should_abandon,
+            spark=self.spark,
         )
         started, resumed, roll_id = clock.now(), partition.state is PartitionState.ROLLING, None
         try:

@@ -128,12 +128,13 @@ class Housekeeper:
                 continue
             wh.remove_file(table, rel)
             removed.append(rel)
-        # temporary files of compactions interrupted by a crash (never part of any snapshot)
+        # temporary files (and Spark attempts' hidden directories) of compactions interrupted by a
+        # crash: never part of any snapshot
         prefix = f"{table.partition_column}="
         for directory in root.iterdir():
             if directory.is_dir() and directory.name.startswith(prefix):
                 for path in directory.iterdir():
-                    tmp = path.name.startswith(".") and path.name.endswith(".tmp")
+                    tmp = path.name.startswith(".") and path.name.endswith((".tmp", ".spark"))
                     if tmp and path.stat().st_mtime < cutoff.timestamp():
                         rel = f"{directory.name}/{path.name}"
                         wh.remove_file(table, rel)

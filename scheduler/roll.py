@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import socket
 import uuid
 from collections.abc import Callable
@@ -48,8 +47,10 @@ from metastore.models import (
     saturating_add,
 )
 from metastore.warehouse import LiveFile, data_schema, first_line, partition_dir, storage_error
+from scheduler.compacted_names import compacted_name, compacted_version
 from scheduler.config import RollConfig
 from scheduler.errors import RollAbandonedError, RollBusyError, RollFailedError
+from scheduler.spark_compaction import SparkFactory, compact_with_spark
 
 SWEEP_KEY = "streampart.sweep"
 
@@ -130,6 +131,9 @@ class Roller:
     fence: Lease | None = None
     # Asked at every step boundary; True stops the roll there (resumable) with RollAbandonedError.
     should_abandon: Callable[[], bool] | None = None
+    # roll.engine = spark: the Spark session of a table's cluster (built by the caller, which
+    # knows the settings); asked only when a partition is compacted.
+    spark: SparkFactory | None = None
 
     def roll_table(self, table: Table, now: datetime | None = None, force: bool = False) -> list[RollResult]:
         """Resume interrupted rolls of ``table``, then roll every partition due at ``now``."""
@@ -300,7 +304,8 @@ class Roller:
         return len({f.chunk for f in wh.live_files(dt) if f.partition == roll.partition_value and f.staged})
 
     def _remove_leftovers(self, table: Table, roll: Roll, seal_version: int) -> None:
-        """Delete the files of sweep attempts that can never commit (crashed or fenced ones).
+        """Delete the files (and Spark attempts' hidden directories) of sweep attempts that can never
+        commit (crashed or fenced ones).
 
         Never from a snapshot that may be stale: this roller may have stalled for longer than
         its lease (GC, a paused VM, SIGSTOP) while another took the roll over and swept. So a
@@ -319,7 +324,7 @@ class Roller:
         value = roll.partition_value
         candidates = [
             path
-            for path in wh.partition_dir_entries(table, value)
+            for path in wh.partition_dir_entries(table, value, directories=True)
             if (v := compacted_version(path.rsplit("/", 1)[-1])) is not None and v < seal_version
         ]
         if not candidates:
@@ -340,12 +345,22 @@ class Roller:
 
         ``base_version`` is the snapshot the sweep commit will be based on; it goes into the
         file names. On any failure (a full disk, say) the files written so far are deleted:
-        they were never committed, so nobody can see them.
+        they were never committed, so nobody can see them. ``roll.engine = spark`` hands the
+        work to :func:`compact_with_spark`, which keeps the same names and the same promise.
         """
+        attempt = uuid.uuid4().hex[:8]
+        if self.config.engine == "spark":
+            if self.spark is None:
+                raise RollFailedError(
+                    "roll.engine is spark, but this roller was given no Spark session (Roller(spark=…))"
+                )
+            return compact_with_spark(
+                self.spark(table), table, value, files, roll_id, base_version, attempt,
+                self.config.target_file_size,
+            )  # fmt: skip
         directory = Path(table.location) / partition_dir(table, value)
         directory.mkdir(parents=True, exist_ok=True)
         schema = data_schema(table.columns)
-        attempt = uuid.uuid4().hex[:8]
         out: list[tuple[str, datetime, int]] = []
         writer: pq.ParquetWriter | None = None
         tmp = final = None
@@ -387,21 +402,3 @@ class Roller:
                 raise storage_error(exc, f"compacting partition {iso(value)} of table {table.name}") from exc
             raise
         return out
-
-
-# A compacted file is ``part-<roll>-v<version>-<attempt>-<k>.snappy.parquet`` (``.<name>.tmp``
-# while it is written), where <version> is the Delta version its sweep's snapshot was loaded at.
-# Files of releases before the version was named have no ``v<version>-``: they count as -1.
-_COMPACTED = re.compile(r"^\.?part-[0-9a-f]{8}-(?:v(\d+)-)?[0-9a-f]{8}-\d{5}\.snappy\.parquet(?:\.tmp)?$")
-
-
-def compacted_name(roll_id: str, base_version: int, attempt: str, k: int) -> str:
-    return f"part-{roll_id[:8]}-v{base_version}-{attempt}-{k:05d}.snappy.parquet"
-
-
-def compacted_version(name: str) -> int | None:
-    """The snapshot version of the sweep attempt that wrote ``name``; None: not a compacted file."""
-    m = _COMPACTED.match(name)
-    if m is None:
-        return None
-    return int(m.group(1)) if m.group(1) is not None else -1

@@ -277,7 +277,7 @@ def run_demo(settings: Any, catalog: Catalog, console: Console, fresh: bool = Tr
     count = run_sql(spark, catalog, "SELECT count(*) AS n FROM demo.events").collect()[0]["n"]
     console.print(f"   SELECT count(*) FROM demo.events → {count}")
 
-    rolled = Roller(catalog, settings.roll).roll_table(table, force=True)
+    rolled = Roller(catalog, settings.roll, spark=lambda _: spark).roll_table(table, force=True)
     for roll in rolled:
         console.print(
             f"6. rolled partition {roll.partition}: {roll.chunks} chunks → {roll.files_after} file(s), "

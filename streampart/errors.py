@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from metastore.errors import StreampartError, UserInputError
+from metastore.errors import RetriableError, StreampartError, UserInputError
 
 
 class QueryError(StreampartError):
@@ -11,3 +11,7 @@ class QueryError(StreampartError):
 
 class QueryRefusedError(UserInputError):
     """The query names something streampart does not let a query touch."""
+
+
+class SparkUnavailableError(RetriableError):
+    """The Spark master a job needs cannot be reached (it may come up: retriable)."""

@@ -29,6 +29,7 @@ from metastore.namespaces import check_namespace
 from streampart import query_policy
 from streampart.errors import QueryError
 from streampart.query_policy import Resolver, TableRef
+from streampart.spark_master import check_reachable, check_same_master
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -43,10 +44,13 @@ def spark_session(config: SparkConfig | None = None) -> SparkSession:
     from streampart.config import SparkConfig
 
     config = config or SparkConfig()
+    check_same_master(_running_master(), config.master)
+    check_reachable(config.master)
     # Python workers must run in this interpreter (and its virtualenv).
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    if config.master.startswith("local"):  # on a cluster, executors must reach the driver's address
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     warnings.filterwarnings("ignore", message=".*pandas.*", category=FutureWarning)
     # PySpark logs every error it captures from the JVM, with the whole Java stack (kilobytes),
     # before raising it; streampart reports each as one line (spark_errors), so not twice.
@@ -77,6 +81,14 @@ def spark_session(config: SparkConfig | None = None) -> SparkSession:
         ) from None
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+def _running_master() -> str | None:
+    """The master of this process's SparkContext, if one runs."""
+    from pyspark import SparkContext
+
+    running = SparkContext._active_spark_context
+    return running.master if running is not None else None
 
 
 def spark_ddl(table: Table) -> str:

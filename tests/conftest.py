@@ -1,1 +1,8 @@
-from tests.fixtures import catalog, kafka_broker, metastore_url, spark, sqlite_catalog  # noqa: F401
+from tests.fixtures import (  # noqa: F401
+    catalog,
+    kafka_broker,
+    metastore_url,
+    spark,
+    spark_standalone,
+    sqlite_catalog,
+)

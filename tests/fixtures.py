@@ -55,6 +55,7 @@ def make_table(
     schema: str = "id BIGINT, ts TIMESTAMP, msg STRING",
     max_future: str = "1d",
     max_age: str | None = None,
+    cluster: str = "default",
 ) -> Table:
     return catalog.create_table(
         TableSpec(
@@ -68,6 +69,7 @@ def make_table(
             dead_letter=dead_letter,
             max_future=parse_duration(max_future),
             max_age=parse_duration(max_age) if max_age is not None else None,
+            cluster=cluster,
         )
     )
 
@@ -97,3 +99,19 @@ def kafka_broker(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-u
     broker.start()
     yield broker
     broker.stop()
+
+
+@pytest.fixture(scope="session")
+def spark_standalone(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    """A real Spark standalone cluster per session: a master and two workers (1 core, 1 GiB each).
+
+    Yields a ``tests.standalone.StandaloneCluster``: ``.url`` is its master
+    (``spark://127.0.0.1:PORT``), ``.applications()`` what the master has run. Drive it from
+    other processes (``streampart --spark-master URL …`` with ``tests.standalone.cluster_env()``):
+    this one's SparkSession is the shared ``local[2]`` one.
+    """
+    from tests.standalone import StandaloneCluster
+
+    cluster = StandaloneCluster(tmp_path_factory.mktemp("spark-standalone")).start()
+    yield cluster
+    cluster.stop()

@@ -30,6 +30,7 @@ class CliContext:
     metastore: str | None = None
     config: Path | None = None
     output: Output = field(default_factory=TextOutput)
+    spark_master: str | None = None  # --spark-master: spark.master above every other source
     _settings: Settings | None = field(default=None, init=False, repr=False)
 
     def settings(self, **overrides: Any) -> Settings:
@@ -41,10 +42,15 @@ class CliContext:
         """
         from streampart.config import load_settings
 
+        given: dict[str, Any] = {
+            "warehouse": self.warehouse,
+            "metastore": self.metastore,
+            "spark": {"master": self.spark_master},
+        }
         if overrides:
-            return load_settings(self.config, warehouse=self.warehouse, metastore=self.metastore, **overrides)
+            return load_settings(self.config, **given, **overrides)
         if self._settings is None:
-            self._settings = load_settings(self.config, warehouse=self.warehouse, metastore=self.metastore)
+            self._settings = load_settings(self.config, **given)
         return self._settings
 
     def catalog(self, settings: Settings | None = None) -> Catalog:

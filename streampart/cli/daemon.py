@@ -48,7 +48,12 @@ def scheduler_run(
         }
     )
     configure_logging(settings.scheduler.log_format, settings.scheduler.log_level)
-    daemon = RollDaemon(cli.catalog(settings), settings.scheduler, settings.roll, settings.chunk)
+    from streampart.cluster_spark import ClusterSpark
+
+    catalog = cli.catalog(settings)
+    daemon = RollDaemon(
+        catalog, settings.scheduler, settings.roll, settings.chunk, spark=ClusterSpark(settings, catalog)
+    )
     raise typer.Exit(daemon.run_forever())
 
 

@@ -56,8 +56,12 @@ def ingest_kafka(
         bool, typer.Option(help="Fail if offsets to read were deleted by retention")
     ] = True,
 ) -> None:
-    """Stream a Kafka topic into a table, one chunk per micro-batch, exactly once."""
-    from streampart.query import spark_session
+    """Stream a Kafka topic into a table, one chunk per micro-batch, exactly once.
+
+    Spark runs on the table's cluster: its [clusters] spark_masters entry here, its registered
+    master, or spark.master (--spark-master) for the default cluster.
+    """
+    from streampart.cluster_spark import ClusterSpark
 
     options = _options(
         table=table,
@@ -80,7 +84,7 @@ def ingest_kafka(
     err = cli.output.err
     from ingest.kafka.job import run_kafka_ingest
 
-    spark = spark_session(settings.spark)
+    spark = ClusterSpark(settings, catalog)(catalog.table(options.table))
     stop = {"requested": False}
 
     def _on_term(signum: int, frame: Any) -> None:

@@ -23,13 +23,16 @@ def roll(
     """Roll every partition of the table that is due (or, with --force, the open ones)."""
     from metastore.models import iso, parse_instant
     from scheduler.roll import Roller
+    from streampart.cluster_spark import ClusterSpark
 
     cli = cli_context(ctx)
     settings = cli.settings()
     catalog = cli.catalog()
     table = catalog.table(name)
     at = parse_instant(now, "--now") if now else None
-    results = Roller(catalog, settings.roll).roll_table(table, now=at, force=force)
+    results = Roller(catalog, settings.roll, spark=ClusterSpark(settings, catalog)).roll_table(
+        table, now=at, force=force
+    )
     # rolls another roller holds (or whose lease has not lapsed yet): say whose, and why it may be stuck
     held = [
         {"partition": iso(r.partition_value), "roll": r.id, "state": r.state.value, "owner": r.owner,

@@ -65,8 +65,16 @@ def _global(
         Path | None,
         typer.Option(envvar="STREAMPART_CONFIG", help="TOML config file; see conf/streampart.toml"),
     ] = None,
+    spark_master: Annotated[
+        str | None,
+        typer.Option(
+            "--spark-master",
+            help="Spark master of the default cluster: local[N], spark://HOST:PORT, yarn, k8s://… "
+            "(spark.master, STREAMPART_SPARK__MASTER)",
+        ),
+    ] = None,
 ) -> None:
-    ctx.obj = CliContext(warehouse, metastore, config)
+    ctx.obj = CliContext(warehouse, metastore, config, spark_master=spark_master)
 
 
 def main() -> None:

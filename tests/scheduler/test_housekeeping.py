@@ -40,6 +40,9 @@ def test_files_go_after_the_retention_and_readers_notice_nothing(catalog) -> Non
     orphan.write_bytes(b"PAR1")
     leftover = root / partition_dir(table, first) / ".part-0000-crashed.snappy.parquet.tmp"
     leftover.write_bytes(b"PAR1")  # a compaction interrupted by a crash
+    attempt = root / partition_dir(table, first) / ".part-00000000-v1-deadbeef.spark"
+    attempt.mkdir()  # a Spark compaction's hidden directory, interrupted by a crash
+    (attempt / "part-00000-x-c000.snappy.parquet").write_bytes(b"PAR1")
     rolled_at = store.get_partition(table.id, first).rolled_at
     rows, described = sorted(all_ids(table)), catalog.describe(table)
 
@@ -64,11 +67,12 @@ def test_files_go_after_the_retention_and_readers_notice_nothing(catalog) -> Non
     # 2. the files are old now, but the roll is recent: a snapshot pinned before it may still
     # read the swept file, and the stuck chunk may still commit
     old = time.time() - 2 * 3600
-    for path in [*(root / STAGING_DIR).iterdir(), leftover]:
+    for path in [*(root / STAGING_DIR).iterdir(), leftover, attempt]:
         os.utime(path, (old, old))
     report = keeper.run(now=rolled_at + timedelta(minutes=30))
     gone = {Path(p).name for p in report.files_removed}
-    assert gone == {name(aborted), orphan.name, leftover.name}
+    assert gone == {name(aborted), orphan.name, leftover.name, attempt.name}
+    assert not attempt.exists()
     assert on_disk() == {name(swept), name(stuck), name(live)}
 
     # 3. past the retention since the roll: the swept file goes, the stuck chunk expires (its file
