@@ -22,6 +22,7 @@ from metastore.clusters import (
     check_spark_master,
     check_storage,
 )
+from metastore.crashpoints import crashpoint
 from metastore.durations import format_duration
 from metastore.errors import (
     AlreadyExistsError,
@@ -78,11 +79,19 @@ class Catalog:
         self.store.close()
 
     # -- tables ----------------------------------------------------------------------------
-    def create_table(self, spec: TableSpec, *, create_namespace: bool = True) -> Table:
+    def create_table(
+        self,
+        spec: TableSpec,
+        *,
+        create_namespace: bool = True,
+        first_chunk: tuple[str, timedelta] | None = None,
+    ) -> Table:
         """Create a streaming table (and its dead-letter / late-data companions).
 
         Its namespace is made on first use unless ``create_namespace`` is false
         (``namespaces.require_explicit``): then a missing namespace is an error.
+        ``first_chunk`` (idempotency key, TTL) reserves the table's first chunk with its record
+        (see :meth:`metastore.store.tables.TableStore.create_table`).
         """
         names = {c.name for c in spec.columns}
         if spec.time_column not in names:
@@ -144,7 +153,7 @@ class Catalog:
         for companion in companions:
             if self._find_created(companion.name) is None:
                 self._create_one(companion, create_namespace)
-        return self._create_one(spec, create_namespace)
+        return self._create_one(spec, create_namespace, first_chunk)
 
     def _find_created(self, name: TableName) -> Table | None:
         """The table ``name`` if its creation finished; the record of one that did not is dropped.
@@ -165,10 +174,19 @@ class Catalog:
         self.store.drop_table(table.id)
         return None
 
-    def _create_one(self, spec: TableSpec, create_namespace: bool = True) -> Table:
+    def _create_one(
+        self,
+        spec: TableSpec,
+        create_namespace: bool = True,
+        first_chunk: tuple[str, timedelta] | None = None,
+    ) -> Table:
         table = self.store.create_table(
-            spec, self.warehouse.location(spec.name), create_namespace=create_namespace
+            spec,
+            self.warehouse.location(spec.name),
+            create_namespace=create_namespace,
+            first_chunk=first_chunk,
         )
+        crashpoint("table-before-log")
         try:
             self.warehouse.create(table)
         except Exception:
