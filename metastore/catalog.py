@@ -38,6 +38,7 @@ from metastore.models import (
     Column,
     LateDataPolicy,
     Mode,
+    Partition,
     PartitionState,
     Table,
     TableKind,
@@ -45,6 +46,7 @@ from metastore.models import (
     TableSpec,
     iso,
 )
+from metastore.replicas import CopyState, Replica, replica_table
 from metastore.store import Metastore, default_url
 from metastore.store.namespaces import missing_namespace
 from metastore.warehouse import STAGING_DIR, Warehouse, files_stats, partition_dir, storage_errors
@@ -84,15 +86,21 @@ class Catalog:
         spec: TableSpec,
         *,
         create_namespace: bool = True,
+        replicate_to: Sequence[str] = (),
         first_chunk: tuple[str, timedelta] | None = None,
     ) -> Table:
         """Create a streaming table (and its dead-letter / late-data companions).
 
         Its namespace is made on first use unless ``create_namespace`` is false
-        (``namespaces.require_explicit``): then a missing namespace is an error.
+        (``namespaces.require_explicit``): then a missing namespace is an error. It lives on
+        the cluster ``spec.cluster`` (its primary) and replicates its standard partitions to
+        each cluster of ``replicate_to`` (its secondaries; companions stay on the primary).
         ``first_chunk`` (idempotency key, TTL) reserves the table's first chunk with its record
         (see :meth:`metastore.store.tables.TableStore.create_table`).
         """
+        primary = self.cluster(spec.cluster)
+        for name in replicate_to:
+            self._check_secondary(spec.name, primary, name)
         names = {c.name for c in spec.columns}
         if spec.time_column not in names:
             raise UserInputError(f"time column {spec.time_column!r} is not in the schema")
@@ -153,7 +161,16 @@ class Catalog:
         for companion in companions:
             if self._find_created(companion.name) is None:
                 self._create_one(companion, create_namespace)
-        return self._create_one(spec, create_namespace, first_chunk)
+        table = self._create_one(spec, create_namespace, first_chunk)
+        for name in dict.fromkeys(replicate_to):
+            self.add_replica(table, name)
+        return table
+
+    def location_of(self, name: TableName, cluster: Cluster) -> str:
+        """Where table ``name`` lives on ``cluster``: ``<storage>/<namespace>/<table>``."""
+        if cluster.name == DEFAULT_CLUSTER:
+            return self.warehouse.location(name)
+        return str(Path(cluster.storage) / name.namespace / name.table)
 
     def _find_created(self, name: TableName) -> Table | None:
         """The table ``name`` if its creation finished; the record of one that did not is dropped.
@@ -182,7 +199,7 @@ class Catalog:
     ) -> Table:
         table = self.store.create_table(
             spec,
-            self.warehouse.location(spec.name),
+            self.location_of(spec.name, self.cluster(spec.cluster)),
             create_namespace=create_namespace,
             first_chunk=first_chunk,
         )
@@ -242,8 +259,11 @@ class Catalog:
                 f"table {table.name} is linked by {', '.join(str(x.name) for x in links)}; drop those "
                 "links first, or add --force to leave them dangling (every read of them then fails)"
             )
+        replicas = self.store.list_replicas(table.id)
         self.store.drop_table(table.id)
         shutil.rmtree(table.location, ignore_errors=True)
+        for replica in replicas:
+            shutil.rmtree(replica.location, ignore_errors=True)
 
     def companion(self, table: Table, kind: TableKind) -> Table:
         return self.table(table.companion(kind))
@@ -269,6 +289,75 @@ class Catalog:
     def clusters(self) -> list[Cluster]:
         """``default`` first, then every registered cluster by name."""
         return [self.cluster(DEFAULT_CLUSTER), *self.store.list_clusters()]
+
+    # -- replicas ----------------------------------------------------------------------------
+    def _check_secondary(self, name: TableName, primary: Cluster, cluster: str) -> Cluster:
+        if cluster == primary.name:
+            raise UserInputError(
+                f"{cluster} is the primary cluster of {name}: it holds all the data already; "
+                "a replica goes to another cluster"
+            )
+        secondary = self.cluster(cluster)
+        if Path(secondary.storage) == Path(primary.storage):
+            raise UserInputError(
+                f"clusters {cluster} and {primary.name} share the storage {secondary.storage}; "
+                f"a replica of {name} on {cluster} would be the table itself"
+            )
+        return secondary
+
+    def add_replica(self, table: Table, cluster: str) -> Replica:
+        """Make ``cluster`` a secondary of ``table``: an empty Delta table there, recorded.
+
+        Its standard partitions are copied there by the roll daemon (or ``table replicate``).
+
+        Raises:
+            UserInputError: ``cluster`` is the table's primary, or shares its storage;
+                NotFoundError: no such cluster; AlreadyExistsError: it is a replica already.
+        """
+        secondary = self._check_secondary(table.name, self.cluster(table.cluster), cluster)
+        location = self.location_of(table.name, secondary)
+        try:
+            replica = self.store.add_replica(table.id, cluster, location)
+        except AlreadyExistsError:
+            raise AlreadyExistsError(f"table {table.name} replicates to {cluster} already") from None
+        try:
+            self.warehouse.create(replica_table(table, replica))
+        except Exception:
+            self.store.remove_replica(table.id, cluster)
+            raise
+        return replica
+
+    def drop_replica(self, table: Table, cluster: str) -> Replica:
+        """Stop replicating ``table`` to ``cluster``: forget its copies there, then delete them."""
+        try:
+            replica = self.store.remove_replica(table.id, cluster)
+        except NotFoundError:
+            raise NotFoundError(
+                f"table {table.name} has no replica on {cluster} "
+                f"(its replicas: {', '.join(r.cluster for r in self.replicas(table)) or 'none'})"
+            ) from None
+        shutil.rmtree(replica.location, ignore_errors=True)
+        return replica
+
+    def replicas(self, table: Table) -> list[Replica]:
+        """The secondaries of ``table``, by cluster name."""
+        return self.store.list_replicas(table.id)
+
+    def replica(self, table: Table, cluster: str) -> Replica:
+        try:
+            return self.store.get_replica(table.id, cluster)
+        except NotFoundError:
+            raise NotFoundError(f"table {table.name} has no replica on {cluster}") from None
+
+    def present_on(
+        self, table: Table, cluster: str, partitions: Sequence[Partition] | None = None
+    ) -> set[datetime]:
+        """The partition values wholly present on ``cluster``: on the primary every partition,
+        on a secondary the standard partitions copied there (none on any other cluster)."""
+        if cluster == table.cluster:
+            parts = partitions if partitions is not None else self.store.list_partitions(table.id)
+            return {p.value for p in parts}
+        return self.store.present_values(table.id, cluster)
 
     # -- names -----------------------------------------------------------------------------
     def resolve(self, name: str | TableName, namespace: str | None = None) -> Resolved:
@@ -420,6 +509,12 @@ class Catalog:
             files = link.filter(files, table, clock.now())
         live = files_stats(files)
         partitions = []
+        replicas = self.replicas(table) if link is None else []
+        copies = self.store.list_copies(table.id) if replicas else []
+        present: dict[datetime, list[str]] = {}
+        for copy in copies:
+            if copy.state is CopyState.PRESENT:
+                present.setdefault(copy.partition_value, []).append(copy.cluster)
         for p in self.store.list_partitions(table.id):
             if link is not None and p.value not in live:
                 continue  # not exposed through the link (now)
@@ -441,6 +536,7 @@ class Catalog:
                     "bytes": size,
                     "files": files_n,
                     "location": str(location),
+                    "clusters": [table.cluster, *present.get(p.value, [])],
                 }
             )
         info: dict[str, Any] = {
@@ -458,12 +554,34 @@ class Catalog:
             "schema": ", ".join(f"{c.name} {c.sql_type}" for c in table.columns),
             "location": table.location,
             "cluster": table.cluster,
+            "replicas": [replica_info(r, copies, partitions) for r in replicas],
             "version": int(dt.version()),
             "partitions": partitions,
         }
         if link is not None:
             info["link"] = link_info(link)
         return info
+
+
+def replica_info(replica: Replica, copies: Sequence[Any], partitions: list[dict[str, Any]]) -> dict[str, Any]:
+    """A replica as ``table describe --json`` shows it: where, and which standard partitions are
+    present there, missing, or failing (with the last error)."""
+    mine = {iso(c.partition_value): c for c in copies if c.cluster == replica.cluster}
+    standard = [p["value"] for p in partitions if p["state"] == PartitionState.STANDARD.value]
+    present = [v for v in standard if v in mine and mine[v].state is CopyState.PRESENT]
+    failing = [
+        {"partition": v, "attempts": mine[v].attempts, "error": mine[v].error}
+        for v in standard
+        if v in mine and mine[v].state is CopyState.COPYING and mine[v].error
+    ]
+    return {
+        "cluster": replica.cluster,
+        "location": replica.location,
+        "added_at": iso(replica.added_at),
+        "present": len(present),
+        "missing": [v for v in standard if v not in present],
+        "failing": failing,
+    }
 
 
 def link_info(link: Link) -> dict[str, Any]:

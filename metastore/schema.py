@@ -238,3 +238,36 @@ clusters = Table(
     Column("conf", JSON, nullable=False),
     Column("created_at", DateTime, nullable=False),
 )
+
+# Replicas (migration 0007): a table's secondary clusters, each with its copy's location.
+replicas = Table(
+    "sp_replicas",
+    metadata,
+    Column("table_id", Integer, ForeignKey("sp_tables.id", ondelete="CASCADE"), primary_key=True),
+    Column("cluster", String(128), primary_key=True),
+    Column("location", Text, nullable=False),
+    Column("added_at", DateTime, nullable=False),
+)
+
+# One standard partition's copy on one secondary (see metastore/replicas.py): claimed under a
+# lease while ``copying``, ``present`` once verified and committed to the secondary's Delta log.
+partition_copies = Table(
+    "sp_partition_copies",
+    metadata,
+    Column("partition_id", Integer, ForeignKey("sp_partitions.id", ondelete="CASCADE"), primary_key=True),
+    Column("cluster", String(128), primary_key=True),
+    Column("table_id", Integer, ForeignKey("sp_tables.id", ondelete="CASCADE"), nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("owner", String(256)),
+    Column("lease_until", DateTime),
+    Column("attempts", Integer, nullable=False),
+    Column("error", Text),
+    Column("retry_at", DateTime),
+    Column("files", BigInteger),
+    Column("bytes", BigInteger),
+    Column("checksum", String(64)),
+    Column("delta_version", BigInteger),
+    Column("started_at", DateTime),
+    Column("copied_at", DateTime),
+    Index("ix_sp_partition_copies_table", "table_id", "cluster"),
+)

@@ -20,6 +20,7 @@ it (the way dagster splits run, event and schedule storage):
 - ``namespaces``: namespaces, and the ledger their quotas are checked against
 - ``links``: links between namespaces
 - ``clusters``: the registry of clusters (storage roots and their Spark masters)
+- ``replicas``: a table's secondary clusters and its partitions' copies there
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from metastore.store.history import HistoryStore, summarize_chunk
 from metastore.store.leases import LeaseStore
 from metastore.store.links import LinkStore
 from metastore.store.namespaces import NamespaceStore
+from metastore.store.replicas import ReplicaStore
 from metastore.store.rolls import RollStore
 from metastore.store.tables import TableStore
 from metastore.store.tokens import TokenStore
@@ -46,6 +48,7 @@ class Metastore(
     NamespaceStore,
     LinkStore,
     ClusterStore,
+    ReplicaStore,
 ):
     """Access to one metastore database. Thread-safe; open one per process.
 

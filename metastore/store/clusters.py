@@ -75,8 +75,8 @@ class ClusterStore(Database):
         return [f"{ns}.{name}" for ns, name in rows]
 
     def remove_cluster(self, name: str) -> None:
-        """Remove a cluster no table uses (checked in the same transaction)."""
-        t = s.tables.c
+        """Remove a cluster no table uses, as primary or secondary (checked in the same transaction)."""
+        t, r = s.tables.c, s.replicas.c
         with self.tx() as conn:
             if conn.execute(sa.select(s.clusters.c.name).where(s.clusters.c.name == name)).first() is None:
                 raise NotFoundError(f"cluster {name} does not exist")
@@ -87,5 +87,18 @@ class ClusterStore(Database):
                 names = ", ".join(f"{ns}.{tn}" for ns, tn in used)
                 raise UserInputError(
                     f"cluster {name} is in use: tables {names} live there; drop or move them first"
+                )
+            replicated = conn.execute(
+                sa.select(t.namespace, t.name)
+                .join(s.replicas, r.table_id == t.id)
+                .where(r.cluster == name)
+                .order_by(t.namespace, t.name)
+                .limit(5)
+            ).all()
+            if replicated:
+                names = ", ".join(f"{ns}.{tn}" for ns, tn in replicated)
+                raise UserInputError(
+                    f"cluster {name} is in use: it holds replicas of {names}; drop them first "
+                    f"(streampart table alter NS.T --drop-replica {name})"
                 )
             conn.execute(sa.delete(s.clusters).where(s.clusters.c.name == name))

@@ -1,0 +1,78 @@
+"""Replicas: whole copies of a table's rolled partitions on its secondary clusters (HIVE's seed).
+
+A table's **primary** cluster holds all its data and takes every write. Each **secondary**
+(a :class:`Replica`) holds a standard Delta table at ``<cluster storage>/<ns>/<table>`` whose
+log lists exactly the standard partitions copied there. A partition is either wholly present
+on a secondary or absent, never partial: its copy (a :class:`PartitionCopy`) becomes
+``present`` only after its files were copied, verified against the source and committed to the
+secondary's Delta log, in that order.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict
+
+from metastore.models import Table
+
+# The Delta ``txn`` application id of a partition's commit into a secondary table: Delta records
+# the newest version of each application id in the table's snapshot and refuses a concurrent
+# commit with the same one, so a partition is committed into a secondary's log at most once.
+REPLICA_APP = "streampart.replica"
+REPLICA_KEY = "streampart.replica"  # commit info: which partition a secondary's commit added
+
+
+class CopyState(StrEnum):
+    COPYING = "copying"  # claimed: files may be on their way; not visible to queries
+    PRESENT = "present"  # copied, verified, committed to the secondary's Delta log
+
+
+class Replica(BaseModel):
+    """A secondary cluster of a table, and where its copy of the table lives."""
+
+    model_config = ConfigDict(frozen=True)
+
+    table_id: int
+    cluster: str
+    location: str
+    added_at: datetime
+
+
+class PartitionCopy(BaseModel):
+    """One standard partition's copy on one secondary cluster."""
+
+    model_config = ConfigDict(frozen=True)
+
+    table_id: int
+    partition_id: int
+    partition_value: datetime
+    cluster: str
+    state: CopyState
+    owner: str | None = None
+    lease_until: datetime | None = None
+    attempts: int = 0
+    error: str | None = None
+    retry_at: datetime | None = None
+    files: int | None = None
+    bytes: int | None = None
+    checksum: str | None = None
+    delta_version: int | None = None
+    started_at: datetime | None = None
+    copied_at: datetime | None = None
+
+
+def app_id(partition_dir: str) -> str:
+    """The Delta application id of one partition's commit into a secondary table."""
+    return f"{REPLICA_APP}/{partition_dir}"
+
+
+def backoff(attempts: int, first: timedelta, longest: timedelta) -> timedelta:
+    """How long a copy that failed ``attempts`` times in a row waits before it is tried again."""
+    return min(first * (2 ** max(attempts - 1, 0)), longest)
+
+
+def replica_table(table: Table, replica: Replica) -> Table:
+    """``table`` as its copy on ``replica``'s cluster: the same spec, the secondary's location."""
+    return table.model_copy(update={"location": replica.location, "cluster": replica.cluster})

@@ -1,0 +1,323 @@
+"""Replicas: a table's secondary clusters, and each standard partition's copy on them.
+
+A copy is claimed under a lease (``claim_copy``), like a roll: one copier at a time, another
+takes over once the lease lapses, and with a ``fence`` (the roll daemon's leadership) only
+while that is held. It becomes ``present`` (``finish_copy``) only after its files were copied,
+verified and committed to the secondary's Delta log; a failed attempt is let go at once with
+its error and the time it may be tried again (``release_copy``).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+from sqlalchemy.exc import IntegrityError
+
+from metastore import schema as s
+from metastore.errors import AlreadyExistsError, ConflictError, NotFoundError
+from metastore.models import Lease, Partition, PartitionState, iso
+from metastore.replicas import CopyState, PartitionCopy, Replica
+from metastore.store.engine import Database, _db, _now, _out
+from metastore.store.leases import check_fence
+from metastore.store.preconditions import Precondition, at, guarded_update, state_in
+
+
+def replica_from_row(row: Any) -> Replica:
+    m = row._mapping
+    return Replica(
+        table_id=m["table_id"], cluster=m["cluster"], location=m["location"], added_at=_out(m["added_at"])
+    )
+
+
+def copy_from_row(row: Any) -> PartitionCopy:
+    m = row._mapping
+    return PartitionCopy(
+        table_id=m["table_id"],
+        partition_id=m["partition_id"],
+        partition_value=_out(m["value"]),
+        cluster=m["cluster"],
+        state=CopyState(m["state"]),
+        owner=m["owner"],
+        lease_until=_out(m["lease_until"]),
+        attempts=m["attempts"],
+        error=m["error"],
+        retry_at=_out(m["retry_at"]),
+        files=m["files"],
+        bytes=m["bytes"],
+        checksum=m["checksum"],
+        delta_version=m["delta_version"],
+        started_at=_out(m["started_at"]),
+        copied_at=_out(m["copied_at"]),
+    )
+
+
+def _copy_query() -> sa.Select[Any]:
+    """Copies with the value of their partition."""
+    c = s.partition_copies.c
+    return sa.select(s.partition_copies, s.partitions.c.value).join(
+        s.partitions, s.partitions.c.id == c.partition_id
+    )
+
+
+def _copy_key(partition_id: int, cluster: str) -> sa.ColumnElement[bool]:
+    c = s.partition_copies.c
+    return sa.and_(c.partition_id == partition_id, c.cluster == cluster)
+
+
+def _read_copy(conn: Connection, partition_id: int, cluster: str) -> PartitionCopy:
+    row = conn.execute(_copy_query().where(_copy_key(partition_id, cluster))).first()
+    if row is None:
+        raise ConflictError(
+            f"the copy of partition #{partition_id} on {cluster} is gone (its replica was dropped)"
+        )
+    return copy_from_row(row)
+
+
+def _subject(copy: PartitionCopy) -> str:
+    return f"the copy of partition {iso(copy.partition_value)} on {copy.cluster}"
+
+
+def _ours_or_lapsed(owner: str, now: datetime) -> Precondition:
+    c = s.partition_copies.c
+    return Precondition(
+        sa.or_(c.owner == owner, c.owner.is_(None), c.lease_until.is_(None), c.lease_until < _db(now)),
+        lambda m: m["owner"] in (owner, None) or m["lease_until"] is None or m["lease_until"] < _db(now),
+        lambda m: f"is being copied by {m['owner']} (lease until {at(m['lease_until'])})",
+    )
+
+
+def _owned_by(owner: str) -> Precondition:
+    c = s.partition_copies.c
+    return Precondition(
+        c.owner == owner,
+        lambda m: m["owner"] == owner,
+        lambda m: f"is being copied by {m['owner']}, not {owner}",
+    )
+
+
+_COPYING = state_in(s.partition_copies.c.state, [CopyState.COPYING])
+
+
+class ReplicaStore(Database):
+    """Replicas and partition copies."""
+
+    # -- replicas ----------------------------------------------------------------------------
+    def add_replica(self, table_id: int, cluster: str, location: str, now: datetime | None = None) -> Replica:
+        """Record ``cluster`` as a secondary of the table (the catalog has checked it may be one)."""
+        try:
+            with self.tx() as conn:
+                conn.execute(
+                    sa.insert(s.replicas).values(
+                        table_id=table_id, cluster=cluster, location=location, added_at=_db(now or _now())
+                    )
+                )
+        except IntegrityError:
+            raise AlreadyExistsError(f"the table replicates to {cluster} already") from None
+        return self.get_replica(table_id, cluster)
+
+    def get_replica(self, table_id: int, cluster: str) -> Replica:
+        r = s.replicas.c
+        with self.read_tx() as conn:
+            row = conn.execute(
+                sa.select(s.replicas).where(r.table_id == table_id, r.cluster == cluster)
+            ).first()
+        if row is None:
+            raise NotFoundError(f"table #{table_id} has no replica on {cluster}")
+        return replica_from_row(row)
+
+    def list_replicas(self, table_id: int | None = None) -> list[Replica]:
+        """The replicas of a table (of every table: ``None``), by table and cluster."""
+        r = s.replicas.c
+        q = sa.select(s.replicas).order_by(r.table_id, r.cluster)
+        if table_id is not None:
+            q = q.where(r.table_id == table_id)
+        with self.read_tx() as conn:
+            return [replica_from_row(row) for row in conn.execute(q).all()]
+
+    def tables_replicated_on(self, cluster: str) -> list[str]:
+        """The tables with a replica on ``cluster``."""
+        t, r = s.tables.c, s.replicas.c
+        q = (
+            sa.select(t.namespace, t.name)
+            .join(s.replicas, r.table_id == t.id)
+            .where(r.cluster == cluster)
+            .order_by(t.namespace, t.name)
+        )
+        with self.read_tx() as conn:
+            return [f"{ns}.{name}" for ns, name in conn.execute(q).all()]
+
+    def remove_replica(self, table_id: int, cluster: str) -> Replica:
+        """Forget a replica and every copy on it, in one transaction; returns what it was."""
+        r, c = s.replicas.c, s.partition_copies.c
+        with self.tx() as conn:
+            row = conn.execute(
+                sa.select(s.replicas).where(r.table_id == table_id, r.cluster == cluster)
+            ).first()
+            if row is None:
+                raise NotFoundError(f"table #{table_id} has no replica on {cluster}")
+            conn.execute(sa.delete(s.partition_copies).where(c.table_id == table_id, c.cluster == cluster))
+            conn.execute(sa.delete(s.replicas).where(r.table_id == table_id, r.cluster == cluster))
+        return replica_from_row(row)
+
+    # -- copies ------------------------------------------------------------------------------
+    def list_copies(
+        self, table_id: int, cluster: str | None = None, state: CopyState | None = None
+    ) -> list[PartitionCopy]:
+        """A table's partition copies (on one cluster, in one state), by partition and cluster."""
+        c = s.partition_copies.c
+        q = _copy_query().where(c.table_id == table_id)
+        if cluster is not None:
+            q = q.where(c.cluster == cluster)
+        if state is not None:
+            q = q.where(c.state == state.value)
+        with self.read_tx() as conn:
+            rows = conn.execute(q.order_by(s.partitions.c.value, c.cluster)).all()
+        return [copy_from_row(row) for row in rows]
+
+    def present_values(self, table_id: int, cluster: str) -> set[datetime]:
+        """The partition values wholly present on the secondary ``cluster``."""
+        return {copy.partition_value for copy in self.list_copies(table_id, cluster, CopyState.PRESENT)}
+
+    def claim_copy(
+        self,
+        partition: Partition,
+        cluster: str,
+        owner: str,
+        lease: timedelta,
+        now: datetime | None = None,
+        fence: Lease | None = None,
+    ) -> PartitionCopy:
+        """Take (or extend) the copy of a standard partition to a secondary, under a lease.
+
+        Raises:
+            ConflictError: the copy is present already, another live owner holds it, the
+                partition is not standard, or the replica was dropped.
+            LeaseLostError: ``fence`` (if given) is no longer held.
+        """
+        now = now or _now()
+        try:
+            return self._claim_copy(partition, cluster, owner, lease, now, fence)
+        except IntegrityError:  # another copier recorded it first, in between: claim it as any other
+            return self._claim_copy(partition, cluster, owner, lease, now, fence)
+
+    def _claim_copy(
+        self,
+        partition: Partition,
+        cluster: str,
+        owner: str,
+        lease: timedelta,
+        now: datetime,
+        fence: Lease | None,
+    ) -> PartitionCopy:
+        c = s.partition_copies.c
+        with self.tx() as conn:
+            if fence is not None:
+                check_fence(conn, fence, now)
+            state = conn.execute(
+                sa.select(s.partitions.c.state).where(s.partitions.c.id == partition.id)
+            ).scalar()
+            if state != PartitionState.STANDARD.value:
+                raise ConflictError(
+                    f"partition {iso(partition.value)} is {state or 'gone'}; "
+                    "only standard partitions are copied"
+                )
+            replica = conn.execute(
+                sa.select(s.replicas.c.cluster).where(
+                    s.replicas.c.table_id == partition.table_id, s.replicas.c.cluster == cluster
+                )
+            ).first()
+            if replica is None:
+                raise ConflictError(f"table #{partition.table_id} has no replica on {cluster} (any more)")
+            values = {"owner": owner, "lease_until": _db(now + lease)}
+            if conn.execute(sa.select(c.state).where(_copy_key(partition.id, cluster))).first() is None:
+                conn.execute(
+                    sa.insert(s.partition_copies).values(
+                        partition_id=partition.id,
+                        cluster=cluster,
+                        table_id=partition.table_id,
+                        state=CopyState.COPYING.value,
+                        attempts=0,
+                        started_at=_db(now),
+                        **values,
+                    )
+                )
+            else:
+                guarded_update(
+                    conn,
+                    s.partition_copies,
+                    _copy_key(partition.id, cluster),
+                    f"the copy of partition {iso(partition.value)} on {cluster}",
+                    [_COPYING, _ours_or_lapsed(owner, now)],
+                    values,
+                    gone=ConflictError,
+                )
+            return _read_copy(conn, partition.id, cluster)
+
+    def finish_copy(
+        self,
+        copy: PartitionCopy,
+        owner: str,
+        *,
+        files: int,
+        bytes: int,
+        checksum: str,
+        delta_version: int,
+        now: datetime | None = None,
+    ) -> PartitionCopy:
+        """The copy is present: verified and committed to the secondary's Delta log."""
+        now = now or _now()
+        with self.tx() as conn:
+            guarded_update(
+                conn,
+                s.partition_copies,
+                _copy_key(copy.partition_id, copy.cluster),
+                _subject(copy),
+                [_COPYING, _owned_by(owner)],
+                {
+                    "state": CopyState.PRESENT.value,
+                    "lease_until": None,
+                    "error": None,
+                    "retry_at": None,
+                    "files": files,
+                    "bytes": bytes,
+                    "checksum": checksum,
+                    "delta_version": delta_version,
+                    "copied_at": _db(now),
+                },
+                gone=ConflictError,
+            )
+            return _read_copy(conn, copy.partition_id, copy.cluster)
+
+    def release_copy(
+        self,
+        copy: PartitionCopy,
+        owner: str,
+        error: str | None = None,
+        retry_at: datetime | None = None,
+        now: datetime | None = None,
+    ) -> bool:
+        """Let a copy go at once (its lease ends now); with ``error``, a failed attempt is counted.
+
+        Returns:
+            Whether it was still ours to release.
+        """
+        now = now or _now()
+        c = s.partition_copies.c
+        values: dict[str, Any] = {"lease_until": _db(now)}
+        if error is not None:
+            values |= {"error": error, "retry_at": _db(retry_at), "attempts": c.attempts + 1}
+        with self.tx() as conn:
+            return bool(
+                conn.execute(
+                    sa.update(s.partition_copies)
+                    .where(
+                        _copy_key(copy.partition_id, copy.cluster),
+                        c.owner == owner,
+                        c.state == CopyState.COPYING.value,
+                    )
+                    .values(**values)
+                ).rowcount
+            )
