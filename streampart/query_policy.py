@@ -119,8 +119,10 @@ def _insert(tree: exp.Insert) -> tuple[Any, Output]:
             "INSERT INTO … (columns): columns match the table's by name; name them in the SELECT "
             "instead (… AS column)"
         )
-    if not isinstance(target, exp.Table) or target.args.get("partition") is not None or tree.args.get(
-        "partition"
+    if (
+        not isinstance(target, exp.Table)
+        or target.args.get("partition") is not None
+        or tree.args.get("partition")
     ):
         raise QueryRefusedError(
             "INSERT INTO … PARTITION: a row's partition follows from the table's time column; drop "

@@ -1,4 +1,4 @@
-"""``streampart query``: Spark SQL over the warehouse's tables."""
+"""``streampart query``: Spark SQL over the warehouse's tables; INSERT INTO and CREATE TABLE … AS."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table as RichTable
 
+from metastore.errors import UserInputError
 from streampart.cli.context import cli_context
 from streampart.cli.output import TextOutput, json_value
 from streampart.cli.params import json_flag
@@ -15,8 +16,16 @@ from streampart.cli.params import json_flag
 
 def query(
     ctx: typer.Context,
-    sql: Annotated[str, typer.Argument(help="Spark SQL; tables are addressed as ns.table")],
-    _json: Annotated[bool, json_flag("Print one JSON object per row, one per line")] = False,
+    sql: Annotated[
+        str,
+        typer.Argument(
+            help="Spark SQL: a query, INSERT INTO ns.t SELECT …, or CREATE TABLE ns.t [TBLPROPERTIES "
+            "(…)] AS SELECT …; tables are addressed as ns.table"
+        ),
+    ],
+    _json: Annotated[
+        bool, json_flag("Print one JSON object per row, one per line (a write: what it committed)")
+    ] = False,
     limit: Annotated[int, typer.Option(help="Rows to print as a table (without --json)")] = 1000,
     namespace: Annotated[
         str | None,
@@ -25,19 +34,67 @@ def query(
             "named T, links also T@SOURCE_NS; an isolated namespace reads nothing else"
         ),
     ] = None,
+    key: Annotated[
+        str | None,
+        typer.Option(
+            "--idempotency-key",
+            "--key",
+            "--token",
+            help="INSERT INTO / CREATE TABLE … AS: the idempotency key of the chunk the result commits "
+            "as; a retry with the same key and result lands once [default: a new key per run]",
+        ),
+    ] = None,
 ) -> None:
-    """Run Spark SQL over the warehouse's tables and links, each read at one consistent snapshot."""
-    from streampart.query import catalog_resolver, rewrite, run_sql, spark_errors, spark_session, split_use
+    """Run Spark SQL over the warehouse's tables and links, each read at one consistent snapshot.
+
+    INSERT INTO commits the query's result into a table as one chunk; CREATE TABLE … AS SELECT
+    makes a new streaming table with the result as its first chunk. Both land exactly once per
+    --idempotency-key.
+    """
+    from streampart.query import (
+        catalog_resolver,
+        prepare,
+        register_snapshots,
+        spark_errors,
+        spark_session,
+        split_use,
+    )
+    from streampart.query_writes import output_table, write_result
 
     cli = cli_context(ctx)
     settings = cli.settings()
     catalog = cli.catalog()
-    body, ns = split_use(sql, namespace)
-    if ns is not None:
-        catalog.store.get_namespace(ns)
-    rewrite(body, catalog_resolver(catalog, ns))  # fail fast, before Spark starts
-    spark = spark_session(settings.spark)
-    df = run_sql(spark, catalog, sql, namespace)
+    session = split_use(sql, namespace)
+    if session.namespace is not None:
+        catalog.store.get_namespace(session.namespace)
+    prepared = prepare(session.sql, catalog_resolver(catalog, session.namespace))  # before Spark starts
+    output = prepared.output
+    if output is None and key is not None:
+        raise UserInputError(
+            "--idempotency-key names the chunk that INSERT INTO or CREATE TABLE … AS commits; "
+            "this statement only reads"
+        )
+    name, table = output_table(catalog, output, session.namespace) if output else (None, None)
+    cluster = table.cluster if table is not None else "default"
+    spark = spark_session(settings.spark_for(catalog.cluster(cluster)))
+    register_snapshots(spark, catalog, set(prepared.refs))
+    with spark_errors():
+        df = spark.sql(prepared.text)
+    if output is not None:
+        assert name is not None
+        result = write_result(
+            catalog,
+            output,
+            name,
+            table,
+            df,
+            key,
+            cluster,
+            settings.chunk,
+            create_namespace=not settings.namespaces.require_explicit,
+        )
+        cli.output.result(result.to_json(), _print_written)
+        return
 
     def each_row() -> Iterator[dict[str, Any]]:  # streamed: no more than a partition in memory
         with spark_errors():
@@ -55,3 +112,20 @@ def query(
             out.console.print(f"(first {limit} rows shown)")
 
     cli.output.rows(each_row(), print_grid)
+
+
+def _print_written(out: TextOutput, result: dict[str, Any]) -> None:
+    """What a writing statement committed (``--json``: the same as an object)."""
+    made = f"created {result['table']} on cluster {result['cluster']}; " if result["created"] else ""
+    if not result["chunk"]:
+        out.console.print(f"{made}the query's result was empty: nothing committed into {result['table']}")
+        return
+    extra = ""
+    if result.get("dead_letter_rows"):
+        extra += f", {result['dead_letter_rows']} bad rows to the dead-letter table"
+    if result.get("late_rows"):
+        extra += f", {result['late_rows']} late rows diverted"
+    out.console.print(
+        f"{made}committed chunk {result['chunk']}: {result['rows']} rows into {result['table']} "
+        f"({', '.join(result['partitions']) or 'no partition'}) at version {result['version']}{extra}"
+    )
