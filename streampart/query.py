@@ -14,7 +14,7 @@ import os
 import re
 import sys
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -236,7 +236,7 @@ class Prepared:
     """One statement, checked: the query to run, the snapshots it reads, the table it writes."""
 
     text: str  # regenerated from the checked tree: what was checked is what runs
-    refs: frozenset[TableRef]
+    refs: tuple[TableRef, ...]  # in the order the statement names them
     output: Output | None  # None: the statement only reads
 
 
@@ -278,7 +278,7 @@ def prepare(sql: str, resolve: Resolver) -> Prepared:
     for column in tree.find_all(exp.Column):
         if column.args.get("db") and f"{column.db}.{column.table}" in written:
             column.set("db", None)
-    return Prepared(tree.sql(dialect="spark"), frozenset(refs.values()), output)
+    return Prepared(tree.sql(dialect="spark"), tuple(dict.fromkeys(refs.values())), output)
 
 
 def rewrite(sql: str, resolve: Resolver) -> tuple[str, set[TableRef]]:
@@ -297,29 +297,39 @@ def rewrite(sql: str, resolve: Resolver) -> tuple[str, set[TableRef]]:
     return prepared.text, set(prepared.refs)
 
 
-def register_snapshots(spark: SparkSession, catalog: Catalog, refs: set[TableRef]) -> dict[TableRef, int]:
-    """Register each snapshot a query reads as its temporary view; the Delta version of each.
+def pin_snapshots(catalog: Catalog, refs: Iterable[TableRef]) -> dict[TableRef, tuple[Resolved, Snapshot]]:
+    """Pin each table (or link) a query reads on its primary: what each reference names, and its snapshot.
 
     Each table is pinned once per version asked for, and every reference that reads it — the
     table itself, links to it — is a view of that one snapshot: a query reading ``B.T`` and A's
     link to it sees one version of B in both.
     """
-    resolved = {ref: catalog.resolve(ref.name) for ref in refs}
     pinned: dict[tuple[int, int | None], Snapshot] = {}
     out = {}
-    for ref in sorted(refs, key=lambda r: r.view):
-        table = resolved[ref].table
-        version = _version_of(catalog, table, ref)
+    for ref in refs:
+        resolved = catalog.resolve(ref.name)
+        table = resolved.table
+        version = version_of(catalog, table, ref)
         key = (table.id, version)
         if key not in pinned:
             pinned[key] = pin(catalog, table, version)
-        snap = view_of(resolved[ref], pinned[key])
-        snapshot_frame(spark, snap).createOrReplaceTempView(ref.view)
-        out[ref] = snap.version
+        out[ref] = (resolved, view_of(resolved, pinned[key]))
     return out
 
 
-def _version_of(catalog: Catalog, table: Table, ref: TableRef) -> int | None:
+def register(spark: SparkSession, snapshots: Mapping[TableRef, Snapshot]) -> dict[TableRef, int]:
+    """Register each snapshot as the temporary view of its reference; the Delta version of each."""
+    for ref in sorted(snapshots, key=lambda r: r.view):
+        snapshot_frame(spark, snapshots[ref]).createOrReplaceTempView(ref.view)
+    return {ref: snap.version for ref, snap in snapshots.items()}
+
+
+def register_snapshots(spark: SparkSession, catalog: Catalog, refs: set[TableRef]) -> dict[TableRef, int]:
+    """Pin each table a query reads on its primary (:func:`pin_snapshots`) and register its view."""
+    return register(spark, {ref: snap for ref, (_, snap) in pin_snapshots(catalog, refs).items()})
+
+
+def version_of(catalog: Catalog, table: Table, ref: TableRef) -> int | None:
     """The Delta version ``VERSION AS OF`` / ``TIMESTAMP AS OF`` names (None: the newest)."""
     from metastore.models import parse_instant
 
@@ -339,7 +349,10 @@ def _version_of(catalog: Catalog, table: Table, ref: TableRef) -> int | None:
 
 
 def run_sql(spark: SparkSession, catalog: Catalog, sql: str, namespace: str | None = None) -> DataFrame:
-    """Run Spark SQL over the catalog's tables and links, each pinned at one version.
+    """Run Spark SQL over the catalog's tables and links, each pinned at one version on its primary.
+
+    (``streampart query`` also chooses the cluster a statement runs on, reads that cluster's
+    copies and runs INSERT INTO and CREATE TABLE … AS: :mod:`streampart.query_plan`.)
 
     Args:
         sql: One query, optionally after ``USE NAMESPACE;``.
@@ -349,6 +362,11 @@ def run_sql(spark: SparkSession, catalog: Catalog, sql: str, namespace: str | No
     (an unreadable data file, say) surface when rows are fetched: wrap that in :func:`spark_errors`.
     """
     session = split_use(sql, namespace)
+    if session.cluster is not None:
+        raise UserInputError(
+            "USE CLUSTER: run_sql reads each table on its primary, in this process; a statement's "
+            "cluster is chosen by `streampart query` (streampart.query_plan)"
+        )
     text, refs = rewrite(session.sql, catalog_resolver(catalog, session.namespace))
     register_snapshots(spark, catalog, refs)
     with spark_errors():

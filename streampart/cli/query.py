@@ -44,6 +44,28 @@ def query(
             "as; a retry with the same key and result lands once [default: a new key per run]",
         ),
     ] = None,
+    cluster: Annotated[
+        str | None,
+        typer.Option(
+            help="Run on this cluster (or `USE CLUSTER C;` first), or fail saying what is missing "
+            "there [default: the written table's primary, else the first primary of a table read "
+            "where every table read is present]"
+        ),
+    ] = None,
+    replicated_only: Annotated[
+        bool,
+        typer.Option(
+            "--replicated-only",
+            help="On a secondary cluster, read a table as of its newest partition replicated there "
+            "(standard partitions only, one consistent cut per table; stated in the output)",
+        ),
+    ] = False,
+    explain: Annotated[
+        bool,
+        typer.Option(
+            "--explain", help="Print the cluster chosen and why (and what is read where); run nothing"
+        ),
+    ] = False,
 ) -> None:
     """Run Spark SQL over the warehouse's tables and links, each read at one consistent snapshot.
 
@@ -51,50 +73,37 @@ def query(
     makes a new streaming table with the result as its first chunk. Both land exactly once per
     --idempotency-key.
     """
-    from streampart.query import (
-        catalog_resolver,
-        prepare,
-        register_snapshots,
-        spark_errors,
-        spark_session,
-        split_use,
-    )
-    from streampart.query_writes import output_table, write_result
+    from streampart.query import spark_errors, spark_session
+    from streampart.query_plan import plan, run
+    from streampart.query_writes import WriteResult
 
     cli = cli_context(ctx)
     settings = cli.settings()
     catalog = cli.catalog()
-    session = split_use(sql, namespace)
-    if session.namespace is not None:
-        catalog.store.get_namespace(session.namespace)
-    prepared = prepare(session.sql, catalog_resolver(catalog, session.namespace))  # before Spark starts
-    output = prepared.output
-    if output is None and key is not None:
+    planned = plan(catalog, sql, namespace, cluster, replicated_only)  # before Spark starts
+    if planned.prepared.output is None and key is not None:
         raise UserInputError(
             "--idempotency-key names the chunk that INSERT INTO or CREATE TABLE … AS commits; "
             "this statement only reads"
         )
-    name, table = output_table(catalog, output, session.namespace) if output else (None, None)
-    cluster = table.cluster if table is not None else "default"
-    spark = spark_session(settings.spark_for(catalog.cluster(cluster)))
-    register_snapshots(spark, catalog, set(prepared.refs))
-    with spark_errors():
-        df = spark.sql(prepared.text)
-    if output is not None:
-        assert name is not None
-        result = write_result(
-            catalog,
-            output,
-            name,
-            table,
-            df,
-            key,
-            cluster,
-            settings.chunk,
-            create_namespace=not settings.namespaces.require_explicit,
-        )
-        cli.output.result(result.to_json(), _print_written)
+    if explain:
+        cli.output.result(planned.explain(), _print_explain)
         return
+    for note in planned.notes():
+        cli.output.warn(note)
+    spark = spark_session(settings.spark_for(catalog.cluster(planned.cluster)))
+    done = run(
+        spark,
+        catalog,
+        planned,
+        key,
+        settings.chunk,
+        create_namespace=not settings.namespaces.require_explicit,
+    )
+    if isinstance(done, WriteResult):
+        cli.output.result({**done.to_json(), "cuts": planned.notes()}, _print_written)
+        return
+    df = done
 
     def each_row() -> Iterator[dict[str, Any]]:  # streamed: no more than a partition in memory
         with spark_errors():
@@ -112,6 +121,18 @@ def query(
             out.console.print(f"(first {limit} rows shown)")
 
     cli.output.rows(each_row(), print_grid)
+
+
+def _print_explain(out: TextOutput, plan: dict[str, Any]) -> None:
+    out.console.print(f"runs on cluster {plan['cluster']}: {plan['reason'].split(': ', 1)[-1]}", markup=False)
+    for read in plan["reads"]:
+        cut = read.get("cut")
+        how = f", as of partition {cut['as_of_partition']}" if cut else ""
+        out.console.print(
+            f"  reads {read['table']} on {read['cluster']} ({read['copy']}{how}): version {read['version']}, "
+            f"{read['partitions']} partition(s) at {read['location']}",
+            markup=False,
+        )
 
 
 def _print_written(out: TextOutput, result: dict[str, Any]) -> None:
