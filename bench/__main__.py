@@ -49,6 +49,8 @@ SCALES: dict[str, dict[str, Any]] = {
         "links_files_per_chunk": 100,
         "links_reps": 5,
         "links_warmup_rounds": 1,
+        "replication_bytes": 1024 * 1024 * 1024,
+        "replication_reps": 3,
     },
     "quick": {
         "rows": 100,
@@ -75,17 +77,20 @@ SCALES: dict[str, dict[str, Any]] = {
         "links_files_per_chunk": 25,
         "links_reps": 2,
         "links_warmup_rounds": 1,
+        "replication_bytes": 128 * 1024 * 1024,
+        "replication_reps": 2,
     },
 }
 
 
 def benchmarks() -> dict[str, Any]:
-    from bench import commit_latency, http_load, kafka_ingest, link_planning, roll, snapshot_read
+    from bench import commit_latency, http_load, kafka_ingest, link_planning, replication, roll, snapshot_read
 
-    return {m.NAME: m for m in (commit_latency, roll, snapshot_read, kafka_ingest, http_load, link_planning)}
+    modules = (commit_latency, roll, snapshot_read, kafka_ingest, http_load, link_planning, replication)
+    return {m.NAME: m for m in modules}
 
 
-NAMES = ("commit", "roll", "read", "kafka", "http", "links")
+NAMES = ("commit", "roll", "read", "kafka", "http", "links", "replication")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

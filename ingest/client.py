@@ -71,9 +71,17 @@ class Client:
         self.close()
 
     # -- the calls --------------------------------------------------------------------------
-    def open_chunk(self, table: str, idempotency_key: str | None = None) -> dict[str, Any]:
-        """Open a chunk of ``table`` (``ns.table``); the same key returns the same chunk."""
-        body = {"idempotency_key": idempotency_key} if idempotency_key else {}
+    def open_chunk(
+        self, table: str, idempotency_key: str | None = None, cluster: str | None = None
+    ) -> dict[str, Any]:
+        """Open a chunk of ``table`` (``ns.table``); the same key returns the same chunk.
+
+        ``cluster``: the cluster meant to take the write; anything but the table's primary is
+        refused (409 ``secondary_cluster``).
+        """
+        body: dict[str, str] = {"idempotency_key": idempotency_key} if idempotency_key else {}
+        if cluster is not None:
+            body["cluster"] = cluster
         return self._call("POST", f"{_table_path(table)}/chunks", json=body).json()
 
     def upload(self, chunk_id: str, data: Body, format: str = "jsonl") -> dict[str, Any]:
@@ -128,6 +136,7 @@ class Client:
         data: Body,
         format: str = "jsonl",
         idempotency_key: str | None = None,
+        cluster: str | None = None,
     ) -> dict[str, Any]:
         """Open, upload and commit ``data`` as one chunk; exactly once under ``idempotency_key``.
 
@@ -137,7 +146,7 @@ class Client:
         ``idempotency_conflict``) instead of answering with the earlier commit.
         """
         key = idempotency_key or _fresh_key()
-        chunk = self.open_chunk(table, key)
+        chunk = self.open_chunk(table, key, cluster)
         if chunk["state"] != "reserved":
             return self.commit(chunk["id"], content_digest(data))
         hashing = _Hashing(data)  # digests the bytes as they stream out: the body is read once

@@ -30,6 +30,7 @@ from metastore.errors import (
     IsolationError,
     NotFoundError,
     ReadOnlyLinkError,
+    SecondaryWriteError,
     TableIntegrityError,
     UserInputError,
 )
@@ -211,24 +212,41 @@ class Catalog:
             raise
         return table
 
-    def table(self, name: TableName | str) -> Table:
+    def table(self, name: TableName | str, cluster: str | None = None) -> Table:
         """The table ``name`` as recorded in the metastore, to write, roll or drop.
+
+        Args:
+            cluster: The cluster the caller means to write on (None: the table's primary). Only
+                the primary takes writes; a secondary holds read-only copies.
 
         Raises:
             ReadOnlyLinkError: ``name`` is a link (links are read through :meth:`resolve`).
-            NotFoundError: there is no table of that name.
+            SecondaryWriteError: ``cluster`` is not the table's primary.
+            NotFoundError: there is no table of that name (or no cluster ``cluster``).
         """
         name = TableName.parse(name) if isinstance(name, str) else name
         try:
-            return self.store.get_table(name)
+            table = self.store.get_table(name)
         except NotFoundError:
             link = self.store.find_link(name)
             if link is None:
                 raise
-        raise ReadOnlyLinkError(
-            f"{name} is a link (to {link.source}), and links are read-only: write to, roll or drop "
-            f"{link.source} itself, or remove the link with `streampart link drop {name}`"
-        )
+            raise ReadOnlyLinkError(
+                f"{name} is a link (to {link.source}), and links are read-only: write to, roll or drop "
+                f"{link.source} itself, or remove the link with `streampart link drop {name}`"
+            ) from None
+        if cluster is not None and cluster != table.cluster:
+            self.cluster(cluster)  # NotFoundError for a cluster that does not exist
+            role = (
+                "holds read-only copies of its rolled partitions"
+                if any(r.cluster == cluster for r in self.replicas(table))
+                else "holds none of its data"
+            )
+            raise SecondaryWriteError(
+                f"{name} takes writes on its primary cluster {table.cluster} only; {cluster} {role}: "
+                f"write to {table.cluster}"
+            )
+        return table
 
     def load(self, table: Table, version: int | None = None) -> Any:
         """The table's Delta snapshot to read: ``version``, or the newest — checked against the metastore.
@@ -332,10 +350,7 @@ class Catalog:
         try:
             replica = self.store.remove_replica(table.id, cluster)
         except NotFoundError:
-            raise NotFoundError(
-                f"table {table.name} has no replica on {cluster} "
-                f"(its replicas: {', '.join(r.cluster for r in self.replicas(table)) or 'none'})"
-            ) from None
+            raise self._no_replica(table, cluster) from None
         shutil.rmtree(replica.location, ignore_errors=True)
         return replica
 
@@ -344,10 +359,15 @@ class Catalog:
         return self.store.list_replicas(table.id)
 
     def replica(self, table: Table, cluster: str) -> Replica:
+        """The replica of ``table`` on ``cluster`` (NotFoundError naming the ones it has)."""
         try:
             return self.store.get_replica(table.id, cluster)
         except NotFoundError:
-            raise NotFoundError(f"table {table.name} has no replica on {cluster}") from None
+            raise self._no_replica(table, cluster) from None
+
+    def _no_replica(self, table: Table, cluster: str) -> NotFoundError:
+        replicas = ", ".join(r.cluster for r in self.replicas(table)) or "none"
+        return NotFoundError(f"table {table.name} has no replica on {cluster} (its replicas: {replicas})")
 
     def present_on(
         self, table: Table, cluster: str, partitions: Sequence[Partition] | None = None

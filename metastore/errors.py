@@ -86,6 +86,10 @@ class ReadOnlyLinkError(UserInputError):
     """A write, roll or drop asked of a link (links only read their source)."""
 
 
+class SecondaryWriteError(UserInputError):
+    """A write aimed at a secondary cluster of a table (its copies there are read-only)."""
+
+
 class DanglingLinkError(NotFoundError):
     """A link whose source table was dropped (with ``--force``)."""
 

@@ -11,7 +11,12 @@ looks for every such problem at once, for ``streampart check``:
   readable Parquet file, or holding another number of rows;
 - standard partitions: no ``_SUCCESS`` marker, rows that differ from what the roll recorded, and
   (a warning) data files in the partition's directory that the table does not list, which a
-  plain Parquet reader of the directory would read too.
+  plain Parquet reader of the directory would read too;
+- replicas: a secondary's Delta log that cannot be read; a partition recorded present there
+  whose files the secondary's log does not list, lists as other files than the primary's, or
+  lists as files that are missing, of another size or unreadable; (a warning) a partition in
+  the secondary's log not yet recorded present (a copy that stopped between its commit and its
+  record: the next copy pass records it).
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from typing import Any
 from metastore.catalog import Catalog
 from metastore.errors import TableIntegrityError
 from metastore.models import PartitionState, Table, iso
+from metastore.replicas import CopyState, Replica, replica_table
 from metastore.warehouse import SUCCESS_MARKER, Warehouse, last_checkpoint_version, partition_dir
 
 RESTORE = "restore it from a backup"
@@ -100,6 +106,61 @@ def check_table(catalog: Catalog, table: Table) -> list[Problem]:
                         path=path,
                     )
                 )
+    for replica in catalog.replicas(table):
+        problems += _replica_problems(catalog, table, replica, files)
+    return problems
+
+
+def _replica_problems(catalog: Catalog, table: Table, replica: Replica, primary: list[Any]) -> list[Problem]:
+    """A secondary's copy checked against the metastore's records and the primary's files."""
+    name, wh = str(table.name), catalog.warehouse
+    copy = replica_table(table, replica)
+    redo = (
+        f"copy it again: streampart table alter {name} --drop-replica {replica.cluster} "
+        f"&& streampart table alter {name} --add-replica {replica.cluster}"
+    )
+    try:
+        files = wh.live_files(wh.load(copy))
+    except TableIntegrityError as exc:
+        return [Problem(name, "replica_unreadable", f"replica on {replica.cluster}: {exc}; {redo}")]
+    problems = []
+    present = {
+        c.partition_value for c in catalog.store.list_copies(table.id, replica.cluster, CopyState.PRESENT)
+    }
+    theirs: dict[Any, set[str]] = {}
+    for f in files:
+        theirs.setdefault(f.partition, set()).add(f.path)
+        problem = _file_problem(copy, f.path, f.size, f.rows)
+        if problem is not None:
+            problems.append(
+                Problem(name, f"replica_{problem.kind}", f"replica on {replica.cluster}: {problem.message}",
+                        path=problem.path)
+            )  # fmt: skip
+    ours: dict[Any, set[str]] = {}
+    for f in primary:
+        ours.setdefault(f.partition, set()).add(f.path)
+    for value in sorted(present):
+        where = f"replica on {replica.cluster}: partition {iso(value)}"
+        if value not in theirs and ours.get(value):
+            problems.append(
+                Problem(
+                    name, "replica_missing", f"{where} is recorded present, but its log lists no file; {redo}"
+                )
+            )
+        elif value in theirs and theirs[value] != ours.get(value, set()):
+            problems.append(
+                Problem(name, "replica_differs", f"{where} lists other files than the primary's; {redo}")
+            )
+    for value in sorted(set(theirs) - present):
+        problems.append(
+            Problem(
+                name,
+                "replica_unrecorded",
+                f"replica on {replica.cluster}: partition {iso(value)} is in its Delta log but not yet "
+                "recorded present (a copy stopped after its commit); the next copy pass records it",
+                severity="warning",
+            )
+        )
     return problems
 
 

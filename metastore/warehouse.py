@@ -402,8 +402,12 @@ class Warehouse:
         table: Table,
         files: Iterable[tuple[str, datetime, int]],
         metadata: dict[str, str],
+        app_id: str | None = None,
     ) -> int:
         """Append ``(path, partition, rows)`` files in one Delta commit on top of ``dt``'s snapshot.
+
+        With ``app_id``, the commit also records that Delta application transaction (``txn``,
+        version 1): a concurrent commit with the same id then conflicts, so it lands at most once.
 
         Returns:
             The version of the new commit.
@@ -413,7 +417,7 @@ class Warehouse:
                 since ``dt`` was loaded; reload and decide again.
         """
         actions = [self._add_action(table, p, part, rows, True) for p, part, rows in files]
-        return self._transact(dt, table, actions, metadata, "Delta commit")
+        return self._transact(dt, table, actions, metadata, "Delta commit", app_id)
 
     def seal(self, table: Table, roll_id: str) -> int:
         """Change the table's metadata so every commit prepared on an older snapshot fails.
@@ -462,10 +466,16 @@ class Warehouse:
         return self._transact(dt, table, actions, metadata, "sweep commit")
 
     def _transact(
-        self, dt: Any, table: Table, actions: list[Any], metadata: dict[str, str], what: str
+        self,
+        dt: Any,
+        table: Table,
+        actions: list[Any],
+        metadata: dict[str, str],
+        what: str,
+        app_id: str | None = None,
     ) -> int:
         """Commit ``actions`` on top of ``dt``'s snapshot (errors as :meth:`_commit_errors` says)."""
-        from deltalake.transaction import CommitProperties
+        from deltalake.transaction import CommitProperties, Transaction
 
         read_version = int(dt.version())
         # Delta commits are optimistic: concurrent committers race for the next version and
@@ -480,7 +490,9 @@ class Warehouse:
                 dt.schema(),
                 [table.partition_column],
                 commit_properties=CommitProperties(
-                    custom_metadata=metadata, max_commit_retries=MAX_COMMIT_RETRIES
+                    custom_metadata=metadata,
+                    max_commit_retries=MAX_COMMIT_RETRIES,
+                    app_transactions=[Transaction(app_id, 1)] if app_id is not None else None,
                 ),
             )
         return self._committed_version(table, metadata, read_version)

@@ -88,6 +88,35 @@ class HousekeepingConfig(BaseModel):
         return self
 
 
+class ReplicationConfig(BaseModel):
+    """The roll daemon's copies of standard partitions to tables' secondary clusters."""
+
+    model_config = ConfigDict(frozen=True)
+
+    enabled: bool = Field(
+        True,
+        description="The leader copies each new standard partition to the table's secondaries right after "
+        "its roll, and retries failed copies.",
+    )
+    # Why 30 s: copies are started right after each roll; this pass only finds the rest — a
+    # replica added to a table with history, a copy whose retry time came, a copy another
+    # daemon left unfinished — so it may be slow, and it costs one query per replica.
+    interval: Duration = Field(
+        timedelta(seconds=30),
+        description="How often the leader looks for copies to make besides those right after a roll.",
+    )
+    retry_base: Duration = Field(
+        timedelta(seconds=10), description="First delay before a failed copy is retried; doubles per failure."
+    )
+    retry_max: Duration = Field(timedelta(minutes=10), description="Longest delay between retries of a copy.")
+
+    @model_validator(mode="after")
+    def _check_retry(self) -> ReplicationConfig:
+        if self.retry_max < self.retry_base:
+            raise ValueError("retry_max must not be shorter than retry_base")
+        return self
+
+
 class SchedulerConfig(BaseModel):
     """The roll daemon (``streampart scheduler run``)."""
 
@@ -149,6 +178,9 @@ class SchedulerConfig(BaseModel):
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="Log level.")
     housekeeping: HousekeepingConfig = Field(
         default_factory=HousekeepingConfig, description="Housekeeping jobs."
+    )
+    replication: ReplicationConfig = Field(
+        default_factory=ReplicationConfig, description="Copies of standard partitions to secondary clusters."
     )
 
     @model_validator(mode="after")

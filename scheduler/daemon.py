@@ -59,6 +59,7 @@ from scheduler.errors import RollAbandonedError, RollBusyError
 from scheduler.housekeeping import Housekeeper
 from scheduler.leadership import Leadership
 from scheduler.metrics import SchedulerMetrics
+from scheduler.replication_jobs import ReplicationJobs
 from scheduler.roll import NEVER, Roller, RollResult, due_time, owner_id
 
 log = logging.getLogger("streampart.scheduler")
@@ -132,6 +133,17 @@ class RollDaemon:
                 "maintenance": ThreadPoolExecutor(2),
             },
         )
+        self.replication = ReplicationJobs(
+            self.catalog,
+            self.config.replication,
+            self.scheduler,
+            self.metrics,
+            self.owner,
+            self.roll_config.renewed_lease,
+            fence=lambda: self.leadership.lease if self.leadership.is_leader else None,
+            should_abandon=self._should_abandon,
+            step_down=lambda why: self.leadership.step_down(why),
+        )
         self._lock = threading.Lock()
         self._table_locks: dict[int, threading.Lock] = {}
         self._running: set[str] = set()
@@ -199,6 +211,15 @@ class RollDaemon:
                 executor="maintenance",
                 seconds=c.housekeeping.interval.total_seconds(),
                 next_run_time=now + c.lease_ttl,
+                **_PERIODIC_JOB,
+            )
+        if c.replication.enabled:
+            self.scheduler.add_job(
+                self._guard(self.replication.sweep),
+                "interval",
+                id="replication",
+                executor="maintenance",
+                seconds=c.replication.interval.total_seconds(),
                 **_PERIODIC_JOB,
             )
         self.scheduler.start()
@@ -321,10 +342,13 @@ class RollDaemon:
             # resume interrupted rolls and schedule every table now, not at the next sync
             self.scheduler.modify_job("sync", next_run_time=clock.now())
             self.scheduler.modify_job("observe", next_run_time=clock.now())
+            if self.config.replication.enabled:
+                self.scheduler.modify_job("replication", next_run_time=clock.now())
 
     def _on_deposed(self, reason: str) -> None:
         self.metrics.leader.set(0)
         self._remove_roll_jobs()  # rolls in progress stop at their next step (_should_abandon)
+        self.replication.remove()  # copies too
 
     # -- scheduling ------------------------------------------------------------------------
     def _remove_roll_jobs(self, table_id: int | None = None) -> None:
@@ -554,6 +578,7 @@ class RollDaemon:
             return None, self._failed(table, partition, started, fence, exc, resumed, roll_id)
         if result is not None:
             self._done(table, partition, result, started, fence)
+            self.replication.start_now(table.id)  # copy the new standard partition to the secondaries
         return table, None
 
     def _roll_of(self, partition: Partition) -> Any:
@@ -704,6 +729,7 @@ class RollDaemon:
                 "failures": self._failures.get(table.id, 0),
             }
         self.metrics.set_tables(values)
+        self.replication.observe()
 
     def _housekeep(self) -> None:
         if not self.leadership.is_leader or self._stopping.is_set():

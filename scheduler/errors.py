@@ -25,3 +25,15 @@ class RollAbandonedError(RollError):
 
     Nothing is lost: the roll is recorded in the metastore and resumes from that step.
     """
+
+
+class ReplicationFailedError(RollError):
+    """A copy of a standard partition to a secondary failed (the message names it and the cause).
+
+    Nothing is lost and nothing partial is visible: the copy is retried with backoff and
+    resumes with the files already copied and verified.
+    """
+
+
+class ReplicationAbandonedError(RollError):
+    """A copy stopped on request (shutdown, lost leadership) or lost its claim; it resumes later."""

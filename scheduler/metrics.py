@@ -84,6 +84,31 @@ class SchedulerMetrics:
         self.checkpoints = Counter(
             "streampart_housekeeping_checkpoints", "Delta checkpoints written.", registry=r
         )
+        self.copies = Counter(
+            "streampart_replication_copies",
+            "Copies of standard partitions to secondary clusters, by outcome (done, failed).",
+            ["table", "cluster", "outcome"],
+            registry=r,
+        )
+        self.copied_bytes = Counter(
+            "streampart_replication_copied_bytes",
+            "Bytes copied to secondary clusters (verified; a resumed copy counts only what it wrote).",
+            ["table", "cluster"],
+            registry=r,
+        )
+        self.replication_lag = Gauge(
+            "streampart_replication_lag_seconds",
+            "Age (since its roll) of the oldest standard partition not yet on the secondary (0: none).",
+            ["table", "cluster"],
+            registry=r,
+        )
+        self.replication_missing = Gauge(
+            "streampart_replication_missing_partitions",
+            "Standard partitions not yet on the secondary.",
+            ["table", "cluster"],
+            registry=r,
+        )
+        self._replicas: set[tuple[str, str]] = set()
         self._tables: set[str] = set()
         self._table_gauges: list[Any] = [
             self.partitions_open,
@@ -106,6 +131,17 @@ class SchedulerMetrics:
             self.due_lag.labels(table).set(v.get("lag", 0))
             self.failures.labels(table).set(v.get("failures", 0))
         self._tables = set(values)
+
+    def set_replicas(self, values: dict[tuple[str, str], tuple[float, int]]) -> None:
+        """Set the per-replica gauges to ``{(table, cluster): (lag seconds, missing)}``; others dropped."""
+        for key in self._replicas - set(values):
+            for gauge in (self.replication_lag, self.replication_missing):
+                with contextlib.suppress(KeyError):
+                    gauge.remove(*key)
+        for key, (lag, missing) in values.items():
+            self.replication_lag.labels(*key).set(lag)
+            self.replication_missing.labels(*key).set(missing)
+        self._replicas = set(values)
 
     def serve(self, host: str, port: int) -> Any:
         """Serve ``/metrics`` on ``host:port`` in a daemon thread; returns the server (``.server_port``)."""

@@ -65,9 +65,28 @@ def roller(cat: Catalog, args: argparse.Namespace) -> None:
             continue
 
 
+def replicator(cat: Catalog, args: argparse.Namespace) -> None:
+    from scheduler.errors import ReplicationAbandonedError, ReplicationFailedError
+    from scheduler.replication import Replicator
+
+    table = cat.table(args.table)
+    r = Replicator(cat, lease=timedelta(seconds=args.lease), retry_base=timedelta(seconds=0.2))
+    for _ in range(args.count):
+        try:
+            report = r.replicate(table, include_waiting=True)
+        except (ReplicationAbandonedError, ReplicationFailedError, RetriableError) as exc:
+            say(error=str(exc))
+            continue
+        for res in report.copied:
+            say(**res.to_json())
+        for failure in report.failed:
+            say(error=str(failure))
+        time.sleep(args.interval)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("kind", choices=["writer", "roller"])
+    ap.add_argument("kind", choices=["writer", "roller", "replicator"])
     ap.add_argument("--warehouse", required=True)
     ap.add_argument("--metastore", required=True)
     ap.add_argument("--table", required=True)
@@ -79,12 +98,12 @@ def main() -> None:
     ap.add_argument("--commit-timeout", type=float, default=60.0)
     ap.add_argument("--interval", type=float, default=0.5)
     ap.add_argument("--force", action="store_true")
-    ap.add_argument("--lease", type=float, default=600.0, help="roll lease in seconds")
+    ap.add_argument("--lease", type=float, default=600.0, help="roll (or copy) lease in seconds")
     ap.add_argument("--clock-offset", type=float, default=0.0, help="seconds this process's clock is ahead")
     args = ap.parse_args()
     cat = Catalog.open(args.warehouse, args.metastore)
     with clock.use(clock.SystemClock(timedelta(seconds=args.clock_offset))):
-        {"writer": writer, "roller": roller}[args.kind](cat, args)
+        {"writer": writer, "roller": roller, "replicator": replicator}[args.kind](cat, args)
 
 
 if __name__ == "__main__":

@@ -41,6 +41,13 @@ class OpenChunk(BaseModel):
         pattern=KEY_PATTERN,
         description="Opening again with the same key returns the same chunk (whatever its state).",
     )
+    cluster: str | None = Field(
+        None,
+        min_length=1,
+        max_length=128,
+        description="The cluster meant to take the write. Only the table's primary takes writes; another "
+        "cluster is refused with 409 secondary_cluster (absent: the primary).",
+    )
 
 
 class CommitChunk(BaseModel):
@@ -117,6 +124,21 @@ class PartitionInfo(BaseModel):
     bytes: int
     files: int
     location: str
+    clusters: list[str] = Field(
+        default_factory=list,
+        description="The clusters that hold it: the primary, then secondaries with a copy.",
+    )
+
+
+class ReplicaInfo(BaseModel):
+    """A secondary cluster of a table: where its copy lives, and how complete it is."""
+
+    cluster: str
+    location: str
+    added_at: str
+    present: int = Field(description="Standard partitions copied there (verified and committed).")
+    missing: list[str] = Field(description="Standard partitions not there yet.")
+    failing: list[dict[str, Any]] = Field(description="Copies that failed: partition, attempts, error.")
 
 
 class LinkInfo(BaseModel):
@@ -152,7 +174,8 @@ class TableInfo(BaseModel):
     partition_column: str
     schema_: str = Field(alias="schema")
     location: str
-    cluster: str
+    cluster: str = Field(description="The primary cluster: it holds all the data and takes every write.")
+    replicas: list[ReplicaInfo] = Field(default_factory=list, description="The secondary clusters.")
     version: int
     partitions: list[PartitionInfo]
     link: LinkInfo | None = Field(None, description="Set when the name is a link.")

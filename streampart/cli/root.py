@@ -20,6 +20,7 @@ from streampart.cli.ingest_jobs import ingest_app
 from streampart.cli.links import link_app
 from streampart.cli.namespaces import namespace_app
 from streampart.cli.query import query
+from streampart.cli.replicas import table_alter, table_replicate
 from streampart.cli.rolls import housekeep, roll
 from streampart.cli.server import serve
 from streampart.cli.tables import table_app
@@ -33,6 +34,8 @@ app = typer.Typer(
     add_completion=False,
 )
 # in the order of `streampart --help`
+table_app.command("alter")(table_alter)
+table_app.command("replicate")(table_replicate)
 app.add_typer(table_app, name="table")
 app.add_typer(namespace_app, name="namespace")
 app.add_typer(link_app, name="link")

@@ -52,6 +52,13 @@ def table_create(
     partition_column: Annotated[
         str | None, typer.Option(help="Name of the partition column [default: <time-column>_period]")
     ] = None,
+    cluster: Annotated[
+        str, typer.Option(help="The primary cluster: it holds all the data and takes every write")
+    ] = "default",
+    replicate_to: Annotated[
+        str | None,
+        typer.Option(help="Secondary clusters (C2,C3): each receives a copy of every rolled partition"),
+    ] = None,
     _json: JsonFlag = False,
 ) -> None:
     """Create a streaming table partitioned by one timestamp column."""
@@ -70,18 +77,25 @@ def table_create(
         max_future=parse_duration(max_future, "--max-future"),
         max_age=parse_duration(max_age, "--max-age") if max_age is not None else None,
         dead_letter=dead_letter,
+        cluster=cluster,
     )
+    secondaries = [c.strip() for c in (replicate_to or "").split(",") if c.strip()]
     cli = cli_context(ctx)
     settings = cli.settings()
     catalog = cli.catalog(settings)
-    table = catalog.create_table(spec, create_namespace=not settings.namespaces.require_explicit)
+    table = catalog.create_table(
+        spec, create_namespace=not settings.namespaces.require_explicit, replicate_to=secondaries
+    )
     cli.output.result(catalog.describe(table), _print_created)
 
 
 def _print_created(out: TextOutput, info: dict[str, Any]) -> None:
+    replicas = [r["cluster"] for r in info["replicas"]]
     out.console.print(
         f"created [bold]{info['table']}[/] ({info['mode']}, rolls every {info['roll_every']}) "
         f"at {info['location']}"
+        + (f" on cluster {info['cluster']}" if info["cluster"] != "default" or replicas else "")
+        + (f", replicated to {', '.join(replicas)}" if replicas else "")
     )
 
 
@@ -188,24 +202,33 @@ def _print_described(out: TextOutput, info: dict[str, Any]) -> None:
         + f"\npartitioned by {info['partition_column']} (from {info['time_column']})"
         + f"\nlocation: {info['location']}  (Delta version {info['version']})"
     )
+    replicas = info.get("replicas") or []
+    if replicas:
+        out.console.print(f"primary cluster: {info['cluster']}")
+    for r in replicas:
+        state = f"{r['present']} standard partition(s) present" + (
+            f", {len(r['missing'])} missing" if r["missing"] else ", none missing"
+        )
+        out.console.print(f"replica on {r['cluster']}: {r['location']}  ({state})", highlight=False)
+        for f in r["failing"]:
+            out.warn(f"  {f['partition']}: failed {f['attempts']} time(s): {f['error']}")
     if link is not None:
         out.console.print("partitions it exposes now:")
-    print_partitions(out, info["partitions"])
+    print_partitions(out, info["partitions"], clusters=bool(replicas))
 
 
-def print_partitions(out: TextOutput, partitions: list[dict[str, Any]]) -> None:
-    """Partitions as ``table describe`` and ``link describe`` print them."""
+def print_partitions(out: TextOutput, partitions: list[dict[str, Any]], clusters: bool = False) -> None:
+    """Partitions as ``table describe`` and ``link describe`` print them (``clusters``: with the
+    clusters that hold each, for a table with replicas)."""
     grid = RichTable("partition", "state", "chunks", "rows", "bytes", "files", "location")
+    if clusters:
+        grid.add_column("clusters")
     for p in partitions:
-        grid.add_row(
-            p["value"],
-            p["state"],
-            str(p["chunks"]),
-            str(p["rows"]),
-            str(p["bytes"]),
-            str(p["files"]),
-            p["location"],
-        )
+        row = [p["value"], p["state"], str(p["chunks"]), str(p["rows"]), str(p["bytes"]), str(p["files"])]
+        row.append(p["location"])
+        if clusters:
+            row.append(", ".join(p.get("clusters") or []))
+        grid.add_row(*row)
     out.console.print(grid)
 
 

@@ -30,6 +30,10 @@ def write(
             help="Idempotency key: the chunk's name for good; a retry with the same key and data lands once",
         ),
     ] = None,
+    cluster: Annotated[
+        str | None,
+        typer.Option(help="The cluster meant to take the write: only the table's primary does [default: it]"),
+    ] = None,
     _json: JsonFlag = False,
     url: Annotated[
         str | None, typer.Option(help="Send through the HTTP API at URL (streampart serve)")
@@ -44,12 +48,14 @@ def write(
     cli = cli_context(ctx)
     fmt = choice(Format, format, "--format") if format else Format.guess(file)
     if url is not None:
-        _write_over_http(cli, url, api_token, name, file, fmt, key)
+        _write_over_http(cli, url, api_token, name, file, fmt, key, cluster)
     else:
-        _write_here(cli, name, file, fmt, key)
+        _write_here(cli, name, file, fmt, key, cluster)
 
 
-def _write_here(cli: CliContext, name: str, file: Path, fmt: Any, key: str | None) -> None:
+def _write_here(
+    cli: CliContext, name: str, file: Path, fmt: Any, key: str | None, cluster: str | None
+) -> None:
     from ingest.chunks import ChunkWriter
 
     if str(file) == "-":
@@ -65,13 +71,20 @@ def _write_here(cli: CliContext, name: str, file: Path, fmt: Any, key: str | Non
             raise UserInputError(f"cannot read {file}: {exc.strerror or exc}") from None
     settings = cli.settings()
     catalog = cli.catalog()
-    writer = ChunkWriter(catalog, catalog.table(name), settings.chunk)
+    writer = ChunkWriter(catalog, catalog.table(name, cluster), settings.chunk)
     result = writer.write(content, fmt, key=key, source=str(file))
     cli.output.result(result.to_json(), _print_written_here)
 
 
 def _write_over_http(
-    cli: CliContext, url: str, api_token: str | None, name: str, file: Path, fmt: Any, key: str | None
+    cli: CliContext,
+    url: str,
+    api_token: str | None,
+    name: str,
+    file: Path,
+    fmt: Any,
+    key: str | None,
+    cluster: str | None,
 ) -> None:
     """``streampart write --url``: the same chunk, sent through the HTTP API by :mod:`ingest.client`."""
     from ingest.client import Client
@@ -85,7 +98,7 @@ def _write_over_http(
     else:
         data = file
     with Client(url, api_token) as api:
-        result = api.write(name, data, str(fmt), idempotency_key=key)
+        result = api.write(name, data, str(fmt), idempotency_key=key, cluster=cluster)
     cli.output.result(result, _print_written)
 
 

@@ -63,8 +63,12 @@ def open_chunk(
     body: Annotated[OpenChunk | None, Body()] = None,
 ) -> ChunkInfo:
     """Reserve a chunk of the table's streaming partition; upload to it, then commit or abort it.
-    A link is read-only: 409 ``read_only_link``."""
+    A link is read-only: 409 ``read_only_link``; a write aimed at a cluster other than the table's
+    primary: 409 ``secondary_cluster``."""
     t = st.table_of(who, Permission.WRITE, namespace, table)
+    if body is not None and body.cluster is not None:
+        with blame("cluster"):
+            st.catalog.table(t.name, body.cluster)
     key = body.idempotency_key if body else None
     w = st.writer(t)
     existing = st.catalog.store.find_chunk_by_key(t.id, key) if key is not None else None

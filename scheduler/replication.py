@@ -1,0 +1,434 @@
+"""Replication: copies of a table's standard partitions on its secondary clusters (HIVE's seed).
+
+A rolled standard partition never changes, so it can be copied once and proven complete. The
+copy of one partition to one secondary goes in steps, each safe to crash in and to repeat:
+
+1. **claim** the copy in the metastore under a lease (like a roll; fenced by the roll
+   daemon's leadership when the daemon copies), so one copier works on it at a time;
+2. **copy** each of the partition's live files to ``<secondary>/<partition dir>/``: copied to a
+   hidden ``.<name>.<attempt>.tmp`` (by the kernel where it can), flushed to disk, then the
+   SHA-256 and size of the source and of the copy as read back are compared, and only then is
+   the copy renamed to the source file's own name.
+   A file already there with the right size and checksum (a crashed attempt's) is kept; every
+   attempt writes the same bytes under the same names, so a stale copier can never leave
+   anything but identical files behind;
+3. **commit** the files to the secondary's Delta table in one commit carrying the Delta
+   application transaction ``streampart.replica/<partition dir>``: Delta refuses a second
+   commit with that id, so a partition enters the secondary's log at most once, and a resumed
+   copy finds that commit in the snapshot instead of committing again;
+4. write the ``_SUCCESS`` marker, then **record** the copy as present in the metastore.
+
+So a Delta reader of the secondary sees a partition wholly or not at all (the seed's rule), and
+queries count it as present only after all of that. A failed copy is let go at once with its
+error and the time it may be tried again (doubling backoff); copies of other partitions and
+clusters go on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+import shutil
+import uuid
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from metastore import clock
+from metastore.catalog import Catalog
+from metastore.crashpoints import crashpoint, pausepoint
+from metastore.errors import ConflictError, LeaseLostError, StorageError, StreampartError
+from metastore.links import PartitionRange
+from metastore.logs import event
+from metastore.models import Lease, Partition, PartitionState, Table, iso
+from metastore.replicas import REPLICA_KEY, CopyState, PartitionCopy, Replica, app_id, backoff, replica_table
+from metastore.warehouse import LiveFile, first_line, partition_dir, storage_error
+from scheduler.errors import ReplicationAbandonedError, ReplicationFailedError
+from scheduler.roll import owner_id
+
+log = logging.getLogger("streampart.replication")
+
+# Source and copy are hashed side by side: two threads for every copier of the process.
+_HASHING = ThreadPoolExecutor(2, thread_name_prefix="streampart-sha256")
+
+
+@dataclass(frozen=True)
+class CopyResult:
+    """One partition copied (or found copied) to one secondary."""
+
+    table: str
+    partition: str
+    cluster: str
+    files: int
+    bytes: int
+    copied_bytes: int  # bytes written this time (0 when a crashed attempt had copied them all)
+    delta_version: int
+    seconds: float
+    resumed: bool  # the copy had been begun by an earlier attempt
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class CopyFailure:
+    """One copy that failed (recorded in the metastore, retried after its backoff)."""
+
+    cluster: str
+    partition: str
+    error: str
+
+    def __str__(self) -> str:
+        return self.error
+
+
+@dataclass
+class ReplicationReport:
+    """What one pass over a table's secondaries did."""
+
+    copied: list[CopyResult] = field(default_factory=list)
+    failed: list[CopyFailure] = field(default_factory=list)
+    busy: int = 0  # copies another copier holds (or that wait for their retry time)
+
+    @property
+    def bytes(self) -> int:
+        return sum(c.copied_bytes for c in self.copied)
+
+
+def sha256_of(path: Path) -> tuple[int, str]:
+    """Size and SHA-256 of a file, read from disk."""
+    with open(path, "rb") as f:
+        digest = hashlib.file_digest(f, "sha256")  # type: ignore[arg-type]
+        return f.tell(), digest.hexdigest()
+
+
+@dataclass
+class Replicator:
+    """Copies standard partitions of tables to their secondaries. Safe alongside other copiers."""
+
+    catalog: Catalog
+    owner: str = field(default_factory=owner_id)
+    # How long a claim lasts without renewal; it is renewed after every file (compacted files are
+    # about roll.target_file_size: a second or less of copying each).
+    lease: timedelta = timedelta(minutes=10)
+    fence: Lease | None = None  # the roll daemon's leadership: copies are claimed only while held
+    should_abandon: Callable[[], bool] | None = None
+    retry_base: timedelta = timedelta(seconds=10)
+    retry_max: timedelta = timedelta(minutes=10)
+
+    # -- what is to do -----------------------------------------------------------------------
+    def pending(
+        self,
+        table: Table,
+        replica: Replica,
+        within: PartitionRange | None = None,
+        now: datetime | None = None,
+        include_waiting: bool = False,
+    ) -> list[Partition]:
+        """Standard partitions of ``table`` not yet present on ``replica``, oldest first.
+
+        Copies that failed and wait for their retry time are left out unless ``include_waiting``.
+        """
+        now = now or clock.now()
+        store = self.catalog.store
+        copies = {c.partition_value: c for c in store.list_copies(table.id, replica.cluster)}
+        out = []
+        for p in store.list_partitions(table.id, [PartitionState.STANDARD]):
+            if within is not None and p.value not in within:
+                continue
+            copy = copies.get(p.value)
+            if copy is not None and copy.state is CopyState.PRESENT:
+                continue
+            if copy is not None and not include_waiting and copy.retry_at is not None and copy.retry_at > now:
+                continue
+            out.append(p)
+        return sorted(out, key=lambda p: p.value)
+
+    def replicate(
+        self,
+        table: Table,
+        clusters: Sequence[str] | None = None,
+        within: PartitionRange | None = None,
+        progress: Callable[[int], None] | None = None,
+        include_waiting: bool = False,
+    ) -> ReplicationReport:
+        """Copy every pending standard partition of ``table`` to its secondaries (or ``clusters``).
+
+        After a failed copy the rest of that cluster waits for the next pass (the cause —
+        a full or unmounted disk — is most likely shared); other clusters go on.
+        """
+        report = ReplicationReport()
+        replicas = self.catalog.replicas(table)
+        if clusters is not None:
+            replicas = [self.catalog.replica(table, c) for c in clusters]
+        for replica in replicas:
+            for partition in self.pending(table, replica, within, include_waiting=include_waiting):
+                try:
+                    result = self.copy(table, partition, replica, progress)
+                except ReplicationFailedError as exc:
+                    report.failed.append(CopyFailure(replica.cluster, iso(partition.value), str(exc)))
+                    break
+                if result is None:
+                    report.busy += 1
+                else:
+                    report.copied.append(result)
+        return report
+
+    # -- one copy ----------------------------------------------------------------------------
+    def _step(self, name: str) -> None:
+        crashpoint(name)
+        pausepoint(name)
+        if self.should_abandon is not None and self.should_abandon():
+            raise ReplicationAbandonedError(f"copy abandoned at step {name}; it resumes from there")
+
+    def _claim(self, partition: Partition, replica: Replica) -> PartitionCopy:
+        return self.catalog.store.claim_copy(
+            partition, replica.cluster, self.owner, self.lease, fence=self.fence
+        )
+
+    def copy(
+        self,
+        table: Table,
+        partition: Partition,
+        replica: Replica,
+        progress: Callable[[int], None] | None = None,
+    ) -> CopyResult | None:
+        """Copy one standard partition to one secondary; ``None`` if another copier holds it
+        (or it is present already, or no longer standard).
+
+        Raises:
+            ReplicationFailedError: the copy failed (recorded, with its retry time).
+            ReplicationAbandonedError, LeaseLostError: stopped on request, or leadership lost.
+        """
+        started, claimed_at = clock.monotonic(), clock.now()
+        try:
+            copy = self._claim(partition, replica)
+        except ConflictError:
+            return None
+        try:
+            resumed = (
+                copy.started_at is not None and copy.started_at < claimed_at
+            )  # an earlier attempt began it
+            return self._carry(table, partition, replica, copy, started, resumed, progress)
+        except (ReplicationAbandonedError, LeaseLostError):
+            with contextlib.suppress(StreampartError):
+                self.catalog.store.release_copy(copy, self.owner)
+            raise
+        except ConflictError as exc:  # lost the claim to another copier (we were too slow), or dropped
+            raise ReplicationAbandonedError(
+                f"copy of {iso(partition.value)} to {replica.cluster}: {exc}"
+            ) from exc
+        except Exception as exc:
+            raise self._failed(table, partition, copy, exc) from exc
+
+    def _carry(
+        self,
+        table: Table,
+        partition: Partition,
+        replica: Replica,
+        copy: PartitionCopy,
+        started: float,
+        resumed: bool,
+        progress: Callable[[int], None] | None,
+    ) -> CopyResult:
+        wh = self.catalog.warehouse
+        target = replica_table(table, replica)
+        value = partition.value
+        pdir = partition_dir(table, value)
+        self._step("replica-after-claim")
+        files = self._source_files(table, value)
+        secondary = wh.load(target)
+        committed = secondary.transaction_version(app_id(pdir)) is not None
+        digests: dict[str, str] = {}
+        written = 0
+        if not committed:
+            attempt = uuid.uuid4().hex[:8]
+            for f in files:
+                _, digests[f.path], copied = self._copy_file(table, target, f, attempt, progress)
+                written += copied
+                self._step("replica-after-file")
+                copy = self._claim(partition, replica)  # renewed: still ours (and still the leader's)
+            self._step("replica-before-commit")
+            try:
+                version = wh.commit_files(
+                    secondary,
+                    target,
+                    [(f.path, value, f.rows) for f in files],
+                    {REPLICA_KEY: pdir},
+                    app_id(pdir),
+                )
+            except ConflictError:  # another copier's commit of the same partition won the race
+                if wh.load(target).transaction_version(app_id(pdir)) is None:
+                    raise
+                version = self._committed(target, pdir)
+            self._step("replica-after-commit")
+        else:
+            version = self._committed(target, pdir)
+            for f in files:
+                digests[f.path] = self._verified(target, f)
+        checksum = partition_checksum(files, digests)
+        wh.write_success_marker(
+            target,
+            value,
+            {
+                "table": str(table.name),
+                "partition": iso(value),
+                "cluster": replica.cluster,
+                "sha256": checksum,
+            },
+        )
+        self._remove_temporaries(target, value)
+        size = sum(f.size for f in files)
+        self.catalog.store.finish_copy(
+            copy, self.owner, files=len(files), bytes=size, checksum=checksum, delta_version=version
+        )
+        result = CopyResult(
+            table=str(table.name),
+            partition=iso(value),
+            cluster=replica.cluster,
+            files=len(files),
+            bytes=size,
+            copied_bytes=written,
+            delta_version=version,
+            seconds=round(clock.monotonic() - started, 3),
+            resumed=resumed,
+        )
+        event(log, logging.INFO, "replica.copied", "partition copied to a secondary", **result.to_json())
+        return result
+
+    def _source_files(self, table: Table, value: datetime) -> list[LiveFile]:
+        wh = self.catalog.warehouse
+        files = [f for f in wh.live_files(self.catalog.load(table)) if f.partition == value]
+        staged = [f.path for f in files if f.staged]
+        if staged:  # a standard partition holds its swept files only; anything else is damage
+            raise ReplicationFailedError(
+                f"partition {iso(value)} of {table.name} is standard but its Delta log lists staged files "
+                f"({', '.join(staged[:3])}); run `streampart check {table.name}`"
+            )
+        return sorted(files, key=lambda f: f.path)
+
+    def _copy_file(
+        self, table: Table, target: Table, f: LiveFile, attempt: str, progress: Callable[[int], None] | None
+    ) -> tuple[int, str, int]:
+        """Copy one file to the secondary, verified; its size, SHA-256 and the bytes written."""
+        source = Path(table.location) / f.path
+        final = Path(target.location) / f.path
+        if final.is_file() and final.stat().st_size == f.size:  # a crashed attempt copied it: verify
+            src, dst = _HASHING.map(sha256_of, (source, final))
+            if src == dst:
+                if progress is not None:
+                    progress(src[0])
+                return src[0], src[1], 0
+        final.parent.mkdir(parents=True, exist_ok=True)
+        tmp = final.with_name(f".{final.name}.{attempt}.tmp")
+        try:
+            shutil.copyfile(source, tmp)  # in the kernel where it can (copy_file_range, sendfile)
+            fd = os.open(tmp, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            # both read from disk (or its cache) after the copy, side by side (hashlib frees the GIL)
+            src, dst = _HASHING.map(sha256_of, (source, tmp))
+            size, digest = src
+            if size != f.size:
+                raise ReplicationFailedError(
+                    f"source file {source} has {size} bytes, but the Delta log says {f.size}; "
+                    f"run `streampart check {table.name}`"
+                )
+            if dst != src:
+                raise ReplicationFailedError(f"the copy of {f.path} on the secondary differs from the source")
+            os.replace(tmp, final)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        if progress is not None:
+            progress(size)
+        return size, digest, size
+
+    def _verified(self, target: Table, f: LiveFile) -> str:
+        """The SHA-256 of a committed copy, checked against its source's size."""
+        size, digest = sha256_of(Path(target.location) / f.path)
+        if size != f.size:
+            raise ReplicationFailedError(
+                f"committed copy {target.location}/{f.path} has {size} bytes, the source {f.size}"
+            )
+        return digest
+
+    def _committed(self, target: Table, pdir: str) -> int:
+        version = self.catalog.warehouse.find_commit(target, REPLICA_KEY, pdir, -1)
+        if version is None:
+            raise ReplicationFailedError(
+                f"the Delta log at {target.location} records partition {pdir} as committed "
+                "but holds no commit of it; drop the replica and add it again"
+            )
+        return version
+
+    def _remove_temporaries(self, target: Table, value: datetime) -> None:
+        """Delete temporary files of dead attempts (a live stale copier's rename then fails: harmless)."""
+        for path in self.catalog.warehouse.partition_dir_entries(target, value):
+            name = path.rsplit("/", 1)[-1]
+            if name.startswith(".") and name.endswith(".tmp"):
+                self.catalog.warehouse.remove_file(target, path)
+
+    def _failed(
+        self, table: Table, partition: Partition, copy: PartitionCopy, exc: Exception
+    ) -> StreampartError:
+        """Record why the copy failed and let it go, retried after a doubling backoff."""
+        where = f"copy of {table.name} partition {iso(partition.value)} to {copy.cluster}"
+        error: StreampartError
+        if isinstance(exc, ReplicationFailedError):
+            error = ReplicationFailedError(f"{where} failed: {exc}")
+        elif isinstance(exc, OSError | StorageError):
+            cause = storage_error(exc, where) if isinstance(exc, OSError) else exc
+            error = ReplicationFailedError(f"{cause}")
+        else:
+            error = ReplicationFailedError(f"{where} failed: {type(exc).__name__}: {first_line(exc)}")
+        retry_at = clock.now() + backoff(copy.attempts + 1, self.retry_base, self.retry_max)
+        with contextlib.suppress(StreampartError):
+            self.catalog.store.release_copy(copy, self.owner, error=str(error), retry_at=retry_at)
+        event(
+            log,
+            logging.WARNING,
+            "replica.failed",
+            "copy failed; it is retried with backoff",
+            table=str(table.name),
+            partition=iso(partition.value),
+            cluster=copy.cluster,
+            error=str(error),
+            retry_at=retry_at,
+        )
+        return error
+
+
+def partition_checksum(files: Sequence[LiveFile], digests: dict[str, str]) -> str:
+    """One SHA-256 over a partition's files: each file's name, size and SHA-256, by name."""
+    h = hashlib.sha256()
+    for f in sorted(files, key=lambda f: f.path):
+        h.update(f"{f.path}\t{f.size}\t{digests[f.path]}\n".encode())
+    return h.hexdigest()
+
+
+def backlog(catalog: Catalog, table: Table, now: datetime | None = None) -> dict[str, tuple[float, int]]:
+    """Per secondary of ``table``: how long its oldest missing standard partition has been rolled
+    (seconds; 0 when none is missing), and how many are missing."""
+    now = now or clock.now()
+    replicas = catalog.replicas(table)
+    if not replicas:
+        return {}
+    standard = catalog.store.list_partitions(table.id, [PartitionState.STANDARD])
+    out = {}
+    for replica in replicas:
+        present = catalog.store.present_values(table.id, replica.cluster)
+        missing = [p for p in standard if p.value not in present]
+        rolled = [p.rolled_at for p in missing if p.rolled_at is not None]
+        out[replica.cluster] = (
+            max(0.0, (now - min(rolled)).total_seconds()) if rolled else 0.0,
+            len(missing),
+        )
+    return out

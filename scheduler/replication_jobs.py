@@ -1,0 +1,151 @@
+"""The roll daemon's replication jobs: copies of new standard partitions to secondary clusters.
+
+One job per table (``replicate:<table id>``) copies every pending partition of the table to
+each of its secondaries (:class:`scheduler.replication.Replicator`). The daemon starts it right
+after each roll of the table; a periodic pass starts it for the rest — replicas added to a
+table with history, failed copies whose retry time came, copies a dead leader left. Copies are
+claimed fenced by the daemon's leadership and stop at a step boundary on shutdown or when
+leadership is lost; their own retry times (doubling, recorded in the metastore) decide when a
+failed copy is tried again, so a failing secondary never holds up rolls or other tables.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC
+from typing import Any
+
+from apscheduler.jobstores.base import JobLookupError
+
+from metastore import clock
+from metastore.catalog import Catalog
+from metastore.errors import LeaseLostError, NotFoundError
+from metastore.logs import event
+from metastore.models import Lease
+from scheduler.config import ReplicationConfig
+from scheduler.errors import ReplicationAbandonedError
+from scheduler.metrics import SchedulerMetrics
+from scheduler.replication import Replicator, backlog
+
+log = logging.getLogger("streampart.replication")
+
+_JOB = {"misfire_grace_time": None, "coalesce": True, "max_instances": 1}
+
+
+def replicate_job_id(table_id: int) -> str:
+    return f"replicate:{table_id}"
+
+
+@dataclass
+class ReplicationJobs:
+    """Replication for one roll daemon (its leader's work)."""
+
+    catalog: Catalog
+    config: ReplicationConfig
+    scheduler: Any  # the daemon's APScheduler
+    metrics: SchedulerMetrics
+    owner: str
+    lease: Any  # the copies' lease (roll.renewed_lease): a timedelta
+    fence: Callable[[], Lease | None]  # the daemon's leadership lease, None while not leader
+    should_abandon: Callable[[], bool]
+    step_down: Callable[[str], None]
+
+    def start_now(self, table_id: int) -> None:
+        """Have the table's replication job run now (if the table has secondaries)."""
+        if not self.config.enabled or self.fence() is None or not self.catalog.store.list_replicas(table_id):
+            return
+        self.scheduler.add_job(
+            self.run,
+            "date",
+            run_date=clock.now().astimezone(UTC),
+            args=[table_id],
+            id=replicate_job_id(table_id),
+            name=f"replicate table #{table_id}",
+            executor="default",
+            replace_existing=True,
+            **_JOB,
+        )
+
+    def sweep(self) -> None:
+        """The periodic pass: start the job of every table with copies to make now."""
+        if self.fence() is None or self.should_abandon():
+            return
+        replicator = self._replicator()
+        by_table: dict[int, list[Any]] = {}
+        for replica in self.catalog.store.list_replicas():
+            by_table.setdefault(replica.table_id, []).append(replica)
+        for table_id, replicas in by_table.items():
+            if self.scheduler.get_job(replicate_job_id(table_id)) is not None:
+                continue  # planned or running
+            try:
+                table = self.catalog.store.get_table_by_id(table_id)
+            except NotFoundError:
+                continue
+            if any(replicator.pending(table, r) for r in replicas):
+                self.start_now(table_id)
+
+    def run(self, table_id: int) -> None:
+        """The job of one table: copy its pending partitions; metrics and events per copy."""
+        if self.fence() is None or self.should_abandon():
+            return
+        try:
+            table = self.catalog.store.get_table_by_id(table_id)
+        except NotFoundError:
+            return
+        name = str(table.name)
+        try:
+            report = self._replicator().replicate(table)
+        except ReplicationAbandonedError as exc:
+            event(
+                log,
+                logging.INFO,
+                "replica.abandoned",
+                "copy stopped; it resumes later",
+                table=name,
+                reason=str(exc),
+            )
+            return
+        except LeaseLostError as exc:
+            self.step_down(str(exc))
+            return
+        for result in report.copied:
+            self.metrics.copies.labels(name, result.cluster, "done").inc()
+            self.metrics.copied_bytes.labels(name, result.cluster).inc(result.copied_bytes)
+        for failure in report.failed:
+            self.metrics.copies.labels(name, failure.cluster, "failed").inc()
+
+    def observe(self) -> None:
+        """Refresh the per-replica gauges (lag, missing partitions); the leader's view only."""
+        if self.fence() is None:
+            self.metrics.set_replicas({})
+            return
+        now, values = clock.now(), {}
+        for table_id in sorted({r.table_id for r in self.catalog.store.list_replicas()}):
+            try:
+                table = self.catalog.store.get_table_by_id(table_id)
+            except NotFoundError:
+                continue
+            for cluster, (lag, missing) in backlog(self.catalog, table, now).items():
+                values[(str(table.name), cluster)] = (lag, missing)
+        self.metrics.set_replicas(values)
+
+    def remove(self) -> None:
+        """Drop planned replication jobs (leadership lost): running ones stop at their next step."""
+        for job in self.scheduler.get_jobs():
+            if job.id.startswith("replicate:"):
+                with contextlib.suppress(JobLookupError):
+                    job.remove()
+
+    def _replicator(self) -> Replicator:
+        return Replicator(
+            self.catalog,
+            owner=self.owner,
+            lease=self.lease,
+            fence=self.fence(),
+            should_abandon=self.should_abandon,
+            retry_base=self.config.retry_base,
+            retry_max=self.config.retry_max,
+        )

@@ -1,0 +1,176 @@
+"""``streampart table alter --add-replica|--drop-replica`` and ``table replicate``: a table's
+secondary clusters, and copying its standard partitions there by hand (the roll daemon does it
+after every roll)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+from metastore.errors import UserInputError
+from streampart.cli.context import cli_context
+from streampart.cli.output import TextOutput
+from streampart.cli.params import JsonFlag
+
+
+def table_alter(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="NAMESPACE.TABLE")],
+    add_replica: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--add-replica",
+            help="Replicate the table's standard partitions to this cluster (a secondary); the roll daemon "
+            "copies those rolled already too (or `table replicate` at once)",
+        ),
+    ] = None,
+    drop_replica: Annotated[
+        list[str] | None,
+        typer.Option("--drop-replica", help="Stop replicating to this cluster: its copies and records go"),
+    ] = None,
+    _json: JsonFlag = False,
+) -> None:
+    """Change a table's secondary clusters."""
+    if not add_replica and not drop_replica:
+        raise UserInputError("nothing to change: give --add-replica CLUSTER or --drop-replica CLUSTER")
+    both = set(add_replica or ()) & set(drop_replica or ())
+    if both:
+        raise UserInputError(f"--add-replica and --drop-replica both name {', '.join(sorted(both))}")
+    cli = cli_context(ctx)
+    catalog = cli.catalog()
+    table = catalog.table(name)
+    for cluster in drop_replica or ():  # checked first, so a typo changes nothing
+        catalog.replica(table, cluster)
+    for cluster in drop_replica or ():
+        catalog.drop_replica(table, cluster)
+    for cluster in add_replica or ():
+        catalog.add_replica(table, cluster)
+    info = {
+        "table": str(table.name),
+        "cluster": table.cluster,
+        "replicas": [r.cluster for r in catalog.replicas(table)],
+        "added": list(add_replica or ()),
+        "dropped": list(drop_replica or ()),
+    }
+    cli.output.result(info, _print_altered)
+
+
+def _print_altered(out: TextOutput, info: dict[str, Any]) -> None:
+    for cluster in info["dropped"]:
+        out.console.print(f"{info['table']}: dropped its replica on {cluster} (files and records)")
+    for cluster in info["added"]:
+        out.console.print(
+            f"{info['table']}: replicates to {cluster}; the roll daemon copies its standard partitions "
+            f"(now: streampart table replicate {info['table']} --to {cluster})"
+        )
+    out.console.print(
+        f"{info['table']}: primary {info['cluster']}, secondaries {', '.join(info['replicas']) or 'none'}"
+    )
+
+
+def table_replicate(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="NAMESPACE.TABLE")],
+    to: Annotated[
+        list[str] | None,
+        typer.Option("--to", help="The secondary cluster to copy to [default: every secondary of the table]"),
+    ] = None,
+    partitions: Annotated[
+        str | None,
+        typer.Option(help="Only partitions FROM..TO (ISO-8601; half-open, either end may be empty)"),
+    ] = None,
+    _json: JsonFlag = False,
+) -> None:
+    """Copy the table's standard partitions that are missing on its secondaries, with a progress bar.
+
+    Safe alongside the roll daemon: each copy is claimed, so a partition is copied once; a copy
+    that failed before (and waits for its retry) is tried at once.
+    """
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+        TransferSpeedColumn,
+    )
+
+    from metastore.links import PartitionRange
+    from scheduler.errors import ReplicationAbandonedError
+    from scheduler.replication import Replicator
+
+    cli = cli_context(ctx)
+    settings = cli.settings()
+    catalog = cli.catalog(settings)
+    table = catalog.table(name)
+    within = PartitionRange.parse(partitions) if partitions else None
+    for cluster in to or ():
+        if cluster == table.cluster:
+            secondaries = ", ".join(r.cluster for r in catalog.replicas(table)) or "none yet"
+            raise UserInputError(
+                f"{cluster} is the primary cluster of {table.name}: it holds all the data already; "
+                f"replicate to a secondary ({secondaries})"
+            )
+        catalog.replica(table, cluster)
+    clusters = list(to) if to else [r.cluster for r in catalog.replicas(table)]
+    if not clusters:
+        raise UserInputError(
+            f"{table.name} has no secondary clusters; add one: streampart table alter {table.name} "
+            "--add-replica CLUSTER"
+        )
+    r = Replicator(
+        catalog,
+        lease=settings.roll.lease,
+        retry_base=settings.scheduler.replication.retry_base,
+        retry_max=settings.scheduler.replication.retry_max,
+    )
+    pending = {c: r.pending(table, catalog.replica(table, c), within, include_waiting=True) for c in clusters}
+    total = sum(p.bytes or 0 for parts in pending.values() for p in parts)
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        TimeRemainingColumn(),
+        console=cli.output.err,
+        transient=True,
+        disable=not cli.output.err.is_terminal,
+    ) as bar:
+        task = bar.add_task(
+            f"copying {sum(map(len, pending.values()))} partition(s) of {table.name}", total=total
+        )
+        try:
+            report = r.replicate(
+                table, clusters, within, progress=lambda n: bar.advance(task, n), include_waiting=True
+            )
+        except ReplicationAbandonedError as exc:
+            raise UserInputError(f"{exc}; run the command again") from None
+    info = {
+        "table": str(table.name),
+        "clusters": clusters,
+        "copied": [c.to_json() for c in report.copied],
+        "bytes": report.bytes,
+        "busy": report.busy,
+        "failed": [{"cluster": f.cluster, "partition": f.partition, "error": f.error} for f in report.failed],
+    }
+    cli.output.result(info, _print_replicated)
+    if report.failed:
+        raise typer.Exit(1)
+
+
+def _print_replicated(out: TextOutput, info: dict[str, Any]) -> None:
+    for c in info["copied"]:
+        out.console.print(
+            f"copied {c['partition']} to {c['cluster']}: {c['files']} file(s), {c['bytes']} bytes"
+            + (" (resumed)" if c["resumed"] else ""),
+            highlight=False,
+        )
+    if info["busy"]:
+        out.console.print(f"{info['busy']} partition(s) are being copied by another copier (the roll daemon)")
+    for f in info["failed"]:
+        out.warn(f"error: {f['error']}")
+    if not info["copied"] and not info["failed"] and not info["busy"]:
+        out.console.print(
+            f"{info['table']}: every standard partition is on {', '.join(info['clusters'])} already"
+        )

@@ -1,0 +1,328 @@
+"""Replication of standard partitions to secondary clusters (issue 11), on SQLite and PostgreSQL.
+
+A partition is wholly present on a secondary or absent: its files are copied, verified and
+committed to the secondary's Delta table (at most once: a Delta application transaction per
+partition) before the metastore records it present. Crashes at every step resume; bad input
+is one clear error that changes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from ingest.chunks import ChunkWriter
+from ingest.formats import Format
+from metastore.catalog import Catalog
+from metastore.durations import parse_duration
+from metastore.errors import AlreadyExistsError, NotFoundError, UserInputError
+from metastore.models import Table, TableName, TableSpec, parse_schema
+from metastore.replicas import REPLICA_KEY, CopyState, Replica, replica_table
+from metastore.warehouse import partition_dir
+from scheduler.replication import Replicator
+from scheduler.roll import Roller
+from tests.helpers import all_ids, ids_by_partition, records, worker_call
+
+
+def _clusters(catalog: Catalog, tmp_path: Path, *names: str) -> None:
+    for name in names:
+        (tmp_path / name).mkdir()
+        catalog.add_cluster(name, str(tmp_path / name), "local[2]")
+
+
+def _table(
+    catalog: Catalog, name: str = "ns.events", cluster: str = "c1", replicate_to: tuple[str, ...] = ("c2",)
+) -> Table:
+    spec = TableSpec(
+        name=TableName.parse(name),
+        columns=parse_schema("id BIGINT, ts TIMESTAMP, msg STRING"),
+        time_column="ts",
+        roll_every=parse_duration("1h"),
+        cluster=cluster,
+    )
+    return catalog.create_table(spec, replicate_to=replicate_to)
+
+
+def _rolled(catalog: Catalog, table: Table, partitions: int, rows: int = 10) -> list[int]:
+    """Write and force-roll ``partitions`` partitions of ``rows`` rows each; the ids written."""
+    w, ids = ChunkWriter(catalog, table), []
+    for k in range(partitions):
+        batch = list(range(k * 1000, k * 1000 + rows))
+        w.write(records(batch), Format.JSONL)
+        Roller(catalog).roll_table(table, force=True)
+        ids += batch
+    return ids
+
+
+def _replica_commits(replica: Replica, table: Table) -> Counter[str]:
+    """How often each partition was committed into the secondary's Delta log."""
+    log = Path(replica.location) / "_delta_log"
+    seen: Counter[str] = Counter()
+    for f in sorted(log.glob("*.json")):
+        for line in f.read_text().splitlines():
+            info = json.loads(line).get("commitInfo")
+            if info and REPLICA_KEY in info:
+                seen[info[REPLICA_KEY]] += 1
+    return seen
+
+
+def test_a_table_lives_on_its_primary_and_copies_standard_partitions_to_its_secondary(
+    catalog: Catalog, tmp_path: Path
+) -> None:
+    _clusters(catalog, tmp_path, "c1", "c2")
+    table = _table(catalog)
+    assert table.location == str((tmp_path / "c1").resolve() / "ns" / "events")
+    [replica] = catalog.replicas(table)
+    assert replica.location == str((tmp_path / "c2").resolve() / "ns" / "events")
+    ids = _rolled(catalog, table, 3)
+    ChunkWriter(catalog, table).write(records(range(9000, 9005)), Format.JSONL)  # streaming: never copied
+    report = Replicator(catalog).replicate(table)
+    assert len(report.copied) == 3 and not report.failed and report.bytes > 0
+    copy = replica_table(table, replica)
+    # the secondary is a Delta table of exactly the standard partitions, row for row
+    primary = ids_by_partition(table)
+    standard = {p.value for p in catalog.store.list_partitions(table.id) if p.state.value == "standard"}
+    assert ids_by_partition(copy) == {v: primary[v] for v in standard}
+    assert sorted(all_ids(copy)) == ids
+    assert catalog.present_on(table, "c2") == standard
+    assert catalog.present_on(table, "c1") == {p.value for p in catalog.store.list_partitions(table.id)}
+    for value in standard:
+        assert (Path(replica.location) / partition_dir(table, value) / "_SUCCESS").is_file()
+    # each partition once in the secondary's log; a second pass copies nothing
+    assert set(_replica_commits(replica, table).values()) == {1}
+    assert Replicator(catalog).replicate(table).copied == []
+    info = catalog.describe(table)
+    by_value = {p["value"]: p["clusters"] for p in info["partitions"]}
+    assert sorted(v for v, c in by_value.items() if c == ["c1", "c2"]) == sorted(
+        p["value"] for p in info["partitions"] if p["state"] == "standard"
+    )
+    assert [p["clusters"] for p in info["partitions"] if p["state"] == "streaming"] == [["c1"]]
+    assert info["replicas"][0]["cluster"] == "c2" and info["replicas"][0]["missing"] == []
+    assert {c.checksum for c in catalog.store.list_copies(table.id)} != {None}
+
+
+def test_a_replica_added_later_is_backfilled_and_a_dropped_one_leaves_nothing(
+    catalog: Catalog, tmp_path: Path
+) -> None:
+    _clusters(catalog, tmp_path, "c1", "c2", "c3")
+    table = _table(catalog, replicate_to=())
+    _rolled(catalog, table, 2)
+    replica = catalog.add_replica(table, "c3")
+    values = sorted(p.value for p in catalog.store.list_partitions(table.id) if p.state.value == "standard")
+    r = Replicator(catalog)
+    assert [p.value for p in r.pending(table, replica)] == values
+    from metastore.links import PartitionRange
+
+    report = r.replicate(table, ["c3"], within=PartitionRange(start=values[0], end=values[1]))
+    assert [c.partition for c in report.copied] == [values[0].isoformat().replace("+00:00", "Z")]
+    assert catalog.present_on(table, "c3") == {values[0]}
+    r.replicate(table)
+    assert catalog.present_on(table, "c3") == set(values)
+    catalog.drop_replica(table, "c3")
+    assert not Path(replica.location).exists()
+    assert catalog.replicas(table) == [] and catalog.store.list_copies(table.id) == []
+    catalog.store.remove_cluster("c3")  # nothing holds it now
+
+
+def test_dropping_a_table_removes_its_replicas(catalog: Catalog, tmp_path: Path) -> None:
+    _clusters(catalog, tmp_path, "c1", "c2")
+    table = _table(catalog)
+    _rolled(catalog, table, 1)
+    Replicator(catalog).replicate(table)
+    [replica] = catalog.replicas(table)
+    catalog.drop_table(table)
+    assert not Path(replica.location).exists() and not Path(table.location).exists()
+    assert catalog.store.list_replicas() == []
+
+
+@pytest.mark.parametrize(
+    ("make", "says", "error"),
+    [
+        (lambda c: _table(c, replicate_to=("c1",)), "c1 is the primary cluster of ns.events", UserInputError),
+        (lambda c: _table(c, replicate_to=("nope",)), "cluster nope does not exist", NotFoundError),
+        (lambda c: _table(c, cluster="nope", replicate_to=()), "cluster nope does not exist", NotFoundError),
+        (lambda c: _table(c, replicate_to=("twin",)), "share the storage", UserInputError),
+    ],
+)
+def test_bad_replicas_are_refused_and_nothing_is_made(
+    catalog: Catalog, tmp_path: Path, make, says, error
+) -> None:  # type: ignore[no-untyped-def]
+    _clusters(catalog, tmp_path, "c1")
+    catalog.add_cluster("twin", str(tmp_path / "c1"), "local[2]")
+    with pytest.raises(error, match=says):
+        make(catalog)
+    assert catalog.list_tables() == [] and catalog.store.list_replicas() == []
+    assert not (tmp_path / "c1" / "ns").exists()
+
+
+def test_replica_commands_refuse_what_makes_no_sense(catalog: Catalog, tmp_path: Path) -> None:
+    _clusters(catalog, tmp_path, "c1", "c2")
+    table = _table(catalog)
+    with pytest.raises(AlreadyExistsError, match="replicates to c2 already"):
+        catalog.add_replica(table, "c2")
+    with pytest.raises(NotFoundError, match=r"no replica on c1 \(its replicas: c2\)"):
+        catalog.drop_replica(table, "c1")
+    with pytest.raises(UserInputError, match=r"cluster c2 is in use: it holds replicas of ns\.events"):
+        catalog.store.remove_cluster("c2")
+    with pytest.raises(UserInputError, match=r"cluster c1 is in use: tables ns\.events"):
+        catalog.store.remove_cluster("c1")
+    assert [r.cluster for r in catalog.replicas(table)] == ["c2"]
+
+
+def test_a_failing_copy_is_recorded_retried_after_backoff_and_then_lands(
+    catalog: Catalog, tmp_path: Path
+) -> None:
+    _clusters(catalog, tmp_path, "c1", "c2")
+    table = _table(catalog)
+    _rolled(catalog, table, 1)
+    [replica] = catalog.replicas(table)
+    [value] = catalog.present_on(table, "c1") - {catalog.store.streaming_partition(table.id).value}
+    blocker = Path(replica.location) / partition_dir(table, value)
+    blocker.write_text("not a directory")  # the copy cannot make its directory
+    r = Replicator(catalog, retry_base=timedelta(hours=1))
+    report = r.replicate(table)
+    assert report.copied == [] and len(report.failed) == 1
+    assert "copy of ns.events partition" in str(report.failed[0]) and report.failed[0].cluster == "c2"
+    [copy] = catalog.store.list_copies(table.id)
+    assert copy.state is CopyState.COPYING and copy.attempts == 1 and copy.error
+    assert copy.retry_at is not None and copy.retry_at > copy.started_at  # type: ignore[operator]
+    assert r.replicate(table).failed == []  # waits for its retry time
+    assert catalog.describe(table)["replicas"][0]["failing"][0]["attempts"] == 1
+    blocker.unlink()
+    assert len(r.replicate(table, include_waiting=True).copied) == 1
+    [copy] = catalog.store.list_copies(table.id)
+    assert (copy.state, copy.error, copy.retry_at) == (CopyState.PRESENT, None, None)
+
+
+def test_a_stale_copier_that_lost_its_claim_commits_nothing_twice(catalog: Catalog, tmp_path: Path) -> None:
+    """A copier paused past its lease: another copies and commits; the first's commit is refused
+    by the partition's Delta application transaction, and it records nothing."""
+    _clusters(catalog, tmp_path, "c1", "c2")
+    table = _table(catalog)
+    _rolled(catalog, table, 1)
+    [replica] = catalog.replicas(table)
+    stale = subprocess.Popen(
+        **worker_call(
+            catalog, table, "replicator", "--count", "1", "--lease", "1", pausepoint="replica-before-commit:6"
+        ),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        from tests.helpers import wait_for
+
+        # its files are copied (so it dwells before its commit, 6 s), and its lease (1 s) lapsed
+        def lapsed() -> bool:
+            copies = catalog.store.list_copies(table.id)
+            copied = list(Path(replica.location).glob("*/part-*.parquet"))
+            return bool(copies and copied and copies[0].lease_until < datetime.now(UTC))  # type: ignore[operator]
+
+        wait_for(lapsed, "the stale copier's files copied and its lease lapsed", timeout=60)
+        report = Replicator(catalog).replicate(table)
+        assert len(report.copied) == 1
+        out, _ = stale.communicate(timeout=60)
+    finally:
+        stale.kill()
+    lines = [json.loads(x) for x in out.splitlines()]
+    assert lines and all("error" in x for x in lines), lines
+    assert set(_replica_commits(replica, table).values()) == {1}
+    [copy] = catalog.store.list_copies(table.id)
+    assert copy.state is CopyState.PRESENT
+    assert sorted(all_ids(replica_table(table, replica))) == list(range(10))
+
+
+@pytest.mark.parametrize(
+    "point", ["replica-after-claim", "replica-after-file", "replica-before-commit", "replica-after-commit"]
+)
+def test_a_copier_killed_at_each_step_is_resumed_and_copies_once(
+    catalog: Catalog, tmp_path: Path, point: str
+) -> None:
+    _clusters(catalog, tmp_path, "c1", "c2")
+    table = _table(catalog)
+    ids = _rolled(catalog, table, 2)
+    [replica] = catalog.replicas(table)
+    killed = subprocess.run(
+        **worker_call(catalog, table, "replicator", "--count", "1", "--lease", "1", crashpoint=point),
+        capture_output=True,
+        timeout=120,
+    )
+    assert killed.returncode == -9, killed.stderr
+    assert catalog.present_on(table, "c2") == set()  # nothing recorded as present yet
+    import time
+
+    time.sleep(1.2)  # the dead copier's lease lapses
+    report = Replicator(catalog).replicate(table)
+    assert len(report.copied) == 2 and report.copied[0].resumed
+    assert sorted(all_ids(replica_table(table, replica))) == ids
+    assert set(_replica_commits(replica, table).values()) == {1}
+    leftovers = [p for p in Path(replica.location).rglob(".*.tmp")]
+    assert leftovers == []
+    assert os.listdir(Path(replica.location)) != []
+
+
+def test_a_metastore_from_before_replicas_upgrades_unchanged(metastore_url: str, tmp_path: Path) -> None:
+    """0006 → 0007: tables and their partitions stay as they were, with no replicas; a replica
+    added afterwards receives the partitions rolled before the upgrade."""
+    import sqlalchemy as sa
+    from alembic import command
+    from alembic.config import Config
+
+    from metastore.store import Metastore
+    from metastore.store.engine import MIGRATIONS
+
+    catalog = Catalog.open(tmp_path / "wh", metastore_url)
+    _clusters(catalog, tmp_path, "c1", "c2")
+    table = _table(catalog, replicate_to=())
+    ids = _rolled(catalog, table, 2)
+    before = catalog.store.list_partitions(table.id)
+    catalog.close()
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    old = Metastore(metastore_url, migrate=False)
+    with old.tx() as conn:
+        cfg.attributes["connection"] = conn
+        command.downgrade(cfg, "0006")
+        assert not sa.inspect(conn).has_table("sp_replicas")
+    old.close()
+    catalog = Catalog.open(tmp_path / "wh", metastore_url)  # migrates to head
+    try:
+        table = catalog.table("ns.events")
+        assert catalog.store.list_partitions(table.id) == before and catalog.replicas(table) == []
+        replica = catalog.add_replica(table, "c2")
+        assert len(Replicator(catalog).replicate(table).copied) == 2
+        assert sorted(all_ids(replica_table(table, replica))) == ids
+    finally:
+        catalog.close()
+
+
+def test_check_finds_a_damaged_or_incomplete_replica(catalog: Catalog, tmp_path: Path) -> None:
+    from metastore.integrity import check_table
+
+    _clusters(catalog, tmp_path, "c1", "c2")
+    table = _table(catalog)
+    _rolled(catalog, table, 2)
+    Replicator(catalog).replicate(table)
+    assert check_table(catalog, table) == []
+    [replica] = catalog.replicas(table)
+    first, second = sorted(Path(replica.location).glob("*/part-*.parquet"))
+    first.write_bytes(b"garbage")  # a damaged copy
+    copies = catalog.store.list_copies(table.id)
+    with catalog.store.tx() as conn:  # a copy that stopped between its commit and its record
+        from metastore import schema as s
+
+        conn.execute(
+            s.partition_copies.update()
+            .where(s.partition_copies.c.partition_id == copies[1].partition_id)
+            .values(state="copying")
+        )
+    found = {(p.kind, p.severity) for p in check_table(catalog, table)}
+    assert found == {("replica_file_size", "error"), ("replica_unrecorded", "warning")}, found
+    assert second.exists()
+    Replicator(catalog).replicate(table, include_waiting=True)  # records the unrecorded one
+    assert {p.kind for p in check_table(catalog, table)} == {"replica_file_size"}
