@@ -92,11 +92,13 @@ class Snapshot:
     files: tuple[Any, ...]
 
 
-def pin(catalog: Catalog, table: Table, version: int | None = None) -> Snapshot:
-    """``table`` at ``version`` (default: the newest), its log and files checked first."""
+def pin(catalog: Catalog, table: Table, version: int | None = None, *, check: bool = True) -> Snapshot:
+    """``table`` at ``version`` (default: the newest), its log and (unless not ``check``) its files
+    checked first (a statement read on another cluster checks the copies it reads instead)."""
     dt = catalog.load(table, version)
     files = tuple(catalog.warehouse.live_files(dt))
-    catalog.warehouse.check_files(table, files)
+    if check:
+        catalog.warehouse.check_files(table, files)
     return Snapshot(table, int(dt.version()), files)
 
 
@@ -209,21 +211,22 @@ def split_use(sql: str, namespace: str | None = None, cluster: str | None = None
     """
     from metastore.models import check_identifier
 
+    namespace_option, cluster_option = namespace, cluster
     while True:
         m = _USE_CLUSTER.match(sql)
         if m is not None:
             used = check_identifier(m.group(1), "cluster name") if m.group(1) else None
-            if cluster is not None and used != cluster:
+            if cluster_option is not None and used != cluster_option:
                 said = f"USE CLUSTER {used}" if used else "USE CLUSTER (the automatic choice)"
-                raise UserInputError(f"{said} contradicts --cluster {cluster}: give one of them")
+                raise UserInputError(f"{said} contradicts --cluster {cluster_option}: give one of them")
             sql, cluster = sql[m.end() :], used
             continue
         m = _USE.match(sql)
         if m is None:
             return Session(sql, namespace, cluster)
         used = check_namespace(m.group(1).strip("`"))
-        if namespace is not None and used != namespace:
-            raise UserInputError(f"USE {used} contradicts --namespace {namespace}: give one of them")
+        if namespace_option is not None and used != namespace_option:
+            raise UserInputError(f"USE {used} contradicts --namespace {namespace_option}: give one of them")
         sql, namespace = sql[m.end() :], used
 
 
@@ -297,7 +300,9 @@ def rewrite(sql: str, resolve: Resolver) -> tuple[str, set[TableRef]]:
     return prepared.text, set(prepared.refs)
 
 
-def pin_snapshots(catalog: Catalog, refs: Iterable[TableRef]) -> dict[TableRef, tuple[Resolved, Snapshot]]:
+def pin_snapshots(
+    catalog: Catalog, refs: Iterable[TableRef], *, check: bool = True
+) -> dict[TableRef, tuple[Resolved, Snapshot]]:
     """Pin each table (or link) a query reads on its primary: what each reference names, and its snapshot.
 
     Each table is pinned once per version asked for, and every reference that reads it — the
@@ -312,7 +317,7 @@ def pin_snapshots(catalog: Catalog, refs: Iterable[TableRef]) -> dict[TableRef, 
         version = version_of(catalog, table, ref)
         key = (table.id, version)
         if key not in pinned:
-            pinned[key] = pin(catalog, table, version)
+            pinned[key] = pin(catalog, table, version, check=check)
         out[ref] = (resolved, view_of(resolved, pinned[key]))
     return out
 

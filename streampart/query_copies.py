@@ -75,7 +75,8 @@ def locate(catalog: Catalog, refs: Iterable[TableRef]) -> dict[TableRef, Located
     find what each of its secondaries holds of what the statement reads."""
     found: dict[int, tuple[dict[datetime, PartitionState], list[Replica], dict[str, set[datetime]]]] = {}
     out = {}
-    for ref, (resolved, snap) in pin_snapshots(catalog, refs).items():
+    # the files are checked where they are read (snapshots_on): on the primary, or not at all
+    for ref, (resolved, snap) in pin_snapshots(catalog, refs, check=False).items():
         table = resolved.table
         if table.id not in found:
             states = {p.value: p.state for p in catalog.store.list_partitions(table.id)}
@@ -130,6 +131,7 @@ def snapshots_on(
     out = {}
     for ref, loc in located.items():
         if cluster == loc.cluster:
+            catalog.warehouse.check_files(loc.primary.table, loc.primary.files)
             out[ref] = loc.primary
             continue
         copy = loc.copies[cluster]

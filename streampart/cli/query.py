@@ -86,12 +86,13 @@ def query(
             "--idempotency-key names the chunk that INSERT INTO or CREATE TABLE … AS commits; "
             "this statement only reads"
         )
+    spark_config = settings.spark_for(catalog.cluster(planned.cluster))
     if explain:
-        cli.output.result(planned.explain(), _print_explain)
+        cli.output.result({**planned.explain(), "spark_master": spark_config.master}, _print_explain)
         return
     for note in planned.notes():
         cli.output.warn(note)
-    spark = spark_session(settings.spark_for(catalog.cluster(planned.cluster)))
+    spark = spark_session(spark_config)
     done = run(
         spark,
         catalog,
@@ -124,7 +125,11 @@ def query(
 
 
 def _print_explain(out: TextOutput, plan: dict[str, Any]) -> None:
-    out.console.print(f"runs on cluster {plan['cluster']}: {plan['reason'].split(': ', 1)[-1]}", markup=False)
+    out.console.print(
+        f"runs on cluster {plan['cluster']} (Spark master {plan['spark_master']}): "
+        f"{plan['reason'].split(': ', 1)[-1]}",
+        markup=False,
+    )
     for read in plan["reads"]:
         cut = read.get("cut")
         how = f", as of partition {cut['as_of_partition']}" if cut else ""
