@@ -267,10 +267,12 @@ def create_table_as(
     except AlreadyExistsError:
         table = catalog.table(spec.name)
         if catalog.store.find_chunk_by_key(table.id, key) is None:
-            raise AlreadyExistsError(
-                f"table {spec.name} exists already: INSERT INTO it, or choose another name"
-            ) from None
+            raise _exists(spec.name) from None
         return table  # made by an earlier run of this statement: finish or answer it
+
+
+def _exists(name: TableName) -> AlreadyExistsError:
+    return AlreadyExistsError(f"table {name} exists already: INSERT INTO it, or choose another name")
 
 
 # -- running one ------------------------------------------------------------------------------
@@ -305,7 +307,9 @@ def write_result(
     given = result_columns(df.schema)
     if output.create:
         spec = table_spec(name, given, output.properties, cluster)
-        if table is not None:  # a retry (or a clash: create_table_as tells)
+        if table is not None:  # made by an earlier run under this key, or a clash
+            if catalog.store.find_chunk_by_key(table.id, key) is None:
+                raise _exists(name)
             check_fits("CREATE TABLE", table, given)
     else:
         assert table is not None
