@@ -54,8 +54,9 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
 # TBLPROPERTIES a CREATE TABLE … AS SELECT takes: each is the `streampart table create` option
-# of the same name (with '-' as '_'); those not given take that command's defaults, but for the
-# time column (the result's first TIMESTAMP column) and the roll interval (1h).
+# of the same name (with '-' as '_'); those not given take TableSpec's defaults (as that
+# command's), but for the time column (the result's first TIMESTAMP column) and the roll
+# interval (1h), which that command requires.
 PROPERTIES = (
     "time_column",
     "roll_every",
@@ -213,23 +214,19 @@ def table_spec(
             "add one (… AS ts), or name it with TBLPROPERTIES ('time_column' = '…')"
         )
 
-    def duration(key: str, default: str) -> Any:
-        return parse_duration(given.get(key, default), f"TBLPROPERTIES {key!r}")
-
-    spec = TableSpec(
-        name=name,
-        columns=tuple(columns),
-        time_column=time_column,
-        partition_column=given.get("partition_column", ""),
-        mode=_choice(Mode, given.get("mode", Mode.ARRIVAL.value), "mode"),
-        roll_every=duration("roll_every", DEFAULT_ROLL_EVERY),
-        lateness=duration("lateness", "0s"),
-        late_data=_choice(LateDataPolicy, given.get("late_data", LateDataPolicy.REJECT.value), "late_data"),
-        max_future=duration("max_future", "1d"),
-        max_age=duration("max_age", "0s") if "max_age" in given else None,
-        dead_letter=_flag(given.get("dead_letter", "false"), "dead_letter"),
-        cluster=cluster,
-    )
+    # each property as table create's option of the same name; those not given: TableSpec's defaults
+    parse = {
+        "partition_column": lambda v: v,
+        "mode": lambda v: _choice(Mode, v, "mode"),
+        "late_data": lambda v: _choice(LateDataPolicy, v, "late_data"),
+        "dead_letter": lambda v: _flag(v, "dead_letter"),
+    }
+    options = {
+        key: parse.get(key, lambda v, key=key: parse_duration(v, f"TBLPROPERTIES {key!r}"))(value)
+        for key, value in {"roll_every": DEFAULT_ROLL_EVERY, **given}.items()
+        if key != "time_column"
+    }
+    spec = TableSpec(name=name, columns=tuple(columns), time_column=time_column, cluster=cluster, **options)
     if any(c.name.lower() == spec.partition_column.lower() for c in columns):
         raise UserInputError(
             f"CREATE TABLE {name}: the query's result has a column {spec.partition_column}, the name of the "

@@ -181,3 +181,22 @@ def test_replicated_only_reads_one_consistent_cut_on_a_secondary(spark, seed: Ca
     Replicator(cat).replicate(t11)
     assert cli(cat, COUNTS.format(other="t21"), "--replicated-only")[0] == {"t11": 13, "other": 10}
     assert cli(cat, "SELECT count(*) AS n FROM ns.t11", "--replicated-only")[0] == {"n": 15}
+
+
+def test_no_cluster_is_one_clear_error_from_the_real_command(seed: Catalog) -> None:
+    # before Spark starts: the plan needs the metastore and the Delta logs only
+    import os
+    import subprocess
+
+    from tests.test_cli import COMMAND
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMPART_")}
+    proc = subprocess.run(
+        [*COMMAND, "--warehouse", str(seed.warehouse.root), "--metastore", seed.store.url, "query",
+         COUNTS.format(other="t31")],
+        env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    message = " ".join(proc.stderr.split())
+    assert proc.returncode == 1 and proc.stdout == "" and "Traceback" not in proc.stderr, proc.stderr
+    assert message.startswith("error: no cluster holds every table the statement reads — on C1: ns.t31")
+    assert "on C3: ns.t11 (primary C1) has no copy there" in message
