@@ -175,9 +175,13 @@ def _create(tree: exp.Create) -> tuple[Any, Output]:
 
 def _with_to_query(statement: Any, query: Any) -> None:
     """``WITH a AS (…) INSERT INTO t SELECT … FROM a``: the CTEs belong to the query it runs."""
-    ctes = statement.args.get("with_")
-    if ctes is not None and query.args.get("with_") is None:
-        query.set("with_", ctes)
+    outer = statement.args.get("with_")
+    if outer is None:
+        return
+    inner = query.args.get("with_")
+    if inner is not None:  # both: the outer ones first, as they are in scope first
+        outer.set("expressions", [*outer.expressions, *inner.expressions])
+    query.set("with_", outer)
 
 
 def _target_name(node: exp.Table) -> str:

@@ -324,3 +324,21 @@ def cat_commit_timeout() -> Any:
     from ingest.config import ChunkConfig
 
     return ChunkConfig().commit_timeout
+
+
+def test_a_writing_statement_is_split_into_its_query_and_its_output(sqlite_catalog: Catalog) -> None:
+    from streampart.query import catalog_resolver, prepare, rewrite
+
+    make_table(sqlite_catalog, "ns.src")
+    resolve = catalog_resolver(sqlite_catalog)
+    got = prepare(
+        "WITH a AS (SELECT * FROM ns.src) INSERT INTO ns.dst WITH b AS (SELECT 1 AS x) SELECT * FROM a, b",
+        resolve,
+    )
+    assert got.output is not None and (got.output.name, got.output.create) == ("ns.dst", False)
+    assert got.text.startswith("WITH a AS (SELECT * FROM __sp_ns__src") and "b AS (SELECT 1 AS x)" in got.text
+    assert [r.name for r in got.refs] == ["ns.src"]  # the table written is not read
+    got = prepare("CREATE TABLE dst TBLPROPERTIES ('mode' = 'arrival') AS SELECT ts FROM ns.src", resolve)
+    assert got.output is not None and got.output.properties == (("mode", "arrival"),) and got.output.create
+    with pytest.raises(UserInputError, match="writes a table"):
+        rewrite("INSERT INTO ns.dst SELECT * FROM ns.src", resolve)  # the read-only entry point
