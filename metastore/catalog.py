@@ -323,6 +323,12 @@ class Catalog:
             )
         return secondary
 
+    def check_replica(self, table: Table, cluster: str) -> None:
+        """Raise what :meth:`add_replica` would raise for ``cluster``, changing nothing."""
+        self._check_secondary(table.name, self.cluster(table.cluster), cluster)
+        if any(r.cluster == cluster for r in self.replicas(table)):
+            raise AlreadyExistsError(f"table {table.name} replicates to {cluster} already")
+
     def add_replica(self, table: Table, cluster: str) -> Replica:
         """Make ``cluster`` a secondary of ``table``: an empty Delta table there, recorded.
 
@@ -332,8 +338,13 @@ class Catalog:
             UserInputError: ``cluster`` is the table's primary, or shares its storage;
                 NotFoundError: no such cluster; AlreadyExistsError: it is a replica already.
         """
-        secondary = self._check_secondary(table.name, self.cluster(table.cluster), cluster)
-        location = self.location_of(table.name, secondary)
+        self.check_replica(table, cluster)
+        location = self.location_of(table.name, self.cluster(cluster))
+        if Path(location).exists() and any(Path(location).iterdir()):
+            raise UserInputError(
+                f"{location} exists already and is not empty (left by an earlier table of that name?); "
+                f"nothing of streampart's refers to it: delete it, then add the replica on {cluster} again"
+            )
         try:
             replica = self.store.add_replica(table.id, cluster, location)
         except AlreadyExistsError:

@@ -77,4 +77,14 @@ def test_the_whole_demo_runs(spark, tmp_path) -> None:  # type: ignore[no-untype
         catalog.close()
     text = out.getvalue()
     assert "3. retried chunk 1 with the same idempotency key: same chunk" in text, text
-    assert "17. usage: demo owns" in text and "done in" in text, text
+    assert "17. usage: demo owns" in text and "sees 2000 rows" in text and "done in" in text, text
+
+
+def test_clusters_demo_copies_a_rolled_partition_to_dc2_and_runs_twice(sqlite_catalog) -> None:  # type: ignore[no-untyped-def]
+    from streampart.demo import run_clusters_demo
+
+    for _ in range(2):  # a second demo finds its clusters and makes its table again
+        out = io.StringIO()
+        run_clusters_demo(sqlite_catalog, Console(file=out, width=300))
+        text = out.getvalue()
+        assert "sees 2000 rows" in text and "20. a write aimed at dc2 is refused" in text, text

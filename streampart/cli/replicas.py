@@ -40,8 +40,10 @@ def table_alter(
     cli = cli_context(ctx)
     catalog = cli.catalog()
     table = catalog.table(name)
-    for cluster in drop_replica or ():  # checked first, so a typo changes nothing
+    for cluster in drop_replica or ():  # all checked first, so a typo changes nothing
         catalog.replica(table, cluster)
+    for cluster in add_replica or ():
+        catalog.check_replica(table, cluster)
     for cluster in drop_replica or ():
         catalog.drop_replica(table, cluster)
     for cluster in add_replica or ():

@@ -163,6 +163,7 @@ def test_bad_replicas_are_refused_and_nothing_is_made(
 
 def test_replica_commands_refuse_what_makes_no_sense(catalog: Catalog, tmp_path: Path) -> None:
     _clusters(catalog, tmp_path, "c1", "c2")
+    (tmp_path / "c3").mkdir()
     table = _table(catalog)
     with pytest.raises(AlreadyExistsError, match="replicates to c2 already"):
         catalog.add_replica(table, "c2")
@@ -172,6 +173,12 @@ def test_replica_commands_refuse_what_makes_no_sense(catalog: Catalog, tmp_path:
         catalog.store.remove_cluster("c2")
     with pytest.raises(UserInputError, match=r"cluster c1 is in use: tables ns\.events"):
         catalog.store.remove_cluster("c1")
+    assert [r.cluster for r in catalog.replicas(table)] == ["c2"]
+    (tmp_path / "c3" / "ns" / "events").mkdir(parents=True)
+    (tmp_path / "c3" / "ns" / "events" / "left-over.parquet").write_bytes(b"x")
+    catalog.add_cluster("c3", str(tmp_path / "c3"), "local[2]")
+    with pytest.raises(UserInputError, match="exists already and is not empty"):
+        catalog.add_replica(table, "c3")
     assert [r.cluster for r in catalog.replicas(table)] == ["c2"]
 
 
