@@ -600,6 +600,31 @@ def _fast_cast(source: pa.DataType, target: pa.DataType) -> bool:
     return False
 
 
+def column_mismatches(given: Sequence[Column], columns: Sequence[Column]) -> list[str]:
+    """Why data with the columns ``given`` cannot be written to a table of ``columns`` whole, matched
+    by name (case-insensitively): each reason a phrase; none, if it can.
+
+    Stricter than the parsers, which fill a missing nullable column with nulls, ignore extra
+    fields and convert values row by row: a statement's result must name every column of its
+    table, nothing more, each of a type whose values fit as they are (Arrow's safe casts, the
+    parsers' fast path: :func:`_fast_cast`).
+    """
+    by_name = {c.name.lower(): c for c in given}
+    wanted = {c.name.lower() for c in columns}
+    problems = []
+    missing = [c.name for c in columns if c.name.lower() not in by_name]
+    if missing:
+        problems.append(f"it lacks column(s) {', '.join(missing)}")
+    extra = [c.name for c in given if c.name.lower() not in wanted]
+    if extra:
+        problems.append(f"it has column(s) {', '.join(extra)} that the table does not")
+    for column in columns:
+        found = by_name.get(column.name.lower())
+        if found is not None and not _fast_cast(arrow_type(found.type), arrow_type(column.type)):
+            problems.append(f"its column {found.name} is {found.sql_type}, the table's is {column.sql_type}")
+    return problems
+
+
 def parse(data: bytes, fmt: Format | str, v: RecordValidator) -> Parsed:
     fmt = as_format(fmt)
     if fmt is Format.JSONL:

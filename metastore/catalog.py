@@ -22,6 +22,7 @@ from metastore.clusters import (
     check_spark_master,
     check_storage,
 )
+from metastore.crashpoints import crashpoint
 from metastore.durations import format_duration
 from metastore.errors import (
     AlreadyExistsError,
@@ -82,7 +83,12 @@ class Catalog:
 
     # -- tables ----------------------------------------------------------------------------
     def create_table(
-        self, spec: TableSpec, *, create_namespace: bool = True, replicate_to: Sequence[str] = ()
+        self,
+        spec: TableSpec,
+        *,
+        create_namespace: bool = True,
+        replicate_to: Sequence[str] = (),
+        first_chunk: tuple[str, timedelta] | None = None,
     ) -> Table:
         """Create a streaming table (and its dead-letter / late-data companions).
 
@@ -90,6 +96,8 @@ class Catalog:
         (``namespaces.require_explicit``): then a missing namespace is an error. It lives on
         the cluster ``spec.cluster`` (its primary) and replicates its standard partitions to
         each cluster of ``replicate_to`` (its secondaries; companions stay on the primary).
+        ``first_chunk`` (idempotency key, TTL) reserves the table's first chunk with its record
+        (see :meth:`metastore.store.tables.TableStore.create_table`).
         """
         primary = self.cluster(spec.cluster)
         for name in replicate_to:
@@ -154,7 +162,7 @@ class Catalog:
         for companion in companions:
             if self._find_created(companion.name) is None:
                 self._create_one(companion, create_namespace)
-        table = self._create_one(spec, create_namespace)
+        table = self._create_one(spec, create_namespace, first_chunk)
         for name in dict.fromkeys(replicate_to):
             self.add_replica(table, name)
         return table
@@ -184,10 +192,19 @@ class Catalog:
         self.store.drop_table(table.id)
         return None
 
-    def _create_one(self, spec: TableSpec, create_namespace: bool = True) -> Table:
+    def _create_one(
+        self,
+        spec: TableSpec,
+        create_namespace: bool = True,
+        first_chunk: tuple[str, timedelta] | None = None,
+    ) -> Table:
         table = self.store.create_table(
-            spec, self.location_of(spec.name, self.cluster(spec.cluster)), create_namespace=create_namespace
+            spec,
+            self.location_of(spec.name, self.cluster(spec.cluster)),
+            create_namespace=create_namespace,
+            first_chunk=first_chunk,
         )
+        crashpoint("table-before-log")
         try:
             self.warehouse.create(table)
         except Exception:

@@ -32,6 +32,8 @@ POINTS = (
     "roll-after-compact",  # compacted files written, sweep not committed
     "roll-after-sweep",  # sweep committed, no _SUCCESS, partition not STANDARD
     "roll-before-finish",  # _SUCCESS written, partition not STANDARD
+    "table-before-log",  # table recorded in the metastore, its Delta log not created
+    "ctas-after-create",  # CREATE TABLE … AS SELECT: table and first chunk reserved, nothing staged
     "replica-after-claim",  # copy claimed, no file copied
     "replica-after-file",  # a file copied and verified (each file), not committed
     "replica-before-commit",  # every file copied, the secondary's Delta commit not made

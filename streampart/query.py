@@ -14,7 +14,7 @@ import os
 import re
 import sys
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +28,7 @@ from metastore.models import Table, TableName
 from metastore.namespaces import check_namespace
 from streampart import query_policy
 from streampart.errors import QueryError
-from streampart.query_policy import Resolver, TableRef
+from streampart.query_policy import Output, Resolver, TableRef
 from streampart.spark_master import check_reachable, check_same_master
 
 if TYPE_CHECKING:
@@ -104,11 +104,13 @@ class Snapshot:
     files: tuple[Any, ...]
 
 
-def pin(catalog: Catalog, table: Table, version: int | None = None) -> Snapshot:
-    """``table`` at ``version`` (default: the newest), its log and files checked first."""
+def pin(catalog: Catalog, table: Table, version: int | None = None, *, check: bool = True) -> Snapshot:
+    """``table`` at ``version`` (default: the newest), its log and (unless not ``check``) its files
+    checked first (a statement read on another cluster checks the copies it reads instead)."""
     dt = catalog.load(table, version)
     files = tuple(catalog.warehouse.live_files(dt))
-    catalog.warehouse.check_files(table, files)
+    if check:
+        catalog.warehouse.check_files(table, files)
     return Snapshot(table, int(dt.version()), files)
 
 
@@ -197,34 +199,69 @@ def catalog_resolver(catalog: Catalog, namespace: str | None = None) -> Resolver
     return lambda written: str(catalog.resolve(written, namespace).name)
 
 
-def split_use(sql: str, namespace: str | None = None) -> tuple[str, str | None]:
-    """A leading ``USE NAMESPACE;`` taken off ``sql``: the rest, and the namespace the query runs in.
+@dataclass(frozen=True)
+class Session:
+    """What a query runs under: its text after the leading ``USE`` statements, and what they set.
+
+    ``cluster`` None is the automatic choice (:mod:`streampart.query_cluster`).
+    """
+
+    sql: str
+    namespace: str | None = None
+    cluster: str | None = None
+
+
+def split_use(sql: str, namespace: str | None = None, cluster: str | None = None) -> Session:
+    """Leading ``USE NAMESPACE;``, ``USE CLUSTER C;`` and ``USE CLUSTER;`` taken off ``sql``, in order.
+
+    ``USE CLUSTER C;`` runs the statement on cluster C (as ``--cluster C``); ``USE CLUSTER;``
+    returns to the automatic choice. (A namespace called ``cluster`` is written ```cluster```.)
 
     Raises:
-        UserInputError: ``USE`` names another namespace than ``namespace`` (``--namespace``).
+        UserInputError: a ``USE`` names another namespace than ``namespace`` (``--namespace``),
+            or another cluster than ``cluster`` (``--cluster``).
     """
-    m = _USE.match(sql)
-    if m is None:
-        return sql, namespace
-    used = check_namespace(m.group(1).strip("`"))
-    if namespace is not None and used != namespace:
-        raise UserInputError(f"USE {used} contradicts --namespace {namespace}: give one of them")
-    return sql[m.end() :], used
+    from metastore.models import check_identifier
+
+    namespace_option, cluster_option = namespace, cluster
+    while True:
+        m = _USE_CLUSTER.match(sql)
+        if m is not None:
+            used = check_identifier(m.group(1), "cluster name") if m.group(1) else None
+            if cluster_option is not None and used != cluster_option:
+                said = f"USE CLUSTER {used}" if used else "USE CLUSTER (the automatic choice)"
+                raise UserInputError(f"{said} contradicts --cluster {cluster_option}: give one of them")
+            sql, cluster = sql[m.end() :], used
+            continue
+        m = _USE.match(sql)
+        if m is None:
+            return Session(sql, namespace, cluster)
+        used = check_namespace(m.group(1).strip("`"))
+        if namespace_option is not None and used != namespace_option:
+            raise UserInputError(f"USE {used} contradicts --namespace {namespace_option}: give one of them")
+        sql, namespace = sql[m.end() :], used
 
 
 _USE = re.compile(r"^\s*USE\s+(`?[A-Za-z_][A-Za-z0-9_]*`?)\s*;", re.IGNORECASE)
+_USE_CLUSTER = re.compile(r"^\s*USE\s+CLUSTER(?:\s+([A-Za-z_][A-Za-z0-9_]*))?\s*;", re.IGNORECASE)
 
 
-def rewrite(sql: str, resolve: Resolver) -> tuple[str, set[TableRef]]:
-    """Check ``sql`` against the query policy and point its tables at snapshot views.
+@dataclass(frozen=True)
+class Prepared:
+    """One statement, checked: the query to run, the snapshots it reads, the table it writes."""
+
+    text: str  # regenerated from the checked tree: what was checked is what runs
+    refs: tuple[TableRef, ...]  # in the order the statement names them
+    output: Output | None  # None: the statement only reads
+
+
+def prepare(sql: str, resolve: Resolver) -> Prepared:
+    """Check one statement against the query policy and point its tables at snapshot views.
 
     Args:
-        sql: One query (``USE`` is taken off first, by :func:`split_use`).
-        resolve: How names become catalog tables or links (:func:`catalog_resolver`).
-
-    Returns:
-        The statement to run (regenerated from the checked tree, so what was checked is what
-        runs), and the snapshots it reads (see :mod:`streampart.query_policy`).
+        sql: One query, ``INSERT INTO … <query>`` or ``CREATE TABLE … AS <query>`` (``USE`` is
+            taken off first, by :func:`split_use`).
+        resolve: How names the query reads become catalog tables or links (:func:`catalog_resolver`).
     """
     import sqlglot
     from sqlglot import exp
@@ -239,10 +276,10 @@ def rewrite(sql: str, resolve: Resolver) -> tuple[str, set[TableRef]]:
         ) from None
     statements = [s for s in statements if s is not None]
     if len(statements) != 1:
-        raise UserInputError("give exactly one SQL statement (USE NAMESPACE; may come before it)")
-    tree = statements[0]
-    if not isinstance(tree, exp.Query):
-        raise UserInputError("only queries (SELECT, WITH …) can run through streampart query")
+        raise UserInputError(
+            "give exactly one SQL statement (USE NAMESPACE; and USE CLUSTER C; may come before it)"
+        )
+    tree, output = query_policy.split_statement(statements[0])
     refs = query_policy.check(tree, resolve)
     written = {f"{node.db}.{node.name}" for node in refs if node.db}
     for node, ref in refs.items():
@@ -256,32 +293,60 @@ def rewrite(sql: str, resolve: Resolver) -> tuple[str, set[TableRef]]:
     for column in tree.find_all(exp.Column):
         if column.args.get("db") and f"{column.db}.{column.table}" in written:
             column.set("db", None)
-    return tree.sql(dialect="spark"), set(refs.values())
+    return Prepared(tree.sql(dialect="spark"), tuple(dict.fromkeys(refs.values())), output)
 
 
-def register_snapshots(spark: SparkSession, catalog: Catalog, refs: set[TableRef]) -> dict[TableRef, int]:
-    """Register each snapshot a query reads as its temporary view; the Delta version of each.
+def rewrite(sql: str, resolve: Resolver) -> tuple[str, set[TableRef]]:
+    """:func:`prepare` for a statement that only reads: the query to run, and the snapshots it reads.
+
+    Raises:
+        UserInputError: ``sql`` writes a table (INSERT INTO, CREATE TABLE … AS): run it with
+            ``streampart query`` (:mod:`streampart.query_writes`).
+    """
+    prepared = prepare(sql, resolve)
+    if prepared.output is not None:
+        raise UserInputError(
+            f"{prepared.output.verb} writes a table: run it with `streampart query` "
+            "(streampart.query_writes), not as a read"
+        )
+    return prepared.text, set(prepared.refs)
+
+
+def pin_snapshots(
+    catalog: Catalog, refs: Iterable[TableRef], *, check: bool = True
+) -> dict[TableRef, tuple[Resolved, Snapshot]]:
+    """Pin each table (or link) a query reads on its primary: what each reference names, and its snapshot.
 
     Each table is pinned once per version asked for, and every reference that reads it — the
     table itself, links to it — is a view of that one snapshot: a query reading ``B.T`` and A's
     link to it sees one version of B in both.
     """
-    resolved = {ref: catalog.resolve(ref.name) for ref in refs}
     pinned: dict[tuple[int, int | None], Snapshot] = {}
     out = {}
-    for ref in sorted(refs, key=lambda r: r.view):
-        table = resolved[ref].table
-        version = _version_of(catalog, table, ref)
+    for ref in refs:
+        resolved = catalog.resolve(ref.name)
+        table = resolved.table
+        version = version_of(catalog, table, ref)
         key = (table.id, version)
         if key not in pinned:
-            pinned[key] = pin(catalog, table, version)
-        snap = view_of(resolved[ref], pinned[key])
-        snapshot_frame(spark, snap).createOrReplaceTempView(ref.view)
-        out[ref] = snap.version
+            pinned[key] = pin(catalog, table, version, check=check)
+        out[ref] = (resolved, view_of(resolved, pinned[key]))
     return out
 
 
-def _version_of(catalog: Catalog, table: Table, ref: TableRef) -> int | None:
+def register(spark: SparkSession, snapshots: Mapping[TableRef, Snapshot]) -> dict[TableRef, int]:
+    """Register each snapshot as the temporary view of its reference; the Delta version of each."""
+    for ref in sorted(snapshots, key=lambda r: r.view):
+        snapshot_frame(spark, snapshots[ref]).createOrReplaceTempView(ref.view)
+    return {ref: snap.version for ref, snap in snapshots.items()}
+
+
+def register_snapshots(spark: SparkSession, catalog: Catalog, refs: set[TableRef]) -> dict[TableRef, int]:
+    """Pin each table a query reads on its primary (:func:`pin_snapshots`) and register its view."""
+    return register(spark, {ref: snap for ref, (_, snap) in pin_snapshots(catalog, refs).items()})
+
+
+def version_of(catalog: Catalog, table: Table, ref: TableRef) -> int | None:
     """The Delta version ``VERSION AS OF`` / ``TIMESTAMP AS OF`` names (None: the newest)."""
     from metastore.models import parse_instant
 
@@ -301,7 +366,10 @@ def _version_of(catalog: Catalog, table: Table, ref: TableRef) -> int | None:
 
 
 def run_sql(spark: SparkSession, catalog: Catalog, sql: str, namespace: str | None = None) -> DataFrame:
-    """Run Spark SQL over the catalog's tables and links, each pinned at one version.
+    """Run Spark SQL over the catalog's tables and links, each pinned at one version on its primary.
+
+    (``streampart query`` also chooses the cluster a statement runs on, reads that cluster's
+    copies and runs INSERT INTO and CREATE TABLE … AS: :mod:`streampart.query_plan`.)
 
     Args:
         sql: One query, optionally after ``USE NAMESPACE;``.
@@ -310,8 +378,13 @@ def run_sql(spark: SparkSession, catalog: Catalog, sql: str, namespace: str | No
     Errors found while planning raise :class:`QueryError` here; errors found while reading
     (an unreadable data file, say) surface when rows are fetched: wrap that in :func:`spark_errors`.
     """
-    sql, namespace = split_use(sql, namespace)
-    text, refs = rewrite(sql, catalog_resolver(catalog, namespace))
+    session = split_use(sql, namespace)
+    if session.cluster is not None:
+        raise UserInputError(
+            "USE CLUSTER: run_sql reads each table on its primary, in this process; a statement's "
+            "cluster is chosen by `streampart query` (streampart.query_plan)"
+        )
+    text, refs = rewrite(session.sql, catalog_resolver(catalog, session.namespace))
     register_snapshots(spark, catalog, refs)
     with spark_errors():
         return spark.sql(text)

@@ -15,7 +15,11 @@ checked tree reaches Spark, so what is checked is what runs:
 - functions that reach outside the query (``reflect``, ``java_method``, ``try_reflect``,
   ``IDENTIFIER``) and script transforms are refused;
 - ``VERSION AS OF n`` reads that Delta version of the table; ``TIMESTAMP AS OF 'time'`` the
-  newest version committed at or before that time. Nothing is ignored.
+  newest version committed at or before that time. Nothing is ignored;
+- a statement is one query, ``INSERT INTO ns.t <query>`` (its result commits into ``ns.t`` as
+  one chunk) or ``CREATE TABLE ns.t [TBLPROPERTIES (…)] AS <query>`` (a new streaming table
+  with the result as its first chunk): :func:`split_statement`. Every other statement — other
+  DML, other DDL, ``INSERT OVERWRITE``, ``CREATE OR REPLACE`` — is refused, naming what to do.
 
 Spark itself runs with ``spark.sql.runSQLOnFiles=false`` as a second fence.
 """
@@ -69,6 +73,128 @@ class TableRef:
 def view_name(name: TableName) -> str:
     """The Spark temporary view of a table's newest snapshot: views have one-part names."""
     return f"__sp_{name.namespace}__{name.table}"
+
+
+@dataclass(frozen=True)
+class Output:
+    """The table a statement writes: an existing one (INSERT INTO), or a new one (CREATE TABLE … AS)."""
+
+    name: str  # as written: NAMESPACE.TABLE, or TABLE inside the namespace the query runs in
+    create: bool
+    properties: tuple[tuple[str, str], ...] = ()  # CREATE TABLE's TBLPROPERTIES, as written
+
+    @property
+    def verb(self) -> str:
+        return "CREATE TABLE … AS SELECT" if self.create else "INSERT INTO"
+
+
+def split_statement(tree: Any) -> tuple[Any, Output | None]:
+    """The query a statement runs, and the table it writes (None: it only reads).
+
+    Raises:
+        QueryRefusedError: a statement other than a query, ``INSERT INTO … <query>`` or
+            ``CREATE TABLE … [TBLPROPERTIES (…)] AS <query>``, naming what to do instead.
+    """
+    if isinstance(tree, exp.Query):
+        return tree, None
+    if isinstance(tree, exp.Insert):
+        return _insert(tree)
+    if isinstance(tree, exp.Create) and str(tree.args.get("kind") or "").upper() == "TABLE":
+        return _create(tree)
+    raise QueryRefusedError(
+        f"{_statement_words(tree)}: only queries (SELECT, WITH …), INSERT INTO … SELECT and CREATE "
+        "TABLE … AS SELECT can run through streampart query (tables are made, altered and dropped "
+        "with `streampart table …`)"
+    )
+
+
+def _insert(tree: exp.Insert) -> tuple[Any, Output]:
+    if tree.args.get("overwrite"):
+        raise QueryRefusedError(
+            "INSERT OVERWRITE: committed chunks are never replaced; use INSERT INTO (it adds one chunk)"
+        )
+    target = tree.this
+    if isinstance(target, exp.Schema):
+        raise QueryRefusedError(
+            "INSERT INTO … (columns): columns match the table's by name; name them in the SELECT "
+            "instead (… AS column)"
+        )
+    if (
+        not isinstance(target, exp.Table)
+        or target.args.get("partition") is not None
+        or tree.args.get("partition")
+    ):
+        raise QueryRefusedError(
+            "INSERT INTO … PARTITION: a row's partition follows from the table's time column; drop "
+            "the PARTITION clause"
+        )
+    query = tree.expression
+    if not isinstance(query, exp.Query) or isinstance(query, exp.Values):
+        raise QueryRefusedError(
+            "INSERT INTO … VALUES: insert a query's result (INSERT INTO ns.t SELECT …), or commit a "
+            "file with `streampart write`"
+        )
+    _with_to_query(tree, query)
+    return query, Output(_target_name(target), create=False)
+
+
+def _create(tree: exp.Create) -> tuple[Any, Output]:
+    target = tree.this
+    if isinstance(target, exp.Schema) or not isinstance(tree.expression, exp.Query):
+        raise QueryRefusedError(
+            "CREATE TABLE without AS SELECT: create a table with `streampart table create`; here a "
+            "table is made from a query, CREATE TABLE ns.t [TBLPROPERTIES (…)] AS SELECT …"
+        )
+    if tree.args.get("replace"):
+        raise QueryRefusedError(
+            "CREATE OR REPLACE TABLE: tables are never replaced; drop it first (`streampart table drop`)"
+        )
+    if tree.args.get("exists"):
+        raise QueryRefusedError(
+            "CREATE TABLE IF NOT EXISTS: to make a retry safe, give the statement an idempotency key "
+            "(--idempotency-key): its retry finishes or answers the first run"
+        )
+    properties: list[tuple[str, str]] = []
+    given = tree.args.get("properties")
+    for prop in given.expressions if given is not None else []:
+        if not (
+            isinstance(prop, exp.Property)
+            and type(prop) is exp.Property
+            and isinstance(prop.this, exp.Literal | exp.Identifier | exp.Var)
+            and isinstance(prop.args.get("value"), exp.Literal)
+        ):
+            raise QueryRefusedError(
+                f"CREATE TABLE … {prop.sql(dialect='spark')}: streampart tables take TBLPROPERTIES "
+                "('time_column' = 'ts', 'roll_every' = '1h', 'mode' = 'arrival', …) only"
+            )
+        properties.append((str(prop.this.name), str(prop.args["value"].this)))
+    query = tree.expression
+    _with_to_query(tree, query)
+    return query, Output(_target_name(target), create=True, properties=tuple(properties))
+
+
+def _with_to_query(statement: Any, query: Any) -> None:
+    """``WITH a AS (…) INSERT INTO t SELECT … FROM a``: the CTEs belong to the query it runs."""
+    outer = statement.args.get("with_")
+    if outer is None:
+        return
+    inner = query.args.get("with_")
+    if inner is not None:  # both: the outer ones first, as they are in scope first
+        outer.set("expressions", [*outer.expressions, *inner.expressions])
+    query.set("with_", outer)
+
+
+def _target_name(node: exp.Table) -> str:
+    if not isinstance(node.this, exp.Identifier) or node.args.get("catalog") is not None:
+        raise QueryRefusedError(
+            f"{node.sql(dialect='spark')}: a statement writes a streampart table, named NAMESPACE.TABLE"
+        )
+    return f"{node.db}.{node.name}" if node.db else node.name
+
+
+def _statement_words(tree: Any) -> str:
+    words = tree.sql(dialect="spark").split()
+    return " ".join(words[:2]) if words else type(tree).__name__.upper()
 
 
 def check(tree: Any, resolve: Resolver) -> dict[exp.Table, TableRef]:

@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
 from metastore import schema as s
@@ -96,6 +97,29 @@ def _attempt_is(attempt: str | None) -> Precondition:
     )
 
 
+def insert_chunk(conn: Connection, table_id: int, key: str | None, ttl: timedelta, now: datetime) -> str:
+    """Reserve a chunk in the transaction ``conn`` (a table's first, in the table's own: see
+    :meth:`TableStore.create_table`); its id. A key taken already raises IntegrityError."""
+    chunk_id = str(uuid.uuid4())
+    conn.execute(
+        sa.insert(s.chunks).values(
+            id=chunk_id,
+            table_id=table_id,
+            token=key,
+            state=ChunkState.RESERVED.value,
+            created_at=_db(now),
+            expires_at=_db(now + ttl),
+            files=[],
+            rows=0,
+            bytes=0,
+            partitions=[],
+            dead_letter_rows=0,
+            late_rows=0,
+        )
+    )
+    return chunk_id
+
+
 class ChunkStore(Database):
     """Chunks and their commit protocol."""
 
@@ -108,25 +132,9 @@ class ChunkStore(Database):
             existing = self.find_chunk_by_key(table_id, key)
             if existing is not None:
                 return existing
-        chunk_id = str(uuid.uuid4())
         try:
             with self.tx() as conn:
-                conn.execute(
-                    sa.insert(s.chunks).values(
-                        id=chunk_id,
-                        table_id=table_id,
-                        token=key,
-                        state=ChunkState.RESERVED.value,
-                        created_at=_db(now),
-                        expires_at=_db(now + ttl),
-                        files=[],
-                        rows=0,
-                        bytes=0,
-                        partitions=[],
-                        dead_letter_rows=0,
-                        late_rows=0,
-                    )
-                )
+                chunk_id = insert_chunk(conn, table_id, key, ttl, now)
         except IntegrityError:
             if key is None:
                 raise

@@ -33,6 +33,7 @@ from metastore.models import (
     period_start,
     utc,
 )
+from metastore.store.chunks import insert_chunk
 from metastore.store.engine import Database, _db, _new_id, _now, _out
 from metastore.store.links import link_named
 from metastore.store.namespaces import ensure_namespace
@@ -100,12 +101,21 @@ class TableStore(Database):
 
     # -- tables ----------------------------------------------------------------------------
     def create_table(
-        self, spec: TableSpec, location: str, now: datetime | None = None, *, create_namespace: bool = True
+        self,
+        spec: TableSpec,
+        location: str,
+        now: datetime | None = None,
+        *,
+        create_namespace: bool = True,
+        first_chunk: tuple[str, timedelta] | None = None,
     ) -> Table:
         """Record a new table. In arrival mode its first streaming partition opens at once.
 
         Its namespace is made first if it does not exist, unless ``create_namespace`` is false
-        (then that is a NotFoundError naming the command that makes it).
+        (then that is a NotFoundError naming the command that makes it). ``first_chunk``
+        (idempotency key, TTL) reserves the table's first chunk in the same transaction, so the
+        key proves for good who created the table (``CREATE TABLE … AS SELECT``: its retry
+        finds the table *and* its chunk, never a table without one).
         """
         now = now or _now()
         row = {
@@ -139,6 +149,8 @@ class TableStore(Database):
                 table = table_from_row({**row, "id": table_id})
                 if spec.mode is Mode.ARRIVAL:
                     insert_partition(conn, table_id, period_start(now, spec.roll_every), now)
+                if first_chunk is not None:
+                    insert_chunk(conn, table_id, first_chunk[0], first_chunk[1], now)
         except IntegrityError:
             raise AlreadyExistsError(f"table {spec.name} exists already") from None
         return table

@@ -1,4 +1,4 @@
-"""``streampart query``: Spark SQL over the warehouse's tables."""
+"""``streampart query``: Spark SQL over the warehouse's tables; INSERT INTO and CREATE TABLE … AS."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table as RichTable
 
+from metastore.errors import UserInputError
 from streampart.cli.context import cli_context
 from streampart.cli.output import TextOutput, json_value
 from streampart.cli.params import json_flag
@@ -15,8 +16,16 @@ from streampart.cli.params import json_flag
 
 def query(
     ctx: typer.Context,
-    sql: Annotated[str, typer.Argument(help="Spark SQL; tables are addressed as ns.table")],
-    _json: Annotated[bool, json_flag("Print one JSON object per row, one per line")] = False,
+    sql: Annotated[
+        str,
+        typer.Argument(
+            help="Spark SQL: a query, INSERT INTO ns.t SELECT …, or CREATE TABLE ns.t [TBLPROPERTIES "
+            "(…)] AS SELECT …; tables are addressed as ns.table"
+        ),
+    ],
+    _json: Annotated[
+        bool, json_flag("Print one JSON object per row, one per line (a write: what it committed)")
+    ] = False,
     limit: Annotated[int, typer.Option(help="Rows to print as a table (without --json)")] = 1000,
     namespace: Annotated[
         str | None,
@@ -25,19 +34,77 @@ def query(
             "named T, links also T@SOURCE_NS; an isolated namespace reads nothing else"
         ),
     ] = None,
+    key: Annotated[
+        str | None,
+        typer.Option(
+            "--idempotency-key",
+            "--key",
+            "--token",
+            help="INSERT INTO / CREATE TABLE … AS: the idempotency key of the chunk the result commits "
+            "as; a retry with the same key and result lands once [default: a new key per run]",
+        ),
+    ] = None,
+    cluster: Annotated[
+        str | None,
+        typer.Option(
+            help="Run on this cluster (or `USE CLUSTER C;` first), or fail saying what is missing "
+            "there [default: the written table's primary, else the first primary of a table read "
+            "where every table read is present]"
+        ),
+    ] = None,
+    replicated_only: Annotated[
+        bool,
+        typer.Option(
+            "--replicated-only",
+            help="On a secondary cluster, read a table as of its newest partition replicated there "
+            "(standard partitions only, one consistent cut per table; stated in the output)",
+        ),
+    ] = False,
+    explain: Annotated[
+        bool,
+        typer.Option(
+            "--explain", help="Print the cluster chosen and why (and what is read where); run nothing"
+        ),
+    ] = False,
 ) -> None:
-    """Run Spark SQL over the warehouse's tables and links, each read at one consistent snapshot."""
-    from streampart.query import catalog_resolver, rewrite, run_sql, spark_errors, spark_session, split_use
+    """Run Spark SQL over the warehouse's tables and links, each read at one consistent snapshot.
+
+    INSERT INTO commits the query's result into a table as one chunk; CREATE TABLE … AS SELECT
+    makes a new streaming table with the result as its first chunk. Both land exactly once per
+    --idempotency-key.
+    """
+    from streampart.query import spark_errors, spark_session
+    from streampart.query_plan import plan, run
+    from streampart.query_writes import WriteResult
 
     cli = cli_context(ctx)
     settings = cli.settings()
     catalog = cli.catalog()
-    body, ns = split_use(sql, namespace)
-    if ns is not None:
-        catalog.store.get_namespace(ns)
-    rewrite(body, catalog_resolver(catalog, ns))  # fail fast, before Spark starts
-    spark = spark_session(settings.spark)
-    df = run_sql(spark, catalog, sql, namespace)
+    planned = plan(catalog, sql, namespace, cluster, replicated_only)  # before Spark starts
+    if planned.prepared.output is None and key is not None:
+        raise UserInputError(
+            "--idempotency-key names the chunk that INSERT INTO or CREATE TABLE … AS commits; "
+            "this statement only reads"
+        )
+    spark_config = settings.spark_for(catalog.cluster(planned.cluster))
+    if explain:
+        cli.output.result({**planned.explain(), "spark_master": spark_config.master}, _print_explain)
+        return
+    for note in planned.notes():
+        cli.output.warn(note)
+    spark = spark_session(spark_config)
+    done = run(
+        spark,
+        catalog,
+        planned,
+        key,
+        settings.chunk,
+        create_namespace=not settings.namespaces.require_explicit,
+    )
+    if isinstance(done, WriteResult):
+        cli.output.result({**done.to_json(), "cuts": planned.notes()}, _print_written)
+        return
+    df = done
 
     def each_row() -> Iterator[dict[str, Any]]:  # streamed: no more than a partition in memory
         with spark_errors():
@@ -55,3 +122,36 @@ def query(
             out.console.print(f"(first {limit} rows shown)")
 
     cli.output.rows(each_row(), print_grid)
+
+
+def _print_explain(out: TextOutput, plan: dict[str, Any]) -> None:
+    out.console.print(
+        f"runs on cluster {plan['cluster']} (Spark master {plan['spark_master']}): "
+        f"{plan['reason'].split(': ', 1)[-1]}",
+        markup=False,
+    )
+    for read in plan["reads"]:
+        cut = read.get("cut")
+        how = f", as of partition {cut['as_of_partition']}" if cut else ""
+        out.console.print(
+            f"  reads {read['table']} on {read['cluster']} ({read['copy']}{how}): version {read['version']}, "
+            f"{read['partitions']} partition(s) at {read['location']}",
+            markup=False,
+        )
+
+
+def _print_written(out: TextOutput, result: dict[str, Any]) -> None:
+    """What a writing statement committed (``--json``: the same as an object)."""
+    made = f"created {result['table']} on cluster {result['cluster']}; " if result["created"] else ""
+    if not result["chunk"]:
+        out.console.print(f"{made}the query's result was empty: nothing committed into {result['table']}")
+        return
+    extra = ""
+    if result.get("dead_letter_rows"):
+        extra += f", {result['dead_letter_rows']} bad rows to the dead-letter table"
+    if result.get("late_rows"):
+        extra += f", {result['late_rows']} late rows diverted"
+    out.console.print(
+        f"{made}committed chunk {result['chunk']}: {result['rows']} rows into {result['table']} "
+        f"({', '.join(result['partitions']) or 'no partition'}) at version {result['version']}{extra}"
+    )

@@ -1,0 +1,344 @@
+"""``streampart query`` writing: INSERT INTO … SELECT and CREATE TABLE … AS SELECT (issue 11, item 4).
+
+In process through typer's ``CliRunner`` with the session's one SparkSession (``spark``: the
+command's own ``spark_session`` finds it), on SQLite and PostgreSQL metastores (``catalog``).
+Each result is checked with delta-rs on the table's directory (an independent reader), and
+against the metastore's chunk records: one chunk per idempotency key, whatever the retries.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from ingest.chunks import ChunkWriter
+from ingest.errors import IdempotencyConflictError
+from ingest.formats import Format
+from metastore.catalog import Catalog
+from metastore.errors import (
+    AlreadyExistsError,
+    IsolationError,
+    NotFoundError,
+    ReadOnlyLinkError,
+    UserInputError,
+)
+from metastore.links import LinkSpec
+from metastore.models import ChunkState, Mode, TableName
+from streampart.cli import app
+from streampart.errors import QueryRefusedError
+from tests.fixtures import make_table
+from tests.helpers import ROOT, all_ids, records
+from tests.test_cli import COMMAND
+
+
+def query(cat: Catalog, sql: str, *args: str) -> dict[str, Any]:
+    """``streampart query SQL --json ARGS`` in process: its one JSON result (a StreampartError raises)."""
+    result = CliRunner().invoke(
+        app,
+        ["--warehouse", str(cat.warehouse.root), "--metastore", cat.store.url, "query", sql, "--json", *args],
+    )
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout.splitlines()[-1])
+
+
+def chunks_of(cat: Catalog, name: str) -> list[Any]:
+    return [c for c in cat.store.list_chunks(cat.table(name).id) if c.state is ChunkState.COMMITTED]
+
+
+@pytest.fixture
+def source(catalog: Catalog) -> Catalog:
+    """``ns.src`` holding ids 0–9, and an empty ``ns.dst`` of the same schema."""
+    ChunkWriter(catalog, make_table(catalog, "ns.src")).write(records(range(10)), Format.JSONL)
+    make_table(catalog, "ns.dst")
+    return catalog
+
+
+def test_insert_into_commits_the_result_once_per_key(spark, source: Catalog) -> None:  # type: ignore[no-untyped-def]
+    cat = source
+    sql = "INSERT INTO ns.dst SELECT id, ts, msg FROM ns.src WHERE id < 5"
+    first = query(cat, sql, "--idempotency-key", "k1")
+    dst = cat.table("ns.dst")
+    assert first["table"] == "ns.dst" and first["rows"] == 5 and first["idempotency_key"] == "k1"
+    assert first["version"] == 1 and first["created"] is False and first["cluster"] == "default"
+    assert sorted(all_ids(dst)) == [0, 1, 2, 3, 4]
+    # the same statement and key (any alias of the option): the first run's answer, nothing added
+    assert query(cat, sql, "--key", "k1") == first
+    assert query(cat, sql, "--token", "k1") == first
+    assert sorted(all_ids(dst)) == [0, 1, 2, 3, 4] and len(chunks_of(cat, "ns.dst")) == 1
+    # the same key, another result: the chunk protocol's conflict, nothing written
+    with pytest.raises(IdempotencyConflictError, match=r"idempotency key 'k1' of table ns\.dst was used"):
+        query(cat, "INSERT INTO ns.dst SELECT id, ts, msg FROM ns.src WHERE id >= 5", "--key", "k1")
+    assert sorted(all_ids(dst)) == [0, 1, 2, 3, 4]
+    # without a key: each run is a chunk of its own, under a key of its own
+    a = query(cat, "INSERT INTO ns.dst SELECT id, ts, msg FROM ns.src WHERE id >= 8")
+    b = query(cat, "INSERT INTO ns.dst SELECT id, ts, msg FROM ns.src WHERE id >= 8")
+    assert a["chunk"] != b["chunk"] and a["idempotency_key"] != b["idempotency_key"]
+    assert sorted(all_ids(dst)) == [0, 1, 2, 3, 4, 8, 8, 9, 9] and len(chunks_of(cat, "ns.dst")) == 3
+
+
+def test_a_retry_recognises_the_same_rows_in_another_order(spark, source: Catalog) -> None:  # type: ignore[no-untyped-def]
+    # Spark hands rows over in whatever order its tasks finish; the chunk is the same rows
+    cat = source
+    up = query(cat, "INSERT INTO ns.dst SELECT id, ts, msg FROM ns.src ORDER BY id", "--key", "k")
+    down = query(cat, "INSERT INTO ns.dst SELECT id, ts, msg FROM ns.src ORDER BY id DESC", "--key", "k")
+    assert up == down and sorted(all_ids(cat.table("ns.dst"))) == list(range(10))
+
+
+def test_insert_matches_columns_by_name_and_names_what_does_not_fit(spark, source: Catalog) -> None:  # type: ignore[no-untyped-def]
+    cat = source
+    # by name, in any order and case
+    got = query(cat, "INSERT INTO ns.dst SELECT msg, TS, id + 100 AS id FROM ns.src WHERE id = 1")
+    assert got["rows"] == 1 and all_ids(cat.table("ns.dst")) == [101]
+    bad = [
+        ("SELECT id, ts FROM ns.src", "it lacks column(s) msg"),
+        ("SELECT id, ts, msg, 1 AS extra FROM ns.src", "it has column(s) extra that the table does not"),
+        (
+            "SELECT CAST(id AS STRING) AS id, ts, msg FROM ns.src",
+            "its column id is STRING, the table's is BIGINT",
+        ),
+        ("SELECT * FROM ns.src", "ts_period is the table's partition column"),
+        ("SELECT id, ts, msg, array(1) AS a FROM ns.src", "column a of the query's result is ARRAY<INT>"),
+        ("SELECT count(*), ts, msg FROM ns.src GROUP BY ts, msg", "give it a plain name"),
+    ]
+    for select, says in bad:
+        with pytest.raises(UserInputError, match=None) as caught:
+            query(cat, f"INSERT INTO ns.dst {select}")
+        assert says in str(caught.value), (select, str(caught.value))
+    assert all_ids(cat.table("ns.dst")) == [101]  # nothing of any of them was written
+
+
+def test_insert_goes_through_the_chunk_protocol(spark, catalog: Catalog) -> None:  # type: ignore[no-untyped-def]
+    # an event-time table: rows go to their own partitions, late rows follow the table's policy
+    make_table(catalog, "ns.src")
+    ChunkWriter(catalog, catalog.table("ns.src")).write(
+        records(range(3), "2026-11-21T10:15:00Z") + records(range(3, 5), "2026-11-21T12:15:00Z"), Format.JSONL
+    )
+    make_table(catalog, "ns.ev", mode=Mode.EVENT_TIME, roll_every="1h", max_age="1000d")
+    got = query(catalog, "INSERT INTO ns.ev SELECT id, ts, msg FROM ns.src", "--key", "ev")
+    assert got["partitions"] == ["2026-11-21T10:00:00Z", "2026-11-21T12:00:00Z"] and got["rows"] == 5
+
+
+def test_create_table_as_select_makes_a_streaming_table_once_per_key(spark, source: Catalog) -> None:  # type: ignore[no-untyped-def]
+    cat = source
+    sql = "CREATE TABLE ns.copy AS SELECT id * 2 AS id, msg, ts FROM ns.src WHERE id < 4"
+    first = query(cat, sql, "--key", "c1")
+    copy = cat.table("ns.copy")
+    assert first["created"] is True and first["rows"] == 4 and first["table"] == "ns.copy"
+    # defaults: the first TIMESTAMP column, hourly, arrival mode; the result's own schema
+    assert (copy.time_column, copy.roll_every.total_seconds(), copy.mode) == ("ts", 3600, Mode.ARRIVAL)
+    assert [(c.name, c.type) for c in copy.columns] == [
+        ("id", "long"),
+        ("msg", "string"),
+        ("ts", "timestamp"),
+    ]
+    assert sorted(all_ids(copy)) == [0, 2, 4, 6]
+    assert query(cat, sql, "--key", "c1") == first  # a retry after success: the same answer
+    assert len(chunks_of(cat, "ns.copy")) == 1 and sorted(all_ids(copy)) == [0, 2, 4, 6]
+    with pytest.raises(IdempotencyConflictError):
+        query(cat, "CREATE TABLE ns.copy AS SELECT id, msg, ts FROM ns.src", "--key", "c1")
+    # another statement (another key, or none) may not take the name
+    with pytest.raises(AlreadyExistsError, match=r"table ns\.copy exists already: INSERT INTO it"):
+        query(cat, sql, "--key", "c2")
+    with pytest.raises(AlreadyExistsError, match="exists already"):
+        query(cat, "CREATE TABLE ns.src AS SELECT id, msg, ts FROM ns.src")
+    assert sorted(all_ids(copy)) == [0, 2, 4, 6]
+
+
+def test_create_table_as_takes_table_properties(spark, source: Catalog) -> None:  # type: ignore[no-untyped-def]
+    cat = source
+    query(
+        cat,
+        "CREATE TABLE ns.ev TBLPROPERTIES ('time_column' = 'at', 'roll_every' = '15m', "
+        "'mode' = 'event-time', 'max_age' = '1000d', 'dead_letter' = 'true') "
+        "AS SELECT id, ts AS at, ts AS also FROM ns.src",
+    )
+    ev = cat.table("ns.ev")
+    assert (ev.time_column, ev.roll_every.total_seconds(), ev.mode, ev.dead_letter) == (
+        "at",
+        900,
+        Mode.EVENT_TIME,
+        True,
+    )
+    assert ev.partition_column == "at_period" and cat.table("ns.ev__dead_letter").dead_letter is False
+    bad = [
+        ("CREATE TABLE ns.x TBLPROPERTIES ('colour' = 'red') AS SELECT ts FROM ns.src", UserInputError,
+         "unknown table property 'colour'; known: time_column, roll_every"),
+        ("CREATE TABLE ns.x TBLPROPERTIES ('mode' = 'fast') AS SELECT ts FROM ns.src", UserInputError,
+         "TBLPROPERTIES 'mode' must be one of arrival, event-time"),
+        ("CREATE TABLE ns.x TBLPROPERTIES ('roll_every' = 'soon') AS SELECT ts FROM ns.src", UserInputError,
+         "TBLPROPERTIES 'roll_every'"),
+        ("CREATE TABLE ns.x AS SELECT id FROM ns.src", UserInputError, "no TIMESTAMP column"),
+        ("CREATE TABLE ns.x AS SELECT * FROM ns.src", UserInputError, "SELECT * EXCEPT (ts_period)"),
+        ("CREATE TABLE ns.x TBLPROPERTIES ('time_column' = 'id') AS SELECT id, ts FROM ns.src",
+         UserInputError, "must be TIMESTAMP"),
+        ("CREATE TABLE ns.x USING parquet AS SELECT ts FROM ns.src", QueryRefusedError, "TBLPROPERTIES"),
+        ("CREATE TABLE ns.x (ts TIMESTAMP)", QueryRefusedError, "streampart table create"),
+        ("CREATE OR REPLACE TABLE ns.src AS SELECT ts FROM ns.src", QueryRefusedError, "never replaced"),
+        ("CREATE TABLE IF NOT EXISTS ns.x AS SELECT ts FROM ns.src", QueryRefusedError, "idempotency key"),
+    ]  # fmt: skip
+    for sql, error, says in bad:
+        with pytest.raises(error) as caught:
+            query(cat, sql)
+        assert says in str(caught.value), (sql, str(caught.value))
+    assert cat.store.find_table(TableName.parse("ns.x")) is None  # nothing was made by any of them
+
+
+def test_other_statements_stay_refused(spark, source: Catalog) -> None:  # type: ignore[no-untyped-def]
+    refused = [
+        ("INSERT OVERWRITE ns.dst SELECT id, ts, msg FROM ns.src", "INSERT OVERWRITE"),
+        ("INSERT INTO ns.dst (id, ts, msg) SELECT id, ts, msg FROM ns.src", "name them in the SELECT"),
+        ("INSERT INTO ns.dst VALUES (1, current_timestamp(), 'a')", "INSERT INTO … VALUES"),
+        ("DELETE FROM ns.dst", "only queries"),
+        ("DROP TABLE ns.dst", "only queries"),
+        ("UPDATE ns.dst SET msg = 'x'", "only queries"),
+        ("INSERT INTO ns.dst SELECT id, ts, msg FROM ns.src; SELECT 1", "exactly one SQL statement"),
+    ]
+    for sql, says in refused:
+        with pytest.raises(UserInputError) as caught:
+            query(source, sql)
+        assert says in str(caught.value), (sql, str(caught.value))
+    with pytest.raises(UserInputError, match="this statement only reads"):
+        query(source, "SELECT 1", "--key", "k")
+
+
+def test_writes_follow_the_rules_of_links_companions_and_isolation(spark, catalog: Catalog) -> None:  # type: ignore[no-untyped-def]
+    make_table(catalog, "b.t")
+    ChunkWriter(catalog, catalog.table("b.t")).write(records(range(3)), Format.JSONL)
+    catalog.create_link(
+        LinkSpec(name=TableName.parse("a.l"), source=TableName.parse("b.t"), include_streaming=True)
+    )
+    make_table(catalog, "a.own", dead_letter=True)
+    with pytest.raises(ReadOnlyLinkError, match=r"a\.l is a link"):
+        query(catalog, "INSERT INTO a.l SELECT id, ts, msg FROM b.t")
+    with pytest.raises(ReadOnlyLinkError, match="links are read-only"):
+        query(catalog, "INSERT INTO t@b SELECT id, ts, msg FROM b.t", "--namespace", "a")
+    with pytest.raises(NotFoundError, match=r"ns\.nope does not exist"):
+        query(catalog, "INSERT INTO ns.nope SELECT id, ts, msg FROM b.t")
+    # inside a namespace, T names its own table; an isolated namespace writes only its own
+    got = query(catalog, "USE a; INSERT INTO own SELECT id, ts, msg FROM l")
+    assert got["table"] == "a.own" and got["rows"] == 3
+    _isolate(catalog, "a")
+    with pytest.raises(
+        IsolationError, match="namespace a is isolated: its statements write its own tables only"
+    ):
+        query(catalog, "INSERT INTO b.t SELECT id, ts, msg FROM l", "--namespace", "a")
+    with pytest.raises(IsolationError, match="namespace a is isolated"):
+        query(catalog, "CREATE TABLE b.new AS SELECT id, ts FROM l", "--namespace", "a")
+    made = query(catalog, "CREATE TABLE mine AS SELECT id, ts FROM l", "--namespace", "a")
+    assert made["table"] == "a.mine"
+    # a companion table is a table: written as `streampart write` writes it
+    assert query(catalog, "INSERT INTO a.own SELECT id, ts, msg FROM a.own")["table"] == "a.own"
+
+
+def _isolate(catalog: Catalog, namespace: str) -> None:
+    from typer.testing import CliRunner as Runner
+
+    result = Runner().invoke(
+        app,
+        ["--warehouse", str(catalog.warehouse.root), "--metastore", catalog.store.url, "namespace", "alter",
+         namespace, "--isolated"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+
+
+def test_an_empty_result_commits_nothing(spark, source: Catalog) -> None:  # type: ignore[no-untyped-def]
+    got = query(source, "INSERT INTO ns.dst SELECT id, ts, msg FROM ns.src WHERE id < 0", "--key", "e")
+    assert got["chunk"] == "" and got["rows"] == 0 and chunks_of(source, "ns.dst") == []
+    # CREATE TABLE … AS over an empty result makes the table without rows, once per key
+    sql = "CREATE TABLE ns.none AS SELECT id, ts FROM ns.src WHERE id < 0"
+    made = query(source, sql, "--key", "n")
+    assert made["created"] is True and made["rows"] == 0 and all_ids(source.table("ns.none")) == []
+    assert query(source, sql, "--key", "n") == made
+    with pytest.raises(IdempotencyConflictError, match="from an empty result"):
+        query(source, "CREATE TABLE ns.none AS SELECT id, ts FROM ns.src", "--key", "n")
+
+
+# Where a `streampart query "CREATE TABLE … AS SELECT …" --key K` process dies, what it leaves,
+# and what its retry (same statement, same key) must do: finish, with the rows exactly once.
+CTAS_CRASHES = [
+    # recorded in the metastore (with its first chunk reserved), no Delta log: the retry drops
+    # the half-made record and makes the table afresh
+    "table-before-log",
+    # table and Delta log made, first chunk reserved, nothing staged: the retry finds its own
+    # chunk (the key proves the table is this statement's) and commits the result
+    "ctas-after-create",
+    # the result committed to the Delta log, the metastore not told: the retry finds the commit
+    # once the dead attempt may be taken over, and adds nothing
+    "chunk-after-delta-commit",
+]
+
+
+@pytest.mark.parametrize("point", CTAS_CRASHES)
+def test_create_table_as_killed_at_each_step_then_retried_lands_once(
+    spark, source: Catalog, point: str
+) -> None:  # type: ignore[no-untyped-def]
+    import os
+
+    from metastore import clock
+
+    cat = source
+    sql = "CREATE TABLE ns.made AS SELECT id, msg, ts FROM ns.src"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMPART_")}
+    proc = subprocess.run(
+        [*COMMAND, "--warehouse", str(cat.warehouse.root), "--metastore", cat.store.url, "query", sql,
+         "--key", "K", "--json"],
+        env={**env, "STREAMPART_CRASHPOINT": point, "PYTHONPATH": str(ROOT)},
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    assert proc.stdout == ""  # nothing was acknowledged
+    made = cat.store.find_table(TableName.parse("ns.made"))
+    assert made is not None  # the record (and the first chunk under K) came first
+    chunk = cat.store.find_chunk_by_key(made.id, "K")
+    assert chunk is not None
+    log = Path(made.location) / "_delta_log"
+    if point == "table-before-log":
+        assert not log.exists()
+    elif point == "ctas-after-create":
+        assert chunk.state is ChunkState.RESERVED and all_ids(made) == []
+    else:
+        assert chunk.state is ChunkState.COMMITTING and sorted(all_ids(made)) == list(range(10))
+    # another statement may not take the half-made table …
+    if point != "table-before-log":
+        with pytest.raises(AlreadyExistsError):
+            query(cat, sql, "--key", "other")
+    # … its own retry finishes it (past the dead attempt's takeover deadline, where it matters)
+    with clock.use(clock.SystemClock(offset=2 * cat_commit_timeout())):
+        got = query(cat, sql, "--key", "K")
+    table = cat.table("ns.made")
+    assert got["created"] is True and got["rows"] == 10
+    assert sorted(all_ids(table)) == list(range(10))  # exactly once
+    assert [c.idempotency_key for c in chunks_of(cat, "ns.made")] == ["K"]
+    assert query(cat, sql, "--key", "K") == got
+
+
+def cat_commit_timeout() -> Any:
+    from ingest.config import ChunkConfig
+
+    return ChunkConfig().commit_timeout
+
+
+def test_a_writing_statement_is_split_into_its_query_and_its_output(sqlite_catalog: Catalog) -> None:
+    from streampart.query import catalog_resolver, prepare, rewrite
+
+    make_table(sqlite_catalog, "ns.src")
+    resolve = catalog_resolver(sqlite_catalog)
+    got = prepare(
+        "WITH a AS (SELECT * FROM ns.src) INSERT INTO ns.dst WITH b AS (SELECT 1 AS x) SELECT * FROM a, b",
+        resolve,
+    )
+    assert got.output is not None and (got.output.name, got.output.create) == ("ns.dst", False)
+    assert got.text.startswith("WITH a AS (SELECT * FROM __sp_ns__src") and "b AS (SELECT 1 AS x)" in got.text
+    assert [r.name for r in got.refs] == ["ns.src"]  # the table written is not read
+    got = prepare("CREATE TABLE dst TBLPROPERTIES ('mode' = 'arrival') AS SELECT ts FROM ns.src", resolve)
+    assert got.output is not None and got.output.properties == (("mode", "arrival"),) and got.output.create
+    with pytest.raises(UserInputError, match="writes a table"):
+        rewrite("INSERT INTO ns.dst SELECT * FROM ns.src", resolve)  # the read-only entry point
