@@ -56,6 +56,7 @@ def make_table(
     max_future: str = "1d",
     max_age: str | None = None,
     cluster: str = "default",
+    replicate_to: tuple[str, ...] = (),
 ) -> Table:
     return catalog.create_table(
         TableSpec(
@@ -70,7 +71,8 @@ def make_table(
             max_future=parse_duration(max_future),
             max_age=parse_duration(max_age) if max_age is not None else None,
             cluster=cluster,
-        )
+        ),
+        replicate_to=replicate_to,
     )
 
 

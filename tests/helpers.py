@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import datetime
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pyarrow as pa
 
@@ -85,3 +86,25 @@ def wait_for(
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
         time.sleep(interval)
+
+
+@contextmanager
+def downgraded(metastore_url: str, revision: str) -> Iterator[Any]:
+    """Take the metastore down to migration ``revision`` (a warehouse made by an older release);
+    yields the connection, inside the downgrade's transaction, to look at the old schema."""
+    from alembic import command
+    from alembic.config import Config
+
+    from metastore.store import Metastore
+    from metastore.store.engine import MIGRATIONS
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    old = Metastore(metastore_url, migrate=False)
+    try:
+        with old.tx() as conn:
+            cfg.attributes["connection"] = conn
+            command.downgrade(cfg, revision)
+            yield conn
+    finally:
+        old.close()

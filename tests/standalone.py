@@ -150,8 +150,7 @@ class StandaloneCluster:
 
     def logs(self, tail: int = 1500) -> str:
         return " | ".join(
-            f"{p.name}: {p.read_text(errors='replace')[-tail:]}"
-            for p in self.work.glob("*.log")
+            f"{p.name}: {p.read_text(errors='replace')[-tail:]}" for p in self.work.glob("*.log")
         )
 
     def stop(self) -> None:

@@ -19,14 +19,14 @@ from typer.testing import CliRunner
 from ingest.chunks import ChunkWriter
 from ingest.formats import Format
 from metastore.catalog import Catalog
-from metastore.durations import parse_duration
 from metastore.errors import NotFoundError, TableIntegrityError, UserInputError
-from metastore.models import Table, TableName, TableSpec, parse_schema
+from metastore.models import Table
 from metastore.warehouse import partition_dir
 from scheduler.replication import Replicator
 from scheduler.roll import Roller
 from streampart.cli import app
 from streampart.query_cluster import NoClusterError
+from tests.fixtures import make_table
 from tests.helpers import all_ids, records
 
 
@@ -46,14 +46,7 @@ def explain(cat: Catalog, sql: str, *args: str) -> dict[str, Any]:
 
 
 def _table(cat: Catalog, name: str, cluster: str, replicate_to: tuple[str, ...] = ()) -> Table:
-    spec = TableSpec(
-        name=TableName.parse(name),
-        columns=parse_schema("id BIGINT, ts TIMESTAMP, msg STRING"),
-        time_column="ts",
-        roll_every=parse_duration("1h"),
-        cluster=cluster,
-    )
-    return cat.create_table(spec, replicate_to=replicate_to)
+    return make_table(cat, name, cluster=cluster, replicate_to=replicate_to)
 
 
 def _rolled(cat: Catalog, table: Table, first: int, partitions: int = 2, rows: int = 5) -> None:

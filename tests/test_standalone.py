@@ -143,6 +143,12 @@ def test_ingest_and_a_spark_roll_on_the_standalone_cluster(
     p = catalog.store.get_partition(table.id, value)
     assert (p.state, p.rows, p.chunks) == (PartitionState.STANDARD, 600, 3)
 
+    # a query of the table runs on its cluster too (the seed's rule: its primary), on the workers
+    counted = ok(streampart(catalog, None, "query", "--json",
+                            "SELECT count(*) AS n, count(DISTINCT id) AS d FROM ns.events"))  # fmt: skip
+    assert '{"n": 600, "d": 600}' in counted.stdout, counted.stdout
+    assert apps(cluster) == before + 4
+
 
 @pytest.mark.slow
 def test_ingest_on_the_cluster_killed_mid_batch_then_restarted_lands_every_record_once(

@@ -32,7 +32,7 @@ from metastore.usage import namespace_usage
 from metastore.warehouse import LiveFile
 from scheduler.roll import Roller
 from tests.fixtures import make_table
-from tests.helpers import records
+from tests.helpers import downgraded, records
 
 T0 = datetime(2026, 11, 21, 10, 0, tzinfo=UTC)
 H = timedelta(hours=1)
@@ -335,11 +335,8 @@ def test_a_write_past_the_quota_is_refused_whole_and_leaves_nothing(catalog) -> 
 def test_migrating_from_0004_adds_namespaces_and_the_ledger(metastore_url: str, tmp_path: Path) -> None:
     """A warehouse made before namespaces (0004, made here by downgrading) upgrades with every
     namespace its tables use, and each open partition's bytes as its committed chunks hold them."""
-    from alembic import command
-    from alembic.config import Config
 
     from metastore.store import Metastore
-    from metastore.store.engine import MIGRATIONS
 
     catalog = Catalog.open(tmp_path / "wh", metastore_url)
     t = make_table(catalog, "sales.orders")
@@ -356,14 +353,8 @@ def test_migrating_from_0004_adds_namespaces_and_the_ledger(metastore_url: str, 
         delta_bytes(ev.location)
     )
     catalog.close()
-    cfg = Config()
-    cfg.set_main_option("script_location", str(MIGRATIONS))
-    old = Metastore(metastore_url, migrate=False)
-    with old.tx() as conn:
-        cfg.attributes["connection"] = conn
-        command.downgrade(cfg, "0004")
+    with downgraded(metastore_url, "0004") as conn:
         assert not sa.inspect(conn).has_table("sp_namespaces")
-    old.close()
     new = Metastore(metastore_url)  # migrates to head
     try:
         assert [n.name for n in new.list_namespaces()] == ["ops", "sales"]

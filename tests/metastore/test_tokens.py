@@ -12,6 +12,7 @@ import sqlalchemy as sa
 from metastore.errors import AlreadyExistsError, NotFoundError, UserInputError
 from metastore.models import Permission, Scope
 from metastore.store import Metastore
+from tests.helpers import downgraded
 
 T0 = datetime(2026, 11, 21, 10, 0, tzinfo=UTC)
 
@@ -122,25 +123,16 @@ def test_migrating_from_0002_adds_the_tokens_table_and_keeps_data(metastore_url:
 
 def test_migration_0004_adds_chunk_digests_and_keeps_every_chunk(metastore_url: str, tmp_path: Path) -> None:
     """A database at 0003 (made here by downgrading) upgrades with its chunks intact."""
-    from alembic import command
-    from alembic.config import Config
 
     from metastore.catalog import Catalog
-    from metastore.store.engine import MIGRATIONS
     from tests.fixtures import make_table
 
     catalog = Catalog.open(tmp_path / "wh", metastore_url)
     table = make_table(catalog)
     chunk = catalog.store.reserve_chunk(table.id, "old-token", timedelta(hours=1))
     catalog.close()
-    cfg = Config()
-    cfg.set_main_option("script_location", str(MIGRATIONS))
-    old = Metastore(metastore_url, migrate=False)
-    with old.tx() as conn:
-        cfg.attributes["connection"] = conn
-        command.downgrade(cfg, "0003")
+    with downgraded(metastore_url, "0003") as conn:
         assert "content_digest" not in {c["name"] for c in sa.inspect(conn).get_columns("sp_chunks")}
-    old.close()
     new = Metastore(metastore_url)  # migrates to head
     try:
         again = new.find_chunk_by_key(table.id, "old-token")

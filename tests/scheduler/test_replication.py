@@ -20,14 +20,14 @@ import pytest
 from ingest.chunks import ChunkWriter
 from ingest.formats import Format
 from metastore.catalog import Catalog
-from metastore.durations import parse_duration
 from metastore.errors import AlreadyExistsError, NotFoundError, UserInputError
-from metastore.models import Table, TableName, TableSpec, parse_schema
+from metastore.models import Table
 from metastore.replicas import REPLICA_KEY, CopyState, Replica, replica_table
 from metastore.warehouse import partition_dir
 from scheduler.replication import Replicator
 from scheduler.roll import Roller
-from tests.helpers import all_ids, ids_by_partition, records, worker_call
+from tests.fixtures import make_table
+from tests.helpers import all_ids, downgraded, ids_by_partition, records, worker_call
 
 
 def _clusters(catalog: Catalog, tmp_path: Path, *names: str) -> None:
@@ -39,14 +39,7 @@ def _clusters(catalog: Catalog, tmp_path: Path, *names: str) -> None:
 def _table(
     catalog: Catalog, name: str = "ns.events", cluster: str = "c1", replicate_to: tuple[str, ...] = ("c2",)
 ) -> Table:
-    spec = TableSpec(
-        name=TableName.parse(name),
-        columns=parse_schema("id BIGINT, ts TIMESTAMP, msg STRING"),
-        time_column="ts",
-        roll_every=parse_duration("1h"),
-        cluster=cluster,
-    )
-    return catalog.create_table(spec, replicate_to=replicate_to)
+    return make_table(catalog, name, cluster=cluster, replicate_to=replicate_to)
 
 
 def _rolled(catalog: Catalog, table: Table, partitions: int, rows: int = 10) -> list[int]:
@@ -277,11 +270,6 @@ def test_a_metastore_from_before_replicas_upgrades_unchanged(metastore_url: str,
     """0006 → 0007: tables and their partitions stay as they were, with no replicas; a replica
     added afterwards receives the partitions rolled before the upgrade."""
     import sqlalchemy as sa
-    from alembic import command
-    from alembic.config import Config
-
-    from metastore.store import Metastore
-    from metastore.store.engine import MIGRATIONS
 
     catalog = Catalog.open(tmp_path / "wh", metastore_url)
     _clusters(catalog, tmp_path, "c1", "c2")
@@ -289,14 +277,8 @@ def test_a_metastore_from_before_replicas_upgrades_unchanged(metastore_url: str,
     ids = _rolled(catalog, table, 2)
     before = catalog.store.list_partitions(table.id)
     catalog.close()
-    cfg = Config()
-    cfg.set_main_option("script_location", str(MIGRATIONS))
-    old = Metastore(metastore_url, migrate=False)
-    with old.tx() as conn:
-        cfg.attributes["connection"] = conn
-        command.downgrade(cfg, "0006")
+    with downgraded(metastore_url, "0006") as conn:
         assert not sa.inspect(conn).has_table("sp_replicas")
-    old.close()
     catalog = Catalog.open(tmp_path / "wh", metastore_url)  # migrates to head
     try:
         table = catalog.table("ns.events")

@@ -170,6 +170,7 @@ def test_replication_under_load_survives_the_leader_killed_mid_copy(catalog: Cat
     finally:
         reader.stop()
     assert kills == 3
+
     # a roll may have landed between the last check and SIGTERM: its copy is the next pass's
     # (once the stopped daemon's claim on it, if it held one, has lapsed: 1.5 s)
     def caught_up() -> bool:

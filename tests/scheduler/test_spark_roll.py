@@ -130,7 +130,9 @@ def test_one_process_runs_spark_on_one_master(spark, sqlite_catalog, tmp_path) -
     table = make_table(sqlite_catalog)
     on_c1 = table.model_copy(update={"cluster": "c1"})
     assert ClusterSpark(settings, sqlite_catalog)(table) is spark  # the default cluster: spark.master
-    with pytest.raises(UserInputError, match=r"already runs Spark on local\[2\] and cannot also run on spark://"):
+    with pytest.raises(
+        UserInputError, match=r"already runs Spark on local\[2\] and cannot also run on spark://"
+    ):
         ClusterSpark(settings, sqlite_catalog)(on_c1)
 
 
