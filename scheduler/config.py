@@ -118,6 +118,17 @@ class ReplicationConfig(BaseModel):
         timedelta(seconds=10), description="First delay before a failed copy is retried; doubles per failure."
     )
     retry_max: Duration = Field(timedelta(minutes=10), description="Longest delay between retries of a copy.")
+    engine: RollEngine = Field(
+        "local",
+        description="What copies a partition's files: local (the copier's process) or spark (Spark tasks "
+        "on the table's cluster, one per file, for partitions of at least spark_min_bytes; the workers "
+        "must mount both clusters' storage).",
+    )
+    # Why 1 GiB: a Spark job takes seconds to start, a local copy of 1 GiB about as long; below
+    # that the local copy is done before Spark's executors are.
+    spark_min_bytes: int = Field(
+        1024**3, ge=0, description="With engine = spark: partitions smaller than this are copied locally."
+    )
 
     @model_validator(mode="after")
     def _check_retry(self) -> ReplicationConfig:

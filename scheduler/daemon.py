@@ -146,6 +146,7 @@ class RollDaemon:
             fence=lambda: self.leadership.lease if self.leadership.is_leader else None,
             should_abandon=self._should_abandon,
             step_down=lambda why: self.leadership.step_down(why),
+            spark=self.spark,
         )
         self._lock = threading.Lock()
         self._table_locks: dict[int, threading.Lock] = {}

@@ -5,10 +5,12 @@ copy of one partition to one secondary goes in steps, each safe to crash in and 
 
 1. **claim** the copy in the metastore under a lease (like a roll; fenced by the roll
    daemon's leadership when the daemon copies), so one copier works on it at a time;
-2. **copy** each of the partition's live files to ``<secondary>/<partition dir>/``: copied to a
-   hidden ``.<name>.<attempt>.tmp`` (by the kernel where it can), flushed to disk, then the
-   SHA-256 and size of the source and of the copy as read back are compared, and only then is
-   the copy renamed to the source file's own name.
+2. **copy** each of the partition's live files to ``<secondary>/<partition dir>/``
+   (:func:`scheduler.file_copies.copy_verified`): copied to a hidden ``.<name>.<attempt>.tmp``
+   (by the kernel where it can), flushed to disk, then the SHA-256 and size of the source and
+   of the copy as read back are compared, and only then is the copy renamed to the source
+   file's own name. With ``engine = "spark"``, the files of a large partition are copied so by
+   Spark tasks on the table's cluster, in parallel (:mod:`scheduler.spark_replication`).
    A file already there with the right size and checksum (a crashed attempt's) is kept; every
    attempt writes the same bytes under the same names, so a stale copier can never leave
    anything but identical files behind;
@@ -29,11 +31,8 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
-import os
-import shutil
 import uuid
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -48,13 +47,14 @@ from metastore.logs import event
 from metastore.models import Lease, Partition, PartitionState, Table, iso
 from metastore.replicas import REPLICA_KEY, CopyState, PartitionCopy, Replica, app_id, backoff, replica_table
 from metastore.warehouse import LiveFile, first_line, partition_dir, storage_error
+from scheduler.config import ReplicationConfig
 from scheduler.errors import ReplicationAbandonedError, ReplicationFailedError
+from scheduler.file_copies import CopyMismatchError, copy_verified, sha256_of
 from scheduler.roll import owner_id
+from scheduler.spark_compaction import SparkFactory
+from scheduler.spark_replication import copy_with_spark
 
 log = logging.getLogger("streampart.replication")
-
-# Source and copy are hashed side by side: two threads for every copier of the process.
-_HASHING = ThreadPoolExecutor(2, thread_name_prefix="streampart-sha256")
 
 
 @dataclass(frozen=True)
@@ -100,13 +100,6 @@ class ReplicationReport:
         return sum(c.copied_bytes for c in self.copied)
 
 
-def sha256_of(path: Path) -> tuple[int, str]:
-    """Size and SHA-256 of a file, read from disk."""
-    with open(path, "rb") as f:
-        digest = hashlib.file_digest(f, "sha256")  # type: ignore[arg-type]
-        return f.tell(), digest.hexdigest()
-
-
 @dataclass
 class Replicator:
     """Copies standard partitions of tables to their secondaries. Safe alongside other copiers."""
@@ -120,6 +113,23 @@ class Replicator:
     should_abandon: Callable[[], bool] | None = None
     retry_base: timedelta = timedelta(seconds=10)
     retry_max: timedelta = timedelta(minutes=10)
+    # [scheduler.replication] engine = spark: partitions of at least spark_min_bytes are copied by
+    # Spark tasks on the table's (primary) cluster; ``spark`` gives its session (see Roller.spark)
+    engine: str = "local"
+    spark_min_bytes: int = 1024**3
+    spark: SparkFactory | None = None
+
+    @classmethod
+    def configured(cls, catalog: Catalog, config: ReplicationConfig, **kw: Any) -> Replicator:
+        """A copier with the ``[scheduler.replication]`` settings (and ``kw``: owner, lease, …)."""
+        return cls(
+            catalog,
+            retry_base=config.retry_base,
+            retry_max=config.retry_max,
+            engine=config.engine,
+            spark_min_bytes=config.spark_min_bytes,
+            **kw,
+        )
 
     # -- what is to do -----------------------------------------------------------------------
     def pending(
@@ -248,11 +258,16 @@ class Replicator:
         written = 0
         if not committed:
             attempt = uuid.uuid4().hex[:8]
-            for f in files:
-                _, digests[f.path], copied = self._copy_file(table, target, f, attempt, progress)
-                written += copied
+            if self._by_spark(files):
+                digests, written = self._copy_files_with_spark(table, target, files, attempt, progress)
                 self._step("replica-after-file")
-                copy = self._claim(partition, replica)  # renewed: still ours (and still the leader's)
+                copy = self._claim(partition, replica)
+            else:
+                for f in files:
+                    _, digests[f.path], copied = self._copy_file(table, target, f, attempt, progress)
+                    written += copied
+                    self._step("replica-after-file")
+                    copy = self._claim(partition, replica)  # renewed: still ours (and still the leader's)
             self._step("replica-before-commit")
             try:
                 version = wh.commit_files(
@@ -312,44 +327,52 @@ class Replicator:
             )
         return sorted(files, key=lambda f: f.path)
 
+    def _by_spark(self, files: Sequence[LiveFile]) -> bool:
+        if self.engine != "spark" or not files or sum(f.size for f in files) < self.spark_min_bytes:
+            return False
+        if self.spark is None:
+            raise ReplicationFailedError(
+                "scheduler.replication.engine is spark, but this copier was given no Spark session"
+            )
+        return True
+
+    def _copy_files_with_spark(
+        self,
+        table: Table,
+        target: Table,
+        files: Sequence[LiveFile],
+        attempt: str,
+        progress: Callable[[int], None] | None,
+    ) -> tuple[dict[str, str], int]:
+        """Every file copied by Spark tasks on the table's cluster; digests per path, bytes written."""
+        assert self.spark is not None
+        jobs = [
+            (str(Path(table.location) / f.path), str(Path(target.location) / f.path), f.size, attempt)
+            for f in files
+        ]
+        results = copy_with_spark(self.spark(table), jobs)
+        digests, written = {}, 0
+        for f, (_, final, _, _) in zip(files, jobs, strict=True):
+            size, digest, copied = results[final]
+            digests[f.path], written = digest, written + copied
+            if progress is not None:
+                progress(size)
+        return digests, written
+
     def _copy_file(
         self, table: Table, target: Table, f: LiveFile, attempt: str, progress: Callable[[int], None] | None
     ) -> tuple[int, str, int]:
         """Copy one file to the secondary, verified; its size, SHA-256 and the bytes written."""
         source = Path(table.location) / f.path
-        final = Path(target.location) / f.path
-        if final.is_file() and final.stat().st_size == f.size:  # a crashed attempt copied it: verify
-            src, dst = _HASHING.map(sha256_of, (source, final))
-            if src == dst:
-                if progress is not None:
-                    progress(src[0])
-                return src[0], src[1], 0
-        final.parent.mkdir(parents=True, exist_ok=True)
-        tmp = final.with_name(f".{final.name}.{attempt}.tmp")
         try:
-            shutil.copyfile(source, tmp)  # in the kernel where it can (copy_file_range, sendfile)
-            fd = os.open(tmp, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            # both read from disk (or its cache) after the copy, side by side (hashlib frees the GIL)
-            src, dst = _HASHING.map(sha256_of, (source, tmp))
-            size, digest = src
-            if size != f.size:
-                raise ReplicationFailedError(
-                    f"source file {source} has {size} bytes, but the Delta log says {f.size}; "
-                    f"run `streampart check {table.name}`"
-                )
-            if dst != src:
-                raise ReplicationFailedError(f"the copy of {f.path} on the secondary differs from the source")
-            os.replace(tmp, final)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
+            size, digest, written = copy_verified(
+                str(source), str(Path(target.location) / f.path), f.size, attempt
+            )
+        except CopyMismatchError as exc:
+            raise ReplicationFailedError(f"{exc}; run `streampart check {table.name}`") from None
         if progress is not None:
             progress(size)
-        return size, digest, size
+        return size, digest, written
 
     def _verified(self, target: Table, f: LiveFile) -> str:
         """The SHA-256 of a committed copy, checked against its source's size."""

@@ -29,6 +29,7 @@ from scheduler.config import ReplicationConfig
 from scheduler.errors import ReplicationAbandonedError
 from scheduler.metrics import SchedulerMetrics
 from scheduler.replication import Replicator, backlog
+from scheduler.spark_compaction import SparkFactory
 
 log = logging.getLogger("streampart.replication")
 
@@ -52,6 +53,7 @@ class ReplicationJobs:
     fence: Callable[[], Lease | None]  # the daemon's leadership lease, None while not leader
     should_abandon: Callable[[], bool]
     step_down: Callable[[str], None]
+    spark: SparkFactory | None = None  # engine = spark: the Spark session of a table's cluster
 
     def start_now(self, table_id: int) -> None:
         """Have the table's replication job run now (if the table has secondaries)."""
@@ -140,12 +142,12 @@ class ReplicationJobs:
                     job.remove()
 
     def _replicator(self) -> Replicator:
-        return Replicator(
+        return Replicator.configured(
             self.catalog,
+            self.config,
             owner=self.owner,
             lease=self.lease,
             fence=self.fence(),
             should_abandon=self.should_abandon,
-            retry_base=self.config.retry_base,
-            retry_max=self.config.retry_max,
+            spark=self.spark,
         )

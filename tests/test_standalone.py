@@ -24,6 +24,7 @@ from ingest.chunks import ChunkWriter
 from ingest.formats import Format
 from metastore.catalog import Catalog
 from metastore.models import ChunkState, PartitionState, Table
+from metastore.replicas import replica_table
 from metastore.warehouse import partition_dir
 from scheduler.compacted_names import compacted_version
 from tests.fixtures import make_table
@@ -148,6 +149,17 @@ def test_ingest_and_a_spark_roll_on_the_standalone_cluster(
                             "SELECT count(*) AS n, count(DISTINCT id) AS d FROM ns.events"))  # fmt: skip
     assert '{"n": 600, "d": 600}' in counted.stdout, counted.stdout
     assert apps(cluster) == before + 4
+
+    # and its copy to a secondary, by Spark tasks on the workers (replication engine = spark)
+    (tmp_path / "c2").mkdir()
+    catalog.add_cluster("c2", str(tmp_path / "c2"), "local[2]")
+    replica = catalog.add_replica(table, "c2")
+    spark_copies = {"STREAMPART_SCHEDULER__REPLICATION__ENGINE": "spark",
+                    "STREAMPART_SCHEDULER__REPLICATION__SPARK_MIN_BYTES": "0"}  # fmt: skip
+    ok(streampart(catalog, None, "table", "replicate", "ns.events", "--json", env=spark_copies))
+    assert apps(cluster) == before + 5
+    assert sorted(all_ids(replica_table(table, replica))) == list(range(600))
+    assert catalog.present_on(table, "c2") == {value}
 
 
 @pytest.mark.slow

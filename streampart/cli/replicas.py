@@ -101,6 +101,7 @@ def table_replicate(
     from metastore.links import PartitionRange
     from scheduler.errors import ReplicationAbandonedError
     from scheduler.replication import Replicator
+    from streampart.cluster_spark import ClusterSpark
 
     cli = cli_context(ctx)
     settings = cli.settings()
@@ -121,11 +122,11 @@ def table_replicate(
             f"{table.name} has no secondary clusters; add one: streampart table alter {table.name} "
             "--add-replica CLUSTER"
         )
-    r = Replicator(
+    r = Replicator.configured(
         catalog,
+        settings.scheduler.replication,
         lease=settings.roll.lease,
-        retry_base=settings.scheduler.replication.retry_base,
-        retry_max=settings.scheduler.replication.retry_max,
+        spark=ClusterSpark(settings, catalog),
     )
     pending = {c: r.pending(table, catalog.replica(table, c), within, include_waiting=True) for c in clusters}
     total = sum(p.bytes or 0 for parts in pending.values() for p in parts)
