@@ -80,6 +80,10 @@ def test_a_table_on_clusters_from_the_command_line(wh: Path, tmp_path: Path) -> 
         assert sorted(all_ids(replica_table(table, catalog.replica(table, "c2")))) == list(range(10))
     finally:
         catalog.close()
+    code, out = _cli(wh, "cluster", "describe", "c2", "--json")
+    assert (json.loads(out)["tables"], json.loads(out)["replicas"]) == ([], ["ns.t"])
+    code, out = _cli(wh, "table", "list", "--json")
+    assert [(r["table"], r["cluster"]) for r in json.loads(out)] == [("ns.t", "c1")]
     code, out = _cli(wh, "table", "alter", "ns.t", "--add-replica", "c3", "--drop-replica", "c2", "--json")
     assert code == 0 and json.loads(out)["replicas"] == ["c3"], out
     assert not (tmp_path / "c2" / "ns" / "t").exists()

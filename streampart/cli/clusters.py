@@ -20,7 +20,9 @@ cluster_app = typer.Typer(
 )
 
 
-def _cluster_json(cli: CliContext, cluster: Cluster, tables: list[str]) -> dict[str, Any]:
+def _cluster_json(
+    cli: CliContext, cluster: Cluster, tables: list[str], replicas: list[str] | None = None
+) -> dict[str, Any]:
     """A cluster as this host sees it: the registered master, and the one it uses (its override)."""
     from metastore.clusters import DEFAULT_CLUSTER
     from metastore.models import iso
@@ -34,6 +36,7 @@ def _cluster_json(cli: CliContext, cluster: Cluster, tables: list[str]) -> dict[
         "spark_master_here": settings.spark_for(cluster).master,
         "conf": cluster.conf,
         "tables": tables,
+        "replicas": replicas or [],
         "created_at": iso(cluster.created_at) if cluster.created_at else None,
     }
 
@@ -70,14 +73,20 @@ def cluster_list(ctx: typer.Context, _json: JsonFlag = False) -> None:
     """List the clusters (``default`` is this process's --warehouse and spark.master)."""
     cli = cli_context(ctx)
     catalog = cli.catalog()
-    rows = [_cluster_json(cli, c, catalog.store.tables_on_cluster(c.name)) for c in catalog.clusters()]
+    store = catalog.store
+    rows = [
+        _cluster_json(cli, c, store.tables_on_cluster(c.name), store.tables_replicated_on(c.name))
+        for c in catalog.clusters()
+    ]
     cli.output.result(rows, _print_list)
 
 
 def _print_list(out: TextOutput, rows: list[dict[str, Any]]) -> None:
-    grid = RichTable("cluster", "storage", "spark master (here)", "tables")
+    grid = RichTable("cluster", "storage", "spark master (here)", "tables", "replicas")
     for r in rows:
-        grid.add_row(r["cluster"], r["storage"], r["spark_master_here"], str(len(r["tables"])))
+        grid.add_row(
+            r["cluster"], r["storage"], r["spark_master_here"], str(len(r["tables"])), str(len(r["replicas"]))
+        )
     out.console.print(grid)
 
 
@@ -88,7 +97,12 @@ def cluster_describe(
     """Show a cluster: storage, Spark master (registered, and this host's), settings, its tables."""
     cli = cli_context(ctx)
     catalog = cli.catalog()
-    info = _cluster_json(cli, catalog.cluster(name), catalog.store.tables_on_cluster(name))
+    info = _cluster_json(
+        cli,
+        catalog.cluster(name),
+        catalog.store.tables_on_cluster(name),
+        catalog.store.tables_replicated_on(name),
+    )
     cli.output.result(info, _print_described)
 
 
@@ -103,7 +117,8 @@ def _print_described(out: TextOutput, info: dict[str, Any]) -> None:
             if info["conf"]
             else ""
         )
-        + f"\ntables (primary here): {', '.join(info['tables']) or 'none'}",
+        + f"\ntables (primary here): {', '.join(info['tables']) or 'none'}"
+        + f"\nreplicas (secondary here): {', '.join(info['replicas']) or 'none'}",
         highlight=False,
     )
 

@@ -122,6 +122,7 @@ def table_list(ctx: typer.Context, _json: JsonFlag = False) -> None:
                 "partitions": len(parts),
                 "streaming": sum(p.state.value == "streaming" for p in parts),
                 "location": t.location,
+                "cluster": t.cluster,
             }
         )
     for link in catalog.store.list_links():
