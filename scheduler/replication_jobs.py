@@ -22,7 +22,7 @@ from apscheduler.jobstores.base import JobLookupError
 
 from metastore import clock
 from metastore.catalog import Catalog
-from metastore.errors import LeaseLostError, NotFoundError
+from metastore.errors import LeaseLostError, NotFoundError, RetriableError
 from metastore.logs import event
 from metastore.models import Lease
 from scheduler.config import ReplicationConfig
@@ -112,6 +112,16 @@ class ReplicationJobs:
             return
         except LeaseLostError as exc:
             self.step_down(str(exc))
+            return
+        except Exception as exc:  # the metastore unreachable, say: the next pass tries again
+            event(
+                log,
+                logging.WARNING,
+                "replica.job_failed",
+                f"replication of {name} failed: {exc}",
+                table=name,
+                exc_info=not isinstance(exc, RetriableError),
+            )
             return
         for result in report.copied:
             self.metrics.copies.labels(name, result.cluster, "done").inc()
