@@ -96,3 +96,7 @@ class DanglingLinkError(NotFoundError):
 
 class IsolationError(UserInputError):
     """An isolated namespace named a table that is neither its own nor one of its links."""
+
+
+class FederationAccessError(UserInputError):
+    """An operation the access type of a namespace's metastore does not allow (the message names the rule)."""

@@ -271,3 +271,36 @@ partition_copies = Table(
     Column("copied_at", DateTime),
     Index("ix_sp_partition_copies_table", "table_id", "cluster"),
 )
+
+# Federation (migration 0008): the registry of federated metastores (``primary``, the metastore a
+# process starts with, has no row); ``url`` is as given, naming secrets as ${NAME}, never a
+# clear-text password.
+metastores = Table(
+    "sp_metastores",
+    metadata,
+    Column("name", String(128), primary_key=True),
+    Column("url", Text, nullable=False),
+    Column("access", String(32), nullable=False),
+    Column("writable", JSON, nullable=False),
+    Column("prefix", String(128)),
+    Column("created_at", DateTime, nullable=False),
+)
+
+# Explicit placements: namespace → metastore (a registered name, or ``primary``).
+routes = Table(
+    "sp_routes",
+    metadata,
+    Column("namespace", String(128), primary_key=True),
+    Column("metastore", String(128), nullable=False),
+    Column("created_at", DateTime, nullable=False),
+    Index("ix_sp_routes_metastore", "metastore"),
+)
+
+# One row (id 1): bumped in the same transaction as every change of the registry or the routes,
+# so a process polls one number to know its cached route table is stale.
+route_version = Table(
+    "sp_route_version",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("version", BigInteger, nullable=False),
+)

@@ -21,6 +21,7 @@ it (the way dagster splits run, event and schedule storage):
 - ``links``: links between namespaces
 - ``clusters``: the registry of clusters (storage roots and their Spark masters)
 - ``replicas``: a table's secondary clusters and its partitions' copies there
+- ``federation``: the registry of federated metastores, explicit routes, the route-table version
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from __future__ import annotations
 from metastore.store.chunks import ChunkStore
 from metastore.store.clusters import ClusterStore
 from metastore.store.engine import SQLITE_BUSY_TIMEOUT_S, Database, default_url, normalize_url
+from metastore.store.federation import FederationStore
 from metastore.store.history import HistoryStore, summarize_chunk
 from metastore.store.leases import LeaseStore
 from metastore.store.links import LinkStore
@@ -49,6 +51,7 @@ class Metastore(
     LinkStore,
     ClusterStore,
     ReplicaStore,
+    FederationStore,
 ):
     """Access to one metastore database. Thread-safe; open one per process.
 
