@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -34,6 +34,19 @@ from metastore.errors import (
     TableIntegrityError,
     UserInputError,
 )
+from metastore.federation import (
+    PRIMARY,
+    AccessType,
+    FederatedMetastore,
+    check_access,
+    check_metastore_name,
+    check_prefix,
+    check_url,
+    may_create,
+    primary,
+    probe,
+    resolve_url,
+)
 from metastore.links import Link, LinkMode, LinkSpec, Reference, Resolved, check_static_values
 from metastore.models import (
     Column,
@@ -47,8 +60,9 @@ from metastore.models import (
     TableSpec,
     iso,
 )
+from metastore.namespaces import Namespace, check_namespace
 from metastore.replicas import CopyState, Replica, replica_table
-from metastore.store import Metastore, default_url
+from metastore.store import Metastore, default_url, normalize_url
 from metastore.store.namespaces import missing_namespace
 from metastore.warehouse import STAGING_DIR, Warehouse, files_stats, partition_dir, storage_errors
 
@@ -66,9 +80,16 @@ DEAD_LETTER_COLUMNS = (
 class Catalog:
     store: Metastore
     warehouse: Warehouse
+    # The secrets federated metastores' URLs name (``[federation] secrets``): see resolve_url.
+    secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
 
     @classmethod
-    def open(cls, warehouse: str | Path, metastore_url: str | None = None) -> Catalog:
+    def open(
+        cls,
+        warehouse: str | Path,
+        metastore_url: str | None = None,
+        secrets: Mapping[str, str] | None = None,
+    ) -> Catalog:
         wh = Warehouse(warehouse)
         with storage_errors(f"opening the warehouse {wh.root} (set --warehouse or STREAMPART_WAREHOUSE)"):
             if wh.root.exists() and not wh.root.is_dir():
@@ -76,7 +97,7 @@ class Catalog:
             wh.root.mkdir(parents=True, exist_ok=True)
             if not os.access(wh.root, os.W_OK | os.X_OK):
                 raise PermissionError(13, "not writable", str(wh.root))
-        return cls(Metastore(metastore_url or default_url(wh.root)), wh)
+        return cls(Metastore(metastore_url or default_url(wh.root)), wh, dict(secrets or {}))
 
     def close(self) -> None:
         self.store.close()
@@ -307,6 +328,144 @@ class Catalog:
     def clusters(self) -> list[Cluster]:
         """``default`` first, then every registered cluster by name."""
         return [self.cluster(DEFAULT_CLUSTER), *self.store.list_clusters()]
+
+    # -- federation --------------------------------------------------------------------------
+    def add_metastore(
+        self,
+        name: str,
+        url: str,
+        access: AccessType | str,
+        writable: Sequence[str] = (),
+        prefix: str | None = None,
+        routes: Mapping[str, str] | None = None,
+    ) -> FederatedMetastore:
+        """Register a federated metastore: checked, reached, migrated, then recorded in the primary.
+
+        Args:
+            url: Its URL, stored as given: a password only as a secret, ``${NAME}``.
+            routes: Explicit placements recorded with it, namespace → ``primary`` or ``name``: how a
+                namespace present in both the primary and the new metastore is settled.
+
+        Raises:
+            UserInputError: a bad name, access, pattern, prefix or URL; a clear-text password;
+                an unknown secret; the URL unreachable; namespaces in both metastores not routed;
+                AlreadyExistsError: the name is taken. Nothing is recorded then.
+        """
+        check_metastore_name(name)
+        try:
+            access = AccessType(access)
+        except ValueError:
+            raise UserInputError(
+                f"access {access!r} is not one of {', '.join(a.value for a in AccessType)}"
+            ) from None
+        patterns = check_access(access, writable)
+        check_prefix(prefix)
+        check_url(url)
+        routes = dict(routes or {})
+        for namespace, target in routes.items():
+            check_namespace(namespace)
+            if target not in (PRIMARY, name):
+                raise UserInputError(
+                    f"--route {namespace}={target}: a namespace in both metastores is routed to "
+                    f"{PRIMARY} or to {name}"
+                )
+        if any(m.name == name for m in self.store.list_metastores()):
+            raise AlreadyExistsError(f"metastore {name} exists already")
+        real = normalize_url(resolve_url(url, self.secrets))
+        self._check_distinct(name, real)
+        error = probe(real)
+        if error is not None:
+            raise UserInputError(f"metastore {name} is unreachable at {url}: {error}; nothing was recorded")
+        new = Metastore(real, migrate=False)
+        try:
+            clashes = self._clashes(new, routes)
+            if clashes:
+                first = clashes[0]
+                raise UserInputError(
+                    f"namespaces {', '.join(clashes)} exist both in the primary and in {name}: one would "
+                    f"shadow the other. Route each explicitly, to keep the primary's or to use {name}'s: "
+                    f"add --route {first}={PRIMARY} or --route {first}={name} (one per namespace) to "
+                    f"`streampart federation add`; nothing was recorded"
+                )
+            new.migrate()
+        finally:
+            new.close()
+        return self.store.add_metastore(name, url, access, patterns, prefix, routes)
+
+    def _check_distinct(self, name: str, real: str) -> None:
+        """The new metastore's database is neither the primary's nor a registered one's."""
+        if real == self.store.url:
+            raise UserInputError(f"metastore {name}'s URL is the primary's own database: nothing to federate")
+        for other in self.store.list_metastores():
+            try:
+                same = normalize_url(resolve_url(other.url, self.secrets)) == real
+            except UserInputError:
+                continue  # its secret is missing here: it cannot be compared, nor reached
+            if same:
+                raise UserInputError(f"metastore {other.name} has that database already")
+
+    def _clashes(self, new: Metastore, routes: Mapping[str, str]) -> list[str]:
+        """Namespaces present in both the primary and ``new`` that no explicit route settles."""
+        import sqlalchemy as sa
+
+        with new.read_tx() as conn:
+            if not sa.inspect(conn).has_table("sp_namespaces"):
+                return []  # an empty database (or one older than namespaces): nothing to clash
+        theirs = {n.name for n in new.list_namespaces()}
+        routed = {**self.store.routes(), **routes}
+        ours = [n.name for n in self.store.list_namespaces()]
+        return sorted(n for n in ours if n in theirs and n not in routed)
+
+    def metastore(self, name: str) -> FederatedMetastore:
+        """The metastore ``name``; ``primary`` is this process's own (``--metastore``)."""
+        if name == PRIMARY:
+            return primary(self.store.safe_url)
+        return self.store.get_metastore(name)
+
+    def metastores(self) -> list[FederatedMetastore]:
+        """``primary`` first, then every registered metastore by name."""
+        return [self.metastore(PRIMARY), *self.store.list_metastores()]
+
+    def remove_metastore(self, name: str) -> None:
+        """Remove a metastore from the registry (refused while namespaces are placed there)."""
+        self.store.remove_metastore(check_metastore_name(name))
+
+    def metastore_health(self, metastore: FederatedMetastore) -> str | None:
+        """None if ``metastore`` answers a live probe now (short timeout), else why not."""
+        url = self.store.url if metastore.is_primary else metastore.url
+        try:
+            real = normalize_url(resolve_url(url, self.secrets))
+        except UserInputError as exc:
+            return str(exc)
+        return probe(real)
+
+    def create_namespace(
+        self,
+        name: str,
+        *,
+        metastore: str | None = None,
+        isolated: bool = False,
+        quota_bytes: int | None = None,
+        description: str = "",
+    ) -> Namespace:
+        """Create a namespace; with ``metastore``, record its explicit route there too.
+
+        Part 1 of federation records the route only: the namespace itself is still made in the
+        primary, and the catalog's calls are not routed yet (part 2 routes them, part 3 moves).
+
+        Raises:
+            NotFoundError: no such metastore; FederationAccessError: its access type creates no
+                namespace (or not this one); AlreadyExistsError: the namespace exists.
+        """
+        check_namespace(name)
+        if metastore is not None:
+            may_create(self.metastore(metastore), name).check()
+        ns = self.store.create_namespace(
+            name, isolated=isolated, quota_bytes=quota_bytes, description=description
+        )
+        if metastore is not None:
+            self.store.set_route(name, metastore)
+        return ns
 
     # -- replicas ----------------------------------------------------------------------------
     def _check_secondary(self, name: TableName, primary: Cluster, cluster: str) -> Cluster:

@@ -14,6 +14,7 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +37,9 @@ from pydantic_settings import (
 from ingest.api.config import ServerConfig
 from ingest.config import ChunkConfig
 from metastore.clusters import Cluster, check_spark_master
+from metastore.durations import Duration
 from metastore.errors import UserInputError
+from metastore.federation import SECRET_ENV_PREFIX
 from scheduler.config import RollConfig, SchedulerConfig, check_heartbeat
 
 # The TOML file of the settings being loaded: load_settings names it for its own call only (a
@@ -96,6 +99,38 @@ class NamespacesConfig(BaseModel):
     )
 
 
+class FederationConfig(BaseModel):
+    """Federated metastores (``streampart federation …``), as this process reaches them."""
+
+    model_config = ConfigDict(frozen=True)
+
+    secrets: dict[str, SecretStr] = Field(
+        default_factory=dict,
+        description="Values of the secrets federated metastores' URLs name as ${NAME} (e.g. a password), "
+        'e.g. { PG_PASSWORD = "…" }; a secret missing here is read from STREAMPART_SECRET_<NAME>.',
+    )
+    # Why 5 s: a route or registry change must reach every running process (daemons, API servers,
+    # ingest jobs) without a restart, and polling one version number in the primary costs one
+    # indexed read; a few seconds of staleness is what an operator waits for anyway.
+    refresh_interval: Duration = Field(
+        timedelta(seconds=5),
+        gt=timedelta(0),
+        description="How often a process reads the route table's version again to notice changes.",
+    )
+    # Why 5 s: calls for a dead metastore's namespaces should fail fast within seconds of its
+    # death, and resume within seconds of its return (Waggle Dance's 5 minutes is its users'
+    # complaint); one probe per metastore every 5 s is negligible load.
+    health_interval: Duration = Field(
+        timedelta(seconds=5),
+        gt=timedelta(0),
+        description="How often each federated metastore is probed (up or down).",
+    )
+
+    def secret_values(self) -> dict[str, str]:
+        """The secrets in clear, for :func:`metastore.federation.resolve_url` only."""
+        return {name: value.get_secret_value() for name, value in self.secrets.items()}
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="STREAMPART_", env_nested_delimiter="__", frozen=True, extra="forbid"
@@ -115,6 +150,9 @@ class Settings(BaseSettings):
     namespaces: NamespacesConfig = Field(default_factory=NamespacesConfig, description="Namespaces.")
     clusters: ClustersConfig = Field(
         default_factory=ClustersConfig, description="Clusters, as this host sees them."
+    )
+    federation: FederationConfig = Field(
+        default_factory=FederationConfig, description="Federated metastores, as this process reaches them."
     )
 
     @model_validator(mode="after")
@@ -170,7 +208,8 @@ def _setting_names(model: type[BaseModel], prefix: str) -> set[str]:
 def unknown_environment() -> list[str]:
     """``STREAMPART_*`` variables that name no setting: a typo is otherwise ignored in silence."""
     known = _setting_names(Settings, "STREAMPART_") | _NOT_SETTINGS
-    mappings = tuple(n[:-1] for n in known if n.endswith("__*"))
+    # the federation's secrets (STREAMPART_SECRET_<NAME>) are read where a URL names them
+    mappings = (*(n[:-1] for n in known if n.endswith("__*")), SECRET_ENV_PREFIX)
     return sorted(
         k for k in os.environ if k.startswith("STREAMPART_") and k not in known and not k.startswith(mappings)
     )

@@ -58,7 +58,11 @@ class CliContext:
         from metastore.catalog import Catalog
 
         s = settings if settings is not None else self.settings()
-        return Catalog.open(s.warehouse, s.metastore.get_secret_value() if s.metastore else None)
+        return Catalog.open(
+            s.warehouse,
+            s.metastore.get_secret_value() if s.metastore else None,
+            secrets=s.federation.secret_values(),
+        )
 
 
 def cli_context(ctx: typer.Context) -> CliContext:
