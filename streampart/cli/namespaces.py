@@ -64,17 +64,25 @@ def namespace_create(
         ),
     ] = None,
     description: Annotated[str, typer.Option(help="What the namespace is for")] = "",
+    metastore: Annotated[
+        str | None,
+        typer.Option(help="The federated metastore it is placed on (an explicit route; see federation list)"),
+    ] = None,
     _json: JsonFlag = False,
 ) -> None:
-    """Create a namespace (tables also make theirs on first use, unless namespaces.require_explicit)."""
+    """Create a namespace (tables also make theirs on first use, unless namespaces.require_explicit).
+
+    With ``--metastore M`` its route to M is recorded (checked against M's access type). For now
+    the namespace itself is still made in the primary: routing the catalog's calls to M comes next.
+    """
     from metastore.namespaces import parse_size
 
     quota_bytes = parse_size(quota, "--quota") if quota is not None else None
     cli = cli_context(ctx)
-    ns = cli.catalog().store.create_namespace(
-        name, isolated=isolated, quota_bytes=quota_bytes, description=description
+    ns = cli.catalog().create_namespace(
+        name, metastore=metastore, isolated=isolated, quota_bytes=quota_bytes, description=description
     )
-    cli.output.result(_namespace_json(ns), _print_created)
+    cli.output.result(_namespace_json(ns) | {"metastore": metastore}, _print_created)
 
 
 def _print_created(out: TextOutput, info: dict[str, Any]) -> None:
@@ -83,7 +91,8 @@ def _print_created(out: TextOutput, info: dict[str, Any]) -> None:
     out.console.print(
         f"created namespace [bold]{info['namespace']}[/]"
         + (" (isolated)" if info["isolated"] else "")
-        + (f", quota {format_size(info['quota_bytes'])}" if info["quota_bytes"] is not None else ""),
+        + (f", quota {format_size(info['quota_bytes'])}" if info["quota_bytes"] is not None else "")
+        + (f", routed to metastore {info['metastore']}" if info.get("metastore") else ""),
         highlight=False,
     )
 

@@ -16,6 +16,7 @@ from streampart.cli.clusters import cluster_app
 from streampart.cli.context import CliContext
 from streampart.cli.daemon import scheduler_app
 from streampart.cli.demo import demo
+from streampart.cli.federation import federation_app
 from streampart.cli.ingest_jobs import ingest_app
 from streampart.cli.links import link_app
 from streampart.cli.namespaces import namespace_app
@@ -40,6 +41,7 @@ app.add_typer(table_app, name="table")
 app.add_typer(namespace_app, name="namespace")
 app.add_typer(link_app, name="link")
 app.add_typer(cluster_app, name="cluster")
+app.add_typer(federation_app, name="federation")
 app.add_typer(ingest_app, name="ingest")
 app.add_typer(scheduler_app, name="scheduler")
 app.command("serve")(serve)

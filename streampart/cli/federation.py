@@ -1,0 +1,174 @@
+"""``streampart federation add|list|describe|remove``: the registry of federated metastores (issue 12).
+
+Part 1: the registry and the explicit routes are recorded in the primary (the ``--metastore`` a
+process starts with); the catalog's calls are not routed through them yet (part 2).
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from rich.markup import escape
+from rich.table import Table as RichTable
+
+from metastore.errors import UserInputError
+from streampart.cli.context import cli_context
+from streampart.cli.output import TextOutput
+from streampart.cli.params import JsonFlag
+
+if TYPE_CHECKING:
+    from metastore.catalog import Catalog
+    from metastore.federation import FederatedMetastore
+
+federation_app = typer.Typer(
+    help="Register, list, describe and remove federated metastores: namespaces spread over several "
+    "metastore databases.",
+    no_args_is_help=True,
+)
+
+
+def _metastore_json(
+    metastore: FederatedMetastore, routes: dict[str, str], error: str | bool | None = False
+) -> dict[str, Any]:
+    """A metastore as the commands show it; ``error``: its probe's (None: up; False: not probed)."""
+    from metastore.models import iso
+
+    info: dict[str, Any] = {
+        "metastore": metastore.name,
+        "url": metastore.url,
+        "access": metastore.access.value,
+        "writable": list(metastore.writable),
+        "prefix": metastore.prefix,
+        "routes": sorted(ns for ns, target in routes.items() if target == metastore.name),
+        "created_at": iso(metastore.created_at) if metastore.created_at else None,
+    }
+    if error is not False:
+        info["health"] = "up" if error is None else "down"
+        info["error"] = error
+    return info
+
+
+def _health(catalog: Catalog, metastores: list[FederatedMetastore]) -> list[str | None]:
+    """Each metastore's live probe, all at once: one dead host costs one probe timeout, not one each."""
+    with ThreadPoolExecutor(max_workers=min(8, len(metastores)) or 1) as pool:
+        return list(pool.map(catalog.metastore_health, metastores))
+
+
+def _routes_option(items: list[str]) -> dict[str, str]:
+    out = {}
+    for item in items:
+        namespace, sep, target = item.partition("=")
+        if not sep or not namespace.strip() or not target.strip():
+            raise UserInputError(
+                f"--route {item!r} must have the form NAMESPACE=METASTORE (e.g. sales=primary)"
+            )
+        out[namespace.strip()] = target.strip()
+    return out
+
+
+@federation_app.command("add")
+def federation_add(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="The metastore's name (a plain identifier)")],
+    url: Annotated[
+        str,
+        typer.Option(
+            help="Its database: sqlite:///… or postgresql://user:${SECRET}@host/db (a password only as a "
+            "secret, from [federation] secrets or STREAMPART_SECRET_<NAME>)"
+        ),
+    ],
+    access: Annotated[
+        str,
+        typer.Option(
+            help="read-only, read-write-whitelist, read-write-create-whitelist or read-write-create"
+        ),
+    ],
+    writable: Annotated[
+        list[str] | None,
+        typer.Option(help="A pattern of namespace names a whitelist writes, e.g. 'sales_*' (repeatable)"),
+    ] = None,
+    prefix: Annotated[
+        str | None, typer.Option(help="Namespaces named with this prefix are placed here")
+    ] = None,
+    route: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="NAMESPACE=primary|NAME: where a namespace present in both metastores lives (repeatable)"
+        ),
+    ] = None,
+    _json: JsonFlag = False,
+) -> None:
+    """Register a metastore: reached, migrated, checked for name clashes, then recorded in the primary."""
+    cli = cli_context(ctx)
+    catalog = cli.catalog()
+    metastore = catalog.add_metastore(name, url, access, writable or [], prefix, _routes_option(route or []))
+    cli.output.result(_metastore_json(metastore, catalog.store.routes(), None), _print_added)
+
+
+def _print_added(out: TextOutput, info: dict[str, Any]) -> None:
+    out.console.print(
+        f"added metastore [bold]{info['metastore']}[/] ({info['access']}) at {escape(info['url'])}"
+        + (f", writable {', '.join(info['writable'])}" if info["writable"] else "")
+        + (f", prefix {info['prefix']}" if info["prefix"] else ""),
+        highlight=False,
+    )
+
+
+@federation_app.command("list")
+def federation_list(ctx: typer.Context, _json: JsonFlag = False) -> None:
+    """List the metastores (``primary`` is this process's --metastore), each with a live probe."""
+    cli = cli_context(ctx)
+    catalog = cli.catalog()
+    metastores, routes = catalog.metastores(), catalog.store.routes()
+    errors = _health(catalog, metastores)
+    rows = [_metastore_json(m, routes, e) for m, e in zip(metastores, errors, strict=True)]
+    cli.output.result(rows, _print_list)
+
+
+def _print_list(out: TextOutput, rows: list[dict[str, Any]]) -> None:
+    grid = RichTable("metastore", "access", "writable", "prefix", "routes", "health")
+    for r in rows:
+        grid.add_row(
+            r["metastore"],
+            r["access"],
+            ", ".join(r["writable"]),
+            r["prefix"] or "",
+            str(len(r["routes"])),
+            "up" if r["error"] is None else escape(f"down: {r['error']}"),
+        )
+    out.console.print(grid)
+
+
+@federation_app.command("describe")
+def federation_describe(
+    ctx: typer.Context, name: Annotated[str, typer.Argument(help="The metastore")], _json: JsonFlag = False
+) -> None:
+    """Show a metastore: URL (secrets named, not their values), access, whitelist, prefix, routes, health."""
+    cli = cli_context(ctx)
+    catalog = cli.catalog()
+    metastore = catalog.metastore(name)
+    info = _metastore_json(metastore, catalog.store.routes(), catalog.metastore_health(metastore))
+    cli.output.result(info, _print_described)
+
+
+def _print_described(out: TextOutput, info: dict[str, Any]) -> None:
+    out.console.print(
+        f"[bold]{info['metastore']}[/]  {info['access']}  "
+        + ("up" if info["error"] is None else escape(f"down: {info['error']}"))
+        + f"\nurl: {escape(info['url'])}"
+        + f"\nwritable: {', '.join(info['writable']) or 'n/a'}"
+        + f"\nprefix: {info['prefix'] or 'none'}"
+        + f"\nroutes: {', '.join(info['routes']) or 'none'}",
+        highlight=False,
+    )
+
+
+@federation_app.command("remove")
+def federation_remove(ctx: typer.Context, name: Annotated[str, typer.Argument(help="The metastore")]) -> None:
+    """Remove a metastore from the registry (refused while namespaces are placed there; its database is
+    untouched)."""
+    cli = cli_context(ctx)
+    cli.catalog().remove_metastore(name)
+    cli.output.note(f"removed metastore {name}")
