@@ -373,7 +373,7 @@ class Catalog:
             raise AlreadyExistsError(f"metastore {name} exists already")
         real = normalize_url(resolve_url(url, self.secrets))
         self._check_distinct(name, real)
-        error = probe(real)
+        error = probe(real, new=True)
         if error is not None:
             raise UserInputError(f"metastore {name} is unreachable at {url}: {error}; nothing was recorded")
         new = Metastore(real, migrate=False)

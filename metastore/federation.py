@@ -252,12 +252,16 @@ def may_create(metastore: FederatedMetastore, namespace: str) -> Verdict:
 
 
 # -- reachability ------------------------------------------------------------------------------
-def probe(url: str, timeout_s: float = PROBE_TIMEOUT_S) -> str | None:
+def probe(url: str, timeout_s: float = PROBE_TIMEOUT_S, *, new: bool = False) -> str | None:
     """Open one real connection to ``url`` (resolved and normalized) and run ``SELECT 1``.
+
+    Args:
+        new: The database may be made now (``federation add``): a SQLite file that does not
+            exist yet is fine if its directory does. Otherwise (a health probe of a registered
+            metastore) a missing SQLite file is down: connecting would make an empty one.
 
     Returns:
         None if it answered; otherwise the error, in one line, without the URL's password.
-        A SQLite file in a directory that does not exist is unreachable (nothing is made).
     """
     from pathlib import Path
 
@@ -267,8 +271,11 @@ def probe(url: str, timeout_s: float = PROBE_TIMEOUT_S) -> str | None:
         return f"not a database URL: {exc}"
     connect_args: dict[str, object] = {}
     if parsed.get_backend_name() == "sqlite":
-        if parsed.database and parsed.database != ":memory:" and not Path(parsed.database).parent.is_dir():
-            return f"directory {Path(parsed.database).parent} does not exist"
+        path = Path(parsed.database) if parsed.database and parsed.database != ":memory:" else None
+        if path is not None and not path.parent.is_dir():
+            return f"directory {path.parent} does not exist"
+        if path is not None and not new and not path.is_file():
+            return f"file {path} does not exist"
         connect_args["timeout"] = timeout_s
     elif parsed.get_backend_name() == "postgresql":
         connect_args["connect_timeout"] = max(1, round(timeout_s))

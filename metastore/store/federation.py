@@ -18,6 +18,7 @@ from sqlalchemy.exc import IntegrityError
 from metastore import schema as s
 from metastore.errors import AlreadyExistsError, NotFoundError, UserInputError
 from metastore.federation import PRIMARY, AccessType, FederatedMetastore
+from metastore.namespaces import check_namespace
 from metastore.store.engine import Database, _db, _now, _out
 
 
@@ -37,7 +38,8 @@ def unknown_metastore(name: str) -> NotFoundError:
     return NotFoundError(f"metastore {name} does not exist (streampart federation list shows the metastores)")
 
 
-def _bump(conn: Connection) -> None:
+def bump_route_version(conn: Connection) -> None:
+    """Bump the route table's version, inside the transaction that changes the registry or routes."""
     v = s.route_version.c
     conn.execute(sa.update(s.route_version).where(v.id == 1).values(version=v.version + 1))
 
@@ -102,7 +104,7 @@ class FederationStore(Database):
                 )
                 for namespace, target in routes.items():
                     self._route(conn, namespace, target, now)
-                _bump(conn)
+                bump_route_version(conn)
         except IntegrityError:
             raise AlreadyExistsError(f"metastore {name} exists already") from None
         return self.get_metastore(name)
@@ -149,24 +151,25 @@ class FederationStore(Database):
             if routed:
                 raise UserInputError(
                     f"metastore {name} is in use: namespaces {', '.join(routed)} are routed there; "
-                    "move or drop them first"
+                    "drop them first (moving a namespace to another metastore comes with namespace move)"
                 )
             prefix = metastore_from_row(row).prefix
             prefixed = [ns for ns in _prefixed(conn, prefix) if ns not in routes] if prefix else []
             if prefixed:
                 raise UserInputError(
                     f"metastore {name} is in use: namespaces {', '.join(prefixed)} have its prefix {prefix}; "
-                    "move or drop them first"
+                    "drop them first, or route each explicitly elsewhere"
                 )
             conn.execute(sa.delete(s.metastores).where(s.metastores.c.name == name))
-            _bump(conn)
+            bump_route_version(conn)
 
     def set_route(self, namespace: str, metastore: str, now: datetime | None = None) -> None:
         """Place ``namespace`` on ``metastore`` (a registered name, or ``primary``) explicitly."""
+        check_namespace(namespace)
         with self.tx() as conn:
             _lock_registry(conn)
             self._route(conn, namespace, metastore, now)
-            _bump(conn)
+            bump_route_version(conn)
 
     def _route(self, conn: Connection, namespace: str, metastore: str, now: datetime | None) -> None:
         m, r = s.metastores.c, s.routes.c

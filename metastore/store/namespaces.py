@@ -30,6 +30,7 @@ from metastore.errors import AlreadyExistsError, NotFoundError, QuotaExceededErr
 from metastore.models import ChunkState, PartitionState, TableKind
 from metastore.namespaces import Namespace, check_namespace, format_size
 from metastore.store.engine import Database, _db, _now, _out
+from metastore.store.federation import bump_route_version
 
 _UNSET: Any = object()
 
@@ -216,6 +217,9 @@ class NamespaceStore(Database):
                 held = ", ".join([*tables, *links])
                 raise UserInputError(f"namespace {name} is not empty: it holds {held}")
             conn.execute(sa.delete(s.namespaces).where(s.namespaces.c.name == name))
+            # its explicit route goes with it: a route to nothing would keep its metastore in use
+            if conn.execute(sa.delete(s.routes).where(s.routes.c.namespace == name)).rowcount:
+                bump_route_version(conn)
 
     def namespace_members(self, name: str) -> tuple[list[str], list[str]]:
         """The names of the namespace's tables and of its links."""

@@ -282,3 +282,23 @@ def test_migration_0008_on_a_real_metastore(metastore_url: str, tmp_path: Path) 
         assert store.route_version() == 1
     finally:
         store.close()
+
+
+def test_dropping_a_namespace_drops_its_route(catalog: Catalog, other_url: str) -> None:
+    catalog.add_metastore("m1", other_url, "read-write-create")
+    catalog.create_namespace("ops", metastore="m1")
+    version = catalog.store.route_version()
+    with pytest.raises(UserInputError, match="namespaces ops are routed there"):
+        catalog.remove_metastore("m1")
+    catalog.store.drop_namespace("ops")
+    assert catalog.store.routes() == {} and catalog.store.route_version() == version + 1
+    catalog.remove_metastore("m1")
+
+
+def test_a_sqlite_file_that_is_gone_is_down_and_not_remade(catalog: Catalog, tmp_path: Path) -> None:
+    path = tmp_path / "fed" / "m.sqlite"
+    path.parent.mkdir()
+    m1 = catalog.add_metastore("m1", f"sqlite:///{path}", "read-only")
+    assert path.is_file() and catalog.metastore_health(m1) is None
+    path.unlink()
+    assert catalog.metastore_health(m1) == f"file {path} does not exist" and not path.exists()
