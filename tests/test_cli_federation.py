@@ -172,3 +172,16 @@ def test_a_name_clash_is_named_with_the_command_that_settles_it(
     assert _registry(metastore_url)[:2] == ([], {})
     assert _cli(metastore_url, wh, *add, "--route", "default=primary")[0] == 0
     assert _registry(metastore_url)[:2] == (["m1"], {"default": "primary"})
+
+
+def test_federation_settings(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from streampart.config import load_settings, unknown_environment
+
+    monkeypatch.setenv("STREAMPART_SECRET_PG_PW", "x")  # read where a URL names it: not a typo
+    assert "STREAMPART_SECRET_PG_PW" not in unknown_environment()
+    config = tmp_path / "streampart.toml"
+    config.write_text('[federation]\nsecrets = { PG_PW = "s3cret" }\nrefresh_interval = "2s"\n')
+    settings = load_settings(config)
+    assert settings.federation.secret_values() == {"PG_PW": "s3cret"}
+    assert "s3cret" not in repr(settings) and settings.federation.refresh_interval.total_seconds() == 2
+    assert settings.federation.health_interval.total_seconds() == 5
