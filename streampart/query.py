@@ -76,7 +76,8 @@ def spark_session(config: SparkConfig | None = None) -> SparkSession:
             spark = builder.getOrCreate()
     except QueryError as exc:
         raise QueryError(
-            f"Spark could not start with master {config.master!r} (spark.master, STREAMPART_SPARK__MASTER): "
+            f"Spark could not start with master {config.master!r} (spark.master or --spark-master; for a "
+            "table's cluster, its registered master or this host's [clusters] spark_masters): "
             f"{str(exc).removeprefix('query failed: ')}"
         ) from None
     spark.sparkContext.setLogLevel("ERROR")
