@@ -322,6 +322,28 @@ class ReplicaStore(Database):
                 ).rowcount
             )
 
+    def renew_copy_leases(
+        self, owner: str, lease: timedelta, fence: Lease | None = None, now: datetime | None = None
+    ) -> int:
+        """Extend the lease of every unfinished copy ``owner`` holds (the daemon's heartbeat, so a
+        long copy — a large file, a Spark job — keeps its claim); returns how many.
+
+        Raises:
+            LeaseLostError: ``fence`` is no longer held (nothing is extended).
+        """
+        now = now or _now()
+        c = s.partition_copies.c
+        with self.tx() as conn:
+            if fence is not None:
+                check_fence(conn, fence, now)
+            return int(
+                conn.execute(
+                    sa.update(s.partition_copies)
+                    .where(c.owner == owner, c.state == CopyState.COPYING.value, c.lease_until > _db(now))
+                    .values(lease_until=_db(now + lease))
+                ).rowcount
+            )
+
     def release_copies(self, owner: str, now: datetime | None = None) -> int:
         """End the lease of every unfinished copy ``owner`` holds (a clean shutdown), so another
         copier may resume it now; returns how many."""

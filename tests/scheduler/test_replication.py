@@ -21,7 +21,7 @@ from ingest.chunks import ChunkWriter
 from ingest.formats import Format
 from metastore.catalog import Catalog
 from metastore.errors import AlreadyExistsError, NotFoundError, UserInputError
-from metastore.models import Table
+from metastore.models import PartitionState, Table
 from metastore.replicas import REPLICA_KEY, CopyState, Replica, replica_table
 from metastore.warehouse import partition_dir
 from scheduler.replication import Replicator
@@ -315,3 +315,20 @@ def test_check_finds_a_damaged_or_incomplete_replica(catalog: Catalog, tmp_path:
     assert second.exists()
     Replicator(catalog).replicate(table, include_waiting=True)  # records the unrecorded one
     assert {p.kind for p in check_table(catalog, table)} == {"replica_file_size"}
+
+
+def test_the_heartbeat_renews_live_claims_only(catalog: Catalog, tmp_path: Path) -> None:
+    """The daemon's heartbeat keeps a long copy's claim (renew_copy_leases); a copy it let go
+    (failed, or released) stays free for another copier."""
+    _clusters(catalog, tmp_path, "c1", "c2")
+    table = _table(catalog)
+    _rolled(catalog, table, 2)
+    first, second = catalog.store.list_partitions(table.id, [PartitionState.STANDARD])
+    held = catalog.store.claim_copy(first, "c2", "daemon-a", timedelta(seconds=30))
+    released = catalog.store.claim_copy(second, "c2", "daemon-a", timedelta(seconds=30))
+    catalog.store.release_copy(released, "daemon-a", error="disk full", retry_at=datetime.now(UTC))
+    assert catalog.store.renew_copy_leases("daemon-a", timedelta(hours=1)) == 1
+    by_partition = {c.partition_id: c for c in catalog.store.list_copies(table.id)}
+    assert by_partition[held.partition_id].lease_until > datetime.now(UTC) + timedelta(minutes=59)  # type: ignore[operator]
+    assert by_partition[released.partition_id].lease_until <= datetime.now(UTC)  # type: ignore[operator]
+    assert catalog.store.renew_copy_leases("daemon-b", timedelta(hours=1)) == 0
