@@ -15,7 +15,7 @@ import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC
+from datetime import UTC, timedelta
 from typing import Any
 
 from apscheduler.jobstores.base import JobLookupError
@@ -49,7 +49,7 @@ class ReplicationJobs:
     scheduler: Any  # the daemon's APScheduler
     metrics: SchedulerMetrics
     owner: str
-    lease: Any  # the copies' lease (roll.renewed_lease): a timedelta
+    lease: timedelta  # the copies' lease (roll.renewed_lease)
     fence: Callable[[], Lease | None]  # the daemon's leadership lease, None while not leader
     should_abandon: Callable[[], bool]
     step_down: Callable[[str], None]

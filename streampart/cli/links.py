@@ -79,7 +79,7 @@ def link_create(
     _json: JsonFlag = False,
 ) -> None:
     """Link a table of another namespace into NAMESPACE as LOCAL: reads go to its files, nothing is copied."""
-    from metastore.catalog import link_info
+    from metastore.description import link_info
     from metastore.durations import parse_duration
     from metastore.links import LinkMode, LinkSpec, PartitionRange
     from metastore.models import TableName
@@ -115,7 +115,7 @@ def link_add_partition(
     _json: JsonFlag = False,
 ) -> None:
     """Add partitions to a static link (each the start of one of its source's periods)."""
-    from metastore.catalog import link_info
+    from metastore.description import link_info
 
     cli = cli_context(ctx)
     catalog = cli.catalog()
@@ -131,7 +131,7 @@ def link_drop_partition(
     _json: JsonFlag = False,
 ) -> None:
     """Drop partitions from a static link (the source keeps them)."""
-    from metastore.catalog import link_info
+    from metastore.description import link_info
 
     cli = cli_context(ctx)
     catalog = cli.catalog()
@@ -169,7 +169,7 @@ def link_list(
     _json: JsonFlag = False,
 ) -> None:
     """List links (of one namespace, or all)."""
-    from metastore.catalog import link_info
+    from metastore.description import link_info
 
     cli = cli_context(ctx)
     store = cli.catalog().store
@@ -205,7 +205,7 @@ def link_describe(
     --json: the link's settings (``partitions``: the values a static link lists) and ``exposed``,
     the partitions it shows now, as ``table describe`` shows them, read at ``version`` of its source.
     """
-    from metastore.catalog import link_info
+    from metastore.description import link_info
 
     cli = cli_context(ctx)
     catalog = cli.catalog()

@@ -27,7 +27,7 @@ from ingest.api.models import (
     error_responses,
 )
 from ingest.api.state import require
-from metastore.catalog import link_info
+from metastore.description import link_info
 from metastore.durations import parse_duration
 from metastore.errors import DanglingLinkError, UserInputError
 from metastore.links import LinkMode, LinkSpec, PartitionRange, Resolved

@@ -1,0 +1,127 @@
+"""What ``streampart table describe --json`` (and ``GET /v1/tables/…``, ``link describe``) shows of a
+table or a link: its settings, its partitions with the clusters that hold each, its replicas."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from metastore import clock
+from metastore.durations import format_duration
+from metastore.links import Link, LinkMode, Resolved
+from metastore.models import Partition, PartitionState, iso
+from metastore.replicas import CopyState, PartitionCopy, Replica
+from metastore.warehouse import STAGING_DIR, LiveFile, files_stats, partition_dir
+
+
+def describe(
+    resolved: Resolved,
+    version: int,
+    files: Sequence[LiveFile],
+    partitions_recorded: Sequence[Partition],
+    replicas: Sequence[Replica] = (),
+    copies: Sequence[PartitionCopy] = (),
+) -> dict[str, Any]:
+    """A table (or a link) and its partitions, in the shape of ``streampart table describe --json``,
+    from what :meth:`Catalog.describe` read: one Delta ``version`` and its live ``files``, the
+    metastore's partitions, the table's replicas and their copies.
+
+    A link shows the partitions it exposes now, read from one version of its source; its
+    ``link`` entry says what it points at and which partitions it admits.
+    """
+    table, link = resolved.table, resolved.link
+    if link is not None:
+        files = link.filter(list(files), table, clock.now())
+    live = files_stats(files)
+    partitions = []
+    present: dict[datetime, list[str]] = {}
+    for copy in copies:
+        if copy.state is CopyState.PRESENT:
+            present.setdefault(copy.partition_value, []).append(copy.cluster)
+    for p in partitions_recorded:
+        if link is not None and p.value not in live:
+            continue  # not exposed through the link (now)
+        st = live.get(p.value)
+        if p.state is PartitionState.STANDARD and link is None:
+            chunks, rows, size, files_n = p.chunks or 0, p.rows or 0, p.bytes or 0, p.files or 0
+            swept = True
+        else:
+            chunks = st.chunks if st else 0
+            rows, size, files_n = (st.rows, st.bytes, st.files) if st else (0, 0, 0)
+            swept = st is not None and st.files > 0 and not st.staged_files  # a link's view of it
+        location = Path(table.location) / (partition_dir(table, p.value) if swept else STAGING_DIR)
+        partitions.append(
+            {
+                "value": iso(p.value),
+                "state": p.state.value,
+                "chunks": chunks,
+                "rows": rows,
+                "bytes": size,
+                "files": files_n,
+                "location": str(location),
+                "clusters": [table.cluster, *present.get(p.value, [])],
+            }
+        )
+    info: dict[str, Any] = {
+        "table": str(resolved.name),
+        "kind": "link" if link is not None else table.kind.value,
+        "mode": table.mode.value,
+        "roll_every": format_duration(table.roll_every),
+        "lateness": format_duration(table.lateness),
+        "late_data": table.late_data.value,
+        "max_future": format_duration(table.max_future),
+        "max_age": format_duration(table.max_age) if table.max_age is not None else None,
+        "dead_letter": table.dead_letter,
+        "time_column": table.time_column,
+        "partition_column": table.partition_column,
+        "schema": ", ".join(f"{c.name} {c.sql_type}" for c in table.columns),
+        "location": table.location,
+        "cluster": table.cluster,
+        "replicas": [replica_info(r, copies, partitions) for r in replicas],
+        "version": version,
+        "partitions": partitions,
+    }
+    if link is not None:
+        info["link"] = link_info(link)
+    return info
+
+
+def replica_info(
+    replica: Replica, copies: Sequence[PartitionCopy], partitions: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """A replica as ``table describe --json`` shows it: where, and which standard partitions are
+    present there, missing, or failing (with the last error)."""
+    mine = {iso(c.partition_value): c for c in copies if c.cluster == replica.cluster}
+    standard = [p["value"] for p in partitions if p["state"] == PartitionState.STANDARD.value]
+    present = [v for v in standard if v in mine and mine[v].state is CopyState.PRESENT]
+    failing = [
+        {"partition": v, "attempts": mine[v].attempts, "error": mine[v].error}
+        for v in standard
+        if v in mine and mine[v].state is CopyState.COPYING and mine[v].error
+    ]
+    return {
+        "cluster": replica.cluster,
+        "location": replica.location,
+        "added_at": iso(replica.added_at),
+        "present": len(present),
+        "missing": [v for v in standard if v not in present],
+        "failing": failing,
+    }
+
+
+def link_info(link: Link) -> dict[str, Any]:
+    """A link's own settings, as ``link describe --json`` and ``table describe --json`` show them."""
+    return {
+        "name": str(link.name),
+        "source": str(link.source),
+        "dangling": link.source_table_id is None,
+        "mode": link.mode.value,
+        "include_streaming": link.include_streaming,
+        "retention": format_duration(link.retention) if link.retention is not None else None,
+        "range": str(link.range) if link.range is not None else None,
+        "partitions": [iso(v) for v in link.partitions] if link.mode is LinkMode.STATIC else None,
+        "admits": link.describe_rule(),
+        "created_at": iso(link.created_at),
+    }
