@@ -154,6 +154,10 @@ class ChunkWriter:
     # rest of the chunk commits.
     late_rows_to_dead_letter: bool = False
 
+    def __post_init__(self) -> None:
+        # The table's own metastore (its ids are that one's), if its access type lets it be written.
+        self.catalog = self.catalog.for_write(self.table)
+
     @property
     def store(self) -> Any:
         return self.catalog.store

@@ -2,10 +2,19 @@
 
 Every component (chunk writers, rollers, queries, the CLI) works through a :class:`Catalog`,
 so table creation, lookup and description have one home.
+
+**Federation.** A catalog is *bound* to one metastore, its ``store``: the primary, as opened.
+Everything that names a namespace is routed (:class:`~metastore.router.Router`) to the catalog
+bound to that namespace's metastore — :meth:`Catalog.routed` — and everything about a table read
+from a metastore goes back to it — :meth:`Catalog.of` (a table carries its metastore's name;
+its row ids mean nothing elsewhere). What names no namespace (clusters, tokens, the registry)
+lives in the primary, :attr:`Catalog.primary`. Writes check the access type of the
+namespace's metastore first (:meth:`Catalog.writable`).
 """
 
 from __future__ import annotations
 
+import copy
 import os
 import shutil
 from collections.abc import Mapping, Sequence
@@ -28,6 +37,7 @@ from metastore.errors import (
     AlreadyExistsError,
     DanglingLinkError,
     IsolationError,
+    MetastoreUnavailableError,
     NotFoundError,
     ReadOnlyLinkError,
     SecondaryWriteError,
@@ -43,12 +53,14 @@ from metastore.federation import (
     check_prefix,
     check_url,
     may_create,
+    may_write,
     primary,
     probe,
     resolve_url,
 )
 from metastore.links import Link, LinkMode, LinkSpec, Reference, Resolved, check_static_values
 from metastore.models import (
+    Chunk,
     Column,
     LateDataPolicy,
     Mode,
@@ -61,6 +73,7 @@ from metastore.models import (
 )
 from metastore.namespaces import Namespace, check_namespace
 from metastore.replicas import Replica, replica_table
+from metastore.router import FAIL_FAST_S, REFRESH_S, FanOut, Router
 from metastore.store import Metastore, default_url, normalize_url
 from metastore.store.namespaces import missing_namespace
 from metastore.warehouse import Warehouse, storage_errors
@@ -77,10 +90,16 @@ DEAD_LETTER_COLUMNS = (
 
 @dataclass
 class Catalog:
-    store: Metastore
+    store: Metastore  # the metastore this catalog is bound to (the primary, unless routed)
     warehouse: Warehouse
     # The secrets federated metastores' URLs name (``[federation] secrets``): see resolve_url.
     secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
+    router: Router = field(init=False, repr=False)
+    _bound: dict[str, Catalog] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.router = Router(self.store, self.secrets)
+        self._bound = {PRIMARY: self}
 
     @classmethod
     def open(
@@ -88,6 +107,9 @@ class Catalog:
         warehouse: str | Path,
         metastore_url: str | None = None,
         secrets: Mapping[str, str] | None = None,
+        *,
+        refresh_s: float = REFRESH_S,
+        fail_fast_s: float = FAIL_FAST_S,
     ) -> Catalog:
         wh = Warehouse(warehouse)
         with storage_errors(f"opening the warehouse {wh.root} (set --warehouse or STREAMPART_WAREHOUSE)"):
@@ -96,10 +118,58 @@ class Catalog:
             wh.root.mkdir(parents=True, exist_ok=True)
             if not os.access(wh.root, os.W_OK | os.X_OK):
                 raise PermissionError(13, "not writable", str(wh.root))
-        return cls(Metastore(metastore_url or default_url(wh.root)), wh, dict(secrets or {}))
+        catalog = cls(Metastore(metastore_url or default_url(wh.root)), wh, dict(secrets or {}))
+        catalog.router.refresh_s, catalog.router.fail_fast_s = refresh_s, fail_fast_s
+        return catalog
 
     def close(self) -> None:
-        self.store.close()
+        self.router.close()
+
+    # -- routing -----------------------------------------------------------------------------
+    @property
+    def primary(self) -> Metastore:
+        """The primary metastore: clusters, tokens, the registry and routes, leases of no namespace."""
+        return self.router.primary
+
+    def on(self, metastore: str) -> Catalog:
+        """This catalog bound to the metastore ``metastore`` (itself, if it is bound there)."""
+        if metastore == self.store.name:
+            return self
+        store = self.router.store(metastore)
+        bound = self._bound.get(metastore)
+        if bound is None or bound.store is not store:  # first use, or its connection was reopened
+            bound = copy.copy(self)  # shares the warehouse, the router and the bound catalogs
+            bound.store = store
+            self._bound[metastore] = bound
+        return bound
+
+    def routed(self, namespace: str) -> Catalog:
+        """The catalog bound to the metastore ``namespace`` lives in (to read it)."""
+        return self.on(self.router.metastore_of(namespace))
+
+    def of(self, table: Table) -> Catalog:
+        """The catalog bound to the metastore ``table`` was read from (its ids are that one's)."""
+        return self.on(table.metastore)
+
+    def writable(self, namespace: str) -> Catalog:
+        """The catalog bound to ``namespace``'s metastore, if its access type lets it be written.
+
+        Raises:
+            FederationAccessError: the metastore is read-only, or ``namespace`` is outside its whitelist.
+        """
+        name = self.router.metastore_of(namespace)
+        may_write(self.router.entry(name), namespace).check()
+        return self.on(name)
+
+    def for_write(self, table: Table) -> Catalog:
+        """The catalog bound to ``table``'s metastore, to write it (FederationAccessError as in writable)."""
+        may_write(self.router.entry(table.metastore), table.name.namespace).check()
+        return self.of(table)
+
+    def _creates_namespace(self, namespace: str) -> None:
+        """Raise FederationAccessError if ``namespace`` is missing here and this metastore creates none."""
+        if self.store.name != PRIMARY and self.store.find_namespace(namespace) is None:
+            may_create(self.router.entry(self.store.name), namespace).check()
 
     # -- tables ----------------------------------------------------------------------------
     def create_table(
@@ -117,8 +187,15 @@ class Catalog:
         the cluster ``spec.cluster`` (its primary) and replicates its standard partitions to
         each cluster of ``replicate_to`` (its secondaries; companions stay on the primary).
         ``first_chunk`` (idempotency key, TTL) reserves the table's first chunk with its record
-        (see :meth:`metastore.store.tables.TableStore.create_table`).
+        (see :meth:`metastore.store.tables.TableStore.create_table`). It is made in the metastore
+        of its namespace (FederationAccessError if that one's access type does not allow it).
         """
+        home = self.writable(spec.name.namespace)
+        if home is not self:
+            return home.create_table(
+                spec, create_namespace=create_namespace, replicate_to=replicate_to, first_chunk=first_chunk
+            )
+        self._creates_namespace(spec.name.namespace)
         primary = self.cluster(spec.cluster)
         for name in replicate_to:
             self._check_secondary(spec.name, primary, name)
@@ -245,6 +322,9 @@ class Catalog:
             NotFoundError: there is no table of that name (or no cluster ``cluster``).
         """
         name = TableName.parse(name) if isinstance(name, str) else name
+        home = self.routed(name.namespace)
+        if home is not self:
+            return home.table(name, cluster)
         try:
             table = self.store.get_table(name)
         except NotFoundError:
@@ -279,7 +359,7 @@ class Catalog:
         """
         if version is not None:
             return self.warehouse.load(table, version)
-        recorded = self.store.newest_version(table.id)
+        recorded = self.of(table).store.newest_version(table.id)
         dt = self.warehouse.load(table)
         self.warehouse.verify_newest(table, dt, recorded)
         return dt
@@ -288,14 +368,24 @@ class Catalog:
         """Drop one table: its metastore records, then its directory (Delta log and data).
 
         Raises:
-            UserInputError: other namespaces link to it (naming the links), unless ``force``,
-                which leaves those links dangling: every read of them then fails clearly.
+            UserInputError: other namespaces link to it (naming the links), or a metastore that may
+                hold links to it did not answer, unless ``force``, which leaves those links
+                dangling: every read of them then fails clearly.
         """
-        links = self.store.links_to(table.id)
+        home = self.for_write(table)
+        if home is not self:
+            return home.drop_table(table, force=force)
+        found = self.links_to(table)
+        links = [x for links in found.answers.values() for x in links]
         if links and not force:
             raise UserInputError(
                 f"table {table.name} is linked by {', '.join(str(x.name) for x in links)}; drop those "
                 "links first, or add --force to leave them dangling (every read of them then fails)"
+            )
+        if found.missing and not force:
+            raise UserInputError(
+                f"table {table.name} may be linked from metastores that did not answer "
+                f"({', '.join(sorted(found.missing))}); try again when they are back, or add --force"
             )
         replicas = self.store.list_replicas(table.id)
         self.store.drop_table(table.id)
@@ -303,18 +393,70 @@ class Catalog:
         for replica in replicas:
             shutil.rmtree(replica.location, ignore_errors=True)
 
+    def chunk(self, chunk_id: str) -> tuple[Chunk, Table]:
+        """A chunk by its id (a UUID: unique across the federation) and its table, wherever it is.
+
+        Raises:
+            NotFoundError: no metastore has it; MetastoreUnavailableError: none that answered has
+                it, and some did not answer (naming them).
+        """
+
+        def find(store: Metastore) -> tuple[Chunk, Table] | None:
+            try:
+                chunk = store.get_chunk(chunk_id)
+            except NotFoundError:
+                return None
+            return chunk, store.get_table_by_id(chunk.table_id)
+
+        home = self.store.name
+        try:
+            found_here = find(self.store)  # the primary (or the bound metastore) first: no threads
+        except MetastoreUnavailableError:
+            found_here = None
+        if found_here is not None:
+            return found_here
+        found = self.router.fan_out(find)
+        for name, answer in found.answers.items():
+            if answer is not None and name != home:
+                return answer
+        if found.missing:
+            raise MetastoreUnavailableError(f"chunk {chunk_id} was not found; {found.warning()}")
+        raise NotFoundError(f"chunk {chunk_id!r} does not exist")
+
     def companion(self, table: Table, kind: TableKind) -> Table:
         return self.table(table.companion(kind))
 
-    def list_tables(self) -> list[Table]:
-        return self.store.list_tables()
+    def links_to(self, table: Table) -> FanOut[list[Link]]:
+        """The links to ``table`` in every metastore of the federation (and which did not answer)."""
+        return self.router.fan_out(lambda store: store.links_to(table))
+
+    def list_tables(self) -> FanOut[list[Table]]:
+        """Every table of every metastore, listed in parallel (and which metastores did not answer).
+
+        A table is listed from its namespace's home only (not a move's leftover elsewhere).
+        """
+        found = self.router.fan_out(lambda store: store.list_tables())
+        for name, tables in found.answers.items():
+            found.answers[name] = [t for t in tables if self.router.metastore_of(t.name.namespace) == name]
+        return found
+
+    def list_namespaces(self) -> FanOut[list[Namespace]]:
+        """Every namespace, each from the metastore it lives in (and which metastores did not answer).
+
+        A namespace is listed from its home only: a copy elsewhere (a move's leftover, a clash
+        settled by a route) is not shown twice.
+        """
+        found = self.router.fan_out(lambda store: store.list_namespaces())
+        for name, namespaces in found.answers.items():
+            found.answers[name] = [n for n in namespaces if self.router.metastore_of(n.name) == name]
+        return found
 
     # -- clusters --------------------------------------------------------------------------
     def add_cluster(
         self, name: str, storage: str, spark_master: str, conf: dict[str, str] | None = None
     ) -> Cluster:
         """Register a cluster: its name, an existing writable storage root, a Spark master URL."""
-        return self.store.add_cluster(
+        return self.primary.add_cluster(
             check_cluster_name(name), check_storage(storage), check_spark_master(spark_master), conf
         )
 
@@ -322,11 +464,34 @@ class Catalog:
         """The cluster ``name``; ``default`` is this process's warehouse (its master: spark.master)."""
         if name == DEFAULT_CLUSTER:
             return Cluster(name=DEFAULT_CLUSTER, storage=str(self.warehouse.root), spark_master=None)
-        return self.store.get_cluster(name)
+        return self.primary.get_cluster(name)
+
+    def cluster_users(self, name: str) -> FanOut[tuple[list[str], list[str]]]:
+        """Per metastore: the tables living on cluster ``name``, and those replicating to it."""
+        return self.router.fan_out(
+            lambda store: (store.tables_on_cluster(name), store.tables_replicated_on(name))
+        )
+
+    def remove_cluster(self, name: str) -> None:
+        """Remove a cluster no table of any metastore uses (the primary re-checks its own tables)."""
+        self.primary.get_cluster(check_cluster_name(name))  # NotFoundError first
+        users = self.cluster_users(name)
+        for metastore, (tables, replicas) in sorted(users.answers.items()):
+            if tables or replicas:
+                held = ", ".join([*tables, *(f"replicas of {t}" for t in replicas)][:5])
+                raise UserInputError(
+                    f"cluster {name} is in use in metastore {metastore}: {held}; drop or move them first"
+                )
+        if users.missing:
+            raise UserInputError(
+                f"cluster {name} may be in use in metastores that did not answer "
+                f"({', '.join(sorted(users.missing))}); try again when they are back"
+            )
+        self.primary.remove_cluster(name)
 
     def clusters(self) -> list[Cluster]:
         """``default`` first, then every registered cluster by name."""
-        return [self.cluster(DEFAULT_CLUSTER), *self.store.list_clusters()]
+        return [self.cluster(DEFAULT_CLUSTER), *self.primary.list_clusters()]
 
     # -- federation --------------------------------------------------------------------------
     def add_metastore(
@@ -368,7 +533,7 @@ class Catalog:
                     f"--route {namespace}={target}: a namespace in both metastores is routed to "
                     f"{PRIMARY} or to {name}"
                 )
-        if any(m.name == name for m in self.store.list_metastores()):
+        if any(m.name == name for m in self.primary.list_metastores()):
             raise AlreadyExistsError(f"metastore {name} exists already")
         real = normalize_url(resolve_url(url, self.secrets))
         self._check_distinct(name, real)
@@ -389,13 +554,15 @@ class Catalog:
             new.migrate()
         finally:
             new.close()
-        return self.store.add_metastore(name, url, access, patterns, prefix, routes)
+        added = self.primary.add_metastore(name, url, access, patterns, prefix, routes)
+        self.router.refresh(force=True)
+        return added
 
     def _check_distinct(self, name: str, real: str) -> None:
         """The new metastore's database is neither the primary's nor a registered one's."""
-        if real == self.store.url:
+        if real == self.primary.url:
             raise UserInputError(f"metastore {name}'s URL is the primary's own database: nothing to federate")
-        for other in self.store.list_metastores():
+        for other in self.primary.list_metastores():
             try:
                 same = normalize_url(resolve_url(other.url, self.secrets)) == real
             except UserInputError:
@@ -411,27 +578,51 @@ class Catalog:
             if not sa.inspect(conn).has_table("sp_namespaces"):
                 return []  # an empty database (or one older than namespaces): nothing to clash
         theirs = {n.name for n in new.list_namespaces()}
-        routed = {**self.store.routes(), **routes}
-        ours = [n.name for n in self.store.list_namespaces()]
+        routed = {**self.primary.routes(), **routes}
+        ours = [n.name for n in self.primary.list_namespaces()]
         return sorted(n for n in ours if n in theirs and n not in routed)
 
     def metastore(self, name: str) -> FederatedMetastore:
         """The metastore ``name``; ``primary`` is this process's own (``--metastore``)."""
         if name == PRIMARY:
-            return primary(self.store.safe_url)
-        return self.store.get_metastore(name)
+            return primary(self.primary.safe_url)
+        return self.primary.get_metastore(name)
 
     def metastores(self) -> list[FederatedMetastore]:
         """``primary`` first, then every registered metastore by name."""
-        return [self.metastore(PRIMARY), *self.store.list_metastores()]
+        return [self.metastore(PRIMARY), *self.primary.list_metastores()]
 
     def remove_metastore(self, name: str) -> None:
-        """Remove a metastore from the registry (refused while namespaces are placed there)."""
-        self.store.remove_metastore(check_metastore_name(name))
+        """Remove a metastore from the registry (refused while namespaces are placed there).
+
+        The primary refuses while explicit routes name it; namespaces its prefix placed live in its
+        own database, so they are looked up there (refused if it cannot be reached).
+        """
+        entry = self.router.entry(check_metastore_name(name))
+        if entry.prefix:
+            routes = self.primary.routes()
+            try:
+                held = [
+                    n.name
+                    for n in self.on(name).store.list_namespaces()
+                    if n.name.startswith(entry.prefix) and routes.get(n.name, name) == name
+                ]
+            except MetastoreUnavailableError as exc:
+                raise UserInputError(
+                    f"metastore {name} cannot be checked for namespaces its prefix {entry.prefix} placed "
+                    f"there: {exc}; try again when it answers"
+                ) from None
+            if held:
+                raise UserInputError(
+                    f"metastore {name} is in use: namespaces {', '.join(held)} have its prefix "
+                    f"{entry.prefix}; drop them first, or move each elsewhere (streampart namespace move)"
+                )
+        self.primary.remove_metastore(name)
+        self.router.refresh(force=True)
 
     def metastore_health(self, metastore: FederatedMetastore) -> str | None:
         """None if ``metastore`` answers a live probe now (short timeout), else why not."""
-        url = self.store.url if metastore.is_primary else metastore.url
+        url = self.primary.url if metastore.is_primary else metastore.url
         try:
             real = normalize_url(resolve_url(url, self.secrets))
         except UserInputError as exc:
@@ -447,24 +638,84 @@ class Catalog:
         quota_bytes: int | None = None,
         description: str = "",
     ) -> Namespace:
-        """Create a namespace; with ``metastore``, record its explicit route there too.
-
-        Part 1 of federation records the route only: the namespace itself is still made in the
-        primary, and the catalog's calls are not routed yet (part 2 routes them, part 3 moves).
+        """Create a namespace in its metastore: ``metastore`` (an explicit route, recorded first),
+        else the one its name routes to (a prefix, else the primary).
 
         Raises:
             NotFoundError: no such metastore; FederationAccessError: its access type creates no
                 namespace (or not this one); AlreadyExistsError: the namespace exists.
         """
         check_namespace(name)
+        home = self.router.metastore_of(name) if metastore is None else metastore
+        if home != PRIMARY:
+            may_create(self.router.entry(home), name).check()
         if metastore is not None:
-            may_create(self.metastore(metastore), name).check()
-        ns = self.store.create_namespace(
+            current = self.router.metastore_of(name)
+            if current != metastore and self.routed(name).store.find_namespace(name) is not None:
+                raise AlreadyExistsError(f"namespace {name} exists already (in metastore {current})")
+            self.set_route(name, metastore)
+        return self.on(home).store.create_namespace(
             name, isolated=isolated, quota_bytes=quota_bytes, description=description
         )
-        if metastore is not None:
-            self.store.set_route(name, metastore)
-        return ns
+
+    def namespace(self, name: str) -> Namespace:
+        """The namespace ``name``, from its metastore (NotFoundError naming the command that makes it)."""
+        return self.routed(name).store.get_namespace(name)
+
+    def alter_namespace(self, name: str, **changes: Any) -> Namespace:
+        """Change a namespace's isolation, quota or description (in its metastore)."""
+        return self.writable(name).store.alter_namespace(name, **changes)
+
+    def drop_namespace(self, name: str) -> None:
+        """Remove an empty namespace from its metastore, then its explicit route from the primary."""
+        home = self.writable(name)
+        home.store.drop_namespace(name)  # in the primary this drops its route in the same transaction
+        if home.store is not self.primary:
+            self.primary.remove_route(name)
+            self.router.refresh(force=True)
+
+    def links(self, namespace: str) -> list[Link]:
+        """The links of ``namespace`` (from its metastore)."""
+        return self.routed(namespace).store.list_links(namespace)
+
+    def drop_link(self, link: Link) -> None:
+        """Remove a link (its source is untouched)."""
+        self.writable(link.name.namespace).store.drop_link(link)
+
+    def route_namespace(self, namespace: str, metastore: str, *, force: bool = False) -> str:
+        """Route ``namespace`` to ``metastore`` (``federation route``); returns where it lived before.
+
+        Data and metadata stay where they are: a route only says where the namespace is looked up.
+        So a namespace whose current home holds tables or links, while ``metastore`` does not have
+        it, is refused unless ``force`` (it would vanish from view): ``namespace move`` moves it.
+
+        Raises:
+            NotFoundError: no such metastore; UserInputError: as above.
+        """
+        check_namespace(namespace)
+        self.router.entry(metastore)  # NotFoundError for an unknown one
+        current = self.router.metastore_of(namespace)
+        if current == metastore:
+            if self.primary.routes().get(namespace) != metastore:
+                self.set_route(namespace, metastore)  # pin it (a prefix or the default placed it)
+            return current
+        there = self.on(metastore).store.find_namespace(namespace)
+        if there is None and not force:
+            tables, links = self.on(current).store.namespace_members(namespace)
+            if tables or links:
+                raise UserInputError(
+                    f"namespace {namespace} lives in metastore {current} with {len(tables)} table(s) and "
+                    f"{len(links)} link(s), and {metastore} does not have it: routing it there would hide "
+                    f"them. Move it instead (streampart namespace move {namespace} --to {metastore}), or "
+                    "add --force"
+                )
+        self.set_route(namespace, metastore)
+        return current
+
+    def set_route(self, namespace: str, metastore: str) -> None:
+        """Route ``namespace`` to ``metastore`` explicitly (a new namespace, or a move's flip)."""
+        self.primary.set_route(namespace, metastore)
+        self.router.refresh(force=True)
 
     # -- replicas ----------------------------------------------------------------------------
     def _check_secondary(self, name: TableName, primary: Cluster, cluster: str) -> Cluster:
@@ -496,6 +747,9 @@ class Catalog:
             UserInputError: ``cluster`` is the table's primary, or shares its storage;
                 NotFoundError: no such cluster; AlreadyExistsError: it is a replica already.
         """
+        home = self.for_write(table)
+        if home is not self:
+            return home.add_replica(table, cluster)
         self.check_replica(table, cluster)
         location = self.location_of(table.name, self.cluster(cluster))
         if Path(location).exists() and any(Path(location).iterdir()):
@@ -517,7 +771,7 @@ class Catalog:
     def drop_replica(self, table: Table, cluster: str) -> Replica:
         """Stop replicating ``table`` to ``cluster``: forget its copies there, then delete them."""
         try:
-            replica = self.store.remove_replica(table.id, cluster)
+            replica = self.for_write(table).store.remove_replica(table.id, cluster)
         except NotFoundError:
             raise self._no_replica(table, cluster) from None
         shutil.rmtree(replica.location, ignore_errors=True)
@@ -525,12 +779,12 @@ class Catalog:
 
     def replicas(self, table: Table) -> list[Replica]:
         """The secondaries of ``table``, by cluster name."""
-        return self.store.list_replicas(table.id)
+        return self.of(table).store.list_replicas(table.id)
 
     def replica(self, table: Table, cluster: str) -> Replica:
         """The replica of ``table`` on ``cluster`` (NotFoundError naming the ones it has)."""
         try:
-            return self.store.get_replica(table.id, cluster)
+            return self.of(table).store.get_replica(table.id, cluster)
         except NotFoundError:
             raise self._no_replica(table, cluster) from None
 
@@ -543,10 +797,11 @@ class Catalog:
     ) -> set[datetime]:
         """The partition values wholly present on ``cluster``: on the primary every partition,
         on a secondary the standard partitions copied there (none on any other cluster)."""
+        store = self.of(table).store
         if cluster == table.cluster:
-            parts = partitions if partitions is not None else self.store.list_partitions(table.id)
+            parts = partitions if partitions is not None else store.list_partitions(table.id)
             return {p.value for p in parts}
-        return self.store.present_values(table.id, cluster)
+        return store.present_values(table.id, cluster)
 
     # -- names -----------------------------------------------------------------------------
     def resolve(self, name: str | TableName, namespace: str | None = None) -> Resolved:
@@ -579,10 +834,11 @@ class Catalog:
                 f"{qualified}; to read it, link it: streampart link create {namespace}.{qualified.table} "
                 f"--to {qualified}"
             )
-        table = self.store.find_table(qualified)
+        home = self.routed(qualified.namespace).store
+        table = home.find_table(qualified)
         if table is not None:
             return Resolved(qualified, table)
-        link = self.store.find_link(qualified)
+        link = home.find_link(qualified)
         if link is None:
             raise NotFoundError(f"table {qualified} does not exist")
         return Resolved(qualified, self.link_source(link), link)
@@ -595,7 +851,7 @@ class Catalog:
                 f"{ref} names a link of the namespace the query runs in: give it (--namespace, or "
                 "USE NAMESPACE; first)"
             )
-        links = self.store.links_from(namespace, source)
+        links = self.routed(namespace).store.links_from(namespace, source)
         if not links:
             raise NotFoundError(
                 f"namespace {namespace} has no link to {source}; create one: streampart link create "
@@ -609,14 +865,19 @@ class Catalog:
         return Resolved(links[0].name, self.link_source(links[0]), links[0])
 
     def _isolated(self, namespace: str) -> bool:
-        found = self.store.find_namespace(namespace)
+        found = self.routed(namespace).store.find_namespace(namespace)
         return found is not None and found.isolated
 
     def link_source(self, link: Link) -> Table:
-        """The table a link reads (DanglingLinkError if it was dropped)."""
-        if link.source_table_id is not None:
+        """The table a link reads, in whichever metastore its namespace lives (DanglingLinkError if
+        it was dropped, even if a table of that name was made since: the uid tells them apart)."""
+        if link.source_uid is not None:
+            found = self.routed(link.source.namespace).store.find_table(link.source)
+            if found is not None and found.uid == link.source_uid:
+                return found
+        elif link.source_table_id is not None:  # recorded before uids: source in the link's metastore
             try:
-                return self.store.get_table_by_id(link.source_table_id)
+                return self.routed(link.name.namespace).store.get_table_by_id(link.source_table_id)
             except NotFoundError:
                 pass
         raise DanglingLinkError(
@@ -632,6 +893,10 @@ class Catalog:
             UserInputError: the source is a link, is in the same namespace, or the partitions
                 are not the source's; AlreadyExistsError: the local name is taken.
         """
+        home = self.writable(spec.name.namespace)
+        if home is not self:
+            return home.create_link(spec, create_namespace=create_namespace)
+        self._creates_namespace(spec.name.namespace)
         source = self.link_source_for(spec.name, spec.source)
         if not create_namespace and self.store.find_namespace(spec.name.namespace) is None:
             raise missing_namespace(spec.name.namespace)
@@ -641,7 +906,7 @@ class Catalog:
             spec = spec.model_copy(update={"partitions": listed, "range": None})
         elif spec.partitions:
             raise UserInputError("--partition lists the partitions of a static link: add --static")
-        return self.store.create_link(spec, source.id, create_namespace=create_namespace)
+        return self.store.create_link(spec, source, create_namespace=create_namespace)
 
     def link_source_for(self, name: TableName, source: TableName) -> Table:
         """The table a new link ``name`` may point at: ``source``, a table of another namespace.
@@ -655,17 +920,18 @@ class Catalog:
                 f"{source} is in namespace {name.namespace} already; a link imports a table of another "
                 "namespace"
             )
-        source_link = self.store.find_link(source)
+        home = self.routed(source.namespace).store
+        source_link = home.find_link(source)
         if source_link is not None:
             raise UserInputError(
                 f"{source} is a link (to {source_link.source}); link to {source_link.source} itself "
                 "(links point at tables, never at links, so they form no chains or cycles)"
             )
-        return self.store.get_table(source)
+        return home.get_table(source)
 
     def static_link_values(self, source: Table, values: Sequence[datetime]) -> tuple[datetime, ...]:
         """``values`` checked as partitions a static link of ``source`` may list (see check_static_values)."""
-        existing = [p.value for p in self.store.list_partitions(source.id)]
+        existing = [p.value for p in self.of(source).store.list_partitions(source.id)]
         return check_static_values(source, values, existing)
 
     def set_link_partitions(
@@ -679,7 +945,7 @@ class Catalog:
         missing = [iso(v) for v in drop if v not in link.partitions]
         if missing and link.mode is LinkMode.STATIC:
             raise UserInputError(f"link {link.name} does not list {', '.join(missing)}; nothing was changed")
-        return self.store.set_link_partitions(
+        return self.writable(link.name.namespace).store.set_link_partitions(
             link, self.static_link_values(self.link_source(link), add), drop
         )
 
@@ -695,7 +961,7 @@ class Catalog:
             resolved,
             int(dt.version()),
             self.warehouse.live_files(dt),
-            self.store.list_partitions(table.id),
+            self.of(table).store.list_partitions(table.id),
             replicas,
-            self.store.list_copies(table.id) if replicas else [],
+            self.of(table).store.list_copies(table.id) if replicas else [],
         )

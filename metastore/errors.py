@@ -67,6 +67,17 @@ class MetastoreUnavailableError(RetriableError):
     """The metastore database cannot be reached or is locked for too long."""
 
 
+class MetastoreDownError(MetastoreUnavailableError):
+    """A federated metastore failed recently: calls for its namespaces fail fast until it is tried again.
+
+    ``retry_after`` is how many seconds remain until then (HTTP's Retry-After).
+    """
+
+    def __init__(self, message: str, retry_after: float) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
 class LeaseLostError(RetriableError):
     """A lease (leadership) is no longer held by the caller at the epoch it thought it held.
 

@@ -32,9 +32,7 @@ import sqlalchemy as sa
 from pydantic import BaseModel, ConfigDict, Field
 
 from metastore.errors import FederationAccessError, UserInputError
-from metastore.models import check_identifier
-
-PRIMARY = "primary"
+from metastore.models import PRIMARY, check_identifier
 
 SECRET_ENV_PREFIX = "STREAMPART_SECRET_"
 

@@ -52,7 +52,7 @@ def check_table(catalog: Catalog, table: Table) -> list[Problem]:
     name = str(table.name)
     wh = catalog.warehouse
     problems: list[Problem] = []
-    recorded = catalog.store.newest_version(table.id)  # before the log: see Catalog.load
+    recorded = catalog.of(table).store.newest_version(table.id)  # before the log: see Catalog.load
     problems += _log_files(wh, table)
     try:
         dt = wh.load(table)
@@ -78,7 +78,7 @@ def check_table(catalog: Catalog, table: Table) -> list[Problem]:
     live_paths = {f.path for f in files}
     for f in files:
         live_rows[f.partition] = live_rows.get(f.partition, 0) + f.rows
-    for p in catalog.store.list_partitions(table.id, [PartitionState.STANDARD]):
+    for p in catalog.of(table).store.list_partitions(table.id, [PartitionState.STANDARD]):
         directory = Path(table.location) / partition_dir(table, p.value)
         where = f"standard partition {iso(p.value)}"
         if not (directory / SUCCESS_MARKER).is_file():
@@ -125,7 +125,8 @@ def _replica_problems(catalog: Catalog, table: Table, replica: Replica, primary:
         return [Problem(name, "replica_unreadable", f"replica on {replica.cluster}: {exc}; {redo}")]
     problems = []
     present = {
-        c.partition_value for c in catalog.store.list_copies(table.id, replica.cluster, CopyState.PRESENT)
+        c.partition_value
+        for c in catalog.of(table).store.list_copies(table.id, replica.cluster, CopyState.PRESENT)
     }
     theirs: dict[Any, set[str]] = {}
     for f in files:

@@ -111,8 +111,11 @@ class Link(LinkSpec):
     """A link as recorded in the metastore."""
 
     id: int
-    source_table_id: int | None  # None: the source was dropped (with --force); reads fail clearly
+    # The source's row id when it shares the link's metastore (None: it does not, or it was
+    # dropped with --force); its uid finds it anywhere in the federation, and after a move.
+    source_table_id: int | None
     created_at: datetime
+    source_uid: str | None = None
 
     def admits(self, value: datetime, standard: bool, source: Table, now: datetime) -> bool:
         """Whether a partition of the source, standard or streaming at the read's version, shows here."""

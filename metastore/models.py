@@ -15,6 +15,9 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from metastore.errors import IllegalTransitionError, UserInputError
 
+PRIMARY = "primary"
+"""The federation's primary metastore: the one a process starts with (``--metastore``)."""
+
 
 class Mode(StrEnum):
     """How a row's partition is chosen."""
@@ -365,9 +368,11 @@ class TableSpec(BaseModel):
 class Table(TableSpec):
     """A table as recorded in the metastore."""
 
-    id: int
+    id: int  # its row's id in its own metastore (each metastore numbers its own rows)
     location: str
     created_at: datetime
+    uid: str = ""  # its identity across the federation, kept when its namespace moves
+    metastore: str = PRIMARY  # the metastore it was read from: the one to write it through
 
     def event_time_range(self, now: datetime) -> tuple[datetime, datetime] | None:
         """Event-time tables: the earliest and latest event time a row may have at ``now``."""

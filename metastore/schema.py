@@ -44,7 +44,10 @@ tables = Table(
     Column("max_age_s", BigInteger),
     Column("dead_letter", Boolean, nullable=False),
     Column("created_at", DateTime, nullable=False),
+    # The table's identity across the federation: a namespace move keeps it (not the row id).
+    Column("uid", String(36)),
     UniqueConstraint("namespace", "name", name="uq_sp_tables_name"),
+    Index("ix_sp_tables_uid", "uid", unique=True),
 )
 
 partitions = Table(
@@ -215,8 +218,11 @@ links = Table(
     Column("range_start", DateTime),
     Column("range_end", DateTime),
     Column("created_at", DateTime, nullable=False),
+    # The source's uid: how a link finds its source in another metastore, or after a move.
+    Column("source_uid", String(36)),
     UniqueConstraint("namespace", "name", name="uq_sp_links_name"),
     Index("ix_sp_links_source", "source_table_id"),
+    Index("ix_sp_links_source_uid", "source_uid"),
 )
 
 # The partitions a static link lists.

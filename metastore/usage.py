@@ -38,10 +38,11 @@ def holding(name: str, kind: str, version: int, files: Iterable[LiveFile]) -> Ho
 
 def namespace_usage(catalog: Catalog, namespace: str, now: datetime | None = None) -> Usage:
     """The usage of ``namespace`` (NotFoundError if it does not exist)."""
-    ns = catalog.store.get_namespace(namespace)
+    home = catalog.routed(namespace).store
+    ns = home.get_namespace(namespace)
     now = now or clock.now()
     usage = Usage(namespace=ns.name, quota_bytes=ns.quota_bytes)
-    for table in catalog.store.list_tables():
+    for table in home.list_tables():
         if table.name.namespace != ns.name:
             continue
         try:
@@ -52,7 +53,7 @@ def namespace_usage(catalog: Catalog, namespace: str, now: datetime | None = Non
         usage.owned.append(
             holding(str(table.name), table.kind.value, int(dt.version()), catalog.warehouse.live_files(dt))
         )
-    for link in catalog.store.list_links(ns.name):
+    for link in home.list_links(ns.name):
         try:
             source = catalog.link_source(link)
             dt = catalog.load(source)

@@ -54,10 +54,10 @@ def _partitions(console: Console, catalog: Catalog, name: TableName) -> None:
 def _drop(catalog: Catalog, name: TableName) -> None:
     """Drop a demo table and its dead-letter table, if they exist (and the demo's links to them)."""
     for each in (name, companion_name(name, TableKind.DEAD_LETTER)):
-        existing = catalog.store.find_table(each)
+        existing = catalog.routed(each.namespace).store.find_table(each)
         if existing is not None:
-            for link in catalog.store.links_to(existing.id):
-                catalog.store.drop_link(link)
+            for link in catalog.links_to(existing).merged():
+                catalog.routed(link.name.namespace).store.drop_link(link)
             catalog.drop_table(existing)
 
 
@@ -70,11 +70,11 @@ def run_links_demo(catalog: Catalog, console: Console, spark: Any) -> None:
     from streampart.query import run_sql
 
     link_name = TableName(namespace=REPORTS, table="events")
-    found = catalog.store.find_link(link_name)
+    found = catalog.routed(REPORTS).store.find_link(link_name)
     if found is not None:
-        catalog.store.drop_link(found)
-    if catalog.store.find_namespace(REPORTS) is None:
-        catalog.store.create_namespace(REPORTS, isolated=True, description="the reporting team (demo)")
+        catalog.drop_link(found)
+    if catalog.routed(REPORTS).store.find_namespace(REPORTS) is None:
+        catalog.create_namespace(REPORTS, isolated=True, description="the reporting team (demo)")
     catalog.create_link(LinkSpec(name=link_name, source=DEMO))
     console.print(
         f"15. namespace {REPORTS} (isolated) links {DEMO} as {link_name}: a dynamic link, which shows "
@@ -105,7 +105,7 @@ def run_clusters_demo(catalog: Catalog, console: Console) -> None:
     from scheduler.replication import Replicator
 
     _drop(catalog, CLUSTERS_DEMO)
-    registered = {c.name for c in catalog.store.list_clusters()}
+    registered = {c.name for c in catalog.clusters()}
     for name in ("dc1", "dc2"):  # two storage roots (in a deployment: two data centres' file systems)
         storage = catalog.warehouse.root / "_demo_clusters" / name
         storage.mkdir(parents=True, exist_ok=True)
@@ -236,7 +236,7 @@ def run_demo(settings: Any, catalog: Catalog, console: Console, fresh: bool = Tr
     console.print(f"warehouse {catalog.warehouse.root}, metastore {catalog.store.safe_url}")
     if fresh:
         _drop(catalog, DEMO)
-    if catalog.store.find_table(DEMO) is None:
+    if catalog.routed(DEMO.namespace).store.find_table(DEMO) is None:
         catalog.create_table(
             TableSpec(
                 name=DEMO,

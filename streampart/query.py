@@ -190,7 +190,7 @@ def register_views(
     Returns:
         ``{"ns.t": (view name, pinned version)}`` for each table registered.
     """
-    wanted = names if names is not None else {str(t.name) for t in catalog.list_tables()}
+    wanted = names if names is not None else {str(t.name) for t in catalog.list_tables().merged()}
     versions = register_snapshots(spark, catalog, {TableRef(n) for n in wanted})
     return {ref.name: (ref.view, v) for ref, v in versions.items()}
 

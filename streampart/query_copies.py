@@ -79,7 +79,7 @@ def locate(catalog: Catalog, refs: Iterable[TableRef]) -> dict[TableRef, Located
     for ref, (resolved, snap) in pin_snapshots(catalog, refs, check=False).items():
         table = resolved.table
         if table.id not in found:
-            states = {p.value: p.state for p in catalog.store.list_partitions(table.id)}
+            states = {p.value: p.state for p in catalog.of(table).store.list_partitions(table.id)}
             replicas = catalog.replicas(table)
             present = {r.cluster: catalog.present_on(table, r.cluster) for r in replicas}
             found[table.id] = (states, replicas, present)

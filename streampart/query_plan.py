@@ -89,7 +89,7 @@ def plan(
     """
     session = split_use(sql, namespace, cluster)
     if session.namespace is not None:
-        catalog.store.get_namespace(session.namespace)
+        catalog.namespace(session.namespace)
     if session.cluster is not None:
         catalog.cluster(session.cluster)  # an unknown cluster: NotFoundError
     prepared = prepare(session.sql, catalog_resolver(catalog, session.namespace))

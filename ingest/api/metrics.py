@@ -21,6 +21,7 @@ from prometheus_client.registry import Collector
 from metastore import clock
 from metastore.catalog import Catalog
 from metastore.errors import StreampartError
+from metastore.store import Metastore
 from metastore.warehouse import LiveFile
 
 disable_created_metrics()
@@ -150,23 +151,33 @@ class NamespaceCollector(Collector):
 
 
 def namespace_figures(catalog: Catalog) -> list[NamespaceFigures]:
-    """Every namespace's figures now; each link's source is read once however many links share it."""
+    """Every namespace's figures now, from every metastore (one that does not answer is left out)."""
+    found = catalog.router.fan_out(lambda store: _figures(catalog, store))
+    if found.missing:
+        log.warning("namespace metrics: %s", found.warning())
+    return found.merged()
+
+
+def _figures(catalog: Catalog, store: Metastore) -> list[NamespaceFigures]:
+    """The figures of the namespaces living in ``store``; each link's source is read once."""
     now = clock.now()
-    links = catalog.store.list_links()
-    snapshots: dict[int, list[LiveFile]] = {}
+    links = store.list_links()
+    snapshots: dict[str, list[LiveFile]] = {}
     out = []
-    for ns in catalog.store.list_namespaces():
+    for ns in store.list_namespaces():
+        if catalog.router.metastore_of(ns.name) != store.name:
+            continue
         linked = 0
         for link in (x for x in links if x.name.namespace == ns.name):
             try:
                 source = catalog.link_source(link)
-                if source.id not in snapshots:
-                    snapshots[source.id] = catalog.warehouse.live_files(catalog.load(source))
+                if source.uid not in snapshots:
+                    snapshots[source.uid] = catalog.warehouse.live_files(catalog.load(source))
             except StreampartError as exc:  # a dangling or damaged source stops only its own figure
                 log.debug("namespace metrics: link %s: %s", link.name, exc)
                 continue
-            linked += sum(f.size for f in link.filter(snapshots[source.id], source, now))
-        out.append(NamespaceFigures(ns.name, catalog.store.committed_bytes(ns.name), linked, ns.quota_bytes))
+            linked += sum(f.size for f in link.filter(snapshots[source.uid], source, now))
+        out.append(NamespaceFigures(ns.name, store.committed_bytes(ns.name), linked, ns.quota_bytes))
     return out
 
 

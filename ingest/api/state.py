@@ -80,7 +80,7 @@ class ApiState:
             check_namespace(namespace)
         require(who, permission, namespace)
         with blame("namespace"):
-            return self.catalog.store.get_namespace(namespace)
+            return self.catalog.namespace(namespace)
 
     def link_of(self, who: Principal, permission: Permission, namespace: str, name: str) -> Link:
         """The link ``namespace.name`` named in the path, once ``who`` may use it so."""
@@ -91,9 +91,10 @@ class ApiState:
         require(who, permission, namespace)
         qualified = TableName(namespace=namespace, table=name)
         with blame("name"):
-            link = self.catalog.store.find_link(qualified)
+            home = self.catalog.routed(namespace).store
+            link = home.find_link(qualified)
             if link is None:
-                if self.catalog.store.find_table(qualified) is not None:
+                if home.find_table(qualified) is not None:
                     raise NotFoundError(
                         f"{qualified} is a table, not a link (see GET /v1/tables/{namespace}/{name})"
                     )
@@ -109,8 +110,7 @@ class ApiState:
         if not _UUID.match(chunk_id):
             raise ApiError(404, "not_found", f"chunk {chunk_id!r} does not exist", "id")
         with blame("id"):
-            chunk = self.catalog.store.get_chunk(chunk_id)
-            table = self.catalog.store.get_table_by_id(chunk.table_id)
+            chunk, table = self.catalog.chunk(chunk_id)
         require(who, permission, table.name.namespace)
         return chunk, self.catalog.table(table.name)
 

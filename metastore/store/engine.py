@@ -18,6 +18,8 @@ handed out timezone-aware; "now" is always :func:`metastore.clock.now`.
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -30,8 +32,8 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import OperationalError
 
 from metastore import clock
-from metastore.errors import MetastoreUnavailableError, UserInputError
-from metastore.models import utc
+from metastore.errors import MetastoreDownError, MetastoreUnavailableError, UserInputError
+from metastore.models import PRIMARY, utc
 
 # Why 30 s: SQLite serialises writers; under several writer processes plus a roller a write
 # transaction may wait behind a few others. Each holds the lock for milliseconds, so 30 s only
@@ -80,10 +82,18 @@ def default_url(warehouse: str | Path) -> str:
     return f"sqlite:///{Path(warehouse).resolve() / '_metastore.sqlite'}"
 
 
-def make_engine(url: str) -> Engine:
-    """An engine for ``url``; on SQLite with WAL, a busy timeout, foreign keys and our own BEGIN."""
+def make_engine(url: str, connect_timeout_s: float | None = None) -> Engine:
+    """An engine for ``url``; on SQLite with WAL, a busy timeout, foreign keys and our own BEGIN.
+
+    ``connect_timeout_s`` bounds a PostgreSQL connect (a federated metastore's host may be gone).
+    """
     if not url.startswith("sqlite"):
-        return sa.create_engine(url, pool_pre_ping=True, pool_size=5, max_overflow=5)
+        connect_args = (
+            {} if connect_timeout_s is None else {"connect_timeout": max(1, round(connect_timeout_s))}
+        )
+        return sa.create_engine(
+            url, pool_pre_ping=True, pool_size=5, max_overflow=5, connect_args=connect_args
+        )
     path = sa.engine.make_url(url).database
     if path and path != ":memory:":
         Path(path).parent.mkdir(parents=True, exist_ok=True)
@@ -111,12 +121,34 @@ def make_engine(url: str) -> Engine:
 
 
 class Database:
-    """Access to one metastore database. Thread-safe; open one per process."""
+    """Access to one metastore database. Thread-safe; open one per process.
 
-    def __init__(self, url: str, *, migrate: bool = True) -> None:
+    Args:
+        name: Its name in the federation (``primary``: the one the process started with);
+            tables read through it carry it, so they are written through it too.
+        fail_fast_s: A federated metastore's circuit breaker: after the database failed, every
+            call fails at once (:class:`MetastoreDownError`) for this many seconds, then one call
+            tries it again; its namespaces fail fast while every other metastore's carry on.
+            None (the primary): every call tries the database.
+        connect_timeout_s: How long a PostgreSQL connect may take (None: the driver's default).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        migrate: bool = True,
+        name: str = PRIMARY,
+        fail_fast_s: float | None = None,
+        connect_timeout_s: float | None = None,
+    ) -> None:
         self.url = normalize_url(url)
+        self.name = name
+        self.fail_fast_s = fail_fast_s
+        self._down: tuple[float, str] | None = None  # (monotonic time it may be tried again, why)
+        self._down_lock = threading.Lock()
         try:
-            self.engine = make_engine(self.url)
+            self.engine = make_engine(self.url, connect_timeout_s)
         except (sa.exc.ArgumentError, ModuleNotFoundError) as exc:
             raise UserInputError(f"metastore URL {url!r} is not usable: {exc}") from None
         if migrate:
@@ -143,13 +175,47 @@ class Database:
             with conn.begin():
                 yield conn
 
+    @property
+    def label(self) -> str:
+        """How messages name it: the primary by its URL, a federated metastore by name and URL."""
+        return self.safe_url if self.name == PRIMARY else f"{self.name} ({self.safe_url})"
+
+    @property
+    def down(self) -> str | None:
+        """Why calls fail fast now (its last failure), or None: calls reach the database."""
+        with self._down_lock:
+            if self._down is None or self._down[0] <= time.monotonic():
+                return None
+            return self._down[1]
+
     @contextmanager
     def _unavailable_is_retriable(self) -> Iterator[None]:
-        """The database's operational errors (unreachable, locked too long) as a retriable error."""
+        """The database's operational errors (unreachable, locked too long) as a retriable error;
+        with a circuit breaker (``fail_fast_s``), calls during its open interval fail at once."""
+        if self.fail_fast_s is not None:
+            with self._down_lock:
+                down = self._down
+            if down is not None and down[0] > time.monotonic():
+                wait = down[0] - time.monotonic()
+                raise MetastoreDownError(
+                    f"metastore {self.label} is down ({down[1]}); its namespaces fail fast until it is "
+                    f"tried again in {wait:.0f} s, every other metastore's carry on",
+                    retry_after=wait,
+                )
         try:
             yield
         except OperationalError as exc:
-            raise MetastoreUnavailableError(f"metastore {self.safe_url} is unavailable: {exc.orig}") from exc
+            why = " ".join(str(exc.orig).split())
+            if self.fail_fast_s is not None:
+                with self._down_lock:
+                    self._down = (time.monotonic() + self.fail_fast_s, why)
+                raise MetastoreDownError(
+                    f"metastore {self.label} is unavailable: {why}", retry_after=self.fail_fast_s
+                ) from exc
+            raise MetastoreUnavailableError(f"metastore {self.label} is unavailable: {exc.orig}") from exc
+        if self.fail_fast_s is not None and self._down is not None:
+            with self._down_lock:
+                self._down = None
 
     @property
     def safe_url(self) -> str:

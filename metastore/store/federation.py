@@ -171,6 +171,13 @@ class FederationStore(Database):
             self._route(conn, namespace, metastore, now)
             bump_route_version(conn)
 
+    def remove_route(self, namespace: str) -> None:
+        """Forget ``namespace``'s explicit route (it was dropped): its name routes by prefix again."""
+        with self.tx() as conn:
+            _lock_registry(conn)
+            if conn.execute(sa.delete(s.routes).where(s.routes.c.namespace == namespace)).rowcount:
+                bump_route_version(conn)
+
     def _route(self, conn: Connection, namespace: str, metastore: str, now: datetime | None) -> None:
         m, r = s.metastores.c, s.routes.c
         known = conn.execute(sa.select(m.name).where(m.name == metastore)).first() is not None

@@ -17,7 +17,7 @@ from sqlalchemy.exc import IntegrityError
 from metastore import schema as s
 from metastore.errors import AlreadyExistsError, NotFoundError, UserInputError
 from metastore.links import Link, LinkMode, LinkSpec, PartitionRange
-from metastore.models import TableName
+from metastore.models import Table, TableName
 from metastore.store.engine import Database, _db, _now, _out
 from metastore.store.namespaces import ensure_namespace
 
@@ -30,6 +30,7 @@ def link_from_row(row: Any, values: Sequence[datetime]) -> Link:
         name=TableName(namespace=m["namespace"], table=m["name"]),
         source=TableName(namespace=m["source_namespace"], table=m["source_name"]),
         source_table_id=m["source_table_id"],
+        source_uid=m["source_uid"],
         mode=LinkMode(m["mode"]),
         include_streaming=bool(m["include_streaming"]),
         retention=None if m["retention_s"] is None else timedelta(seconds=m["retention_s"]),
@@ -57,12 +58,12 @@ class LinkStore(Database):
     def create_link(
         self,
         spec: LinkSpec,
-        source_table_id: int,
+        source: Table,
         *,
         create_namespace: bool = True,
         now: datetime | None = None,
     ) -> Link:
-        """Record a link (the catalog has checked its source).
+        """Record a link (the catalog has checked its source, which may live in another metastore).
 
         Raises:
             AlreadyExistsError: a table or a link of that name exists in the namespace.
@@ -81,7 +82,8 @@ class LinkStore(Database):
                         name=spec.name.table,
                         source_namespace=spec.source.namespace,
                         source_name=spec.source.table,
-                        source_table_id=source_table_id,
+                        source_table_id=source.id if source.metastore == self.name else None,
+                        source_uid=source.uid or None,
                         mode=spec.mode.value,
                         include_streaming=spec.include_streaming,
                         retention_s=None if spec.retention is None else int(spec.retention.total_seconds()),
@@ -115,12 +117,14 @@ class LinkStore(Database):
             rows = conn.execute(q.order_by(s.links.c.namespace, s.links.c.name)).all()
             return self._with_values(conn, rows)
 
-    def links_to(self, table_id: int) -> list[Link]:
-        """The links whose source is the table ``table_id``."""
+    def links_to(self, table: Table) -> list[Link]:
+        """The links here whose source is ``table`` (which may live in another metastore)."""
+        c = s.links.c
+        match = c.source_uid == table.uid if table.uid else c.source_table_id == table.id
+        if table.metastore == self.name and table.uid:
+            match = sa.or_(match, c.source_table_id == table.id)
         with self.read_tx() as conn:
-            rows = conn.execute(
-                sa.select(s.links).where(s.links.c.source_table_id == table_id).order_by(s.links.c.id)
-            ).all()
+            rows = conn.execute(sa.select(s.links).where(match).order_by(c.id)).all()
             return self._with_values(conn, rows)
 
     def links_from(self, namespace: str, source: TableName) -> list[Link]:

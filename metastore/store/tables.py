@@ -8,6 +8,7 @@ state changes themselves belong to the roll (``rolls.py``).
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -19,6 +20,7 @@ from sqlalchemy.exc import IntegrityError
 from metastore import schema as s
 from metastore.errors import AlreadyExistsError, NotFoundError
 from metastore.models import (
+    PRIMARY,
     ChunkState,
     Column,
     LateDataPolicy,
@@ -39,9 +41,12 @@ from metastore.store.links import link_named
 from metastore.store.namespaces import ensure_namespace
 
 
-def table_from_row(row: Any) -> Table:
+def table_from_row(row: Any, metastore: str = PRIMARY) -> Table:
+    """A table from its row, as read from the federation's metastore ``metastore``."""
     m = dict(row._mapping) if hasattr(row, "_mapping") else dict(row)
     return Table(
+        uid=m["uid"] or "",
+        metastore=metastore,
         id=m["id"],
         name=TableName(namespace=m["namespace"], table=m["name"]),
         kind=TableKind(m["kind"]),
@@ -135,6 +140,7 @@ class TableStore(Database):
             "max_age_s": None if spec.max_age is None else int(spec.max_age.total_seconds()),
             "dead_letter": spec.dead_letter,
             "created_at": _db(now),
+            "uid": str(uuid.uuid4()),
         }
         try:
             with self.tx() as conn:
@@ -146,7 +152,7 @@ class TableStore(Database):
                         "another name, or drop the link first"
                     )
                 table_id = _new_id(conn.execute(sa.insert(s.tables).values(**row)))
-                table = table_from_row({**row, "id": table_id})
+                table = table_from_row({**row, "id": table_id}, self.name)
                 if spec.mode is Mode.ARRIVAL:
                     insert_partition(conn, table_id, period_start(now, spec.roll_every), now)
                 if first_chunk is not None:
@@ -165,7 +171,7 @@ class TableStore(Database):
             ).first()
         if row is None:
             raise NotFoundError(f"table {name} does not exist")
-        return table_from_row(row)
+        return table_from_row(row, self.name)
 
     def find_table(self, name: TableName) -> Table | None:
         try:
@@ -178,12 +184,12 @@ class TableStore(Database):
             row = conn.execute(sa.select(s.tables).where(s.tables.c.id == table_id)).first()
         if row is None:
             raise NotFoundError(f"table #{table_id} does not exist")
-        return table_from_row(row)
+        return table_from_row(row, self.name)
 
     def list_tables(self) -> list[Table]:
         with self.read_tx() as conn:
             rows = conn.execute(sa.select(s.tables).order_by(s.tables.c.namespace, s.tables.c.name)).all()
-        return [table_from_row(r) for r in rows]
+        return [table_from_row(r, self.name) for r in rows]
 
     def drop_table(self, table_id: int) -> None:
         """Remove a table's records; links to it are left dangling (the catalog decides whether to)."""

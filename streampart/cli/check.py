@@ -26,7 +26,13 @@ def check(
 
     cli = cli_context(ctx)
     catalog = cli.catalog()
-    tables = [catalog.store.get_table(name)] if name else catalog.list_tables()
+    if name:
+        tables = [catalog.table(name)]
+    else:
+        listed = catalog.list_tables()
+        if listed.warning():
+            cli.output.warn(str(listed.warning()))
+        tables = listed.merged()
     problems = [p for t in tables for p in check_table(catalog, t)]
     errors = sum(p.severity == "error" for p in problems)
     cli.output.result(

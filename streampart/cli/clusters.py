@@ -12,6 +12,7 @@ from streampart.cli.output import TextOutput
 from streampart.cli.params import JsonFlag
 
 if TYPE_CHECKING:
+    from metastore.catalog import Catalog
     from metastore.clusters import Cluster
 
 cluster_app = typer.Typer(
@@ -73,12 +74,19 @@ def cluster_list(ctx: typer.Context, _json: JsonFlag = False) -> None:
     """List the clusters (``default`` is this process's --warehouse and spark.master)."""
     cli = cli_context(ctx)
     catalog = cli.catalog()
-    store = catalog.store
-    rows = [
-        _cluster_json(cli, c, store.tables_on_cluster(c.name), store.tables_replicated_on(c.name))
-        for c in catalog.clusters()
-    ]
+    rows = [_cluster_json(cli, c, *_users(cli, catalog, c.name)) for c in catalog.clusters()]
     cli.output.result(rows, _print_list)
+
+
+def _users(cli: CliContext, catalog: Catalog, name: str) -> tuple[list[str], list[str]]:
+    """The tables on cluster ``name`` and those replicating to it, over the federation (a warning
+    names the metastores that did not answer)."""
+    users = catalog.cluster_users(name)
+    if users.warning():
+        cli.output.warn(str(users.warning()))
+    tables = sorted(t for found, _ in users.answers.values() for t in found)
+    replicas = sorted(t for _, found in users.answers.values() for t in found)
+    return tables, replicas
 
 
 def _print_list(out: TextOutput, rows: list[dict[str, Any]]) -> None:
@@ -97,12 +105,7 @@ def cluster_describe(
     """Show a cluster: storage, Spark master (registered, and this host's), settings, its tables."""
     cli = cli_context(ctx)
     catalog = cli.catalog()
-    info = _cluster_json(
-        cli,
-        catalog.cluster(name),
-        catalog.store.tables_on_cluster(name),
-        catalog.store.tables_replicated_on(name),
-    )
+    info = _cluster_json(cli, catalog.cluster(name), *_users(cli, catalog, name))
     cli.output.result(info, _print_described)
 
 
@@ -129,5 +132,5 @@ def cluster_remove(ctx: typer.Context, name: Annotated[str, typer.Argument(help=
     from metastore.clusters import check_cluster_name
 
     cli = cli_context(ctx)
-    cli.catalog().store.remove_cluster(check_cluster_name(name))
+    cli.catalog().remove_cluster(check_cluster_name(name))
     cli.output.note(f"removed cluster {name}")

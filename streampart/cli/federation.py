@@ -104,7 +104,7 @@ def federation_add(
     cli = cli_context(ctx)
     catalog = cli.catalog()
     metastore = catalog.add_metastore(name, url, access, writable or [], prefix, _routes_option(route or []))
-    cli.output.result(_metastore_json(metastore, catalog.store.routes(), None), _print_added)
+    cli.output.result(_metastore_json(metastore, catalog.primary.routes(), None), _print_added)
 
 
 def _print_added(out: TextOutput, info: dict[str, Any]) -> None:
@@ -121,7 +121,7 @@ def federation_list(ctx: typer.Context, _json: JsonFlag = False) -> None:
     """List the metastores (``primary`` is this process's --metastore), each with a live probe."""
     cli = cli_context(ctx)
     catalog = cli.catalog()
-    metastores, routes = catalog.metastores(), catalog.store.routes()
+    metastores, routes = catalog.metastores(), catalog.primary.routes()
     errors = _health(catalog, metastores)
     rows = [_metastore_json(m, routes, e) for m, e in zip(metastores, errors, strict=True)]
     cli.output.result(rows, _print_list)
@@ -149,7 +149,7 @@ def federation_describe(
     cli = cli_context(ctx)
     catalog = cli.catalog()
     metastore = catalog.metastore(name)
-    info = _metastore_json(metastore, catalog.store.routes(), catalog.metastore_health(metastore))
+    info = _metastore_json(metastore, catalog.primary.routes(), catalog.metastore_health(metastore))
     cli.output.result(info, _print_described)
 
 
@@ -162,6 +162,27 @@ def _print_described(out: TextOutput, info: dict[str, Any]) -> None:
         + f"\nprefix: {info['prefix'] or 'none'}"
         + f"\nroutes: {', '.join(info['routes']) or 'none'}",
         highlight=False,
+    )
+
+
+@federation_app.command("route")
+def federation_route(
+    ctx: typer.Context,
+    namespace: Annotated[str, typer.Argument(help="The namespace")],
+    to: Annotated[str, typer.Option("--to", help="The metastore it lives in from now on (or primary)")],
+    force: Annotated[
+        bool, typer.Option(help="Route it even if its tables stay behind in its current metastore")
+    ] = False,
+) -> None:
+    """Route a namespace to a metastore: every running process follows within the refresh interval.
+
+    A route moves nothing: to move a namespace's tables to another metastore, use ``namespace move``.
+    """
+    cli = cli_context(ctx)
+    before = cli.catalog().route_namespace(namespace, to, force=force)
+    cli.output.note(
+        f"namespace {namespace} routes to metastore {to}"
+        + (f" (it routed to {before})" if before != to else " (unchanged)")
     )
 
 

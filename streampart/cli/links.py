@@ -30,10 +30,11 @@ def _get_link(catalog: Catalog, name: str) -> Link:
     from metastore.models import TableName
 
     qualified = TableName.parse(name)
-    link = catalog.store.find_link(qualified)
+    home = catalog.routed(qualified.namespace).store
+    link = home.find_link(qualified)
     if link is not None:
         return link
-    if catalog.store.find_table(qualified) is not None:
+    if home.find_table(qualified) is not None:
         raise UserInputError(f"{qualified} is a table, not a link")
     raise NotFoundError(f"link {qualified} does not exist")
 
@@ -158,7 +159,7 @@ def link_drop(
     cli = cli_context(ctx)
     catalog = cli.catalog()
     link = _get_link(catalog, name)
-    catalog.store.drop_link(link)
+    catalog.drop_link(link)
     cli.output.note(f"dropped link {link.name} (its source {link.source} is untouched)")
 
 
@@ -172,10 +173,16 @@ def link_list(
     from metastore.description import link_info
 
     cli = cli_context(ctx)
-    store = cli.catalog().store
+    catalog = cli.catalog()
     if namespace is not None:
-        store.get_namespace(namespace)  # a clear error for a namespace that does not exist
-    cli.output.result([link_info(link) for link in store.list_links(namespace)], _print_list)
+        catalog.namespace(namespace)  # a clear error for a namespace that does not exist
+        links = catalog.links(namespace)
+    else:
+        listed = catalog.router.fan_out(lambda store: store.list_links())
+        if listed.warning():
+            cli.output.warn(str(listed.warning()))
+        links = sorted(listed.merged(), key=lambda x: str(x.name))
+    cli.output.result([link_info(link) for link in links], _print_list)
 
 
 def _print_list(out: TextOutput, rows: list[dict[str, Any]]) -> None:

@@ -15,6 +15,7 @@ from streampart.cli.params import JsonFlag
 if TYPE_CHECKING:
     from metastore.catalog import Catalog
     from metastore.namespaces import Namespace
+    from metastore.store import Metastore
 
 namespace_app = typer.Typer(
     help="Create, list, describe, alter and drop namespaces; show what they hold (usage).",
@@ -101,12 +102,23 @@ def _print_created(out: TextOutput, info: dict[str, Any]) -> None:
 def namespace_list(ctx: typer.Context, _json: JsonFlag = False) -> None:
     """List namespaces: isolation, quota, description, how many tables and links each holds."""
     cli = cli_context(ctx)
-    store = cli.catalog().store
-    rows = []
-    for ns in store.list_namespaces():
-        tables, links = store.namespace_members(ns.name)
-        rows.append(_namespace_json(ns) | {"tables": len(tables), "links": len(links)})
-    cli.output.result(rows, _print_list)
+    catalog = cli.catalog()
+
+    def rows_of(store: Metastore) -> list[dict[str, Any]]:
+        rows = []
+        for ns in store.list_namespaces():
+            if catalog.router.metastore_of(ns.name) != store.name:
+                continue  # not its home (a move's leftover, or a clash settled by a route)
+            tables, links = store.namespace_members(ns.name)
+            rows.append(
+                _namespace_json(ns) | {"metastore": store.name, "tables": len(tables), "links": len(links)}
+            )
+        return rows
+
+    listed = catalog.router.fan_out(rows_of)
+    if listed.warning():
+        cli.output.warn(str(listed.warning()))
+    cli.output.result(sorted(listed.merged(), key=lambda r: r["namespace"]), _print_list)
 
 
 def _print_list(out: TextOutput, rows: list[dict[str, Any]]) -> None:
@@ -115,10 +127,11 @@ def _print_list(out: TextOutput, rows: list[dict[str, Any]]) -> None:
     if not rows:
         out.console.print("no namespaces")
         return
-    grid = RichTable("namespace", "isolated", "quota", "tables", "links", "description")
+    grid = RichTable("namespace", "metastore", "isolated", "quota", "tables", "links", "description")
     for r in rows:
         grid.add_row(
             r["namespace"],
+            r["metastore"],
             "yes" if r["isolated"] else "no",
             format_size(r["quota_bytes"]),
             str(r["tables"]),
@@ -136,7 +149,8 @@ def namespace_describe(
 ) -> None:
     """Show a namespace: its settings, its tables and links, its committed bytes against its quota."""
     cli = cli_context(ctx)
-    store = cli.catalog().store
+    catalog = cli.catalog()
+    store = catalog.routed(name).store
     ns = store.get_namespace(name)
     tables, _ = store.namespace_members(ns.name)
     used = store.committed_bytes(ns.name)
@@ -152,6 +166,7 @@ def namespace_describe(
             }
             for link in store.list_links(ns.name)
         ],
+        "metastore": store.name,
         "committed_bytes": used,
         "quota_used_percent": _percent(used, ns.quota_bytes),
     }
@@ -210,7 +225,7 @@ def namespace_alter(
     if quota is not None:  # not given: unchanged; "none": removed
         changes["quota_bytes"] = _quota(quota)
     cli = cli_context(ctx)
-    ns = cli.catalog().store.alter_namespace(name, **changes)
+    ns = cli.catalog().alter_namespace(name, **changes)
     cli.output.result(_namespace_json(ns), _print_altered)
 
 
@@ -248,7 +263,7 @@ def namespace_drop(
         raise UserInputError("--force applies to --cascade only (it drops tables other namespaces link to)")
     cli = cli_context(ctx)
     catalog = cli.catalog()
-    store = catalog.store
+    store = catalog.writable(name).store
     store.get_namespace(name)
     tables, links = store.namespace_members(name)
     if (tables or links) and not cascade:
@@ -263,23 +278,24 @@ def namespace_drop(
         )
     if cascade:
         _drop_members(catalog, name, force)
-    store.drop_namespace(name)
+    catalog.drop_namespace(name)
     dropped = f" with {len(tables)} table(s) and {len(links)} link(s)" if tables or links else ""
     cli.output.note(f"dropped namespace {name}{dropped}")
 
 
 def _drop_members(catalog: Catalog, name: str, force: bool) -> None:
     """Drop the namespace's links, then its tables; refused before anything is dropped if others link them."""
-    owned = [t for t in catalog.list_tables() if t.name.namespace == name]
+    home = catalog.routed(name)
+    owned = [t for t in home.store.list_tables() if t.name.namespace == name]
     if not force:
-        linked_by = [str(link.name) for t in owned for link in catalog.store.links_to(t.id)]
+        linked_by = [str(link.name) for t in owned for link in catalog.links_to(t).merged()]
         if linked_by:
             raise UserInputError(
                 f"namespace {name}: its tables are linked by {', '.join(linked_by)}; drop those links "
                 "first, or add --force to leave them dangling (every read of them then fails)"
             )
-    for link in catalog.store.list_links(name):
-        catalog.store.drop_link(link)
+    for link in catalog.links(name):
+        catalog.drop_link(link)
     for table in owned:
         catalog.drop_table(table, force=force)
 
@@ -301,8 +317,16 @@ def namespace_usage(
     if name is not None:
         cli.output.result(usage_of(catalog, name).to_json(), lambda out, u: _print_usage(out, [u]))
         return
-    names = [ns.name for ns in catalog.store.list_namespaces()]
-    cli.output.result([usage_of(catalog, n).to_json() for n in names], _print_usage)
+    listed = catalog.router.fan_out(
+        lambda store: [
+            usage_of(catalog, ns.name).to_json()
+            for ns in store.list_namespaces()
+            if catalog.router.metastore_of(ns.name) == store.name
+        ]
+    )
+    if listed.warning():
+        cli.output.warn(str(listed.warning()))
+    cli.output.result(sorted(listed.merged(), key=lambda u: str(u["namespace"])), _print_usage)
 
 
 def _print_usage(out: TextOutput, usages: list[dict[str, Any]]) -> None:

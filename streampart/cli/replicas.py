@@ -107,6 +107,7 @@ def table_replicate(
     settings = cli.settings()
     catalog = cli.catalog(settings)
     table = catalog.table(name)
+    catalog = catalog.for_write(table)  # the table's own metastore (copies are recorded there)
     within = PartitionRange.parse(partitions) if partitions else None
     for cluster in to or ():
         if cluster == table.cluster:

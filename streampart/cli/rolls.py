@@ -29,6 +29,7 @@ def roll(
     settings = cli.settings()
     catalog = cli.catalog()
     table = catalog.table(name)
+    catalog = catalog.for_write(table)  # the table's own metastore (rolling writes it)
     at = parse_instant(now, "--now") if now else None
     results = Roller(catalog, settings.roll, spark=ClusterSpark(settings, catalog)).roll_table(
         table, now=at, force=force

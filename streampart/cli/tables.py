@@ -111,8 +111,11 @@ def table_list(ctx: typer.Context, _json: JsonFlag = False) -> None:
     cli = cli_context(ctx)
     catalog = cli.catalog()
     rows: list[dict[str, Any]] = []
-    for t in catalog.list_tables():
-        parts = catalog.store.list_partitions(t.id)
+    listed = catalog.list_tables()
+    if listed.warning():
+        cli.output.warn(str(listed.warning()))
+    for t in listed.merged():
+        parts = catalog.of(t).store.list_partitions(t.id)
         rows.append(
             {
                 "table": str(t.name),
@@ -125,7 +128,7 @@ def table_list(ctx: typer.Context, _json: JsonFlag = False) -> None:
                 "cluster": t.cluster,
             }
         )
-    for link in catalog.store.list_links():
+    for link in catalog.router.fan_out(lambda store: store.list_links()).merged():
         row: dict[str, Any] = {
             "table": str(link.name),
             "kind": "link",

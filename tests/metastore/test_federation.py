@@ -153,9 +153,13 @@ def test_metastores_are_registered_listed_and_removed(catalog: Catalog, other_ur
 
 def test_a_prefix_claims_namespaces_and_keeps_its_metastore_in_use(catalog: Catalog, other_url: str) -> None:
     catalog.add_metastore("m1", other_url, "read-write-create", prefix="fin_")
-    catalog.create_namespace("fin_ledger")  # in the primary for now: part 2 places it by the prefix
+    catalog.create_namespace("fin_ledger")  # placed in m1 by the prefix
+    assert catalog.store.find_namespace("fin_ledger") is None
+    assert catalog.on("m1").store.find_namespace("fin_ledger") is not None
     with pytest.raises(UserInputError, match="namespaces fin_ledger have its prefix fin_"):
         catalog.remove_metastore("m1")
+    catalog.drop_namespace("fin_ledger")
+    catalog.remove_metastore("m1")
 
 
 def test_namespace_create_on_a_metastore_records_its_route(catalog: Catalog, other_url: str) -> None:
@@ -290,7 +294,8 @@ def test_dropping_a_namespace_drops_its_route(catalog: Catalog, other_url: str) 
     version = catalog.store.route_version()
     with pytest.raises(UserInputError, match="namespaces ops are routed there"):
         catalog.remove_metastore("m1")
-    catalog.store.drop_namespace("ops")
+    assert catalog.on("m1").store.find_namespace("ops") is not None  # it lives there
+    catalog.drop_namespace("ops")
     assert catalog.store.routes() == {} and catalog.store.route_version() == version + 1
     catalog.remove_metastore("m1")
 

@@ -71,7 +71,7 @@ def open_chunk(
             st.catalog.table(t.name, body.cluster)
     key = body.idempotency_key if body else None
     w = st.writer(t)
-    existing = st.catalog.store.find_chunk_by_key(t.id, key) if key is not None else None
+    existing = w.store.find_chunk_by_key(t.id, key) if key is not None else None
     chunk = existing or w.reserve(key)
     if existing is not None:
         response.status_code = 200

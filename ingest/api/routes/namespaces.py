@@ -49,7 +49,7 @@ def list_namespaces(who: Caller, st: State) -> list[NamespaceInfo]:
     """Every namespace the token has ``read`` (or ``admin``) scope on."""
     return [
         NamespaceInfo.of(ns)
-        for ns in st.catalog.store.list_namespaces()
+        for ns in st.catalog.list_namespaces().merged()
         if who.allows(Permission.READ, ns.name)
     ]
 
@@ -89,7 +89,7 @@ def get_usage(namespace: str, who: Caller, st: State) -> dict[str, Any]:
 def list_links(namespace: str, who: Caller, st: State) -> list[dict[str, Any]]:
     """Each link's settings (no scope on the sources' namespaces is needed)."""
     ns = st.namespace_of(who, Permission.READ, namespace)
-    return [link_info(x) for x in st.catalog.store.list_links(ns.name)]
+    return [link_info(x) for x in st.catalog.links(ns.name)]
 
 
 @router.get(
@@ -206,7 +206,7 @@ def drop_link(namespace: str, name: str, who: Caller, st: State) -> dict[str, An
     """Remove the link (its source and the source's files are untouched); answers the link as it was.
     Needs ``admin`` on the namespace."""
     link = st.link_of(who, Permission.ADMIN, namespace, name)
-    st.catalog.store.drop_link(link)
+    st.catalog.drop_link(link)
     return link_info(link)
 
 

@@ -29,10 +29,10 @@ def list_tables(who: Caller, st: State) -> list[dict[str, Any]]:
     A link whose source was dropped is left out (describing it names the fault).
     """
     out = []
-    for t in st.catalog.list_tables():
+    for t in st.catalog.list_tables().merged():
         if who.allows(Permission.READ, t.name.namespace):
             out.append(st.catalog.describe(t))
-    for link in st.catalog.store.list_links():
+    for link in st.catalog.router.fan_out(lambda store: store.list_links()).merged():
         if who.allows(Permission.READ, link.name.namespace) and link.source_table_id is not None:
             out.append(st.catalog.describe(st.catalog.resolve(link.name)))
     return out
