@@ -44,7 +44,7 @@ from metastore import clock
 from metastore.catalog import Catalog
 from metastore.crashpoints import crashpoint, pausepoint
 from metastore.durations import format_duration
-from metastore.errors import CommitStateUnknownError, ConflictError, QuotaExceededError
+from metastore.errors import CommitStateUnknownError, ConflictError, FederationAccessError, QuotaExceededError
 from metastore.models import (
     Chunk,
     ChunkState,
@@ -641,6 +641,6 @@ def recover_commits(catalog: Catalog, config: ChunkConfig | None = None) -> list
         table = catalog.store.get_table_by_id(chunk.table_id)
         try:
             results.append(ChunkWriter(catalog, table, config).commit(chunk.id))
-        except (ChunkBusyError, ChunkStateError, LateDataError):
-            continue
+        except (ChunkBusyError, ChunkStateError, LateDataError, FederationAccessError):
+            continue  # FederationAccessError: a namespace outside its metastore's whitelist
     return results

@@ -60,7 +60,7 @@ def create_app(
         server,
         chunk,
         auth,
-        Authenticator(catalog.store, server.auth_cache_ttl.total_seconds()),
+        Authenticator(catalog.primary, server.auth_cache_ttl.total_seconds()),
         ApiMetrics(catalog),
     )
     app = FastAPI(

@@ -67,14 +67,25 @@ def _print_rolled(out: TextOutput, info: dict[str, Any]) -> None:
 
 
 def housekeep(ctx: typer.Context, _json: JsonFlag = False) -> None:
-    """Expire reserved chunks past their TTL and finish commits whose writer died."""
+    """Expire reserved chunks past their TTL and finish commits whose writer died (in every metastore
+    of the federation that takes writes; one that does not answer is named and skipped)."""
     from ingest.chunks import expire_chunks, recover_commits
+    from metastore.errors import MetastoreUnavailableError
+    from metastore.federation import AccessType
 
     cli = cli_context(ctx)
     settings = cli.settings()
     catalog = cli.catalog()
-    expired = expire_chunks(catalog)
-    recovered = recover_commits(catalog, settings.chunk)
+    expired, recovered = [], []
+    for name in catalog.router.names():
+        if catalog.router.entry(name).access is AccessType.READ_ONLY:
+            continue
+        try:
+            home = catalog.on(name)
+            expired += expire_chunks(home)
+            recovered += recover_commits(home, settings.chunk)
+        except MetastoreUnavailableError as exc:
+            cli.output.warn(f"skipped metastore {name}: {exc}")
     cli.output.result(
         {"expired": [c.id for c in expired], "recovered": [r.to_json() for r in recovered]},
         _print_housekept,

@@ -36,7 +36,7 @@ def token_create(
     cli = cli_context(ctx)
     scopes = [Scope.parse(s) for s in scope]
     token = new_token()
-    made = cli.catalog().store.create_token(name, hash_token(token), scopes)
+    made = cli.catalog().primary.create_token(name, hash_token(token), scopes)
     cli.output.result(
         {"name": made.name, "token": token, "scopes": [str(s) for s in made.scopes]}, _print_created
     )
@@ -52,7 +52,7 @@ def _print_created(out: TextOutput, made: dict[str, Any]) -> None:
 def token_revoke(ctx: typer.Context, name: Annotated[str, typer.Argument(help="The token's name")]) -> None:
     """Revoke a token: servers refuse it within server.auth_cache_ttl (5 s)."""
     cli = cli_context(ctx)
-    cli.catalog().store.revoke_token(name)
+    cli.catalog().primary.revoke_token(name)
     cli.output.note(f"revoked token {name}")
 
 
@@ -64,7 +64,7 @@ def token_list(ctx: typer.Context, _json: JsonFlag = False) -> None:
     cli = cli_context(ctx)
     rows = [
         {"name": t.name, "scopes": [str(s) for s in t.scopes], "created_at": iso(t.created_at)}
-        for t in cli.catalog().store.list_tokens()
+        for t in cli.catalog().primary.list_tokens()
     ]
     cli.output.result(rows, _print_list)
 
