@@ -123,7 +123,8 @@ class FederationConfig(BaseModel):
     health_interval: Duration = Field(
         timedelta(seconds=5),
         gt=timedelta(0),
-        description="How often each federated metastore is probed (up or down).",
+        description="How long calls for a federated metastore that failed fail fast before one tries it "
+        "again (and how often its health is probed).",
     )
 
     def secret_values(self) -> dict[str, str]:

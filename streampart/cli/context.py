@@ -62,6 +62,8 @@ class CliContext:
             s.warehouse,
             s.metastore.get_secret_value() if s.metastore else None,
             secrets=s.federation.secret_values(),
+            refresh_s=s.federation.refresh_interval.total_seconds(),
+            fail_fast_s=s.federation.health_interval.total_seconds(),
         )
 
 
