@@ -55,8 +55,9 @@ SCALES: dict[str, dict[str, Any]] = {
         "federation_rows": 10_000_000,
         "federation_writers": 6,
         "federation_tables": 30,
-        "federation_commits": 80,
+        "federation_commits": 50,
         "federation_warmup": 3,
+        "federation_rounds": 2,
     },
     "quick": {
         "rows": 100,
@@ -91,6 +92,7 @@ SCALES: dict[str, dict[str, Any]] = {
         "federation_tables": 9,
         "federation_commits": 15,
         "federation_warmup": 2,
+        "federation_rounds": 1,
     },
 }
 

@@ -212,15 +212,22 @@ def _commit(writer: Any, worker: int, count: int) -> None:
 
 
 def _worker(
-    worker: int, configs: list[Config], warmup: int, n_ops: int, barrier: Any, results: Any, done: Any
+    worker: int,
+    configs: list[Config],
+    order: list[int],
+    warmup: int,
+    n_ops: int,
+    barrier: Any,
+    results: Any,
+    done: Any,
 ) -> None:
-    """One writer process; it runs every configuration, in order, in step with the others.
+    """One writer process; it runs the turns ``configs[i] for i in order``, in step with the others.
 
-    Per configuration: ``warmup`` untimed commits into its table, a barrier, ``n_ops`` timed
-    commits (``ChunkWriter.write_table`` with an idempotency key: reserve, stage, commit), a
-    barrier. A commit that raises is recorded and the writer goes on.
+    Per turn: ``warmup`` untimed commits into its table, a barrier, ``n_ops`` timed commits
+    (``ChunkWriter.write_table`` with an idempotency key: reserve, stage, commit), a barrier.
+    A commit that raises is recorded and the writer goes on.
     """
-    out: dict[str, Any] = {"worker": worker, "error": None, "configs": []}
+    out: dict[str, Any] = {"worker": worker, "error": None, "phases": []}
     try:
         from ingest.chunks import ChunkWriter
         from metastore.catalog import Catalog
@@ -233,8 +240,8 @@ def _worker(
         catalog.close()
         barrier.wait(timeout=BARRIER_TIMEOUT_S)
         count = 0
-        for config in configs:
-            place = config.placements[worker]
+        for index in order:
+            place = configs[index].placements[worker]
             catalog = Catalog.open(place.warehouse, place.url)
             writer = ChunkWriter(catalog, catalog.table(place.table))
             failures: list[str] = []
@@ -256,39 +263,45 @@ def _worker(
                     failures.append(_failure(exc))
                 count += 1
                 with done.get_lock():
-                    done.value += 1
+                    done[index] += 1
             end = time.monotonic()
             barrier.wait(timeout=BARRIER_TIMEOUT_S)
             catalog.close()
-            out["configs"].append({"latencies": latencies, "failures": failures, "start": start, "end": end})
+            out["phases"].append(
+                {"config": index, "latencies": latencies, "failures": failures, "start": start, "end": end}
+            )
     except BaseException:
         barrier.abort()
         out["error"] = traceback.format_exc()
     results.put(out)
 
 
-def run_writers(configs: list[Config], warmup: int, n_ops: int) -> list[dict[str, Any]]:
-    """Every configuration's commits by one pool of spawned writer processes; per configuration
-    the latencies, failures and wall time of all writers together."""
+def run_writers(configs: list[Config], order: list[int], warmup: int, n_ops: int) -> list[dict[str, Any]]:
+    """The phases ``order`` (indexes into ``configs``) by one pool of spawned writer processes; per
+    configuration the latencies and failures of all its phases, and their wall times added up."""
     n_procs = len(configs[0].placements)
     ctx = mp.get_context("spawn")
     barrier = ctx.Barrier(n_procs)
     results = ctx.Queue()
-    done = ctx.Value("i", 0)
+    done = ctx.Array("i", len(configs))
     procs = [
-        ctx.Process(target=_worker, args=(w, configs, warmup, n_ops, barrier, results, done), daemon=True)
+        ctx.Process(
+            target=_worker, args=(w, configs, order, warmup, n_ops, barrier, results, done), daemon=True
+        )
         for w in range(n_procs)
     ]
     for p in procs:
         p.start()
     collected: list[dict[str, Any]] = []
-    per_config = n_procs * n_ops
     with progress() as bar:
-        tasks = [bar.add_task(f"{c.key}: commits", total=per_config) for c in configs]
+        tasks = [
+            bar.add_task(f"{c.key}: commits", total=n_procs * n_ops * order.count(i))
+            for i, c in enumerate(configs)
+        ]
 
         def refresh() -> None:
             for i, task in enumerate(tasks):
-                bar.update(task, completed=max(0, min(per_config, done.value - i * per_config)))
+                bar.update(task, completed=done[i])
 
         while len(collected) < n_procs:
             try:
@@ -305,12 +318,13 @@ def run_writers(configs: list[Config], warmup: int, n_ops: int) -> list[dict[str
         raise RuntimeError("writers failed:\n" + ("\n".join(errors) or "a writer died without a word"))
     out = []
     for i in range(len(configs)):
-        parts = [r["configs"][i] for r in collected]
+        phases = [j for j, index in enumerate(order) if index == i]
+        parts = [[r["phases"][j] for r in collected] for j in phases]
         out.append(
             {
-                "latencies": [x for p in parts for x in p["latencies"]],
-                "failures": [x for p in parts for x in p["failures"]],
-                "wall": max(p["end"] for p in parts) - min(p["start"] for p in parts),
+                "latencies": [x for ps in parts for p in ps for x in p["latencies"]],
+                "failures": [x for ps in parts for p in ps for x in p["failures"]],
+                "wall": sum(max(p["end"] for p in ps) - min(p["start"] for p in ps) for ps in parts),
             }
         )
     return out
@@ -346,6 +360,9 @@ def run(scale: dict[str, Any]) -> BenchResult:
     n_tables: int = scale["federation_tables"]
     n_ops: int = scale["federation_commits"]
     warmup: int = scale["federation_warmup"]
+    rounds: int = scale["federation_rounds"]
+    # ABC, then CBA, …: a drift over the run (page cache, the Delta logs' growth) weighs on all alike
+    order = [i for r in range(rounds) for i in ((0, 1, 2) if r % 2 == 0 else (2, 1, 0))]
     if writers % FEDERATED or n_tables % FEDERATED or n_tables < writers:
         raise ValueError(f"writers and tables must be multiples of {FEDERATED}, tables >= writers")
     result = BenchResult(
@@ -365,11 +382,15 @@ def run(scale: dict[str, Any]) -> BenchResult:
             f"{writers} writer processes (spawn), writer w committing into ns{{w:02d}}.events through a "
             "Catalog of the database that holds its namespace (the routing the federation router will "
             f"do); {writers // FEDERATED} writer(s) per database in '3 metastores'.",
-            f"Per configuration each writer does {warmup} untimed warm-up commit(s), then {n_ops} timed "
-            f"commits after a barrier: ChunkWriter.write_table(<{ROWS_PER_CHUNK} rows>, key=...), i.e. "
-            "reserve, stage one Parquet file, one Delta commit, metastore bookkeeping.",
+            f"Per turn of a configuration each writer does {warmup} untimed warm-up commit(s), then {n_ops} "
+            f"timed commits after a barrier: ChunkWriter.write_table(<{ROWS_PER_CHUNK} rows>, key=...), "
+            "i.e. reserve, stage one Parquet file, one Delta commit, metastore bookkeeping.",
             "Every configuration has its own warehouse: the Delta logs grow the same way in each, so the "
-            "metastore is the only difference. Configurations run one after the other: empty, 1, 3.",
+            f"metastore is the only difference. Turns, one configuration at a time, in {rounds} round(s) "
+            "in the order empty, 1, 3, then 3, 1, empty, …; each configuration's figures pool its turns.",
+            "The three databases of '3 metastores' share one PostgreSQL server (its CPU, shared_buffers, "
+            "WAL): this measures the effect of the data's size on each commit, not the extra capacity "
+            "of three servers.",
             "p50/p99 over all writers' successful commits; commits/s = successful commits / wall time "
             "from the first writer's start to the last writer's end.",
         ],
@@ -382,7 +403,8 @@ def run(scale: dict[str, Any]) -> BenchResult:
             "rows": n_rows,
             "writers": writers,
             "tables": n_tables,
-            "commits_per_writer": n_ops,
+            "commits_per_writer_per_turn": n_ops,
+            "rounds": rounds,
             "warmup": warmup,
             "rows_per_chunk": ROWS_PER_CHUNK,
             "pg_settings": PG_SETTINGS,
@@ -455,7 +477,7 @@ def run(scale: dict[str, Any]) -> BenchResult:
             ),
         ]
         t0 = time.perf_counter()
-        raw = run_writers(configs, warmup, n_ops)
+        raw = run_writers(configs, order, warmup, n_ops)
         commits_s = time.perf_counter() - t0
         states = {db: _chunk_states(url) for db, url in urls.items()}
 
@@ -488,13 +510,13 @@ def run(scale: dict[str, Any]) -> BenchResult:
         f"commits/s {fmt_ratio(federated['per_s'] / single['per_s'])} (measured in the same run)"
     )
     console.print(
-        f"  preload {preload_s:.1f} s; commits {commits_s:.1f} s (3 configurations, process start included)"
+        f"  preload {preload_s:.1f} s; commits {commits_s:.1f} s ({len(order)} turns, process start included)"
     )
 
     for config, s in zip(configs, summaries, strict=True):
         if s["failed"]:
             result.notes.append(f"{config.key}: {s['failed']} commits raised, e.g. {s['failures'][0]!r}")
-    expected = writers * (warmup + n_ops)
+    expected = writers * (warmup + n_ops) * rounds
     for config in configs:
         committed = sum(states[db].get("committed", 0) for db in config.databases) - config.rows * len(
             config.databases
