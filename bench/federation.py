@@ -362,7 +362,7 @@ def run(scale: dict[str, Any]) -> BenchResult:
     warmup: int = scale["federation_warmup"]
     rounds: int = scale["federation_rounds"]
     # ABC, then CBA, …: a drift over the run (page cache, the Delta logs' growth) weighs on all alike
-    order = [i for r in range(rounds) for i in ((0, 1, 2) if r % 2 == 0 else (2, 1, 0))]
+    order = [i for r in range(rounds) for i in ((0, 1, 2, 3) if r % 2 == 0 else (3, 2, 1, 0))]
     if writers % FEDERATED or n_tables % FEDERATED or n_tables < writers:
         raise ValueError(f"writers and tables must be multiples of {FEDERATED}, tables >= writers")
     result = BenchResult(
@@ -373,8 +373,10 @@ def run(scale: dict[str, Any]) -> BenchResult:
             f"{PG_SETTINGS['shared_buffers']} shared_buffers) holds every metastore database.",
             f"{n_tables} arrival-mode tables ns00.events … ns{n_tables - 1:02d}.events, made with "
             "Catalog.create_table. '1 metastore': all of them in one database. '3 metastores': "
-            f"table i's namespace in database fed{{i % {FEDERATED}}}. 'empty': only the writers' "
-            "tables, in a database of their own.",
+            f"table i's namespace in database fed{{i % {FEDERATED}}}. '1 empty': only the writers' "
+            f"tables, in a database of their own; '{FEDERATED} empty': the writers' tables spread over "
+            f"{FEDERATED} empty databases as in '3 metastores' (the split without the data: it tells the "
+            "effect of the rows' number from that of spreading the writers).",
             f"Preload: {n_rows:,} committed chunk rows into the one database, {n_rows // FEDERATED:,} into "
             "each of the three, spread evenly over the database's tables (so every table holds the same "
             "history in both), in one INSERT … SELECT … generate_series per database with sp_chunks' "
@@ -387,7 +389,8 @@ def run(scale: dict[str, Any]) -> BenchResult:
             "i.e. reserve, stage one Parquet file, one Delta commit, metastore bookkeeping.",
             "Every configuration has its own warehouse: the Delta logs grow the same way in each, so the "
             f"metastore is the only difference. Turns, one configuration at a time, in {rounds} round(s) "
-            "in the order empty, 1, 3, then 3, 1, empty, …; each configuration's figures pool its turns.",
+            "in the order 1 empty, 1, 3, 3 empty, then backwards, …; each configuration's figures pool "
+            "its turns.",
             "The three databases of '3 metastores' share one PostgreSQL server (its CPU, shared_buffers, "
             "WAL): this measures the effect of the data's size on each commit, not the extra capacity "
             "of three servers.",
@@ -395,9 +398,8 @@ def run(scale: dict[str, Any]) -> BenchResult:
             "from the first writer's start to the last writer's end.",
         ],
         baseline=(
-            "the same writers and commits on an empty metastore database (no chunk rows); for "
-            "'3 metastores' the summary's baseline column is '1 metastore' instead (ratio < 1: federation "
-            "wins)"
+            "the same writers and commits on one empty metastore database (no chunk rows); in the "
+            "'3 vs 1' lines the baseline is the one metastore with the same rows (ratio < 1: three win)"
         ),
         params={
             "rows": n_rows,
@@ -414,16 +416,25 @@ def run(scale: dict[str, Any]) -> BenchResult:
     with workdir("federation") as tmp, PrivatePostgres(tmp / "pg", settings=PG_SETTINGS) as pg:
         console.print(f"  private PostgreSQL at {pg.url('')} (directory {pg.home})")
         fed = [f"fed{i}" for i in range(FEDERATED)]
-        urls = {db: pg.create_database(db) for db in ("single", *fed, "empty")}
+        split_empty = [f"empty{i}" for i in range(FEDERATED)]
+        urls = {db: pg.create_database(db) for db in ("empty", "single", *fed, *split_empty)}
         homes = {db: tmp / db / "warehouse" for db in urls}
+        # configuration → the database of table i
+        layouts = {
+            "empty": lambda i: "empty",
+            "single": lambda i: "single",
+            "federated": lambda i: fed[i % FEDERATED],
+            "split_empty": lambda i: split_empty[i % FEDERATED],
+        }
 
         def home_of(i: int, config: str) -> str:
-            return "single" if config == "single" else ("empty" if config == "empty" else fed[i % FEDERATED])
+            return layouts[config](i)
 
         # tables through the real API; the ids each database's preload spreads its rows over
         table_ids: dict[str, list[int]] = {db: [] for db in urls}
         t0 = time.perf_counter()
-        for config, count in (("single", n_tables), ("federated", n_tables), ("empty", writers)):
+        made = (("empty", writers), ("single", n_tables), ("federated", n_tables), ("split_empty", writers))
+        for config, count in made:
             for i in range(count):
                 db = home_of(i, config)
                 catalog = Catalog.open(homes[db], urls[db])
@@ -433,7 +444,7 @@ def run(scale: dict[str, Any]) -> BenchResult:
                     catalog.close()
         create_s = time.perf_counter() - t0
         console.print(
-            f"  {2 * n_tables + writers} tables made through Catalog.create_table in {create_s:.1f} s"
+            f"  {sum(n for _, n in made)} tables made through Catalog.create_table in {create_s:.1f} s"
         )
 
         loads = [("single", n_rows)] + [(db, n_rows // FEDERATED) for db in fed]
@@ -467,7 +478,7 @@ def run(scale: dict[str, Any]) -> BenchResult:
             )
 
         configs = [
-            Config("empty metastore", 0, ("empty",), placements("empty")),
+            Config("1 empty metastore", 0, ("empty",), placements("empty")),
             Config(f"1 metastore, {n_rows:,} rows", n_rows, ("single",), placements("single")),
             Config(
                 f"{FEDERATED} metastores, {n_rows // FEDERATED:,} rows each",
@@ -475,6 +486,7 @@ def run(scale: dict[str, Any]) -> BenchResult:
                 tuple(fed),
                 placements("federated"),
             ),
+            Config(f"{FEDERATED} empty metastores", 0, tuple(split_empty), placements("split_empty")),
         ]
         t0 = time.perf_counter()
         raw = run_writers(configs, order, warmup, n_ops)
@@ -482,7 +494,7 @@ def run(scale: dict[str, Any]) -> BenchResult:
         states = {db: _chunk_states(url) for db, url in urls.items()}
 
     summaries = [_summary(r) for r in raw]
-    empty, single, federated = summaries
+    empty, single, federated, split = summaries
     table = RichTable(title=result.title, title_justify="left")
     columns = ("metastore", "rows each", "ok", "failed", "p50 ms", "p99 ms", "mean ms", "max ms", "commits/s",
                "p50 vs empty", "p99 vs empty", "rate vs empty")  # fmt: skip
@@ -504,11 +516,12 @@ def run(scale: dict[str, Any]) -> BenchResult:
             fmt_ratio(s["per_s"] / empty["per_s"]),
         )
     console.print(table)
-    console.print(
-        f"  3 metastores vs 1: p50 {fmt_ratio(federated['p50_ms'] / single['p50_ms'])}, "
-        f"p99 {fmt_ratio(federated['p99_ms'] / single['p99_ms'])}, "
-        f"commits/s {fmt_ratio(federated['per_s'] / single['per_s'])} (measured in the same run)"
-    )
+    for what, three, one in (("holding the rows", federated, single), ("all empty", split, empty)):
+        console.print(
+            f"  {FEDERATED} metastores vs 1, {what}: p50 {fmt_ratio(three['p50_ms'] / one['p50_ms'])}, "
+            f"p99 {fmt_ratio(three['p99_ms'] / one['p99_ms'])}, "
+            f"commits/s {fmt_ratio(three['per_s'] / one['per_s'])} (measured in the same run)"
+        )
     console.print(
         f"  preload {preload_s:.1f} s; commits {commits_s:.1f} s ({len(order)} turns, process start included)"
     )
@@ -538,14 +551,19 @@ def run(scale: dict[str, Any]) -> BenchResult:
             Metric(f"{label}: commit p99", s["p99_ms"], "ms", base["p99_ms"]),
             Metric(f"{label}: commits/s", s["per_s"], "ops/s", base["per_s"], higher_is_better=True),
         ]
-    result.metrics += [
-        Metric("3 vs 1 metastore: commit p50", federated["p50_ms"], "ms", single["p50_ms"]),
-        Metric("3 vs 1 metastore: commit p99", federated["p99_ms"], "ms", single["p99_ms"]),
-        Metric(
-            "3 vs 1 metastore: commits/s", federated["per_s"], "ops/s", single["per_s"], higher_is_better=True
-        ),
-        Metric("preload (all databases, wall)", preload_s, "s"),
-    ]
+    for what, three, one in (("with rows", federated, single), ("empty", split, empty)):
+        result.metrics += [
+            Metric(f"3 vs 1 metastore, {what}: commit p50", three["p50_ms"], "ms", one["p50_ms"]),
+            Metric(f"3 vs 1 metastore, {what}: commit p99", three["p99_ms"], "ms", one["p99_ms"]),
+            Metric(
+                f"3 vs 1 metastore, {what}: commits/s",
+                three["per_s"],
+                "ops/s",
+                one["per_s"],
+                higher_is_better=True,
+            ),
+        ]
+    result.metrics.append(Metric("preload (all databases, wall)", preload_s, "s"))
     result.params["raw"] = {c.key: s for c, s in zip(configs, summaries, strict=True)}
     result.params["preload_seconds"] = {
         "wall": preload_s,
