@@ -16,7 +16,8 @@ RESULTS = Path(__file__).parent / "results" / "latest.json"
 
 # Default scale: under 10 minutes on this 2-core machine (578 s measured while other jobs kept
 # the load average near 5), plus about 5 minutes for ``links`` (309 s at load 6-7); quick: a
-# smoke run of about a minute, plus 48 s for ``links``.
+# smoke run of about a minute, plus 48 s for ``links``. ``federation`` adds about 6 minutes
+# (346 s at load 5-7, 4 of them preloading 20M chunk rows; 19 min at load 7-13) and 18 s quick.
 #
 # Why 2,000 chunks (not 10,000) for the read benchmark by default: every chunk is a real chunk
 # commit. Session 1 measured 30-200 ms a commit (each loaded the Delta table from scratch),
