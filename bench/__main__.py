@@ -52,6 +52,12 @@ SCALES: dict[str, dict[str, Any]] = {
         "replication_bytes": 1024 * 1024 * 1024,
         "replication_reps": 3,
         "spark_roll_bytes": 2 * 1024 * 1024 * 1024,
+        "federation_rows": 10_000_000,
+        "federation_writers": 6,
+        "federation_tables": 30,
+        "federation_commits": 50,
+        "federation_warmup": 3,
+        "federation_rounds": 2,
     },
     "quick": {
         "rows": 100,
@@ -81,6 +87,12 @@ SCALES: dict[str, dict[str, Any]] = {
         "replication_bytes": 128 * 1024 * 1024,
         "replication_reps": 2,
         "spark_roll_bytes": 128 * 1024 * 1024,
+        "federation_rows": 200_000,
+        "federation_writers": 3,
+        "federation_tables": 9,
+        "federation_commits": 15,
+        "federation_warmup": 2,
+        "federation_rounds": 1,
     },
 }
 
@@ -88,6 +100,7 @@ SCALES: dict[str, dict[str, Any]] = {
 def benchmarks() -> dict[str, Any]:
     from bench import (
         commit_latency,
+        federation,
         http_load,
         kafka_ingest,
         link_planning,
@@ -99,11 +112,12 @@ def benchmarks() -> dict[str, Any]:
 
     modules = (
         commit_latency, roll, snapshot_read, kafka_ingest, http_load, link_planning, replication, spark_roll,
+        federation,
     )  # fmt: skip
     return {m.NAME: m for m in modules}
 
 
-NAMES = ("commit", "roll", "read", "kafka", "http", "links", "replication", "spark_roll")
+NAMES = ("commit", "roll", "read", "kafka", "http", "links", "replication", "spark_roll", "federation")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -118,6 +132,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--roll-chunks", type=int, help="chunks in the rolled partition (overrides the scale)")
     p.add_argument("--read-chunks", type=int, help="chunks in the table read by Spark (overrides the scale)")
     p.add_argument("--links-files", type=int, help="files in the link's source table (overrides the scale)")
+    p.add_argument(
+        "--federation-rows",
+        type=int,
+        help="chunk rows preloaded into the one big metastore (overrides the scale)",
+    )
     p.add_argument("--output", type=Path, default=RESULTS, help=f"JSON results file (default {RESULTS})")
     return p.parse_args(argv)
 
@@ -180,6 +199,8 @@ def main(argv: list[str] | None = None) -> int:
         scale["read_chunks"] = args.read_chunks
     if args.links_files:
         scale["links_files"] = args.links_files
+    if args.federation_rows:
+        scale["federation_rows"] = args.federation_rows
     selected = [args.only] if args.only else list(NAMES)
     mods = benchmarks()
     started = time.perf_counter()

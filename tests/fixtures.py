@@ -117,3 +117,27 @@ def spark_standalone(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[
     cluster = StandaloneCluster(tmp_path_factory.mktemp("spark-standalone")).start()
     yield cluster
     cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def private_pg_server(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    """One private PostgreSQL instance per session (``tests.private_pg.PrivatePostgres``), never the
+    shared server: tests may stop it (``.stop("immediate")`` is a dead backend) and start it again.
+
+    Use :func:`private_pg` instead, which starts it again if an earlier test left it stopped.
+    Give each test its own databases (``.create_database(name)`` returns the URL): the instance
+    is shared. It is stopped and its directory removed at the end of the session, pass or fail.
+    """
+    from tests.private_pg import PrivatePostgres
+
+    pg = PrivatePostgres(tmp_path_factory.mktemp("private-pg"))
+    try:
+        yield pg.start()
+    finally:
+        pg.cleanup()
+
+
+@pytest.fixture
+def private_pg(private_pg_server):  # type: ignore[no-untyped-def]
+    """The session's private PostgreSQL instance, running (started again if a test stopped it)."""
+    return private_pg_server.start()
