@@ -158,7 +158,6 @@ def test_a_dead_metastore_stops_only_its_namespaces_and_everything_resumes_when_
         if daemon.poll() is None:
             daemon.send_signal(signal.SIGTERM)
         daemon_status = daemon.wait(timeout=60)
-    private_pg.drop_database(dead_db)
     assert daemon_status == 0, daemon_log.read_text()[-3000:]
     assert all(w.proc.returncode == 0 for w in writers.values()), [
         w.log.read_text()[-2000:] for w in writers.values()
@@ -172,6 +171,8 @@ def test_a_dead_metastore_stops_only_its_namespaces_and_everything_resumes_when_
         acked = sorted(i for a in w.acks() for i in range(a["first"], a["first"] + a["rows"]))
         assert sorted(ids) == acked, f"{ns}.t holds other rows than its acknowledged chunks"
         assert len({a["token"] for a in w.acks()}) == len(w.acks()), f"{ns}: a token acknowledged twice"
+    catalog.close()
+    private_pg.drop_database(dead_db)
 
 
 def _chunk_file(tmp_path: Path) -> Path:
