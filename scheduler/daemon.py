@@ -766,7 +766,7 @@ class RollDaemon:
     def _housekeep(self) -> None:
         if not self.leadership.is_leader or self._stopping.is_set():
             return
-        keeper = Housekeeper(self.catalog, self.config.housekeeping, self.chunk_config)
+        keeper = Housekeeper(self.catalog, self.config.housekeeping, self.chunk_config, self.may_roll)
         report = keeper.run(should_stop=lambda: self._stopping.is_set() or not self.leadership.is_leader)
         m = self.metrics
         m.housekeeping.labels("failed" if report.errors else "ok").inc()

@@ -10,6 +10,7 @@ registered or removed while the daemons run gets its daemon, or loses it, withou
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -17,9 +18,10 @@ import pytest
 from ingest.chunks import ChunkWriter
 from ingest.formats import Format
 from metastore.catalog import Catalog
-from metastore.models import PRIMARY, PartitionState
+from metastore.models import PRIMARY, ChunkState, PartitionState
 from metastore.store import Metastore
 from scheduler.federation_daemons import FederationDaemons
+from scheduler.housekeeping import Housekeeper
 from scheduler.status import scheduler_status
 from tests.fixtures import make_table
 from tests.helpers import records, wait_for
@@ -112,3 +114,20 @@ def test_a_daemon_per_writable_metastore_each_leading_in_its_own(federation: Cat
     for name in (PRIMARY, "m1", "wl"):  # a clean stop releases every lease
         lease = catalog.on(name).store.get_lease("roll-daemon")
         assert lease is not None and lease.holder is None
+
+
+def test_housekeeping_in_a_whitelisted_metastore_touches_only_its_writable_namespaces(
+    federation: Catalog,
+) -> None:
+    catalog = federation
+    wl = catalog.on("wl")
+    ok, other = catalog.table("wl_ok.t"), catalog.table("wl_other.t")
+    for table in (ok, other):  # reserved, never committed: due to expire once their TTL passed
+        wl.store.reserve_chunk(table.id, "stuck", timedelta(seconds=1))
+    daemons = FederationDaemons(catalog, fast_config(), fast_roll_config())
+    may_touch = daemons._may_roll("wl")
+    later = datetime.now(UTC) + timedelta(hours=1)
+    report = Housekeeper(wl, may_touch=may_touch).run(now=later)
+    assert report.expired == 1 and not report.errors
+    assert wl.store.find_chunk_by_key(ok.id, "stuck").state is ChunkState.EXPIRED  # type: ignore[union-attr]
+    assert wl.store.find_chunk_by_key(other.id, "stuck").state is ChunkState.RESERVED  # type: ignore[union-attr]
