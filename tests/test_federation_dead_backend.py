@@ -46,6 +46,8 @@ STEP_S = 90
 NAMESPACES = {"ns_p": "primary", "ns_d": "m_dead", "ns_3": "m3"}
 
 
+# A chunk whose commit the metastore's death interrupted stays COMMITTING there; the writer's
+# retry takes it over after twice the commit timeout (the chunk protocol), so keep that short.
 class Writer:
     """``python -m tests.workers writer --until STOP``: one JSON line per acknowledgement or failure."""
 
@@ -54,7 +56,7 @@ class Writer:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "tests.workers", "writer", "--warehouse", str(catalog.warehouse.root),
              "--metastore", catalog.store.url, "--table", table, "--writer", str(number), "--rows", "5",
-             "--interval", "0.2", "--fail-fast", "2", "--until", str(stop)],
+             "--interval", "0.2", "--fail-fast", "2", "--commit-timeout", "5", "--until", str(stop)],
             cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
             stdout=log.open("w"), stderr=subprocess.STDOUT, text=True,
         )  # fmt: skip
