@@ -9,9 +9,11 @@ registered or removed while the daemons run gets its daemon, or loses it, withou
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -131,3 +133,32 @@ def test_housekeeping_in_a_whitelisted_metastore_touches_only_its_writable_names
     assert report.expired == 1 and not report.errors
     assert wl.store.find_chunk_by_key(ok.id, "stuck").state is ChunkState.EXPIRED  # type: ignore[union-attr]
     assert wl.store.find_chunk_by_key(other.id, "stuck").state is ChunkState.RESERVED  # type: ignore[union-attr]
+
+
+def test_a_metastore_dead_at_start_gets_its_daemon_once_it_answers(catalog: Catalog, private_pg: Any) -> None:
+    """The others' daemons start at once; the dead one's starts when it comes back, no restart."""
+    catalog.router.refresh_s = 0.5
+    db = f"fd_dead_{uuid.uuid4().hex[:8]}"
+    catalog.add_metastore("m_dead", private_pg.create_database(db), "read-write-create")
+    catalog.create_namespace("far", metastore="m_dead")
+    far = make_table(catalog, "far.t", roll_every="2s")
+    private_pg.stop("immediate")
+    # a process of its own, as `scheduler run` is: it has never reached m_dead
+    fresh = Catalog.open(catalog.warehouse.root, catalog.store.url, refresh_s=0.5)
+    daemons = FederationDaemons(fresh, fast_config(), fast_roll_config())
+    try:
+        daemons.start()
+        assert set(daemons.daemons) == {PRIMARY}  # m_dead's is pending, the primary's runs
+        wait_for(lambda: daemons.leaders.get(PRIMARY), "the primary's daemon to lead")
+        assert "m_dead" not in daemons.daemons
+        private_pg.start()
+        wait_for(lambda: daemons.leaders.get("m_dead"), "m_dead's daemon to start and lead", timeout=60)
+        wait_for(lambda: _standard(catalog, "far.t") >= 1, "far.t to roll", timeout=60)
+        lease = catalog.on("m_dead").store.get_lease("roll-daemon")
+        assert lease is not None and lease.holder == daemons.owner and far.metastore == "m_dead"
+    finally:
+        daemons.stop()
+        fresh.close()
+        catalog.close()
+        private_pg.start()
+        private_pg.drop_database(db)
