@@ -19,7 +19,7 @@ import json
 import random
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -621,9 +621,14 @@ def arrow_digest(data: pa.Table) -> str:
     return digest_bytes(sink.getvalue().to_pybytes())
 
 
-def expire_chunks(catalog: Catalog, now: datetime | None = None) -> list[Chunk]:
-    """Expire reserved chunks past their TTL (at ``now``) and delete their staged files."""
-    expired = catalog.store.expire_chunks(now)
+def expire_chunks(
+    catalog: Catalog, now: datetime | None = None, table_ids: Collection[int] | None = None
+) -> list[Chunk]:
+    """Expire reserved chunks past their TTL (at ``now``) and delete their staged files.
+
+    ``table_ids``: only chunks of these tables (None: of every table of the catalog's metastore).
+    """
+    expired = catalog.store.expire_chunks(now, table_ids)
     tables: dict[int, Table] = {}
     for chunk in expired:
         table = tables.get(chunk.table_id) or catalog.store.get_table_by_id(chunk.table_id)

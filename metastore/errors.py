@@ -70,12 +70,14 @@ class MetastoreUnavailableError(RetriableError):
 class MetastoreDownError(MetastoreUnavailableError):
     """A federated metastore failed recently: calls for its namespaces fail fast until it is tried again.
 
-    ``retry_after`` is how many seconds remain until then (HTTP's Retry-After).
+    ``retry_after`` is how many seconds remain until then (HTTP's Retry-After); ``metastore``
+    names the metastore (the HTTP API answers it beside the message).
     """
 
-    def __init__(self, message: str, retry_after: float) -> None:
+    def __init__(self, message: str, retry_after: float, metastore: str | None = None) -> None:
         super().__init__(message)
         self.retry_after = retry_after
+        self.metastore = metastore
 
 
 class LeaseLostError(RetriableError):

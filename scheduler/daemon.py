@@ -33,6 +33,7 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -109,6 +110,13 @@ class RollDaemon:
     owner: str = field(default_factory=owner_id)
     # roll.engine = spark: the Spark session of a table's cluster (see Roller.spark)
     spark: SparkFactory | None = None
+    # Which tables of its metastore it rolls (None: all): a metastore with a whitelist lets it
+    # write only some namespaces (see scheduler.federation_daemons); asked at every sync, so an
+    # access change applies without a restart.
+    may_roll: Callable[[Table], bool] | None = None
+    # False when a supervisor serves the metrics of several daemons on one port (it sets
+    # metrics_port, which the lease's info advertises).
+    serve_metrics: bool = True
 
     def __post_init__(self) -> None:
         try:
@@ -160,9 +168,14 @@ class RollDaemon:
         self.stuck = False
 
     # -- life ------------------------------------------------------------------------------
+    @property
+    def metastore(self) -> str:
+        """The name of the metastore it serves (``primary``, or a federated one)."""
+        return self.catalog.store.name
+
     def start(self) -> None:
         """Start serving metrics and the scheduler's jobs (returns at once)."""
-        if self.config.metrics:
+        if self.config.metrics and self.serve_metrics:
             host, port = self.config.metrics_host, self.config.metrics_port
             try:
                 self._metrics_server = self.metrics.serve(host, port)
@@ -177,6 +190,7 @@ class RollDaemon:
             "host": host,
             "pid": os.getpid(),
             "owner": self.owner,
+            "metastore": self.metastore,
             "started_at": iso(clock.now()),
             "metrics": f"http://{host}:{self.metrics_port}/metrics" if self.metrics_port else None,
         }
@@ -235,7 +249,7 @@ class RollDaemon:
             owner=self.owner,
             lease=c.lease_name,
             metrics_port=self.metrics_port,
-            metastore=self.catalog.store.safe_url,
+            metastore=self.catalog.store.label,
             warehouse=str(self.catalog.warehouse.root),
         )
 
@@ -400,7 +414,7 @@ class RollDaemon:
         """Read the table list again and (re)schedule every table's partitions."""
         if not self.leadership.is_leader or self._stopping.is_set():
             return
-        tables = self.catalog.store.list_tables()
+        tables = [t for t in self.catalog.store.list_tables() if self._rolls(t)]
         current = {t.id: str(t.name) for t in tables}
         for table in tables:
             if table.id not in self._known:
@@ -422,6 +436,10 @@ class RollDaemon:
         for job in self.scheduler.get_jobs():
             if job.id.startswith("roll:") and int(job.id.split(":")[1]) not in current:
                 self._remove_roll_jobs(int(job.id.split(":")[1]))
+
+    def _rolls(self, table: Table) -> bool:
+        """Whether this daemon rolls ``table`` (its metastore's access type lets it be written)."""
+        return self.may_roll is None or self.may_roll(table)
 
     def _try_sync_table(self, table: Table) -> None:
         """:meth:`_sync_table`, a failure logged: one table never stops the others' scheduling."""
@@ -514,6 +532,9 @@ class RollDaemon:
         try:
             table = store.get_table_by_id(table_id)
         except NotFoundError:
+            self._forget(table_id)
+            return None, None
+        if not self._rolls(table):  # its namespace left the metastore's whitelist since the sync
             self._forget(table_id)
             return None, None
         partition = store.get_partition(table_id, value)
@@ -727,7 +748,7 @@ class RollDaemon:
         store, now = self.catalog.store, clock.now()
         counts, pending = store.partition_counts(), store.pending_chunk_counts()
         values: dict[str, dict[str, float]] = {}
-        for table in store.list_tables():
+        for table in (t for t in store.list_tables() if self._rolls(t)):
             lag = 0.0
             for p in store.list_partitions(table.id, [PartitionState.STREAMING, PartitionState.ROLLING]):
                 lag = max(lag, (now - due_time(table, p)).total_seconds())
@@ -745,7 +766,7 @@ class RollDaemon:
     def _housekeep(self) -> None:
         if not self.leadership.is_leader or self._stopping.is_set():
             return
-        keeper = Housekeeper(self.catalog, self.config.housekeeping, self.chunk_config)
+        keeper = Housekeeper(self.catalog, self.config.housekeeping, self.chunk_config, self.may_roll)
         report = keeper.run(should_stop=lambda: self._stopping.is_set() or not self.leadership.is_leader)
         m = self.metrics
         m.housekeeping.labels("failed" if report.errors else "ok").inc()

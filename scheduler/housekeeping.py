@@ -57,6 +57,10 @@ class Housekeeper:
     catalog: Catalog
     config: HousekeepingConfig = field(default_factory=HousekeepingConfig)
     chunk_config: ChunkConfig = field(default_factory=ChunkConfig)
+    # Which tables it may touch (None: all): a metastore with a whitelist lets streampart write
+    # only some of its namespaces, and expiring chunks, deleting files, checkpointing and pruning
+    # are writes (see scheduler.federation_daemons).
+    may_touch: Callable[[Table], bool] | None = None
 
     def run(
         self, now: datetime | None = None, should_stop: Callable[[], bool] | None = None
@@ -70,12 +74,14 @@ class Housekeeper:
         now = now or clock.now()
         report = HousekeepingReport()
         store = self.catalog.store
-        report.expired = len(expire_chunks(self.catalog, now))
+        tables = [t for t in store.list_tables() if self.may_touch is None or self.may_touch(t)]
+        allowed = None if self.may_touch is None else [t.id for t in tables]
+        report.expired = len(expire_chunks(self.catalog, now, allowed))
         try:
             report.recovered = len(recover_commits(self.catalog, self.chunk_config))
         except Exception as exc:  # one stuck commit must not stop the rest of housekeeping
             report.errors["recover_commits"] = f"{type(exc).__name__}: {exc}"
-        for table in store.list_tables():
+        for table in tables:
             if should_stop is not None and should_stop():
                 break
             try:

@@ -1,6 +1,9 @@
-"""What ``streampart scheduler status`` shows: the leader, each table's next roll, recent rolls.
+"""What ``streampart scheduler status`` shows: the leaders, each table's next roll, recent rolls.
 
-Read from the metastore alone, so it works from any host and whether or not a daemon runs.
+Read from the metastores alone, so it works from any host and whether or not a daemon runs. The
+daemons hold one leadership lease per metastore (scheduler.federation_daemons): ``metastores``
+shows each one's leader (or why it did not answer); ``leader`` is the primary's, ``tables`` and
+``recent_rolls`` span every metastore that answered (each table names its metastore).
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from typing import Any
 from metastore import clock
 from metastore.catalog import Catalog
 from metastore.durations import format_duration
-from metastore.models import PartitionState, RollOutcome, iso
+from metastore.models import PRIMARY, PartitionState, RollOutcome, iso
 from scheduler.config import SchedulerConfig
 from scheduler.roll import due_time
 
@@ -26,6 +29,28 @@ def scheduler_status(
     """The daemon's state in the shape of ``streampart scheduler status --json``."""
     config = config or SchedulerConfig()
     now = now or clock.now()
+    found = catalog.router.fan_out(lambda store: _one(catalog.on(store.name), config, now, limit))
+    metastores = []
+    for name in catalog.router.names():
+        answer = found.answers.get(name)
+        leader = None if answer is None else answer["leader"]
+        metastores.append({"metastore": name, "leader": leader, "error": found.missing.get(name)})
+    answers = [found.answers[m["metastore"]] for m in metastores if m["metastore"] in found.answers]
+    recent = sorted(
+        (r for a in answers for r in a["recent_rolls"]), key=lambda r: r["finished_at"], reverse=True
+    )
+    return {
+        "now": iso(now),
+        "lease": config.lease_name,
+        "leader": found.answers[PRIMARY]["leader"] if PRIMARY in found.answers else None,
+        "metastores": metastores,
+        "tables": [t for a in answers for t in a["tables"]],
+        "recent_rolls": recent[:limit],
+    }
+
+
+def _one(catalog: Catalog, config: SchedulerConfig, now: datetime, limit: int) -> dict[str, Any]:
+    """The leader, tables and recent rolls of the metastore ``catalog`` is bound to."""
     store = catalog.store
     lease = store.get_lease(config.lease_name)
     leader = None
@@ -61,6 +86,7 @@ def scheduler_status(
         tables.append(
             {
                 "table": str(table.name),
+                "metastore": store.name,
                 "kind": table.kind.value,
                 "mode": table.mode.value,
                 "roll_every": format_duration(table.roll_every),
@@ -88,6 +114,7 @@ def scheduler_status(
     recent = [
         {
             "table": names.get(a.table_id, f"#{a.table_id}"),
+            "metastore": store.name,
             "partition": _iso(a.partition_value),
             "outcome": a.outcome.value,
             "started_at": iso(a.started_at),
@@ -102,10 +129,4 @@ def scheduler_status(
         }
         for a in store.list_roll_attempts(limit=limit)
     ]
-    return {
-        "now": iso(now),
-        "lease": config.lease_name,
-        "leader": leader,
-        "tables": tables,
-        "recent_rolls": recent,
-    }
+    return {"leader": leader, "tables": tables, "recent_rolls": recent}

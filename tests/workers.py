@@ -18,7 +18,7 @@ from ingest.errors import ChunkBusyError, CommitTimeoutError
 from ingest.formats import Format
 from metastore import clock
 from metastore.catalog import Catalog
-from metastore.errors import QuotaExceededError, RetriableError
+from metastore.errors import MetastoreDownError, QuotaExceededError, RetriableError
 from scheduler.config import RollConfig
 from scheduler.errors import RollBusyError
 from scheduler.roll import Roller
@@ -33,6 +33,9 @@ def say(**kw: object) -> None:
 def writer(cat: Catalog, args: argparse.Namespace) -> None:
     table = cat.table(args.table)
     w = ChunkWriter(cat, table, ChunkConfig(commit_timeout=timedelta(seconds=args.commit_timeout)))
+    if args.until:
+        steady_writer(w, args)
+        return
     for i in range(args.start, args.start + args.count):
         ids = range(args.writer * 1_000_000 + i * args.rows, args.writer * 1_000_000 + (i + 1) * args.rows)
         token = f"w{args.writer}-{i}"
@@ -42,6 +45,29 @@ def writer(cat: Catalog, args: argparse.Namespace) -> None:
             say(token=token, refused=str(exc))
             continue
         say(token=token, chunk=r.chunk, first=ids[0], rows=r.rows, partitions=r.partitions, version=r.version)
+
+
+def steady_writer(w: ChunkWriter, args: argparse.Namespace) -> None:
+    """Write chunks until the file ``--until`` exists; each one is retried (same token) until it
+    lands, and each failure because its metastore is down is reported (``down``: the error)."""
+    from pathlib import Path
+
+    until, i = Path(args.until), args.start
+    while not until.exists():
+        ids = range(args.writer * 1_000_000 + i * args.rows, args.writer * 1_000_000 + (i + 1) * args.rows)
+        token = f"w{args.writer}-{i}"
+        while True:
+            try:
+                r = w.write(records(ids, args.ts), Format.JSONL, key=token)
+                break
+            except MetastoreDownError as exc:
+                say(token=token, down=str(exc), metastore=exc.metastore, retry_after=exc.retry_after)
+                time.sleep(min(exc.retry_after, 0.5))
+            except (ChunkBusyError, CommitTimeoutError, RetriableError):
+                time.sleep(0.05)
+        say(token=token, chunk=r.chunk, first=ids[0], rows=r.rows, partitions=r.partitions, version=r.version)
+        i += 1
+        time.sleep(args.interval)
 
 
 def write_retrying(w: ChunkWriter, content: bytes, token: str) -> CommitResult:
@@ -98,10 +124,12 @@ def main() -> None:
     ap.add_argument("--commit-timeout", type=float, default=60.0)
     ap.add_argument("--interval", type=float, default=0.5)
     ap.add_argument("--force", action="store_true")
+    ap.add_argument("--fail-fast", type=float, default=5.0, help="a dead metastore's fail-fast window (s)")
+    ap.add_argument("--until", help="writer: write until this file exists (--count is ignored)")
     ap.add_argument("--lease", type=float, default=600.0, help="roll (or copy) lease in seconds")
     ap.add_argument("--clock-offset", type=float, default=0.0, help="seconds this process's clock is ahead")
     args = ap.parse_args()
-    cat = Catalog.open(args.warehouse, args.metastore)
+    cat = Catalog.open(args.warehouse, args.metastore, fail_fast_s=args.fail_fast)
     with clock.use(clock.SystemClock(timedelta(seconds=args.clock_offset))):
         {"writer": writer, "roller": roller, "replicator": replicator}[args.kind](cat, args)
 

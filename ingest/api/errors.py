@@ -9,6 +9,7 @@ raising inside :func:`blame`. Only a server fault is a 5xx.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -24,8 +25,10 @@ from ingest.errors import (
 from metastore.errors import (
     AlreadyExistsError,
     ConflictError,
+    FederationAccessError,
     IllegalTransitionError,
     IsolationError,
+    MetastoreDownError,
     NotFoundError,
     QuotaExceededError,
     ReadOnlyLinkError,
@@ -83,6 +86,7 @@ _MAP: list[tuple[type[BaseException], int, str, int | None]] = [
     (ReadOnlyLinkError, 409, "read_only_link", None),
     (SecondaryWriteError, 409, "secondary_cluster", None),
     (IsolationError, 403, "isolated_namespace", None),
+    (FederationAccessError, 403, "federation_access", None),
     (UserInputError, 400, "bad_request", None),
     (NotFoundError, 404, "not_found", None),
     (AlreadyExistsError, 409, "already_exists", None),
@@ -92,6 +96,8 @@ _MAP: list[tuple[type[BaseException], int, str, int | None]] = [
     (ConflictError, 409, "conflict", 1),
     (CommitTimeoutError, 503, "commit_timeout", 1),
     (StorageFullError, 507, "storage_full", 5),
+    # Retry-After: when its circuit breaker lets a call through again (error_response)
+    (MetastoreDownError, 503, "metastore_down", None),
     (RetriableError, 503, "unavailable", 2),
 ]
 
@@ -111,6 +117,9 @@ def error_response(exc: BaseException) -> tuple[int, dict[str, Any], dict[str, s
             }
             if getattr(exc, "line", None) is not None:
                 body["line"] = exc.line  # type: ignore[attr-defined]
+            if isinstance(exc, MetastoreDownError):
+                body["metastore"] = exc.metastore
+                retry = max(1, math.ceil(exc.retry_after))
             return status, body, ({"Retry-After": str(retry)} if retry else {})
     if isinstance(exc, StreampartError):  # a fault of the server or its storage, not the client's
         log.error("request failed: %s", exc, exc_info=exc)

@@ -2,7 +2,8 @@
 
 Each app has its own registry (tests run several apps in one process). :class:`MetricsMiddleware`
 counts and times every request by its route template; the routes count chunks, rows and bytes;
-:class:`NamespaceCollector` reports each namespace's capacity when Prometheus scrapes.
+:class:`NamespaceCollector` reports each namespace's capacity when Prometheus scrapes, and
+:class:`~metastore.health.FederationCollector` each metastore's health and call latency.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from prometheus_client.registry import Collector
 from metastore import clock
 from metastore.catalog import Catalog
 from metastore.errors import StreampartError
+from metastore.health import FederationCollector
 from metastore.store import Metastore
 from metastore.warehouse import LiveFile
 
@@ -43,6 +45,7 @@ class ApiMetrics:
         self.registry = r = CollectorRegistry()
         if catalog is not None:
             r.register(NamespaceCollector(catalog))
+            r.register(FederationCollector(catalog.router))  # metastore up, call latency, route version
         self.requests = Counter(
             "streampart_http_requests",
             "HTTP requests by method, route template and status code.",

@@ -10,7 +10,7 @@ step. Every step names the precondition that failed when it loses (see ``precond
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -309,12 +309,19 @@ class ChunkStore(Database):
             preconditions.append(_attempt_is(chunk.attempt))
         return self._update_chunk(chunk, preconditions, state=ChunkState.ABORTED.value, error=error)
 
-    def expire_chunks(self, now: datetime | None = None) -> list[Chunk]:
-        """Reserved chunks past their expiry become EXPIRED; returns them (their files may go)."""
+    def expire_chunks(
+        self, now: datetime | None = None, table_ids: Collection[int] | None = None
+    ) -> list[Chunk]:
+        """Reserved chunks past their expiry become EXPIRED; returns them (their files may go).
+
+        ``table_ids``: only chunks of these tables (None: of every table).
+        """
         now = now or _now()
         overdue = sa.select(s.chunks.c.id).where(
             s.chunks.c.state == ChunkState.RESERVED.value, s.chunks.c.expires_at <= _db(now)
         )
+        if table_ids is not None:
+            overdue = overdue.where(s.chunks.c.table_id.in_(list(table_ids)))
         with self.read_tx() as conn:  # the usual case, nothing to expire, takes no write lock
             if conn.execute(overdue.limit(1)).first() is None:
                 return []

@@ -34,10 +34,12 @@ def scheduler_run(
 ) -> None:
     """Run the roll daemon until SIGTERM/SIGINT (then it finishes or safely abandons its roll, exit 0).
 
-    Start as many as you like against one metastore: one leads, the others take over if it dies.
+    It rolls in every metastore of the federation that takes writes (one leadership lease in each,
+    so a dead metastore stops only its own rolls), and follows the registry without a restart.
+    Start as many as you like: in each metastore one leads, the others take over if it dies.
     """
     from metastore.logs import configure_logging
-    from scheduler.daemon import RollDaemon
+    from scheduler.federation_daemons import FederationDaemons
 
     cli = cli_context(ctx)
     settings = cli.settings(
@@ -51,7 +53,7 @@ def scheduler_run(
     from streampart.cluster_spark import ClusterSpark
 
     catalog = cli.catalog(settings)
-    daemon = RollDaemon(
+    daemon = FederationDaemons(
         catalog, settings.scheduler, settings.roll, settings.chunk, spark=ClusterSpark(settings, catalog)
     )
     raise typer.Exit(daemon.run_forever())
@@ -72,24 +74,27 @@ def scheduler_status(
 
 
 def _print_status(out: TextOutput, info: dict[str, Any]) -> None:
-    leader = info["leader"]
-    if leader is None:
-        out.console.print("leader: none (no roll daemon has run against this metastore)")
-    elif not leader["live"]:
-        out.console.print(
-            f"leader: none (the last lease, epoch {leader['epoch']}, lapsed at {leader['expires_at']})"
-        )
-    else:
-        out.console.print(
-            f"leader: [bold]{leader['holder']}[/] (epoch {leader['epoch']}, since {leader['since']}, "
-            f"lease until {leader['expires_at']})"
-            + (f"\nmetrics: {leader['metrics']}" if leader["metrics"] else "")
-        )
+    federated = len(info.get("metastores", [])) > 1
+    if not federated:
+        out.console.print(_leader_line(info["leader"]))
+    else:  # one lease per metastore: each one's leader
+        for m in info["metastores"]:
+            line = f"did not answer: {m['error']}" if m["error"] else _leader_line(m["leader"])
+            out.console.print(f"[bold]{m['metastore']}[/] {line}")
     grid = RichTable(
-        "table", "mode", "every", "next roll", "open partition", "rolling", "failures", "last error"
+        *(["metastore"] if federated else []),
+        "table",
+        "mode",
+        "every",
+        "next roll",
+        "open partition",
+        "rolling",
+        "failures",
+        "last error",
     )
     for t in info["tables"]:
         grid.add_row(
+            *([t["metastore"]] if federated else []),
             t["table"],
             t["mode"],
             t["roll_every"],
@@ -117,3 +122,15 @@ def _print_status(out: TextOutput, info: dict[str, Any]) -> None:
         out.console.print(recent)
     else:
         out.console.print("no rolls by the daemon yet")
+
+
+def _leader_line(leader: dict[str, Any] | None) -> str:
+    if leader is None:
+        return "leader: none (no roll daemon has run against this metastore)"
+    if not leader["live"]:
+        return f"leader: none (the last lease, epoch {leader['epoch']}, lapsed at {leader['expires_at']})"
+    return (
+        f"leader: [bold]{leader['holder']}[/] (epoch {leader['epoch']}, since {leader['since']}, "
+        f"lease until {leader['expires_at']})"
+        + (f"\nmetrics: {leader['metrics']}" if leader["metrics"] else "")
+    )
