@@ -250,6 +250,26 @@ def may_create(metastore: FederatedMetastore, namespace: str) -> Verdict:
 
 
 # -- reachability ------------------------------------------------------------------------------
+def missing_sqlite_file(url: str) -> str | None:
+    """Why a registered SQLite metastore cannot be opened without making it anew (its file or its
+    directory is gone), or None (it is there, or ``url`` is not SQLite). Connecting would make an
+    empty database, whose namespaces then seem to be dropped."""
+    from pathlib import Path
+
+    try:
+        parsed = sa.engine.make_url(url)
+    except sa.exc.ArgumentError:
+        return None
+    if parsed.get_backend_name() != "sqlite" or not parsed.database or parsed.database == ":memory:":
+        return None
+    path = Path(parsed.database)
+    if not path.parent.is_dir():
+        return f"directory {path.parent} does not exist"
+    if not path.is_file():
+        return f"file {path} does not exist"
+    return None
+
+
 def probe(url: str, timeout_s: float = PROBE_TIMEOUT_S, *, new: bool = False) -> str | None:
     """Open one real connection to ``url`` (resolved and normalized) and run ``SELECT 1``.
 
@@ -272,8 +292,8 @@ def probe(url: str, timeout_s: float = PROBE_TIMEOUT_S, *, new: bool = False) ->
         path = Path(parsed.database) if parsed.database and parsed.database != ":memory:" else None
         if path is not None and not path.parent.is_dir():
             return f"directory {path.parent} does not exist"
-        if path is not None and not new and not path.is_file():
-            return f"file {path} does not exist"
+        if not new and (missing := missing_sqlite_file(url)):
+            return missing
         connect_args["timeout"] = timeout_s
     elif parsed.get_backend_name() == "postgresql":
         connect_args["connect_timeout"] = max(1, round(timeout_s))

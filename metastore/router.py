@@ -30,7 +30,13 @@ from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 from metastore.errors import MetastoreUnavailableError, StreampartError
-from metastore.federation import PROBE_TIMEOUT_S, FederatedMetastore, primary, resolve_url
+from metastore.federation import (
+    PROBE_TIMEOUT_S,
+    FederatedMetastore,
+    missing_sqlite_file,
+    primary,
+    resolve_url,
+)
 from metastore.models import PRIMARY
 from metastore.store import Metastore
 from metastore.store.federation import unknown_metastore
@@ -170,8 +176,12 @@ class Router:
         with self._lock:
             store = self._stores.get(name)
             if store is None:
+                url = resolve_url(entry.url, self.secrets)
+                missing = missing_sqlite_file(url)
+                if missing is not None:
+                    raise MetastoreUnavailableError(f"metastore {name} is unavailable: {missing}")
                 store = Metastore(
-                    resolve_url(entry.url, self.secrets),
+                    url,
                     migrate=False,
                     name=name,
                     fail_fast_s=self.fail_fast_s,

@@ -19,6 +19,7 @@ handed out timezone-aware; "now" is always :func:`metastore.clock.now`.
 from __future__ import annotations
 
 import bisect
+import math
 import threading
 import time
 from collections.abc import Iterator
@@ -235,7 +236,7 @@ class Database:
                 wait = down[0] - time.monotonic()
                 raise MetastoreDownError(
                     f"metastore {self.label} is down ({down[1]}); its namespaces fail fast until it is "
-                    f"tried again in {wait:.0f} s, every other metastore's carry on",
+                    f"tried again in {max(1, math.ceil(wait))} s, every other metastore's carry on",
                     retry_after=wait,
                     metastore=self.name,
                 )

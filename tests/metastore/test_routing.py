@@ -163,3 +163,19 @@ def test_a_metastore_that_does_not_answer_is_named_and_fails_fast(
     finally:
         cut_off.close()
         drop_scratch_schema(real)
+
+
+def test_a_federated_sqlite_file_that_is_gone_is_down_and_not_made_anew(
+    federation: Catalog, metastore_url: str, tmp_path: Path
+) -> None:
+    federation.create_namespace("ops", metastore="m1")
+    path = tmp_path / "m1.sqlite"
+    for leftover in tmp_path.glob("m1.sqlite*"):
+        leftover.unlink()
+    fresh = Catalog.open(tmp_path / "warehouse", metastore_url)
+    try:
+        listed = fresh.list_namespaces()
+        assert list(listed.missing) == ["m1"] and f"file {path} does not exist" in listed.missing["m1"]
+        assert not path.exists()  # an empty database would make ops seem dropped
+    finally:
+        fresh.close()
