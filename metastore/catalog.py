@@ -504,6 +504,20 @@ class Catalog:
         """Register a federated metastore (see :meth:`FederationAdmin.add`)."""
         return self.federation.add(name, url, access, writable, prefix, routes)
 
+    def alter_metastore(
+        self,
+        name: str,
+        *,
+        access: AccessType | str | None = None,
+        writable: Sequence[str] | None = None,
+        prefix: str | None = None,
+        no_prefix: bool = False,
+    ) -> FederatedMetastore:
+        """Change a metastore's access type, whitelist or prefix (see :meth:`FederationAdmin.alter`)."""
+        return self.federation.alter(
+            name, access=access, writable=writable, prefix=prefix, no_prefix=no_prefix
+        )
+
     def metastore(self, name: str) -> FederatedMetastore:
         """The metastore ``name``; ``primary`` is this process's own (``--metastore``)."""
         return self.federation.get(name)
