@@ -198,7 +198,7 @@ class FederationAdmin:
             return [
                 n.name
                 for n in self.router.store(name).list_namespaces()
-                if n.name.startswith(prefix) and routes.get(n.name, name) == name
+                if n.name.startswith(prefix) and n.name not in routes
             ]
         except MetastoreUnavailableError as exc:
             raise UserInputError(
@@ -261,11 +261,11 @@ class FederationAdmin:
                 n for n in self._placed_by_prefix(current) if not (new_prefix and n.startswith(new_prefix))
             ]
             if left:
+                then = "without a prefix" if new_prefix is None else f"with the prefix {new_prefix}"
                 raise UserInputError(
-                    f"metastore {name}'s prefix {current.prefix} places namespaces {', '.join(left)} there, "
-                    f"and {'no prefix' if new_prefix is None else f'prefix {new_prefix}'} would not: they "
-                    f"would vanish from view. Route each there first (streampart federation route "
-                    f"{left[0]} --to {name}), or drop them"
+                    f"metastore {name}'s prefix {current.prefix} places namespaces {', '.join(left)} there; "
+                    f"{then} they would route elsewhere and vanish from view. Route each there first "
+                    f"(streampart federation route {left[0]} --to {name}), or drop them"
                 )
         altered = self.primary.alter_metastore(name, new_access, patterns, new_prefix)
         self.router.refresh(force=True)
