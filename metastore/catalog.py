@@ -763,6 +763,18 @@ class Catalog:
             f"(streampart link drop {link.name})"
         )
 
+    def is_dangling(self, link: Link) -> bool:
+        """Whether ``link``'s source was dropped (looked up in the source's metastore, by uid)."""
+        try:
+            self.link_source(link)
+        except DanglingLinkError:
+            return True
+        return False
+
+    def link_info(self, link: Link) -> dict[str, Any]:
+        """``link``'s settings as ``link describe --json`` shows them (see description.link_info)."""
+        return description.link_info(link, dangling=self.is_dangling(link))
+
     # -- links -----------------------------------------------------------------------------
     def create_link(self, spec: LinkSpec, *, create_namespace: bool = True) -> Link:
         """Link ``spec.source`` (a table of another namespace) into ``spec.name``'s namespace.

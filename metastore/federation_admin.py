@@ -1,4 +1,4 @@
-"""The federation's administration: register, list, probe and remove metastores, route namespaces.
+"""The federation's administration: register, list, probe, alter and remove metastores, route namespaces.
 
 What ``streampart federation …`` (and its HTTP twin) does, over the registry and the route table
 in the primary. Routing itself is the :class:`~metastore.router.Router`'s; the catalog exposes

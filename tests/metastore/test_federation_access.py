@@ -152,6 +152,9 @@ def test_alter_changes_access_whitelist_and_prefix_and_bumps_the_route_version(
         catalog.alter_metastore("primary", access="read-only")
 
     catalog.route_namespace("eu_north", "m")  # pinned: now the prefix may go
+    catalog.add_metastore("m2", f"sqlite:///{tmp_path / 'm2.sqlite'}", "read-only", prefix="zz_")
+    with pytest.raises(UserInputError, match="prefix zz overlaps the prefix zz_ of metastore m2"):
+        catalog.alter_metastore("m", prefix="zz")
     assert catalog.alter_metastore("m", no_prefix=True).prefix is None
     assert catalog.table("eu_north.t").metastore == "m"
     assert catalog.table(TableName.parse("euro.t")).metastore == "primary"

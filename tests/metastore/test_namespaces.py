@@ -208,11 +208,13 @@ def test_links_are_read_only_and_a_linked_source_is_dropped_only_with_force(cata
     assert resolved.table.id == source.id and resolved.table.uid == source.uid
     assert resolved.table.metastore == catalog.router.metastore_of("b")  # federated: m2, the link in m1
     assert catalog.describe(resolved)["link"]["source"] == "b.t"
+    assert resolved.link is not None and catalog.link_info(resolved.link)["dangling"] is False
     catalog.drop_table(source, force=True)
     make_table(catalog, "b.t")  # a new table of the same name is not the link's source
     with pytest.raises(DanglingLinkError, match=r"link a\.l: its source b\.t was dropped"):
         catalog.resolve("a.l")
-    assert home(catalog, "a").get_link(TableName.parse("a.l")).source_table_id is None
+    left = home(catalog, "a").get_link(TableName.parse("a.l"))
+    assert left.source_table_id is None and catalog.link_info(left)["dangling"] is True
 
 
 # -- resolution ------------------------------------------------------------------------------
