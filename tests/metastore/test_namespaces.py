@@ -306,7 +306,9 @@ def test_usage_and_the_quota_ledger_agree_with_the_delta_logs(catalog) -> None: 
         w.write(records(range(k * 10, k * 10 + 10)), Format.JSONL, key=f"c{k}")
     w.write(records(range(100, 105)) + b"not json\n", Format.JSONL, key="bad")  # one dead letter
     rolled = Roller(catalog).roll_table(t, force=True)
-    assert [r.rows for r in rolled] == [35]  # 3 chunks of 10 and 5 good rows; in b's metastore (m2 if federated)
+    assert [r.rows for r in rolled] == [
+        35
+    ]  # 3 chunks of 10 and 5 good rows; in b's metastore (m2 if federated)
     w.write(records(range(200, 210)), Format.JSONL, key="after")
     ev = make_table(catalog, "b.ev", mode=Mode.EVENT_TIME, late_data=LateDataPolicy.DIVERT)
     two_periods = records(range(5), "2026-11-21T10:15:00Z") + records(range(5, 9), "2026-11-21T11:15:00Z")
