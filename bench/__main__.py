@@ -17,7 +17,8 @@ RESULTS = Path(__file__).parent / "results" / "latest.json"
 # Default scale: under 10 minutes on this 2-core machine (578 s measured while other jobs kept
 # the load average near 5), plus about 5 minutes for ``links`` (309 s at load 6-7); quick: a
 # smoke run of about a minute, plus 48 s for ``links``. ``federation`` adds about 6 minutes
-# (346 s at load 5-7, 4 of them preloading 20M chunk rows; 19 min at load 7-13) and 18 s quick.
+# (346 s at load 5-7, 4 of them preloading 20M chunk rows; 19 min at load 7-13) and 18 s quick;
+# ``router`` about a minute quick (57 s at load 11).
 #
 # Why 2,000 chunks (not 10,000) for the read benchmark by default: every chunk is a real chunk
 # commit. Session 1 measured 30-200 ms a commit (each loaded the Delta table from scratch),
@@ -59,6 +60,8 @@ SCALES: dict[str, dict[str, Any]] = {
         "federation_commits": 50,
         "federation_warmup": 3,
         "federation_rounds": 2,
+        "router_commits": 300,
+        "router_warmup": 5,
     },
     "quick": {
         "rows": 100,
@@ -94,6 +97,8 @@ SCALES: dict[str, dict[str, Any]] = {
         "federation_commits": 15,
         "federation_warmup": 2,
         "federation_rounds": 1,
+        "router_commits": 30,
+        "router_warmup": 2,
     },
 }
 
@@ -107,6 +112,7 @@ def benchmarks() -> dict[str, Any]:
         link_planning,
         replication,
         roll,
+        router,
         snapshot_read,
         spark_roll,
     )
@@ -114,11 +120,23 @@ def benchmarks() -> dict[str, Any]:
     modules = (
         commit_latency, roll, snapshot_read, kafka_ingest, http_load, link_planning, replication, spark_roll,
         federation,
+        router,
     )  # fmt: skip
     return {m.NAME: m for m in modules}
 
 
-NAMES = ("commit", "roll", "read", "kafka", "http", "links", "replication", "spark_roll", "federation")
+NAMES = (
+    "commit",
+    "roll",
+    "read",
+    "kafka",
+    "http",
+    "links",
+    "replication",
+    "spark_roll",
+    "federation",
+    "router",
+)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -504,6 +504,20 @@ class Catalog:
         """Register a federated metastore (see :meth:`FederationAdmin.add`)."""
         return self.federation.add(name, url, access, writable, prefix, routes)
 
+    def alter_metastore(
+        self,
+        name: str,
+        *,
+        access: AccessType | str | None = None,
+        writable: Sequence[str] | None = None,
+        prefix: str | None = None,
+        no_prefix: bool = False,
+    ) -> FederatedMetastore:
+        """Change a metastore's access type, whitelist or prefix (see :meth:`FederationAdmin.alter`)."""
+        return self.federation.alter(
+            name, access=access, writable=writable, prefix=prefix, no_prefix=no_prefix
+        )
+
     def metastore(self, name: str) -> FederatedMetastore:
         """The metastore ``name``; ``primary`` is this process's own (``--metastore``)."""
         return self.federation.get(name)
@@ -748,6 +762,18 @@ class Catalog:
             f"link {link.name}: its source {link.source} was dropped; drop the link "
             f"(streampart link drop {link.name})"
         )
+
+    def is_dangling(self, link: Link) -> bool:
+        """Whether ``link``'s source was dropped (looked up in the source's metastore, by uid)."""
+        try:
+            self.link_source(link)
+        except DanglingLinkError:
+            return True
+        return False
+
+    def link_info(self, link: Link) -> dict[str, Any]:
+        """``link``'s settings as ``link describe --json`` shows them (see description.link_info)."""
+        return description.link_info(link, dangling=self.is_dangling(link))
 
     # -- links -----------------------------------------------------------------------------
     def create_link(self, spec: LinkSpec, *, create_namespace: bool = True) -> Link:

@@ -84,7 +84,7 @@ def describe(
         "partitions": partitions,
     }
     if link is not None:
-        info["link"] = link_info(link)
+        info["link"] = link_info(link, dangling=False)  # its source was just read
     return info
 
 
@@ -111,12 +111,16 @@ def replica_info(
     }
 
 
-def link_info(link: Link) -> dict[str, Any]:
-    """A link's own settings, as ``link describe --json`` and ``table describe --json`` show them."""
+def link_info(link: Link, *, dangling: bool) -> dict[str, Any]:
+    """A link's own settings, as ``link describe --json`` and ``table describe --json`` show them.
+
+    ``dangling``: its source was dropped, as :meth:`Catalog.is_dangling` tells (the link's row alone
+    cannot: a source in another metastore has no row id here, dropped or not).
+    """
     return {
         "name": str(link.name),
         "source": str(link.source),
-        "dangling": link.source_table_id is None,
+        "dangling": dangling,
         "mode": link.mode.value,
         "include_streaming": link.include_streaming,
         "retention": format_duration(link.retention) if link.retention is not None else None,

@@ -1,4 +1,4 @@
-"""The federation's administration: register, list, probe and remove metastores, route namespaces.
+"""The federation's administration: register, list, probe, alter and remove metastores, route namespaces.
 
 What ``streampart federation …`` (and its HTTP twin) does, over the registry and the route table
 in the primary. Routing itself is the :class:`~metastore.router.Router`'s; the catalog exposes
@@ -7,7 +7,10 @@ these as ``catalog.add_metastore`` and the like.
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from metastore.errors import AlreadyExistsError, MetastoreUnavailableError, UserInputError
 from metastore.federation import (
@@ -22,9 +25,35 @@ from metastore.federation import (
     probe,
     resolve_url,
 )
+from metastore.models import iso
 from metastore.namespaces import check_namespace
 from metastore.router import Router
 from metastore.store import Metastore, normalize_url
+
+
+def metastore_info(
+    metastore: FederatedMetastore, routes: Mapping[str, str], error: str | bool | None = False
+) -> dict[str, Any]:
+    """A metastore as ``federation … --json`` and ``/v1/admin/federation/…`` show it.
+
+    Args:
+        routes: The explicit routes (those naming ``metastore`` are listed).
+        error: Its probe's answer: None if it is up, why not if it is down; False: not probed (no
+            ``health`` and ``error`` keys then).
+    """
+    info: dict[str, Any] = {
+        "metastore": metastore.name,
+        "url": metastore.url,
+        "access": metastore.access.value,
+        "writable": list(metastore.writable),
+        "prefix": metastore.prefix,
+        "routes": sorted(ns for ns, target in routes.items() if target == metastore.name),
+        "created_at": iso(metastore.created_at) if metastore.created_at else None,
+    }
+    if error is not False:
+        info["health"] = "up" if error is None else "down"
+        info["error"] = error
+    return info
 
 
 class FederationAdmin:
@@ -146,26 +175,118 @@ class FederationAdmin:
         own database, so they are looked up there (refused if it cannot be reached).
         """
         entry = self.router.entry(check_metastore_name(name))
-        if entry.prefix:
-            routes = self.primary.routes()
-            try:
-                held = [
-                    n.name
-                    for n in self.router.store(name).list_namespaces()
-                    if n.name.startswith(entry.prefix) and routes.get(n.name, name) == name
-                ]
-            except MetastoreUnavailableError as exc:
-                raise UserInputError(
-                    f"metastore {name} cannot be checked for namespaces its prefix {entry.prefix} placed "
-                    f"there: {exc}; try again when it answers"
-                ) from None
-            if held:
-                raise UserInputError(
-                    f"metastore {name} is in use: namespaces {', '.join(held)} have its prefix "
-                    f"{entry.prefix}; drop them first, or move each elsewhere (streampart namespace move)"
-                )
+        held = self._placed_by_prefix(entry)
+        if held:
+            raise UserInputError(
+                f"metastore {name} is in use: namespaces {', '.join(held)} have its prefix "
+                f"{entry.prefix}; drop them first, or move each elsewhere (streampart namespace move)"
+            )
         self.primary.remove_metastore(name)
         self.router.refresh(force=True)
+
+    def _placed_by_prefix(self, entry: FederatedMetastore) -> builtins.list[str]:
+        """The namespaces in ``entry``'s database that its prefix places there (no explicit route).
+
+        Raises:
+            UserInputError: its database cannot be read now (nothing can be decided about them).
+        """
+        if not entry.prefix:
+            return []
+        name, prefix = entry.name, entry.prefix
+        routes = self.primary.routes()
+        try:
+            return [
+                n.name
+                for n in self.router.store(name).list_namespaces()
+                if n.name.startswith(prefix) and n.name not in routes
+            ]
+        except MetastoreUnavailableError as exc:
+            raise UserInputError(
+                f"metastore {name} cannot be checked for namespaces its prefix {prefix} placed "
+                f"there: {exc}; try again when it answers"
+            ) from None
+
+    def alter(
+        self,
+        name: str,
+        *,
+        access: AccessType | str | None = None,
+        writable: Sequence[str] | None = None,
+        prefix: str | None = None,
+        no_prefix: bool = False,
+    ) -> FederatedMetastore:
+        """Change a metastore's access type, whitelist or prefix; every process follows within its
+        refresh interval (the route-table version is bumped with the change).
+
+        Args:
+            access: The new access type (absent: unchanged).
+            writable: The new whitelist, replacing the old one (absent: kept while the access type
+                has a whitelist, dropped when it has none).
+            prefix: A new prefix, checked for collisions as ``add`` checks one; ``no_prefix``: none.
+
+        Raises:
+            NotFoundError: no such metastore. UserInputError: nothing to change; a bad access type,
+                pattern or prefix; ``prefix`` with ``no_prefix``; a new prefix overlapping another's
+                or claiming namespaces of the primary; the old prefix still placing namespaces
+                there that the new one would not (they would vanish from view).
+        """
+        if name == PRIMARY:
+            raise UserInputError(
+                f"metastore {PRIMARY} is the one a process starts with (--metastore): it writes and "
+                "creates every namespace, and has no access type, whitelist or prefix to alter"
+            )
+        check_metastore_name(name)
+        if prefix is not None and no_prefix:
+            raise UserInputError("--prefix sets a prefix and --no-prefix removes it: give one of them")
+        if access is None and writable is None and prefix is None and not no_prefix:
+            raise UserInputError(
+                f"nothing to alter for metastore {name}: give --access, --writable, --prefix or --no-prefix"
+            )
+        current = self.primary.get_metastore(name)  # NotFoundError for an unknown one
+        if access is None:
+            new_access = current.access
+        else:
+            try:
+                new_access = AccessType(access)
+            except ValueError:
+                raise UserInputError(
+                    f"access {access!r} is not one of {', '.join(a.value for a in AccessType)}"
+                ) from None
+        if writable is None:
+            writable = current.writable if new_access.whitelisted else ()
+        patterns = check_access(new_access, writable)
+        new_prefix = None if no_prefix else check_prefix(prefix) if prefix is not None else current.prefix
+        if current.prefix and new_prefix != current.prefix:
+            left = [
+                n for n in self._placed_by_prefix(current) if not (new_prefix and n.startswith(new_prefix))
+            ]
+            if left:
+                then = "without a prefix" if new_prefix is None else f"with the prefix {new_prefix}"
+                raise UserInputError(
+                    f"metastore {name}'s prefix {current.prefix} places namespaces {', '.join(left)} there; "
+                    f"{then} they would route elsewhere and vanish from view. Route each there first "
+                    f"(streampart federation route {left[0]} --to {name}), or drop them"
+                )
+        altered = self.primary.alter_metastore(name, new_access, patterns, new_prefix)
+        self.router.refresh(force=True)
+        return altered
+
+    def healths(self, metastores: Sequence[FederatedMetastore]) -> builtins.list[str | None]:
+        """Each metastore's live probe (as :meth:`health`), all at once: one dead host costs one probe
+        timeout, not one each."""
+        with ThreadPoolExecutor(max_workers=min(8, len(metastores)) or 1) as pool:
+            return list(pool.map(self.health, metastores))
+
+    def listed(self) -> builtins.list[dict[str, Any]]:
+        """Every metastore (the primary first) as :func:`metastore_info`, each probed live."""
+        metastores, routes = self.list(), self.primary.routes()
+        errors = self.healths(metastores)
+        return [metastore_info(m, routes, e) for m, e in zip(metastores, errors, strict=True)]
+
+    def described(self, name: str) -> dict[str, Any]:
+        """The metastore ``name`` as :func:`metastore_info`, probed live (NotFoundError if unknown)."""
+        metastore = self.get(name)
+        return metastore_info(metastore, self.primary.routes(), self.health(metastore))
 
     def health(self, metastore: FederatedMetastore) -> str | None:
         """None if ``metastore`` answers a live probe now (short timeout), else why not."""

@@ -23,7 +23,7 @@ import os
 import socket
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -135,8 +135,20 @@ class Roller:
     # knows the settings); asked only when a partition is compacted.
     spark: SparkFactory | None = None
 
+    def _home(self, table: Table) -> Roller | None:
+        """This roller bound to ``table``'s metastore, if that is not the one its catalog is bound to.
+
+        A table's row ids are its metastore's: a roll of a table in a federated metastore must
+        read and write that metastore, never the primary (where the same id is another table).
+        FederationAccessError if the metastore's access type does not let the table be written.
+        """
+        home = self.catalog.for_write(table)
+        return None if home is self.catalog else replace(self, catalog=home)
+
     def roll_table(self, table: Table, now: datetime | None = None, force: bool = False) -> list[RollResult]:
         """Resume interrupted rolls of ``table``, then roll every partition due at ``now``."""
+        if (home := self._home(table)) is not None:
+            return home.roll_table(table, now, force)
         now = now or clock.now()
         store = self.catalog.store
         results = []
@@ -154,6 +166,8 @@ class Roller:
 
     def roll_partition(self, table: Table, partition: Partition, now: datetime) -> RollResult | None:
         """Begin and carry out the roll of one streaming partition; ``None`` if another roller has it."""
+        if (home := self._home(table)) is not None:
+            return home.roll_partition(table, partition, now)
         next_value = next_partition_value(table, partition, now) if table.mode is Mode.ARRIVAL else None
         try:
             roll = self.catalog.store.begin_roll(
@@ -173,6 +187,8 @@ class Roller:
 
     def run(self, table: Table, roll: Roll, resumed: bool = False) -> RollResult:
         """Carry ``roll`` from its recorded step to DONE."""
+        if (home := self._home(table)) is not None:
+            return home.run(table, roll, resumed)
         started = clock.monotonic()
         store = self.catalog.store
         try:

@@ -10,6 +10,7 @@ import pytest
 from metastore.catalog import Catalog
 from metastore.durations import parse_duration
 from metastore.models import LateDataPolicy, Mode, Table, TableName, TableSpec, parse_schema
+from metastore.store import Metastore
 from tests.pg import drop_scratch_schema, scratch_schema_url
 
 BACKENDS = ["sqlite", "postgresql"]
@@ -36,12 +37,60 @@ def catalog(metastore_url: str, tmp_path: Path) -> Iterator[Catalog]:
     cat.close()
 
 
-@pytest.fixture
-def sqlite_catalog(tmp_path: Path) -> Iterator[Catalog]:
-    """For Spark-heavy tests where the backend does not matter (both are covered elsewhere)."""
-    cat = Catalog.open(tmp_path / "warehouse")
+# Where the contract suites' namespaces live in the federated variant of ``routed_catalog``: m1 and m2
+# are PostgreSQL schemas, m3 a SQLite file; explicit routes for some, a prefix for others, and every
+# other namespace (e.g. ``ops``) stays on the primary. ``a`` and ``b`` apart: links cross metastores.
+FEDERATED_ROUTES = {"ns": "m1", "a": "m1", "b": "m2", "nope": "m2", "c": "m3", "iso": "m3"}
+FEDERATED_PREFIXES = {"m2": "te", "m3": "sal"}  # team → m2, sales → m3
+
+
+@pytest.fixture(params=["single", "federated"], name="catalog")
+def routed_catalog(request: pytest.FixtureRequest, metastore_url: str, tmp_path: Path) -> Iterator[Catalog]:
+    """``catalog`` for the contract suites: one metastore, or a federation of four through the router.
+
+    Import it into a test module (``from tests.fixtures import routed_catalog``) and its tests run on
+    both: in the federated variant the primary is ``metastore_url`` and the tests' namespaces live in
+    m1 and m2 (two PostgreSQL databases) and m3 (a SQLite file), by :data:`FEDERATED_ROUTES` and
+    :data:`FEDERATED_PREFIXES`. A test reaches a namespace's own metastore with :func:`home`.
+    """
+    cat = Catalog.open(tmp_path / "warehouse", metastore_url)
+    made = federate(cat, tmp_path) if request.param == "federated" else []
     yield cat
     cat.close()
+    for url in made:
+        drop_scratch_schema(url)
+
+
+def federate(catalog: Catalog, tmp_path: Path) -> list[str]:
+    """Register m1, m2 (PostgreSQL scratch schemas) and m3 (a SQLite file) with ``catalog``'s primary
+    and place the contract suites' namespaces there; returns the schemas' URLs (to drop)."""
+    made = [scratch_schema_url("sp_fed"), scratch_schema_url("sp_fed")]
+    urls = {"m1": made[0], "m2": made[1], "m3": f"sqlite:///{tmp_path / 'm3.sqlite'}"}
+    for name, url in urls.items():
+        catalog.add_metastore(name, url, "read-write-create", prefix=FEDERATED_PREFIXES.get(name))
+    for namespace, name in FEDERATED_ROUTES.items():
+        catalog.set_route(namespace, name)
+    return made
+
+
+def home(catalog: Catalog, namespace: str = "ns") -> Metastore:
+    """The metastore ``namespace`` lives in, as ``catalog``'s router places it (its primary, unfederated)."""
+    return catalog.routed(namespace).store
+
+
+@pytest.fixture
+def sqlite_catalog(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Catalog]:
+    """For Spark-heavy tests where the backend does not matter (both are covered elsewhere).
+
+    ``@pytest.mark.parametrize("sqlite_catalog", ["single", "federated"], indirect=True)`` runs a
+    test on it alone and on it as the primary of a federation (see :func:`federate`).
+    """
+    cat = Catalog.open(tmp_path / "warehouse")
+    made = federate(cat, tmp_path) if getattr(request, "param", "single") == "federated" else []
+    yield cat
+    cat.close()
+    for url in made:
+        drop_scratch_schema(url)
 
 
 def make_table(

@@ -185,3 +185,43 @@ def test_federation_settings(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) ->
     assert settings.federation.secret_values() == {"PG_PW": "s3cret"}
     assert "s3cret" not in repr(settings) and settings.federation.refresh_interval.total_seconds() == 2
     assert settings.federation.health_interval.total_seconds() == 5
+
+
+@pytest.mark.usefixtures("env")
+def test_federation_alter(metastore_url: str, other_url: str, tmp_path: Path) -> None:
+    wh = tmp_path / "wh"
+
+    def cli(*args: str) -> tuple[int, str]:
+        return _cli(metastore_url, wh, *args)
+
+    assert cli("federation", "add", "m1", "--url", other_url, "--access", "read-write-create")[0] == 0
+    assert cli("namespace", "create", "ops", "--metastore", "m1")[0] == 0
+    version = _registry(metastore_url)[2]
+    code, out = cli("federation", "alter", "m1", "--access", "read-write-whitelist", "--writable", "ops",
+                    "--prefix", "sales_", "--json")  # fmt: skip
+    assert code == 0, out
+    info = json.loads(out)
+    assert (info["access"], info["writable"], info["prefix"], info["routes"]) == (
+        "read-write-whitelist", ["ops"], "sales_", ["ops"],
+    )  # fmt: skip
+    assert _registry(metastore_url)[2] == version + 1  # one change, one bump
+    assert cli("federation", "alter", "m1", "--access", "read-only", "--no-prefix") == (
+        0,
+        "metastore m1 is read-only, no prefix\n",
+    )
+    code, said = cli("table", "create", "ops.t", "--schema", "id BIGINT, ts TIMESTAMP", "--time-column", "ts",
+                     "--roll-every", "1h")  # fmt: skip
+    assert code == 1 and "namespace ops is on metastore m1, which is read-only: no writes" in said
+
+    before = _registry(metastore_url)
+    bad = [
+        (("federation", "alter", "nope", "--access", "read-only"), "metastore nope does not exist"),
+        (("federation", "alter", "m1"), "nothing to alter for metastore m1"),
+        (("federation", "alter", "m1", "--access", "rw"), "access 'rw' is not one of"),
+        (("federation", "alter", "m1", "--prefix", "a_", "--no-prefix"), "give one of them"),
+        (("federation", "alter", "primary", "--access", "read-only"), "has no access type"),
+    ]
+    for args, says in bad:
+        code, said = cli(*args)
+        assert code == 1 and says in said, (args, said)
+        assert _registry(metastore_url) == before, args

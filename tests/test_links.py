@@ -34,6 +34,11 @@ from tests.scheduler.helpers import start_daemon
 pytestmark = pytest.mark.spark
 
 
+# Alone, and as the primary of a federation where a (m1), b (m2), c and iso (m3) live elsewhere:
+# links across metastores, read by Spark through the router (tests.fixtures.federate).
+FEDERATED = pytest.mark.parametrize("sqlite_catalog", ["single", "federated"], indirect=True)
+
+
 def link(catalog: Catalog, name: str, to: str, **kw: object) -> None:
     catalog.create_link(LinkSpec(name=TableName.parse(name), source=TableName.parse(to), **kw))
 
@@ -56,6 +61,7 @@ def ids(df) -> list[int]:  # type: ignore[no-untyped-def]
     return sorted(r["id"] for r in df.select("id").collect())
 
 
+@FEDERATED
 def test_a_dynamic_link_shows_a_partition_from_the_version_that_swept_it(spark, sqlite_catalog) -> None:  # type: ignore[no-untyped-def]
     """At every version of the source: the dynamic link shows exactly the swept (standard)
     partitions' rows — none at the seal, all at the sweep, never twice — and a link with
@@ -68,7 +74,7 @@ def test_a_dynamic_link_shows_a_partition_from_the_version_that_swept_it(spark, 
     for k in range(3):
         w.write(records(range(k * 10, k * 10 + 10)), Format.JSONL, key=f"before-{k}")
     Roller(cat).roll_table(source, force=True)
-    [rolled] = cat.store.list_rolls(source.id)
+    [rolled] = cat.of(source).store.list_rolls(source.id)
     for k in range(2):
         w.write(records(range(100 + k * 10, 110 + k * 10)), Format.JSONL, key=f"after-{k}")
     newest = int(cat.load(source).version())
@@ -141,6 +147,7 @@ def at(instant: datetime) -> clock.SystemClock:
     return clock.SystemClock(instant - datetime.now(UTC))
 
 
+@FEDERATED
 def test_static_links_retention_and_partitions_added_and_dropped(spark, sqlite_catalog) -> None:  # type: ignore[no-untyped-def]
     cat = sqlite_catalog
     hour = timedelta(hours=1)
@@ -153,11 +160,13 @@ def test_static_links_retention_and_partitions_added_and_dropped(spark, sqlite_c
             w.write(records(range(k * 10, k * 10 + 10)), Format.JSONL, key=f"p{k}")
         with clock.use(at(start + (k + 1) * hour)):
             roller.roll_table(source)
-    parts = [p.value for p in cat.store.list_partitions(source.id)]
+    parts = [p.value for p in cat.of(source).store.list_partitions(source.id)]
     assert [p.hour for p in parts] == [10, 11, 12, 13]
     link(cat, "a.st", "b.t", mode=LinkMode.STATIC, partitions=(parts[0], parts[2], parts[3]))
     assert ids(read_table(spark, cat, "a.st")) == list(range(10)) + list(range(20, 30))  # 13:00 streams
-    cat.set_link_partitions(cat.store.get_link(TableName.parse("a.st")), add=[parts[1]], drop=[parts[0]])
+    cat.set_link_partitions(
+        cat.routed("a").store.get_link(TableName.parse("a.st")), add=[parts[1]], drop=[parts[0]]
+    )
     assert ids(read_table(spark, cat, "a.st")) == list(range(10, 30))
     # retention 90 minutes: at 13:01 the partitions that ended after 11:31 show (11:00 and 12:00)
     link(cat, "a.k", "b.t", retention=timedelta(minutes=90))
@@ -167,13 +176,14 @@ def test_static_links_retention_and_partitions_added_and_dropped(spark, sqlite_c
         assert ids(read_table(spark, cat, "a.k")) == []
 
 
+@FEDERATED
 def test_an_isolated_namespace_reads_its_own_tables_and_links_only(spark, sqlite_catalog) -> None:  # type: ignore[no-untyped-def]
     cat = sqlite_catalog
     b = make_table(cat, "b.t")
     ChunkWriter(cat, b).write(records(range(5)), Format.JSONL, key="x")
     own = make_table(cat, "a.own")
     ChunkWriter(cat, own).write(records(range(100, 103)), Format.JSONL, key="y")
-    cat.store.create_namespace("iso", isolated=True)
+    cat.create_namespace("iso", isolated=True)
     make_table(cat, "iso.mine")
     link(cat, "iso.l", "b.t", include_streaming=True)
     with pytest.raises(IsolationError, match=r"namespace iso is isolated.*link create iso\.t --to b\.t"):

@@ -25,7 +25,7 @@ from ingest.api.config import ServerConfig
 from ingest.api.docs import serve_docs
 from ingest.api.handlers import install_error_handlers
 from ingest.api.metrics import ApiMetrics, MetricsMiddleware
-from ingest.api.routes import chunks, events, namespaces, ops, tables
+from ingest.api.routes import chunks, events, federation, namespaces, ops, tables
 from ingest.api.state import ApiState
 from ingest.config import ChunkConfig
 from metastore.catalog import Catalog
@@ -40,7 +40,8 @@ A committed chunk is visible to queries at once and wholly; an uncommitted one n
 call may be retried: open with an `idempotency_key`, and a retried commit answers with the
 commit that landed. **Events**: `POST …/events` commits a batch (Flume's JSON events or a JSON
 array of records) as one chunk. **Auth**: `Authorization: Bearer <token>` (`streampart token
-create`), scopes `read`, `write`, `admin` per namespace. Errors are JSON
+create`), scopes `read`, `write`, `admin` per namespace; the federation's administration
+(`/v1/admin/federation/…`) needs `admin:*`. Errors are JSON
 `{"error", "message", "field", "line"}` naming the field at fault.
 """
 
@@ -75,6 +76,6 @@ def create_app(
     app.state.api = st
     app.add_middleware(MetricsMiddleware, metrics=st.metrics)
     install_error_handlers(app)
-    for routes in (chunks, events, tables, namespaces, ops):
+    for routes in (chunks, events, tables, namespaces, federation, ops):
         app.include_router(routes.router)
     return app

@@ -109,9 +109,41 @@ class FederationStore(Database):
             raise AlreadyExistsError(f"metastore {name} exists already") from None
         return self.get_metastore(name)
 
-    def _check_prefix(self, conn: Connection, name: str, prefix: str, routes: Mapping[str, str]) -> None:
+    def alter_metastore(
+        self, name: str, access: AccessType, writable: Sequence[str], prefix: str | None
+    ) -> FederatedMetastore:
+        """Change a metastore's access type, whitelist and prefix (the catalog has checked them).
+
+        A new prefix is checked here, in the same transaction, as :meth:`add_metastore` checks one;
+        the route-table version is bumped with the change, so every process sees it within its
+        refresh interval.
+
+        Raises:
+            NotFoundError: no such metastore; UserInputError: the new prefix overlaps another's or
+                claims namespaces of the primary (naming them).
+        """
         m = s.metastores.c
-        for other, theirs in conn.execute(sa.select(m.name, m.prefix).where(m.prefix.is_not(None))).all():
+        with self.tx() as conn:
+            _lock_registry(conn)
+            row = conn.execute(sa.select(s.metastores).where(m.name == name)).first()
+            if row is None:
+                raise unknown_metastore(name)
+            if prefix is not None and prefix != row._mapping["prefix"]:
+                self._check_prefix(conn, name, prefix, {}, hint="alter")
+            conn.execute(
+                sa.update(s.metastores)
+                .where(m.name == name)
+                .values(access=access.value, writable=list(writable), prefix=prefix)
+            )
+            bump_route_version(conn)
+        return self.get_metastore(name)
+
+    def _check_prefix(
+        self, conn: Connection, name: str, prefix: str, routes: Mapping[str, str], hint: str = "add"
+    ) -> None:
+        m = s.metastores.c
+        others = sa.select(m.name, m.prefix).where(m.prefix.is_not(None), m.name != name)
+        for other, theirs in conn.execute(others).all():
             if theirs.startswith(prefix) or prefix.startswith(theirs):
                 raise UserInputError(
                     f"prefix {prefix} overlaps the prefix {theirs} of metastore {other}: a namespace "
@@ -121,10 +153,14 @@ class FederationStore(Database):
         claimed = [ns for ns in _prefixed(conn, prefix) if ns not in routed]
         if claimed:
             shown = ", ".join(claimed[:10]) + (f" and {len(claimed) - 10} more" if len(claimed) > 10 else "")
+            settle = (
+                f"--route {claimed[0]}={PRIMARY} (keep it on the primary) to `streampart federation add`"
+                if hint == "add"
+                else f"streampart federation route {claimed[0]} --to {PRIMARY} first (keeps it there)"
+            )
             raise UserInputError(
                 f"prefix {prefix} collides with namespaces of the primary: {shown}; the prefix would "
-                f"move them to {name}. Choose another prefix, or route each explicitly: "
-                f"--route {claimed[0]}={PRIMARY} (keep it on the primary) to `streampart federation add`"
+                f"move them to {name}. Choose another prefix, or route each explicitly: {settle}"
             )
 
     def get_metastore(self, name: str) -> FederatedMetastore:

@@ -1,59 +1,26 @@
-"""``streampart federation add|list|describe|remove``: the registry of federated metastores (issue 12).
-
-Part 1: the registry and the explicit routes are recorded in the primary (the ``--metastore`` a
-process starts with); the catalog's calls are not routed through them yet (part 2).
+"""``streampart federation add|list|describe|alter|route|remove``: the registry of federated metastores
+and the routes (issue 12), recorded in the primary (the ``--metastore`` a process starts with).
 """
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
 from rich.table import Table as RichTable
 
 from metastore.errors import UserInputError
+from metastore.federation_admin import metastore_info
 from streampart.cli.context import cli_context
 from streampart.cli.output import TextOutput
 from streampart.cli.params import JsonFlag
 
-if TYPE_CHECKING:
-    from metastore.catalog import Catalog
-    from metastore.federation import FederatedMetastore
-
 federation_app = typer.Typer(
-    help="Register, list, describe and remove federated metastores: namespaces spread over several "
-    "metastore databases.",
+    help="Register, list, describe, alter and remove federated metastores, and route namespaces to them: "
+    "namespaces spread over several metastore databases.",
     no_args_is_help=True,
 )
-
-
-def _metastore_json(
-    metastore: FederatedMetastore, routes: dict[str, str], error: str | bool | None = False
-) -> dict[str, Any]:
-    """A metastore as the commands show it; ``error``: its probe's (None: up; False: not probed)."""
-    from metastore.models import iso
-
-    info: dict[str, Any] = {
-        "metastore": metastore.name,
-        "url": metastore.url,
-        "access": metastore.access.value,
-        "writable": list(metastore.writable),
-        "prefix": metastore.prefix,
-        "routes": sorted(ns for ns, target in routes.items() if target == metastore.name),
-        "created_at": iso(metastore.created_at) if metastore.created_at else None,
-    }
-    if error is not False:
-        info["health"] = "up" if error is None else "down"
-        info["error"] = error
-    return info
-
-
-def _health(catalog: Catalog, metastores: list[FederatedMetastore]) -> list[str | None]:
-    """Each metastore's live probe, all at once: one dead host costs one probe timeout, not one each."""
-    with ThreadPoolExecutor(max_workers=min(8, len(metastores)) or 1) as pool:
-        return list(pool.map(catalog.metastore_health, metastores))
 
 
 def _routes_option(items: list[str]) -> dict[str, str]:
@@ -104,7 +71,7 @@ def federation_add(
     cli = cli_context(ctx)
     catalog = cli.catalog()
     metastore = catalog.add_metastore(name, url, access, writable or [], prefix, _routes_option(route or []))
-    cli.output.result(_metastore_json(metastore, catalog.primary.routes(), None), _print_added)
+    cli.output.result(metastore_info(metastore, catalog.primary.routes(), None), _print_added)
 
 
 def _print_added(out: TextOutput, info: dict[str, Any]) -> None:
@@ -120,11 +87,7 @@ def _print_added(out: TextOutput, info: dict[str, Any]) -> None:
 def federation_list(ctx: typer.Context, _json: JsonFlag = False) -> None:
     """List the metastores (``primary`` is this process's --metastore), each with a live probe."""
     cli = cli_context(ctx)
-    catalog = cli.catalog()
-    metastores, routes = catalog.metastores(), catalog.primary.routes()
-    errors = _health(catalog, metastores)
-    rows = [_metastore_json(m, routes, e) for m, e in zip(metastores, errors, strict=True)]
-    cli.output.result(rows, _print_list)
+    cli.output.result(cli.catalog().federation.listed(), _print_list)
 
 
 def _print_list(out: TextOutput, rows: list[dict[str, Any]]) -> None:
@@ -147,10 +110,7 @@ def federation_describe(
 ) -> None:
     """Show a metastore: URL (secrets named, not their values), access, whitelist, prefix, routes, health."""
     cli = cli_context(ctx)
-    catalog = cli.catalog()
-    metastore = catalog.metastore(name)
-    info = _metastore_json(metastore, catalog.primary.routes(), catalog.metastore_health(metastore))
-    cli.output.result(info, _print_described)
+    cli.output.result(cli.catalog().federation.described(name), _print_described)
 
 
 def _print_described(out: TextOutput, info: dict[str, Any]) -> None:
@@ -161,6 +121,49 @@ def _print_described(out: TextOutput, info: dict[str, Any]) -> None:
         + f"\nwritable: {', '.join(info['writable']) or 'n/a'}"
         + f"\nprefix: {info['prefix'] or 'none'}"
         + f"\nroutes: {', '.join(info['routes']) or 'none'}",
+        highlight=False,
+    )
+
+
+@federation_app.command("alter")
+def federation_alter(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="The metastore")],
+    access: Annotated[
+        str | None,
+        typer.Option(
+            help="The new access type: read-only, read-write-whitelist, read-write-create-whitelist or "
+            "read-write-create"
+        ),
+    ] = None,
+    writable: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="The new whitelist, replacing the old one: a pattern of namespace names, e.g. 'sales_*' "
+            "(repeatable)"
+        ),
+    ] = None,
+    prefix: Annotated[
+        str | None, typer.Option(help="A new prefix: namespaces named with it are placed here")
+    ] = None,
+    no_prefix: Annotated[bool, typer.Option("--no-prefix", help="Remove its prefix")] = False,
+    _json: JsonFlag = False,
+) -> None:
+    """Change a metastore's access type, whitelist or prefix: every running process follows within the
+    refresh interval, without a restart."""
+    cli = cli_context(ctx)
+    catalog = cli.catalog()
+    metastore = catalog.alter_metastore(
+        name, access=access, writable=writable, prefix=prefix, no_prefix=no_prefix
+    )
+    cli.output.result(metastore_info(metastore, catalog.primary.routes()), _print_altered)
+
+
+def _print_altered(out: TextOutput, info: dict[str, Any]) -> None:
+    out.console.print(
+        f"metastore [bold]{info['metastore']}[/] is {info['access']}"
+        + (f", writable {', '.join(info['writable'])}" if info["writable"] else "")
+        + (f", prefix {info['prefix']}" if info["prefix"] else ", no prefix"),
         highlight=False,
     )
 

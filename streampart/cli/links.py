@@ -80,7 +80,6 @@ def link_create(
     _json: JsonFlag = False,
 ) -> None:
     """Link a table of another namespace into NAMESPACE as LOCAL: reads go to its files, nothing is copied."""
-    from metastore.description import link_info
     from metastore.durations import parse_duration
     from metastore.links import LinkMode, LinkSpec, PartitionRange
     from metastore.models import TableName
@@ -98,7 +97,7 @@ def link_create(
     settings = cli.settings()
     catalog = cli.catalog(settings)
     link = catalog.create_link(spec, create_namespace=not settings.namespaces.require_explicit)
-    cli.output.result(link_info(link), _print_created)
+    cli.output.result(catalog.link_info(link), _print_created)
 
 
 def _print_created(out: TextOutput, info: dict[str, Any]) -> None:
@@ -116,12 +115,11 @@ def link_add_partition(
     _json: JsonFlag = False,
 ) -> None:
     """Add partitions to a static link (each the start of one of its source's periods)."""
-    from metastore.description import link_info
 
     cli = cli_context(ctx)
     catalog = cli.catalog()
     link = catalog.set_link_partitions(_get_link(catalog, name), add=_values(values, "partition value"))
-    cli.output.result(link_info(link), _print_partitions)
+    cli.output.result(catalog.link_info(link), _print_partitions)
 
 
 @link_app.command("drop-partition")
@@ -132,13 +130,12 @@ def link_drop_partition(
     _json: JsonFlag = False,
 ) -> None:
     """Drop partitions from a static link (the source keeps them)."""
-    from metastore.description import link_info
 
     cli = cli_context(ctx)
     catalog = cli.catalog()
     link = _get_link(catalog, name)
     link = catalog.set_link_partitions(link, drop=_values(values, "partition value"))
-    cli.output.result(link_info(link), _print_partitions)
+    cli.output.result(catalog.link_info(link), _print_partitions)
 
 
 def _print_partitions(out: TextOutput, info: dict[str, Any]) -> None:
@@ -170,7 +167,6 @@ def link_list(
     _json: JsonFlag = False,
 ) -> None:
     """List links (of one namespace, or all)."""
-    from metastore.description import link_info
 
     cli = cli_context(ctx)
     catalog = cli.catalog()
@@ -182,7 +178,7 @@ def link_list(
         if listed.warning():
             cli.output.warn(str(listed.warning()))
         links = sorted(listed.merged(), key=lambda x: str(x.name))
-    cli.output.result([link_info(link) for link in links], _print_list)
+    cli.output.result([catalog.link_info(link) for link in links], _print_list)
 
 
 def _print_list(out: TextOutput, rows: list[dict[str, Any]]) -> None:
@@ -212,13 +208,12 @@ def link_describe(
     --json: the link's settings (``partitions``: the values a static link lists) and ``exposed``,
     the partitions it shows now, as ``table describe`` shows them, read at ``version`` of its source.
     """
-    from metastore.description import link_info
 
     cli = cli_context(ctx)
     catalog = cli.catalog()
     link = _get_link(catalog, name)
     described = catalog.describe(catalog.resolve(str(link.name)))  # DanglingLinkError if the source is gone
-    info = link_info(link) | {"version": described["version"], "exposed": described["partitions"]}
+    info = catalog.link_info(link) | {"version": described["version"], "exposed": described["partitions"]}
     cli.output.result(info, _print_described)
 
 

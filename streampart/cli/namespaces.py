@@ -162,7 +162,7 @@ def namespace_describe(
                 "source": str(link.source),
                 "mode": link.mode.value,
                 "include_streaming": link.include_streaming,
-                "dangling": link.source_table_id is None,
+                "dangling": catalog.is_dangling(link),
             }
             for link in store.list_links(ns.name)
         ],

@@ -1,4 +1,5 @@
-"""The catalog: creating tables, and a creation that a crash cut in half."""
+"""The catalog: creating tables, and a creation that a crash cut in half (alone and federated, see
+``tests.fixtures.routed_catalog``)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from metastore.errors import AlreadyExistsError
-from tests.fixtures import make_table
+from tests.fixtures import make_table, routed_catalog  # noqa: F401
 
 
 def test_reading_a_table_never_creates_anything(catalog) -> None:  # type: ignore[no-untyped-def]

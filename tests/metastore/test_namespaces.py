@@ -1,4 +1,6 @@
-"""Namespaces and links in the metastore and the catalog (issue 10), on SQLite and PostgreSQL.
+"""Namespaces and links in the metastore and the catalog (issue 10), on SQLite and PostgreSQL, alone
+and federated (``tests.fixtures.routed_catalog``: ``a`` and ``b`` in two other metastores, so links
+cross metastores).
 
 Names (one name space per namespace, tables and links alike), resolution (``T``, ``T@B``,
 isolation, dangling links), the quota ledger against an independent count of the Delta logs,
@@ -28,14 +30,19 @@ from metastore.errors import (
 from metastore.links import Link, LinkMode, LinkSpec, PartitionRange, Reference
 from metastore.models import ChunkState, LateDataPolicy, Mode, TableName
 from metastore.namespaces import format_size, parse_size
+from metastore.store import Metastore
 from metastore.usage import namespace_usage
 from metastore.warehouse import LiveFile
 from scheduler.roll import Roller
-from tests.fixtures import make_table
+from tests.fixtures import home, make_table, routed_catalog  # noqa: F401
 from tests.helpers import downgraded, records
 
 T0 = datetime(2026, 11, 21, 10, 0, tzinfo=UTC)
 H = timedelta(hours=1)
+
+
+def _links(store: Metastore) -> list[Link]:
+    return store.list_links()
 
 
 def link(catalog: Catalog, name: str, to: str, **kw: object) -> Link:
@@ -62,21 +69,23 @@ def delta_bytes(location: str) -> tuple[int, int]:
 # -- namespaces ------------------------------------------------------------------------------
 def test_namespaces_are_made_on_first_use_or_explicitly(catalog) -> None:  # type: ignore[no-untyped-def]
     make_table(catalog, "sales.orders", dead_letter=True)
-    assert [n.name for n in catalog.store.list_namespaces()] == ["sales"]
-    catalog.store.create_namespace("team", isolated=True, quota_bytes=parse_size("1GiB"), description="d")
+    assert [n.name for n in home(catalog, "sales").list_namespaces()] == ["sales"]
+    home(catalog, "team").create_namespace(
+        "team", isolated=True, quota_bytes=parse_size("1GiB"), description="d"
+    )
     with pytest.raises(AlreadyExistsError, match="namespace team exists"):
-        catalog.store.create_namespace("team")
-    team = catalog.store.get_namespace("team")
+        home(catalog, "team").create_namespace("team")
+    team = home(catalog, "team").get_namespace("team")
     assert (team.isolated, team.quota_bytes, team.description) == (True, 1024**3, "d")
     # namespaces.require_explicit: a table in a missing namespace is refused, naming the command
     with pytest.raises(NotFoundError, match="streampart namespace create nope"):
         make_table_explicit(catalog, "nope.t")
     assert (
-        catalog.store.find_namespace("nope") is None
-        and catalog.store.find_table(TableName.parse("nope.t")) is None
+        home(catalog, "nope").find_namespace("nope") is None
+        and home(catalog, "nope").find_table(TableName.parse("nope.t")) is None
     )
     make_table_explicit(catalog, "team.t")  # an existing one is fine
-    changed = catalog.store.alter_namespace("team", quota_bytes=None, isolated=False)
+    changed = home(catalog, "team").alter_namespace("team", quota_bytes=None, isolated=False)
     assert (changed.quota_bytes, changed.isolated, changed.description) == (None, False, "d")
 
 
@@ -92,11 +101,11 @@ def test_a_namespace_is_dropped_only_when_empty(catalog) -> None:  # type: ignor
     make_table(catalog, "b.t")
     link(catalog, "a.l", "b.t")
     with pytest.raises(UserInputError, match=r"namespace a is not empty: it holds a\.l"):
-        catalog.store.drop_namespace("a")
-    assert catalog.store.namespace_members("b") == (["b.t"], [])
-    catalog.store.drop_link(catalog.store.get_link(TableName.parse("a.l")))
-    catalog.store.drop_namespace("a")
-    assert catalog.store.find_namespace("a") is None
+        home(catalog, "a").drop_namespace("a")
+    assert home(catalog, "b").namespace_members("b") == (["b.t"], [])
+    home(catalog, "a").drop_link(home(catalog, "a").get_link(TableName.parse("a.l")))
+    home(catalog, "a").drop_namespace("a")
+    assert home(catalog, "a").find_namespace("a") is None
 
 
 @pytest.mark.parametrize(
@@ -154,10 +163,10 @@ BAD_LINKS = [
 def test_bad_links_are_refused_and_change_nothing(catalog, bad, error, says) -> None:  # type: ignore[no-untyped-def]
     make_table(catalog, "b.t")
     link(catalog, "a.l", "b.t")
-    before = [x.model_dump() for x in catalog.store.list_links()]
+    before = [x.model_dump() for x in catalog.router.fan_out(_links).merged()]
     with pytest.raises(error, match=says):
         link(catalog, bad["name"], bad["to"])
-    assert [x.model_dump() for x in catalog.store.list_links()] == before
+    assert [x.model_dump() for x in catalog.router.fan_out(_links).merged()] == before
 
 
 def test_a_cycle_cannot_be_made(catalog) -> None:  # type: ignore[no-untyped-def]
@@ -195,12 +204,17 @@ def test_links_are_read_only_and_a_linked_source_is_dropped_only_with_force(cata
         catalog.table("a.l")  # what every write, roll and drop looks its table up with
     with pytest.raises(UserInputError, match=r"table b\.t is linked by a\.l"):
         catalog.drop_table(source)
-    assert catalog.resolve("a.l").table.id == source.id
+    resolved = catalog.resolve("a.l")
+    assert resolved.table.id == source.id and resolved.table.uid == source.uid
+    assert resolved.table.metastore == catalog.router.metastore_of("b")  # federated: m2, the link in m1
+    assert catalog.describe(resolved)["link"]["source"] == "b.t"
+    assert resolved.link is not None and catalog.link_info(resolved.link)["dangling"] is False
     catalog.drop_table(source, force=True)
     make_table(catalog, "b.t")  # a new table of the same name is not the link's source
     with pytest.raises(DanglingLinkError, match=r"link a\.l: its source b\.t was dropped"):
         catalog.resolve("a.l")
-    assert catalog.store.get_link(TableName.parse("a.l")).source_table_id is None
+    left = home(catalog, "a").get_link(TableName.parse("a.l"))
+    assert left.source_table_id is None and catalog.link_info(left)["dangling"] is True
 
 
 # -- resolution ------------------------------------------------------------------------------
@@ -214,7 +228,7 @@ def test_names_resolve_in_a_namespace_and_isolation_refuses_other_namespaces(cat
     via = catalog.resolve("t@b", "a")
     assert str(via.name) == "a.l" and via.link is not None and via.table.id == bt.id
     assert catalog.resolve("b.t", "a").table.id == bt.id  # a is not isolated (yet)
-    catalog.store.alter_namespace("a", isolated=True)
+    home(catalog, "a").alter_namespace("a", isolated=True)
     with pytest.raises(
         IsolationError, match=r"namespace a is isolated.*streampart link create a\.t --to b\.t"
     ):
@@ -291,7 +305,10 @@ def test_usage_and_the_quota_ledger_agree_with_the_delta_logs(catalog) -> None: 
     for k in range(3):
         w.write(records(range(k * 10, k * 10 + 10)), Format.JSONL, key=f"c{k}")
     w.write(records(range(100, 105)) + b"not json\n", Format.JSONL, key="bad")  # one dead letter
-    Roller(catalog).roll_table(t, force=True)
+    rolled = Roller(catalog).roll_table(t, force=True)
+    assert [r.rows for r in rolled] == [
+        35
+    ]  # 3 chunks of 10 and 5 good rows; in b's metastore (m2 if federated)
     w.write(records(range(200, 210)), Format.JSONL, key="after")
     ev = make_table(catalog, "b.ev", mode=Mode.EVENT_TIME, late_data=LateDataPolicy.DIVERT)
     two_periods = records(range(5), "2026-11-21T10:15:00Z") + records(range(5, 9), "2026-11-21T11:15:00Z")
@@ -300,14 +317,14 @@ def test_usage_and_the_quota_ledger_agree_with_the_delta_logs(catalog) -> None: 
     usage = namespace_usage(catalog, "b")
     tables = {
         Path(x.location).name: delta_bytes(x.location)
-        for x in catalog.store.list_tables()
+        for x in home(catalog, "b").list_tables()
         if x.name.namespace == "b"
     }
     assert {h.name.split(".")[1]: (h.standard_bytes, h.streaming_bytes) for h in usage.owned} == tables
     assert {"t", "t__dead_letter", "ev", "ev__late"} <= set(tables)
     total = sum(a + b for a, b in tables.values())
     assert usage.owned_bytes == total > 0 and usage.linked_bytes == 0
-    assert catalog.store.committed_bytes("b") == total  # the ledger the quota checks
+    assert home(catalog, "b").committed_bytes("b") == total  # the ledger the quota checks
     linked = namespace_usage(catalog, "a")
     assert linked.owned_bytes == 0 and linked.linked_bytes == sum(
         delta_bytes(t.location)
@@ -318,25 +335,23 @@ def test_a_write_past_the_quota_is_refused_whole_and_leaves_nothing(catalog) -> 
     t = make_table(catalog, "b.t")
     w = ChunkWriter(catalog, t)
     w.write(records(range(10)), Format.JSONL, key="fits")
-    used = catalog.store.committed_bytes("b")
-    catalog.store.alter_namespace("b", quota_bytes=used + 100)  # less than any chunk
+    used = home(catalog, "b").committed_bytes("b")
+    home(catalog, "b").alter_namespace("b", quota_bytes=used + 100)  # less than any chunk
     with pytest.raises(
         QuotaExceededError, match=r"namespace b is over its quota: it holds .* this chunk adds"
     ):
         w.write(records(range(10, 20)), Format.JSONL, key="over")
-    refused = catalog.store.find_chunk_by_key(t.id, "over")
+    refused = home(catalog, "b").find_chunk_by_key(t.id, "over")
     assert refused is not None and refused.state is ChunkState.ABORTED and "quota" in (refused.error or "")
     assert all(not catalog.warehouse.exists(t, f.path) for f in refused.files)
-    assert catalog.store.committed_bytes("b") == used == sum(delta_bytes(t.location))
-    catalog.store.alter_namespace("b", quota_bytes=None)
+    assert home(catalog, "b").committed_bytes("b") == used == sum(delta_bytes(t.location))
+    home(catalog, "b").alter_namespace("b", quota_bytes=None)
     assert w.write(records(range(10, 20)), Format.JSONL, key="later").rows == 10
 
 
 def test_migrating_from_0004_adds_namespaces_and_the_ledger(metastore_url: str, tmp_path: Path) -> None:
     """A warehouse made before namespaces (0004, made here by downgrading) upgrades with every
     namespace its tables use, and each open partition's bytes as its committed chunks hold them."""
-
-    from metastore.store import Metastore
 
     catalog = Catalog.open(tmp_path / "wh", metastore_url)
     t = make_table(catalog, "sales.orders")

@@ -1,4 +1,6 @@
-"""The metastore contract, run against every backend (SQLite and PostgreSQL)."""
+"""The metastore contract, run against every backend (SQLite and PostgreSQL), alone and as a namespace's
+home in a federation (``routed_catalog``: the tables' namespace lives in another metastore than the
+primary, and every call reaches it through the router)."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ import pytest
 from metastore.errors import AlreadyExistsError, ConflictError, IllegalTransitionError, NotFoundError
 from metastore.models import ChunkState, Mode, PartitionState, RollState, StagedFile, TableName
 from metastore.store import Metastore
-from tests.fixtures import make_table
+from tests.fixtures import home, make_table, routed_catalog  # noqa: F401
 
 T0 = datetime(2026, 11, 21, 10, 0, tzinfo=UTC)
 
@@ -25,70 +27,70 @@ def test_migrations_are_idempotent_and_concurrent_safe(metastore_url: str) -> No
 def test_tables_create_get_list_and_duplicate(catalog) -> None:  # type: ignore[no-untyped-def]
     t = make_table(catalog, "ns.a")
     make_table(catalog, "ns.b", mode=Mode.EVENT_TIME, lateness="10m")
-    assert catalog.store.get_table("ns.a").id == t.id
-    assert [str(x.name) for x in catalog.store.list_tables()] == ["ns.a", "ns.b"]
+    assert home(catalog).get_table("ns.a").id == t.id
+    assert [str(x.name) for x in home(catalog).list_tables()] == ["ns.a", "ns.b"]
     with pytest.raises(AlreadyExistsError, match=r"ns\.a exists"):
         make_table(catalog, "ns.a")
     with pytest.raises(NotFoundError, match=r"ns\.zzz does not exist"):
-        catalog.store.get_table(TableName.parse("ns.zzz"))
+        home(catalog).get_table(TableName.parse("ns.zzz"))
     # arrival tables open a streaming partition at creation; event-time ones on first write
-    assert [p.state for p in catalog.store.list_partitions(t.id)] == [PartitionState.STREAMING]
-    assert catalog.store.list_partitions(catalog.store.get_table("ns.b").id) == []
+    assert [p.state for p in home(catalog).list_partitions(t.id)] == [PartitionState.STREAMING]
+    assert home(catalog).list_partitions(home(catalog).get_table("ns.b").id) == []
 
 
 def test_event_time_partitions_open_once(catalog) -> None:  # type: ignore[no-untyped-def]
     t = make_table(catalog, mode=Mode.EVENT_TIME)
-    a = catalog.store.ensure_partition(t.id, T0)
-    b = catalog.store.ensure_partition(t.id, T0)
+    a = home(catalog).ensure_partition(t.id, T0)
+    b = home(catalog).ensure_partition(t.id, T0)
     assert a.id == b.id and a.value == T0 and a.state is PartitionState.STREAMING
 
 
 def test_begin_roll_is_a_compare_and_swap(catalog) -> None:  # type: ignore[no-untyped-def]
     t = make_table(catalog)
-    p = catalog.store.streaming_partition(t.id)
-    roll = catalog.store.begin_roll(p, p.value + timedelta(hours=1), "me", timedelta(minutes=1))
+    p = home(catalog).streaming_partition(t.id)
+    roll = home(catalog).begin_roll(p, p.value + timedelta(hours=1), "me", timedelta(minutes=1))
     assert roll.state is RollState.SEALING and roll.partition_value == p.value
     # the next partition opened in the same transaction
-    assert catalog.store.streaming_partition(t.id).value == p.value + timedelta(hours=1)
+    assert home(catalog).streaming_partition(t.id).value == p.value + timedelta(hours=1)
     # a second roller with the same stale view loses
     with pytest.raises(ConflictError):
-        catalog.store.begin_roll(p, p.value + timedelta(hours=2), "other", timedelta(minutes=1))
-    states = [x.state for x in catalog.store.list_partitions(t.id)]
+        home(catalog).begin_roll(p, p.value + timedelta(hours=2), "other", timedelta(minutes=1))
+    states = [x.state for x in home(catalog).list_partitions(t.id)]
     assert states == [PartitionState.ROLLING, PartitionState.STREAMING]
 
 
 def test_roll_lease_excludes_other_owners_until_it_expires(catalog) -> None:  # type: ignore[no-untyped-def]
     t = make_table(catalog)
-    p = catalog.store.streaming_partition(t.id)
+    p = home(catalog).streaming_partition(t.id)
     now = datetime.now(UTC)
-    roll = catalog.store.begin_roll(p, p.value + timedelta(hours=1), "a", timedelta(seconds=30), now=now)
+    roll = home(catalog).begin_roll(p, p.value + timedelta(hours=1), "a", timedelta(seconds=30), now=now)
     with pytest.raises(ConflictError):
-        catalog.store.claim_roll(roll, "b", timedelta(seconds=30), now=now + timedelta(seconds=5))
-    taken = catalog.store.claim_roll(roll, "b", timedelta(seconds=30), now=now + timedelta(seconds=31))
+        home(catalog).claim_roll(roll, "b", timedelta(seconds=30), now=now + timedelta(seconds=5))
+    taken = home(catalog).claim_roll(roll, "b", timedelta(seconds=30), now=now + timedelta(seconds=31))
     assert taken.owner == "b"
     # the old owner can no longer move the roll forward
     with pytest.raises(ConflictError):
-        catalog.store.advance_roll(roll, RollState.SWEEPING, "a", seal_version=1)
-    done = catalog.store.advance_roll(taken, RollState.SWEEPING, "b", seal_version=1)
+        home(catalog).advance_roll(roll, RollState.SWEEPING, "a", seal_version=1)
+    done = home(catalog).advance_roll(taken, RollState.SWEEPING, "b", seal_version=1)
     with pytest.raises(IllegalTransitionError):
-        catalog.store.advance_roll(done, RollState.SEALING, "b")
-    finished = catalog.store.finish_roll(done, "b", chunks=0, rows=0, bytes=0, files=0)
+        home(catalog).advance_roll(done, RollState.SEALING, "b")
+    finished = home(catalog).finish_roll(done, "b", chunks=0, rows=0, bytes=0, files=0)
     assert finished.state is RollState.DONE
-    assert catalog.store.list_partitions(t.id)[0].state is PartitionState.STANDARD
+    assert home(catalog).list_partitions(t.id)[0].state is PartitionState.STANDARD
 
 
 def test_chunk_token_reserves_once(catalog) -> None:  # type: ignore[no-untyped-def]
     t = make_table(catalog)
-    a = catalog.store.reserve_chunk(t.id, "tok", timedelta(hours=1))
-    b = catalog.store.reserve_chunk(t.id, "tok", timedelta(hours=1))
-    c = catalog.store.reserve_chunk(t.id, None, timedelta(hours=1))
+    a = home(catalog).reserve_chunk(t.id, "tok", timedelta(hours=1))
+    b = home(catalog).reserve_chunk(t.id, "tok", timedelta(hours=1))
+    c = home(catalog).reserve_chunk(t.id, None, timedelta(hours=1))
     assert a.id == b.id != c.id
     assert a.state is ChunkState.RESERVED
 
 
 def test_chunk_lifecycle_is_guarded(catalog) -> None:  # type: ignore[no-untyped-def]
     t = make_table(catalog)
-    store = catalog.store
+    store = home(catalog)
     chunk = store.reserve_chunk(t.id, None, timedelta(hours=1))
     chunk, replaced = store.record_chunk_files(
         chunk, [StagedFile(path="_staging/x-0.parquet", rows=3, bytes=10)]
@@ -119,7 +121,7 @@ def test_chunk_lifecycle_is_guarded(catalog) -> None:  # type: ignore[no-untyped
 
 def test_expiry_only_takes_reserved_chunks_past_their_ttl(catalog) -> None:  # type: ignore[no-untyped-def]
     t = make_table(catalog)
-    store = catalog.store
+    store = home(catalog)
     now = datetime.now(UTC)
     old = store.reserve_chunk(t.id, None, timedelta(seconds=1), now=now - timedelta(seconds=10))
     young = store.reserve_chunk(t.id, None, timedelta(hours=1), now=now)
@@ -135,7 +137,7 @@ def test_expiry_only_takes_reserved_chunks_past_their_ttl(catalog) -> None:  # t
 
 
 def test_roll_progress_is_recorded_by_its_owner_at_its_step_only(catalog) -> None:  # type: ignore[no-untyped-def]
-    store = catalog.store
+    store = home(catalog)
     p = store.streaming_partition(make_table(catalog).id)
     roll = store.begin_roll(p, p.value + timedelta(hours=1), "a", timedelta(minutes=1))
     roll = store.record_roll_progress(roll, "a", seal_version=4)
@@ -149,7 +151,7 @@ def test_roll_progress_is_recorded_by_its_owner_at_its_step_only(catalog) -> Non
 
 
 def test_a_released_roll_can_be_claimed_at_once(catalog) -> None:  # type: ignore[no-untyped-def]
-    store = catalog.store
+    store = home(catalog)
     p = store.streaming_partition(make_table(catalog).id)
     roll = store.begin_roll(p, p.value + timedelta(hours=1), "a", timedelta(hours=1), now=T0)
     assert not store.release_roll(roll, "b", error="not mine", now=T0)  # only its owner lets it go
@@ -166,7 +168,7 @@ def test_a_released_roll_can_be_claimed_at_once(catalog) -> None:  # type: ignor
 
 
 def test_newest_version_spans_commits_seals_and_sweeps(catalog) -> None:  # type: ignore[no-untyped-def]
-    store = catalog.store
+    store = home(catalog)
     t = make_table(catalog)
     assert store.newest_version(t.id) == -1
     chunk = store.reserve_chunk(t.id, None, timedelta(hours=1))
@@ -183,7 +185,7 @@ def test_newest_version_spans_commits_seals_and_sweeps(catalog) -> None:  # type
 
 
 def test_stale_commits_and_the_monitoring_counts(catalog) -> None:  # type: ignore[no-untyped-def]
-    store = catalog.store
+    store = home(catalog)
     a, b = make_table(catalog, "ns.a"), make_table(catalog, "ns.b", mode=Mode.EVENT_TIME)
     day = timedelta(days=1)
     stalled = store.begin_commit(store.reserve_chunk(a.id, None, day, now=T0), 0, now=T0)
@@ -198,7 +200,7 @@ def test_stale_commits_and_the_monitoring_counts(catalog) -> None:  # type: igno
 
 
 def test_dropping_a_table_removes_its_partitions_chunks_and_rolls(catalog) -> None:  # type: ignore[no-untyped-def]
-    store = catalog.store
+    store = home(catalog)
     t, other = make_table(catalog, "ns.a"), make_table(catalog, "ns.b")
     store.reserve_chunk(t.id, "tok", timedelta(hours=1))
     p = store.streaming_partition(t.id)
@@ -210,3 +212,12 @@ def test_dropping_a_table_removes_its_partitions_chunks_and_rolls(catalog) -> No
     assert store.list_partitions(t.id) == store.list_chunks(t.id) == store.list_rolls(t.id) == []
     assert store.find_chunk_by_key(t.id, "tok") is None
     assert store.get_table_by_id(other.id) == other
+
+
+def test_a_table_lives_in_its_namespaces_home_only(catalog) -> None:  # type: ignore[no-untyped-def]
+    """What makes the federated variant of this suite mean something: ``ns`` is not on the primary."""
+    t = make_table(catalog, "ns.a")
+    assert t.metastore == home(catalog).name == catalog.router.metastore_of("ns")
+    for name in catalog.router.names():
+        held = [str(x.name) for x in catalog.on(name).store.list_tables()]
+        assert held == (["ns.a"] if name == t.metastore else []), name

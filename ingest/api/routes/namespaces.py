@@ -89,7 +89,7 @@ def get_usage(namespace: str, who: Caller, st: State) -> dict[str, Any]:
 def list_links(namespace: str, who: Caller, st: State) -> list[dict[str, Any]]:
     """Each link's settings (no scope on the sources' namespaces is needed)."""
     ns = st.namespace_of(who, Permission.READ, namespace)
-    return [link_info(x) for x in st.catalog.links(ns.name)]
+    return [st.catalog.link_info(x) for x in st.catalog.links(ns.name)]
 
 
 @router.get(
@@ -106,8 +106,8 @@ def describe_link(namespace: str, name: str, who: Caller, st: State) -> dict[str
     try:
         info = st.catalog.describe(Resolved(link.name, st.catalog.link_source(link), link))
     except DanglingLinkError:
-        return link_info(link) | {"dangling": True, "version": None, "exposed": []}
-    return link_info(link) | {"version": info["version"], "exposed": info["partitions"]}
+        return link_info(link, dangling=True) | {"version": None, "exposed": []}
+    return link_info(link, dangling=False) | {"version": info["version"], "exposed": info["partitions"]}
 
 
 @router.post(
@@ -157,7 +157,7 @@ def create_link(namespace: str, body: CreateLink, who: Caller, st: State) -> dic
         partitions=tuple(values),
     )
     with blame("name"):
-        return link_info(st.catalog.create_link(spec, create_namespace=False))
+        return st.catalog.link_info(st.catalog.create_link(spec, create_namespace=False))
 
 
 @router.post(
@@ -176,7 +176,7 @@ def add_link_partitions(
     require(who, Permission.READ, link.source.namespace)
     values = _instants(body.values)
     with blame("values"):
-        return link_info(st.catalog.set_link_partitions(link, add=values))
+        return st.catalog.link_info(st.catalog.set_link_partitions(link, add=values))
 
 
 @router.delete(
@@ -193,7 +193,7 @@ def drop_link_partitions(
     link = st.link_of(who, Permission.ADMIN, namespace, name)
     values = _instants(body.values)
     with blame("values"):
-        return link_info(st.catalog.set_link_partitions(link, drop=values))
+        return st.catalog.link_info(st.catalog.set_link_partitions(link, drop=values))
 
 
 @router.delete(
@@ -206,8 +206,9 @@ def drop_link(namespace: str, name: str, who: Caller, st: State) -> dict[str, An
     """Remove the link (its source and the source's files are untouched); answers the link as it was.
     Needs ``admin`` on the namespace."""
     link = st.link_of(who, Permission.ADMIN, namespace, name)
+    info = st.catalog.link_info(link)
     st.catalog.drop_link(link)
-    return link_info(link)
+    return info
 
 
 def _instants(values: list[str]) -> list[datetime]:
