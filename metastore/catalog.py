@@ -467,14 +467,22 @@ class Catalog:
         )
 
     def remove_cluster(self, name: str) -> None:
-        """Remove a cluster no table of any metastore uses (the primary re-checks its own tables)."""
+        """Remove a cluster no table of any metastore uses (the primary checks its own tables in the
+        transaction that removes it; the others are asked first)."""
         self.primary.get_cluster(check_cluster_name(name))  # NotFoundError first
         users = self.cluster_users(name)
         for metastore, (tables, replicas) in sorted(users.answers.items()):
-            if tables or replicas:
-                held = ", ".join([*tables, *(f"replicas of {t}" for t in replicas)][:5])
+            if metastore == PRIMARY:
+                continue
+            if tables:
                 raise UserInputError(
-                    f"cluster {name} is in use in metastore {metastore}: {held}; drop or move them first"
+                    f"cluster {name} is in use: tables {', '.join(tables[:5])} live there (in metastore "
+                    f"{metastore}); drop or move them first"
+                )
+            if replicas:
+                raise UserInputError(
+                    f"cluster {name} is in use: it holds replicas of {', '.join(replicas[:5])} (in metastore "
+                    f"{metastore}); drop them first (streampart table alter NS.T --drop-replica {name})"
                 )
         if users.missing:
             raise UserInputError(
