@@ -26,6 +26,7 @@ from metastore.errors import (
     ConflictError,
     IllegalTransitionError,
     IsolationError,
+    NamespaceMovingError,
     NotFoundError,
     QuotaExceededError,
     ReadOnlyLinkError,
@@ -91,6 +92,7 @@ _MAP: list[tuple[type[BaseException], int, str, int | None]] = [
     (IllegalTransitionError, 409, "conflict", None),
     (ConflictError, 409, "conflict", 1),
     (CommitTimeoutError, 503, "commit_timeout", 1),
+    (NamespaceMovingError, 503, "namespace_moving", 1),
     (StorageFullError, 507, "storage_full", 5),
     (RetriableError, 503, "unavailable", 2),
 ]
