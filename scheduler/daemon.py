@@ -400,7 +400,13 @@ class RollDaemon:
         """Read the table list again and (re)schedule every table's partitions."""
         if not self.leadership.is_leader or self._stopping.is_set():
             return
-        tables = self.catalog.store.list_tables()
+        home = self.catalog.store.name
+        # only the namespaces that live here: not a move's copy before its flip, nor its leftover after
+        tables = [
+            t
+            for t in self.catalog.store.list_tables()
+            if self.catalog.router.metastore_of(t.name.namespace) == home
+        ]
         current = {t.id: str(t.name) for t in tables}
         for table in tables:
             if table.id not in self._known:

@@ -1,0 +1,116 @@
+"""Namespace moves in progress (in the primary): one ``sp_moves`` row per move, and the flip.
+
+The row is written before the move's first step and advanced, by a guarded update, before each
+later one, so a rerun after a crash knows where to resume (see ``metastore/moves.py``). The flip —
+the namespace's route now names the target — and the row's step ``flipped`` are one transaction,
+with the route-table version bumped in it: there is no instant at which the route names the
+target and the move does not know it, or the other way round.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.exc import IntegrityError
+
+from metastore import schema as s
+from metastore.errors import AlreadyExistsError, NotFoundError
+from metastore.models import Move, MoveStep, check_transition
+from metastore.store.engine import _db, _now, _out
+from metastore.store.federation import FederationStore, _lock_registry, bump_route_version
+from metastore.store.preconditions import guarded_update, state_in
+
+
+def move_from_row(row: Any) -> Move:
+    m = row._mapping
+    return Move(
+        namespace=m["namespace"],
+        source=m["source"],
+        target=m["target"],
+        step=MoveStep(m["step"]),
+        started_at=_out(m["started_at"]),
+        updated_at=_out(m["updated_at"]),
+    )
+
+
+class MoveStore(FederationStore):
+    """The primary's record of namespace moves in progress."""
+
+    def begin_move(self, namespace: str, source: str, target: str, now: datetime | None = None) -> Move:
+        """Record a new move at step ``fencing``.
+
+        Raises:
+            AlreadyExistsError: a move of ``namespace`` is recorded already (naming its target).
+        """
+        now = now or _now()
+        try:
+            with self.tx() as conn:
+                conn.execute(
+                    sa.insert(s.moves).values(
+                        namespace=namespace,
+                        source=source,
+                        target=target,
+                        step=MoveStep.FENCING.value,
+                        started_at=_db(now),
+                        updated_at=_db(now),
+                    )
+                )
+        except IntegrityError:
+            found = self.find_move(namespace)
+            raise AlreadyExistsError(
+                f"a move of namespace {namespace} is in progress already"
+                + (f" (to {found.target}, step {found.step.value})" if found else "")
+            ) from None
+        found = self.find_move(namespace)
+        assert found is not None
+        return found
+
+    def find_move(self, namespace: str) -> Move | None:
+        with self.read_tx() as conn:
+            row = conn.execute(sa.select(s.moves).where(s.moves.c.namespace == namespace)).first()
+        return None if row is None else move_from_row(row)
+
+    def list_moves(self) -> list[Move]:
+        with self.read_tx() as conn:
+            rows = conn.execute(sa.select(s.moves).order_by(s.moves.c.namespace)).all()
+        return [move_from_row(r) for r in rows]
+
+    def advance_move(self, move: Move, step: MoveStep, now: datetime | None = None) -> Move:
+        """``move`` one step on (guarded by the step it is at); ConflictError names what it found."""
+        check_transition(move.step, step)
+        with self.tx() as conn:
+            row = guarded_update(
+                conn,
+                s.moves,
+                s.moves.c.namespace == move.namespace,
+                f"move of namespace {move.namespace}",
+                [state_in(s.moves.c.step, [move.step])],
+                {"step": step.value, "updated_at": _db(now or _now())},
+            )
+        return move_from_row(row)
+
+    def flip_move(self, move: Move, now: datetime | None = None) -> Move:
+        """Route the namespace to the move's target and record the step ``flipped``, in one transaction."""
+        check_transition(move.step, MoveStep.FLIPPED)
+        now = now or _now()
+        with self.tx() as conn:
+            _lock_registry(conn)
+            row = guarded_update(
+                conn,
+                s.moves,
+                s.moves.c.namespace == move.namespace,
+                f"move of namespace {move.namespace}",
+                [state_in(s.moves.c.step, [MoveStep.COPIED])],
+                {"step": MoveStep.FLIPPED.value, "updated_at": _db(now)},
+            )
+            self._route(conn, move.namespace, move.target, now)
+            bump_route_version(conn)
+        return move_from_row(row)
+
+    def end_move(self, namespace: str) -> None:
+        """Forget a finished (or rolled back) move."""
+        with self.tx() as conn:
+            if not conn.execute(sa.delete(s.moves).where(s.moves.c.namespace == namespace)).rowcount:
+                raise NotFoundError(f"no move of namespace {namespace} is in progress")
