@@ -288,3 +288,36 @@ def test_a_flipped_move_cannot_be_rolled_back_only_finished(federation: Catalog)
     report = mover.move("shop", "m2")
     assert report.resumed_at == "flipped" and not catalog.store.holds_namespace("shop")
     assert catalog.table("shop.orders").metastore == "m2"
+
+
+def _stuck_commit(catalog: Catalog, table: Any, key: str, ids: range) -> str:
+    """A chunk left COMMITTING, as by a writer that died after begin_commit; its id."""
+    w = ChunkWriter(catalog, table)
+    chunk = w.stage(w.reserve(key), records(ids), Format.JSONL)
+    catalog.store.begin_commit(chunk, int(catalog.warehouse.latest(table).version()))
+    return chunk.id
+
+
+def test_a_commit_in_flight_is_drained_before_the_copy_or_the_move_rolls_back(federation: Catalog) -> None:
+    catalog = federation
+    table = make_table(catalog, "shop.orders")
+    ChunkWriter(catalog, table).write(records(range(10)), Format.JSONL, key="k0")
+    stuck = _stuck_commit(catalog, table, "k1", range(10, 20))
+    # nobody finishes it: the drain gives up, and the move is rolled back whole
+    with pytest.raises(NamespaceMovingError, match=f"rolled back: chunk {stuck}"):
+        catalog.mover(grace_s=0, drain_timeout_s=0.3).move("shop", "m2")
+    assert catalog.primary.list_moves() == [] and catalog.store.get_namespace("shop").moving_to is None
+    assert not catalog.on("m2").store.holds_namespace("shop")
+    # with a resolver (the CLI's rolls a dead writer's commit forward), it lands once, then moves
+    resolved: list[str] = []
+
+    def resolve(metastore: str, chunk: Any) -> None:
+        resolved.append(chunk.id)
+        home = catalog.on(metastore)
+        ChunkWriter(home, home.store.get_table_by_id(chunk.table_id)).commit(chunk.id, owner_is_dead=True)
+
+    catalog.mover(grace_s=0, resolve=resolve).move("shop", "m2")
+    assert resolved == [stuck]
+    moved = catalog.table("shop.orders")
+    assert catalog.on("m2").store.get_chunk(stuck).state.value == "committed"
+    assert sorted(all_ids(moved)) == list(range(20))
