@@ -123,3 +123,7 @@ class NamespaceMovingError(RetriableError):
     def __init__(self, message: str, retry_after: float = 1) -> None:
         super().__init__(message)
         self.retry_after = retry_after
+
+
+class MoveBusyError(RetriableError):
+    """Another mover process runs this namespace move now (one at a time); retry once it is done or dead."""

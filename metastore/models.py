@@ -520,6 +520,8 @@ class Move(BaseModel):
     step: MoveStep
     started_at: datetime
     updated_at: datetime
+    owner: str | None = None  # the mover process running it (host:pid:nonce)
+    heartbeat_at: datetime | None = None
 
 
 class RollOutcome(StrEnum):

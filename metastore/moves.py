@@ -45,14 +45,20 @@ Crash points: ``move-after-fence``, ``move-mid-copy``, ``move-before-flip``, ``m
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import timedelta
 
 from metastore import clock
 from metastore.crashpoints import crashpoint
 from metastore.errors import (
     AlreadyExistsError,
+    ConflictError,
+    MoveBusyError,
     NamespaceMovingError,
     NotFoundError,
     RetriableError,
@@ -73,6 +79,12 @@ log = logging.getLogger(__name__)
 DRAIN_TIMEOUT_S: float = 180
 # Why 0.05 s: draining polls one indexed query of M1; commits in flight end in milliseconds.
 DRAIN_POLL_S: float = 0.05
+# Why 60 s: a mover shows it is alive (its heartbeat in the move's record) at every step, between
+# tables and while draining, so 60 s without one means it died, unless one table's copy (one
+# transaction) takes longer; a mover on the same host whose process is gone is replaced at once.
+STALE_S: float = 60
+# Why 1 s: a heartbeat is one write to the primary; once a second is plenty against STALE_S.
+HEARTBEAT_S: float = 1
 
 
 class Progress:
@@ -138,6 +150,8 @@ class NamespaceMover:
         self.drain_timeout_s = drain_timeout_s
         self.grace_s = router.refresh_s if grace_s is None else grace_s
         self.progress = progress or Progress()
+        self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self._beat = 0.0
 
     @property
     def primary(self) -> Metastore:
@@ -183,10 +197,10 @@ class NamespaceMover:
             )
         if found is None:
             source = self.check(namespace, target)
-            move = self.primary.begin_move(namespace, source, target)
+            move = self.primary.begin_move(namespace, source, target, self.owner)
             report = MoveReport(namespace, source, target)
         else:
-            move = found
+            move = self._claim(found)
             report = MoveReport(namespace, move.source, target, resumed_at=move.step.value)
             log.info("resuming the move of %s to %s at step %s", namespace, target, move.step.value)
         if move.step is not MoveStep.FLIPPED:
@@ -237,6 +251,7 @@ class NamespaceMover:
                     "to finish commits whose writer died, then move again",
                     retry_after=self.drain_timeout_s,
                 )
+            self._heartbeat(move)
             if self.resolve is not None:
                 for chunk in in_flight:
                     try:
@@ -255,6 +270,7 @@ class NamespaceMover:
             report.tables[rows.name] = rows.count
             if k < len(ids) - 1:
                 crashpoint("move-mid-copy")
+            self._heartbeat(move)
         links = source.export_links(move.namespace)
         target.import_links(links)
         report.links = len(links)
@@ -275,12 +291,47 @@ class NamespaceMover:
         source = self.router.store(move.source)
         ids = source.namespace_table_ids(move.namespace)
         for k, table_id in enumerate(ids):
+            self._heartbeat(move)  # before each removal: a mover taken over stops here
             source.remove_table_rows(table_id)
             if k < len(ids) - 1:
                 crashpoint("move-mid-cleanup")
         source.remove_namespace_rows(move.namespace)
-        self.primary.end_move(move.namespace)
+        self.primary.end_move(move)
         self.progress.step(f"removed {move.namespace}'s rows from {move.source}")
+
+    # -- one mover at a time -----------------------------------------------------------------
+    def _claim(self, move: Move) -> Move:
+        """Run ``move`` (resume it): refused while another mover runs it and is alive.
+
+        Raises:
+            MoveBusyError: another mover was seen within STALE_S and is not known dead.
+        """
+        stale_before = clock.now() - timedelta(seconds=STALE_S)
+        try:
+            return self.primary.claim_move(move, self.owner, stale_before=stale_before)
+        except ConflictError:
+            current = self.primary.find_move(move.namespace)
+            if current is None:
+                raise NotFoundError(f"no move of namespace {move.namespace} is in progress") from None
+            if current.owner is not None and _died_here(current.owner):
+                try:
+                    return self.primary.claim_move(
+                        current, self.owner, stale_before=stale_before, dead=current.owner
+                    )
+                except ConflictError:
+                    pass  # another mover took it over first
+            raise MoveBusyError(
+                f"the move of namespace {move.namespace} is run by another mover ({current.owner}, last "
+                f"seen {current.heartbeat_at}); wait for it, or, if it died on another host, retry after "
+                f"{STALE_S:g} s without a sign of it"
+            ) from None
+
+    def _heartbeat(self, move: Move, *, force: bool = False) -> None:
+        """Show this mover is alive (at most every HEARTBEAT_S); ConflictError if it was taken over."""
+        now = time.monotonic()
+        if force or now - self._beat >= HEARTBEAT_S:
+            self.primary.touch_move(move, self.owner)
+            self._beat = now
 
     # -- rolling back ------------------------------------------------------------------------
     def abort(self, namespace: str) -> MoveReport:
@@ -298,15 +349,32 @@ class NamespaceMover:
                 f"the move of {namespace} to {move.target} has flipped its route already: it can only be "
                 f"finished (streampart namespace move {namespace} --to {move.target}), not rolled back"
             )
+        move = self._claim(move)
         self._roll_back(move)
         return MoveReport(namespace, move.source, move.target, resumed_at=move.step.value, aborted=True)
 
     def _roll_back(self, move: Move) -> None:
         self._clear(self.router.store(move.target), move.namespace)
         self.router.store(move.source).unfence_namespace(move.namespace)
-        self.primary.end_move(move.namespace)
+        self.primary.end_move(move)
         self.progress.step(f"rolled back the move of {move.namespace} to {move.target}")
 
     def moves(self) -> list[Move]:
         """The moves in progress (recorded in the primary)."""
         return self.primary.list_moves()
+
+
+def _died_here(owner: str) -> bool:
+    """Whether the mover ``owner`` (host:pid:nonce) ran on this host and its process is gone."""
+    rest = owner.rsplit(":", 2)
+    if len(rest) != 3 or rest[0] != socket.gethostname() or not rest[1].isdigit():
+        return False
+    if int(rest[1]) == os.getpid():
+        return False  # this process: another mover object in it may be running it
+    try:
+        os.kill(int(rest[1]), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False

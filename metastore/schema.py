@@ -327,4 +327,8 @@ moves = Table(
     Column("step", String(16), nullable=False),
     Column("started_at", DateTime, nullable=False),
     Column("updated_at", DateTime, nullable=False),
+    # the mover process running it (host:pid:nonce) and when it last showed it is alive: one
+    # mover at a time; a dead one's move is taken over (at once on its own host, else once stale)
+    Column("owner", String(256)),
+    Column("heartbeat_at", DateTime),
 )

@@ -20,7 +20,7 @@ from metastore.errors import AlreadyExistsError, NotFoundError
 from metastore.models import Move, MoveStep, check_transition
 from metastore.store.engine import _db, _now, _out
 from metastore.store.federation import FederationStore, _lock_registry, bump_route_version
-from metastore.store.preconditions import guarded_update, state_in
+from metastore.store.preconditions import Precondition, at, equals, guarded_update, state_in
 
 
 def move_from_row(row: Any) -> Move:
@@ -32,14 +32,28 @@ def move_from_row(row: Any) -> Move:
         step=MoveStep(m["step"]),
         started_at=_out(m["started_at"]),
         updated_at=_out(m["updated_at"]),
+        owner=m["owner"],
+        heartbeat_at=_out(m["heartbeat_at"]),
+    )
+
+
+def _owned_by(owner: str) -> Precondition:
+    return equals(
+        s.moves.c.owner,
+        owner,
+        lambda m: (
+            f"is run by another mover now ({m['owner']}, last seen {at(m['heartbeat_at'])}), not {owner}"
+        ),
     )
 
 
 class MoveStore(FederationStore):
     """The primary's record of namespace moves in progress."""
 
-    def begin_move(self, namespace: str, source: str, target: str, now: datetime | None = None) -> Move:
-        """Record a new move at step ``fencing``.
+    def begin_move(
+        self, namespace: str, source: str, target: str, owner: str, now: datetime | None = None
+    ) -> Move:
+        """Record a new move at step ``fencing``, run by the mover ``owner``.
 
         Raises:
             AlreadyExistsError: a move of ``namespace`` is recorded already (naming its target).
@@ -55,6 +69,8 @@ class MoveStore(FederationStore):
                         step=MoveStep.FENCING.value,
                         started_at=_db(now),
                         updated_at=_db(now),
+                        owner=owner,
+                        heartbeat_at=_db(now),
                     )
                 )
         except IntegrityError:
@@ -77,8 +93,55 @@ class MoveStore(FederationStore):
             rows = conn.execute(sa.select(s.moves).order_by(s.moves.c.namespace)).all()
         return [move_from_row(r) for r in rows]
 
+    def claim_move(
+        self,
+        move: Move,
+        owner: str,
+        *,
+        stale_before: datetime,
+        dead: str | None = None,
+        now: datetime | None = None,
+    ) -> Move:
+        """Make ``owner`` the mover of ``move``: if it is ours or unowned, if its mover was last seen
+        before ``stale_before``, or if its mover is ``dead`` (known to have died).
+
+        Raises:
+            ConflictError: another mover runs it and was seen since (naming it).
+        """
+        m = s.moves.c
+        free = sa.or_(m.owner.is_(None), m.owner == owner, m.heartbeat_at < _db(stale_before))
+        alive = Precondition(
+            free if dead is None else sa.or_(free, m.owner == dead),
+            lambda r: r["owner"] in (None, owner, dead) or r["heartbeat_at"] < _db(stale_before),
+            lambda r: f"is run by another mover ({r['owner']}, last seen {at(r['heartbeat_at'])})",
+        )
+        with self.tx() as conn:
+            row = guarded_update(
+                conn,
+                s.moves,
+                m.namespace == move.namespace,
+                f"the move of namespace {move.namespace}",
+                [alive],
+                {"owner": owner, "heartbeat_at": _db(now or _now())},
+            )
+        return move_from_row(row)
+
+    def touch_move(self, move: Move, owner: str, now: datetime | None = None) -> Move:
+        """The mover ``owner`` is alive (its heartbeat); ConflictError if another took the move over."""
+        with self.tx() as conn:
+            row = guarded_update(
+                conn,
+                s.moves,
+                s.moves.c.namespace == move.namespace,
+                f"the move of namespace {move.namespace}",
+                [_owned_by(owner)],
+                {"heartbeat_at": _db(now or _now())},
+            )
+        return move_from_row(row)
+
     def advance_move(self, move: Move, step: MoveStep, now: datetime | None = None) -> Move:
-        """``move`` one step on (guarded by the step it is at); ConflictError names what it found."""
+        """``move`` one step on (guarded by the step it is at and by its mover); ConflictError names
+        what it found."""
         check_transition(move.step, step)
         with self.tx() as conn:
             row = guarded_update(
@@ -86,8 +149,8 @@ class MoveStore(FederationStore):
                 s.moves,
                 s.moves.c.namespace == move.namespace,
                 f"move of namespace {move.namespace}",
-                [state_in(s.moves.c.step, [move.step])],
-                {"step": step.value, "updated_at": _db(now or _now())},
+                [state_in(s.moves.c.step, [move.step]), *([_owned_by(move.owner)] if move.owner else [])],
+                {"step": step.value, "updated_at": _db(now or _now()), "heartbeat_at": _db(now or _now())},
             )
         return move_from_row(row)
 
@@ -102,15 +165,20 @@ class MoveStore(FederationStore):
                 s.moves,
                 s.moves.c.namespace == move.namespace,
                 f"move of namespace {move.namespace}",
-                [state_in(s.moves.c.step, [MoveStep.COPIED])],
-                {"step": MoveStep.FLIPPED.value, "updated_at": _db(now)},
+                [
+                    state_in(s.moves.c.step, [MoveStep.COPIED]),
+                    *([_owned_by(move.owner)] if move.owner else []),
+                ],
+                {"step": MoveStep.FLIPPED.value, "updated_at": _db(now), "heartbeat_at": _db(now)},
             )
             self._route(conn, move.namespace, move.target, now)
             bump_route_version(conn)
         return move_from_row(row)
 
-    def end_move(self, namespace: str) -> None:
-        """Forget a finished (or rolled back) move."""
+    def end_move(self, move: Move) -> None:
+        """Forget a finished (or rolled back) move (only by its mover)."""
+        m = s.moves.c
         with self.tx() as conn:
-            if not conn.execute(sa.delete(s.moves).where(s.moves.c.namespace == namespace)).rowcount:
-                raise NotFoundError(f"no move of namespace {namespace} is in progress")
+            where = [m.namespace == move.namespace] + ([m.owner == move.owner] if move.owner else [])
+            if not conn.execute(sa.delete(s.moves).where(*where)).rowcount:
+                raise NotFoundError(f"no move of namespace {move.namespace} is in progress (by {move.owner})")

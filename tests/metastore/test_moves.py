@@ -26,6 +26,7 @@ from metastore.catalog import Catalog
 from metastore.errors import (
     AlreadyExistsError,
     FederationAccessError,
+    MoveBusyError,
     NamespaceMovingError,
     NotFoundError,
     UserInputError,
@@ -257,7 +258,7 @@ def test_an_unflipped_move_is_rolled_back_and_another_target_refused(federation:
     before = held(catalog.store, "shop")
     mover = catalog.mover(grace_s=0)
     # a move that stopped after its copy (as a crash before the flip leaves it)
-    move = catalog.primary.begin_move("shop", PRIMARY, "m2")
+    move = catalog.primary.begin_move("shop", PRIMARY, "m2", mover.owner)
     catalog.store.fence_namespace_for_move("shop", "m2")
     move = catalog.primary.advance_move(move, MoveStep.COPYING)
     mover._copy(catalog.store, catalog.on("m2").store, move, MoveReport("shop", PRIMARY, "m2"))
@@ -277,7 +278,7 @@ def test_a_flipped_move_cannot_be_rolled_back_only_finished(federation: Catalog)
     catalog = federation
     make_table(catalog, "shop.orders")
     mover = catalog.mover(grace_s=0)
-    move = catalog.primary.begin_move("shop", PRIMARY, "m2")
+    move = catalog.primary.begin_move("shop", PRIMARY, "m2", mover.owner)
     catalog.store.fence_namespace_for_move("shop", "m2")
     move = catalog.primary.advance_move(move, MoveStep.COPYING)
     mover._copy(catalog.store, catalog.on("m2").store, move, MoveReport("shop", PRIMARY, "m2"))
@@ -321,3 +322,28 @@ def test_a_commit_in_flight_is_drained_before_the_copy_or_the_move_rolls_back(fe
     moved = catalog.table("shop.orders")
     assert catalog.on("m2").store.get_chunk(stuck).state.value == "committed"
     assert sorted(all_ids(moved)) == list(range(20))
+
+
+def test_one_mover_at_a_time_and_a_dead_ones_move_is_taken_over(federation: Catalog) -> None:
+    import socket
+    import subprocess
+    import sys
+
+    catalog = federation
+    make_table(catalog, "shop.orders")
+    dead_pid = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead_pid.wait()
+    # a mover on another host, seen just now: refused (it may be alive)
+    catalog.primary.begin_move("shop", PRIMARY, "m2", "elsewhere:4242:abcd")
+    with pytest.raises(MoveBusyError, match="run by another mover \\(elsewhere:4242:abcd"):
+        catalog.mover(grace_s=0).move("shop", "m2")
+    with pytest.raises(MoveBusyError):
+        catalog.mover(grace_s=0).abort("shop")
+    # a mover of this host whose process is gone (SIGKILLed, say): taken over at once
+    move = catalog.primary.find_move("shop")
+    assert move is not None
+    catalog.primary.claim_move(
+        move, f"{socket.gethostname()}:{dead_pid.pid}:dead", stale_before=clock.now(), dead=move.owner
+    )
+    report = catalog.mover(grace_s=0).move("shop", "m2")
+    assert report.resumed_at == "fencing" and catalog.table("shop.orders").metastore == "m2"

@@ -26,6 +26,8 @@ def upgrade() -> None:
         sa.Column("step", sa.String(16), nullable=False),
         sa.Column("started_at", sa.DateTime, nullable=False),
         sa.Column("updated_at", sa.DateTime, nullable=False),
+        sa.Column("owner", sa.String(256)),
+        sa.Column("heartbeat_at", sa.DateTime),
     )
 
 
