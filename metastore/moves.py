@@ -38,6 +38,8 @@ the flip it fences again (idempotent), drains, clears M2's partial copy and copi
 the flip it finishes the cleanup. ``namespace move --abort NS`` rolls a move that has not flipped
 back: M2's partial copy is cleared, M1 unfenced, the record removed. Chunks keep their ids and
 idempotency keys, so a writer that retries with the same key after the move finds its chunk in M2.
+One mover at a time: the record names its mover and a heartbeat, every step is guarded by it, and a
+rerun takes over a mover whose process is gone on this host at once (elsewhere once stale).
 Crash points: ``move-after-fence``, ``move-mid-copy``, ``move-before-flip``, ``move-after-flip``,
 ``move-mid-cleanup``.
 """
