@@ -206,8 +206,8 @@ class TransferStore(Database):
     ) -> int:
         """Write ``rows`` (of another metastore) here with new row ids, in one transaction; the new id.
 
-        Unfinished rolls come with their leases ended: their roller was fenced out of the source,
-        so any roller may resume them here at once (a roll resumes from any step).
+        Unfinished rolls and partition copies come with their leases ended: their roller or copier
+        was fenced out of the source, so any may resume them here at once (both resume from any step).
         """
         tick = progress or (lambda n: None)
         released = _db(now or _now())
@@ -242,6 +242,7 @@ class TransferStore(Database):
                 s.partition_copies,
                 (
                     {**c, "table_id": table_id, "partition_id": partition_ids[c["partition_id"]]}
+                    | ({"lease_until": released} if c["lease_until"] is not None else {})
                     for c in rows.partition_copies
                 ),
                 tick,

@@ -97,7 +97,7 @@ def held(store: Metastore, namespace: str) -> dict[str, Any]:
         out["roll_attempts"] = mapped(by_table(s.roll_attempts), ("id",))
         out["chunk_summaries"] = mapped(by_table(s.chunk_summaries), ("id",))
         out["replicas"] = mapped(by_table(s.replicas))
-        out["partition_copies"] = mapped(by_table(s.partition_copies))
+        out["partition_copies"] = mapped(by_table(s.partition_copies), ("lease_until",))
         links = _select(conn, s.links, s.links.c.namespace == namespace)
         # a link names its source by uid; by row id too only where the source lives in the same metastore
         out["links"] = mapped(links, ("id", "source_table_id"))
