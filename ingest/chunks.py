@@ -10,6 +10,13 @@ partition ROLLING in the metastore *first* and seals the Delta table (a metadata
 predates the seal and its commit fails Delta's conflict check and is retried — a chunk never
 lands in a sealed partition, and a retried chunk never lands twice (each commit carries the
 chunk id in its commit info, looked up before any retry that might follow a landed commit).
+
+Namespace moves (``metastore/moves.py``): while a table's namespace is fenced for a move, its
+metastore refuses the writer's steps with a retriable NamespaceMovingError; once the route has
+flipped (or the table's rows are gone from its old metastore), :meth:`ChunkWriter.write`,
+``write_table`` and ``commit`` read the table again through the catalog and carry on in its new
+metastore, where the move copied every chunk with its id and idempotency key: a retried key finds
+its chunk there, so nothing is lost or doubled.
 """
 
 from __future__ import annotations
@@ -19,11 +26,11 @@ import json
 import random
 import time
 import uuid
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -44,7 +51,14 @@ from metastore import clock
 from metastore.catalog import Catalog
 from metastore.crashpoints import crashpoint, pausepoint
 from metastore.durations import format_duration
-from metastore.errors import CommitStateUnknownError, ConflictError, FederationAccessError, QuotaExceededError
+from metastore.errors import (
+    CommitStateUnknownError,
+    ConflictError,
+    FederationAccessError,
+    NamespaceMovingError,
+    NotFoundError,
+    QuotaExceededError,
+)
 from metastore.models import (
     Chunk,
     ChunkState,
@@ -58,6 +72,8 @@ from metastore.models import (
     period_start,
 )
 from metastore.warehouse import CHUNK_KEY, Warehouse
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -165,6 +181,31 @@ class ChunkWriter:
     @property
     def warehouse(self) -> Any:
         return self.catalog.warehouse
+
+    # -- a namespace move --------------------------------------------------------------------
+    def _rebinding(self, op: Callable[[], T]) -> T:
+        """``op``, and once more in the table's new metastore if a move took it meanwhile.
+
+        A NamespaceMovingError whose move has not flipped yet stands (the caller retries later).
+        """
+        try:
+            return op()
+        except (NamespaceMovingError, NotFoundError):
+            if not self.rebind():
+                raise
+        return op()
+
+    def rebind(self) -> bool:
+        """Read the table again where its namespace lives now; whether that is another metastore."""
+        try:
+            found = self.catalog.rebound(self.table)
+        except NotFoundError:
+            return False  # dropped: the original error stands
+        if found.metastore == self.table.metastore and found.id == self.table.id:
+            return False
+        self.table = found
+        self.catalog = self.catalog.for_write(found)
+        return True
 
     # -- reserve / write -------------------------------------------------------------------
     def reserve(self, key: str | None = None) -> Chunk:
@@ -288,6 +329,9 @@ class ChunkWriter:
     ) -> CommitResult:
         """Commit a reserved chunk; calling it again (any process, any time) returns the same result.
 
+        If the table's namespace moved meanwhile, the chunk (kept with its id) is committed in its
+        new metastore.
+
         Args:
             chunk_id: the chunk.
             owner_is_dead: the caller knows that no other attempt on this chunk is alive (a
@@ -304,7 +348,11 @@ class ChunkWriter:
             LateDataError: its rows belong to sealed partitions and the table rejects late data.
             QuotaExceededError: it would take its namespace past its quota; it was aborted.
             CommitTimeoutError: the commit could not land before its deadline (retry resolves).
+            NamespaceMovingError: the namespace is being moved and its route has not flipped (retry).
         """
+        return self._rebinding(lambda: self._commit(chunk_id, owner_is_dead, content_digest))
+
+    def _commit(self, chunk_id: str, owner_is_dead: bool, content_digest: str | None) -> CommitResult:
         chunk = self.store.get_chunk(chunk_id)
         if chunk.table_id != self.table.id:
             raise ChunkStateError(f"chunk {chunk_id} belongs to another table")
@@ -326,7 +374,7 @@ class ChunkWriter:
             try:
                 chunk = self.store.begin_commit(chunk, int(snapshot.version()), content_digest=content_digest)
             except ConflictError:  # someone else moved or re-staged it; answer from its new state
-                return self.commit(chunk_id, content_digest=content_digest)
+                return self._commit(chunk_id, False, content_digest)
             except QuotaExceededError as exc:  # refused whole: nothing of it stays behind
                 self.abort(chunk.id, reason=str(exc))
                 raise
@@ -586,8 +634,12 @@ class ChunkWriter:
         """Reserve, write and commit ``content`` as one chunk; with an idempotency ``key``, exactly once.
 
         The same key with the same content answers the original commit; with other content it
-        raises :class:`IdempotencyConflictError`.
+        raises :class:`IdempotencyConflictError`. If the table's namespace moved meanwhile, the
+        chunk is written in its new metastore (NamespaceMovingError while the move has not flipped).
         """
+        return self._rebinding(lambda: self._write(content, fmt, key, source))
+
+    def _write(self, content: bytes, fmt: Format, key: str | None, source: str) -> CommitResult:
         digest = digest_bytes(content)
         chunk = self.reserve(key)
         ignored: dict[str, int] = {}
@@ -600,16 +652,19 @@ class ChunkWriter:
                 raise
             ignored = parsed.ignored
             crashpoint("chunk-after-write")
-        result = self.commit(chunk.id, content_digest=digest)
+        result = self._commit(chunk.id, False, digest)
         return dataclasses.replace(result, ignored_fields=ignored) if ignored else result
 
     def write_table(self, data: pa.Table, key: str | None = None) -> CommitResult:
         """Commit an Arrow table as one chunk; with an idempotency ``key``, exactly once."""
+        return self._rebinding(lambda: self._write_table(data, key))
+
+    def _write_table(self, data: pa.Table, key: str | None) -> CommitResult:
         digest = arrow_digest(data)
         chunk = self.reserve(key)
         if chunk.state is ChunkState.RESERVED:
             chunk = self.stage_parsed(chunk, parse_arrow(data, self.validator()), digest=digest)
-        return self.commit(chunk.id, content_digest=digest)
+        return self._commit(chunk.id, False, digest)
 
 
 def arrow_digest(data: pa.Table) -> str:

@@ -65,6 +65,7 @@ from metastore.models import (
     TableSpec,
     iso,
 )
+from metastore.moves import NamespaceMover
 from metastore.namespaces import Namespace, check_namespace
 from metastore.replicas import Replica, replica_table
 from metastore.router import FAIL_FAST_S, REFRESH_S, FanOut, Router
@@ -578,6 +579,22 @@ class Catalog:
         return self.on(home).store.create_namespace(
             name, isolated=isolated, quota_bytes=quota_bytes, description=description
         )
+
+    def mover(self, **options: Any) -> NamespaceMover:
+        """A :class:`~metastore.moves.NamespaceMover` over this catalog's federation (see its options)."""
+        return NamespaceMover(self.router, **options)
+
+    def rebound(self, table: Table) -> Table:
+        """``table`` read again from wherever its namespace lives now (a move may have taken it).
+
+        Raises:
+            NotFoundError: it is gone (dropped; a table of its name made since is another table).
+        """
+        self.router.refresh(force=True)
+        found = self.routed(table.name.namespace).store.find_table(table.name)
+        if found is None or (table.uid and found.uid != table.uid):
+            raise NotFoundError(f"table {table.name} does not exist (any more)")
+        return found
 
     def namespace(self, name: str) -> Namespace:
         """The namespace ``name``, from its metastore (NotFoundError naming the command that makes it)."""

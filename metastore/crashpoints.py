@@ -38,6 +38,11 @@ POINTS = (
     "replica-after-file",  # a file copied and verified (each file), not committed
     "replica-before-commit",  # every file copied, the secondary's Delta commit not made
     "replica-after-commit",  # committed to the secondary, not recorded as present
+    "move-after-fence",  # namespace fenced in its metastore, commits in flight not drained
+    "move-mid-copy",  # some tables copied to the target, others not (each table)
+    "move-before-flip",  # the target holds a whole copy, the route still names the source
+    "move-after-flip",  # the route names the target, the source's rows all there
+    "move-mid-cleanup",  # some of the source's tables removed, others not (each table)
 )
 
 

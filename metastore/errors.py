@@ -113,3 +113,19 @@ class IsolationError(UserInputError):
 
 class FederationAccessError(UserInputError):
     """An operation the access type of a namespace's metastore does not allow (the message names the rule)."""
+
+
+class NamespaceMovingError(RetriableError):
+    """The namespace is being moved to another metastore: writes to it wait for the switch.
+
+    Retriable: once the route flips (seconds, for a namespace of ordinary size), the same write
+    goes to the namespace's new metastore. ``retry_after`` is the seconds to wait (HTTP's Retry-After).
+    """
+
+    def __init__(self, message: str, retry_after: float = 1) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class MoveBusyError(RetriableError):
+    """Another mover process runs this namespace move now (one at a time); retry once it is done or dead."""

@@ -61,6 +61,15 @@ class RollState(StrEnum):
     DONE = "done"
 
 
+class MoveStep(StrEnum):
+    """How far a namespace move has come (see metastore/moves.py); recorded before each step."""
+
+    FENCING = "fencing"  # recorded; the source is being fenced and drained
+    COPYING = "copying"  # fenced and drained; rows being copied to the target
+    COPIED = "copied"  # the target holds a whole copy; the route not flipped yet
+    FLIPPED = "flipped"  # the route names the target; the source's rows being removed
+
+
 _TRANSITIONS: dict[type[StrEnum], set[tuple[StrEnum, StrEnum]]] = {
     PartitionState: {
         (PartitionState.STREAMING, PartitionState.ROLLING),
@@ -78,6 +87,13 @@ _TRANSITIONS: dict[type[StrEnum], set[tuple[StrEnum, StrEnum]]] = {
     RollState: {
         (RollState.SEALING, RollState.SWEEPING),
         (RollState.SWEEPING, RollState.DONE),
+    },
+    MoveStep: {
+        (MoveStep.FENCING, MoveStep.COPYING),
+        # a rerun after a crash mid-copy clears the partial copy and copies again
+        (MoveStep.COPYING, MoveStep.COPYING),
+        (MoveStep.COPYING, MoveStep.COPIED),
+        (MoveStep.COPIED, MoveStep.FLIPPED),
     },
 }
 
@@ -491,6 +507,21 @@ class Lease(BaseModel):
     def live(self, now: datetime) -> bool:
         """Whether someone holds the lease at ``now`` (by the expiry the holder recorded)."""
         return self.holder is not None and self.expires_at > now
+
+
+class Move(BaseModel):
+    """A namespace move in progress, as the primary records it (``sp_moves``)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    namespace: str
+    source: str  # the metastore it lives in (until the flip)
+    target: str  # the metastore it moves to
+    step: MoveStep
+    started_at: datetime
+    updated_at: datetime
+    owner: str | None = None  # the mover process running it (host:pid:nonce)
+    heartbeat_at: datetime | None = None
 
 
 class RollOutcome(StrEnum):

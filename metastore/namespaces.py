@@ -75,6 +75,7 @@ class Namespace(BaseModel):
     quota_bytes: int | None = None  # None: no quota
     description: str = ""
     created_at: datetime
+    moving_to: str | None = None  # a move to that metastore fences its writes (see metastore/moves.py)
 
 
 @dataclass

@@ -198,6 +198,11 @@ namespaces = Table(
     Column("quota_bytes", BigInteger),
     Column("description", Text, nullable=False),
     Column("created_at", DateTime, nullable=False),
+    # A move to another metastore fences it here (migration 0010): while ``moving_to`` is set,
+    # every transaction that writes the namespace (a chunk's reserve, staging and commit, a roll's
+    # step, a link or table change) refuses with NamespaceMovingError (see store/namespaces.py).
+    Column("moving_to", String(128)),
+    Column("moving_since", DateTime),
 )
 
 # Links (migration 0005): ``namespace.name`` imports the table ``source_namespace.source_name``.
@@ -309,4 +314,21 @@ route_version = Table(
     metadata,
     Column("id", Integer, primary_key=True),
     Column("version", BigInteger, nullable=False),
+)
+
+# Namespace moves in progress (migration 0010, in the primary): one row per move, its ``step``
+# recorded before the step is taken (see metastore/moves.py); gone once the move is done.
+moves = Table(
+    "sp_moves",
+    metadata,
+    Column("namespace", String(128), primary_key=True),
+    Column("source", String(128), nullable=False),
+    Column("target", String(128), nullable=False),
+    Column("step", String(16), nullable=False),
+    Column("started_at", DateTime, nullable=False),
+    Column("updated_at", DateTime, nullable=False),
+    # the mover process running it (host:pid:nonce) and when it last showed it is alive: one
+    # mover at a time; a dead one's move is taken over (at once on its own host, else once stale)
+    Column("owner", String(256)),
+    Column("heartbeat_at", DateTime),
 )

@@ -438,7 +438,10 @@ class RollDaemon:
                 self._remove_roll_jobs(int(job.id.split(":")[1]))
 
     def _rolls(self, table: Table) -> bool:
-        """Whether this daemon rolls ``table`` (its metastore's access type lets it be written)."""
+        """Whether this daemon rolls ``table``: its namespace lives here (not a move's copy before
+        its flip, nor its leftover after), and its metastore's access type lets it be written."""
+        if self.catalog.router.metastore_of(table.name.namespace) != self.catalog.store.name:
+            return False
         return self.may_roll is None or self.may_roll(table)
 
     def _try_sync_table(self, table: Table) -> None:

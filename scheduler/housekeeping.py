@@ -84,6 +84,9 @@ class Housekeeper:
         for table in tables:
             if should_stop is not None and should_stop():
                 break
+            if self.catalog.router.metastore_of(table.name.namespace) != store.name:
+                continue  # a namespace move's copy before its flip, or its leftover after: not its files
+
             try:
                 report.files_removed += self.remove_files(table, now)
                 version = self.checkpoint(table)

@@ -11,6 +11,7 @@ import json
 import sys
 import time
 from datetime import timedelta
+from pathlib import Path
 
 from ingest.chunks import ChunkWriter, CommitResult
 from ingest.config import ChunkConfig
@@ -18,7 +19,7 @@ from ingest.errors import ChunkBusyError, CommitTimeoutError
 from ingest.formats import Format
 from metastore import clock
 from metastore.catalog import Catalog
-from metastore.errors import MetastoreDownError, QuotaExceededError, RetriableError
+from metastore.errors import MetastoreDownError, NotFoundError, QuotaExceededError, RetriableError
 from scheduler.config import RollConfig
 from scheduler.errors import RollBusyError
 from scheduler.roll import Roller
@@ -81,13 +82,21 @@ def write_retrying(w: ChunkWriter, content: bytes, token: str) -> CommitResult:
 
 def roller(cat: Catalog, args: argparse.Namespace) -> None:
     table = cat.table(args.table)
-    r = Roller(cat, RollConfig(lease=timedelta(seconds=args.lease)))
+    rollers: dict[str, Roller] = {}  # one per metastore, as the daemon has (a move changes which)
     for _ in range(args.count):
+        if args.until and Path(args.until).exists():
+            break
         time.sleep(args.interval)
         try:
+            table = cat.rebound(table)  # wherever its namespace lives now
+            r = rollers.get(table.metastore)
+            if r is None:
+                r = rollers[table.metastore] = Roller(
+                    cat.for_write(table), RollConfig(lease=timedelta(seconds=args.lease))
+                )
             for res in r.roll_table(table, force=args.force):
                 say(**res.to_json())
-        except (RollBusyError, RetriableError):
+        except (RollBusyError, RetriableError, NotFoundError):  # NotFoundError: its old rows went (a move)
             continue
 
 
@@ -125,8 +134,12 @@ def main() -> None:
     ap.add_argument("--interval", type=float, default=0.5)
     ap.add_argument("--force", action="store_true")
     ap.add_argument("--fail-fast", type=float, default=5.0, help="a dead metastore's fail-fast window (s)")
-    ap.add_argument("--until", help="writer: write until this file exists (--count is ignored)")
     ap.add_argument("--lease", type=float, default=600.0, help="roll (or copy) lease in seconds")
+    ap.add_argument(
+        "--until",
+        help="stop once this file exists (a writer: write until then, --count ignored; a roller: "
+        "between rolls)",
+    )
     ap.add_argument("--clock-offset", type=float, default=0.0, help="seconds this process's clock is ahead")
     args = ap.parse_args()
     cat = Catalog.open(args.warehouse, args.metastore, fail_fast_s=args.fail_fast)

@@ -29,6 +29,7 @@ from metastore.errors import (
     IllegalTransitionError,
     IsolationError,
     MetastoreDownError,
+    NamespaceMovingError,
     NotFoundError,
     QuotaExceededError,
     ReadOnlyLinkError,
@@ -95,6 +96,7 @@ _MAP: list[tuple[type[BaseException], int, str, int | None]] = [
     (IllegalTransitionError, 409, "conflict", None),
     (ConflictError, 409, "conflict", 1),
     (CommitTimeoutError, 503, "commit_timeout", 1),
+    (NamespaceMovingError, 503, "namespace_moving", 1),
     (StorageFullError, 507, "storage_full", 5),
     # Retry-After: when its circuit breaker lets a call through again (error_response)
     (MetastoreDownError, 503, "metastore_down", None),

@@ -30,6 +30,7 @@ import hashlib
 import json
 import logging
 import re
+import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -46,7 +47,7 @@ from metastore import clock
 from metastore.catalog import Catalog
 from metastore.crashpoints import crashpoint
 from metastore.durations import Duration
-from metastore.errors import UserInputError
+from metastore.errors import NamespaceMovingError, NotFoundError, UserInputError
 from metastore.models import ChunkState, StagedFile, Table, TableKind, TableName
 from metastore.warehouse import Warehouse
 
@@ -312,6 +313,21 @@ class ChunkSink:
         )
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
+        while True:
+            try:
+                return self._batch(df, batch_id)
+            except (NamespaceMovingError, NotFoundError) as exc:
+                # The table's namespace is moving to another metastore: wait for the flip, then the
+                # batch goes on there (its key finds its chunk, copied with its id and state).
+                moved = self.writer.rebind()
+                if not moved and not isinstance(exc, NamespaceMovingError):
+                    raise
+                self.table = self.writer.table
+                if not moved:
+                    log.warning("batch %s waits for a namespace move: %s", batch_id, exc)
+                    time.sleep(getattr(exc, "retry_after", 1))
+
+    def _batch(self, df: DataFrame, batch_id: int) -> None:
         chunk = self._chunk_for(batch_id)
         if chunk.state is ChunkState.COMMITTED:
             log.info("batch %s already committed as chunk %s (replay after restart)", batch_id, chunk.id)

@@ -22,6 +22,8 @@ it (the way dagster splits run, event and schedule storage):
 - ``clusters``: the registry of clusters (storage roots and their Spark masters)
 - ``replicas``: a table's secondary clusters and its partitions' copies there
 - ``federation``: the registry of federated metastores, explicit routes, the route-table version
+- ``moves``: namespace moves in progress and their flip (in the primary)
+- ``transfer``: a namespace's rows fenced, exported, imported with new ids, removed (a move's steps)
 """
 
 from __future__ import annotations
@@ -33,11 +35,13 @@ from metastore.store.federation import FederationStore
 from metastore.store.history import HistoryStore, summarize_chunk
 from metastore.store.leases import LeaseStore
 from metastore.store.links import LinkStore
+from metastore.store.moves import MoveStore
 from metastore.store.namespaces import NamespaceStore
 from metastore.store.replicas import ReplicaStore
 from metastore.store.rolls import RollStore
 from metastore.store.tables import TableStore
 from metastore.store.tokens import TokenStore
+from metastore.store.transfer import TableRows, TransferStore
 
 
 class Metastore(
@@ -51,7 +55,9 @@ class Metastore(
     LinkStore,
     ClusterStore,
     ReplicaStore,
+    MoveStore,
     FederationStore,
+    TransferStore,
 ):
     """Access to one metastore database. Thread-safe; open one per process.
 
@@ -65,6 +71,7 @@ __all__ = [
     "SQLITE_BUSY_TIMEOUT_S",
     "Database",
     "Metastore",
+    "TableRows",
     "default_url",
     "normalize_url",
     "summarize_chunk",

@@ -22,7 +22,7 @@ from metastore import schema as s
 from metastore.errors import NotFoundError
 from metastore.models import Chunk, ChunkState, StagedFile, check_transition, utc
 from metastore.store.engine import Database, _db, _now, _out
-from metastore.store.namespaces import check_quota
+from metastore.store.namespaces import check_quota, fence_table
 from metastore.store.preconditions import Precondition, at, failed_precondition, guarded_update, state_in
 
 
@@ -134,6 +134,7 @@ class ChunkStore(Database):
                 return existing
         try:
             with self.tx() as conn:
+                fence_table(conn, table_id, self.label, main_only=True)
                 chunk_id = insert_chunk(conn, table_id, key, ttl, now)
         except IntegrityError:
             if key is None:
@@ -201,6 +202,7 @@ class ChunkStore(Database):
         key, subject = s.chunks.c.id == chunk.id, f"chunk {chunk.id}"
         reserved = [_in_state(ChunkState.RESERVED)]
         with self.tx() as conn:
+            fence_table(conn, chunk.table_id, self.label, main_only=True)
             q = sa.select(s.chunks.c.files).where(key, *(p.clause for p in reserved))
             before = conn.execute(q if self.is_sqlite else q.with_for_update()).first()
             if before is None:
@@ -236,6 +238,7 @@ class ChunkStore(Database):
         Raises:
             QuotaExceededError: the chunk's bytes would take its namespace past its quota
                 (checked here, under the namespace's lock: see ``namespaces.py``).
+            NamespaceMovingError: its namespace is being moved to another metastore (retry).
         """
         now = now or _now()
         check_transition(chunk.state, ChunkState.COMMITTING)
@@ -243,6 +246,8 @@ class ChunkStore(Database):
         if content_digest is not None:
             preconditions.append(_holds_content(content_digest))
         with self.tx() as conn:
+            # the exclusive lock check_quota takes next anyway (a shared one first would deadlock)
+            fence_table(conn, chunk.table_id, self.label, share=False, main_only=True)
             check_quota(conn, chunk.id)
             row = guarded_update(
                 conn,

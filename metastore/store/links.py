@@ -19,7 +19,7 @@ from metastore.errors import AlreadyExistsError, NotFoundError, UserInputError
 from metastore.links import Link, LinkMode, LinkSpec, PartitionRange
 from metastore.models import Table, TableName
 from metastore.store.engine import Database, _db, _now, _out
-from metastore.store.namespaces import ensure_namespace
+from metastore.store.namespaces import ensure_namespace, fence_namespace
 
 
 def link_from_row(row: Any, values: Sequence[datetime]) -> Link:
@@ -151,6 +151,7 @@ class LinkStore(Database):
                 "(link create --static) lists partitions by hand"
             )
         with self.tx() as conn:
+            fence_namespace(conn, link.name.namespace, share=True)
             if link_named(conn, link.name) is None:
                 raise NotFoundError(f"link {link.name} does not exist")
             lp = s.link_partitions.c
@@ -166,6 +167,7 @@ class LinkStore(Database):
 
     def drop_link(self, link: Link) -> None:
         with self.tx() as conn:
+            fence_namespace(conn, link.name.namespace, share=True)
             conn.execute(sa.delete(s.link_partitions).where(s.link_partitions.c.link_id == link.id))
             conn.execute(sa.delete(s.links).where(s.links.c.id == link.id))
 

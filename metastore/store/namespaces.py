@@ -13,6 +13,16 @@ that belong to a main chunk's commit (refusing one half-way would split that com
 
 Namespaces are locked the same way when a table or a link is made in them or they are dropped,
 so a name is never both a table and a link, and a namespace is never dropped under a new table.
+
+**Moves.** A namespace being moved to another metastore is *fenced* in this one: its row's
+``moving_to`` is set (see ``metastore/moves.py``). Every transaction that writes the namespace
+reads its row under a lock first (:func:`fence_namespace`, :func:`fence_table`) and refuses with
+:class:`~metastore.errors.NamespaceMovingError` while it is fenced: a chunk's reserve, staging
+and ``begin_commit``, every step of a roll, table and link changes. On PostgreSQL the row lock
+makes the fence wait for such transactions in flight and them wait for the fence (then they see
+it); SQLite's write lock serialises them anyway. So once the fence is committed, nothing of the
+namespace can change here but what was in flight: commits that had begun (``finish_commit`` is
+not fenced; the move waits for them) and chunks giving up (abort, expiry).
 """
 
 from __future__ import annotations
@@ -26,7 +36,13 @@ from sqlalchemy.engine import Connection
 
 from metastore import schema as s
 from metastore.crashpoints import pausepoint
-from metastore.errors import AlreadyExistsError, NotFoundError, QuotaExceededError, UserInputError
+from metastore.errors import (
+    AlreadyExistsError,
+    NamespaceMovingError,
+    NotFoundError,
+    QuotaExceededError,
+    UserInputError,
+)
 from metastore.models import ChunkState, PartitionState, TableKind
 from metastore.namespaces import Namespace, check_namespace, format_size
 from metastore.store.engine import Database, _db, _now, _out
@@ -43,15 +59,64 @@ def namespace_from_row(row: Any) -> Namespace:
         quota_bytes=m["quota_bytes"],
         description=m["description"] or "",
         created_at=_out(m["created_at"]),
+        moving_to=m.get("moving_to"),
     )
 
 
-def lock_namespace(conn: Connection, name: str) -> Any:
-    """The namespace's row, locked until the transaction ends (PostgreSQL; SQLite holds its write lock)."""
+def lock_namespace(conn: Connection, name: str, *, share: bool = False) -> Any:
+    """The namespace's row, locked until the transaction ends (PostgreSQL; SQLite holds its write lock).
+
+    ``share``: a shared lock (``FOR SHARE``), enough to hold a fence off; such a transaction must
+    not ask for the exclusive lock later (two of them would deadlock).
+    """
     q = sa.select(s.namespaces).where(s.namespaces.c.name == name)
     if conn.dialect.name == "postgresql":
-        q = q.with_for_update()
+        q = q.with_for_update(read=share)
     return conn.execute(q).first()
+
+
+def moving_error(name: str, target: str, since: datetime | None) -> NamespaceMovingError:
+    when = f" since {_out(since).isoformat()}" if since is not None else ""  # type: ignore[union-attr]
+    return NamespaceMovingError(
+        f"namespace {name} is moving to metastore {target}{when}: its writes wait for the switch, "
+        "which takes seconds; retry (the retry goes to its new metastore once the route flips)"
+    )
+
+
+def refuse_if_moving(row: Any) -> None:
+    """Raise NamespaceMovingError if the namespace row ``row`` is fenced by a move."""
+    if row is not None and row._mapping.get("moving_to") is not None:
+        raise moving_error(row.name, row.moving_to, row.moving_since)
+
+
+def fence_namespace(conn: Connection, name: str, *, share: bool = False) -> Any:
+    """The namespace's row, locked; NamespaceMovingError if a move fences it (see the module's docstring)."""
+    row = lock_namespace(conn, name, share=share)
+    refuse_if_moving(row)
+    return row
+
+
+def fence_table(
+    conn: Connection, table_id: int, label: str, *, share: bool = True, main_only: bool = False
+) -> None:
+    """Refuse a write to table ``table_id`` while its namespace is fenced by a move (in ``conn``'s tx).
+
+    ``main_only``: a companion's (dead-letter, late-data) chunk passes: it belongs to a main
+    chunk's commit that began before the fence, and the move waits for that commit to end.
+
+    Raises:
+        NamespaceMovingError: its namespace is being moved; NotFoundError: the table is not in this
+            metastore (dropped, or its namespace moved away and its rows here were removed).
+    """
+    t = s.tables.c
+    row = conn.execute(sa.select(t.namespace, t.kind).where(t.id == table_id)).first()
+    if row is None:
+        raise NotFoundError(
+            f"table #{table_id} does not exist in metastore {label} (dropped, or its namespace moved)"
+        )
+    if main_only and row.kind != TableKind.MAIN.value:
+        return
+    fence_namespace(conn, row.namespace, share=share)
 
 
 def missing_namespace(name: str) -> NotFoundError:
@@ -64,7 +129,7 @@ def missing_namespace(name: str) -> NotFoundError:
 
 def ensure_namespace(conn: Connection, name: str, create: bool, now: datetime) -> Any:
     """The namespace's row, locked; made first if missing and ``create`` (else NotFoundError)."""
-    row = lock_namespace(conn, name)
+    row = fence_namespace(conn, name)
     if row is not None:
         return row
     if not create:
@@ -201,7 +266,7 @@ class NamespaceStore(Database):
         if description is not None:
             values["description"] = description
         with self.tx() as conn:
-            if lock_namespace(conn, name) is None:
+            if fence_namespace(conn, name) is None:
                 raise NotFoundError(f"namespace {name} does not exist")
             if values:
                 conn.execute(sa.update(s.namespaces).where(s.namespaces.c.name == name).values(**values))
@@ -210,7 +275,7 @@ class NamespaceStore(Database):
     def drop_namespace(self, name: str) -> None:
         """Remove an empty namespace's row (the catalog empties it first, or refuses)."""
         with self.tx() as conn:
-            if lock_namespace(conn, name) is None:
+            if fence_namespace(conn, name) is None:
                 raise NotFoundError(f"namespace {name} does not exist")
             tables, links = _members(conn, name)
             if tables or links:

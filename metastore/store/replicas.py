@@ -22,6 +22,7 @@ from metastore.models import Lease, Partition, PartitionState, iso
 from metastore.replicas import CopyState, PartitionCopy, Replica
 from metastore.store.engine import Database, _db, _now, _out
 from metastore.store.leases import check_fence
+from metastore.store.namespaces import fence_table
 from metastore.store.preconditions import Precondition, at, guarded_update, state_in
 
 
@@ -216,6 +217,7 @@ class ReplicaStore(Database):
         with self.tx() as conn:
             if fence is not None:
                 check_fence(conn, fence, now)
+            fence_table(conn, partition.table_id, self.label)  # not while its namespace moves
             state = conn.execute(
                 sa.select(s.partitions.c.state).where(s.partitions.c.id == partition.id)
             ).scalar()
@@ -270,6 +272,7 @@ class ReplicaStore(Database):
         """The copy is present: verified and committed to the secondary's Delta log."""
         now = now or _now()
         with self.tx() as conn:
+            fence_table(conn, copy.table_id, self.label)  # not while its namespace moves
             guarded_update(
                 conn,
                 s.partition_copies,

@@ -6,7 +6,9 @@ the partition standard and the roll done, again in one transaction. Between them
 moves the roll step by step, each step guarded by the state it expects and by its ownership;
 a roller that stopped heartbeating loses the roll to any other once its lease lapses. With a
 ``fence`` (the roll daemon's leadership lease, see ``leases.py``), a step happens only while
-that lease is still held, checked in the step's own transaction.
+that lease is still held, checked in the step's own transaction. Every step refuses while the
+table's namespace is fenced by a move (NamespaceMovingError; see ``namespaces.py``): the roll
+then resumes from the namespace's new metastore, where the move copied it.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from metastore.errors import ConflictError, NotFoundError
 from metastore.models import Lease, Partition, PartitionState, Roll, RollState, check_transition
 from metastore.store.engine import Database, _db, _now, _out
 from metastore.store.leases import check_fence
+from metastore.store.namespaces import fence_table
 from metastore.store.preconditions import Precondition, at, guarded_update, state_in
 from metastore.store.tables import insert_partition, partition_subject
 
@@ -147,6 +150,7 @@ class RollStore(Database):
         with self.tx() as conn:
             if fence is not None:
                 check_fence(conn, fence, now)
+            fence_table(conn, partition.table_id, self.label)
             guarded_update(
                 conn,
                 s.partitions,
@@ -189,6 +193,7 @@ class RollStore(Database):
         with self.tx() as conn:
             if fence is not None:
                 check_fence(conn, fence, now)
+            fence_table(conn, roll.table_id, self.label)
             _update_roll(
                 conn,
                 roll,
@@ -201,6 +206,7 @@ class RollStore(Database):
         """Move a roll one step forward (guarded by its state and owner)."""
         check_transition(roll.state, target)
         with self.tx() as conn:
+            fence_table(conn, roll.table_id, self.label)
             _update_roll(
                 conn, roll, [_in_state(roll.state), _owned_by(owner)], {"state": target.value, **values}
             )
@@ -208,6 +214,7 @@ class RollStore(Database):
 
     def record_roll_progress(self, roll: Roll, owner: str, **values: Any) -> Roll:
         with self.tx() as conn:
+            fence_table(conn, roll.table_id, self.label)
             _update_roll(conn, roll, [_in_state(roll.state), _owned_by(owner)], values)
             return _read_roll(conn, roll.id)
 
@@ -226,6 +233,7 @@ class RollStore(Database):
         now = now or _now()
         check_transition(roll.state, RollState.DONE)
         with self.tx() as conn:
+            fence_table(conn, roll.table_id, self.label)
             _update_roll(
                 conn,
                 roll,

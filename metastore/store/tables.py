@@ -38,7 +38,7 @@ from metastore.models import (
 from metastore.store.chunks import insert_chunk
 from metastore.store.engine import Database, _db, _new_id, _now, _out
 from metastore.store.links import link_named
-from metastore.store.namespaces import ensure_namespace
+from metastore.store.namespaces import ensure_namespace, fence_table
 
 
 def table_from_row(row: Any, metastore: str = PRIMARY) -> Table:
@@ -194,6 +194,10 @@ class TableStore(Database):
     def drop_table(self, table_id: int) -> None:
         """Remove a table's records; links to it are left dangling (the catalog decides whether to)."""
         with self.tx() as conn:
+            try:
+                fence_table(conn, table_id, self.label)
+            except NotFoundError:
+                return  # gone already
             conn.execute(
                 sa.update(s.links).where(s.links.c.source_table_id == table_id).values(source_table_id=None)
             )

@@ -358,3 +358,103 @@ def _print_usage(out: TextOutput, usages: list[dict[str, Any]]) -> None:
     for u in usages:
         for link, error in u["errors"].items():
             out.warn(f"warning: {link}: {error}")
+
+
+@namespace_app.command("move")
+def namespace_move(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="NAMESPACE")],
+    to: Annotated[
+        str | None, typer.Option("--to", help="The metastore to move it to (see federation list)")
+    ] = None,
+    abort: Annotated[
+        bool, typer.Option("--abort", help="Roll back its move that has not flipped its route yet")
+    ] = False,
+    grace: Annotated[
+        float | None,
+        typer.Option(
+            help="Seconds between the route's flip and removing its old rows "
+            "[default: federation.refresh_interval]",
+            min=0,
+        ),
+    ] = None,
+    drain_timeout: Annotated[
+        float, typer.Option(help="Seconds to wait for commits in flight before rolling the move back", min=0)
+    ] = 180,
+    _json: JsonFlag = False,
+) -> None:
+    """Move a namespace's metadata to another metastore, online (data files stay where they are).
+
+    Writers get a retriable error for the seconds of the switch, then carry on in the new
+    metastore. Run it again after a crash to resume (before the route flipped: copies again;
+    after: finishes removing the old rows); --abort rolls back a move that has not flipped.
+    """
+    import contextlib
+
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    from ingest.chunks import ChunkWriter
+    from ingest.errors import ChunkBusyError, ChunkStateError, LateDataError
+    from metastore.models import Chunk
+    from metastore.moves import Progress as MoveProgress
+
+    if abort == (to is not None):
+        raise UserInputError("give --to METASTORE to move the namespace, or --abort to roll its move back")
+    cli = cli_context(ctx)
+    settings = cli.settings()
+    catalog = cli.catalog(settings)
+
+    def resolve(metastore: str, chunk: Chunk) -> None:
+        """A commit in flight whose writer died: rolled forward once stale (as housekeeping does)."""
+        home = catalog.on(metastore)
+        table = home.store.get_table_by_id(chunk.table_id)
+        # alive (busy), or it ended another way: either way it leaves COMMITTING
+        with contextlib.suppress(ChunkBusyError, ChunkStateError, LateDataError):
+            ChunkWriter(home, table, settings.chunk).commit(chunk.id)
+
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("rows"),
+        console=cli.output.err,
+        transient=True,
+        disable=not cli.output.err.is_terminal,
+    ) as bar:
+
+        class Bars(MoveProgress):
+            task: Any = None
+
+            def table(self, table: str, rows: int) -> None:
+                self.task = bar.add_task(f"copying {table}", total=rows)
+
+            def advance(self, rows: int) -> None:
+                bar.advance(self.task, rows)
+
+            def step(self, text: str) -> None:
+                bar.console.print(text, highlight=False) if bar.console.is_terminal else None
+
+        mover = catalog.mover(
+            resolve=resolve,
+            drain_timeout_s=drain_timeout,
+            grace_s=settings.federation.refresh_interval.total_seconds() if grace is None else grace,
+            progress=Bars(),
+        )
+        report = mover.abort(name) if abort else mover.move(name, str(to))
+    cli.output.result(report.to_json(), _print_moved)
+
+
+def _print_moved(out: TextOutput, info: dict[str, Any]) -> None:
+    if info["aborted"]:
+        out.console.print(
+            f"rolled back the move of namespace {info['namespace']} to {info['to']} (it was at step "
+            f"{info['resumed_at']}); it stays in {info['from']}",
+            highlight=False,
+        )
+        return
+    resumed = f" (resumed at step {info['resumed_at']})" if info["resumed_at"] else ""
+    out.console.print(
+        f"moved namespace {info['namespace']} from {info['from']} to {info['to']}{resumed}: "
+        f"{len(info['tables'])} table(s), {info['links']} link(s), {info['rows']} row(s) copied",
+        highlight=False,
+    )
