@@ -28,9 +28,7 @@ import contextlib
 import logging
 import os
 import random
-import signal
 import socket
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -101,7 +99,8 @@ def backoff(config: SchedulerConfig, failures: int) -> timedelta:
 
 @dataclass
 class RollDaemon:
-    """One roll daemon process. ``start``/``stop`` for embedding; ``run_forever`` for the CLI."""
+    """The roll daemon of one metastore: ``start``/``stop`` (the CLI runs one per metastore through
+    :class:`scheduler.federation_daemons.FederationDaemons`, which handles the signals)."""
 
     catalog: Catalog
     config: SchedulerConfig = field(default_factory=SchedulerConfig)
@@ -164,7 +163,6 @@ class RollDaemon:
         self._known: dict[int, str] = {}
         self._stopping = threading.Event()
         self._abandon = threading.Event()
-        self._stop_requested = threading.Event()
         self.stuck = False
 
     # -- life ------------------------------------------------------------------------------
@@ -252,25 +250,6 @@ class RollDaemon:
             metastore=self.catalog.store.label,
             warehouse=str(self.catalog.warehouse.root),
         )
-
-    def run_forever(self) -> int:
-        """Run until SIGTERM or SIGINT, then shut down cleanly; the exit status (0)."""
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda signum, _frame: self.request_stop(signal.Signals(signum).name))
-        self.start()
-        while not self._stop_requested.wait(0.5):
-            pass
-        self.stop()
-        if self.stuck:
-            # a roll thread is still inside a step: leave it like a crash would (safe, resumable)
-            logging.shutdown()
-            sys.stderr.flush()
-            os._exit(0)
-        return 0
-
-    def request_stop(self, why: str = "requested") -> None:
-        event(log, logging.INFO, "daemon.stopping", "shutdown requested", reason=why)
-        self._stop_requested.set()
 
     def stop(self, grace: timedelta | None = None) -> None:
         """Stop: no new rolls; let a roll in progress finish within ``grace``, else abandon it."""
