@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,22 @@ def fresh_metastore_url(backend: str, tmp_path: Path) -> str:
     if backend == "sqlite":
         return f"sqlite:///{tmp_path / 'metastore.sqlite'}"
     return scratch_schema_url()
+
+
+@contextmanager
+def mixed_federation(source: str, tmp_path: Path) -> Iterator[Catalog]:
+    """A primary of backend ``source`` with ``m2`` (read-write-create) of the other backend: the
+    federation a namespace moves across (SQLite → PostgreSQL, or the other way)."""
+    primary_url = fresh_metastore_url(source, tmp_path)
+    m2 = scratch_schema_url("sp_move") if source == "sqlite" else f"sqlite:///{tmp_path / 'm2.sqlite'}"
+    catalog = Catalog.open(tmp_path / "warehouse", primary_url)
+    try:
+        catalog.add_metastore("m2", m2, "read-write-create")
+        yield catalog
+    finally:
+        catalog.close()
+        drop_scratch_schema(primary_url)
+        drop_scratch_schema(m2)
 
 
 @pytest.fixture(params=BACKENDS)

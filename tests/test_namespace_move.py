@@ -28,9 +28,8 @@ from metastore.catalog import Catalog
 from metastore.federation import PRIMARY
 from metastore.links import LinkSpec
 from metastore.models import ChunkState, Table, TableName
-from tests.fixtures import fresh_metastore_url, make_table
+from tests.fixtures import make_table, mixed_federation
 from tests.helpers import ROOT, all_ids, duplicates, records, wait_for, worker_call
-from tests.pg import drop_scratch_schema, scratch_schema_url
 
 ROWS = 10
 
@@ -38,15 +37,8 @@ ROWS = 10
 @pytest.fixture
 def federation(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Catalog]:
     """The primary of the backend ``request.param`` names, ``m2`` of the other."""
-    source = request.param
-    primary_url = fresh_metastore_url(source, tmp_path)
-    m2 = scratch_schema_url("sp_move") if source == "sqlite" else f"sqlite:///{tmp_path / 'm2.sqlite'}"
-    catalog = Catalog.open(tmp_path / "warehouse", primary_url)
-    catalog.add_metastore("m2", m2, "read-write-create")
-    yield catalog
-    catalog.close()
-    drop_scratch_schema(primary_url)
-    drop_scratch_schema(m2)
+    with mixed_federation(request.param, tmp_path) as catalog:
+        yield catalog
 
 
 def mover(catalog: Catalog, *args: str, crashpoint: str | None = None) -> subprocess.CompletedProcess[str]:

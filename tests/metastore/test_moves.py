@@ -37,9 +37,8 @@ from metastore.models import Mode, MoveStep, RollOutcome, TableName
 from metastore.moves import MoveReport
 from metastore.store import Metastore
 from scheduler.roll import Roller
-from tests.fixtures import fresh_metastore_url, make_table
+from tests.fixtures import make_table, mixed_federation
 from tests.helpers import all_ids, records
-from tests.pg import drop_scratch_schema, scratch_schema_url
 
 DIRECTIONS = ["sqlite-to-postgresql", "postgresql-to-sqlite"]
 
@@ -47,15 +46,8 @@ DIRECTIONS = ["sqlite-to-postgresql", "postgresql-to-sqlite"]
 @pytest.fixture(params=DIRECTIONS)
 def federation(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Catalog]:
     """A primary of one backend and ``m2`` of the other."""
-    source = request.param.split("-to-")[0]
-    primary_url = fresh_metastore_url(source, tmp_path)
-    m2 = scratch_schema_url("sp_move") if source == "sqlite" else f"sqlite:///{tmp_path / 'm2.sqlite'}"
-    catalog = Catalog.open(tmp_path / "warehouse", primary_url)
-    catalog.add_metastore("m2", m2, "read-write-create")
-    yield catalog
-    catalog.close()
-    drop_scratch_schema(primary_url)
-    drop_scratch_schema(m2)
+    with mixed_federation(request.param.split("-to-")[0], tmp_path) as catalog:
+        yield catalog
 
 
 # -- what a metastore holds of a namespace, ids replaced by what they stand for ------------------
