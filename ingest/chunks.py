@@ -234,6 +234,10 @@ class ChunkWriter:
     ) -> Chunk:
         chunk = self.store.get_chunk(chunk.id)
         self._require_state(chunk, ChunkState.RESERVED, "write to")
+        return self._stage_reserved(chunk, parsed, source, digest)
+
+    def _stage_reserved(self, chunk: Chunk, parsed: Parsed, source: str, digest: str | None) -> Chunk:
+        """Stage ``parsed`` for a chunk just seen RESERVED (recording the files checks it again)."""
         self._check_bad(parsed.bad)
         require_records(parsed.good.num_rows + len(parsed.bad))
         # new names for every attempt: a file a commit may be adding is never overwritten
@@ -354,7 +358,11 @@ class ChunkWriter:
         return self._rebinding(lambda: self._commit(chunk_id, owner_is_dead, content_digest))
 
     def _commit(self, chunk_id: str, owner_is_dead: bool, content_digest: str | None) -> CommitResult:
-        chunk = self.store.get_chunk(chunk_id)
+        return self._commit_chunk(self.store.get_chunk(chunk_id), owner_is_dead, content_digest)
+
+    def _commit_chunk(self, chunk: Chunk, owner_is_dead: bool, content_digest: str | None) -> CommitResult:
+        """:meth:`commit` of ``chunk`` as just read from the metastore."""
+        chunk_id = chunk.id
         if chunk.table_id != self.table.id:
             raise ChunkStateError(f"chunk {chunk_id} belongs to another table")
         self.check_digest(chunk, content_digest)
@@ -609,13 +617,13 @@ class ChunkWriter:
         if chunk.state is ChunkState.RESERVED:
             try:
                 parsed = self.parse(content, fmt)
-                chunk = self.stage_parsed(chunk, parsed, source=source, digest=digest)
+                chunk = self._stage_reserved(chunk, parsed, source, digest)
             except MalformedChunkError:
                 self.abort(chunk.id, reason="malformed content")
                 raise
             ignored = parsed.ignored
             crashpoint("chunk-after-write")
-        result = self._commit(chunk.id, False, digest)
+        result = self._commit_chunk(chunk, False, digest)
         return dataclasses.replace(result, ignored_fields=ignored) if ignored else result
 
     def write_table(self, data: pa.Table, key: str | None = None) -> CommitResult:
@@ -626,8 +634,8 @@ class ChunkWriter:
         digest = arrow_digest(data)
         chunk = self.reserve(key)
         if chunk.state is ChunkState.RESERVED:
-            chunk = self.stage_parsed(chunk, parse_arrow(data, self.validator()), digest=digest)
-        return self._commit(chunk.id, False, digest)
+            chunk = self._stage_reserved(chunk, parse_arrow(data, self.validator()), "", digest)
+        return self._commit_chunk(chunk, False, digest)
 
 
 @dataclass(eq=False)
@@ -695,10 +703,15 @@ def _commit_group(group: list[Member[_Pending, CommitResult]], context: dict[str
         active = [m for m in active if not m.settled]
         if not active:
             return
-        recorded = store.newest_version(table.id)  # the metastore first …
         dt = context.pop("dt", None)
-        dt = warehouse.refresh(table, dt)  # … then the log: (a) the snapshot first …
-        warehouse.verify_newest(table, dt, recorded)
+        if dt is not None:  # (a) the snapshot first …
+            dt = warehouse.refresh(table, dt)
+            if int(dt.version()) < context.get("version", -1):
+                dt = None  # the log went back behind our own last commit: check it whole
+        if dt is None:  # (first, or after a surprise) the log must hold what the metastore recorded
+            recorded = store.newest_version(table.id)  # the metastore first …
+            dt = warehouse.refresh(table, None)  # … then the log
+            warehouse.verify_newest(table, dt, recorded)
         context["dt"] = dt
         # (b) … then the partitions' states
         open_value = store.streaming_partition(table.id).value if table.mode is Mode.ARRIVAL else None

@@ -97,12 +97,13 @@ def _attempt_is(attempt: str | None) -> Precondition:
     )
 
 
-def insert_chunk(conn: Connection, table_id: int, key: str | None, ttl: timedelta, now: datetime) -> str:
+def insert_chunk(conn: Connection, table_id: int, key: str | None, ttl: timedelta, now: datetime) -> Chunk:
     """Reserve a chunk in the transaction ``conn`` (a table's first, in the table's own: see
-    :meth:`TableStore.create_table`); its id. A key taken already raises IntegrityError."""
+    :meth:`TableStore.create_table`). A key taken already raises IntegrityError."""
     chunk_id = str(uuid.uuid4())
-    conn.execute(
-        sa.insert(s.chunks).values(
+    row = conn.execute(
+        sa.insert(s.chunks)
+        .values(
             id=chunk_id,
             table_id=table_id,
             token=key,
@@ -116,8 +117,9 @@ def insert_chunk(conn: Connection, table_id: int, key: str | None, ttl: timedelt
             dead_letter_rows=0,
             late_rows=0,
         )
-    )
-    return chunk_id
+        .returning(*s.chunks.c)  # the new row in the same round trip
+    ).one()
+    return chunk_from_row(row)
 
 
 class ChunkStore(Database):
@@ -135,14 +137,13 @@ class ChunkStore(Database):
         try:
             with self.tx() as conn:
                 fence_table(conn, table_id, self.label, main_only=True)
-                chunk_id = insert_chunk(conn, table_id, key, ttl, now)
+                return insert_chunk(conn, table_id, key, ttl, now)
         except IntegrityError:
             if key is None:
                 raise
             found = self.find_chunk_by_key(table_id, key)
             assert found is not None
             return found
-        return self.get_chunk(chunk_id)
 
     def find_chunk_by_key(self, table_id: int, key: str) -> Chunk | None:
         """The table's chunk reserved under the idempotency ``key``, if any."""
