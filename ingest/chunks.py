@@ -703,16 +703,7 @@ def _commit_group(group: list[Member[_Pending, CommitResult]], context: dict[str
         active = [m for m in active if not m.settled]
         if not active:
             return
-        dt = context.pop("dt", None)
-        if dt is not None:  # (a) the snapshot first …
-            dt = warehouse.refresh(table, dt)
-            if int(dt.version()) < context.get("version", -1):
-                dt = None  # the log went back behind our own last commit: check it whole
-        if dt is None:  # (first, or after a surprise) the log must hold what the metastore recorded
-            recorded = store.newest_version(table.id)  # the metastore first …
-            dt = warehouse.refresh(table, None)  # … then the log
-            warehouse.verify_newest(table, dt, recorded)
-        context["dt"] = dt
+        dt = _group_snapshot(lead, context)  # (a) the snapshot first …
         # (b) … then the partitions' states
         open_value = store.streaming_partition(table.id).value if table.mode is Mode.ARRIVAL else None
         plans: dict[Member[_Pending, CommitResult], list[tuple[str, datetime, int]]] = {}
@@ -758,6 +749,26 @@ def _commit_group(group: list[Member[_Pending, CommitResult]], context: dict[str
         context["version"] = version
         _record_group(active, plans, version)
         return
+
+
+def _group_snapshot(lead: ChunkWriter, context: dict[str, Any]) -> Any:
+    """The newest snapshot, for a group to commit on: the last group's, refreshed in place.
+
+    The first time (or after the log was found behind this process's own last commit), the log
+    is checked to hold every commit the metastore recorded.
+    """
+    table, warehouse = lead.table, lead.warehouse
+    dt = context.pop("dt", None)
+    if dt is not None:
+        dt = warehouse.refresh(table, dt)
+        if int(dt.version()) < context.get("version", -1):
+            dt = None  # the log went back behind our own last commit: check it whole
+    if dt is None:
+        recorded = lead.store.newest_version(table.id)  # the metastore first …
+        dt = warehouse.refresh(table, None)  # … then the log
+        warehouse.verify_newest(table, dt, recorded)
+    context["dt"] = dt
+    return dt
 
 
 def _record_group(
