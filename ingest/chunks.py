@@ -683,7 +683,7 @@ def _commit_group(group: list[Member[_Pending, CommitResult]], context: dict[str
                 if version is not None:
                     m.resolve(p.writer._finish(p.chunk, version, 0))
                     continue
-            except Exception as exc:
+            except Exception as exc:  # this member's own answer: the group goes on without it
                 m.fail(exc)
                 continue
         active.append(m)
