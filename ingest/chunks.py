@@ -8,8 +8,14 @@ Fencing against rolls (arrival and event-time alike): a writer loads the Delta s
 partition ROLLING in the metastore *first* and seals the Delta table (a metadata change)
 *second*. So either the writer sees ROLLING and goes to the next partition, or its snapshot
 predates the seal and its commit fails Delta's conflict check and is retried — a chunk never
-lands in a sealed partition, and a retried chunk never lands twice (each commit carries the
-chunk id in its commit info, looked up before any retry that might follow a landed commit).
+lands in a sealed partition, and a retried chunk never lands twice (each commit names the
+chunks it adds in its commit info, looked up before any retry that might follow a landed commit).
+
+Group commit: the commits of a table in flight in one process at once are made together, by
+the first of them, as one Delta commit and one metastore transaction (``_commit_group``; the
+queue is ``ingest/group_commit.py``). The "snapshot" a group commits on is the newest version of
+the log, found with a few file checks (``Warehouse.newest_version``); the partition states are
+read after it, so the fencing is exactly a lone chunk's.
 
 Namespace moves (``metastore/moves.py``): while a table's namespace is fenced for a move, its
 metastore refuses the writer's steps with a retriable NamespaceMovingError; once the route has
@@ -668,8 +674,7 @@ def _commit_group(group: list[Member[_Pending, CommitResult]], context: dict[str
     is one chunk's: (a) the snapshot first, (b) then the partitions' states, so a roll that
     seals meanwhile makes the commit conflict, and the group is planned again.
 
-    ``context`` keeps the table's snapshot (refreshed in place: only the leader holds it) and
-    the version of the newest group commit between groups.
+    ``context`` keeps the newest version of the table's log seen, between groups.
     """
     lead = group[0].item.writer
     table, store, warehouse = lead.table, lead.store, lead.warehouse
@@ -703,7 +708,7 @@ def _commit_group(group: list[Member[_Pending, CommitResult]], context: dict[str
         active = [m for m in active if not m.settled]
         if not active:
             return
-        dt = _group_snapshot(lead, context)  # (a) the snapshot first …
+        read_version = _newest_version(lead, context)  # (a) the log's newest version first …
         # (b) … then the partitions' states
         open_value = store.streaming_partition(table.id).value if table.mode is Mode.ARRIVAL else None
         plans: dict[Member[_Pending, CommitResult], list[tuple[str, datetime, int]]] = {}
@@ -719,7 +724,7 @@ def _commit_group(group: list[Member[_Pending, CommitResult]], context: dict[str
                 if plan:
                     plans[m] = plan
                 else:  # all of it late: nothing to add
-                    m.resolve(p.writer._finish(p.chunk, int(dt.version()), p.late_rows, partitions=()))
+                    m.resolve(p.writer._finish(p.chunk, read_version, p.late_rows, partitions=()))
             except Exception as exc:
                 m.fail(exc)
         active = [m for m in active if not m.settled]
@@ -731,7 +736,7 @@ def _commit_group(group: list[Member[_Pending, CommitResult]], context: dict[str
         metadata = {GROUP_KEY: group_id, CHUNKS_KEY: ",".join(m.item.chunk.id for m in active)}
         files = [f for m in active for f in plans[m]]
         try:
-            version = warehouse.commit_files(dt, table, files, metadata)
+            version = warehouse.commit_files(table, read_version, files, metadata)
             crashpoint("chunk-after-delta-commit")
         except ConflictError:
             # a roll sealed the table since our snapshot: decide the partitions again
@@ -742,7 +747,7 @@ def _commit_group(group: list[Member[_Pending, CommitResult]], context: dict[str
             # an ambiguous failure (I/O error mid-commit): find out before committing again
             attempt += 1
             time.sleep(min(1.0, 0.05 * 2**attempt))
-            found = warehouse.find_commit(table, GROUP_KEY, group_id, int(dt.version()))
+            found = warehouse.find_commit(table, GROUP_KEY, group_id, read_version)
             if found is None:
                 continue
             version = found
@@ -751,24 +756,23 @@ def _commit_group(group: list[Member[_Pending, CommitResult]], context: dict[str
         return
 
 
-def _group_snapshot(lead: ChunkWriter, context: dict[str, Any]) -> Any:
-    """The newest snapshot, for a group to commit on: the last group's, refreshed in place.
+def _newest_version(lead: ChunkWriter, context: dict[str, Any]) -> int:
+    """The newest version of the table's log, for a group to commit after (the fencing's snapshot).
 
-    The first time (or after the log was found behind this process's own last commit), the log
-    is checked to hold every commit the metastore recorded.
+    Looked for after the last group's version: a few file checks. The first time (or when that
+    version is gone from the log) the table is loaded, and its log is checked to hold every
+    commit the metastore recorded.
     """
     table, warehouse = lead.table, lead.warehouse
-    dt = context.pop("dt", None)
-    if dt is not None:
-        dt = warehouse.refresh(table, dt)
-        if int(dt.version()) < context.get("version", -1):
-            dt = None  # the log went back behind our own last commit: check it whole
-    if dt is None:
+    known = context.get("version")
+    version = warehouse.newest_version(table, known) if known is not None else None
+    if version is None:
         recorded = lead.store.newest_version(table.id)  # the metastore first …
-        dt = warehouse.refresh(table, None)  # … then the log
+        dt = warehouse.load(table)  # … then the log
         warehouse.verify_newest(table, dt, recorded)
-    context["dt"] = dt
-    return dt
+        version = int(dt.version())
+    context["version"] = version
+    return version
 
 
 def _record_group(

@@ -21,9 +21,11 @@ from __future__ import annotations
 import contextlib
 import errno
 import json
+import logging
 import os
 import shutil
 import threading
+import time
 import urllib.parse
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -35,7 +37,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from metastore import clock
+from metastore import clock, delta_append
 from metastore.errors import (
     CommitStateUnknownError,
     ConflictError,
@@ -44,6 +46,8 @@ from metastore.errors import (
     TableIntegrityError,
 )
 from metastore.models import Column, Table, TableName, utc
+
+log = logging.getLogger("streampart.warehouse")
 
 STAGING_DIR = "_staging"
 SUCCESS_MARKER = "_SUCCESS"
@@ -61,6 +65,9 @@ ROLL_KEY = "streampart.roll"
 # roller) a commit may lose that race several times in a row; conflicts that matter (a seal)
 # are not retried by delta-rs and reach us at once.
 MAX_COMMIT_RETRIES = 100
+
+# A checkpoint every 100 versions: delta-rs' default, which our tables state explicitly.
+DEFAULT_CHECKPOINT_INTERVAL = 100
 
 
 _ARROW: dict[str, pa.DataType] = {
@@ -185,6 +192,11 @@ class Warehouse:
 
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root).resolve()
+        # per table location: whether commits may be written straight to the log, and how often
+        # the log is checkpointed (see commit_files)
+        self._plain: dict[str, bool] = {}
+        self._checkpoint_every: dict[str, int] = {}
+        self._checkpointing: set[str] = set()
         # Commits to one table from threads of this process take turns (see _transact).
         self._commit_locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
@@ -210,7 +222,7 @@ class Warehouse:
             partition_by=[table.partition_column],
             name=str(table.name),
             description=f"streampart {table.mode.value} table, rolls every {table.roll_every}",
-            configuration={"delta.checkpointInterval": "100"},
+            configuration={"delta.checkpointInterval": str(DEFAULT_CHECKPOINT_INTERVAL)},
         )
 
     def load(self, table: Table, version: int | None = None) -> Any:
@@ -309,21 +321,6 @@ class Warehouse:
             return True
         return not any(isinstance(a, dict) and "commitInfo" in a for a in actions)
 
-    def refresh(self, table: Table, dt: Any | None) -> Any:
-        """``dt`` moved forward to the newest snapshot of ``table`` (loaded, if None): the commit path's.
-
-        Loading a DeltaTable replays the log since its last checkpoint (tens of milliseconds at
-        100 versions per checkpoint), while refreshing a loaded one reads only the commits that
-        landed since: a group commit's snapshot costs about a millisecond instead. The object
-        moves in place, so only its one holder (the group commit's leader) may use it; anything
-        that needs a snapshot that stays put (a roll, a query) uses :meth:`load`.
-        """
-        if dt is None:
-            return self.load(table)
-        with self._log_errors(table):
-            dt.update_incremental()
-        return dt
-
     # -- files -----------------------------------------------------------------------------
     def staging_path(self, prefix: str, k: int) -> str:
         """The path of a chunk's ``k``-th staged file; ``prefix`` starts with the chunk id."""
@@ -395,26 +392,96 @@ class Warehouse:
 
     def commit_files(
         self,
-        dt: Any,
         table: Table,
+        read_version: int,
         files: Iterable[tuple[str, datetime, int]],
         metadata: dict[str, str],
         app_id: str | None = None,
     ) -> int:
-        """Append ``(path, partition, rows)`` files in one Delta commit on top of ``dt``'s snapshot.
+        """Append ``(path, partition, rows)`` files in one Delta commit after version ``read_version``.
 
-        With ``app_id``, the commit also records that Delta application transaction (``txn``,
-        version 1): a concurrent commit with the same id then conflicts, so it lands at most once.
+        Written straight to the log (``metastore/delta_append.py``: the cost of one small file, not of
+        the table's size), unless the table's protocol asks more of a writer than an append
+        gives: then through delta-rs. With ``app_id``, the commit also records that Delta
+        application transaction (``txn``, version 1): a concurrent commit with the same id then
+        conflicts, so it lands at most once.
 
         Returns:
             The version of the new commit.
 
         Raises:
-            ConflictError: a concurrent commit (a roll's seal) changed the table's metadata
-                since ``dt`` was loaded; reload and decide again.
+            ConflictError: a commit since ``read_version`` (a roll's seal) changed the table's
+                metadata; read the newest version and decide again.
+            CommitStateUnknownError: the commit may have landed (an I/O error): look it up.
+            StorageFullError: no space for the commit file; it did not land.
         """
-        actions = [self._add_action(table, p, part, rows, True) for p, part, rows in files]
-        return self._transact(dt, table, actions, metadata, "Delta commit", app_id)
+        files = list(files)
+        if not self._plain_appends(table):
+            dt = self.load(table, read_version)
+            actions = [self._add_action(table, p, part, rows, True) for p, part, rows in files]
+            return self._transact(dt, table, actions, metadata, "Delta commit", app_id)
+        with storage_errors(f"reading the files to commit to {table.name}"):
+            entries = []
+            for path, part, rows in files:
+                st = (Path(table.location) / path).stat()
+                entries.append((path, partition_value_text(part), rows, st.st_size, int(st.st_mtime * 1000)))
+        body = delta_append.append_actions(
+            table.partition_column, entries, metadata, int(time.time() * 1000), app_id
+        )
+        with self._commit_lock(table):
+            try:
+                version = delta_append.publish(table.location, body, read_version, MAX_COMMIT_RETRIES, app_id)
+            except ConflictError as exc:
+                self._plain.pop(table.location, None)  # a metadata change: look at the protocol again
+                raise ConflictError(f"Delta commit to {table.name} conflicted: {exc}") from None
+            except OSError as exc:
+                full = storage_error(exc, f"the Delta commit to {table.name}")
+                if isinstance(full, StorageFullError):
+                    raise full from exc
+                raise CommitStateUnknownError(
+                    f"Delta commit to {table.name} failed and may have landed: {first_line(exc)}"
+                ) from exc
+        self._checkpoint_if_due(table, version)
+        return version
+
+    def newest_version(self, table: Table, known: int) -> int | None:
+        """The newest version of the table's log, looked for after ``known`` (a version seen in it).
+
+        A few file checks, whatever the table holds. None if ``known`` is gone from the log
+        (cleaned up, or the log was lost): :meth:`load` the table instead.
+        """
+        return delta_append.newest_version(table.location, known)
+
+    def _plain_appends(self, table: Table) -> bool:
+        """Whether :meth:`commit_files` may write the table's commits itself (learnt once per table)."""
+        plain = self._plain.get(table.location)
+        if plain is None:
+            dt = self.load(table)
+            plain = self._plain[table.location] = delta_append.plain_appends(dt)
+            every = dt.metadata().configuration.get("delta.checkpointInterval")
+            self._checkpoint_every[table.location] = int(every or DEFAULT_CHECKPOINT_INTERVAL)
+        return plain
+
+    def _checkpoint_if_due(self, table: Table, version: int) -> None:
+        """Checkpoint the log (and clean up expired log files) every ``delta.checkpointInterval``
+        versions, as delta-rs does after its own commits; in the background, off the commit path."""
+        every = self._checkpoint_every.get(table.location, DEFAULT_CHECKPOINT_INTERVAL)
+        if version % every or table.location in self._checkpointing:
+            return
+        self._checkpointing.add(table.location)
+
+        def run() -> None:
+            try:
+                dt = self.load(table, version)
+                dt.create_checkpoint()
+                dt.cleanup_metadata()
+            except Exception as exc:  # the next one (or housekeeping) checkpoints instead
+                log.warning("checkpoint of %s at version %d failed: %s", table.name, version, first_line(exc))
+            finally:
+                self._checkpointing.discard(table.location)
+
+        # not a daemon: the interpreter waits for it at exit rather than stop it inside delta-rs
+        threading.Thread(target=run, name=f"checkpoint-{table.name}").start()
 
     def seal(self, table: Table, roll_id: str) -> int:
         """Change the table's metadata so every commit prepared on an older snapshot fails.

@@ -271,8 +271,8 @@ class Replicator:
             self._step("replica-before-commit")
             try:
                 version = wh.commit_files(
-                    secondary,
                     target,
+                    int(secondary.version()),
                     [(f.path, value, f.rows) for f in files],
                     {REPLICA_KEY: pdir},
                     app_id(pdir),

@@ -125,7 +125,10 @@ def test_a_retry_after_a_crash_between_delta_commit_and_metastore_lands_once(cat
     chunk = catalog.store.begin_commit(chunk, int(dt.version()))
     part = catalog.store.streaming_partition(table.id).value
     catalog.warehouse.commit_files(
-        dt, table, [(f.path, part, f.rows) for f in chunk.files], {"streampart.chunk": chunk.id}
+        table,
+        int(dt.version()),
+        [(f.path, part, f.rows) for f in chunk.files],
+        {"streampart.chunk": chunk.id},
     )
     # the writer "died" here; a retry while the attempt may still be alive is refused …
     with pytest.raises(ChunkBusyError):
@@ -152,8 +155,8 @@ def test_a_chunk_prepared_before_a_seal_goes_to_the_next_partition(catalog) -> N
 
     with pytest.raises(ConflictError):  # Delta refuses the stale commit into the sealed table
         catalog.warehouse.commit_files(
-            stale_snapshot,
             table,
+            int(stale_snapshot.version()),
             [(f.path, old.value, f.rows) for f in staged.files],
             {"streampart.chunk": "x"},
         )
@@ -359,20 +362,20 @@ def test_arrow_tables_from_python_are_checked_like_files(catalog) -> None:  # ty
 
 
 def test_an_io_error_after_the_delta_commit_is_looked_up_and_lands_once(catalog, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    """delta-rs' I/O errors are 'commit state unknown': the writer looks before committing again."""
-    from deltalake import DeltaTable
+    """An I/O error while committing is 'commit state unknown': the writer looks before committing again."""
+    from metastore import delta_append
 
     table = make_table(catalog)
-    real = DeltaTable.create_write_transaction
+    real = delta_append.publish
     failures: list[str] = []
 
-    def lands_then_fails(self, *args, **kwargs):  # type: ignore[no-untyped-def]
-        real(self, *args, **kwargs)
+    def lands_then_fails(*args, **kwargs):  # type: ignore[no-untyped-def]
+        real(*args, **kwargs)
         if not failures:
             failures.append("once")
             raise OSError("connection reset while reading the commit's response")
 
-    monkeypatch.setattr(DeltaTable, "create_write_transaction", lands_then_fails)
+    monkeypatch.setattr(delta_append, "publish", lands_then_fails)
     result = ChunkWriter(catalog, table).write(records(range(20)), Format.JSONL)
     assert failures == ["once"] and result.version == 1
     assert sorted(all_ids(table)) == list(range(20))

@@ -1,0 +1,144 @@
+"""Appends written straight to a Delta log: a chunk commit costs one small file, whatever the table holds.
+
+delta-rs (1.6) materialises every live file of a table whenever it loads, refreshes or commits
+to it, so a chunk commit through it costs time in proportion to the files the table holds (2,000
+staged files took a commit from 20 ms to 50-90 ms here) and to the commits since the last
+checkpoint. An append needs none of that: by the Delta protocol a commit is the file
+``_delta_log/<version>.json``, created only if absent, and a blind append (it reads nothing and
+removes nothing) conflicts only with a concurrent change of the table's metadata or protocol —
+a roll's seal — or, for an application transaction (``txn``), with another commit of the same
+application id. So this module writes the commit file itself: a temp file, then a hard link
+to the version's name, which fails if that version exists (put-if-absent on a POSIX file
+system, as delta-rs does it). A lost race reads the winning commit, refuses on a conflict,
+and tries the next version. Everything else (rolls' seals and sweeps, checkpoints, reads)
+stays with delta-rs, which reads these commits like its own.
+
+Only for tables whose protocol asks nothing more of a writer (:func:`plain_appends`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import urllib.parse
+import uuid
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from metastore.errors import ConflictError
+
+ENGINE = "streampart"
+
+
+def log_dir(location: str) -> Path:
+    return Path(location) / "_delta_log"
+
+
+def commit_file(location: str, version: int) -> Path:
+    return log_dir(location) / f"{version:020d}.json"
+
+
+def plain_appends(dt: Any) -> bool:
+    """Whether a writer may append to ``dt``'s table by writing the commit file itself.
+
+    Writer version 2 at most (appendOnly and column invariants, which an append of files
+    already validated against the schema satisfies) and no table features.
+    """
+    protocol = dt.protocol()
+    return int(protocol.min_writer_version) <= 2 and not getattr(protocol, "writer_features", None)
+
+
+def newest_version(location: str, known: int) -> int | None:
+    """The newest version of the log, looked for after ``known``, a version seen in it.
+
+    None when ``known``'s commit file is gone (log cleanup removed it): load the table instead.
+    Log cleanup removes a prefix of the log, so if ``known`` is there, so is all that follows.
+    """
+    if not commit_file(location, known).exists():
+        return None
+    version = known
+    while commit_file(location, version + 1).exists():
+        version += 1
+    return version
+
+
+def append_actions(
+    partition_column: str,
+    files: Iterable[tuple[str, str, int, int, int]],
+    metadata: dict[str, str],
+    now_ms: int,
+    app_id: str | None = None,
+) -> bytes:
+    """The commit file of an append: ``files`` as ``(path, partition value, rows, size, mtime ms)``."""
+    actions: list[dict[str, Any]] = [
+        {
+            "commitInfo": {
+                "timestamp": now_ms,
+                "operation": "WRITE",
+                "operationParameters": {"mode": "Append", "partitionBy": json.dumps([partition_column])},
+                "engineInfo": ENGINE,
+                **metadata,
+            }
+        }
+    ]
+    if app_id is not None:
+        actions.append({"txn": {"appId": app_id, "version": 1, "lastUpdated": now_ms}})
+    for path, value, rows, size, mtime in files:
+        actions.append(
+            {
+                "add": {
+                    "path": urllib.parse.quote(path),
+                    "partitionValues": {partition_column: value},
+                    "size": size,
+                    "modificationTime": mtime,
+                    "dataChange": True,
+                    "stats": json.dumps({"numRecords": rows}),
+                }
+            }
+        )
+    return "".join(json.dumps(a) + "\n" for a in actions).encode()
+
+
+def publish(
+    location: str, body: bytes, read_version: int, max_retries: int, app_id: str | None = None
+) -> int:
+    """Write ``body`` as the next commit after ``read_version``; the version it became.
+
+    Raises:
+        ConflictError: a commit since ``read_version`` changed the table's metadata or protocol
+            (or committed ``app_id``): nothing was written; decide again on a newer snapshot.
+        OSError: the commit file could not be written, or may have been (look it up).
+    """
+    log = log_dir(location)
+    tmp = log / f"_commit_{uuid.uuid4().hex}.json.tmp"
+    try:
+        tmp.write_bytes(body)
+        version = read_version + 1
+        for _ in range(max_retries + 1):
+            try:
+                os.link(tmp, commit_file(location, version))
+                return version
+            except FileExistsError:
+                conflict = _conflict(location, version, app_id)
+                if conflict:
+                    raise ConflictError(conflict) from None
+                version += 1
+        raise ConflictError(f"{max_retries} commits landed before this one could; try again")
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _conflict(location: str, version: int, app_id: str | None) -> str | None:
+    """Why the commit at ``version`` conflicts with a blind append (None: it does not)."""
+    with commit_file(location, version).open() as f:
+        for line in f:
+            if not line.strip():
+                continue
+            action = json.loads(line)
+            if "metaData" in action or "protocol" in action:
+                return f"version {version} changed the table's metadata (a roll sealed it)"
+            txn = action.get("txn")
+            if app_id is not None and txn is not None and txn.get("appId") == app_id:
+                return f"version {version} committed application transaction {app_id} already"
+    return None

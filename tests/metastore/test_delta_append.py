@@ -1,0 +1,79 @@
+"""Appends written straight to the Delta log (metastore/delta_append.py), read back by delta-rs."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from ingest.chunks import ChunkWriter
+from ingest.formats import Format
+from metastore import delta_append
+from metastore.errors import ConflictError
+from tests.fixtures import make_table
+from tests.helpers import all_ids, records, wait_for
+
+
+def stage(catalog: Any, table: Any, name: str, ids: range) -> tuple[str, Any, int]:
+    w = ChunkWriter(catalog, table)
+    path = catalog.warehouse.staging_path(name, 0)
+    catalog.warehouse.write_parquet(table, path, w.parse(records(ids), Format.JSONL).good)
+    return path, catalog.store.streaming_partition(table.id).value, len(ids)
+
+
+def test_an_append_lands_after_commits_it_did_not_see_and_delta_rs_reads_it_as_its_own(
+    catalog: Any,
+) -> None:
+    table = make_table(catalog)
+    wh = catalog.warehouse
+    first = wh.commit_files(table, 0, [stage(catalog, table, "a", range(10))], {"k": "a"})
+    # written on version 0 too, after ``first`` landed: a blind append does not conflict
+    second = wh.commit_files(table, 0, [stage(catalog, table, "b", range(10, 20))], {"k": "b"})
+    assert (first, second) == (1, 2) and wh.newest_version(table, 0) == 2
+    assert sorted(all_ids(table)) == list(range(20))
+    assert [wh.commit_info(table, v)["k"] for v in (1, 2)] == ["a", "b"]
+    stats = {f.path: f.rows for f in wh.live_files(wh.load(table))}
+    assert stats == {"_staging/a-0.parquet": 10, "_staging/b-0.parquet": 10}
+
+
+def test_an_append_after_a_seal_it_did_not_see_conflicts_and_writes_nothing(catalog: Any) -> None:
+    table = make_table(catalog)
+    wh = catalog.warehouse
+    sealed = wh.seal(table, "roll-1")
+    with pytest.raises(ConflictError, match=f"version {sealed} changed the table's metadata"):
+        wh.commit_files(table, sealed - 1, [stage(catalog, table, "a", range(10))], {"k": "a"})
+    assert wh.newest_version(table, 0) == sealed and all_ids(table) == []
+    assert not list(delta_append.log_dir(table.location).glob("*.tmp"))  # no temp file left behind
+    # on the version that holds the seal, it lands
+    assert wh.commit_files(table, sealed, [stage(catalog, table, "a", range(10))], {"k": "a"}) == sealed + 1
+
+
+def test_one_application_transaction_lands_once(catalog: Any) -> None:
+    table = make_table(catalog)
+    wh = catalog.warehouse
+    wh.commit_files(table, 0, [stage(catalog, table, "a", range(10))], {"k": "a"}, app_id="copy-1")
+    with pytest.raises(ConflictError, match="application transaction copy-1"):
+        wh.commit_files(table, 0, [stage(catalog, table, "b", range(10, 20))], {"k": "b"}, app_id="copy-1")
+    assert wh.load(table).transaction_version("copy-1") == 1 and sorted(all_ids(table)) == list(range(10))
+
+
+def test_the_log_is_checkpointed_every_interval_the_table_sets(catalog: Any) -> None:
+    table = make_table(catalog)
+    catalog.warehouse.load(table).alter.set_table_properties({"delta.checkpointInterval": "4"})  # version 1
+    w = ChunkWriter(catalog, table)
+    for k in range(7):  # versions 2..8
+        w.write(records(range(k * 10, k * 10 + 10)), Format.JSONL)
+    last = delta_append.log_dir(table.location) / "_last_checkpoint"
+    wait_for(lambda: last.exists() and json.loads(last.read_text())["version"] == 8, "the checkpoint at 8")
+    assert sorted(all_ids(table)) == list(range(70))
+
+
+def test_a_table_whose_protocol_asks_more_is_written_through_delta_rs(catalog: Any) -> None:
+    table = make_table(catalog)
+    catalog.warehouse.load(table).alter.add_constraint({"positive_id": "id >= 0"})  # writer version 3
+    assert not delta_append.plain_appends(catalog.warehouse.load(table))
+    result = ChunkWriter(catalog, table).write(records(range(10)), Format.JSONL)
+    info = catalog.warehouse.commit_info(table, result.version)
+    assert info is not None and info.get("engineInfo") != delta_append.ENGINE  # delta-rs wrote it
+    assert sorted(all_ids(table)) == list(range(10))
