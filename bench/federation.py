@@ -75,7 +75,7 @@ PG_SETTINGS = {
 # One committed chunk of a past day per generated row, in the shape ChunkWriter records them
 # (one staged file, its partition, a content digest, an idempotency key). Their Delta version is
 # 0, the table's first: a higher one would make the next commit refuse the table's log as behind
-# the metastore (ChunkWriter._checked_latest), which is right, since no such commits exist.
+# the metastore (verify_newest, before each group commit), which is right, since no such commits exist.
 _PRELOAD = """
 INSERT INTO sp_chunks (id, table_id, token, state, created_at, expires_at, files, rows, bytes,
                        committing_since, attempt, base_version, version, partitions,

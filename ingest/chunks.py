@@ -47,6 +47,7 @@ from ingest.errors import (
     MalformedChunkError,
 )
 from ingest.formats import BadRecord, Format, Parsed, RecordValidator, TimeBounds, parse, parse_arrow
+from ingest.group_commit import CommitGroups, Member
 from metastore import clock
 from metastore.catalog import Catalog
 from metastore.crashpoints import crashpoint, pausepoint
@@ -71,7 +72,7 @@ from metastore.models import (
     iso,
     period_start,
 )
-from metastore.warehouse import CHUNK_KEY, Warehouse
+from metastore.warehouse import CHUNKS_KEY, GROUP_KEY, Warehouse
 
 T = TypeVar("T")
 
@@ -233,6 +234,10 @@ class ChunkWriter:
     ) -> Chunk:
         chunk = self.store.get_chunk(chunk.id)
         self._require_state(chunk, ChunkState.RESERVED, "write to")
+        return self._stage_reserved(chunk, parsed, source, digest)
+
+    def _stage_reserved(self, chunk: Chunk, parsed: Parsed, source: str, digest: str | None) -> Chunk:
+        """Stage ``parsed`` for a chunk just seen RESERVED (recording the files checks it again)."""
         self._check_bad(parsed.bad)
         require_records(parsed.good.num_rows + len(parsed.bad))
         # new names for every attempt: a file a commit may be adding is never overwritten
@@ -353,7 +358,11 @@ class ChunkWriter:
         return self._rebinding(lambda: self._commit(chunk_id, owner_is_dead, content_digest))
 
     def _commit(self, chunk_id: str, owner_is_dead: bool, content_digest: str | None) -> CommitResult:
-        chunk = self.store.get_chunk(chunk_id)
+        return self._commit_chunk(self.store.get_chunk(chunk_id), owner_is_dead, content_digest)
+
+    def _commit_chunk(self, chunk: Chunk, owner_is_dead: bool, content_digest: str | None) -> CommitResult:
+        """:meth:`commit` of ``chunk`` as just read from the metastore."""
+        chunk_id = chunk.id
         if chunk.table_id != self.table.id:
             raise ChunkStateError(f"chunk {chunk_id} belongs to another table")
         self.check_digest(chunk, content_digest)
@@ -368,17 +377,14 @@ class ChunkWriter:
                 raise ChunkStateError(
                     f"chunk {chunk.id} expired at {iso(chunk.expires_at)} before its commit"
                 )
-            # This snapshot is loaded before the partitions' states are read (in _plan), which
-            # is all the fencing needs, so the first commit attempt uses it as it is.
-            snapshot = self._checked_latest()
             try:
-                chunk = self.store.begin_commit(chunk, int(snapshot.version()), content_digest=content_digest)
+                chunk = self.store.begin_commit(chunk, self._base_version(), content_digest=content_digest)
             except ConflictError:  # someone else moved or re-staged it; answer from its new state
                 return self._commit(chunk_id, False, content_digest)
             except QuotaExceededError as exc:  # refused whole: nothing of it stays behind
                 self.abort(chunk.id, reason=str(exc))
                 raise
-            return self._commit_attempt(chunk, may_have_landed=False, snapshot=snapshot)
+            return self._commit_in_group(chunk, may_have_landed=False)
         # COMMITTING: a previous attempt died or is still running
         assert chunk.committing_since is not None
         stale_after = chunk.committing_since + 2 * self.config.commit_timeout
@@ -390,7 +396,26 @@ class ChunkWriter:
             chunk = self.store.take_over_commit(chunk)
         except ConflictError:
             raise ChunkBusyError(f"chunk {chunk.id} was just taken over by another attempt") from None
-        return self._commit_attempt(chunk, may_have_landed=True)
+        return self._commit_in_group(chunk, may_have_landed=True)
+
+    def _group_key(self) -> tuple[str, int, str]:
+        return (self.store.url, self.table.id, self.table.location)
+
+    def _base_version(self) -> int:
+        """A version the chunk's commit will land after (where a search for it may stop)."""
+        known = _GROUPS.context(self._group_key()).get("version")
+        return int(known) if known is not None else self.store.newest_version(self.table.id)
+
+    def _commit_in_group(self, chunk: Chunk, may_have_landed: bool) -> CommitResult:
+        """Commit the COMMITTING ``chunk`` together with this table's other commits now in flight."""
+        if chunk.dead_letter_rows:
+            self._commit_companion(TableKind.DEAD_LETTER, f"dead-letter:{chunk.id}")
+        return _GROUPS.submit(
+            self._group_key(),
+            _Pending(self, chunk, may_have_landed),
+            _commit_group,
+            linger=self.config.group_wait.total_seconds(),
+        )
 
     def check_digest(self, chunk: Chunk, digest: str | None) -> None:
         """Raise :class:`IdempotencyConflictError` if ``chunk`` is holds other content than ``digest``."""
@@ -409,63 +434,6 @@ class ChunkWriter:
             f"{named} of table {self.table.name} was used for different content (chunk {chunk.id} "
             f"{what}); nothing of this content was written: use a new idempotency key for new data"
         )
-
-    def _checked_latest(self) -> Any:
-        """The newest snapshot for a commit, refusing a log that lost commits the metastore recorded.
-
-        Committing on top of such a log would reuse a lost commit's version and bury the loss.
-        """
-        recorded = self.store.newest_version(self.table.id)  # the metastore first …
-        snapshot = self.warehouse.latest(self.table)  # … then the log
-        self.warehouse.verify_newest(self.table, snapshot, recorded)
-        return snapshot
-
-    def _commit_attempt(self, chunk: Chunk, may_have_landed: bool, snapshot: Any = None) -> CommitResult:
-        assert chunk.committing_since is not None and chunk.base_version is not None
-        if snapshot is None:
-            snapshot = self._checked_latest()
-        deadline = chunk.committing_since + self.config.commit_timeout
-        if chunk.dead_letter_rows:
-            self._commit_companion(TableKind.DEAD_LETTER, f"dead-letter:{chunk.id}")
-        late_rows = 0
-        diverted: set[str] = set()
-        attempt = 0
-        while True:
-            if may_have_landed:
-                version = self.warehouse.find_commit(self.table, CHUNK_KEY, chunk.id, chunk.base_version)
-                if version is not None:
-                    return self._finish(chunk, version, late_rows)
-            self._require_files(chunk)
-            if clock.now() > deadline:
-                raise CommitTimeoutError(
-                    f"chunk {chunk.id} did not commit before its deadline; retry with the same "
-                    "idempotency key"
-                )
-            dt = snapshot or self.warehouse.latest(self.table)  # (a) the snapshot first …
-            snapshot = None
-            plan, late = self._plan(chunk)  # (b) … then the partitions' states
-            if late:
-                late_rows += self._handle_late(chunk, [f for f in late if f.path not in diverted])
-                diverted.update(f.path for f in late)
-            if not plan:
-                return self._finish(chunk, int(dt.version()), late_rows, partitions=())
-            crashpoint("chunk-before-delta-commit")
-            pausepoint("chunk-before-delta-commit")  # tests: chunks of several writers in flight at once
-            try:
-                version = self.warehouse.commit_files(dt, self.table, plan, {CHUNK_KEY: chunk.id})
-                crashpoint("chunk-after-delta-commit")
-            except ConflictError:
-                # a roll sealed the table since our snapshot: decide the partitions again
-                attempt += 1
-                time.sleep(min(0.5, 0.01 * 2**attempt) * random.random())
-                continue
-            except CommitStateUnknownError:
-                # an ambiguous failure (I/O error mid-commit): find out before committing again
-                may_have_landed = True
-                attempt += 1
-                time.sleep(min(1.0, 0.05 * 2**attempt))
-                continue
-            return self._finish(chunk, version, late_rows, partitions=sorted({p for _, p, _ in plan}))
 
     def _require_files(self, chunk: Chunk) -> None:
         """End the chunk cleanly if a staged file is gone: it can never commit whole.
@@ -488,14 +456,17 @@ class ChunkWriter:
         self._remove_files(chunk)
         raise ChunkStateError(message)
 
-    def _plan(self, chunk: Chunk) -> tuple[list[tuple[str, datetime, int]], list[StagedFile]]:
+    def _plan(
+        self, chunk: Chunk, open_value: datetime | None
+    ) -> tuple[list[tuple[str, datetime, int]], list[StagedFile]]:
         """Where each staged file goes: ``(path, partition, rows)`` to commit, and the late files.
 
+        ``open_value``: an arrival-mode table's streaming partition (read once for a group).
         Late (event-time tables): rows of a partition that is sealed already, or whose period
         ended more than the table's max-age ago (no partition is opened for those).
         """
         if self.table.mode is Mode.ARRIVAL:
-            open_value = self.store.streaming_partition(self.table.id).value
+            assert open_value is not None
             return [(f.path, open_value, f.rows) for f in chunk.files], []
         plan, late = [], []
         now = clock.now()
@@ -646,13 +617,13 @@ class ChunkWriter:
         if chunk.state is ChunkState.RESERVED:
             try:
                 parsed = self.parse(content, fmt)
-                chunk = self.stage_parsed(chunk, parsed, source=source, digest=digest)
+                chunk = self._stage_reserved(chunk, parsed, source, digest)
             except MalformedChunkError:
                 self.abort(chunk.id, reason="malformed content")
                 raise
             ignored = parsed.ignored
             crashpoint("chunk-after-write")
-        result = self._commit(chunk.id, False, digest)
+        result = self._commit_chunk(chunk, False, digest)
         return dataclasses.replace(result, ignored_fields=ignored) if ignored else result
 
     def write_table(self, data: pa.Table, key: str | None = None) -> CommitResult:
@@ -663,8 +634,167 @@ class ChunkWriter:
         digest = arrow_digest(data)
         chunk = self.reserve(key)
         if chunk.state is ChunkState.RESERVED:
-            chunk = self.stage_parsed(chunk, parse_arrow(data, self.validator()), digest=digest)
-        return self._commit(chunk.id, False, digest)
+            chunk = self._stage_reserved(chunk, parse_arrow(data, self.validator()), "", digest)
+        return self._commit_chunk(chunk, False, digest)
+
+
+@dataclass(eq=False)
+class _Pending:
+    """A COMMITTING chunk waiting in its table's commit group, and what its commit found so far."""
+
+    writer: ChunkWriter
+    chunk: Chunk
+    may_have_landed: bool  # a taken-over attempt: an earlier one may have committed it
+    late_rows: int = 0
+    diverted: set[str] = field(default_factory=set)  # late files sent to the late table already
+
+    @property
+    def deadline(self) -> datetime:
+        assert self.chunk.committing_since is not None
+        return self.chunk.committing_since + self.writer.config.commit_timeout
+
+
+# One queue per table per process: see ingest/group_commit.py.
+_GROUPS: CommitGroups[_Pending, CommitResult] = CommitGroups()
+
+
+def _commit_group(group: list[Member[_Pending, CommitResult]], context: dict[str, Any]) -> None:
+    """Commit a group of one table's COMMITTING chunks in one Delta commit; settle each member.
+
+    Each chunk keeps its own outcome: one whose earlier attempt landed is answered from the log,
+    one past its deadline or whose files are gone or whose rows are all late leaves the group
+    with its own answer, and the rest land together — one Delta commit naming every chunk it
+    adds (CHUNKS_KEY), one metastore transaction recording them all at its version. The fencing
+    is one chunk's: (a) the snapshot first, (b) then the partitions' states, so a roll that
+    seals meanwhile makes the commit conflict, and the group is planned again.
+
+    ``context`` keeps the table's snapshot (refreshed in place: only the leader holds it) and
+    the version of the newest group commit between groups.
+    """
+    lead = group[0].item.writer
+    table, store, warehouse = lead.table, lead.store, lead.warehouse
+    active: list[Member[_Pending, CommitResult]] = []
+    for m in group:
+        p = m.item
+        if p.may_have_landed:
+            try:
+                assert p.chunk.base_version is not None
+                version = warehouse.find_chunk_commit(table, p.chunk.id, p.chunk.base_version)
+                if version is not None:
+                    m.resolve(p.writer._finish(p.chunk, version, 0))
+                    continue
+            except Exception as exc:  # this member's own answer: the group goes on without it
+                m.fail(exc)
+                continue
+        active.append(m)
+    attempt = 0
+    while active:
+        for m in active:
+            p = m.item
+            try:
+                if clock.now() > p.deadline:
+                    raise CommitTimeoutError(
+                        f"chunk {p.chunk.id} did not commit before its deadline; retry with the same "
+                        "idempotency key"
+                    )
+                p.writer._require_files(p.chunk)
+            except Exception as exc:
+                m.fail(exc)
+        active = [m for m in active if not m.settled]
+        if not active:
+            return
+        dt = _group_snapshot(lead, context)  # (a) the snapshot first …
+        # (b) … then the partitions' states
+        open_value = store.streaming_partition(table.id).value if table.mode is Mode.ARRIVAL else None
+        plans: dict[Member[_Pending, CommitResult], list[tuple[str, datetime, int]]] = {}
+        for m in active:
+            p = m.item
+            try:
+                plan, late = p.writer._plan(p.chunk, open_value)
+                if late:
+                    p.late_rows += p.writer._handle_late(
+                        p.chunk, [f for f in late if f.path not in p.diverted]
+                    )
+                    p.diverted.update(f.path for f in late)
+                if plan:
+                    plans[m] = plan
+                else:  # all of it late: nothing to add
+                    m.resolve(p.writer._finish(p.chunk, int(dt.version()), p.late_rows, partitions=()))
+            except Exception as exc:
+                m.fail(exc)
+        active = [m for m in active if not m.settled]
+        if not active:
+            return
+        crashpoint("chunk-before-delta-commit")
+        pausepoint("chunk-before-delta-commit")  # tests: chunks of several writers in flight at once
+        group_id = uuid.uuid4().hex
+        metadata = {GROUP_KEY: group_id, CHUNKS_KEY: ",".join(m.item.chunk.id for m in active)}
+        files = [f for m in active for f in plans[m]]
+        try:
+            version = warehouse.commit_files(dt, table, files, metadata)
+            crashpoint("chunk-after-delta-commit")
+        except ConflictError:
+            # a roll sealed the table since our snapshot: decide the partitions again
+            attempt += 1
+            time.sleep(min(0.5, 0.01 * 2**attempt) * random.random())
+            continue
+        except CommitStateUnknownError:
+            # an ambiguous failure (I/O error mid-commit): find out before committing again
+            attempt += 1
+            time.sleep(min(1.0, 0.05 * 2**attempt))
+            found = warehouse.find_commit(table, GROUP_KEY, group_id, int(dt.version()))
+            if found is None:
+                continue
+            version = found
+        context["version"] = version
+        _record_group(active, plans, version)
+        return
+
+
+def _group_snapshot(lead: ChunkWriter, context: dict[str, Any]) -> Any:
+    """The newest snapshot, for a group to commit on: the last group's, refreshed in place.
+
+    The first time (or after the log was found behind this process's own last commit), the log
+    is checked to hold every commit the metastore recorded.
+    """
+    table, warehouse = lead.table, lead.warehouse
+    dt = context.pop("dt", None)
+    if dt is not None:
+        dt = warehouse.refresh(table, dt)
+        if int(dt.version()) < context.get("version", -1):
+            dt = None  # the log went back behind our own last commit: check it whole
+    if dt is None:
+        recorded = lead.store.newest_version(table.id)  # the metastore first …
+        dt = warehouse.refresh(table, None)  # … then the log
+        warehouse.verify_newest(table, dt, recorded)
+    context["dt"] = dt
+    return dt
+
+
+def _record_group(
+    members: list[Member[_Pending, CommitResult]],
+    plans: dict[Member[_Pending, CommitResult], list[tuple[str, datetime, int]]],
+    version: int,
+) -> None:
+    """Record a landed group commit at ``version`` in one metastore transaction; answer each member."""
+    store = members[0].item.writer.store
+    recorded = store.finish_commits(
+        [
+            (m.item.chunk, version, sorted({part for _, part, _ in plans[m]}), m.item.late_rows)
+            for m in members
+        ]
+    )
+    for m, done in zip(members, recorded, strict=True):
+        writer = m.item.writer
+        if isinstance(done, Chunk):
+            m.resolve(writer.result(done))
+            continue
+        # not COMMITTING any more: another attempt recorded this very commit (it is in the log)
+        current = store.get_chunk(m.item.chunk.id)
+        if current.state is ChunkState.COMMITTED:
+            m.resolve(writer.result(current))
+        else:
+            m.fail(done)
 
 
 def arrow_digest(data: pa.Table) -> str:

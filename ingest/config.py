@@ -26,6 +26,17 @@ class ChunkConfig(BaseModel):
         gt=timedelta(0),
         description="Deadline of one commit attempt; a stuck attempt can be taken over after twice this.",
     )
+    # Why 0: a group is whatever queued while the previous group committed, which under load is
+    # everything that arrived meanwhile; waiting longer helps only writers that stage slowly.
+    group_wait: Duration = Field(
+        timedelta(0),
+        ge=timedelta(0),
+        le=timedelta(seconds=1),
+        description=(
+            "After a group commit of several chunks of a table, how long the next group waits for "
+            "more chunks before it commits (a table committed one chunk at a time never waits)."
+        ),
+    )
     max_value_bytes: int = Field(
         1 << 20, ge=1, description="A string/binary value longer than this is a bad record."
     )

@@ -26,7 +26,7 @@ import shutil
 import threading
 import urllib.parse
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -48,6 +48,11 @@ from metastore.models import Column, Table, TableName, utc
 STAGING_DIR = "_staging"
 SUCCESS_MARKER = "_SUCCESS"
 SEAL_PROPERTY = "streampart.seal"
+# A chunk commit's commit info: GROUP_KEY (unique per attempt, how the committer finds its own
+# commit) and CHUNKS_KEY (the ids of the chunks it adds, comma-separated: a group commit holds
+# several). Logs written before group commit name one chunk under CHUNK_KEY: still recognised.
+GROUP_KEY = "streampart.group"
+CHUNKS_KEY = "streampart.chunks"
 CHUNK_KEY = "streampart.chunk"
 ROLL_KEY = "streampart.roll"
 
@@ -180,14 +185,12 @@ class Warehouse:
 
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root).resolve()
-        # One DeltaTable per (thread, table) for the commit path, see :meth:`latest`.
-        self._latest = threading.local()
         # Commits to one table from threads of this process take turns (see _transact).
         self._commit_locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
 
     def __reduce__(self) -> tuple[Any, ...]:
-        # Spark tasks get a warehouse by pickle; the per-thread snapshots stay behind.
+        # Spark tasks get a warehouse by pickle; the commit locks stay behind.
         return (Warehouse, (str(self.root),))
 
     def location(self, name: TableName) -> str:
@@ -306,31 +309,19 @@ class Warehouse:
             return True
         return not any(isinstance(a, dict) and "commitInfo" in a for a in actions)
 
-    def latest(self, table: Table) -> Any:
-        """The newest snapshot of ``table``, refreshed in place: for the commit path only.
+    def refresh(self, table: Table, dt: Any | None) -> Any:
+        """``dt`` moved forward to the newest snapshot of ``table`` (loaded, if None): the commit path's.
 
-        Loading a DeltaTable replays the log since its last checkpoint (tens of milliseconds
-        at 100 versions per checkpoint), while refreshing a loaded one reads only the commits
-        that landed since: a chunk commit's snapshot costs about a millisecond instead. The
-        object is shared by every call of this thread for this table and moves forward on the
-        next call, so hold it only across one commit attempt; anything that needs a snapshot
-        that stays put (a roll, a query) uses :meth:`load`. Keyed by table id, so a table
-        dropped and created again under the same name starts afresh.
+        Loading a DeltaTable replays the log since its last checkpoint (tens of milliseconds at
+        100 versions per checkpoint), while refreshing a loaded one reads only the commits that
+        landed since: a group commit's snapshot costs about a millisecond instead. The object
+        moves in place, so only its one holder (the group commit's leader) may use it; anything
+        that needs a snapshot that stays put (a roll, a query) uses :meth:`load`.
         """
-        cache: dict[tuple[int, str], Any] | None = getattr(self._latest, "tables", None)
-        if cache is None:
-            cache = self._latest.tables = {}
-        key = (table.id, table.location)
-        dt = cache.get(key)
         if dt is None:
-            dt = cache[key] = self.load(table)
-        else:
-            try:
-                with self._log_errors(table):
-                    dt.update_incremental()
-            except TableIntegrityError:
-                del cache[key]
-                raise
+            return self.load(table)
+        with self._log_errors(table):
+            dt.update_incremental()
         return dt
 
     # -- files -----------------------------------------------------------------------------
@@ -569,10 +560,17 @@ class Warehouse:
         loaded snapshot while reading a re-listed log, so under concurrent commits its version
         numbers can be off by the commits that landed in between.)
         """
+        return self._find(table, since_version, lambda info: info.get(key) == value)
+
+    def find_chunk_commit(self, table: Table, chunk_id: str, since_version: int) -> int | None:
+        """The version of the commit after ``since_version`` that added chunk ``chunk_id``, if any."""
+        return self._find(table, since_version, lambda info: chunk_id in commit_chunks(info))
+
+    def _find(self, table: Table, since_version: int, match: Callable[[dict[str, Any]], bool]) -> int | None:
         latest = int(self.load(table).version())
         for version in range(latest, since_version, -1):
             info = self.commit_info(table, version)
-            if info is not None and info.get(key) == value:
+            if info is not None and match(info):
                 return version
         return None
 
@@ -640,6 +638,13 @@ class Warehouse:
 
 
 _OUT_OF_SPACE = (errno.ENOSPC, errno.EDQUOT)
+
+
+def commit_chunks(info: dict[str, Any]) -> list[str]:
+    """The ids of the chunks a commit added, from its commit info (none: not a chunk commit)."""
+    ids = str(info.get(CHUNKS_KEY) or "").split(",")
+    legacy = info.get(CHUNK_KEY)
+    return [i for i in ids if i] + ([str(legacy)] if legacy else [])
 
 
 def storage_error(exc: BaseException, what: str) -> StorageError:

@@ -19,7 +19,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
 from metastore import schema as s
-from metastore.errors import NotFoundError
+from metastore.errors import ConflictError, NotFoundError, StreampartError
 from metastore.models import Chunk, ChunkState, StagedFile, check_transition, utc
 from metastore.store.engine import Database, _db, _now, _out
 from metastore.store.namespaces import check_quota, fence_table
@@ -97,12 +97,13 @@ def _attempt_is(attempt: str | None) -> Precondition:
     )
 
 
-def insert_chunk(conn: Connection, table_id: int, key: str | None, ttl: timedelta, now: datetime) -> str:
+def insert_chunk(conn: Connection, table_id: int, key: str | None, ttl: timedelta, now: datetime) -> Chunk:
     """Reserve a chunk in the transaction ``conn`` (a table's first, in the table's own: see
-    :meth:`TableStore.create_table`); its id. A key taken already raises IntegrityError."""
+    :meth:`TableStore.create_table`). A key taken already raises IntegrityError."""
     chunk_id = str(uuid.uuid4())
-    conn.execute(
-        sa.insert(s.chunks).values(
+    row = conn.execute(
+        sa.insert(s.chunks)
+        .values(
             id=chunk_id,
             table_id=table_id,
             token=key,
@@ -116,8 +117,9 @@ def insert_chunk(conn: Connection, table_id: int, key: str | None, ttl: timedelt
             dead_letter_rows=0,
             late_rows=0,
         )
-    )
-    return chunk_id
+        .returning(*s.chunks.c)  # the new row in the same round trip
+    ).one()
+    return chunk_from_row(row)
 
 
 class ChunkStore(Database):
@@ -135,14 +137,13 @@ class ChunkStore(Database):
         try:
             with self.tx() as conn:
                 fence_table(conn, table_id, self.label, main_only=True)
-                chunk_id = insert_chunk(conn, table_id, key, ttl, now)
+                return insert_chunk(conn, table_id, key, ttl, now)
         except IntegrityError:
             if key is None:
                 raise
             found = self.find_chunk_by_key(table_id, key)
             assert found is not None
             return found
-        return self.get_chunk(chunk_id)
 
     def find_chunk_by_key(self, table_id: int, key: str) -> Chunk | None:
         """The table's chunk reserved under the idempotency ``key``, if any."""
@@ -277,30 +278,57 @@ class ChunkStore(Database):
     def finish_commit(
         self, chunk: Chunk, version: int, partitions: Sequence[datetime], late_rows: int = 0
     ) -> Chunk:
-        """COMMITTING → COMMITTED at ``version``, into ``partitions``; their bytes grow by its files'."""
-        check_transition(chunk.state, ChunkState.COMMITTED)
-        with self.tx() as conn:
-            row = guarded_update(
-                conn,
-                s.chunks,
-                s.chunks.c.id == chunk.id,
-                f"chunk {chunk.id}",
-                [_in_state(ChunkState.COMMITTING)],
-                {
-                    "state": ChunkState.COMMITTED.value,
-                    "version": version,
-                    "partitions": [utc(p).isoformat() for p in partitions],
-                    "late_rows": late_rows,
-                },
-            )
-            done = chunk_from_row(row)
-            for value in partitions:
-                conn.execute(
-                    sa.update(s.partitions)
-                    .where(s.partitions.c.table_id == done.table_id, s.partitions.c.value == _db(value))
-                    .values(staged_bytes=s.partitions.c.staged_bytes + bytes_in(done, value))
-                )
+        """COMMITTING → COMMITTED at ``version``, into ``partitions``; their bytes grow by its files'.
+
+        Raises:
+            ConflictError: the chunk is not COMMITTING (another attempt finished or ended it).
+        """
+        (done,) = self.finish_commits([(chunk, version, partitions, late_rows)])
+        if isinstance(done, StreampartError):
+            raise done
         return done
+
+    def finish_commits(
+        self, done: Sequence[tuple[Chunk, int, Sequence[datetime], int]]
+    ) -> list[Chunk | StreampartError]:
+        """Record a group commit in one transaction: each ``(chunk, version, partitions, late_rows)``.
+
+        Each chunk goes COMMITTING → COMMITTED as :meth:`finish_commit` says. One that is not
+        COMMITTING any more (another attempt got there first) is left as it is, and the error
+        that says so takes its place in the answer; the others are recorded all the same.
+        """
+        out: list[Chunk | StreampartError] = []
+        with self.tx() as conn:
+            for chunk, version, partitions, late_rows in done:
+                check_transition(chunk.state, ChunkState.COMMITTED)
+                try:
+                    row = guarded_update(
+                        conn,
+                        s.chunks,
+                        s.chunks.c.id == chunk.id,
+                        f"chunk {chunk.id}",
+                        [_in_state(ChunkState.COMMITTING)],
+                        {
+                            "state": ChunkState.COMMITTED.value,
+                            "version": version,
+                            "partitions": [utc(p).isoformat() for p in partitions],
+                            "late_rows": late_rows,
+                        },
+                    )
+                except (ConflictError, NotFoundError) as exc:
+                    out.append(exc)
+                    continue
+                finished = chunk_from_row(row)
+                out.append(finished)
+                for value in partitions:
+                    conn.execute(
+                        sa.update(s.partitions)
+                        .where(
+                            s.partitions.c.table_id == finished.table_id, s.partitions.c.value == _db(value)
+                        )
+                        .values(staged_bytes=s.partitions.c.staged_bytes + bytes_in(finished, value))
+                    )
+        return out
 
     def abort_chunk(self, chunk: Chunk, error: str | None = None) -> Chunk:
         """RESERVED or COMMITTING → ABORTED; a COMMITTING chunk only by the attempt that holds it.

@@ -287,7 +287,7 @@ def _stuck_commit(catalog: Catalog, table: Any, key: str, ids: range) -> str:
     """A chunk left COMMITTING, as by a writer that died after begin_commit; its id."""
     w = ChunkWriter(catalog, table)
     chunk = w.stage(w.reserve(key), records(ids), Format.JSONL)
-    catalog.store.begin_commit(chunk, int(catalog.warehouse.latest(table).version()))
+    catalog.store.begin_commit(chunk, int(catalog.warehouse.load(table).version()))
     return chunk.id
 
 
