@@ -67,6 +67,64 @@ def test_writer_killed_at_each_step_then_retried_lands_once(catalog, point: str)
     assert chunk.state is ChunkState.COMMITTED and acks[0]["chunk"] == chunk.id
 
 
+@pytest.mark.parametrize("point", ["chunk-before-delta-commit", "chunk-after-delta-commit"])
+def test_a_process_killed_in_a_group_commit_then_retried_lands_each_chunk_once(catalog, point: str) -> None:  # type: ignore[no-untyped-def]
+    """Four writer threads of one process: the first group dwells, the next holds the others' chunks.
+
+    The process dies at ``point`` of that second group (several chunks, one Delta commit); a
+    retry with the same keys takes every chunk over and lands each exactly once — all of the
+    group's from its one commit if it had landed.
+    """
+    table = make_table(catalog)
+    proc = subprocess.run(
+        **worker_call(
+            catalog,
+            table,
+            "writer",
+            "--count",
+            "4",
+            "--threads",
+            "4",
+            "--commit-timeout",
+            "5",
+            crashpoint=f"{point}@2",
+            pausepoint="chunk-before-delta-commit:1.0",
+        ),
+        capture_output=True,
+        timeout=120,
+    )
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    acked = [json.loads(line)["token"] for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert len(acked) == 1  # the first group (one chunk) was acknowledged, the second never
+    group = [c for c in catalog.store.list_chunks(table.id) if c.state is ChunkState.COMMITTING]
+    assert len(group) == 3
+    landed = catalog.warehouse.find_chunk_commit(table, group[0].id, 0)
+    if point == "chunk-after-delta-commit":
+        assert landed is not None and len(all_ids(table)) == 40  # landed whole, never acknowledged
+        assert all(catalog.warehouse.find_chunk_commit(table, c.id, 0) == landed for c in group)
+    else:
+        assert landed is None and len(all_ids(table)) == 10  # invariant 1: none of the group visible
+    code, acks, err = run_worker(
+        catalog,
+        table,
+        "writer",
+        "--count",
+        "4",
+        "--threads",
+        "2",
+        "--commit-timeout",
+        "5",
+        "--clock-offset",
+        "11",
+    )
+    assert code == 0, err
+    ids = all_ids(table)
+    assert sorted(ids) == sorted(i for k in range(4) for i in range(k * 10, k * 10 + 10))  # invariant 2
+    versions = {a["token"]: a["version"] for a in acks}
+    if point == "chunk-after-delta-commit":  # the retry answers the group's one commit for each
+        assert {versions[f"w0-{k}"] for k in range(4) if f"w0-{k}" not in acked} == {landed}
+
+
 def test_a_writer_killed_before_commit_and_never_retried_leaves_nothing(catalog) -> None:  # type: ignore[no-untyped-def]
     table = make_table(catalog)
     code, _, _ = run_worker(catalog, table, "writer", "--count", "1", crashpoint="chunk-after-write")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import threading
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -25,10 +26,13 @@ from scheduler.errors import RollBusyError
 from scheduler.roll import Roller
 from tests.helpers import records
 
+_say_lock = threading.Lock()
+
 
 def say(**kw: object) -> None:
-    sys.stdout.write(json.dumps(kw) + "\n")
-    sys.stdout.flush()
+    with _say_lock:  # one whole line per acknowledgement, whichever thread writes it
+        sys.stdout.write(json.dumps(kw) + "\n")
+        sys.stdout.flush()
 
 
 def writer(cat: Catalog, args: argparse.Namespace) -> None:
@@ -37,7 +41,29 @@ def writer(cat: Catalog, args: argparse.Namespace) -> None:
     if args.until:
         steady_writer(w, args)
         return
-    for i in range(args.start, args.start + args.count):
+    if args.threads == 1:
+        write_chunks(w, args, range(args.start, args.start + args.count))
+        return
+    # several threads of one process: their commits of the table go in groups
+    threads = [
+        threading.Thread(
+            target=write_chunks,
+            args=(
+                ChunkWriter(cat, table, w.config),
+                args,
+                range(args.start + t, args.start + args.count, args.threads),
+            ),
+        )
+        for t in range(args.threads)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
+def write_chunks(w: ChunkWriter, args: argparse.Namespace, numbers: range) -> None:
+    for i in numbers:
         ids = range(args.writer * 1_000_000 + i * args.rows, args.writer * 1_000_000 + (i + 1) * args.rows)
         token = f"w{args.writer}-{i}"
         try:
@@ -129,6 +155,7 @@ def main() -> None:
     ap.add_argument("--start", type=int, default=0)
     ap.add_argument("--count", type=int, default=10)
     ap.add_argument("--rows", type=int, default=10)
+    ap.add_argument("--threads", type=int, default=1, help="a writer: threads sharing the chunks")
     ap.add_argument("--ts", default="2026-11-21T10:15:00Z")
     ap.add_argument("--commit-timeout", type=float, default=60.0)
     ap.add_argument("--interval", type=float, default=0.5)
