@@ -28,6 +28,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from metastore import clock
@@ -53,6 +54,16 @@ from scheduler.errors import RollAbandonedError, RollBusyError, RollFailedError
 from scheduler.spark_compaction import SparkFactory, compact_with_spark
 
 SWEEP_KEY = "streampart.sweep"
+
+# How the local engine writes a standard partition's files. Why 1 Mi rows a row group (pyarrow's
+# own default for write_table): chunks arrive as small files (often ~100 rows), and a row group
+# per chunk would make a compacted file of thousands of tiny row groups, slow to write and to
+# read (every row group has its own column chunks and statistics). Why the 64 MiB bound too:
+# rows are held in memory until their row group is written, and wide rows would otherwise
+# make 1 Mi of them take gigabytes. ``bench --only roll`` writes its baseline with the same.
+COMPRESSION = "snappy"
+ROW_GROUP_ROWS = 1024 * 1024
+ROW_GROUP_BYTES = 64 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -381,10 +392,23 @@ class Roller:
         writer: pq.ParquetWriter | None = None
         tmp = final = None
         rows = written = 0
+        # Rows read but not yet written: they go out as one row group (see ROW_GROUP_ROWS), not
+        # as one row group per chunk file, which would leave 100-row row groups behind.
+        pending: list[pa.Table] = []
+        pending_rows = pending_bytes = 0
+
+        def flush() -> None:
+            nonlocal pending_rows, pending_bytes
+            assert writer is not None
+            if pending:
+                writer.write_table(pa.concat_tables(pending), row_group_size=ROW_GROUP_ROWS)
+                pending.clear()
+                pending_rows = pending_bytes = 0
 
         def close() -> None:
             nonlocal writer, rows, written
             assert writer is not None and tmp is not None and final is not None
+            flush()
             writer.close()
             writer = None
             os.replace(tmp, final)
@@ -396,11 +420,16 @@ class Roller:
                 if writer is None:
                     final = directory / compacted_name(roll_id, base_version, attempt, len(out))
                     tmp = directory / f".{final.name}.tmp"
-                    writer = pq.ParquetWriter(tmp, schema, compression="snappy")
+                    writer = pq.ParquetWriter(tmp, schema, compression=COMPRESSION)
                 source = pq.ParquetFile(Path(table.location) / f.path)
-                for batch in source.iter_batches(batch_size=65536):
-                    writer.write_batch(batch.cast(schema) if batch.schema != schema else batch)
-                    rows += batch.num_rows
+                for group in range(source.num_row_groups):  # a row group at a time: memory stays bounded
+                    data = source.read_row_group(group)
+                    pending.append(data.cast(schema) if data.schema != schema else data)
+                    pending_rows += data.num_rows
+                    pending_bytes += data.nbytes
+                    rows += data.num_rows
+                    if pending_rows >= ROW_GROUP_ROWS or pending_bytes >= ROW_GROUP_BYTES:
+                        flush()
                 written += f.size
                 if written >= self.config.target_file_size:
                     close()

@@ -24,6 +24,7 @@ from ingest.api.auth import Authenticator
 from ingest.api.config import ServerConfig
 from ingest.api.docs import serve_docs
 from ingest.api.handlers import install_error_handlers
+from ingest.api.lookups import TableLookups
 from ingest.api.metrics import ApiMetrics, MetricsMiddleware
 from ingest.api.routes import chunks, events, federation, namespaces, ops, tables
 from ingest.api.state import ApiState
@@ -63,6 +64,7 @@ def create_app(
         auth,
         Authenticator(catalog.primary, server.auth_cache_ttl.total_seconds()),
         ApiMetrics(catalog),
+        TableLookups(catalog, server.table_cache_ttl.total_seconds(), chunk.ttl),
     )
     app = FastAPI(
         title="streampart",

@@ -9,17 +9,13 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
-import threading
-import time
 from dataclasses import dataclass
 
+from ingest.api.ttl_cache import TtlCache
 from metastore.models import ApiToken, Permission
 from metastore.store import Metastore
 
 TOKEN_PREFIX = "spt_"
-# Lookups remembered at once; past that the cache starts afresh (unknown tokens sent in bulk
-# must not grow it without bound).
-_CACHE_MAX = 10_000
 
 
 def new_token() -> str:
@@ -47,27 +43,22 @@ class Principal:
 
 
 class Authenticator:
-    """Finds the token of a bearer credential, with a short cache in front of the metastore."""
+    """Finds the token of a bearer credential, with a short cache in front of the metastore.
+
+    A lookup — a known token, and an unknown or revoked one too — is remembered for
+    ``ttl_seconds`` (``server.auth_cache_ttl``): a token revoked meanwhile keeps working on this
+    server for at most that long, and a token made meanwhile is refused for as long if it was
+    tried before it existed.
+    """
 
     def __init__(self, store: Metastore, ttl_seconds: float) -> None:
         self.store, self.ttl = store, ttl_seconds
-        self._cache: dict[str, tuple[float, ApiToken | None]] = {}
-        self._lock = threading.Lock()
+        self._cache: TtlCache[str, tuple[ApiToken | None]] = TtlCache(ttl_seconds)
 
     def authenticate(self, credential: str) -> ApiToken | None:
         digest = hash_token(credential)
-        now = time.monotonic()
-        with self._lock:
-            hit = self._cache.get(digest)
-        if hit is not None and hit[0] > now:
-            token = hit[1]
-        else:
-            token = self.store.find_token_by_hash(digest)
-            if self.ttl > 0:
-                with self._lock:
-                    if len(self._cache) >= _CACHE_MAX:
-                        self._cache.clear()
-                    self._cache[digest] = (now + self.ttl, token)
+        # (a 1-tuple: an unknown token is remembered too, as (None,))
+        (token,) = self._cache.get(digest, lambda: (self.store.find_token_by_hash(digest),))
         # the database compared digests already; this keeps the final check constant-time
         if token is None or not hmac.compare_digest(token.token_hash, digest):
             return None

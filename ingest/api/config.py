@@ -42,6 +42,15 @@ class ServerConfig(BaseModel):
         timedelta(seconds=5),
         description="How long a server remembers a token lookup (a revocation takes effect within this).",
     )
+    # Why 1 s: a commit names its table, and reading it on every request was two of a commit's
+    # metastore round trips; remembered for 1 s, a busy server reads each table about once a
+    # second. A table dropped, re-created or changed by another process is seen within this (or
+    # at once by a request that fails on the stale entry); a namespace move or route change as
+    # soon as the route table's version changes (see ingest.api.lookups).
+    table_cache_ttl: Duration = Field(
+        timedelta(seconds=1),
+        description="How long a server remembers a table looked up by name (0: look it up on every request).",
+    )
     docs: bool = Field(
         True, description="Serve interactive API docs at /docs (the OpenAPI JSON is always served)."
     )

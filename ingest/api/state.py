@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from ingest.api.auth import Authenticator, Principal
 from ingest.api.config import ServerConfig
 from ingest.api.errors import ApiError, blame
+from ingest.api.lookups import TableLookups
 from ingest.api.metrics import ApiMetrics
 from ingest.chunks import ChunkWriter, CommitResult
 from ingest.config import ChunkConfig
@@ -41,7 +42,7 @@ def require(who: Principal, permission: Permission, namespace: str) -> None:
 
 @dataclass
 class ApiState:
-    """The app's catalog, settings, token cache and metrics."""
+    """The app's catalog, settings, token cache, metrics and remembered tables."""
 
     catalog: Catalog
     server: ServerConfig
@@ -49,6 +50,7 @@ class ApiState:
     auth: bool
     authenticator: Authenticator
     metrics: ApiMetrics
+    lookups: TableLookups
 
     def table_of(self, who: Principal, permission: Permission, namespace: str, table: str) -> Table:
         """The table named in the path, once ``who`` may use it so."""
@@ -58,7 +60,7 @@ class ApiState:
             check_identifier(table, "table")
         require(who, permission, namespace)
         with blame("table"):
-            return self.catalog.table(TableName(namespace=namespace, table=table))
+            return self.lookups.table(TableName(namespace=namespace, table=table))
 
     def resolved_of(self, who: Principal, namespace: str, table: str) -> Resolved:
         """The table or link named in the path, read in its namespace, once ``who`` may read it.
@@ -101,18 +103,50 @@ class ApiState:
                 raise NotFoundError(f"link {qualified} does not exist")
         return link
 
-    def chunk_of(self, who: Principal, permission: Permission, chunk_id: str) -> tuple[Chunk, Table]:
-        """The chunk named in the path and its table, once ``who`` may use it so."""
+    def _check_chunk_id(self, chunk_id: str) -> None:
         if "/" in chunk_id or "\\" in chunk_id or ".." in chunk_id:
             raise ApiError(
                 400, "bad_request", f"chunk id {chunk_id!r} contains a path separator or '..'", "id"
             )
         if not _UUID.match(chunk_id):
             raise ApiError(404, "not_found", f"chunk {chunk_id!r} does not exist", "id")
+
+    def chunk_of(self, who: Principal, permission: Permission, chunk_id: str) -> tuple[Chunk, Table]:
+        """The chunk named in the path and its table, once ``who`` may use it so."""
+        self._check_chunk_id(chunk_id)
+        name = self.lookups.chunk_table(chunk_id)
+        if name is not None:  # a chunk seen before: read it where its table lives
+            require(who, permission, name.namespace)
+            with blame("id"):
+                table = self.lookups.table(name)
+            try:
+                chunk = self.catalog.of(table).store.get_chunk(chunk_id)
+            except NotFoundError:
+                chunk = None  # gone, or its table moved or was re-created since: see below
+            if chunk is not None and chunk.table_id == table.id:
+                return chunk, table
+            self.lookups.forget(name)  # the table remembered may be stale: look it all up afresh
         with blame("id"):
-            chunk, table = self.catalog.chunk(chunk_id)
-        require(who, permission, table.name.namespace)
-        return chunk, self.catalog.table(table.name)
+            chunk, found = self.catalog.chunk(chunk_id)
+        require(who, permission, found.name.namespace)
+        self.lookups.remember_chunk(chunk_id, found.name)
+        with blame("id"):
+            return chunk, self.lookups.table(found.name)
+
+    def table_of_chunk(self, who: Principal, permission: Permission, chunk_id: str) -> Table:
+        """The table of the chunk named in the path, once ``who`` may use it so.
+
+        The chunk itself is not read: the operation on it (commit, abort) reads it in its own
+        transaction and checks it belongs to this table (run it through
+        :meth:`~ingest.api.lookups.TableLookups.retrying`, which recovers from a stale table).
+        """
+        self._check_chunk_id(chunk_id)
+        name = self.lookups.chunk_table(chunk_id)
+        if name is None:
+            return self.chunk_of(who, permission, chunk_id)[1]
+        require(who, permission, name.namespace)
+        with blame("id"):
+            return self.lookups.table(name)
 
     def writer(self, table: Table) -> ChunkWriter:
         return ChunkWriter(self.catalog, table, self.chunk)

@@ -24,7 +24,7 @@ from ingest.api.errors import ApiError, blame
 from ingest.api.models import ChunkInfo, CommitChunk, CommitInfo, OpenChunk, error_responses
 from ingest.api.uploads import spool_path, stage_upload
 from ingest.formats import Format
-from metastore.models import ChunkState, Permission
+from metastore.models import Chunk, ChunkState, Permission, Table
 from metastore.warehouse import storage_errors
 
 router = APIRouter(tags=["chunks"])
@@ -70,10 +70,15 @@ def open_chunk(
         with blame("cluster"):
             st.catalog.table(t.name, body.cluster)
     key = body.idempotency_key if body else None
-    w = st.writer(t)
-    existing = w.store.find_chunk_by_key(t.id, key) if key is not None else None
-    chunk = existing or w.reserve(key)
-    if existing is not None:
+
+    def open_in(t: Table) -> tuple[Table, Chunk, bool]:
+        w = st.writer(t)
+        existing = w.store.find_chunk_by_key(t.id, key) if key is not None else None
+        return t, existing or w.reserve(key), existing is not None
+
+    t, chunk, existing = st.lookups.retrying(t, open_in)
+    st.lookups.remember_chunk(chunk.id, t.name)
+    if existing:
         response.status_code = 200
     else:
         st.metrics.chunks.labels(str(t.name), "opened").inc()
@@ -165,8 +170,9 @@ def commit_chunk(
     409 ``idempotency_conflict``: the chunk holds other data than ``content_sha256``. 413
     ``quota_exceeded``: it would take its namespace past its quota; it was aborted (its files go).
     """
-    _chunk, t = st.chunk_of(who, Permission.WRITE, id)
-    return st.commit(st.writer(t), id, body.content_sha256 if body else None).to_json()
+    t = st.table_of_chunk(who, Permission.WRITE, id)
+    digest = body.content_sha256 if body else None
+    return st.lookups.retrying(t, lambda t: st.commit(st.writer(t), id, digest)).to_json()
 
 
 @router.delete(
@@ -177,9 +183,9 @@ def commit_chunk(
 )
 def abort_chunk(id: str, who: Caller, st: State) -> ChunkInfo:
     """Give the chunk up: it never becomes visible and its files go. Aborting again is harmless."""
-    _chunk, t = st.chunk_of(who, Permission.WRITE, id)
+    t = st.table_of_chunk(who, Permission.WRITE, id)
     with blame("id"):
-        chunk = st.writer(t).abort(id)
+        chunk = st.lookups.retrying(t, lambda t: st.writer(t).abort(id))
     st.metrics.chunks.labels(str(t.name), "aborted").inc()
     return ChunkInfo.of(chunk, t)
 

@@ -22,8 +22,8 @@ from ingest.api.deps import Caller, State
 from ingest.api.errors import ApiError, BodyError
 from ingest.api.models import KEY_PATTERN, CommitInfo, error_responses
 from ingest.api.uploads import events_to_records, stage_events
-from ingest.chunks import CommitResult
-from metastore.models import ChunkState, Permission
+from ingest.chunks import ChunkWriter, CommitResult
+from metastore.models import Chunk, ChunkState, Permission, Table
 
 router = APIRouter(tags=["events"])
 
@@ -97,9 +97,13 @@ async def post_events(
                 f"body is not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}", line=exc.lineno
             ) from None
         records, kind = events_to_records(body, format)
-        w = st.writer(t)
         digest = digests.digest_bytes(bytes(data))
-        chunk = w.reserve(idempotency_key)
+
+        def reserve_in(t: Table) -> tuple[ChunkWriter, Chunk]:
+            w = st.writer(t)
+            return w, w.reserve(idempotency_key)
+
+        w, chunk = st.lookups.retrying(t, reserve_in)
         ignored: dict[str, int] = {}
         if chunk.state is ChunkState.RESERVED:
             try:
