@@ -76,11 +76,12 @@ class HousekeepingConfig(BaseModel):
         description="Chunk rows of partitions rolled longer ago than this are pruned into per-partition "
         "summaries (their idempotency keys are forgotten).",
     )
-    checkpoint_every: int = Field(
-        50,
+    checkpoint_every: int | None = Field(
+        None,
         ge=0,
         description="Write a Delta checkpoint once a table's log has grown by this many commits since the "
-        "last one (0: never).",
+        "last one (0: never; unset: each table's own delta.checkpointInterval, `table alter "
+        "--checkpoint-interval`).",
     )
     history_retention: Duration = Field(
         timedelta(days=30), description="Roll attempt history older than this is forgotten."
