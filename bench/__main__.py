@@ -62,6 +62,12 @@ SCALES: dict[str, dict[str, Any]] = {
         "federation_rounds": 2,
         "router_commits": 300,
         "router_warmup": 5,
+        "growth_chunk_rows": [0, 100_000, 1_000_000],
+        "growth_versions": [10, 1_000, 10_000],
+        "growth_commits": 40,
+        "growth_warmup": 3,
+        "growth_reps": 5,
+        "growth_spark": True,
     },
     "quick": {
         "rows": 100,
@@ -99,6 +105,12 @@ SCALES: dict[str, dict[str, Any]] = {
         "federation_rounds": 1,
         "router_commits": 30,
         "router_warmup": 2,
+        "growth_chunk_rows": [0, 20_000, 100_000],
+        "growth_versions": [10, 300, 1_000],
+        "growth_commits": 15,
+        "growth_warmup": 2,
+        "growth_reps": 3,
+        "growth_spark": False,
     },
 }
 
@@ -107,6 +119,7 @@ def benchmarks() -> dict[str, Any]:
     from bench import (
         commit_latency,
         federation,
+        growth,
         http_load,
         kafka_ingest,
         link_planning,
@@ -121,6 +134,7 @@ def benchmarks() -> dict[str, Any]:
         commit_latency, roll, snapshot_read, kafka_ingest, http_load, link_planning, replication, spark_roll,
         federation,
         router,
+        growth,
     )  # fmt: skip
     return {m.NAME: m for m in modules}
 
@@ -136,6 +150,7 @@ NAMES = (
     "spark_roll",
     "federation",
     "router",
+    "growth",
 )
 
 
