@@ -30,6 +30,7 @@ import json
 import os
 import shutil
 import time
+import urllib.parse
 import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -55,6 +56,8 @@ ROWS_PER_CHUNK = 100
 # Chunk rows and log versions spread over the past days, as a table with a week's retention has.
 HISTORY = timedelta(days=6)
 LOG_RETENTION = timedelta(days=1)
+# The third curve's roll: one sweep every 100 versions keeps about 100 staged files live.
+SWEEP_EVERY = 100
 
 
 # -- measuring -----------------------------------------------------------------------------
@@ -117,7 +120,13 @@ def log_versions(table: Any) -> int:
 
 
 def fast_forward(
-    catalog: Any, table: Any, to_version: int, template: Path, start: datetime, last: int
+    catalog: Any,
+    table: Any,
+    to_version: int,
+    template: Path,
+    start: datetime,
+    last: int,
+    sweep_every: int | None = None,
 ) -> None:
     """Grow the table's Delta log to ``to_version``, one chunk-commit-shaped commit per version.
 
@@ -126,10 +135,14 @@ def fast_forward(
     an hour ago (version ``last``). A checkpoint is written
     at every multiple of the table's ``delta.checkpointInterval``, as delta-rs' post-commit hook
     writes one after a real commit there.
+
+    With ``sweep_every``, every such version is a roll's sweep instead: its commit removes every
+    staged file (``dataChange: false``) and adds one compacted file in the partition's directory,
+    so the table's live files stay few while its log grows.
     """
     from deltalake import DeltaTable
 
-    from metastore.warehouse import CHUNK_KEY, STAGING_DIR, partition_value_text
+    from metastore.warehouse import CHUNK_KEY, ROLL_KEY, STAGING_DIR, partition_dir, partition_value_text
 
     root = Path(table.location)
     log = root / "_delta_log"
@@ -145,35 +158,71 @@ def fast_forward(
     for entry in log.iterdir():
         if entry.name != "_last_checkpoint" and entry.stat().st_mtime > before:
             os.utime(entry, (before, before))
+    values = {table.partition_column: partition_value_text(partition)}
+    staged = [f.path for f in catalog.warehouse.live_files(dt) if f.staged]
     for v in range(first, to_version + 1):
         when = start + step * v
         ms = int(when.timestamp() * 1000)
         chunk = str(uuid.uuid4())
-        rel = f"{STAGING_DIR}/{chunk}-ff-0.parquet"
-        shutil.copyfile(template, root / rel)
-        actions = [
-            {
-                "commitInfo": {
-                    "timestamp": ms,
-                    "operation": "WRITE",
-                    "operationParameters": {
-                        "partitionBy": json.dumps([table.partition_column]),
-                        "mode": "Append",
-                    },
-                    CHUNK_KEY: chunk,
-                }
-            },
-            {
-                "add": {
-                    "path": rel,
-                    "partitionValues": {table.partition_column: partition_value_text(partition)},
-                    "size": size,
-                    "modificationTime": ms,
-                    "dataChange": True,
-                    "stats": json.dumps({"numRecords": ROWS_PER_CHUNK}),
-                }
-            },
-        ]
+        if sweep_every and v % sweep_every == 0:
+            compacted = f"{partition_dir(table, partition)}/part-{v:06d}-ff.parquet"
+            (root / compacted).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(template, root / compacted)
+            sweep: list[dict[str, Any]] = [
+                {"commitInfo": {"timestamp": ms, "operation": "WRITE", ROLL_KEY: chunk}},
+                {
+                    "add": {
+                        "path": urllib.parse.quote(compacted),  # the log holds URI-encoded paths
+                        "partitionValues": values,
+                        "size": size,
+                        "modificationTime": ms,
+                        "dataChange": False,
+                        "stats": json.dumps({"numRecords": ROWS_PER_CHUNK}),  # the copy's own
+                    }
+                },
+            ]
+            for gone in staged:
+                sweep.append(
+                    {
+                        "remove": {
+                            "path": gone,
+                            "deletionTimestamp": ms,
+                            "dataChange": False,
+                            "extendedFileMetadata": True,
+                            "partitionValues": values,
+                            "size": size,
+                        }
+                    }
+                )
+            staged = []
+            actions = sweep
+        else:
+            rel = f"{STAGING_DIR}/{chunk}-ff-0.parquet"
+            shutil.copyfile(template, root / rel)
+            staged.append(rel)
+            actions = [
+                {
+                    "commitInfo": {
+                        "timestamp": ms,
+                        "operation": "WRITE",
+                        "operationParameters": {
+                            "partitionBy": json.dumps([table.partition_column]),
+                            "mode": "Append",
+                        },
+                        CHUNK_KEY: chunk,
+                    }
+                },
+                {
+                    "add": {
+                        "path": rel,
+                        "partitionValues": {table.partition_column: partition_value_text(partition)},
+                        "size": size,
+                        "modificationTime": ms,
+                        "dataChange": True,
+                        "stats": json.dumps({"numRecords": ROWS_PER_CHUNK}),
+                    }
+                },
+            ]
         path = log / f"{v:020d}.json"
         path.write_text("\n".join(json.dumps(a) for a in actions) + "\n")
         os.utime(path, (when.timestamp(), when.timestamp()))
@@ -231,7 +280,9 @@ def run(scale: dict[str, Any]) -> BenchResult:
             "rolled yet), checkpoints at the table's delta.checkpointInterval (100) as delta-rs writes "
             "them, times spread over the past 6 days; the table's log retention is 1 day (table alter "
             "--log-retention 1d); one housekeeping pass (Housekeeper.run, the operator's defaults) "
-            "before each point is measured.",
+            "before each point is measured. Third curve ('versions, rolled'): the same, but every "
+            f"{SWEEP_EVERY}th version is a roll's sweep (removes the staged files, adds one compacted "
+            "file), so the log grows while the live files stay few.",
             "One untimed round of every measurement before the first point (the baseline). "
             f"At each point: {scale['growth_warmup']} untimed + {scale['growth_commits']} timed real commits "
             f"(ChunkWriter.write_table of {ROWS_PER_CHUNK} rows), p50; describe = median of "
@@ -256,6 +307,7 @@ def run(scale: dict[str, Any]) -> BenchResult:
     )
     rows_raw: list[dict[str, Any]] = []
     versions_raw: list[dict[str, Any]] = []
+    rolled_raw: list[dict[str, Any]] = []
     with workdir("growth") as tmp:
         spark = None
         if with_spark:
@@ -283,38 +335,44 @@ def run(scale: dict[str, Any]) -> BenchResult:
             rows_raw.append(point)
         catalog.close()
 
-        # curve 2: Delta versions
-        catalog = Catalog.open(tmp / "versions" / "warehouse")
-        table = create_table(catalog)
-        # as `streampart table alter bench.events --log-retention 1d` sets it (the default, 30d,
-        # would keep every commit file of this 6-day history)
-        set_log_settings(catalog.load(table), log_retention=LOG_RETENTION)
-        start = datetime.now(UTC) - HISTORY
-        for entry in (Path(table.location) / "_delta_log").iterdir():  # made at the history's start
-            os.utime(entry, (start.timestamp(), start.timestamp()))
+        # curves 2 and 3: Delta versions, every one adding a live file / rolled every SWEEP_EVERY
         template = tmp / "template.parquet"
-        import pyarrow.parquet as pq
+        for curve, sweep_every, out in (
+            ("versions", None, versions_raw),
+            ("rolled", SWEEP_EVERY, rolled_raw),
+        ):
+            catalog = Catalog.open(tmp / curve / "warehouse")
+            table = create_table(catalog)
+            # as `streampart table alter bench.events --log-retention 1d` sets it (the default, 30d,
+            # would keep every commit file of this 6-day history)
+            set_log_settings(catalog.load(table), log_retention=LOG_RETENTION)
+            start = datetime.now(UTC) - HISTORY
+            for entry in (Path(table.location) / "_delta_log").iterdir():  # made at the history's start
+                os.utime(entry, (start.timestamp(), start.timestamp()))
+            if not template.exists():
+                import pyarrow.parquet as pq
 
-        pq.write_table(sample_data(table, ROWS_PER_CHUNK), template)
-        for n in version_points:
-            now = log_versions(table)
-            if n > now:
+                pq.write_table(sample_data(table, ROWS_PER_CHUNK), template)
+            for n in version_points:
+                if n > log_versions(table):
+                    t0 = time.perf_counter()
+                    fast_forward(catalog, table, n, template, start, max(version_points), sweep_every)
+                    console.print(
+                        f"  {curve}: log grown to {n:,} versions in {time.perf_counter() - t0:.1f} s"
+                    )
                 t0 = time.perf_counter()
-                fast_forward(catalog, table, n, template, start, max(version_points))
-                console.print(f"  log grown to {n:,} versions in {time.perf_counter() - t0:.1f} s")
-            t0 = time.perf_counter()
-            hk = _housekeeping(catalog)
-            hk_s = time.perf_counter() - t0
-            point = {
-                "versions": log_versions(table),
-                "log_entries": log_entries(table.location),
-                "housekeeping_s": hk_s,
-                "housekeeping": {k: hk[k] for k in ("checkpoints", "log_files_removed", "errors")},
-                **_measure(catalog, table, scale, spark),
-            }
-            console.print(f"  {n:,} versions: {point}")
-            versions_raw.append(point)
-        catalog.close()
+                hk = _housekeeping(catalog)
+                hk_s = time.perf_counter() - t0
+                point = {
+                    "versions": log_versions(table),
+                    "log_entries": log_entries(table.location),
+                    "housekeeping_s": hk_s,
+                    "housekeeping": {k: hk[k] for k in ("checkpoints", "log_files_removed", "errors")},
+                    **_measure(catalog, table, scale, spark),
+                }
+                console.print(f"  {curve}, {n:,} versions: {point}")
+                out.append(point)
+            catalog.close()
 
     def ratio(points: list[dict[str, Any]], i: int, key: str) -> float:
         return points[i][key] / points[0][key] if points[0][key] else float("nan")
@@ -326,6 +384,7 @@ def run(scale: dict[str, Any]) -> BenchResult:
     for label, points, key in (
         ("chunk rows", rows_raw, "chunk_rows"),
         ("Delta versions", versions_raw, "versions"),
+        ("versions, rolled", rolled_raw, "versions"),
     ):
         for i, p in enumerate(points):
             cells = [f"{fmt(p[k], 'ms')} ({fmt_ratio(ratio(points, i, k))})" for k in keys]
@@ -335,5 +394,5 @@ def run(scale: dict[str, Any]) -> BenchResult:
                     Metric(f"{p[key]:,} {label}: {k.removesuffix('_ms')}", p[k], "ms", points[0][k])
                 )
     console.print(t)
-    result.params["raw"] = {"chunk_rows": rows_raw, "versions": versions_raw}
+    result.params["raw"] = {"chunk_rows": rows_raw, "versions": versions_raw, "rolled": rolled_raw}
     return result

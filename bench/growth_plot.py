@@ -40,21 +40,29 @@ def plot(result: dict[str, Any], output: Path) -> None:
     import matplotlib.pyplot as plt
 
     raw = result["params"]["raw"]
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
-    curves = (("chunk_rows", "chunk rows in the metastore"), ("versions", "Delta versions (= live files)"))
-    for ax, (key, label) in zip(axes, curves, strict=True):
-        points = raw[key]
+    curves = [
+        (name, key, label)
+        for name, key, label in (
+            ("chunk_rows", "chunk_rows", "chunk rows in the metastore"),
+            ("versions", "versions", "Delta versions, each adding a live file"),
+            ("rolled", "versions", "Delta versions, a roll every 100"),
+        )
+        if raw.get(name)
+    ]
+    fig, axes = plt.subplots(1, len(curves), figsize=(5 * len(curves), 4.2), sharey=True)
+    for ax, (name, key, label) in zip(axes, curves, strict=True):
+        points = raw[name]
         xs = [max(p[key], 1) for p in points]
         for series, name in SERIES.items():
             if all(series in p for p in points):
                 ax.plot(xs, [p[series] for p in points], marker="o", label=name)
         ax.set_xscale("log")
         ax.set_yscale("log")
-        ax.set_xlabel(label + (" (0 drawn at 1)" if key == "chunk_rows" else ""))
+        ax.set_xlabel(label + (" (0 drawn at 1)" if key == "chunk_rows" else ""), fontsize=9)
         ax.grid(True, which="both", alpha=0.3)
     axes[0].set_ylabel("milliseconds")
-    axes[1].axhline(1000, color="grey", linestyle="--", linewidth=0.8)
-    axes[1].annotate("1 s planning goal", (1, 1000), xycoords=("axes fraction", "data"), ha="right",
+    axes[-1].axhline(1000, color="grey", linestyle="--", linewidth=0.8)
+    axes[-1].annotate("1 s planning goal", (1, 1000), xycoords=("axes fraction", "data"), ha="right",
                      va="bottom", fontsize=8, color="grey")  # fmt: skip
     axes[0].legend(fontsize=8)
     load = result["environment"].get("load_average_at_start")
