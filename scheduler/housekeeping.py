@@ -197,7 +197,7 @@ class Housekeeper:
         """
         dt = self.catalog.warehouse.load(table)
         every = self.config.checkpoint_every
-        if every is None:
+        if every == "table":
             every = log_settings(dt).checkpoint_interval
         if every <= 0:
             return None
