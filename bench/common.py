@@ -186,7 +186,7 @@ SELECT gen_random_uuid()::text,
        json_build_array(to_char(date_trunc('hour', ts), 'YYYY-MM-DD"T"HH24:MI:SS"+00:00"')),
        0, 0, NULL, 'sha256:' || encode(sha256(convert_to(g::text, 'UTF8')), 'hex')
 FROM (SELECT g, CAST(:now AS timestamp) - g * CAST(:step AS interval) AS ts
-      FROM generate_series(:first, :last) AS g) AS history
+      FROM generate_series(CAST(:first AS bigint), CAST(:last AS bigint)) AS g) AS history
 """
 # The same rows on SQLite (SQLAlchemy keeps its DateTime as 'YYYY-MM-DD HH:MM:SS.ffffff' text).
 _HISTORY_SQLITE = """
