@@ -42,11 +42,15 @@ from bench.common import (
     Metric,
     console,
     create_table,
+    drop_pg_schema,
     fmt,
     fmt_ratio,
+    fresh_metastore_url,
     insert_chunk_history,
     median,
     percentile,
+    pg_url_safe,
+    postgres_problem,
     sample_data,
     workdir,
 )
@@ -258,6 +262,7 @@ def _housekeeping(catalog: Any) -> dict[str, Any]:
 
 
 def run(scale: dict[str, Any]) -> BenchResult:
+    import sqlalchemy as sa
     from rich.table import Table as RichTable
 
     from metastore.catalog import Catalog
@@ -270,7 +275,8 @@ def run(scale: dict[str, Any]) -> BenchResult:
         name=NAME,
         title="Flat as it grows: commit p50, describe and planning vs chunk rows and Delta versions",
         method=[
-            "Chunk rows: one SQLite metastore; its sp_chunks grows to "
+            "Chunk rows: one SQLite metastore (then one PostgreSQL schema, when the server answers); "
+            "its sp_chunks grows to "
             f"{', '.join(f'{n:,}' for n in row_points)} committed chunk rows of the measured table "
             "(spread over the past 6 days), inserted by one "
             "INSERT … SELECT over a generated series (bench.common.insert_chunk_history).",
@@ -308,6 +314,10 @@ def run(scale: dict[str, Any]) -> BenchResult:
     rows_raw: list[dict[str, Any]] = []
     versions_raw: list[dict[str, Any]] = []
     rolled_raw: list[dict[str, Any]] = []
+    rows_pg_raw: list[dict[str, Any]] = []
+    pg_problem = postgres_problem()
+    if pg_problem is not None:
+        result.notes.append(f"PostgreSQL skipped: {pg_url_safe()} is not reachable ({pg_problem})")
     with workdir("growth") as tmp:
         spark = None
         if with_spark:
@@ -316,24 +326,42 @@ def run(scale: dict[str, Any]) -> BenchResult:
 
             spark = warm_spark(spark_session(), tmp)
 
-        # curve 1: chunk rows
-        catalog = Catalog.open(tmp / "rows" / "warehouse")
-        table = create_table(catalog)
-        # one untimed round first: the first point is the baseline, and must not pay first-use
-        # costs (imports, caches, Spark's first plans) the later ones do not
-        _measure(catalog, table, scale, spark)
-        have = 0
-        for n in row_points:
-            if n > have:
-                t0 = time.perf_counter()
-                with catalog.store.engine.begin() as conn:
-                    insert_chunk_history(conn, n - have, [table.id], HISTORY, first=have + 1)
-                console.print(f"  {n - have:,} chunk rows added in {time.perf_counter() - t0:.1f} s")
-                have = n
-            point = {"chunk_rows": n, **_measure(catalog, table, scale, spark)}
-            console.print(f"  {n:,} chunk rows: {point}")
-            rows_raw.append(point)
-        catalog.close()
+        # curve 1: chunk rows, on SQLite (the default) and on PostgreSQL when one answers
+        first_round = True
+        for backend, out_rows in (("sqlite", rows_raw), ("postgresql", rows_pg_raw)):
+            if backend == "postgresql" and pg_problem is not None:
+                continue
+            url = fresh_metastore_url(backend, tmp)
+            try:
+                catalog = Catalog.open(tmp / f"rows-{backend}" / "warehouse", url)
+                table = create_table(catalog)
+                if first_round:
+                    # one untimed round first: the first point is the baseline, and must not pay
+                    # first-use costs (imports, caches, Spark's first plans) the later ones do not
+                    _measure(catalog, table, scale, spark)
+                    first_round = False
+                have = 0
+                for n in row_points:
+                    if n > have:
+                        t0 = time.perf_counter()
+                        with catalog.store.engine.begin() as conn:
+                            insert_chunk_history(conn, n - have, [table.id], HISTORY, first=have + 1)
+                        if backend == "postgresql":  # statistics, as autovacuum would gather them
+                            with catalog.store.engine.connect().execution_options(
+                                isolation_level="AUTOCOMMIT"
+                            ) as conn:
+                                conn.execute(sa.text("ANALYZE sp_chunks"))
+                        console.print(
+                            f"  {backend}: {n - have:,} chunk rows added in {time.perf_counter() - t0:.1f} s"
+                        )
+                        have = n
+                    point = {"chunk_rows": n, **_measure(catalog, table, scale, spark)}
+                    console.print(f"  {backend}, {n:,} chunk rows: {point}")
+                    out_rows.append(point)
+                catalog.close()
+            finally:
+                if url is not None:
+                    drop_pg_schema(url)
 
         # curves 2 and 3: Delta versions, every one adding a live file / rolled every SWEEP_EVERY
         template = tmp / "template.parquet"
@@ -383,6 +411,7 @@ def run(scale: dict[str, Any]) -> BenchResult:
         t.add_column(col, justify="left" if col == "point" else "right")
     for label, points, key in (
         ("chunk rows", rows_raw, "chunk_rows"),
+        ("chunk rows, PostgreSQL", rows_pg_raw, "chunk_rows"),
         ("Delta versions", versions_raw, "versions"),
         ("versions, rolled", rolled_raw, "versions"),
     ):
@@ -394,5 +423,10 @@ def run(scale: dict[str, Any]) -> BenchResult:
                     Metric(f"{p[key]:,} {label}: {k.removesuffix('_ms')}", p[k], "ms", points[0][k])
                 )
     console.print(t)
-    result.params["raw"] = {"chunk_rows": rows_raw, "versions": versions_raw, "rolled": rolled_raw}
+    result.params["raw"] = {
+        "chunk_rows": rows_raw,
+        "chunk_rows_pg": rows_pg_raw,
+        "versions": versions_raw,
+        "rolled": rolled_raw,
+    }
     return result

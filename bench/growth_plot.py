@@ -43,13 +43,14 @@ def plot(result: dict[str, Any], output: Path) -> None:
     curves = [
         (name, key, label)
         for name, key, label in (
-            ("chunk_rows", "chunk_rows", "chunk rows in the metastore"),
+            ("chunk_rows", "chunk_rows", "chunk rows in the metastore (SQLite)"),
+            ("chunk_rows_pg", "chunk_rows", "chunk rows in the metastore (PostgreSQL)"),
             ("versions", "versions", "Delta versions, each adding a live file"),
             ("rolled", "versions", "Delta versions, a roll every 100"),
         )
         if raw.get(name)
     ]
-    fig, axes = plt.subplots(1, len(curves), figsize=(5 * len(curves), 4.2), sharey=True)
+    fig, axes = plt.subplots(1, len(curves), figsize=(4.6 * len(curves), 4.2), sharey=True)
     for ax, (name, key, label) in zip(axes, curves, strict=True):
         points = raw[name]
         xs = [max(p[key], 1) for p in points]
