@@ -18,7 +18,9 @@ RESULTS = Path(__file__).parent / "results" / "latest.json"
 # the load average near 5), plus about 5 minutes for ``links`` (309 s at load 6-7); quick: a
 # smoke run of about a minute, plus 48 s for ``links``. ``federation`` adds about 6 minutes
 # (346 s at load 5-7, 4 of them preloading 20M chunk rows; 19 min at load 7-13) and 18 s quick;
-# ``router`` about a minute quick (57 s at load 11).
+# ``router`` about a minute quick (57 s at load 11). ``growth`` about 5 minutes (293 s at load
+# 8-10 on SQLite alone, 49 s of it fast-forwarding a log to 10k versions, 30 s loading 900k chunk
+# rows; PostgreSQL adds its chunk-row curve), quick about 20-30 s.
 #
 # Why 2,000 chunks (not 10,000) for the read benchmark by default: every chunk is a real chunk
 # commit. Session 1 measured 30-200 ms a commit (each loaded the Delta table from scratch),
