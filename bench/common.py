@@ -168,7 +168,7 @@ def drop_pg_schema(url: str | None) -> None:
 # (one staged file, its partition, a content digest, an idempotency key), made by the database
 # itself (INSERT … SELECT over a generated series): millions of rows in seconds, where a row per
 # statement would take hours. Their Delta version is 0, the table's first: a higher one would make
-# the next commit refuse the table's log as behind the metastore (ChunkWriter._checked_latest),
+# the next commit refuse the table's log as behind the metastore (Warehouse.verify_newest, before a commit),
 # which is right, since no such commits exist.
 _HISTORY_PG = """
 INSERT INTO sp_chunks (id, table_id, token, state, created_at, expires_at, files, rows, bytes,
