@@ -18,7 +18,9 @@ RESULTS = Path(__file__).parent / "results" / "latest.json"
 # the load average near 5), plus about 5 minutes for ``links`` (309 s at load 6-7); quick: a
 # smoke run of about a minute, plus 48 s for ``links``. ``federation`` adds about 6 minutes
 # (346 s at load 5-7, 4 of them preloading 20M chunk rows; 19 min at load 7-13) and 18 s quick;
-# ``router`` about a minute quick (57 s at load 11).
+# ``router`` about a minute quick (57 s at load 11). ``growth`` about 5 minutes (293 s at load
+# 8-10 on SQLite alone, 49 s of it fast-forwarding a log to 10k versions, 30 s loading 900k chunk
+# rows; PostgreSQL adds its chunk-row curve), quick about 20-30 s.
 #
 # Why 2,000 chunks (not 10,000) for the read benchmark by default: every chunk is a real chunk
 # commit. Session 1 measured 30-200 ms a commit (each loaded the Delta table from scratch),
@@ -62,6 +64,12 @@ SCALES: dict[str, dict[str, Any]] = {
         "federation_rounds": 2,
         "router_commits": 300,
         "router_warmup": 5,
+        "growth_chunk_rows": [0, 100_000, 1_000_000],
+        "growth_versions": [10, 1_000, 10_000],
+        "growth_commits": 40,
+        "growth_warmup": 3,
+        "growth_reps": 5,
+        "growth_spark": True,
     },
     "quick": {
         "rows": 100,
@@ -99,6 +107,12 @@ SCALES: dict[str, dict[str, Any]] = {
         "federation_rounds": 1,
         "router_commits": 30,
         "router_warmup": 2,
+        "growth_chunk_rows": [0, 20_000, 100_000],
+        "growth_versions": [10, 300, 1_000],
+        "growth_commits": 15,
+        "growth_warmup": 2,
+        "growth_reps": 3,
+        "growth_spark": False,
     },
 }
 
@@ -107,6 +121,7 @@ def benchmarks() -> dict[str, Any]:
     from bench import (
         commit_latency,
         federation,
+        growth,
         http_load,
         kafka_ingest,
         link_planning,
@@ -121,6 +136,7 @@ def benchmarks() -> dict[str, Any]:
         commit_latency, roll, snapshot_read, kafka_ingest, http_load, link_planning, replication, spark_roll,
         federation,
         router,
+        growth,
     )  # fmt: skip
     return {m.NAME: m for m in modules}
 
@@ -136,6 +152,7 @@ NAMES = (
     "spark_roll",
     "federation",
     "router",
+    "growth",
 )
 
 

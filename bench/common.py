@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -161,6 +161,82 @@ def drop_pg_schema(url: str | None) -> None:
     from tests.pg import drop_scratch_schema
 
     drop_scratch_schema(url, PG_ADMIN_URL)
+
+
+# -- chunk history -------------------------------------------------------------------------
+# One committed chunk of a past day per generated row, in the shape ChunkWriter records them
+# (one staged file, its partition, a content digest, an idempotency key), made by the database
+# itself (INSERT … SELECT over a generated series): millions of rows in seconds, where a row per
+# statement would take hours. Their Delta version is 0, the table's first: a higher one would make
+# the next commit refuse the table's log as behind the metastore (Warehouse.verify_newest, before a commit),
+# which is right, since no such commits exist.
+_HISTORY_PG = """
+INSERT INTO sp_chunks (id, table_id, token, state, created_at, expires_at, files, rows, bytes,
+                       committing_since, attempt, base_version, version, partitions,
+                       dead_letter_rows, late_rows, error, content_digest)
+SELECT gen_random_uuid()::text,
+       (:table_ids)[1 + g % cardinality(CAST(:table_ids AS int[]))],
+       'preload-' || g,
+       'committed',
+       ts, ts + interval '1 hour',
+       json_build_array(json_build_object(
+           'path', '_staging/' || md5(g::text) || '-0.parquet', 'rows', 100, 'bytes', 2277,
+           'period', NULL, 'stats', '{}')),
+       100, 2277, ts, gen_random_uuid()::text, 0, 0,
+       json_build_array(to_char(date_trunc('hour', ts), 'YYYY-MM-DD"T"HH24:MI:SS"+00:00"')),
+       0, 0, NULL, 'sha256:' || encode(sha256(convert_to(g::text, 'UTF8')), 'hex')
+FROM (SELECT g, CAST(:now AS timestamp) - g * CAST(:step AS interval) AS ts
+      FROM generate_series(CAST(:first AS bigint), CAST(:last AS bigint)) AS g) AS history
+"""
+# The same rows on SQLite (SQLAlchemy keeps its DateTime as 'YYYY-MM-DD HH:MM:SS.ffffff' text).
+_HISTORY_SQLITE = """
+WITH RECURSIVE series(g) AS (SELECT :first UNION ALL SELECT g + 1 FROM series WHERE g < :last),
+history(g, ts) AS (
+    SELECT g, datetime(:now, '-' || CAST(g * :step AS INTEGER) || ' seconds') FROM series)
+INSERT INTO sp_chunks (id, table_id, token, state, created_at, expires_at, files, rows, bytes,
+                       committing_since, attempt, base_version, version, partitions,
+                       dead_letter_rows, late_rows, error, content_digest)
+SELECT lower(hex(randomblob(16))),
+       json_extract(:table_ids, '$[' || (g % json_array_length(:table_ids)) || ']'),
+       'preload-' || g,
+       'committed',
+       ts || '.000000', datetime(ts, '+1 hour') || '.000000',
+       json_array(json_object(
+           'path', '_staging/' || lower(hex(randomblob(16))) || '-0.parquet', 'rows', 100,
+           'bytes', 2277, 'period', NULL, 'stats', '{}')),
+       100, 2277, ts || '.000000', lower(hex(randomblob(16))), 0, 0,
+       json_array(strftime('%Y-%m-%dT%H:00:00+00:00', ts)),
+       0, 0, NULL, 'sha256:' || lower(hex(randomblob(32)))
+FROM history
+"""
+
+
+def insert_chunk_history(
+    conn: Any, rows: int, table_ids: Sequence[int], history: timedelta, first: int = 1
+) -> None:
+    """Insert ``rows`` committed chunk rows of the past ``history`` into ``sp_chunks``, in one statement.
+
+    Spread round-robin over ``table_ids`` and evenly over time (the newest an hour ago). ``first``
+    numbers the first row (idempotency keys ``preload-<n>``), so several calls add to one history.
+    ``conn``: a SQLAlchemy connection in a transaction, SQLite or PostgreSQL.
+    """
+    import json
+
+    import sqlalchemy as sa
+
+    if rows <= 0:
+        return
+    now = datetime.now(UTC).replace(tzinfo=None) - timedelta(hours=1)
+    last = first + rows - 1
+    step = history / max(last, 1)
+    if conn.dialect.name == "postgresql":
+        params: dict[str, Any] = {"table_ids": list(table_ids), "now": now, "step": step}
+        conn.execute(sa.text(_HISTORY_PG), {**params, "first": first, "last": last})
+    else:
+        params = {"table_ids": json.dumps(list(table_ids)), "now": now.isoformat(sep=" ")}
+        conn.execute(
+            sa.text(_HISTORY_SQLITE), {**params, "step": step.total_seconds(), "first": first, "last": last}
+        )
 
 
 @contextmanager

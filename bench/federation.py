@@ -32,7 +32,7 @@ import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +43,7 @@ from bench.common import (
     create_table,
     fmt,
     fmt_ratio,
+    insert_chunk_history,
     percentile,
     progress,
     sample_data,
@@ -71,29 +72,6 @@ PG_SETTINGS = {
     "max_wal_size": "8GB",
     "maintenance_work_mem": "512MB",
 }
-
-# One committed chunk of a past day per generated row, in the shape ChunkWriter records them
-# (one staged file, its partition, a content digest, an idempotency key). Their Delta version is
-# 0, the table's first: a higher one would make the next commit refuse the table's log as behind
-# the metastore (verify_newest, before each group commit), which is right, since no such commits exist.
-_PRELOAD = """
-INSERT INTO sp_chunks (id, table_id, token, state, created_at, expires_at, files, rows, bytes,
-                       committing_since, attempt, base_version, version, partitions,
-                       dead_letter_rows, late_rows, error, content_digest)
-SELECT gen_random_uuid()::text,
-       (:table_ids)[1 + g % cardinality(CAST(:table_ids AS int[]))],
-       'preload-' || g,
-       :state,
-       ts, ts + interval '1 hour',
-       json_build_array(json_build_object(
-           'path', '_staging/' || md5(g::text) || '-0.parquet', 'rows', 100, 'bytes', 2277,
-           'period', NULL, 'stats', '{}')),
-       100, 2277, ts, gen_random_uuid()::text, 0, 0,
-       json_build_array(to_char(date_trunc('hour', ts), 'YYYY-MM-DD"T"HH24:MI:SS"+00:00"')),
-       0, 0, NULL, 'sha256:' || encode(sha256(convert_to(g::text, 'UTF8')), 'hex')
-FROM (SELECT g, CAST(:now AS timestamp) - g * CAST(:step AS interval) AS ts
-      FROM generate_series(1, :rows) AS g) AS history
-"""
 
 
 @dataclass(frozen=True)
@@ -160,18 +138,7 @@ def preload(url: str, rows: int, table_ids: list[int]) -> dict[str, float]:
                 conn.execute(sa.text(f'DROP INDEX "{name}"'))
             for name, _ in constraints:
                 conn.execute(sa.text(f'ALTER TABLE sp_chunks DROP CONSTRAINT "{name}"'))
-            now = datetime.now(UTC).replace(tzinfo=None) - timedelta(hours=1)
-            step = HISTORY / max(rows, 1)
-            conn.execute(
-                sa.text(_PRELOAD),
-                {
-                    "table_ids": table_ids,
-                    "state": "committed",
-                    "now": now,
-                    "step": step,
-                    "rows": rows,
-                },
-            )
+            insert_chunk_history(conn, rows, table_ids, HISTORY)
             steps["insert"] = time.perf_counter() - t0
             t0 = time.perf_counter()
             for name, definition in constraints:

@@ -32,6 +32,7 @@ from metastore.clusters import (
     check_storage,
 )
 from metastore.crashpoints import crashpoint
+from metastore.delta_log import log_settings
 from metastore.durations import format_duration
 from metastore.errors import (
     AlreadyExistsError,
@@ -879,4 +880,5 @@ class Catalog:
             self.of(table).store.list_partitions(table.id),
             replicas,
             self.of(table).store.list_copies(table.id) if replicas else [],
+            log_settings(dt) if resolved.link is None else None,
         )

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from metastore import clock
+from metastore.delta_log import LogSettings
 from metastore.durations import format_duration
 from metastore.links import Link, LinkMode, Resolved
 from metastore.models import Partition, PartitionState, iso
@@ -23,10 +24,11 @@ def describe(
     partitions_recorded: Sequence[Partition],
     replicas: Sequence[Replica] = (),
     copies: Sequence[PartitionCopy] = (),
+    log: LogSettings | None = None,
 ) -> dict[str, Any]:
     """A table (or a link) and its partitions, in the shape of ``streampart table describe --json``,
     from what :meth:`Catalog.describe` read: one Delta ``version`` and its live ``files``, the
-    metastore's partitions, the table's replicas and their copies.
+    metastore's partitions, the table's replicas and their copies, and (a table's) Delta log schedule.
 
     A link shows the partitions it exposes now, read from one version of its source; its
     ``link`` entry says what it points at and which partitions it admits.
@@ -83,6 +85,8 @@ def describe(
         "version": version,
         "partitions": partitions,
     }
+    if log is not None:
+        info["delta_log"] = log.to_json()
     if link is not None:
         info["link"] = link_info(link, dangling=False)  # its source was just read
     return info

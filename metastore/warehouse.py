@@ -169,22 +169,29 @@ class PartitionStats:
 
 
 def files_stats(files: Iterable[LiveFile]) -> dict[datetime, PartitionStats]:
-    """Per partition, what ``files`` (of one snapshot, or what a link shows of it) hold."""
-    stats: dict[datetime, PartitionStats] = {}
+    """Per partition, what ``files`` (of one snapshot, or what a link shows of it) hold.
+
+    Plain counters per partition, one PartitionStats each at the end: ``table describe`` runs this
+    over every live file, and a streaming partition may hold ten thousand.
+    """
+    counts: dict[datetime, list[int]] = {}  # files, staged files, rows, bytes
     chunks: dict[datetime, set[str]] = {}
+    prefix = STAGING_DIR + "/"
     for f in files:
-        cur = stats.get(f.partition, PartitionStats())
-        seen = chunks.setdefault(f.partition, set())
-        if f.chunk is not None:
-            seen.add(f.chunk)
-        stats[f.partition] = PartitionStats(
-            files=cur.files + 1,
-            staged_files=cur.staged_files + int(f.staged),
-            chunks=len(seen),
-            rows=cur.rows + f.rows,
-            bytes=cur.bytes + f.size,
-        )
-    return stats
+        acc = counts.get(f.partition)
+        if acc is None:
+            acc = counts[f.partition] = [0, 0, 0, 0]
+            chunks[f.partition] = set()
+        acc[0] += 1
+        acc[2] += f.rows
+        acc[3] += f.size
+        if f.path.startswith(prefix):
+            acc[1] += 1
+            chunks[f.partition].add(chunk_of_staged(f.path[len(prefix) :]))
+    return {
+        value: PartitionStats(files=n, staged_files=staged, chunks=len(chunks[value]), rows=rows, bytes=size)
+        for value, (n, staged, rows, size) in counts.items()
+    }
 
 
 class Warehouse:
@@ -358,6 +365,9 @@ class Warehouse:
             return []
         pcol = next(c for c in adds.column_names if c.startswith("partition."))
         out = []
+        # a snapshot holds few partitions and may hold ten thousand files: parse each value once
+        values: dict[Any, datetime] = {}
+        unquote = urllib.parse.unquote
         for path, pv, size, rows in zip(
             adds.column("path").to_pylist(),
             adds.column(pcol).to_pylist(),
@@ -365,10 +375,11 @@ class Warehouse:
             adds.column("num_records").to_pylist(),
             strict=True,
         ):
+            value = values.get(pv)
+            if value is None:
+                value = values[pv] = parse_partition_value(pv)
             # the log holds URI-encoded paths; ours on disk are the decoded form
-            out.append(
-                LiveFile(urllib.parse.unquote(path), parse_partition_value(pv), int(size), int(rows or 0))
-            )
+            out.append(LiveFile(unquote(path) if "%" in path else path, value, int(size), int(rows or 0)))
         return out
 
     def partition_stats(self, dt: Any) -> dict[datetime, PartitionStats]:
@@ -665,9 +676,10 @@ class Warehouse:
         Raises:
             TableIntegrityError: naming the first missing or truncated file.
         """
-        for f in files:
+        root = table.location
+        for f in files:  # plain os.stat: a pin checks every file, and a snapshot may hold 10,000
             try:
-                size = (Path(table.location) / f.path).stat().st_size
+                size = os.stat(os.path.join(root, f.path)).st_size
             except FileNotFoundError:
                 raise TableIntegrityError(
                     f"table {table.name}: data file {f.path} of the Delta log is missing from "

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -76,11 +76,11 @@ class HousekeepingConfig(BaseModel):
         description="Chunk rows of partitions rolled longer ago than this are pruned into per-partition "
         "summaries (their idempotency keys are forgotten).",
     )
-    checkpoint_every: int = Field(
-        50,
-        ge=0,
+    checkpoint_every: Annotated[int, Field(ge=0)] | Literal["table"] = Field(
+        "table",
         description="Write a Delta checkpoint once a table's log has grown by this many commits since the "
-        "last one (0: never).",
+        'last one (0: never; "table": each table\'s own delta.checkpointInterval, `table create|alter '
+        "--checkpoint-interval`).",
     )
     history_retention: Duration = Field(
         timedelta(days=30), description="Roll attempt history older than this is forgotten."

@@ -7,7 +7,9 @@
   files a crashed writer or compaction left behind. The retention (default 7 days) is longer
   than any query may pin an older snapshot, so no reader ever misses a file;
 - checkpoint each table's Delta log, so loading a table reads one Parquet file rather than
-  hundreds of commit files;
+  hundreds of commit files, and delete its commit files past the log retention, so the log
+  directory every load lists stays small: both on the schedule the table sets
+  (``delta.checkpointInterval``, ``delta.logRetentionDuration``: :mod:`metastore.delta_log`);
 - prune the metastore rows of old chunks into per-partition summaries, so the metastore stays
   small at millions of chunks (``describe`` reads partition rows, which stay);
 - forget old roll attempt history.
@@ -27,6 +29,8 @@ from typing import Any
 from ingest.config import ChunkConfig
 from metastore import clock
 from metastore.catalog import Catalog
+from metastore.delta_log import MIN_LOG_RETENTION, log_entries, log_settings
+from metastore.durations import format_duration
 from metastore.errors import NotFoundError
 from metastore.logs import event
 from metastore.models import ChunkState, PartitionState, Table
@@ -44,6 +48,7 @@ class HousekeepingReport:
     recovered: int = 0
     files_removed: list[str] = field(default_factory=list)
     checkpoints: dict[str, int] = field(default_factory=dict)
+    log_files_removed: dict[str, int] = field(default_factory=dict)
     chunks_pruned: int = 0
     attempts_pruned: int = 0
     errors: dict[str, str] = field(default_factory=dict)
@@ -92,6 +97,9 @@ class Housekeeper:
                 version = self.checkpoint(table)
                 if version is not None:
                     report.checkpoints[str(table.name)] = version
+                gone = self.clean_log(table)
+                if gone:
+                    report.log_files_removed[str(table.name)] = gone
                 report.chunks_pruned += self.prune(table, now)
             except NotFoundError:
                 continue  # dropped meanwhile
@@ -182,11 +190,17 @@ class Housekeeper:
 
     # -- Delta log -----------------------------------------------------------------------------
     def checkpoint(self, table: Table) -> int | None:
-        """Checkpoint the table's Delta log if it grew by ``checkpoint_every`` commits; the version."""
+        """Checkpoint the table's Delta log if it grew by its checkpoint interval; the version.
+
+        The interval is the table's ``delta.checkpointInterval`` unless the operator set
+        ``checkpoint_every`` for every table (0: never).
+        """
+        dt = self.catalog.warehouse.load(table)
         every = self.config.checkpoint_every
+        if every == "table":
+            every = log_settings(dt).checkpoint_interval
         if every <= 0:
             return None
-        dt = self.catalog.warehouse.load(table)
         version = int(dt.version())
         if version - max(last_checkpoint_version(table), 0) < every:
             return None
@@ -200,6 +214,36 @@ class Housekeeper:
             version=version,
         )
         return version
+
+    def clean_log(self, table: Table) -> int:
+        """Delete the table's commit files past its ``delta.logRetentionDuration``; how many went.
+
+        Only those older than the newest checkpoint go (delta-rs' ``cleanup_metadata``), so the
+        table loads as before; time travel reaches back as far as the retention.
+        """
+        dt = self.catalog.warehouse.load(table)
+        retention = log_settings(dt).log_retention
+        if retention < MIN_LOG_RETENTION:
+            raise ValueError(
+                f"its delta.logRetentionDuration ({format_duration(retention)}) is below "
+                f"{format_duration(MIN_LOG_RETENTION)}; set it with `streampart table alter "
+                f"{table.name} --log-retention DURATION`"
+            )
+        if last_checkpoint_version(table) < 0:
+            return 0
+        before = log_entries(table.location)
+        dt.cleanup_metadata()
+        gone = before - log_entries(table.location)
+        if gone:
+            event(
+                log,
+                logging.INFO,
+                "housekeeping.log_cleaned",
+                "Delta commit files past the log retention deleted",
+                table=str(table.name),
+                files=gone,
+            )
+        return gone
 
     # -- metastore -----------------------------------------------------------------------------
     def prune(self, table: Table, now: datetime) -> int:

@@ -156,6 +156,13 @@ class LinkInfo(BaseModel):
     created_at: str
 
 
+class DeltaLogInfo(BaseModel):
+    """A table's Delta log schedule (``table create|alter --checkpoint-interval --log-retention``)."""
+
+    checkpoint_interval: int = Field(description="A Delta checkpoint every this many commits.")
+    log_retention: str = Field(description="Commit files older than this go once a checkpoint covers them.")
+
+
 class TableInfo(BaseModel):
     """The shape of ``streampart table describe --json`` (a link: its source's, with ``link``)."""
 
@@ -178,6 +185,9 @@ class TableInfo(BaseModel):
     replicas: list[ReplicaInfo] = Field(default_factory=list, description="The secondary clusters.")
     version: int
     partitions: list[PartitionInfo]
+    delta_log: DeltaLogInfo | None = Field(
+        None, description="A table's Delta log schedule (a link: none, its source's is the source's)."
+    )
     link: LinkInfo | None = Field(None, description="Set when the name is a link.")
 
 

@@ -12,6 +12,7 @@ from metastore.errors import UserInputError
 from streampart.cli.context import cli_context
 from streampart.cli.output import TextOutput
 from streampart.cli.params import JsonFlag
+from streampart.cli.tables import CheckpointIntervalOption, LogRetentionOption
 
 
 def table_alter(
@@ -29,11 +30,27 @@ def table_alter(
         list[str] | None,
         typer.Option("--drop-replica", help="Stop replicating to this cluster: its copies and records go"),
     ] = None,
+    checkpoint_interval: CheckpointIntervalOption = None,
+    log_retention: LogRetentionOption = None,
     _json: JsonFlag = False,
 ) -> None:
-    """Change a table's secondary clusters."""
-    if not add_replica and not drop_replica:
-        raise UserInputError("nothing to change: give --add-replica CLUSTER or --drop-replica CLUSTER")
+    """Change a table's secondary clusters, or its Delta log schedule (checkpoints, log retention)."""
+    from metastore.delta_log import (
+        check_checkpoint_interval,
+        check_log_retention,
+        log_settings,
+        set_log_settings,
+    )
+
+    log_change = checkpoint_interval is not None or log_retention is not None
+    if not add_replica and not drop_replica and not log_change:
+        raise UserInputError(
+            "nothing to change: give --add-replica CLUSTER, --drop-replica CLUSTER, "
+            "--checkpoint-interval N or --log-retention DURATION"
+        )
+    if checkpoint_interval is not None:
+        check_checkpoint_interval(checkpoint_interval)
+    retention = check_log_retention(log_retention) if log_retention is not None else None
     both = set(add_replica or ()) & set(drop_replica or ())
     if both:
         raise UserInputError(f"--add-replica and --drop-replica both name {', '.join(sorted(both))}")
@@ -48,12 +65,15 @@ def table_alter(
         catalog.drop_replica(table, cluster)
     for cluster in add_replica or ():
         catalog.add_replica(table, cluster)
+    if log_change:
+        set_log_settings(catalog.load(table), checkpoint_interval, retention)
     info = {
         "table": str(table.name),
         "cluster": table.cluster,
         "replicas": [r.cluster for r in catalog.replicas(table)],
         "added": list(add_replica or ()),
         "dropped": list(drop_replica or ()),
+        "delta_log": log_settings(catalog.load(table)).to_json(),
     }
     cli.output.result(info, _print_altered)
 
@@ -68,6 +88,11 @@ def _print_altered(out: TextOutput, info: dict[str, Any]) -> None:
         )
     out.console.print(
         f"{info['table']}: primary {info['cluster']}, secondaries {', '.join(info['replicas']) or 'none'}"
+    )
+    log = info["delta_log"]
+    out.console.print(
+        f"{info['table']}: Delta checkpoint every {log['checkpoint_interval']} commits, "
+        f"commit files kept {log['log_retention']}"
     )
 
 

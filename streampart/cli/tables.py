@@ -12,6 +12,21 @@ from streampart.cli.context import cli_context
 from streampart.cli.output import TextOutput
 from streampart.cli.params import JsonFlag, choice
 
+# Shared by ``table create`` and ``table alter``: the table's Delta log schedule (metastore.delta_log).
+CheckpointIntervalOption = Annotated[
+    int | None,
+    typer.Option(
+        help="Write a Delta checkpoint every N commits (the table's delta.checkpointInterval) [default: 100]"
+    ),
+]
+LogRetentionOption = Annotated[
+    str | None,
+    typer.Option(
+        help="Delete Delta commit files older than this once a checkpoint covers them (the table's "
+        "delta.logRetentionDuration; time travel reaches this far), at least 1h [default: 30d]"
+    ),
+]
+
 table_app = typer.Typer(help="Create, list, describe and drop streaming tables.", no_args_is_help=True)
 
 
@@ -59,11 +74,19 @@ def table_create(
         str | None,
         typer.Option(help="Secondary clusters (C2,C3): each receives a copy of every rolled partition"),
     ] = None,
+    checkpoint_interval: CheckpointIntervalOption = None,
+    log_retention: LogRetentionOption = None,
     _json: JsonFlag = False,
 ) -> None:
     """Create a streaming table partitioned by one timestamp column."""
+    from metastore.delta_log import check_checkpoint_interval, check_log_retention
     from metastore.durations import parse_duration
     from metastore.models import LateDataPolicy, Mode, TableName, TableSpec, parse_schema
+
+    # checked before anything is made: a bad value creates no table
+    if checkpoint_interval is not None:
+        check_checkpoint_interval(checkpoint_interval)
+    retention = check_log_retention(log_retention) if log_retention is not None else None
 
     spec = TableSpec(
         name=TableName.parse(name),
@@ -86,6 +109,10 @@ def table_create(
     table = catalog.create_table(
         spec, create_namespace=not settings.namespaces.require_explicit, replicate_to=secondaries
     )
+    if checkpoint_interval is not None or retention is not None:
+        from metastore.delta_log import set_log_settings
+
+        set_log_settings(catalog.load(table), checkpoint_interval, retention)
     cli.output.result(catalog.describe(table), _print_created)
 
 
@@ -205,6 +232,12 @@ def _print_described(out: TextOutput, info: dict[str, Any]) -> None:
         f"schema: {info['schema']}"
         + f"\npartitioned by {info['partition_column']} (from {info['time_column']})"
         + f"\nlocation: {info['location']}  (Delta version {info['version']})"
+        + (
+            f"\nDelta log: a checkpoint every {info['delta_log']['checkpoint_interval']} commits, commit "
+            f"files kept {info['delta_log']['log_retention']}"
+            if "delta_log" in info
+            else ""
+        )
     )
     replicas = info.get("replicas") or []
     if replicas:

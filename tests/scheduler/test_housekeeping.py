@@ -13,6 +13,7 @@ from pathlib import Path
 
 from ingest.chunks import ChunkWriter
 from ingest.formats import Format
+from metastore.delta_log import set_log_settings
 from metastore.models import ChunkState
 from metastore.warehouse import STAGING_DIR, last_checkpoint_version, partition_dir
 from scheduler.config import HousekeepingConfig
@@ -92,3 +93,71 @@ def test_files_go_after_the_retention_and_readers_notice_nothing(catalog) -> Non
     # readers notice nothing
     assert sorted(all_ids(table)) == rows
     assert catalog.describe(table) == described
+
+
+def _commits(writer: ChunkWriter, n: int, first: int = 0) -> None:
+    for i in range(first, first + n):
+        writer.write(records(range(i * 10, i * 10 + 10)), Format.JSONL, key=f"c{i}")
+
+
+def test_checkpoints_follow_the_interval_the_table_sets(catalog) -> None:  # type: ignore[no-untyped-def]
+    table = make_table(catalog)
+    # an interval no commit reaches: neither delta-rs' commit hook nor housekeeping checkpoints
+    set_log_settings(catalog.load(table), checkpoint_interval=1000)
+    _commits(ChunkWriter(catalog, table), 12)
+    keeper = Housekeeper(catalog)  # the operator leaves checkpoint_every unset: each table's own
+    assert keeper.run().checkpoints == {} and last_checkpoint_version(table) == -1
+    # the table asks for one every 10 commits: its log grew by more since the last (none)
+    set_log_settings(catalog.load(table), checkpoint_interval=10)
+    newest = int(catalog.load(table).version())
+    report = keeper.run()
+    assert report.errors == {} and last_checkpoint_version(table) == newest
+    assert catalog.describe(table)["delta_log"] == {"checkpoint_interval": 10, "log_retention": "30d"}
+    # an operator's checkpoint_every wins over the table's, for every table
+    _commits(ChunkWriter(catalog, table), 3, first=12)
+    assert Housekeeper(catalog).run().checkpoints == {}
+    forced = Housekeeper(catalog, HousekeepingConfig(checkpoint_every=2)).run()
+    assert forced.checkpoints == {"ns.events": int(catalog.load(table).version())}
+
+
+def test_commit_files_past_the_tables_log_retention_go_and_nothing_else_changes(catalog) -> None:  # type: ignore[no-untyped-def]
+    table = make_table(catalog)
+    set_log_settings(catalog.load(table), checkpoint_interval=5, log_retention=timedelta(hours=1))
+    writer = ChunkWriter(catalog, table)
+    first = writer.write(records(range(1000, 1010)), Format.JSONL, key="retried")
+    _commits(writer, 15)
+    log = Path(table.location) / "_delta_log"
+    rows, described = sorted(all_ids(table)), catalog.describe(table)
+    keeper = Housekeeper(catalog)
+    # every commit file is younger than the retention: none goes
+    assert keeper.run().log_files_removed == {}
+    # two hours later, all are past it: those a checkpoint covers go, the newest checkpoint stays
+    old = time.time() - 2 * 3600
+    for path in log.iterdir():
+        os.utime(path, (old, old))
+    report = keeper.run()
+    checkpoint = last_checkpoint_version(table)
+    assert report.errors == {} and report.log_files_removed["ns.events"] > 0
+    commits = sorted(int(p.stem) for p in log.glob("*.json"))
+    assert commits[0] == checkpoint and (log / f"{checkpoint:020d}.checkpoint.parquet").exists()
+    assert not catalog.warehouse.commit_path(table, first.version).exists()
+    # readers and describe notice nothing; a retry of a chunk whose commit file went still
+    # answers with its first version (the chunk row remembers it), and adds no rows
+    assert sorted(all_ids(table)) == rows
+    assert catalog.describe(table) == described
+    again = ChunkWriter(catalog, table).write(records(range(1000, 1010)), Format.JSONL, key="retried")
+    assert again.version == first.version and sorted(all_ids(table)) == rows
+    # the table goes on taking commits, and loads from its checkpoint
+    _commits(ChunkWriter(catalog, table), 2, first=20)
+    assert len(all_ids(table)) == len(rows) + 20
+    assert keeper.run().errors == {}
+
+
+def test_a_log_retention_below_the_minimum_is_reported_not_applied(catalog) -> None:  # type: ignore[no-untyped-def]
+    table = make_table(catalog)
+    # set by another Delta writer: streampart itself refuses it (check_log_retention)
+    catalog.load(table).alter.set_table_properties({"delta.logRetentionDuration": "interval 1 minute"})
+    _commits(ChunkWriter(catalog, table), 3)
+    report = Housekeeper(catalog, HousekeepingConfig(checkpoint_every=1)).run()
+    assert "delta.logRetentionDuration (1m) is below 1h" in report.errors["ns.events"]
+    assert "--log-retention" in report.errors["ns.events"]
