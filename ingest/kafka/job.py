@@ -328,6 +328,7 @@ class ChunkSink:
                     time.sleep(getattr(exc, "retry_after", 1))
 
     def _batch(self, df: DataFrame, batch_id: int) -> None:
+        started = time.monotonic()
         chunk = self._chunk_for(batch_id)
         if chunk.state is ChunkState.COMMITTED:
             log.info("batch %s already committed as chunk %s (replay after restart)", batch_id, chunk.id)
@@ -363,13 +364,14 @@ class ChunkSink:
         result = self.writer.commit(chunk.id, owner_is_dead=True)
         self.batches += 1
         log.info(
-            "batch %s → chunk %s: %s rows, %s dead letters, %s late, version %s",
+            "batch %s → chunk %s: %s rows, %s dead letters, %s late, version %s in %.2f s",
             batch_id,
             result.chunk,
             result.rows,
             result.dead_letter_rows,
             result.late_rows,
             result.version,
+            time.monotonic() - started,
         )
 
 
