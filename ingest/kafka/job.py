@@ -25,24 +25,23 @@ offsets map to rows one to one.
 
 from __future__ import annotations
 
-import csv
 import hashlib
 import json
 import logging
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from ingest.chunks import ChunkWriter, DeadLetter, time_bounds, write_staged_files
+from ingest.chunks import ChunkWriter, DeadLetter, time_bounds
 from ingest.config import ChunkConfig
 from ingest.errors import IngestError, IngestQueryError
-from ingest.formats import RecordValidator, TimeBounds, loads_json, unexpected
 from ingest.kafka.options import check_offsets_spec, subscribe_options
+from ingest.kafka.staging import stage_spec, stage_task
 from metastore import clock
 from metastore.catalog import Catalog
 from metastore.crashpoints import crashpoint
@@ -52,7 +51,6 @@ from metastore.models import ChunkState, StagedFile, Table, TableKind, TableName
 from metastore.warehouse import Warehouse
 
 if TYPE_CHECKING:
-    import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
@@ -167,108 +165,8 @@ def _staged_schema() -> Any:
     )
 
 
-def parse_value(v: RecordValidator, fmt: str, position: int, value: bytes | None) -> str | None:
-    """Validate one Kafka record value into ``v``; returns the reason if it is a bad record.
-
-    Never raises for a record, whatever it holds: an exception here would fail the batch, and
-    every restart would replay the same offsets into the same exception, stopping the stream.
-    """
-    try:
-        return _parse_value(v, fmt, position, value)
-    except Exception as exc:
-        return unexpected(exc)
-
-
-def _parse_value(v: RecordValidator, fmt: str, position: int, value: bytes | None) -> str | None:
-    if value is None:
-        return "record value is null (a tombstone?)"
-    record: Any
-    if fmt == "json":
-        try:
-            record = loads_json(value)
-        except UnicodeDecodeError as exc:
-            return f"invalid UTF-8 at byte {exc.start + 1}"
-        except json.JSONDecodeError as exc:
-            return f"invalid JSON: {exc.msg} at column {exc.colno}"
-    else:
-        try:
-            text = value.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            return f"invalid UTF-8 at byte {exc.start + 1}"
-        rows = list(csv.reader([text.rstrip("\r\n")]))
-        fields = rows[0] if rows else []
-        names = [c.name for c in v.columns]
-        if len(fields) != len(names):
-            return f"expected {len(names)} CSV fields ({', '.join(names)}), got {len(fields)}"
-        record = dict(zip(names, fields, strict=True))
-    before = len(v.bad)
-    v.add(position, record, "", empty_is_null=(fmt == "csv"))  # the raw bytes go to the dead letter
-    if len(v.bad) > before:
-        return v.bad.pop().reason
-    return None
-
-
-def _micros(value: datetime | None) -> int | None:
-    return None if value is None else (value - EPOCH) // timedelta(microseconds=1)
-
-
 def _from_micros(value: int | None) -> datetime | None:
     return None if value is None else EPOCH + timedelta(microseconds=value)
-
-
-def stage_task(
-    warehouse: Warehouse,
-    table: Table,
-    chunk_id: str,
-    fmt: str,
-    max_value_bytes: int,
-    bounds: TimeBounds | None = None,
-) -> Any:
-    """The ``mapInArrow`` function: parse one task's records and stage its good rows.
-
-    ``bounds``: the event times rows may have, fixed by the driver for the whole batch (one
-    clock reading for every task of the batch).
-    """
-
-    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        import pyarrow as pa
-        from pyspark import TaskContext
-
-        ctx = TaskContext.get()
-        task = ctx.partitionId() if ctx is not None else 0
-        v = RecordValidator(table.columns, [table.time_column], max_value_bytes, time_bounds=bounds)
-        bad: list[dict[str, Any]] = []
-        for batch in batches:
-            values = batch.column("value").to_pylist()
-            topics = batch.column("topic").to_pylist()
-            partitions = batch.column("partition").to_pylist()
-            offsets = batch.column("offset").to_pylist()
-            for value, topic, partition, offset in zip(values, topics, partitions, offsets, strict=True):
-                reason = parse_value(v, fmt, offset, value)
-                if reason is not None:
-                    bad.append(
-                        {"source": f"{topic}/{partition}", "position": offset, "reason": reason, "raw": value}
-                    )
-        files = write_staged_files(warehouse, table, f"{chunk_id}-{task:05d}", v.result().good)
-        rows: list[dict[str, Any]] = [
-            {"path": f.path, "rows": f.rows, "bytes": f.bytes, "period_us": _micros(f.period)} for f in files
-        ]
-        rows += bad
-        schema = pa.schema(
-            [
-                ("path", pa.string()),
-                ("rows", pa.int64()),
-                ("bytes", pa.int64()),
-                ("period_us", pa.int64()),
-                ("source", pa.string()),
-                ("position", pa.int64()),
-                ("reason", pa.string()),
-                ("raw", pa.binary()),
-            ]
-        )
-        yield pa.RecordBatch.from_pylist(rows, schema=schema)
-
-    return run
 
 
 # -- driver ---------------------------------------------------------------------------------
@@ -334,19 +232,17 @@ class ChunkSink:
             log.info("batch %s already committed as chunk %s (replay after restart)", batch_id, chunk.id)
             return
         if chunk.state is ChunkState.RESERVED:
+            spec = stage_spec(
+                self.catalog.warehouse,
+                self.table,
+                chunk.id,
+                self.options.format,
+                self.config.max_value_bytes,
+                time_bounds(self.table, clock.now()),
+            )
             staged = (
                 df.select("value", "topic", "partition", "offset")
-                .mapInArrow(
-                    stage_task(
-                        self.catalog.warehouse,
-                        self.table,
-                        chunk.id,
-                        self.options.format,
-                        self.config.max_value_bytes,
-                        time_bounds(self.table, clock.now()),
-                    ),
-                    _staged_schema(),
-                )
+                .mapInArrow(stage_task(spec), _staged_schema())
                 .collect()
             )
             files = [
