@@ -29,6 +29,7 @@ import hashlib
 import json
 import logging
 import re
+import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -60,6 +61,9 @@ CHECKPOINTS_DIR = "_checkpoints"
 # A key whose chunk expired or was aborted never landed: the batch takes the next suffix.
 MAX_TOKEN_ATTEMPTS = 100
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+# Why 120 s: a batch in flight when the job is told to stop normally ends within a trigger or
+# two; one that takes longer (a broker outage being ridden out) is stopped and replayed later.
+STOP_GRACE_S = 120.0
 
 
 class KafkaIngestOptions(BaseModel):
@@ -189,6 +193,13 @@ class ChunkSink:
         self.writer = ChunkWriter(catalog, table, self.config, late_rows_to_dead_letter=True)
         self._query_id: str | None = None
         self.batches = 0
+        self._idle = threading.Condition()
+        self._in_batch = False
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Wait until no batch is in flight (at most ``timeout`` s); whether none is."""
+        with self._idle:
+            return self._idle.wait_for(lambda: not self._in_batch, timeout)
 
     def query_id(self) -> str:
         # Spark writes <checkpoint>/metadata ({"id": …}) when the query first starts and keeps
@@ -211,6 +222,16 @@ class ChunkSink:
         )
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
+        with self._idle:
+            self._in_batch = True
+        try:
+            self._run_batch(df, batch_id)
+        finally:
+            with self._idle:
+                self._in_batch = False
+                self._idle.notify_all()
+
+    def _run_batch(self, df: DataFrame, batch_id: int) -> None:
         while True:
             try:
                 return self._batch(df, batch_id)
@@ -316,6 +337,18 @@ def _start(
     return writer.start(), sink
 
 
+def _quietly_stop(spark: SparkSession, query: StreamingQuery) -> None:
+    """Stop ``query`` with Spark's logging off: a stop interrupts the query's planning thread,
+    and Spark logs the ``InterruptedException`` of each interrupted call as an error."""
+    jvm_log = spark.sparkContext._jvm.org.apache.logging.log4j  # type: ignore[union-attr]
+    level = jvm_log.LogManager.getRootLogger().getLevel().toString()
+    spark.sparkContext.setLogLevel("OFF")
+    try:
+        query.stop()
+    finally:
+        spark.sparkContext.setLogLevel(level)
+
+
 _PY_ERROR = re.compile(r"^\s*(?:[\w.]+\.)?([A-Z]\w*(?:Error|Exception)): (.+)$")
 
 
@@ -354,7 +387,11 @@ def run_kafka_ingest(
             if should_stop():
                 # Stopping between batches is always safe; mid-batch, the batch is replayed
                 # by the next run and lands once (its chunk's idempotency key is in the metastore).
-                query.stop()
+                # So wait for the batch in flight (stopping mid-batch interrupts its tasks, and
+                # Spark logs every interrupted thread), then stop quietly.
+                if not sink.wait_idle(STOP_GRACE_S):
+                    log.warning("the batch in flight did not end within %s s: stopping it", STOP_GRACE_S)
+                _quietly_stop(spark, query)
                 break
         exc = query.exception()
         if exc is not None:

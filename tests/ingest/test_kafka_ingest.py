@@ -361,6 +361,57 @@ def test_ingest_killed_again_and_again_lands_every_record_once(
     assert set(states) <= {ChunkState.COMMITTED, ChunkState.RESERVED}, states
 
 
+# SIGTERM to the job's own process (docker stop, Kubernetes), and to its whole process group
+# (a service manager, `timeout`, `kill -- -PGID`), which reaches Spark's JVM unless it is shielded.
+@pytest.mark.parametrize("to_group", [False, True], ids=["process", "process-group"])
+def test_sigterm_ends_the_job_quietly_and_loses_nothing(
+    sqlite_catalog, kafka_broker, tmp_path, to_group
+) -> None:  # type: ignore[no-untyped-def]
+    table = make_table(sqlite_catalog, dead_letter=True)
+    topic = topic_name()
+    kafka_broker.create_topic(topic, partitions=3)
+    kafka_broker.produce(topic, [event(i) for i in range(300)])
+    checkpoint = tmp_path / "checkpoint"
+    cmd = ingest_cmd(
+        sqlite_catalog,
+        kafka_broker.bootstrap,
+        topic,
+        checkpoint,
+        "--trigger",
+        "1s",
+        "--max-offsets-per-trigger",
+        "60",
+    )
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    assert proc.stderr is not None
+    seen = []
+    for line in proc.stderr:  # until the second batch lands; batches follow each other from here on
+        seen.append(line)
+        if sum("→ chunk" in s for s in seen) == 2:
+            break
+    if to_group:
+        os.killpg(proc.pid, signal.SIGTERM)
+    else:
+        proc.send_signal(signal.SIGTERM)
+    rest = proc.stderr.read()
+    proc.wait(timeout=240)
+    err = "".join(seen) + rest
+    assert proc.returncode == 0, err[-3000:]
+    for noise in ("Traceback", "Exception", "Error", "WARN", "ERROR"):
+        assert noise not in rest, rest[-3000:]
+    assert "stopped after" in rest
+    assert duplicates(all_ids(table)) == []
+    # the next run picks up where this one stopped
+    done = subprocess.run(
+        ingest_cmd(sqlite_catalog, kafka_broker.bootstrap, topic, checkpoint, "--available-now"),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert sorted(all_ids(table)) == list(range(300))
+
+
 # -- broker trouble -------------------------------------------------------------------------
 def test_broker_unreachable_at_start_is_a_clear_error(sqlite_catalog, tmp_path) -> None:  # type: ignore[no-untyped-def]
     from ingest.kafka.devbroker import free_port
