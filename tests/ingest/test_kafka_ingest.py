@@ -480,6 +480,114 @@ def test_broker_lost_mid_stream_fails_clearly_and_loses_nothing(spark, sqlite_ca
         broker.stop()
 
 
+class Outage:
+    """A TCP hop in front of a broker (which advertises the hop's address): ``down()`` drops every
+    connection and refuses new ones, as a broker that went away does; ``up()`` brings it back."""
+
+    def __init__(self, target_port: int) -> None:
+        from ingest.kafka.devbroker import free_port
+
+        self.port, self.target = free_port(), target_port
+        self.conns: list[Any] = []
+        self.listener: Any = None
+        self.up()
+
+    def up(self) -> None:
+        import socket
+
+        self.listener = socket.socket()
+        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.listener.bind(("127.0.0.1", self.port))
+        self.listener.listen(64)
+        threading.Thread(target=self._accept, args=(self.listener,), daemon=True).start()
+
+    def down(self) -> None:
+        import contextlib
+
+        self.listener.close()
+        for conn in self.conns:
+            with contextlib.suppress(OSError):
+                conn.close()
+        self.conns.clear()
+
+    def _accept(self, listener: Any) -> None:
+        import socket
+
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(("127.0.0.1", self.target))
+            self.conns += [client, server]
+            for a, b in ((client, server), (server, client)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pump(src: Any, dst: Any) -> None:
+        import contextlib
+
+        with contextlib.suppress(OSError):
+            while data := src.recv(65536):
+                dst.sendall(data)
+        for s in (src, dst):
+            with contextlib.suppress(OSError):
+                s.close()
+
+
+def test_a_broker_outage_of_a_minute_is_ridden_out(spark, sqlite_catalog, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The default retry budget (no source options) outlasts a one-minute outage: the stream goes
+    on where it stopped, and nothing is lost or doubled."""
+    from ingest.kafka.devbroker import EmbeddedBroker, free_port
+
+    table = make_table(sqlite_catalog, dead_letter=True)
+    hop = Outage(free_port())
+    broker = EmbeddedBroker(port=hop.target, advertised=f"127.0.0.1:{hop.port}", log_path=tmp_path / "t.log")
+    broker.start()
+    topic = topic_name()
+    try:
+        broker.create_topic(topic, partitions=3)
+        broker.produce(topic, [event(i) for i in range(100)])
+        opts = options(sqlite_catalog, broker, topic, available_now=False, trigger="1s")
+        opts = opts.model_copy(update={"bootstrap": f"127.0.0.1:{hop.port}"})
+        box: dict[str, Any] = {}
+        stop = threading.Event()
+
+        def run() -> None:
+            try:
+                box["batches"] = run_kafka_ingest(spark, sqlite_catalog, opts, should_stop=stop.is_set)
+            except IngestQueryError as exc:
+                box["error"] = exc
+
+        runner = threading.Thread(target=run)
+        runner.start()
+        try:
+            deadline = time.monotonic() + 120
+            while len(all_ids(table)) < 100 and time.monotonic() < deadline:
+                time.sleep(0.3)
+            assert sorted(all_ids(table)) == list(range(100))
+            hop.down()
+            time.sleep(60)  # the outage
+            hop.up()
+            broker.produce(topic, [event(i) for i in range(100, 200)])
+            deadline = time.monotonic() + 240
+            while len(all_ids(table)) < 200 and time.monotonic() < deadline and runner.is_alive():
+                time.sleep(0.5)
+            assert "error" not in box, box
+            assert sorted(all_ids(table)) == list(range(200))
+        finally:
+            stop.set()
+            runner.join(timeout=240)
+        assert not runner.is_alive()
+        assert "error" not in box, box
+        # Each failed attempt logs one line ("listing partitions failed (…); retry 3/7 in 4.0 s"),
+        # from the process Spark runs the source's driver side in: it writes to the stderr the
+        # session's JVM started with, which no fixture of this test can capture.
+    finally:
+        broker.stop()
+        hop.down()
+
+
 def test_late_rows_of_a_rejecting_table_become_dead_letters(spark, sqlite_catalog, kafka_broker) -> None:  # type: ignore[no-untyped-def]
     # A stream has no producer to answer "rejected": late rows become dead letters, the rest lands.
     from datetime import UTC, datetime
