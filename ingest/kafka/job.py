@@ -41,6 +41,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from ingest.chunks import ChunkWriter, DeadLetter, time_bounds
 from ingest.config import ChunkConfig
 from ingest.errors import IngestError, IngestQueryError
+from ingest.kafka.monitoring import GroupCommitter, IngestMetrics, batch_end_offsets, progress_latest_offsets
 from ingest.kafka.options import check_offsets_spec, subscribe_options
 from ingest.kafka.staging import stage_spec, stage_task
 from metastore import clock
@@ -100,6 +101,21 @@ class KafkaIngestOptions(BaseModel):
     source_options: dict[str, str] = Field(
         default_factory=dict, description="More options for the Kafka source (its own names)."
     )
+    metrics_port: int | None = Field(
+        None, ge=0, le=65535, description="Serve Prometheus metrics on this port (0: a free one); none: off."
+    )
+    consumer_group: str | None = Field(
+        None,
+        description="Kafka consumer group the committed offsets are also written to, for monitoring "
+        "(default streampart-NS.TABLE; empty: none).",
+    )
+
+    @property
+    def group(self) -> str | None:
+        """The consumer group offsets are committed to for monitoring, or None."""
+        if self.consumer_group is None:
+            return f"streampart-{self.table}"
+        return self.consumer_group.strip() or None
 
     @field_validator("table")
     @classmethod
@@ -195,6 +211,9 @@ class ChunkSink:
         self.batches = 0
         self._idle = threading.Condition()
         self._in_batch = False
+        self.metrics: IngestMetrics | None = None
+        group = options.group
+        self.group = GroupCommitter(options.bootstrap, group) if group else None
 
     def wait_idle(self, timeout: float) -> bool:
         """Wait until no batch is in flight (at most ``timeout`` s); whether none is."""
@@ -251,6 +270,7 @@ class ChunkSink:
         chunk = self._chunk_for(batch_id)
         if chunk.state is ChunkState.COMMITTED:
             log.info("batch %s already committed as chunk %s (replay after restart)", batch_id, chunk.id)
+            self._committed(batch_id, 0, 0, time.monotonic() - started)
             return
         if chunk.state is ChunkState.RESERVED:
             spec = stage_spec(
@@ -290,6 +310,23 @@ class ChunkSink:
             result.version,
             time.monotonic() - started,
         )
+        self._committed(batch_id, result.rows, result.dead_letter_rows, time.monotonic() - started)
+
+    def _committed(self, batch_id: int, rows: int, dead_letters: int, seconds: float) -> None:
+        """Tell the monitoring (metrics, consumer group) that ``batch_id``'s offsets are committed."""
+        if self.metrics is None and self.group is None:
+            return
+        try:
+            offsets = batch_end_offsets(self.checkpoint, batch_id)
+        except (OSError, ValueError, IndexError) as exc:
+            log.warning(
+                "batch %s: cannot read its offsets from the checkpoint for monitoring: %s", batch_id, exc
+            )
+            return
+        if self.metrics is not None:
+            self.metrics.batch_committed(offsets, rows, dead_letters, seconds)
+        if self.group is not None:
+            self.group.commit(offsets)
 
 
 def start_kafka_ingest(
@@ -381,9 +418,21 @@ def run_kafka_ingest(
     """
     from pyspark.errors import StreamingQueryException
 
+    metrics = IngestMetrics(options.table) if options.metrics_port is not None else None
+    if metrics is not None:
+        try:
+            port = metrics.serve(options.metrics_port or 0)
+        except OSError as listen_error:
+            raise UserInputError(
+                f"metrics port {options.metrics_port}: cannot listen there: {listen_error}"
+            ) from None
+        log.info("metrics of the ingest into %s on http://0.0.0.0:%s/metrics", options.table, port)
     query, sink = _start(spark, catalog, options, config)
+    sink.metrics = metrics
     try:
         while not query.awaitTermination(poll_seconds):
+            if metrics is not None:
+                metrics.latest_offsets(progress_latest_offsets(query.lastProgress))
             if should_stop():
                 # Stopping between batches is always safe; mid-batch, the batch is replayed
                 # by the next run and lands once (its chunk's idempotency key is in the metastore).
@@ -401,4 +450,8 @@ def run_kafka_ingest(
     finally:
         if query.isActive:
             query.stop()
+        if sink.group is not None:
+            sink.group.close()
+        if metrics is not None:
+            metrics.close()
     return sink.batches

@@ -81,6 +81,19 @@ def ingest_kafka(
     fail_on_data_loss: Annotated[
         bool, typer.Option(help="Fail if offsets to read were deleted by retention")
     ] = True,
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(
+            help="Serve Prometheus metrics (records, batches, per-partition offsets, lag) on this port"
+        ),
+    ] = None,
+    consumer_group: Annotated[
+        str | None,
+        typer.Option(
+            help="Also commit the ingested offsets to this Kafka consumer group, for monitoring only "
+            "(kafka-consumer-groups shows the lag) [default: streampart-NS.TABLE; '' for none]"
+        ),
+    ] = None,
 ) -> None:
     """Stream a Kafka topic into a table, one chunk per micro-batch, exactly once.
 
@@ -100,6 +113,8 @@ def ingest_kafka(
         max_offsets_per_trigger=max_offsets_per_trigger,
         starting_offsets=starting_offsets,
         fail_on_data_loss=fail_on_data_loss,
+        metrics_port=metrics_port,
+        consumer_group=consumer_group,
     )
     # one line per committed batch (ingest.*); libraries stay at warnings
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

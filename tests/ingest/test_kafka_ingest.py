@@ -361,6 +361,56 @@ def test_ingest_killed_again_and_again_lands_every_record_once(
     assert set(states) <= {ChunkState.COMMITTED, ChunkState.RESERVED}, states
 
 
+def test_metrics_port_and_consumer_group_show_offsets_and_lag(spark, sqlite_catalog, kafka_broker) -> None:  # type: ignore[no-untyped-def]
+    """/metrics shows what was committed per partition, and the consumer group holds the same offsets
+    (kafka-consumer-groups reads them), so lag is visible outside the job."""
+    import urllib.request
+
+    from kafka import KafkaConsumer, TopicPartition
+
+    from ingest.kafka.devbroker import free_port
+
+    table = make_table(sqlite_catalog, dead_letter=True)
+    topic = topic_name()
+    kafka_broker.create_topic(topic, partitions=3)
+    kafka_broker.produce(topic, [event(i) for i in range(90)] + [{"value": b"not json", "partition": 0}])
+    port = free_port()
+    opts = options(sqlite_catalog, kafka_broker, topic, available_now=False, trigger="1s", metrics_port=port)
+    stop = threading.Event()
+    box: dict[str, Any] = {}
+    runner = threading.Thread(
+        target=lambda: box.update(n=run_kafka_ingest(spark, sqlite_catalog, opts, should_stop=stop.is_set))
+    )
+    runner.start()
+    try:
+        deadline = time.monotonic() + 120
+        while len(all_ids(table)) < 90 and time.monotonic() < deadline:
+            time.sleep(0.3)
+        assert sorted(all_ids(table)) == list(range(90))
+        time.sleep(2.5)  # a trigger or two more: the latest offsets get reported
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    finally:
+        stop.set()
+        runner.join(timeout=120)
+    ends = kafka_broker.end_offsets(topic)
+    labels = 'table="ns.events"'
+    assert f"streampart_kafka_records_total{{{labels}}} 91.0" in text, text
+    assert f"streampart_kafka_rows_total{{{labels}}} 90.0" in text, text
+    assert f"streampart_kafka_dead_letters_total{{{labels}}} 1.0" in text, text
+    for p, end in ends.items():
+        tp = f'partition="{p}",{labels},topic="{topic}"'  # labels in sorted order
+        assert f"streampart_kafka_committed_offset{{{tp}}} {float(end)}" in text, text
+        assert f"streampart_kafka_latest_offset{{{tp}}} {float(end)}" in text, text
+    assert "streampart_kafka_lag{" in text and all(
+        line.endswith(" 0.0") for line in text.splitlines() if line.startswith("streampart_kafka_lag{")
+    ), text
+    group = KafkaConsumer(bootstrap_servers=kafka_broker.bootstrap, group_id="streampart-ns.events")
+    try:
+        assert {p: group.committed(TopicPartition(topic, p)) for p in ends} == ends
+    finally:
+        group.close(autocommit=False)
+
+
 # SIGTERM to the job's own process (docker stop, Kubernetes), and to its whole process group
 # (a service manager, `timeout`, `kill -- -PGID`), which reaches Spark's JVM unless it is shielded.
 @pytest.mark.parametrize("to_group", [False, True], ids=["process", "process-group"])
