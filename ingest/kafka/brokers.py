@@ -7,8 +7,9 @@ names the bootstrap servers. The defaults ride out a broker outage of about a mi
 (a rolling restart, a failover), as Kafka Connect and Flink jobs do; nothing waits forever.
 
 Consumers never join a group: the driver's :class:`OffsetClient` only asks for metadata and
-offsets, the executors (:mod:`ingest.kafka.reader`) use ``assign`` + ``seek``; nothing is ever
-committed to Kafka, because offsets belong to Spark's checkpoint.
+offsets, the executors (:mod:`ingest.kafka.reader`) use ``assign`` + ``seek``: the source commits
+nothing to Kafka, offsets belong to Spark's checkpoint (the ingest job's monitoring-only group is
+:mod:`ingest.kafka.monitoring`).
 """
 
 from __future__ import annotations

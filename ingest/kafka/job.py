@@ -21,6 +21,10 @@ replays happen:
 
 A Kafka record maps to exactly one row or one dead-letter entry, and a chunk lands once, so
 offsets map to rows one to one.
+
+The tasks' side is :mod:`ingest.kafka.staging` (records → Arrow → Parquet, importing only
+pyarrow); after each commit :mod:`ingest.kafka.monitoring` updates the ``/metrics`` port and the
+monitoring consumer group. ``should_stop`` (the CLI's SIGTERM) stops the query between batches.
 """
 
 from __future__ import annotations
