@@ -8,7 +8,11 @@ BIN := $(VENV)/bin
 $(BIN)/streampart: pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check uv
-	$(BIN)/uv pip install --quiet --python $(BIN)/python -e ".[dev]"
+	$(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python -e ".[dev]"
+	# Precompiled at install: the image sets PYTHONDONTWRITEBYTECODE=1, so a module without a .pyc
+	# is compiled again by every process that imports it — every Spark Python worker included.
+	# A .pyc older than its source is ignored (compiled in memory), so nothing depends on these.
+	$(BIN)/python -m compileall -q ingest metastore scheduler streampart
 	touch $(BIN)/streampart
 
 setup: $(BIN)/streampart

@@ -156,6 +156,17 @@ NAMES = (
 )
 
 
+def _bootstrap(text: str) -> str:
+    servers = [s.strip() for s in text.split(",") if s.strip()]
+    for server in servers:
+        host, _, port = server.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise argparse.ArgumentTypeError(f"expected HOST:PORT[,HOST:PORT…], got {server!r}")
+    if not servers:
+        raise argparse.ArgumentTypeError("expected HOST:PORT[,HOST:PORT…]")
+    return ",".join(servers)
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="python -m bench",
@@ -172,6 +183,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--federation-rows",
         type=int,
         help="chunk rows preloaded into the one big metastore (overrides the scale)",
+    )
+    p.add_argument(
+        "--bootstrap",
+        type=_bootstrap,
+        metavar="HOST:PORT[,HOST:PORT…]",
+        help="kafka: run against this external Kafka broker instead of the bundled Tansu one "
+        "(the benchmark creates its own uniquely named topics there)",
     )
     p.add_argument("--output", type=Path, default=RESULTS, help=f"JSON results file (default {RESULTS})")
     return p.parse_args(argv)
@@ -237,6 +255,8 @@ def main(argv: list[str] | None = None) -> int:
         scale["links_files"] = args.links_files
     if args.federation_rows:
         scale["federation_rows"] = args.federation_rows
+    if args.bootstrap:
+        scale["kafka_bootstrap"] = args.bootstrap
     selected = [args.only] if args.only else list(NAMES)
     mods = benchmarks()
     started = time.perf_counter()

@@ -8,6 +8,8 @@ One module per concept; import from the defining module:
 * :mod:`ingest.kafka.planning` — a batch's offset ranges cut into tasks, the rate limit;
 * :mod:`ingest.kafka.reader` — an executor reads one offset range into Arrow batches;
 * :mod:`ingest.kafka.source` — the Spark data source (stream and batch readers);
+* :mod:`ingest.kafka.staging` — the ingest job's tasks: records → Arrow → staged Parquet;
+* :mod:`ingest.kafka.monitoring` — the job's ``/metrics`` and its monitoring consumer group;
 * :mod:`ingest.kafka.job` — the ingest job: micro-batches → chunks, exactly once;
 * :mod:`ingest.kafka.devbroker` — a Tansu broker for the demo, tests and benchmarks only.
 

@@ -1,12 +1,15 @@
 """Calls to the Kafka brokers through kafka-python: bounded retries, and the driver's metadata client.
 
 Every broker call is retried with exponential backoff a bounded number of times
-(``fetchOffset.numRetries``, first pause ``fetchOffset.retryIntervalMs``, doubling up to 10 s);
-then :class:`KafkaUnavailableError` names the bootstrap servers. Nothing waits forever.
+(``fetchOffset.numRetries``, default 8; first pause ``fetchOffset.retryIntervalMs``, doubling up
+to :data:`MAX_BACKOFF_S`), one warning per failed attempt; then :class:`KafkaUnavailableError`
+names the bootstrap servers. The defaults ride out a broker outage of about a minute and a half
+(a rolling restart, a failover), as Kafka Connect and Flink jobs do; nothing waits forever.
 
 Consumers never join a group: the driver's :class:`OffsetClient` only asks for metadata and
-offsets, the executors (:mod:`ingest.kafka.reader`) use ``assign`` + ``seek``; nothing is ever
-committed to Kafka, because offsets belong to Spark's checkpoint.
+offsets, the executors (:mod:`ingest.kafka.reader`) use ``assign`` + ``seek``: the source commits
+nothing to Kafka, offsets belong to Spark's checkpoint (the ingest job's monitoring-only group is
+:mod:`ingest.kafka.monitoring`).
 """
 
 from __future__ import annotations
@@ -24,6 +27,11 @@ from ingest.kafka.options import KafkaSourceOptions
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+# Why 30 s: long enough that eight attempts span a broker restart or a controller failover
+# (1+2+4+8+16+30+30 s ≈ 1.5 min of pauses), short enough that a job notices a recovered broker
+# within half a minute.
+MAX_BACKOFF_S = 30.0
 
 
 def retriable(exc: BaseException) -> bool:
@@ -70,7 +78,7 @@ def with_retries(opts: KafkaSourceOptions, what: str, call: Callable[[], T], res
                 delay,
             )
             time.sleep(delay)
-            delay = min(max(delay * 2, 0.1), 10.0)
+            delay = min(max(delay * 2, 0.1), MAX_BACKOFF_S)
     raise AssertionError("unreachable")
 
 

@@ -235,8 +235,10 @@ class EmbeddedBroker:
         binary: str | None = None,
         storage: str = "memory://tansu/",
         ready_timeout: float = 30.0,
+        advertised: str | None = None,
     ) -> None:
         self.host = host
+        self.advertised = advertised  # HOST:PORT clients are told to connect to (a proxy's); default its own
         self.port = port
         self.storage = storage
         self.ready_timeout = ready_timeout
@@ -277,7 +279,7 @@ class EmbeddedBroker:
                         "--listener-url",
                         url,
                         "--advertised-listener-url",
-                        url,
+                        f"tcp://{self.advertised}" if self.advertised else url,
                         "--storage-engine",
                         self.storage,
                     ],

@@ -21,28 +21,33 @@ replays happen:
 
 A Kafka record maps to exactly one row or one dead-letter entry, and a chunk lands once, so
 offsets map to rows one to one.
+
+The tasks' side is :mod:`ingest.kafka.staging` (records → Arrow → Parquet, importing only
+pyarrow); after each commit :mod:`ingest.kafka.monitoring` updates the ``/metrics`` port and the
+monitoring consumer group. ``should_stop`` (the CLI's SIGTERM) stops the query between batches.
 """
 
 from __future__ import annotations
 
-import csv
 import hashlib
 import json
 import logging
 import re
+import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from ingest.chunks import ChunkWriter, DeadLetter, time_bounds, write_staged_files
+from ingest.chunks import ChunkWriter, DeadLetter, time_bounds
 from ingest.config import ChunkConfig
 from ingest.errors import IngestError, IngestQueryError
-from ingest.formats import RecordValidator, TimeBounds, loads_json, unexpected
+from ingest.kafka.monitoring import GroupCommitter, IngestMetrics, batch_end_offsets, progress_latest_offsets
 from ingest.kafka.options import check_offsets_spec, subscribe_options
+from ingest.kafka.staging import stage_spec, stage_task
 from metastore import clock
 from metastore.catalog import Catalog
 from metastore.crashpoints import crashpoint
@@ -52,7 +57,6 @@ from metastore.models import ChunkState, StagedFile, Table, TableKind, TableName
 from metastore.warehouse import Warehouse
 
 if TYPE_CHECKING:
-    import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
@@ -62,6 +66,9 @@ CHECKPOINTS_DIR = "_checkpoints"
 # A key whose chunk expired or was aborted never landed: the batch takes the next suffix.
 MAX_TOKEN_ATTEMPTS = 100
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+# Why 120 s: a batch in flight when the job is told to stop normally ends within a trigger or
+# two; one that takes longer (a broker outage being ridden out) is stopped and replayed later.
+STOP_GRACE_S = 120.0
 
 
 class KafkaIngestOptions(BaseModel):
@@ -98,6 +105,21 @@ class KafkaIngestOptions(BaseModel):
     source_options: dict[str, str] = Field(
         default_factory=dict, description="More options for the Kafka source (its own names)."
     )
+    metrics_port: int | None = Field(
+        None, ge=0, le=65535, description="Serve Prometheus metrics on this port (0: a free one); none: off."
+    )
+    consumer_group: str | None = Field(
+        None,
+        description="Kafka consumer group the committed offsets are also written to, for monitoring "
+        "(default streampart-NS.TABLE; empty: none).",
+    )
+
+    @property
+    def group(self) -> str | None:
+        """The consumer group offsets are committed to for monitoring, or None."""
+        if self.consumer_group is None:
+            return f"streampart-{self.table}"
+        return self.consumer_group.strip() or None
 
     @field_validator("table")
     @classmethod
@@ -167,108 +189,8 @@ def _staged_schema() -> Any:
     )
 
 
-def parse_value(v: RecordValidator, fmt: str, position: int, value: bytes | None) -> str | None:
-    """Validate one Kafka record value into ``v``; returns the reason if it is a bad record.
-
-    Never raises for a record, whatever it holds: an exception here would fail the batch, and
-    every restart would replay the same offsets into the same exception, stopping the stream.
-    """
-    try:
-        return _parse_value(v, fmt, position, value)
-    except Exception as exc:
-        return unexpected(exc)
-
-
-def _parse_value(v: RecordValidator, fmt: str, position: int, value: bytes | None) -> str | None:
-    if value is None:
-        return "record value is null (a tombstone?)"
-    record: Any
-    if fmt == "json":
-        try:
-            record = loads_json(value)
-        except UnicodeDecodeError as exc:
-            return f"invalid UTF-8 at byte {exc.start + 1}"
-        except json.JSONDecodeError as exc:
-            return f"invalid JSON: {exc.msg} at column {exc.colno}"
-    else:
-        try:
-            text = value.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            return f"invalid UTF-8 at byte {exc.start + 1}"
-        rows = list(csv.reader([text.rstrip("\r\n")]))
-        fields = rows[0] if rows else []
-        names = [c.name for c in v.columns]
-        if len(fields) != len(names):
-            return f"expected {len(names)} CSV fields ({', '.join(names)}), got {len(fields)}"
-        record = dict(zip(names, fields, strict=True))
-    before = len(v.bad)
-    v.add(position, record, "", empty_is_null=(fmt == "csv"))  # the raw bytes go to the dead letter
-    if len(v.bad) > before:
-        return v.bad.pop().reason
-    return None
-
-
-def _micros(value: datetime | None) -> int | None:
-    return None if value is None else (value - EPOCH) // timedelta(microseconds=1)
-
-
 def _from_micros(value: int | None) -> datetime | None:
     return None if value is None else EPOCH + timedelta(microseconds=value)
-
-
-def stage_task(
-    warehouse: Warehouse,
-    table: Table,
-    chunk_id: str,
-    fmt: str,
-    max_value_bytes: int,
-    bounds: TimeBounds | None = None,
-) -> Any:
-    """The ``mapInArrow`` function: parse one task's records and stage its good rows.
-
-    ``bounds``: the event times rows may have, fixed by the driver for the whole batch (one
-    clock reading for every task of the batch).
-    """
-
-    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        import pyarrow as pa
-        from pyspark import TaskContext
-
-        ctx = TaskContext.get()
-        task = ctx.partitionId() if ctx is not None else 0
-        v = RecordValidator(table.columns, [table.time_column], max_value_bytes, time_bounds=bounds)
-        bad: list[dict[str, Any]] = []
-        for batch in batches:
-            values = batch.column("value").to_pylist()
-            topics = batch.column("topic").to_pylist()
-            partitions = batch.column("partition").to_pylist()
-            offsets = batch.column("offset").to_pylist()
-            for value, topic, partition, offset in zip(values, topics, partitions, offsets, strict=True):
-                reason = parse_value(v, fmt, offset, value)
-                if reason is not None:
-                    bad.append(
-                        {"source": f"{topic}/{partition}", "position": offset, "reason": reason, "raw": value}
-                    )
-        files = write_staged_files(warehouse, table, f"{chunk_id}-{task:05d}", v.result().good)
-        rows: list[dict[str, Any]] = [
-            {"path": f.path, "rows": f.rows, "bytes": f.bytes, "period_us": _micros(f.period)} for f in files
-        ]
-        rows += bad
-        schema = pa.schema(
-            [
-                ("path", pa.string()),
-                ("rows", pa.int64()),
-                ("bytes", pa.int64()),
-                ("period_us", pa.int64()),
-                ("source", pa.string()),
-                ("position", pa.int64()),
-                ("reason", pa.string()),
-                ("raw", pa.binary()),
-            ]
-        )
-        yield pa.RecordBatch.from_pylist(rows, schema=schema)
-
-    return run
 
 
 # -- driver ---------------------------------------------------------------------------------
@@ -291,6 +213,16 @@ class ChunkSink:
         self.writer = ChunkWriter(catalog, table, self.config, late_rows_to_dead_letter=True)
         self._query_id: str | None = None
         self.batches = 0
+        self._idle = threading.Condition()
+        self._in_batch = False
+        self.metrics: IngestMetrics | None = None
+        group = options.group
+        self.group = GroupCommitter(options.bootstrap, group) if group else None
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Wait until no batch is in flight (at most ``timeout`` s); whether none is."""
+        with self._idle:
+            return self._idle.wait_for(lambda: not self._in_batch, timeout)
 
     def query_id(self) -> str:
         # Spark writes <checkpoint>/metadata ({"id": …}) when the query first starts and keeps
@@ -313,6 +245,16 @@ class ChunkSink:
         )
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
+        with self._idle:
+            self._in_batch = True
+        try:
+            self._run_batch(df, batch_id)
+        finally:
+            with self._idle:
+                self._in_batch = False
+                self._idle.notify_all()
+
+    def _run_batch(self, df: DataFrame, batch_id: int) -> None:
         while True:
             try:
                 return self._batch(df, batch_id)
@@ -328,24 +270,24 @@ class ChunkSink:
                     time.sleep(getattr(exc, "retry_after", 1))
 
     def _batch(self, df: DataFrame, batch_id: int) -> None:
+        started = time.monotonic()
         chunk = self._chunk_for(batch_id)
         if chunk.state is ChunkState.COMMITTED:
             log.info("batch %s already committed as chunk %s (replay after restart)", batch_id, chunk.id)
+            self._committed(batch_id, 0, 0, time.monotonic() - started)
             return
         if chunk.state is ChunkState.RESERVED:
+            spec = stage_spec(
+                self.catalog.warehouse,
+                self.table,
+                chunk.id,
+                self.options.format,
+                self.config.max_value_bytes,
+                time_bounds(self.table, clock.now()),
+            )
             staged = (
                 df.select("value", "topic", "partition", "offset")
-                .mapInArrow(
-                    stage_task(
-                        self.catalog.warehouse,
-                        self.table,
-                        chunk.id,
-                        self.options.format,
-                        self.config.max_value_bytes,
-                        time_bounds(self.table, clock.now()),
-                    ),
-                    _staged_schema(),
-                )
+                .mapInArrow(stage_task(spec), _staged_schema())
                 .collect()
             )
             files = [
@@ -363,14 +305,32 @@ class ChunkSink:
         result = self.writer.commit(chunk.id, owner_is_dead=True)
         self.batches += 1
         log.info(
-            "batch %s → chunk %s: %s rows, %s dead letters, %s late, version %s",
+            "batch %s → chunk %s: %s rows, %s dead letters, %s late, version %s in %.2f s",
             batch_id,
             result.chunk,
             result.rows,
             result.dead_letter_rows,
             result.late_rows,
             result.version,
+            time.monotonic() - started,
         )
+        self._committed(batch_id, result.rows, result.dead_letter_rows, time.monotonic() - started)
+
+    def _committed(self, batch_id: int, rows: int, dead_letters: int, seconds: float) -> None:
+        """Tell the monitoring (metrics, consumer group) that ``batch_id``'s offsets are committed."""
+        if self.metrics is None and self.group is None:
+            return
+        try:
+            offsets = batch_end_offsets(self.checkpoint, batch_id)
+        except (OSError, ValueError, IndexError) as exc:
+            log.warning(
+                "batch %s: cannot read its offsets from the checkpoint for monitoring: %s", batch_id, exc
+            )
+            return
+        if self.metrics is not None:
+            self.metrics.batch_committed(offsets, rows, dead_letters, seconds)
+        if self.group is not None:
+            self.group.commit(offsets)
 
 
 def start_kafka_ingest(
@@ -418,6 +378,18 @@ def _start(
     return writer.start(), sink
 
 
+def _quietly_stop(spark: SparkSession, query: StreamingQuery) -> None:
+    """Stop ``query`` with Spark's logging off: a stop interrupts the query's planning thread,
+    and Spark logs the ``InterruptedException`` of each interrupted call as an error."""
+    jvm_log = spark.sparkContext._jvm.org.apache.logging.log4j  # type: ignore[union-attr]
+    level = jvm_log.LogManager.getRootLogger().getLevel().toString()
+    spark.sparkContext.setLogLevel("OFF")
+    try:
+        query.stop()
+    finally:
+        spark.sparkContext.setLogLevel(level)
+
+
 _PY_ERROR = re.compile(r"^\s*(?:[\w.]+\.)?([A-Z]\w*(?:Error|Exception)): (.+)$")
 
 
@@ -450,13 +422,29 @@ def run_kafka_ingest(
     """
     from pyspark.errors import StreamingQueryException
 
+    metrics = IngestMetrics(options.table) if options.metrics_port is not None else None
+    if metrics is not None:
+        try:
+            port = metrics.serve(options.metrics_port or 0)
+        except OSError as listen_error:
+            raise UserInputError(
+                f"metrics port {options.metrics_port}: cannot listen there: {listen_error}"
+            ) from None
+        log.info("metrics of the ingest into %s on http://0.0.0.0:%s/metrics", options.table, port)
     query, sink = _start(spark, catalog, options, config)
+    sink.metrics = metrics
     try:
         while not query.awaitTermination(poll_seconds):
+            if metrics is not None:
+                metrics.latest_offsets(progress_latest_offsets(query.lastProgress))
             if should_stop():
                 # Stopping between batches is always safe; mid-batch, the batch is replayed
                 # by the next run and lands once (its chunk's idempotency key is in the metastore).
-                query.stop()
+                # So wait for the batch in flight (stopping mid-batch interrupts its tasks, and
+                # Spark logs every interrupted thread), then stop quietly.
+                if not sink.wait_idle(STOP_GRACE_S):
+                    log.warning("the batch in flight did not end within %s s: stopping it", STOP_GRACE_S)
+                _quietly_stop(spark, query)
                 break
         exc = query.exception()
         if exc is not None:
@@ -466,4 +454,8 @@ def run_kafka_ingest(
     finally:
         if query.isActive:
             query.stop()
+        if sink.group is not None:
+            sink.group.close()
+        if metrics is not None:
+            metrics.close()
     return sink.batches

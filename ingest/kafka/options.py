@@ -21,10 +21,12 @@ by :func:`check_offsets_spec`, which the ingest job's options use as well.
                                                this many tasks
 ``maxRecordsPerPartition``         none        split ranges so no task reads more records
 ``failOnDataLoss``                 true        see :mod:`ingest.kafka.source`
-``kafkaConsumer.pollTimeoutMs``    60000       executor: max time without progress on a range
-``fetchOffset.numRetries``         3           attempts of each broker call (driver and
+``kafkaConsumer.pollTimeoutMs``    120000      executor: max time without progress on a range
+``fetchOffset.numRetries``         8           attempts of each broker call (driver and
                                                executor connection set-up)
-``fetchOffset.retryIntervalMs``    1000        first backoff; doubles, at most 10 s
+``fetchOffset.retryIntervalMs``    1000        first backoff; doubles, at most 30 s: the
+                                               defaults ride out a broker outage of about
+                                               90 s (1+2+4+8+16+30+30 s between attempts)
 ``kafka.<consumer config>``        —           passed to kafka-python's KafkaConsumer, dots as
                                                underscores: ``kafka.request.timeout.ms``,
                                                ``kafka.bootstrap.timeout.ms`` (default 10000),
@@ -78,8 +80,8 @@ class KafkaSourceOptions:
     min_partitions: int | None = None
     max_records_per_partition: int | None = None
     fail_on_data_loss: bool = True
-    poll_timeout_ms: int = 60_000
-    num_retries: int = 3
+    poll_timeout_ms: int = 120_000
+    num_retries: int = 8
     retry_interval_ms: int = 1_000
     consumer_config: Mapping[str, Any] = field(default_factory=dict)
 
@@ -131,8 +133,8 @@ class KafkaSourceOptions:
             min_partitions=_positive(opts, "minPartitions"),
             max_records_per_partition=_positive(opts, "maxRecordsPerPartition"),
             fail_on_data_loss=_bool(opts, "failOnDataLoss", True),
-            poll_timeout_ms=_positive(opts, "kafkaConsumer.pollTimeoutMs") or 60_000,
-            num_retries=_positive(opts, "fetchOffset.numRetries") or 3,
+            poll_timeout_ms=_positive(opts, "kafkaConsumer.pollTimeoutMs") or 120_000,
+            num_retries=_positive(opts, "fetchOffset.numRetries") or 8,
             retry_interval_ms=_default(
                 _positive(opts, "fetchOffset.retryIntervalMs", allow_zero=True), 1_000
             ),

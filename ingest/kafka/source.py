@@ -30,7 +30,8 @@ How it works
   ``initialOffset`` resolves ``startingOffsets``, ``latestOffset`` asks the brokers for the
   newest offsets (capped by the rate limit, and by the target recorded at the start of a
   ``Trigger.AvailableNow`` run), ``partitions`` cuts ``[start, end)`` per topic-partition into
-  tasks. Nothing is committed to Kafka: there is no consumer group at all.
+  tasks. The source commits nothing to Kafka and joins no consumer group (the ingest job
+  writes its committed offsets to a group for monitoring only: :mod:`ingest.kafka.monitoring`).
 * **Executors** read one range each with a consumer that uses ``assign`` + ``seek`` (no
   ``group.id``, no auto commit) and stop exactly at the end offset. A range always yields the
   same records, so a batch that Spark replays after a crash yields the same rows (unless

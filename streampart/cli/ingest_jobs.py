@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import signal
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -14,6 +16,30 @@ from metastore.errors import UserInputError
 from streampart.cli.context import cli_context
 
 ingest_app = typer.Typer(help="Run streaming ingest jobs into a table.", no_args_is_help=True)
+
+
+@contextlib.contextmanager
+def _spark_in_its_own_session() -> Iterator[None]:
+    """Spark's JVM (and the Python workers it starts) in a session of their own while it starts.
+
+    A SIGTERM to the job's process group (``kill -- -PGID``, a service manager, ``timeout``)
+    would otherwise reach the JVM too: it dies mid-batch under the driver, whose py4j calls then
+    fail with tracebacks, and its workers print ``EOFError``s. In its own session only the
+    driver gets the signal and stops the query between batches. PySpark already shields the JVM
+    from SIGINT the same way; the JVM still exits with the driver (it watches its stdin pipe).
+    """
+    import pyspark.core.context as spark_context
+
+    launch = spark_context.launch_gateway
+
+    def launch_in_own_session(conf: Any = None, popen_kwargs: dict[str, Any] | None = None) -> Any:
+        return launch(conf, {**(popen_kwargs or {}), "start_new_session": True})
+
+    spark_context.launch_gateway = launch_in_own_session  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        spark_context.launch_gateway = launch  # type: ignore[assignment]
 
 
 def _options(**kwargs: Any) -> Any:
@@ -55,6 +81,19 @@ def ingest_kafka(
     fail_on_data_loss: Annotated[
         bool, typer.Option(help="Fail if offsets to read were deleted by retention")
     ] = True,
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(
+            help="Serve Prometheus metrics (records, batches, per-partition offsets, lag) on this port"
+        ),
+    ] = None,
+    consumer_group: Annotated[
+        str | None,
+        typer.Option(
+            help="Also commit the ingested offsets to this Kafka consumer group, for monitoring only "
+            "(kafka-consumer-groups shows the lag) [default: streampart-NS.TABLE; '' for none]"
+        ),
+    ] = None,
 ) -> None:
     """Stream a Kafka topic into a table, one chunk per micro-batch, exactly once.
 
@@ -74,6 +113,8 @@ def ingest_kafka(
         max_offsets_per_trigger=max_offsets_per_trigger,
         starting_offsets=starting_offsets,
         fail_on_data_loss=fail_on_data_loss,
+        metrics_port=metrics_port,
+        consumer_group=consumer_group,
     )
     # one line per committed batch (ingest.*); libraries stay at warnings
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -84,13 +125,17 @@ def ingest_kafka(
     err = cli.output.err
     from ingest.kafka.job import run_kafka_ingest
 
-    spark = ClusterSpark(settings, catalog)(catalog.table(options.table))
     stop = {"requested": False}
 
     def _on_term(signum: int, frame: Any) -> None:
+        if stop["requested"]:
+            return
         stop["requested"] = True
+        err.print("SIGTERM: stopping after the batch in flight", highlight=False)
 
     signal.signal(signal.SIGTERM, _on_term)
+    with _spark_in_its_own_session():
+        spark = ClusterSpark(settings, catalog)(catalog.table(options.table))
     err.print(
         f"ingesting {', '.join(options.topics)} from {options.bootstrap} into {options.table}"
         + (" (available now)" if options.available_now else f" every {trigger}"),
@@ -98,4 +143,7 @@ def ingest_kafka(
     )
     batches = run_kafka_ingest(spark, catalog, options, settings.chunk, should_stop=lambda: stop["requested"])
     err.print(f"stopped after {batches} batch(es)", highlight=False)
+    with contextlib.suppress(Exception):
+        spark.sparkContext.setLogLevel("OFF")  # nothing left to say: spare the shutdown's chatter
+        spark.stop()
     sys.exit(0)

@@ -361,6 +361,107 @@ def test_ingest_killed_again_and_again_lands_every_record_once(
     assert set(states) <= {ChunkState.COMMITTED, ChunkState.RESERVED}, states
 
 
+def test_metrics_port_and_consumer_group_show_offsets_and_lag(spark, sqlite_catalog, kafka_broker) -> None:  # type: ignore[no-untyped-def]
+    """/metrics shows what was committed per partition, and the consumer group holds the same offsets
+    (kafka-consumer-groups reads them), so lag is visible outside the job."""
+    import urllib.request
+
+    from kafka import KafkaConsumer, TopicPartition
+
+    from ingest.kafka.devbroker import free_port
+
+    table = make_table(sqlite_catalog, dead_letter=True)
+    topic = topic_name()
+    kafka_broker.create_topic(topic, partitions=3)
+    kafka_broker.produce(topic, [event(i) for i in range(90)] + [{"value": b"not json", "partition": 0}])
+    port = free_port()
+    opts = options(sqlite_catalog, kafka_broker, topic, available_now=False, trigger="1s", metrics_port=port)
+    stop = threading.Event()
+    box: dict[str, Any] = {}
+    runner = threading.Thread(
+        target=lambda: box.update(n=run_kafka_ingest(spark, sqlite_catalog, opts, should_stop=stop.is_set))
+    )
+    runner.start()
+    try:
+        deadline = time.monotonic() + 120
+        while len(all_ids(table)) < 90 and time.monotonic() < deadline:
+            time.sleep(0.3)
+        assert sorted(all_ids(table)) == list(range(90))
+        time.sleep(2.5)  # a trigger or two more: the latest offsets get reported
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    finally:
+        stop.set()
+        runner.join(timeout=120)
+    ends = kafka_broker.end_offsets(topic)
+    labels = 'table="ns.events"'
+    assert f"streampart_kafka_records_total{{{labels}}} 91.0" in text, text
+    assert f"streampart_kafka_rows_total{{{labels}}} 90.0" in text, text
+    assert f"streampart_kafka_dead_letters_total{{{labels}}} 1.0" in text, text
+    for p, end in ends.items():
+        tp = f'partition="{p}",{labels},topic="{topic}"'  # labels in sorted order
+        assert f"streampart_kafka_committed_offset{{{tp}}} {float(end)}" in text, text
+        assert f"streampart_kafka_latest_offset{{{tp}}} {float(end)}" in text, text
+    assert "streampart_kafka_lag{" in text and all(
+        line.endswith(" 0.0") for line in text.splitlines() if line.startswith("streampart_kafka_lag{")
+    ), text
+    group = KafkaConsumer(bootstrap_servers=kafka_broker.bootstrap, group_id="streampart-ns.events")
+    try:
+        assert {p: group.committed(TopicPartition(topic, p)) for p in ends} == ends
+    finally:
+        group.close(autocommit=False)
+
+
+# SIGTERM to the job's own process (docker stop, Kubernetes), and to its whole process group
+# (a service manager, `timeout`, `kill -- -PGID`), which reaches Spark's JVM unless it is shielded.
+@pytest.mark.parametrize("to_group", [False, True], ids=["process", "process-group"])
+def test_sigterm_ends_the_job_quietly_and_loses_nothing(
+    sqlite_catalog, kafka_broker, tmp_path, to_group
+) -> None:  # type: ignore[no-untyped-def]
+    table = make_table(sqlite_catalog, dead_letter=True)
+    topic = topic_name()
+    kafka_broker.create_topic(topic, partitions=3)
+    kafka_broker.produce(topic, [event(i) for i in range(300)])
+    checkpoint = tmp_path / "checkpoint"
+    cmd = ingest_cmd(
+        sqlite_catalog,
+        kafka_broker.bootstrap,
+        topic,
+        checkpoint,
+        "--trigger",
+        "1s",
+        "--max-offsets-per-trigger",
+        "60",
+    )
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    assert proc.stderr is not None
+    seen = []
+    for line in proc.stderr:  # until the second batch lands; batches follow each other from here on
+        seen.append(line)
+        if sum("→ chunk" in s for s in seen) == 2:
+            break
+    if to_group:
+        os.killpg(proc.pid, signal.SIGTERM)
+    else:
+        proc.send_signal(signal.SIGTERM)
+    rest = proc.stderr.read()
+    proc.wait(timeout=240)
+    err = "".join(seen) + rest
+    assert proc.returncode == 0, err[-3000:]
+    for noise in ("Traceback", "Exception", "Error", "WARN", "ERROR"):
+        assert noise not in rest, rest[-3000:]
+    assert "stopped after" in rest
+    assert duplicates(all_ids(table)) == []
+    # the next run picks up where this one stopped
+    done = subprocess.run(
+        ingest_cmd(sqlite_catalog, kafka_broker.bootstrap, topic, checkpoint, "--available-now"),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert sorted(all_ids(table)) == list(range(300))
+
+
 # -- broker trouble -------------------------------------------------------------------------
 def test_broker_unreachable_at_start_is_a_clear_error(sqlite_catalog, tmp_path) -> None:  # type: ignore[no-untyped-def]
     from ingest.kafka.devbroker import free_port
@@ -427,6 +528,114 @@ def test_broker_lost_mid_stream_fails_clearly_and_loses_nothing(spark, sqlite_ca
         assert sorted(all_ids(table)) == list(range(100))  # nothing committed is lost
     finally:
         broker.stop()
+
+
+class Outage:
+    """A TCP hop in front of a broker (which advertises the hop's address): ``down()`` drops every
+    connection and refuses new ones, as a broker that went away does; ``up()`` brings it back."""
+
+    def __init__(self, target_port: int) -> None:
+        from ingest.kafka.devbroker import free_port
+
+        self.port, self.target = free_port(), target_port
+        self.conns: list[Any] = []
+        self.listener: Any = None
+        self.up()
+
+    def up(self) -> None:
+        import socket
+
+        self.listener = socket.socket()
+        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.listener.bind(("127.0.0.1", self.port))
+        self.listener.listen(64)
+        threading.Thread(target=self._accept, args=(self.listener,), daemon=True).start()
+
+    def down(self) -> None:
+        import contextlib
+
+        self.listener.close()
+        for conn in self.conns:
+            with contextlib.suppress(OSError):
+                conn.close()
+        self.conns.clear()
+
+    def _accept(self, listener: Any) -> None:
+        import socket
+
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(("127.0.0.1", self.target))
+            self.conns += [client, server]
+            for a, b in ((client, server), (server, client)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pump(src: Any, dst: Any) -> None:
+        import contextlib
+
+        with contextlib.suppress(OSError):
+            while data := src.recv(65536):
+                dst.sendall(data)
+        for s in (src, dst):
+            with contextlib.suppress(OSError):
+                s.close()
+
+
+def test_a_broker_outage_of_a_minute_is_ridden_out(spark, sqlite_catalog, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The default retry budget (no source options) outlasts a one-minute outage: the stream goes
+    on where it stopped, and nothing is lost or doubled."""
+    from ingest.kafka.devbroker import EmbeddedBroker, free_port
+
+    table = make_table(sqlite_catalog, dead_letter=True)
+    hop = Outage(free_port())
+    broker = EmbeddedBroker(port=hop.target, advertised=f"127.0.0.1:{hop.port}", log_path=tmp_path / "t.log")
+    broker.start()
+    topic = topic_name()
+    try:
+        broker.create_topic(topic, partitions=3)
+        broker.produce(topic, [event(i) for i in range(100)])
+        opts = options(sqlite_catalog, broker, topic, available_now=False, trigger="1s")
+        opts = opts.model_copy(update={"bootstrap": f"127.0.0.1:{hop.port}"})
+        box: dict[str, Any] = {}
+        stop = threading.Event()
+
+        def run() -> None:
+            try:
+                box["batches"] = run_kafka_ingest(spark, sqlite_catalog, opts, should_stop=stop.is_set)
+            except IngestQueryError as exc:
+                box["error"] = exc
+
+        runner = threading.Thread(target=run)
+        runner.start()
+        try:
+            deadline = time.monotonic() + 120
+            while len(all_ids(table)) < 100 and time.monotonic() < deadline:
+                time.sleep(0.3)
+            assert sorted(all_ids(table)) == list(range(100))
+            hop.down()
+            time.sleep(60)  # the outage
+            hop.up()
+            broker.produce(topic, [event(i) for i in range(100, 200)])
+            deadline = time.monotonic() + 240
+            while len(all_ids(table)) < 200 and time.monotonic() < deadline and runner.is_alive():
+                time.sleep(0.5)
+            assert "error" not in box, box
+            assert sorted(all_ids(table)) == list(range(200))
+        finally:
+            stop.set()
+            runner.join(timeout=240)
+        assert not runner.is_alive()
+        assert "error" not in box, box
+        # Each failed attempt logs one line ("listing partitions failed (…); retry 3/7 in 4.0 s"),
+        # from the process Spark runs the source's driver side in: it writes to the stderr the
+        # session's JVM started with, which no fixture of this test can capture.
+    finally:
+        broker.stop()
+        hop.down()
 
 
 def test_late_rows_of_a_rejecting_table_become_dead_letters(spark, sqlite_catalog, kafka_broker) -> None:  # type: ignore[no-untyped-def]

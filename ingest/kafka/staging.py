@@ -1,0 +1,312 @@
+"""The executors' side of the ingest job: one task's Kafka records → staged Parquet files.
+
+:func:`stage_task` builds the ``mapInArrow`` function of a micro-batch. Spark's Python workers
+unpickle it for every task, so this module imports only the standard library and pyarrow at
+module level: a fresh worker (which, with ``PYTHONDONTWRITEBYTECODE=1``, compiles everything
+it imports) pays for nothing the task does not use. The metastore, pydantic and the row-wise
+validator load only when a batch needs the row-wise path.
+
+Two paths, the same result:
+
+* **Arrow** (JSON records, arrival-mode tables whose columns Arrow's JSON reader converts as
+  the row-wise parser does: integers, floats, booleans, strings, timestamps): the values of a
+  record batch are framed as newline-delimited JSON in one buffer (no Python object per
+  record), parsed by Arrow's JSON reader straight into the table's columns, checked as Arrow
+  arrays (required columns, string sizes) and written as one Parquet file per task.
+* **Row-wise** (:class:`ingest.formats.RecordValidator`): a batch the Arrow path cannot take
+  whole — a malformed record, a value with a raw newline, a type Arrow converts differently,
+  CSV, an event-time table — goes record by record, so each bad record gets its own reason
+  in the dead-letter table.
+
+A Kafka record becomes exactly one row or one dead letter either way.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+if TYPE_CHECKING:
+    from ingest.formats import RecordValidator, TimeBounds
+    from metastore.models import Table
+    from metastore.warehouse import Warehouse
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+# The column types Arrow's JSON reader converts exactly as the row-wise parser does, or refuses
+# (then the batch goes row by row): never a different value for the same JSON.
+_ARROW_JSON_TYPES = {"byte", "short", "integer", "long", "float", "double", "boolean", "string", "timestamp"}
+# Arrow's JSON reader needs each record inside one block; bigger records go row by row.
+_JSON_BLOCK_BYTES = 16 << 20
+
+STAGED_SCHEMA = pa.schema(
+    [
+        ("path", pa.string()),
+        ("rows", pa.int64()),
+        ("bytes", pa.int64()),
+        # epoch microseconds, not a timestamp: collect() would turn a timestamp into a naive
+        # datetime in the driver's local time zone
+        ("period_us", pa.int64()),
+        ("source", pa.string()),
+        ("position", pa.int64()),
+        ("reason", pa.string()),
+        ("raw", pa.binary()),
+    ]
+)
+"""What each task returns: its staged files (``path`` set), then its bad records (``path`` null)."""
+
+
+@dataclass(frozen=True)
+class StageSpec:
+    """What a task needs, in plain values (so unpickling it imports nothing of the metastore).
+
+    ``row_wise`` is the pickle of ``(warehouse, table, time bounds)``, loaded only when a
+    batch goes row by row.
+    """
+
+    chunk_id: str
+    fmt: str
+    location: str
+    staging_template: str  # the staged file's path in the table, "\0" where the task number goes
+    schema: pa.Schema  # the data files' columns
+    required: tuple[bool, ...]
+    max_value_bytes: int
+    arrow_json: bool  # whether the Arrow path may take a batch
+    row_wise: bytes
+
+
+def stage_spec(
+    warehouse: Warehouse,
+    table: Table,
+    chunk_id: str,
+    fmt: str,
+    max_value_bytes: int,
+    bounds: TimeBounds | None,
+) -> StageSpec:
+    """The driver builds the spec of one micro-batch (``bounds``: one clock reading for every task)."""
+    from metastore.models import Mode
+    from metastore.warehouse import data_schema
+
+    arrow_json = (
+        fmt == "json"
+        and table.mode is Mode.ARRIVAL
+        and bounds is None
+        and all(c.type in _ARROW_JSON_TYPES for c in table.columns)
+    )
+    return StageSpec(
+        chunk_id=chunk_id,
+        fmt=fmt,
+        location=str(table.location),
+        staging_template=warehouse.staging_path(f"{chunk_id}-\0", 0),
+        schema=data_schema(table.columns),
+        required=tuple(not c.nullable or c.name == table.time_column for c in table.columns),
+        max_value_bytes=max_value_bytes,
+        arrow_json=arrow_json,
+        row_wise=pickle.dumps((warehouse, table, bounds)),
+    )
+
+
+def stage_task(spec: StageSpec) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The ``mapInArrow`` function of one micro-batch: parse a task's records, stage its good rows."""
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        task = ctx.partitionId() if ctx is not None else 0
+        yield _stage(spec, task, batches)
+
+    return run
+
+
+def _stage(spec: StageSpec, task: int, batches: Iterator[pa.RecordBatch]) -> pa.RecordBatch:
+    good: list[pa.Table] = []
+    row_wise: _RowWise | None = None
+    for batch in batches:
+        fast = _arrow_json(spec, batch.column("value")) if spec.arrow_json else None
+        if fast is not None:
+            good.append(fast)
+            continue
+        if row_wise is None:
+            row_wise = _RowWise(spec)
+        row_wise.add(batch)
+    rows: list[dict[str, Any]] = []
+    if row_wise is not None:
+        rows, bad = row_wise.finish(task, good)
+        return pa.RecordBatch.from_pylist(rows + bad, schema=STAGED_SCHEMA)
+    data = pa.concat_tables(good) if good else spec.schema.empty_table()
+    if data.num_rows:
+        path = spec.staging_template.replace("\0", f"{task:05d}")
+        rows.append({"path": path, "rows": data.num_rows, "bytes": _write(spec, path, data)})
+    return pa.RecordBatch.from_pylist(rows, schema=STAGED_SCHEMA)
+
+
+def _write(spec: StageSpec, relative: str, data: pa.Table) -> int:
+    """As :meth:`Warehouse.write_parquet` (temp file + rename); an I/O error is retried there,
+    which raises the metastore's storage errors."""
+    import pyarrow.parquet as pq
+
+    target = Path(spec.location) / relative
+    tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(data, tmp, compression="snappy")
+        os.replace(tmp, target)
+        return target.stat().st_size
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        warehouse, table, _ = pickle.loads(spec.row_wise)
+        return int(warehouse.write_parquet(table, relative, data))
+
+
+def _arrow_json(spec: StageSpec, values: pa.Array) -> pa.Table | None:
+    """``values`` (JSON objects) parsed into the table's columns by Arrow, or None if the batch
+    must go row by row (see the module docstring)."""
+    import pyarrow.compute as pc
+    import pyarrow.json as pj
+
+    n = len(values)
+    if n == 0:
+        return spec.schema.empty_table()
+    if values.null_count:
+        return None
+    # Every value starts with "{" (so none is blank: each gives at least one row) and holds no
+    # line break; then n rows from n values means one row per value.
+    if not pc.all(pc.starts_with(values, "{")).as_py():
+        return None
+    try:  # Arrow's JSON reader takes invalid UTF-8 inside strings as it is: check it first
+        values.cast(pa.string(), safe=True)
+    except pa.ArrowInvalid:
+        return None
+    if pc.any(pc.match_substring(values, "\n")).as_py() or pc.any(pc.match_substring(values, "\r")).as_py():
+        return None
+    lines = pc.binary_join_element_wise(values, pa.scalar(b"", pa.binary()), pa.scalar(b"\n", pa.binary()))
+    size = pc.sum(pc.binary_length(lines)).as_py()
+    if size > _JSON_BLOCK_BYTES and pc.max(pc.binary_length(lines)).as_py() > _JSON_BLOCK_BYTES // 2:
+        return None
+    if lines.offset == 0:
+        body = lines.buffers()[2].slice(0, size)
+    else:  # never seen: a fresh result starts at offset 0
+        body = pa.py_buffer(b"".join(lines.to_pylist()))
+    loose = pa.schema([f.with_nullable(True) for f in spec.schema])
+    try:
+        parsed = pj.read_json(
+            pa.BufferReader(body),
+            read_options=pj.ReadOptions(use_threads=False, block_size=_JSON_BLOCK_BYTES),
+            parse_options=pj.ParseOptions(
+                explicit_schema=loose, unexpected_field_behavior="ignore", newlines_in_values=False
+            ),
+        )
+    except Exception:  # any record Arrow refuses: the row-wise path names it
+        return None
+    if parsed.num_rows != n:
+        return None
+    arrays = []
+    for field, required in zip(spec.schema, spec.required, strict=True):
+        array = parsed.column(field.name).combine_chunks()
+        if array.type != field.type:
+            return None
+        if required and array.null_count:
+            return None
+        sized = pa.types.is_string(field.type) or pa.types.is_binary(field.type)
+        if sized and n - array.null_count and pc.max(pc.binary_length(array)).as_py() > spec.max_value_bytes:
+            return None
+        arrays.append(array)
+    return pa.Table.from_arrays(arrays, schema=spec.schema)
+
+
+class _RowWise:
+    """The row-wise path: every record checked by :class:`ingest.formats.RecordValidator`."""
+
+    def __init__(self, spec: StageSpec) -> None:
+        from ingest.formats import RecordValidator
+
+        self.spec = spec
+        self.warehouse, self.table, bounds = pickle.loads(spec.row_wise)
+        self.v = RecordValidator(
+            self.table.columns, [self.table.time_column], spec.max_value_bytes, time_bounds=bounds
+        )
+        self.bad: list[dict[str, Any]] = []
+
+    def add(self, batch: pa.RecordBatch) -> None:
+        values = batch.column("value").to_pylist()
+        topics = batch.column("topic").to_pylist()
+        partitions = batch.column("partition").to_pylist()
+        offsets = batch.column("offset").to_pylist()
+        for value, topic, partition, offset in zip(values, topics, partitions, offsets, strict=True):
+            reason = parse_value(self.v, self.spec.fmt, offset, value)
+            if reason is not None:
+                self.bad.append(
+                    {"source": f"{topic}/{partition}", "position": offset, "reason": reason, "raw": value}
+                )
+
+    def finish(self, task: int, arrow: list[pa.Table]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """Stage the good rows (those of the Arrow path too); returns (files, bad records)."""
+        from ingest.chunks import write_staged_files
+
+        data = pa.concat_tables([*arrow, self.v.result().good])
+        files = write_staged_files(self.warehouse, self.table, f"{self.spec.chunk_id}-{task:05d}", data)
+        rows = [
+            {"path": f.path, "rows": f.rows, "bytes": f.bytes, "period_us": _micros(f.period)} for f in files
+        ]
+        return rows, self.bad
+
+
+def _micros(value: datetime | None) -> int | None:
+    return None if value is None else (value - EPOCH) // timedelta(microseconds=1)
+
+
+def parse_value(v: RecordValidator, fmt: str, position: int, value: bytes | None) -> str | None:
+    """Validate one Kafka record value into ``v``; returns the reason if it is a bad record.
+
+    Never raises for a record, whatever it holds: an exception here would fail the batch, and
+    every restart would replay the same offsets into the same exception, stopping the stream.
+    """
+    from ingest.formats import unexpected
+
+    try:
+        return _parse_value(v, fmt, position, value)
+    except Exception as exc:
+        return unexpected(exc)
+
+
+def _parse_value(v: RecordValidator, fmt: str, position: int, value: bytes | None) -> str | None:
+    import csv
+    import json
+
+    from ingest.formats import loads_json
+
+    if value is None:
+        return "record value is null (a tombstone?)"
+    record: Any
+    if fmt == "json":
+        try:
+            record = loads_json(value)
+        except UnicodeDecodeError as exc:
+            return f"invalid UTF-8 at byte {exc.start + 1}"
+        except json.JSONDecodeError as exc:
+            return f"invalid JSON: {exc.msg} at column {exc.colno}"
+    else:
+        try:
+            text = value.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            return f"invalid UTF-8 at byte {exc.start + 1}"
+        rows = list(csv.reader([text.rstrip("\r\n")]))
+        fields = rows[0] if rows else []
+        names = [c.name for c in v.columns]
+        if len(fields) != len(names):
+            return f"expected {len(names)} CSV fields ({', '.join(names)}), got {len(fields)}"
+        record = dict(zip(names, fields, strict=True))
+    before = len(v.bad)
+    v.add(position, record, "", empty_is_null=(fmt == "csv"))  # the raw bytes go to the dead letter
+    if len(v.bad) > before:
+        return v.bad.pop().reason
+    return None

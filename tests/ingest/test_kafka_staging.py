@@ -1,0 +1,112 @@
+"""The ingest job's task side (ingest.kafka.staging): the Arrow path and the row-wise path agree,
+and what Spark's Python workers unpickle imports nothing heavy. Real pyarrow, no Spark job."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from ingest.kafka.staging import _stage, stage_spec, stage_task
+from metastore.catalog import Catalog
+from tests.fixtures import make_table
+
+SCHEMA = "id BIGINT, ts TIMESTAMP, msg STRING, n INT, x DOUBLE, ok BOOLEAN"
+
+
+def batch(values: list[bytes | None]) -> pa.RecordBatch:
+    n = len(values)
+    return pa.RecordBatch.from_pydict(
+        {
+            "value": pa.array(values, pa.binary()),
+            "topic": pa.array(["t"] * n, pa.string()),
+            "partition": pa.array([0] * n, pa.int32()),
+            "offset": pa.array(range(n), pa.int64()),
+        }
+    )
+
+
+def staged(catalog: Catalog, chunk: str, values: list[bytes | None], arrow: bool) -> tuple[list, list]:
+    table = catalog.table("ns.events")
+    spec = stage_spec(catalog.warehouse, table, chunk, "json", 64, None)
+    assert spec.arrow_json
+    if not arrow:
+        spec = type(spec)(**{**spec.__dict__, "arrow_json": False})
+    out = _stage(spec, 3, iter([batch(values)])).to_pylist()
+    files = [r for r in out if r["path"] is not None]
+    bad = [(r["position"], r["reason"]) for r in out if r["path"] is None]
+    rows = [r for f in files for r in pq.read_table(Path(table.location) / f["path"]).to_pylist()]
+    return rows, bad
+
+
+GOOD = [
+    {"id": 1, "ts": "2026-11-21T10:15:00Z", "msg": "a", "n": 7, "x": 1.5, "ok": True},
+    {"id": 2, "ts": "2026-11-21T10:15:00.123456+02:00", "x": 3, "extra": {"nested": [1]}},
+    {"id": 3, "ts": "2026-11-21 10:15:00", "msg": "é ☃", "n": -(2**31), "x": -0.0, "ok": False},
+    {"id": 4, "ts": "2026-11-21", "msg": None, "n": None},
+]
+# Each of these sends its whole batch row by row (and some are bad records): the rows that land
+# and the dead letters must be the same as if every batch went row by row.
+ODD = [
+    b'{"id": 5, "ts": 1763720100, "msg": "epoch seconds"}',  # a number for a timestamp
+    b'{"id": "6", "ts": "2026-11-21T10:15:00Z"}',  # an integer as text
+    b'{"id": 7.0, "ts": "2026-11-21T10:15:00Z"}',  # a float that is an integer
+    b'{"id": 8, "ts": "2026-11-21T10:15:00Z", "msg": 12}',  # a number for a string
+    b'{"id": 9, "ts": "2026-11-21T10:15:00Z", "n": 2147483648}',  # out of range for INT
+    b'{"id": 10, "ts": "2026-11-21T10:15:00Z", "msg": "' + b"x" * 100 + b'"}',  # over the size limit
+    b'{"id": 11}',  # the time column missing
+    b'{"id": 12, "ts": "2026-11-21T10:15:00Z",\n "msg": "a line break between tokens"}',
+    b'  {"id": 13, "ts": "2026-11-21T10:15:00Z"}',  # leading blanks
+    b'{"id": 14, "ts": "2026-11-21T10:15:00Z"} {"id": 15}',  # two objects in one record
+    b"",
+    b"[1, 2]",
+    b"not json",
+    b'{"id": 16, "ts": "2026-11-21T10:15:00Z", "msg": "\\ud800"}',  # a lone surrogate
+    b'{"id": 17, "ts": "2026-11-21T10:15:00Z", "msg": "\xff"}',  # invalid UTF-8
+    b'{"id": 18, "id": 19, "ts": "2026-11-21T10:15:00Z"}',  # a key twice
+    None,  # a tombstone
+]
+
+
+@pytest.mark.parametrize(
+    "odd", [[], *([o] for o in ODD)], ids=["all-good", *(f"odd-{i}" for i in range(len(ODD)))]
+)
+def test_the_arrow_path_gives_what_the_row_wise_path_gives(sqlite_catalog, odd) -> None:  # type: ignore[no-untyped-def]
+    make_table(sqlite_catalog, dead_letter=True, schema=SCHEMA)
+    values = [json.dumps(r).encode() for r in GOOD] + odd
+    fast = staged(sqlite_catalog, "c1", values, arrow=True)
+    slow = staged(sqlite_catalog, "c2", values, arrow=False)
+    assert fast == slow
+    assert len(fast[0]) + len(fast[1]) == len(values)  # one row or one dead letter per record
+
+
+def test_an_all_good_batch_is_one_parquet_file_of_every_record(sqlite_catalog) -> None:  # type: ignore[no-untyped-def]
+    table = make_table(sqlite_catalog, dead_letter=True, schema=SCHEMA)
+    spec = stage_spec(sqlite_catalog.warehouse, table, "c3", "json", 1 << 20, None)
+    values = [json.dumps({**GOOD[0], "id": i}).encode() for i in range(2500)]
+    out = _stage(spec, 0, iter([batch(values[:1000]), batch(values[1000:])])).to_pylist()
+    assert [(r["rows"], r["reason"]) for r in out] == [(2500, None)]
+    assert pq.read_table(Path(table.location) / out[0]["path"]).column("id").to_pylist() == list(range(2500))
+
+
+def test_what_the_workers_unpickle_imports_no_metastore_nor_pydantic(sqlite_catalog, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Spark's Python workers unpickle the task function of every batch: with PYTHONDONTWRITEBYTECODE
+    each fresh worker compiles what it imports, so it must not pull in the metastore's stack."""
+    from pyspark import cloudpickle
+
+    table = make_table(sqlite_catalog, dead_letter=True, schema=SCHEMA)
+    spec = stage_spec(sqlite_catalog.warehouse, table, "c4", "json", 1 << 20, None)
+    (tmp_path / "task.pickle").write_bytes(cloudpickle.dumps(stage_task(spec)))
+    heavy = ("pydantic", "sqlalchemy", "metastore", "deltalake", "pandas", "orjson", "ingest.formats")
+    code = (
+        "import pickle, sys\n"
+        f"fn = pickle.loads(open({str(tmp_path / 'task.pickle')!r}, 'rb').read())\n"
+        f"print(sorted({{m for m in sys.modules for h in {heavy!r} if m == h or m.startswith(h + '.')}}))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
