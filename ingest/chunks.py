@@ -404,8 +404,9 @@ class ChunkWriter:
             raise ChunkBusyError(f"chunk {chunk.id} was just taken over by another attempt") from None
         return self._commit_in_group(chunk, may_have_landed=True)
 
-    def _group_key(self) -> tuple[str, int, str]:
-        return (self.store.url, self.table.id, self.table.location)
+    def _group_key(self) -> tuple[str, str, str]:
+        # the uid, not the row id: SQLite may give a table made again the id of a dropped one
+        return (self.store.url, self.table.uid, self.table.location)
 
     def _base_version(self) -> int:
         """A version the chunk's commit will land after (where a search for it may stop)."""
