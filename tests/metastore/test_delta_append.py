@@ -65,7 +65,11 @@ def test_the_log_is_checkpointed_every_interval_the_table_sets(catalog: Any) -> 
     for k in range(7):  # versions 2..8
         w.write(records(range(k * 10, k * 10 + 10)), Format.JSONL)
     last = delta_append.log_dir(table.location) / "_last_checkpoint"
-    wait_for(lambda: last.exists() and json.loads(last.read_text())["version"] == 8, "the checkpoint at 8")
+    # at 4 and at 8; one still being written when the next falls due is not started twice (on a
+    # busy machine the one at 4 may outlast four commits), so either may be the newest
+    wait_for(
+        lambda: last.exists() and json.loads(last.read_text())["version"] in (4, 8), "a checkpoint at 4 or 8"
+    )
     assert sorted(all_ids(table)) == list(range(70))
 
 
