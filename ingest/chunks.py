@@ -760,13 +760,16 @@ def _commit_group(group: list[Member[_Pending, CommitResult]], context: dict[str
 def _newest_version(lead: ChunkWriter, context: dict[str, Any]) -> int:
     """The newest version of the table's log, for a group to commit after (the fencing's snapshot).
 
-    Looked for after the last group's version: a few file checks. The first time (or when that
-    version is gone from the log) the table is loaded, and its log is checked to hold every
-    commit the metastore recorded.
+    Looked for after the last group's version: a few file checks, and the log's tail since its
+    last checkpoint checked to be whole. The first time (or when that version is gone, or the
+    tail is damaged) the table is loaded, and its log is checked to hold every commit the
+    metastore recorded.
     """
     table, warehouse = lead.table, lead.warehouse
     known = context.get("version")
     version = warehouse.newest_version(table, known) if known is not None else None
+    if version is not None and not warehouse.log_tail_intact(table, version):
+        version = None  # damaged under us: load it, and have the damage named
     if version is None:
         recorded = lead.store.newest_version(table.id)  # the metastore first …
         dt = warehouse.load(table)  # … then the log

@@ -463,6 +463,18 @@ class Warehouse:
         """
         return delta_append.newest_version(table.location, known)
 
+    def log_tail_intact(self, table: Table, newest: int) -> bool:
+        """Whether the log's commit files since its last checkpoint are all there, the newest whole.
+
+        What :meth:`verify_newest` and a load would find wrong with a log that was damaged under
+        a running writer (a deleted, emptied or torn commit file), for the price of a few file
+        checks and one small read; when it says no, load the table to have the damage named.
+        """
+        first = max(last_checkpoint_version(table) + 1, 0)
+        if any(not self.commit_path(table, v).is_file() for v in range(first, newest + 1)):
+            return False
+        return not self.commit_file_damaged(table, newest)
+
     def _plain_appends(self, table: Table) -> bool:
         """Whether :meth:`commit_files` may write the table's commits itself (learnt once per table)."""
         plain = self._plain.get(table.location)
