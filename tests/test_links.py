@@ -104,9 +104,22 @@ def test_links_read_one_version_of_their_source_while_writers_commit_and_a_daemo
     source = make_table(catalog, "b.t", roll_every="2s")
     link(catalog, "a.l", "b.t")
     link(catalog, "c.s", "b.t", include_streaming=True)
+    stop = tmp_path / "stop"  # the writers commit until it exists (however fast commits are)
     writers = [
         subprocess.Popen(
-            **worker_call(catalog, source, "writer", "--writer", str(k), "--count", "60", "--rows", "5"),
+            **worker_call(
+                catalog,
+                source,
+                "writer",
+                "--writer",
+                str(k),
+                "--rows",
+                "5",
+                "--until",
+                str(stop),
+                "--interval",
+                "0.1",
+            ),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
         )
@@ -114,9 +127,14 @@ def test_links_read_one_version_of_their_source_while_writers_commit_and_a_daemo
     ]
     daemon = start_daemon(catalog, tmp_path / "daemon.log")
     seen: list[tuple[int, int]] = []
+
+    def swept_rolls() -> int:
+        return sum(r.sweep_version is not None for r in catalog.store.list_rolls(source.id))
+
     try:
         deadline = time.monotonic() + 60
-        while any(w.poll() is None for w in writers) and time.monotonic() < deadline:
+        while time.monotonic() < deadline and not (len(seen) >= 3 and swept_rolls() >= 2 and seen[-1][0] > 0):
+            assert all(w.poll() is None for w in writers), "a writer stopped early"
             rows = run_sql(spark, catalog, QUERY, namespace="a").collect()
             by: dict[str, list[tuple[int, str]]] = {"l1": [], "l2": [], "s": [], "src": []}
             for r in rows:
@@ -130,6 +148,7 @@ def test_links_read_one_version_of_their_source_while_writers_commit_and_a_daemo
             assert all(source.location in f for side in by.values() for _, f in side), "a copy was read"
             seen.append((len(l1), len(src)))
     finally:
+        stop.touch()
         if daemon.poll() is None:
             daemon.send_signal(signal.SIGTERM)
         daemon.wait(timeout=30)
@@ -138,8 +157,7 @@ def test_links_read_one_version_of_their_source_while_writers_commit_and_a_daemo
             assert w.returncode == 0, err
     assert [a for a, _ in seen] == sorted(a for a, _ in seen), "the link's rows went backwards"
     assert [b for _, b in seen] == sorted(b for _, b in seen), "the source's rows went backwards"
-    rolls = [r for r in catalog.store.list_rolls(source.id) if r.sweep_version is not None]
-    assert len(seen) >= 3 and len(rolls) >= 2 and seen[-1][0] > 0, (seen, len(rolls))
+    assert len(seen) >= 3 and swept_rolls() >= 2 and seen[-1][0] > 0, (seen, swept_rolls())
 
 
 def at(instant: datetime) -> clock.SystemClock:
