@@ -76,3 +76,7 @@ class KafkaDataLossError(KafkaSourceError):
 
 class BrokerError(IngestError):
     """The development broker (:mod:`ingest.kafka.devbroker`) could not be found, started or reached."""
+
+
+class StopRequestedError(IngestError):
+    """A streaming batch refused to start because its job is stopping (the next run replays it)."""

@@ -44,7 +44,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from ingest.chunks import ChunkWriter, DeadLetter, time_bounds
 from ingest.config import ChunkConfig
-from ingest.errors import IngestError, IngestQueryError
+from ingest.errors import IngestError, IngestQueryError, StopRequestedError
 from ingest.kafka.monitoring import GroupCommitter, IngestMetrics, batch_end_offsets, progress_latest_offsets
 from ingest.kafka.options import check_offsets_spec, subscribe_options
 from ingest.kafka.staging import stage_spec, stage_task
@@ -215,13 +215,15 @@ class ChunkSink:
         self.batches = 0
         self._idle = threading.Condition()
         self._in_batch = False
+        self.stopping = False  # set by the job's stop: no new batch starts
         self.metrics: IngestMetrics | None = None
         group = options.group
         self.group = GroupCommitter(options.bootstrap, group) if group else None
 
-    def wait_idle(self, timeout: float) -> bool:
-        """Wait until no batch is in flight (at most ``timeout`` s); whether none is."""
+    def drain(self, timeout: float) -> bool:
+        """Start no new batch; wait until none is in flight (at most ``timeout`` s); whether none is."""
         with self._idle:
+            self.stopping = True
             return self._idle.wait_for(lambda: not self._in_batch, timeout)
 
     def query_id(self) -> str:
@@ -246,6 +248,9 @@ class ChunkSink:
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
         with self._idle:
+            if self.stopping:  # a stop was asked for: this batch does no Spark work (none to
+                # interrupt); it fails, so Spark does not mark it done, and the next run replays it
+                raise StopRequestedError(f"batch {batch_id} not started: the job is stopping")
             self._in_batch = True
         try:
             self._run_batch(df, batch_id)
@@ -440,17 +445,22 @@ def run_kafka_ingest(
             if should_stop():
                 # Stopping between batches is always safe; mid-batch, the batch is replayed
                 # by the next run and lands once (its chunk's idempotency key is in the metastore).
-                # So wait for the batch in flight (stopping mid-batch interrupts its tasks, and
-                # Spark logs every interrupted thread), then stop quietly.
-                if not sink.wait_idle(STOP_GRACE_S):
+                # So start no new batch (one that begins now fails at once, replayed next run),
+                # wait for the batch in flight (stopping mid-batch interrupts its tasks, and
+                # Spark logs every interrupted thread), then stop quietly, Spark's logging off
+                # from here on.
+                spark.sparkContext.setLogLevel("OFF")
+                logging.getLogger("py4j").setLevel(logging.CRITICAL)  # a refused batch's traceback
+                if not sink.drain(STOP_GRACE_S):
                     log.warning("the batch in flight did not end within %s s: stopping it", STOP_GRACE_S)
                 _quietly_stop(spark, query)
                 break
         exc = query.exception()
-        if exc is not None:
+        if exc is not None and not sink.stopping:  # stopping: a batch refused to start (replayed)
             raise IngestQueryError(f"ingest into {options.table} failed: {query_failure(exc)}")
     except StreamingQueryException as exc:
-        raise IngestQueryError(f"ingest into {options.table} failed: {query_failure(exc)}") from None
+        if not sink.stopping:
+            raise IngestQueryError(f"ingest into {options.table} failed: {query_failure(exc)}") from None
     finally:
         if query.isActive:
             query.stop()
