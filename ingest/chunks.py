@@ -768,8 +768,6 @@ def _newest_version(lead: ChunkWriter, context: dict[str, Any]) -> int:
     table, warehouse = lead.table, lead.warehouse
     known = context.get("version")
     version = warehouse.newest_version(table, known) if known is not None else None
-    if version is not None and not warehouse.log_tail_intact(table, version):
-        version = None  # damaged under us: load it, and have the damage named
     if version is None:
         recorded = lead.store.newest_version(table.id)  # the metastore first …
         dt = warehouse.load(table)  # … then the log

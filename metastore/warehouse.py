@@ -441,17 +441,13 @@ class Warehouse:
         )
         with self._commit_lock(table):
             try:
-                version = delta_append.publish(table.location, body, read_version, MAX_COMMIT_RETRIES, app_id)
+                with self._commit_errors(table, "Delta commit"):  # an OSError: full, or state unknown
+                    version = delta_append.publish(
+                        table.location, body, read_version, MAX_COMMIT_RETRIES, app_id
+                    )
             except ConflictError as exc:
                 self._plain.pop(table.location, None)  # a metadata change: look at the protocol again
                 raise ConflictError(f"Delta commit to {table.name} conflicted: {exc}") from None
-            except OSError as exc:
-                full = storage_error(exc, f"the Delta commit to {table.name}")
-                if isinstance(full, StorageFullError):
-                    raise full from exc
-                raise CommitStateUnknownError(
-                    f"Delta commit to {table.name} failed and may have landed: {first_line(exc)}"
-                ) from exc
         self._checkpoint_if_due(table, version)
         return version
 
@@ -459,11 +455,15 @@ class Warehouse:
         """The newest version of the table's log, looked for after ``known`` (a version seen in it).
 
         A few file checks, whatever the table holds. None if ``known`` is gone from the log
-        (cleaned up, or the log was lost): :meth:`load` the table instead.
+        (cleaned up, or the log was lost) or the log's tail is damaged (:meth:`_log_tail_intact`):
+        :meth:`load` the table instead, which names the damage.
         """
-        return delta_append.newest_version(table.location, known)
+        newest = delta_append.newest_version(table.location, known)
+        if newest is None or not self._log_tail_intact(table, newest):
+            return None
+        return newest
 
-    def log_tail_intact(self, table: Table, newest: int) -> bool:
+    def _log_tail_intact(self, table: Table, newest: int) -> bool:
         """Whether the log's commit files since its last checkpoint are all there, the newest whole.
 
         What :meth:`verify_newest` and a load would find wrong with a log that was damaged under
