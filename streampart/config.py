@@ -132,6 +132,24 @@ class FederationConfig(BaseModel):
         return {name: value.get_secret_value() for name, value in self.secrets.items()}
 
 
+class SqlServerConfig(BaseModel):
+    """``streampart sql-server``: HiveServer2 (JDBC/ODBC) over the warehouse's tables."""
+
+    model_config = ConfigDict(frozen=True)
+
+    host: str = Field("127.0.0.1", description="Address the SQL server listens on (localhost by default).")
+    port: int = Field(10000, ge=1, le=65535, description="Port of the SQL server (HiveServer2's 10000).")
+    # Why 5 s: an analyst's dashboard refreshes in tens of seconds, and pinning a snapshot reads
+    # the Delta log and lists its files; re-pinning every 5 s keeps both cheap and a commit or
+    # roll visible to the next statement within seconds.
+    freshness: Duration = Field(
+        timedelta(seconds=5),
+        gt=timedelta(0),
+        description="How long a snapshot pinned for one statement serves the next ones: a commit or roll "
+        "is visible to statements that start at most this long after it.",
+    )
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="STREAMPART_", env_nested_delimiter="__", frozen=True, extra="forbid"
@@ -148,6 +166,9 @@ class Settings(BaseSettings):
     spark: SparkConfig = Field(default_factory=SparkConfig, description="Spark for queries.")
     scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig, description="The roll daemon.")
     server: ServerConfig = Field(default_factory=ServerConfig, description="The HTTP API (streampart serve).")
+    sqlserver: SqlServerConfig = Field(
+        default_factory=SqlServerConfig, description="The SQL server (streampart sql-server)."
+    )
     namespaces: NamespacesConfig = Field(default_factory=NamespacesConfig, description="Namespaces.")
     clusters: ClustersConfig = Field(
         default_factory=ClustersConfig, description="Clusters, as this host sees them."
@@ -189,7 +210,16 @@ class Settings(BaseSettings):
 
 # STREAMPART_* variables that are not settings: the config file's name, test hooks.
 _NOT_SETTINGS = frozenset(
-    {"STREAMPART_CONFIG", "STREAMPART_CRASHPOINT", "STREAMPART_PAUSEPOINT", "STREAMPART_TEST_PG"}
+    {
+        "STREAMPART_CONFIG",
+        "STREAMPART_CRASHPOINT",
+        "STREAMPART_PAUSEPOINT",
+        "STREAMPART_TEST_PG",
+        # the SQL server `streampart query` and `streampart sql` send statements to, and its login
+        "STREAMPART_SQL_SERVER",
+        "STREAMPART_SQL_USER",
+        "STREAMPART_SQL_TOKEN",
+    }
 )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Annotated, Any
 
@@ -9,7 +10,7 @@ import typer
 from rich.table import Table as RichTable
 
 from metastore.errors import UserInputError
-from streampart.cli.context import cli_context
+from streampart.cli.context import CliContext, cli_context
 from streampart.cli.output import TextOutput, json_value
 from streampart.cli.params import json_flag
 
@@ -66,6 +67,16 @@ def query(
             "--explain", help="Print the cluster chosen and why (and what is read where); run nothing"
         ),
     ] = False,
+    server: Annotated[
+        str | None,
+        typer.Option(
+            help="Send a read to the SQL server at HOST:PORT (STREAMPART_SQL_SERVER) [default: the one "
+            "serving this warehouse on this host, if one runs; else Spark starts in this process]"
+        ),
+    ] = None,
+    no_server: Annotated[
+        bool, typer.Option("--no-server", help="Run in this process even when a SQL server runs")
+    ] = False,
 ) -> None:
     """Run Spark SQL over the warehouse's tables and links, each read at one consistent snapshot.
 
@@ -79,6 +90,12 @@ def query(
 
     cli = cli_context(ctx)
     settings = cli.settings()
+    if server is not None and no_server:
+        raise UserInputError("--server and --no-server contradict each other: give one of them")
+    if not (no_server or explain or key or cluster or replicated_only) and _on_server(
+        cli, sql, namespace, server, limit
+    ):
+        return
     catalog = cli.catalog()
     planned = plan(catalog, sql, namespace, cluster, replicated_only)  # before Spark starts
     if planned.prepared.output is None and key is not None:
@@ -122,6 +139,32 @@ def query(
             out.console.print(f"(first {limit} rows shown)")
 
     cli.output.rows(each_row(), print_grid)
+
+
+def _on_server(cli: CliContext, sql: str, namespace: str | None, server: str | None, limit: int) -> bool:
+    """Run a read on the SQL server serving this warehouse (or ``--server``): False if none runs,
+    or if the statement writes (INSERT INTO / CREATE TABLE … AS run here)."""
+    from streampart.sql_client import Connection, find_server
+
+    target = find_server(cli.settings().warehouse.resolve(), server)
+    if target is None or _writes(sql):
+        return False
+    from streampart.cli.sql import run_on_server
+
+    statement = f"USE `{namespace}`; {sql}" if namespace else sql
+    with Connection(target) as conn:
+        run_on_server(conn, statement, cli.output, limit)
+    return True
+
+
+def _writes(sql: str) -> bool:
+    """Whether ``sql`` may write a table (INSERT INTO, CREATE TABLE … AS): such a statement runs
+    here. A word test, not a parse, so a read sent to the server imports no parser; a read that
+    merely mentions the words runs here too, as it always did."""
+    return _WRITE_WORDS.search(sql) is not None
+
+
+_WRITE_WORDS = re.compile(r"\b(INSERT|CREATE)\b", re.IGNORECASE)
 
 
 def _print_explain(out: TextOutput, plan: dict[str, Any]) -> None:

@@ -24,6 +24,7 @@ from streampart.cli.query import query
 from streampart.cli.replicas import table_alter, table_replicate
 from streampart.cli.rolls import housekeep, roll
 from streampart.cli.server import serve
+from streampart.cli.sql import sql, sql_server
 from streampart.cli.tables import table_app
 from streampart.cli.tokens import token_app
 from streampart.cli.write import write
@@ -46,6 +47,8 @@ app.add_typer(ingest_app, name="ingest")
 app.add_typer(scheduler_app, name="scheduler")
 app.command("serve")(serve)
 app.add_typer(token_app, name="token")
+app.command("sql-server")(sql_server)
+app.command("sql")(sql)
 for command in (write, roll, query, housekeep, check, demo):
     app.command()(command)
 

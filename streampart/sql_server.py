@@ -1,0 +1,187 @@
+"""``streampart sql-server``: Spark's HiveServer2 (Thrift) server over the warehouse's tables.
+
+JDBC/ODBC tools (beeline, DBeaver, Tableau, Superset, dbt) speak HiveServer2; the pyspark wheel
+ships Spark's Thrift server (``spark-hive-thriftserver``). This process starts one SparkSession
+and serves it with ``HiveThriftServer2.startWithContext``; each client session gets its own
+Spark session (``singleSession`` off), so a client's ``USE`` is its own.
+
+Three small Java classes (``streampart/java/``, compiled with ``javac`` on first use into a
+cache directory and put on the driver's class path) connect the server to this Python process
+through py4j's callback server:
+
+- ``Auth`` (HiveServer2's CUSTOM authentication): user and password go to
+  :meth:`SqlGate.authenticate` — a token's name and the token;
+- ``Extensions`` (``spark.sql.extensions``): a parser in front of Spark's that sends every
+  statement of a client session to :meth:`SqlGate.rewrite`, which refuses it or answers the
+  statement Spark runs, over pinned snapshots (:mod:`streampart.sql_gate`);
+- ``Hooks``: which client session (and user) a Spark session serves.
+
+The server writes ``<warehouse>/.sql-server.json`` (host, port, pid, a secret for this host's
+``streampart query`` and ``streampart sql``, mode 0600) while it runs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import secrets
+import shutil
+import subprocess
+import tempfile
+from datetime import timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from metastore.errors import StreampartError, UserInputError
+from streampart.sql_endpoint import ServerInfo, running_server, server_file, write_server_file
+from streampart.sql_gate import SqlGate, refusal
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from metastore.catalog import Catalog
+    from streampart.config import SparkConfig
+
+JAVA_SOURCES = Path(__file__).with_name("java")
+
+
+class SqlServerError(StreampartError):
+    """The SQL server cannot start (no JDK to compile its hooks, the port is taken, …)."""
+
+
+def compile_hooks(cache: Path | None = None) -> Path:
+    """The directory of the compiled Java hooks, compiled on first use (keyed by their sources).
+
+    Raises:
+        SqlServerError: there is no ``javac`` (a JDK 17 is needed), or it failed.
+    """
+    import pyspark
+
+    sources = sorted(JAVA_SOURCES.glob("*.java"))
+    digest = hashlib.sha256(pyspark.__version__.encode())
+    for src in sources:
+        digest.update(src.read_bytes())
+    root = cache or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "streampart"
+    out = root / f"sql-server-hooks-{digest.hexdigest()[:16]}"
+    if (out / "streampart" / "sqlserver" / "Hooks.class").is_file():
+        return out
+    javac = shutil.which("javac")
+    if javac is None:
+        raise SqlServerError("streampart sql-server needs javac (a JDK 17) to compile its hooks once")
+    jars = Path(pyspark.__file__).parent / "jars"
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".hooks-", dir=root))
+    done = subprocess.run(
+        [javac, "-nowarn", "-d", str(tmp), "-cp", f"{jars}/*", *map(str, sources)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        shutil.rmtree(tmp, ignore_errors=True)
+        first = (done.stderr or done.stdout).strip().splitlines()[:1]
+        raise SqlServerError(f"javac could not compile the SQL server's hooks: {' '.join(first)}")
+    try:
+        tmp.rename(out)
+    except OSError:  # another process compiled them meanwhile
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+class _Bridge:
+    """The Python side of ``streampart.sqlserver.Bridge`` (called by the JVM through py4j)."""
+
+    def __init__(self, gate: SqlGate) -> None:
+        self.gate = gate
+
+    def authenticate(self, user: str, password: str) -> str | None:
+        try:
+            return self.gate.authenticate(user, password)
+        except Exception as exc:  # the JVM gets one line, never a Python traceback
+            return refusal(exc)
+
+    def rewrite(self, session: str, user: str, sql: str) -> str:
+        try:
+            return "OK:" + self.gate.rewrite(session, user, sql)
+        except Exception as exc:  # a refused statement is the client's error, not the server's
+            return "ERR:" + refusal(exc)
+
+    class Java:
+        implements = ["streampart.sqlserver.Bridge"]
+
+
+class SqlServer:
+    """One HiveServer2 server over ``catalog``; :meth:`start`, then :meth:`stop`."""
+
+    def __init__(
+        self,
+        catalog: Catalog,
+        spark_config: SparkConfig,
+        host: str = "127.0.0.1",
+        port: int = 10000,
+        freshness: timedelta = timedelta(seconds=5),
+        token_ttl: float = 5.0,
+    ) -> None:
+        self.catalog, self.host, self.port = catalog, host, port
+        self.spark_config, self.freshness, self.token_ttl = spark_config, freshness, token_ttl
+        self.secret = secrets.token_urlsafe(32)
+        self.spark: SparkSession | None = None
+        self._server: Any = None
+
+    def start(self) -> ServerInfo:
+        from pyspark.java_gateway import ensure_callback_server_started
+
+        from streampart.query import spark_session
+
+        if running_server(self.catalog.warehouse.root) is not None:
+            raise UserInputError(
+                f"a SQL server already serves this warehouse ({server_file(self.catalog.warehouse.root)})"
+            )
+        hooks = compile_hooks()
+        conf = {
+            **self.spark_config.conf,
+            "spark.driver.extraClassPath": str(hooks),
+            "spark.sql.extensions": "streampart.sqlserver.Extensions",
+            "spark.sql.hive.thriftServer.singleSession": "false",
+        }
+        spark = self.spark = spark_session(self.spark_config.model_copy(update={"conf": conf}))
+        gateway = spark.sparkContext._gateway
+        assert gateway is not None
+        # Hive reads these from a HiveConf of its own (CUSTOM authentication makes a new one), which
+        # takes its values from the JVM's system properties
+        hive = {
+            "hive.server2.thrift.bind.host": self.host,
+            "hive.server2.thrift.port": str(self.port),
+            "hive.server2.transport.mode": "binary",
+            "hive.server2.authentication": "CUSTOM",
+            "hive.server2.custom.authentication.class": "streampart.sqlserver.Auth",
+        }
+        for key, value in hive.items():
+            gateway.jvm.java.lang.System.setProperty(key, value)
+        ensure_callback_server_started(gateway)
+        gate = SqlGate(self.catalog, spark, self.freshness, self.secret, self.token_ttl)
+        hooks_class = gateway.jvm.streampart.sqlserver.Hooks
+        bridge = _Bridge(gate)
+        thrift = gateway.jvm.org.apache.spark.sql.hive.thriftserver.HiveThriftServer2
+        try:
+            self._server = thrift.startWithContext(spark._jsparkSession.sqlContext())
+        except Exception as exc:
+            raise SqlServerError(
+                f"the SQL server could not listen on {self.host}:{self.port}: {str(exc).splitlines()[0]}"
+            ) from None
+        hooks_class.install(bridge, self._server)
+        info = ServerInfo(self.host, self.port, os.getpid(), self.secret)
+        write_server_file(self.catalog.warehouse.root, info)
+        return info
+
+    def stop(self) -> None:
+        path = server_file(self.catalog.warehouse.root)
+        running = running_server(self.catalog.warehouse.root)
+        if running is not None and running.pid == os.getpid():
+            path.unlink(missing_ok=True)
+        if self._server is not None:
+            self._server.stop()
+            self._server = None
+        if self.spark is not None:
+            self.spark.stop()
+            self.spark = None

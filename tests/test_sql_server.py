@@ -1,0 +1,287 @@
+"""``streampart sql-server``: a real server process, real HiveServer2 clients (PyHive, beeline).
+
+One server per module (it costs a JVM): it serves a warehouse whose tables the tests write and
+roll from other processes, and every answer is checked against delta-rs reading the table.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from ingest.api.auth import hash_token, new_token
+from metastore.catalog import Catalog
+from metastore.models import Scope
+from streampart.sql_client import Connection, Target
+from streampart.sql_endpoint import ServerInfo, running_server
+from tests.fixtures import make_table
+from tests.helpers import ROOT, all_ids, records, wait_for, worker_call
+from tests.private_pg import free_port
+
+PYSPARK_BIN = Path(__import__("pyspark").__file__).parent / "bin"
+
+
+@dataclass
+class Served:
+    catalog: Catalog
+    info: ServerInfo
+    env: dict[str, str]
+    tokens: dict[str, str]  # name → token
+
+    def connect(self, user: str, password: str | None = None) -> Connection:
+        return Connection(Target(self.info.host, self.info.port, user, password or self.tokens[user]))
+
+
+def _token(catalog: Catalog, name: str, *scopes: str) -> str:
+    token = new_token()
+    catalog.store.create_token(name, hash_token(token), [Scope.parse(s) for s in scopes])
+    return token
+
+
+def _cli_env(warehouse: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMPART_")}
+    return {
+        **env,
+        "STREAMPART_WAREHOUSE": str(warehouse),
+        "STREAMPART_SPARK__SHUFFLE_PARTITIONS": "2",
+        "STREAMPART_SPARK__DRIVER_MEMORY": "1g",
+        "PYTHONPATH": str(ROOT),
+    }
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    """A warehouse with shop.events (rolls every 2 s), shop.quiet and hr.pay, served by
+    ``streampart sql-server`` (freshness 1 s) on a free loopback port."""
+    root = tmp_path_factory.mktemp("sqlserver")
+    warehouse = root / "warehouse"
+    catalog = Catalog.open(warehouse)
+    make_table(catalog, "shop.events", roll_every="2s")
+    quiet = make_table(catalog, "shop.quiet")
+    make_table(catalog, "hr.pay")
+    from ingest.chunks import ChunkWriter
+    from ingest.config import ChunkConfig
+    from ingest.formats import Format
+
+    ChunkWriter(catalog, quiet, ChunkConfig()).write(records(range(5)), Format.JSONL, key="q0")
+    tokens = {
+        "analyst": _token(catalog, "analyst", "read:shop"),
+        "hr": _token(catalog, "hr", "read:hr"),
+        "writer": _token(catalog, "writer", "write:shop"),
+    }
+    env = {**_cli_env(warehouse), "STREAMPART_SQLSERVER__FRESHNESS": "1s"}
+    log = (root / "server.log").open("w")
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "streampart", "sql-server", "--port", str(port)],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        info = wait_for(
+            lambda: proc.poll() is None and running_server(warehouse.resolve()),
+            "the SQL server to listen",
+            timeout=180,
+        )
+        if proc.poll() is not None:
+            raise AssertionError((root / "server.log").read_text())
+        yield Served(catalog, info, env, tokens)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+        catalog.close()
+    assert not (warehouse / ".sql-server.json").exists(), "the server left its file behind"
+
+
+def _versions_of(table, answers_from: int) -> Iterator[tuple[int, list[int]]]:  # type: ignore[no-untyped-def]
+    from deltalake import DeltaTable
+
+    newest = DeltaTable(table.location).version()
+    for v in range(answers_from, newest + 1):
+        yield v, sorted(all_ids(table, v))
+
+
+def test_every_answer_is_one_snapshot_while_writers_commit_and_partitions_roll(
+    served: Served, tmp_path: Path
+) -> None:
+    """PyHive queries as a token with read:shop while a writer process commits and a roller
+    process force-rolls every second: each answer is exactly the rows of one Delta version as
+    delta-rs reads it (no row twice across a roll, none missing), versions never go back, and
+    the last commit is seen once the writers stop (freshness 1 s)."""
+    table = served.catalog.table("shop.events")
+    stop = tmp_path / "stop"
+    common = {"stdout": subprocess.DEVNULL, "stderr": subprocess.PIPE}
+    writer = subprocess.Popen(
+        **worker_call(
+            served.catalog, table, "writer", "--rows", "5", "--until", str(stop), "--interval", "0.05"
+        ),
+        **common,
+    )
+    roller = subprocess.Popen(
+        **worker_call(
+            served.catalog, table, "roller", "--force", "--interval", "1", "--count", "1000",
+            "--until", str(stop),
+        ),
+        **common,
+    )  # fmt: skip
+    matched: list[int] = []
+    swept = 0
+    try:
+        with served.connect("analyst") as conn:
+            while len(set(matched)) < 4 or swept < 2:
+                assert writer.poll() is None and roller.poll() is None, "a worker stopped early"
+                _, rows = conn.execute("SELECT id FROM shop.events")
+                answer = sorted(r[0] for r in rows)
+                assert len(set(answer)) == len(answer), "a row was read twice"
+                version = next(
+                    (v for v, ids in _versions_of(table, matched[-1] if matched else 0) if ids == answer),
+                    None,
+                )
+                assert version is not None, f"no version of shop.events holds exactly {len(answer)} rows read"
+                matched.append(version)
+                swept = sum(r.sweep_version is not None for r in served.catalog.store.list_rolls(table.id))
+    finally:
+        stop.touch()
+        for proc in (writer, roller):
+            _, err = proc.communicate(timeout=120)
+            assert proc.returncode == 0, err
+    assert matched == sorted(matched), "an answer went back to an older version"
+    final = sorted(all_ids(table))
+    with served.connect("analyst") as conn:
+        wait_for(
+            lambda: sorted(r[0] for r in conn.execute("SELECT id FROM shop.events")[1]) == final,
+            "the last commit to be visible",
+            timeout=30,
+        )
+
+
+def test_logins_scopes_and_statements_that_do_not_only_read_are_refused(served: Served) -> None:
+    with pytest.raises(Exception, match="refused the login"):
+        served.connect("analyst", "spt_not-a-token")
+    with pytest.raises(Exception, match="refused the login"):
+        served.connect("hr", served.tokens["analyst"])  # a token logs in under its own name only
+    with served.connect("analyst") as conn:
+        cases = {
+            "SELECT * FROM hr.pay": "token 'analyst' may not read namespace 'hr' (needs read:hr)",
+            "SELECT id FROM shop.events JOIN hr.pay USING (id)": "may not read namespace 'hr'",
+            "INSERT INTO shop.quiet SELECT * EXCEPT (ts_period) FROM shop.quiet": "the SQL server only "
+            "reads; run statements that write with `streampart query`",
+            "DROP TABLE shop.quiet": "DROP TABLE: only queries",
+            "SELECT * FROM parquet.`/etc`": "/etc. contains a path separator",
+            "SELECT * FROM global_temp.__sp_shop__quiet__s1": "global_temp",
+            "SET spark.sql.runSQLOnFiles=true": "only queries",
+        }
+        for statement, message in cases.items():
+            with pytest.raises(Exception, match=message.replace("(", r"\(").replace(")", r"\)")):
+                conn.execute(statement)
+        # the session goes on after a refusal; USE makes its tables readable by their short name
+        list(conn.execute("USE shop")[1])
+        assert list(conn.execute("SELECT count(*) FROM quiet")[1]) == [(5,)]
+    with served.connect("hr") as conn:
+        assert list(conn.execute("SELECT count(*) FROM hr.pay")[1]) == [(0,)]
+    # a write token reads nothing (read:shop is not implied by write:shop)
+    with served.connect("writer") as conn, pytest.raises(Exception, match="may not read namespace 'shop'"):
+        conn.execute("SELECT * FROM shop.quiet")
+    served.catalog.store.revoke_token("hr")
+    with pytest.raises(Exception, match="refused the login"):
+        served.connect("hr")
+
+
+def test_beeline_from_the_pyspark_wheel_reads_a_table(served: Served) -> None:
+    done = subprocess.run(
+        [
+            str(PYSPARK_BIN / "beeline"),
+            "-u",
+            f"jdbc:hive2://{served.info.address}/",
+            "-n",
+            "analyst",
+            "-p",
+            served.tokens["analyst"],
+            "--outputformat=csv2",
+            "-e",
+            "SELECT count(*) AS n, sum(id) AS s FROM shop.quiet",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={k: v for k, v in os.environ.items() if k != "SPARK_HOME"},
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split()[-2:] == ["n,s", "5,10"], done.stdout  # after its prompt
+
+
+def test_streampart_query_and_sql_go_to_the_running_server(served: Served) -> None:
+    """With a server running, ``streampart query`` answers through it: here its own Spark could
+    not even start (its master is unreachable). The JSON is what a local query prints."""
+    env = {**served.env, "STREAMPART_SPARK__MASTER": "spark://127.0.0.1:9"}
+    done = subprocess.run(
+        [sys.executable, "-m", "streampart", "query", "--json", "SELECT * FROM shop.quiet ORDER BY id"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    rows = [json.loads(line) for line in done.stdout.splitlines()]
+    assert rows == [
+        {"id": i, "ts": "2026-11-21T10:15:00Z", "msg": f"m{i}", "ts_period": rows[0]["ts_period"]}
+        for i in range(5)
+    ]
+    assert rows[0]["ts_period"].endswith("Z")
+    shell = subprocess.run(
+        [sys.executable, "-m", "streampart", "sql"],
+        input="USE shop\nSELECT count(*) AS n FROM quiet;\nSELECT nope FROM quiet\nSELECT 41 + 1 AS x\n",
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=120,
+    )
+    assert shell.returncode == 0, shell.stderr
+    assert "│ 5 │" in shell.stdout and "│ 42 │" in shell.stdout, shell.stdout
+    assert "error: query failed:" in shell.stderr and "`nope`" in shell.stderr, shell.stderr
+    assert "Traceback" not in shell.stderr
+    # a statement that writes runs in the process (here: it cannot, its Spark master is down)
+    wrote = subprocess.run(
+        [sys.executable, "-m", "streampart", "query",
+         "INSERT INTO shop.quiet SELECT * EXCEPT (ts_period) FROM shop.quiet"],
+        capture_output=True, text=True, env=env, cwd=ROOT, timeout=120,
+    )  # fmt: skip
+    assert wrote.returncode == 1 and "spark://127.0.0.1:9" in wrote.stderr, wrote.stderr
+
+
+@pytest.mark.slow
+def test_query_json_is_the_same_with_and_without_the_server(served: Served) -> None:
+    statement = (
+        "SELECT *, CAST(id AS DECIMAL(10, 2)) AS d, DATE'2026-11-21' AS day FROM shop.quiet ORDER BY id"
+    )
+    out = {}
+    for how in ("--no-server", "--json"):
+        args = ["--json", "--no-server"] if how == "--no-server" else ["--json"]
+        done = subprocess.run(
+            [sys.executable, "-m", "streampart", "query", *args, statement],
+            capture_output=True,
+            text=True,
+            env=served.env,
+            cwd=ROOT,
+            timeout=300,
+        )
+        assert done.returncode == 0, done.stderr
+        out[how] = done.stdout
+    assert out["--no-server"] == out["--json"]
