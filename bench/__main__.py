@@ -70,6 +70,9 @@ SCALES: dict[str, dict[str, Any]] = {
         "growth_warmup": 3,
         "growth_reps": 5,
         "growth_spark": True,
+        "sqlscan_chunks": 200,
+        "sqlscan_rows": 5_000,
+        "sqlscan_reps": 3,
     },
     "quick": {
         "rows": 100,
@@ -113,6 +116,9 @@ SCALES: dict[str, dict[str, Any]] = {
         "growth_warmup": 2,
         "growth_reps": 3,
         "growth_spark": False,
+        "sqlscan_chunks": 40,
+        "sqlscan_rows": 2_500,
+        "sqlscan_reps": 2,
     },
 }
 
@@ -130,6 +136,7 @@ def benchmarks() -> dict[str, Any]:
         router,
         snapshot_read,
         spark_roll,
+        sqlscan,
     )
 
     modules = (
@@ -137,6 +144,7 @@ def benchmarks() -> dict[str, Any]:
         federation,
         router,
         growth,
+        sqlscan,
     )  # fmt: skip
     return {m.NAME: m for m in modules}
 
@@ -153,6 +161,7 @@ NAMES = (
     "federation",
     "router",
     "growth",
+    "sqlscan",
 )
 
 

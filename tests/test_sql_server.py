@@ -109,10 +109,12 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
 
 
 def _versions_of(table, answers_from: int) -> Iterator[tuple[int, list[int]]]:  # type: ignore[no-untyped-def]
+    """Each version of ``table`` from the newest back to ``answers_from``, with its ids (delta-rs):
+    an answer is at most the freshness old, so its version is found a few steps back."""
     from deltalake import DeltaTable
 
     newest = DeltaTable(table.location).version()
-    for v in range(answers_from, newest + 1):
+    for v in range(newest, answers_from - 1, -1):
         yield v, sorted(all_ids(table, v))
 
 
@@ -128,7 +130,7 @@ def test_every_answer_is_one_snapshot_while_writers_commit_and_partitions_roll(
     common = {"stdout": subprocess.DEVNULL, "stderr": subprocess.PIPE}
     writer = subprocess.Popen(
         **worker_call(
-            served.catalog, table, "writer", "--rows", "5", "--until", str(stop), "--interval", "0.05"
+            served.catalog, table, "writer", "--rows", "5", "--until", str(stop), "--interval", "0.2"
         ),
         **common,
     )
