@@ -40,7 +40,14 @@ _SLICES = 4
 
 
 class StreampartSource(DataSource):
-    """``USING streampart OPTIONS (warehouse '…', table 'ns.t')``: one pinned snapshot per scan."""
+    """``USING streampart``: one table, one pinned snapshot per scan.
+
+    Spark 4.2 keeps no OPTIONS of a ``CREATE TABLE … USING <python data source>`` (its reader
+    sees none), so the table is a class attribute: :func:`source_for` makes a subclass per table.
+    """
+
+    WAREHOUSE = ""
+    TABLE = ""
 
     @classmethod
     def name(cls) -> str:
@@ -50,15 +57,20 @@ class StreampartSource(DataSource):
         from metastore.catalog import Catalog
         from streampart.query import spark_ddl
 
-        catalog = Catalog.open(Path(self.options["warehouse"]))
+        catalog = Catalog.open(Path(self.WAREHOUSE))
         try:
-            table = catalog.table(self.options["table"])
+            table = catalog.table(self.TABLE)
             return f"{spark_ddl(table)}, `{table.partition_column}` TIMESTAMP"
         finally:
             catalog.close()
 
     def reader(self, schema: Any) -> DataSourceReader:
-        return _Reader(self.options["warehouse"], self.options["table"])
+        return _Reader(self.WAREHOUSE, self.TABLE)
+
+
+def source_for(warehouse: Path, table: str) -> type[StreampartSource]:
+    """A data source class for one table (pickled by value to Spark's Python workers)."""
+    return type("StreampartTableSource", (StreampartSource,), {"WAREHOUSE": str(warehouse), "TABLE": table})
 
 
 class _Reader(DataSourceReader):
@@ -134,12 +146,9 @@ def run(scale: dict[str, Any]) -> BenchResult:
             spark_future = pool.submit(timed, lambda: warm_spark(spark_session(), tmp))
             build_s, _ = commit_chunks(catalog, table, n, rows, f"committing {n:,} chunks")
             spark, _ = spark_future.result()
-        spark.dataSource.register(StreampartSource)
+        spark.dataSource.register(source_for(tmp / "warehouse", TABLE_NAME))
         spark.sql("CREATE DATABASE IF NOT EXISTS bench")
-        spark.sql(
-            "CREATE TABLE bench.py_events USING streampart "
-            f"OPTIONS (warehouse '{tmp / 'warehouse'}', table '{TABLE_NAME}')"
-        )
+        spark.sql("CREATE TABLE bench.py_events USING streampart")
 
         def native(sql: str) -> str:
             snapshot_frame(spark, pin(catalog, table)).createOrReplaceTempView("native_events")
