@@ -187,7 +187,8 @@ class SqlGate:
             version = version_of(self.catalog, table, ref)
             key = (str(table.name), table.id, version)
             pinned = self._pinned.get(key)
-            if pinned is None or (version is None and now - pinned.at >= self.freshness):
+            # a named version is pinned again too: the pin checks its files are still on disk
+            if pinned is None or now - pinned.at >= self.freshness:
                 snap = pin(self.catalog, table, version)
                 if pinned is not None and pinned.snapshot.version == snap.version:
                     snap = pinned.snapshot  # the same version: keep its views

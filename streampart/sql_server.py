@@ -88,6 +88,16 @@ def compile_hooks(cache: Path | None = None) -> Path:
     return out
 
 
+def _check_free(host: str, port: int) -> None:
+    import socket
+
+    try:
+        with socket.create_server((host, port)):
+            pass
+    except OSError as exc:
+        raise SqlServerError(f"the SQL server cannot listen on {host}:{port}: {exc.strerror}") from None
+
+
 class _Bridge:
     """The Python side of ``streampart.sqlserver.Bridge`` (called by the JVM through py4j)."""
 
@@ -137,6 +147,7 @@ class SqlServer:
             raise UserInputError(
                 f"a SQL server already serves this warehouse ({server_file(self.catalog.warehouse.root)})"
             )
+        _check_free(self.host, self.port)  # Hive's Thrift server exits the JVM if it cannot listen
         hooks = compile_hooks()
         conf = {
             **self.spark_config.conf,

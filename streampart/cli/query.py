@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterator
 from typing import Annotated, Any
@@ -144,15 +145,21 @@ def query(
 def _on_server(cli: CliContext, sql: str, namespace: str | None, server: str | None, limit: int) -> bool:
     """Run a read on the SQL server serving this warehouse (or ``--server``): False if none runs,
     or if the statement writes (INSERT INTO / CREATE TABLE … AS run here)."""
-    from streampart.sql_client import Connection, find_server
+    from streampart.cli.sql import run_on_server
+    from streampart.sql_client import Connection, SqlServerUnavailableError, find_server
 
     target = find_server(cli.settings().warehouse.resolve(), server)
     if target is None or _writes(sql):
         return False
-    from streampart.cli.sql import run_on_server
-
     statement = f"USE `{namespace}`; {sql}" if namespace else sql
-    with Connection(target) as conn:
+    try:
+        conn = Connection(target)
+    except SqlServerUnavailableError as exc:
+        if server is not None or os.environ.get("STREAMPART_SQL_SERVER"):
+            raise  # named: its failure is the answer
+        cli.output.warn(f"warning: {exc}; running the query in this process instead")
+        return False
+    with conn:
         run_on_server(conn, statement, cli.output, limit)
     return True
 
