@@ -19,7 +19,8 @@ import pytest
 
 from ingest.api.auth import hash_token, new_token
 from metastore.catalog import Catalog
-from metastore.models import Scope
+from metastore.links import LinkSpec
+from metastore.models import Scope, TableName
 from streampart.sql_client import Connection, Target
 from streampart.sql_endpoint import ServerInfo, running_server
 from tests.fixtures import make_table
@@ -59,7 +60,8 @@ def _cli_env(warehouse: Path) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    """A warehouse with shop.events (rolls every 2 s), shop.quiet and hr.pay, served by
+    """A warehouse with shop.events (rolls every 2 s), a link mirror.events to it (streaming partitions
+    too), shop.quiet and hr.pay, served by
     ``streampart sql-server`` (freshness 1 s) on a free loopback port."""
     root = tmp_path_factory.mktemp("sqlserver")
     warehouse = root / "warehouse"
@@ -67,13 +69,20 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     make_table(catalog, "shop.events", roll_every="2s")
     quiet = make_table(catalog, "shop.quiet")
     make_table(catalog, "hr.pay")
+    catalog.create_link(
+        LinkSpec(
+            name=TableName.parse("mirror.events"),
+            source=TableName.parse("shop.events"),
+            include_streaming=True,
+        )
+    )
     from ingest.chunks import ChunkWriter
     from ingest.config import ChunkConfig
     from ingest.formats import Format
 
     ChunkWriter(catalog, quiet, ChunkConfig()).write(records(range(5)), Format.JSONL, key="q0")
     tokens = {
-        "analyst": _token(catalog, "analyst", "read:shop"),
+        "analyst": _token(catalog, "analyst", "read:shop", "read:mirror"),
         "hr": _token(catalog, "hr", "read:hr"),
         "writer": _token(catalog, "writer", "write:shop"),
     }
@@ -121,10 +130,11 @@ def _versions_of(table, answers_from: int) -> Iterator[tuple[int, list[int]]]:  
 def test_every_answer_is_one_snapshot_while_writers_commit_and_partitions_roll(
     served: Served, tmp_path: Path
 ) -> None:
-    """PyHive queries as a token with read:shop while a writer process commits and a roller
-    process force-rolls every second: each answer is exactly the rows of one Delta version as
-    delta-rs reads it (no row twice across a roll, none missing), versions never go back, and
-    the last commit is seen once the writers stop (freshness 1 s)."""
+    """PyHive queries as a token with read:shop and read:mirror while a writer process commits and
+    a roller process force-rolls every second: each answer is exactly the rows of one Delta version
+    as delta-rs reads it (no row twice across a roll, none missing), the link in the same statement
+    reads that same version, versions never go back, and the last commit is seen once the writers
+    stop (freshness 1 s)."""
     table = served.catalog.table("shop.events")
     stop = tmp_path / "stop"
     common = {"stdout": subprocess.DEVNULL, "stderr": subprocess.PIPE}
@@ -147,9 +157,16 @@ def test_every_answer_is_one_snapshot_while_writers_commit_and_partitions_roll(
         with served.connect("analyst") as conn:
             while len(set(matched)) < 4 or swept < 2:
                 assert writer.poll() is None and roller.poll() is None, "a worker stopped early"
-                _, rows = conn.execute("SELECT id FROM shop.events")
-                answer = sorted(r[0] for r in rows)
+                _, rows = conn.execute(
+                    "SELECT 'table' AS side, id FROM shop.events "
+                    "UNION ALL SELECT 'link', id FROM mirror.events"
+                )
+                sides: dict[str, list[int]] = {"table": [], "link": []}
+                for side, i in rows:
+                    sides[side].append(i)
+                answer = sorted(sides["table"])
                 assert len(set(answer)) == len(answer), "a row was read twice"
+                assert sorted(sides["link"]) == answer, "the link was read at another version than its source"
                 version = next(
                     (v for v, ids in _versions_of(table, matched[-1] if matched else 0) if ids == answer),
                     None,
