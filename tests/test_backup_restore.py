@@ -10,6 +10,7 @@ ones written after the backup — and writes and rolls must carry on from there.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import uuid
@@ -158,3 +159,62 @@ def test_a_restored_backup_passes_check_and_reads_exactly_the_backed_up_rows(  #
         assert _ids(orders.location) == [*range(30), *range(200, 210)]
     finally:
         catalog.close()
+
+
+# The two ways to take the halves of a backup at different moments while writes and rolls go on:
+# (the case, which half is taken before the later writes, what check then reports)
+MISMATCHES = [
+    # the warehouse copied first, the metastore dumped after more commits and a roll: the metastore
+    # recorded commits the restored logs lack, so every read of the table is refused
+    ("warehouse-older", "warehouse", "log_behind"),
+    # the metastore dumped first, the warehouse copied after: the logs hold chunks and a roll the
+    # metastore never recorded (reads would serve them, rolls and housekeeping would not know)
+    ("metastore-older", "metastore", "log_ahead"),
+]
+
+
+@pytest.mark.parametrize("case, first, kind", MISMATCHES, ids=[m[0] for m in MISMATCHES])
+def test_halves_of_a_backup_taken_at_different_moments_are_named_by_check(
+    tmp_path: Path, case: str, first: str, kind: str
+) -> None:
+    site = {"WH": str(tmp_path / "warehouse"), "BACKUP": str(tmp_path / "backup")}
+    Path(site["BACKUP"]).mkdir()
+    dump, copy = (line for line in BACKUP["sqlite"].strip().splitlines())
+    warehouse = Path(site["WH"])
+    catalog = Catalog.open(warehouse)
+    orders = make_table(catalog, "shop.orders")
+    ChunkWriter(catalog, orders).write(records(range(10)), Format.JSONL, key="b1")
+    _shell(copy if first == "warehouse" else dump, site)
+    ChunkWriter(catalog, orders).write(records(range(10, 20)), Format.JSONL, key="later")
+    Roller(catalog).roll_table(orders, force=True)
+    catalog.close()
+    _shell(dump if first == "warehouse" else copy, site)
+
+    subprocess.run(["rm", "-rf", site["WH"]], check=True)
+    _shell(RESTORE["sqlite"], site)
+
+    checked = run(warehouse, "check", "--json")
+    assert checked.returncode == 1 and "Traceback" not in checked.stderr, checked.stderr
+    problems = {p["kind"]: p["message"] for p in json.loads(checked.stdout)["problems"]}
+    assert kind in problems, problems
+    assert "backup" in problems[kind]
+
+
+def test_the_crash_windows_of_commits_and_rolls_are_not_taken_for_a_log_ahead(tmp_path: Path) -> None:
+    """A writer killed after its Delta commit, a roller killed after its sweep: the log is ahead of
+    what the metastore recorded, as after every such crash, and check does not call it a mismatch
+    (the chunk is COMMITTING, the roll known: housekeeping and the roll's resumption finish them)."""
+    warehouse = tmp_path / "warehouse"
+    catalog = Catalog.open(warehouse)
+    orders = make_table(catalog, "shop.orders")
+    ChunkWriter(catalog, orders).write(records(range(10)), Format.JSONL, key="b1")
+    catalog.close()
+    (tmp_path / "more.jsonl").write_bytes(records(range(10, 20)))
+    killed = [
+        run(warehouse, "roll", "shop.orders", "--force", env={"STREAMPART_CRASHPOINT": "roll-after-sweep"}),
+        run(warehouse, "write", "shop.orders", tmp_path / "more.jsonl", "--key", "b2",
+            env={"STREAMPART_CRASHPOINT": "chunk-after-delta-commit"}),
+    ]  # fmt: skip
+    assert [k.returncode for k in killed] == [-9, -9]
+    checked = run(warehouse, "check", "--json").json()
+    assert checked["problems"] == []
