@@ -304,3 +304,27 @@ def test_query_json_is_the_same_with_and_without_the_server(served: Served) -> N
         assert done.returncode == 0, done.stderr
         out[how] = done.stdout
     assert out["--no-server"] == out["--json"]
+
+
+def test_without_a_server_sql_says_how_to_start_one_and_a_taken_port_is_one_error(tmp_path: Path) -> None:
+    import socket
+
+    env = _cli_env(tmp_path / "warehouse")
+    shell = subprocess.run(
+        [sys.executable, "-m", "streampart", "sql", "-e", "SELECT 1"],
+        capture_output=True, text=True, env=env, cwd=ROOT, timeout=120,
+    )  # fmt: skip
+    assert shell.returncode == 1
+    assert shell.stderr.strip().startswith("error: no SQL server serves this warehouse: start one with"), (
+        shell.stderr
+    )
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        done = subprocess.run(
+            [sys.executable, "-m", "streampart", "sql-server", "--port", str(port)],
+            capture_output=True, text=True, env=env, cwd=ROOT, timeout=120,
+        )  # fmt: skip
+    assert done.returncode == 1
+    assert f"error: the SQL server cannot listen on 127.0.0.1:{port}" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
+    assert not (tmp_path / "warehouse" / ".sql-server.json").exists()
