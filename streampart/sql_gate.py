@@ -164,12 +164,8 @@ class SqlGate:
                     raise QueryRefusedError(f"token {user!r} may not read namespace {ns!r} (needs read:{ns})")
                 return name
 
+            _only_queries(used.sql)
             prepared = prepare(used.sql, readable)
-            if prepared.output is not None:
-                raise QueryRefusedError(
-                    f"{prepared.output.verb}: the SQL server only reads; run statements that write "
-                    "with `streampart query`"
-                )
             views = {
                 ref.view: self._view(ref, resolved, snap, at)
                 for ref, (resolved, snap, at) in self._pin(prepared.refs).items()
@@ -226,6 +222,26 @@ class SqlGate:
                 else:
                     keep.append((when, name))
             views.retired = keep
+
+
+def _only_queries(sql: str) -> None:
+    """Refuse a statement that is not a query, saying where it runs instead (a statement that does
+    not parse is left to :func:`prepare`, which says where it fails)."""
+    import sqlglot
+    from sqlglot import exp
+
+    from streampart.query_policy import quote_link_references
+
+    try:
+        statements = [s for s in sqlglot.parse(quote_link_references(sql), read="spark") if s is not None]
+    except sqlglot.errors.ParseError:
+        return
+    if len(statements) == 1 and not isinstance(statements[0], exp.Query):
+        words = " ".join(statements[0].sql(dialect="spark").split()[:2]) or "this statement"
+        raise QueryRefusedError(
+            f"{words}: the SQL server only reads (SELECT, WITH …); INSERT INTO and CREATE TABLE … AS "
+            "run with `streampart query`, tables are made, altered and dropped with `streampart table …`"
+        )
 
 
 def _point_at(text: str, views: dict[str, str]) -> str:

@@ -198,12 +198,15 @@ def test_logins_scopes_and_statements_that_do_not_only_read_are_refused(served: 
         cases = {
             "SELECT * FROM hr.pay": "token 'analyst' may not read namespace 'hr' (needs read:hr)",
             "SELECT id FROM shop.events JOIN hr.pay USING (id)": "may not read namespace 'hr'",
-            "INSERT INTO shop.quiet SELECT * EXCEPT (ts_period) FROM shop.quiet": "the SQL server only "
-            "reads; run statements that write with `streampart query`",
-            "DROP TABLE shop.quiet": "DROP TABLE: only queries",
+            "INSERT INTO shop.quiet SELECT * EXCEPT (ts_period) FROM shop.quiet": "INSERT INTO: the SQL "
+            "server only reads (SELECT, WITH …); INSERT INTO and CREATE TABLE … AS run with "
+            "`streampart query`",
+            "DROP TABLE shop.quiet": "DROP TABLE: the SQL server only reads",
+            "CREATE TABLE shop.x AS SELECT 1 AS id": "CREATE TABLE: the SQL server only reads",
+            "INSERT OVERWRITE shop.quiet SELECT * FROM shop.quiet": "INSERT OVERWRITE: the SQL server only",
             "SELECT * FROM parquet.`/etc`": "/etc. contains a path separator",
             "SELECT * FROM global_temp.__sp_shop__quiet__s1": "global_temp",
-            "SET spark.sql.runSQLOnFiles=true": "only queries",
+            "SET spark.sql.runSQLOnFiles=true": "the SQL server only reads",
         }
         for statement, message in cases.items():
             with pytest.raises(Exception, match=message.replace("(", r"\(").replace(")", r"\)")):
