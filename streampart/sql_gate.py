@@ -9,7 +9,8 @@ first (through the JVM's parser hook, :mod:`streampart.sql_server`), which treat
   and the statement is regenerated from the checked tree. Statements that write (INSERT INTO,
   CREATE TABLE … AS) are refused, pointing at ``streampart query``; any other DDL or DML too;
 - every namespace a statement reads needs ``read`` in the client's token (the client logs in
-  with the token's name as user and the token as password);
+  with the token's name as user and the token as password); ``SHOW SCHEMAS``, ``SHOW TABLES``
+  and ``DESCRIBE`` list what the token may read (:mod:`streampart.sql_catalog`);
 - each table it names is read at one pinned Delta version (one snapshot per table per
   statement, shared by a link to it in the same statement). A pinned snapshot is reused by the
   statements of the next ``freshness`` seconds, then pinned again: a commit or a roll is visible
@@ -40,6 +41,7 @@ from metastore.namespaces import check_namespace
 from streampart.errors import QueryRefusedError
 from streampart.query import Snapshot, catalog_resolver, pin, prepare, split_use, version_of, view_of
 from streampart.query_policy import TableRef
+from streampart.sql_catalog import listing
 from streampart.sql_endpoint import LOCAL_USER
 
 if TYPE_CHECKING:
@@ -155,6 +157,9 @@ class SqlGate:
                     "another cluster with `streampart query --cluster C`"
                 )
             namespace = used.namespace or self._namespaces.get(session)
+            listed = listing(self.catalog, used.sql, may_read, namespace)
+            if listed is not None:
+                return listed
             resolve = catalog_resolver(self.catalog, namespace)
 
             def readable(written: str) -> str:

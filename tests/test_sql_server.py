@@ -211,9 +211,23 @@ def test_logins_scopes_and_statements_that_do_not_only_read_are_refused(served: 
         for statement, message in cases.items():
             with pytest.raises(Exception, match=message.replace("(", r"\(").replace(")", r"\)")):
                 conn.execute(statement)
+        # listings show what the token may read, from the catalog (Spark's catalog has none of it)
+        assert list(conn.execute("SHOW SCHEMAS")[1]) == [("mirror",), ("shop",)]
+        assert list(conn.execute("SHOW TABLES")[1]) == [
+            ("mirror", "events", "link"),
+            ("shop", "events", "table"),
+            ("shop", "quiet", "table"),
+        ]
+        assert [r[:2] for r in conn.execute("DESCRIBE shop.quiet")[1]] == [
+            ("id", "bigint"), ("ts", "timestamp"), ("msg", "string"), ("ts_period", "timestamp"),
+        ]  # fmt: skip
+        with pytest.raises(Exception, match="may not read namespace 'hr'"):
+            conn.execute("DESCRIBE hr.pay")
         # the session goes on after a refusal; USE makes its tables readable by their short name
         list(conn.execute("USE shop")[1])
         assert list(conn.execute("SELECT count(*) FROM quiet")[1]) == [(5,)]
+        shop = [("shop", "events", "table"), ("shop", "quiet", "table")]
+        assert list(conn.execute("SHOW TABLES")[1]) == shop  # in the namespace of the USE
     with served.connect("hr") as conn:
         assert list(conn.execute("SELECT count(*) FROM hr.pay")[1]) == [(0,)]
     # a write token reads nothing (read:shop is not implied by write:shop)

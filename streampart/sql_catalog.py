@@ -1,0 +1,78 @@
+"""``SHOW SCHEMAS``, ``SHOW TABLES [IN NS]`` and ``DESCRIBE NS.T`` on the SQL server, from the catalog.
+
+Spark's own answers would list its session catalog, which holds none of streampart's tables;
+these list the warehouse's namespaces, tables and links as a client's token may read them (as
+``GET /v1/tables`` does), each answered as a query over literal rows.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+
+from metastore.catalog import Catalog
+from metastore.models import TableName
+from streampart.errors import QueryRefusedError
+
+_SHOW_SCHEMAS = re.compile(r"^\s*SHOW\s+(?:SCHEMAS|DATABASES|NAMESPACES)\s*;?\s*$", re.IGNORECASE)
+_SHOW_TABLES = re.compile(
+    r"^\s*SHOW\s+TABLES(?:\s+(?:IN|FROM)\s+`?([A-Za-z_][A-Za-z0-9_]*)`?)?\s*;?\s*$", re.IGNORECASE
+)
+_DESCRIBE = re.compile(r"^\s*(?:DESCRIBE|DESC)(?:\s+TABLE)?\s+([A-Za-z0-9_.@`]+)\s*;?\s*$", re.IGNORECASE)
+
+
+def listing(catalog: Catalog, sql: str, may_read: Callable[[str], bool], namespace: str | None) -> str | None:
+    """The query answering ``sql`` if it is one of the statements above, else None.
+
+    Args:
+        may_read: Whether the client may read a namespace.
+        namespace: The client session's namespace (its ``USE``): the default of ``SHOW TABLES``.
+    """
+    if _SHOW_SCHEMAS.match(sql):
+        names = sorted({n for n, _, _ in _readable(catalog, may_read)})
+        return _rows(["namespace"], [(n,) for n in names])
+    m = _SHOW_TABLES.match(sql)
+    if m is not None:
+        within = m.group(1) or namespace
+        rows = [r for r in _readable(catalog, may_read) if within is None or r[0] == within]
+        return _rows(["namespace", "tableName", "kind"], sorted(rows))
+    m = _DESCRIBE.match(sql)
+    if m is not None:
+        resolved = catalog.resolve(m.group(1).replace("`", ""), namespace)
+        if not may_read(resolved.name.namespace):
+            raise QueryRefusedError(
+                f"the token may not read namespace {resolved.name.namespace!r} "
+                f"(needs read:{resolved.name.namespace})"
+            )
+        table = resolved.table
+        columns = [(c.name, c.sql_type.lower(), "") for c in table.columns]
+        columns.append((table.partition_column, "timestamp", f"partition ({table.mode.value} mode)"))
+        return _rows(["col_name", "data_type", "comment"], columns)
+    return None
+
+
+def _readable(catalog: Catalog, may_read: Callable[[str], bool]) -> list[tuple[str, str, str]]:
+    out = [
+        (t.name.namespace, t.name.table, "table")
+        for t in catalog.list_tables().merged()
+        if may_read(t.name.namespace)
+    ]
+    for link in catalog.router.fan_out(lambda store: store.list_links()).merged():
+        name: TableName = link.name
+        if may_read(name.namespace) and not catalog.is_dangling(link):
+            out.append((name.namespace, name.table, "link"))
+    return out
+
+
+def _rows(columns: Sequence[str], rows: Sequence[tuple[str, ...]]) -> str:
+    """A Spark query of exactly ``rows`` (all STRING) with ``columns`` as names."""
+    names = ", ".join(f"`{c}`" for c in columns)
+    if not rows:
+        nulls = ", ".join(f"CAST(NULL AS STRING) AS `{c}`" for c in columns)
+        return f"SELECT {nulls} WHERE false"
+    values = ", ".join("(" + ", ".join(_literal(v) for v in row) + ")" for row in rows)
+    return f"SELECT * FROM VALUES {values} AS t({names})"
+
+
+def _literal(text: str) -> str:
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
