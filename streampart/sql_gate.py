@@ -16,7 +16,8 @@ first (through the JVM's parser hook, :mod:`streampart.sql_server`), which treat
   statements of the next ``freshness`` seconds, then pinned again: a commit or a roll is visible
   to a statement that starts at most ``freshness`` after it.
 
-A snapshot is a Spark global temporary view over the fixed file list of its version: what a
+A snapshot is a Spark temporary view (in the client's session) over the fixed file list of its
+version, made once per version in the server's own session and shared by plan: what a
 roll sweeps stays on disk until housekeeping removes it past its retention (days), so a pinned
 version never loses a file while a statement reads it — the protection ``streampart query`` has.
 """
@@ -31,7 +32,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from metastore.catalog import Catalog
 from metastore.errors import StreampartError, UserInputError
@@ -49,9 +50,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# Why 60 s: a statement resolves its views while Spark analyses it, right after the rewrite;
-# a view replaced by a newer snapshot is dropped once no statement can still be analysing it.
-_VIEW_GRACE_SECONDS = 60.0
+# Why 4: a session's statement resolves its views while Spark analyses it, right after the
+# rewrite; a few older views of a table stay for statements of the same session still analysing.
+_VIEWS_KEPT = 4
 
 _BARE_USE = re.compile(r"^\s*USE\s+(`?[A-Za-z_][A-Za-z0-9_]*`?)\s*;?\s*$", re.IGNORECASE)
 
@@ -64,11 +65,10 @@ class _Pinned:
 
 @dataclass
 class _Views:
-    """The global temporary views made for one table or link, newest last."""
+    """The snapshot DataFrames of one table or link (in the server's session), by version."""
 
-    names: dict[tuple[object, ...], str] = field(default_factory=dict)
-    newest: tuple[object, ...] | None = None  # the key of the view of the newest pin
-    retired: list[tuple[float, str]] = field(default_factory=list)
+    frames: dict[tuple[object, ...], tuple[str, Any]] = field(default_factory=dict)  # key → (view, df)
+    newest: tuple[object, ...] | None = None  # the key of the newest pin's
 
 
 class SqlGate:
@@ -99,6 +99,7 @@ class SqlGate:
         self._views: dict[str, _Views] = {}
         self._namespaces: dict[str, str | None] = {}  # client session id → namespace of its USE
         self._tokens: dict[str, tuple[float, ApiToken | None]] = {}
+        self._shown: dict[str, list[str]] = {}  # client session id → its views, oldest first
         self._serial = 0
 
     # -- who ------------------------------------------------------------------------------------
@@ -135,14 +136,14 @@ class SqlGate:
         return lambda namespace: token.allows(Permission.READ, namespace)
 
     # -- what -----------------------------------------------------------------------------------
-    def rewrite(self, session: str, user: str, sql: str) -> str:
-        """The statement Spark runs for ``sql`` from client session ``session`` of ``user``.
+    def rewrite(self, session: str, user: str, sql: str, client: Any) -> str:
+        """The statement Spark runs for ``sql`` from client session ``session`` of ``user``, whose
+        Spark session (a py4j object) is ``client``.
 
         Raises:
             StreampartError: the statement is refused, naming why (one line).
         """
         with self._lock:
-            self._drop_retired()
             may_read = self._may_read(user)
             bare = _BARE_USE.match(sql)
             if bare is not None and bare.group(1).upper() != "CLUSTER":
@@ -172,7 +173,7 @@ class SqlGate:
             _only_queries(used.sql)
             prepared = prepare(used.sql, readable)
             views = {
-                ref.view: self._view(ref, resolved, snap, at)
+                ref.view: self._view(ref, resolved, snap, at, session, client)
                 for ref, (resolved, snap, at) in self._pin(prepared.refs).items()
             }
             return _point_at(prepared.text, views)
@@ -197,36 +198,43 @@ class SqlGate:
             out[ref] = (resolved, view_of(resolved, pinned.snapshot), pinned.at)
         return out
 
-    def _view(self, ref: TableRef, resolved: Resolved, snap: Snapshot, pinned_at: float) -> str:
-        """The global temporary view of what ``ref`` reads of ``snap``, made on first use."""
+    def _view(
+        self, ref: TableRef, resolved: Resolved, snap: Snapshot, pinned_at: float, session: str, client: Any
+    ) -> str:
+        """The temporary view, in the client's Spark session, of what ``ref`` reads of ``snap``.
+
+        The DataFrame (its file index) is made once, in the server's session, and shared by every
+        client session as a view of its plan: a client session sees only the views of statements
+        it ran, so HiveServer2's metadata calls list no other namespace's tables.
+        """
         from streampart.query import snapshot_frame
 
         views = self._views.setdefault(str(resolved.name), _Views())
         newest = ref.version is None and ref.timestamp is None
         # a link admits partitions by the time too: its view of the newest version is made per pin
         key = (snap.table.id, snap.version, pinned_at if newest and resolved.link is not None else None)
-        name = views.names.get(key)
-        if name is None:
+        made = views.frames.get(key)
+        if made is None:
             self._serial += 1
-            name = f"{ref.view}__s{self._serial}"
-            snapshot_frame(self.spark, snap).createOrReplaceGlobalTempView(name)
-            views.names[key] = name
+            made = views.frames[key] = (f"{ref.view}__s{self._serial}", snapshot_frame(self.spark, snap))
         if newest and views.newest != key:
-            if views.newest is not None and views.newest in views.names:
-                views.retired.append((self.clock() + _VIEW_GRACE_SECONDS, views.names.pop(views.newest)))
+            if views.newest is not None:
+                views.frames.pop(views.newest, None)  # sessions that use it keep their view of it
             views.newest = key
-        return f"global_temp.{name}"
-
-    def _drop_retired(self) -> None:
-        now = self.clock()
-        for views in self._views.values():
-            keep = []
-            for when, name in views.retired:
-                if when <= now:
-                    self.spark.catalog.dropGlobalTempView(name)
-                else:
-                    keep.append((when, name))
-            views.retired = keep
+        name, frame = made
+        shown = self._shown.setdefault(session, [])
+        if name not in shown:
+            jvm = self.spark._jvm
+            assert jvm is not None
+            plan = frame._jdf.queryExecution().analyzed()
+            jvm.org.apache.spark.sql.classic.Dataset.ofRows(client, plan).createOrReplaceTempView(name)
+            shown.append(name)
+            # a session keeps the newest views it used (a statement of its own may still be
+            # analysing the one before); older ones go, and their file lists with them
+            for old in [n for n in shown if n.startswith(ref.view + "__s")][:-_VIEWS_KEPT]:
+                client.catalog().dropTempView(old)
+                shown.remove(old)
+        return name
 
 
 def _only_queries(sql: str) -> None:
@@ -257,9 +265,7 @@ def _point_at(text: str, views: dict[str, str]) -> str:
     tree = sqlglot.parse_one(text, read="spark")
     for node in tree.find_all(exp.Table):
         if not node.db and node.name in views:
-            db, name = views[node.name].split(".", 1)
-            node.set("this", exp.to_identifier(name))
-            node.set("db", exp.to_identifier(db))
+            node.set("this", exp.to_identifier(views[node.name]))
     return tree.sql(dialect="spark")
 
 

@@ -110,9 +110,9 @@ class _Bridge:
         except Exception as exc:  # the JVM gets one line, never a Python traceback
             return refusal(exc)
 
-    def rewrite(self, session: str, user: str, sql: str) -> str:
+    def rewrite(self, session: str, user: str, sql: str, spark: Any) -> str:
         try:
-            return "OK:" + self.gate.rewrite(session, user, sql)
+            return "OK:" + self.gate.rewrite(session, user, sql, spark)
         except Exception as exc:  # a refused statement is the client's error, not the server's
             return "ERR:" + refusal(exc)
 

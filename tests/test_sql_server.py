@@ -22,7 +22,7 @@ from metastore.catalog import Catalog
 from metastore.links import LinkSpec
 from metastore.models import Scope, TableName
 from streampart.sql_client import Connection, Target
-from streampart.sql_endpoint import ServerInfo, running_server
+from streampart.sql_endpoint import LOCAL_USER, ServerInfo, running_server
 from tests.fixtures import make_table
 from tests.helpers import ROOT, all_ids, records, wait_for, worker_call
 from tests.private_pg import free_port
@@ -239,6 +239,11 @@ def test_logins_scopes_and_statements_that_do_not_only_read_are_refused(served: 
 
 
 def test_beeline_from_the_pyspark_wheel_reads_a_table(served: Served) -> None:
+    """beeline reads as analyst; its HiveServer2 metadata call (``!tables``) lists the snapshot view
+    of its own statement only, not the one another session made of hr.pay."""
+    local = Target(served.info.host, served.info.port, LOCAL_USER, served.info.secret)
+    with Connection(local) as conn:
+        assert list(conn.execute("SELECT count(*) FROM hr.pay")[1]) == [(0,)]
     done = subprocess.run(
         [
             str(PYSPARK_BIN / "beeline"),
@@ -250,7 +255,9 @@ def test_beeline_from_the_pyspark_wheel_reads_a_table(served: Served) -> None:
             served.tokens["analyst"],
             "--outputformat=csv2",
             "-e",
-            "SELECT count(*) AS n, sum(id) AS s FROM shop.quiet",
+            "SELECT count(*) AS n, sum(id) AS s FROM shop.quiet;",
+            "-e",
+            "!tables",
         ],
         capture_output=True,
         text=True,
@@ -258,7 +265,9 @@ def test_beeline_from_the_pyspark_wheel_reads_a_table(served: Served) -> None:
         env={k: v for k, v in os.environ.items() if k != "SPARK_HOME"},
     )
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split()[-2:] == ["n,s", "5,10"], done.stdout  # after its prompt
+    assert "n,s\n5,10\n" in done.stdout, done.stdout
+    listed = done.stdout.split("n,s\n5,10\n", 1)[1]
+    assert "__sp_shop__quiet" in listed and "hr" not in listed, listed
 
 
 def test_streampart_query_and_sql_go_to_the_running_server(served: Served) -> None:

@@ -9,5 +9,5 @@ public interface Bridge {
     String authenticate(String user, String password);
 
     /** "OK:" and the statement Spark runs instead, or "ERR:" and why it is refused (one line). */
-    String rewrite(String session, String user, String sql);
+    String rewrite(String session, String user, String sql, org.apache.spark.sql.SparkSession spark);
 }

@@ -49,7 +49,7 @@ public final class Extensions extends AbstractFunction1<SparkSessionExtensions, 
             if (client == null || b == null) {
                 return delegate.parsePlan(sql);
             }
-            String answer = b.rewrite(client[0], client[1], sql);
+            String answer = b.rewrite(client[0], client[1], sql, spark);
             if (answer != null && answer.startsWith("OK:")) {
                 return delegate.parsePlan(answer.substring(3));
             }
