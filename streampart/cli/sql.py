@@ -110,6 +110,8 @@ def sql(
 
 def _shell(conn: Connection, output: Output, limit: int) -> None:
     interactive = sys.stdin.isatty()
+    if interactive:
+        import readline  # noqa: F401  (line editing and history for input())
     pending: list[str] = []
     while True:
         try:
