@@ -3,13 +3,19 @@
 Layout of a table ``ns.t`` (a standard Delta table any Delta reader can open)::
 
     <warehouse>/ns/t/_delta_log/                 the Delta transaction log
-    <warehouse>/ns/t/_staging/<chunk>-<k>.parquet chunk files of streaming partitions
+    <warehouse>/ns/t/_staging/<chunk>-<k>.parquet chunk files as staged, before their commit
+    <warehouse>/ns/t/_staging/<pcol>=<value>/…    committed chunk files of a streaming partition
     <warehouse>/ns/t/<pcol>=<value>/part-*.parquet a standard partition: exactly its live files
     <warehouse>/ns/t/<pcol>=<value>/_SUCCESS      completeness marker, written after the roll
 
 Names starting with ``_`` are hidden from Hive and Spark Parquet readers, so a plain reader
 of the table directory sees standard partitions only, and one pointed at a partition
-directory sees exactly that partition's rows.
+directory sees exactly that partition's rows. Every file the log lists is under a
+``<pcol>=<value>/`` directory naming its partition, as the log's ``partitionValues`` do
+(``metastore/partition_names.py``): readers that take the value from the path (polars' native
+Delta reader) find it there. A chunk's file is staged before its partition is known (arrival
+mode: the partition open when it commits); its commit adds a hard link to it in its partition's
+staging directory (:meth:`Warehouse.place_staged`).
 
 The Delta log is the truth about visibility: a chunk is visible iff a commit added its files.
 The SQL metastore is the truth about lifecycles and coordinates writers and rollers; where the
@@ -20,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import glob
 import json
 import logging
 import os
@@ -45,11 +52,17 @@ from metastore.errors import (
     StorageFullError,
     TableIntegrityError,
 )
-from metastore.models import Column, Table, TableName, utc
+from metastore.models import Column, Table, TableName
+from metastore.partition_names import (
+    STAGING_DIR,
+    parse_partition_value,
+    partition_dir,
+    partition_value_text,
+    staged_dir,
+)
 
 log = logging.getLogger("streampart.warehouse")
 
-STAGING_DIR = "_staging"
 SUCCESS_MARKER = "_SUCCESS"
 SEAL_PROPERTY = "streampart.seal"
 # A chunk commit's commit info: GROUP_KEY (unique per attempt, how the committer finds its own
@@ -102,26 +115,6 @@ def table_schema(table: Table) -> pa.Schema:
     return data_schema(table.columns).append(
         pa.field(table.partition_column, pa.timestamp("us", tz="UTC"), nullable=False)
     )
-
-
-def partition_value_text(value: datetime) -> str:
-    """A timestamp partition value as the Delta log stores it (delta-rs' own format).
-
-    The year has four digits whatever it is: ``strftime("%Y")`` writes year 1 as ``1``.
-    """
-    v = utc(value)
-    return f"{v.year:04d}-{v:%m-%d %H:%M:%S}.{v.microsecond:06d}"
-
-
-def parse_partition_value(text: Any) -> datetime:
-    if isinstance(text, datetime):
-        return utc(text)
-    return utc(datetime.fromisoformat(str(text)))
-
-
-def partition_dir(table: Table, value: datetime) -> str:
-    """Directory (relative to the table) of a standard partition, Hive-style as delta-rs names it."""
-    return f"{table.partition_column}={urllib.parse.quote(partition_value_text(value), safe='')}"
 
 
 @dataclass(frozen=True)
@@ -347,6 +340,49 @@ class Warehouse:
             pq.write_table(data, tmp, compression="snappy")
             os.replace(tmp, target)
             return target.stat().st_size
+
+    def place_staged(self, table: Table, relative: str, value: datetime) -> str:
+        """The path a staged file is committed under: ``_staging/<pcol>=<value>/<name>``.
+
+        A hard link to the staged file, made here (again, if an earlier attempt of the commit
+        linked another file of that name: the link must be this file). The staged name stays
+        until the commit has landed (:meth:`unstage`), so a commit retried into another partition
+        after a roll links it again there; links no commit lists are removed by housekeeping.
+
+        Raises:
+            StorageError: the link could not be made (StorageFullError: no space for it).
+        """
+        name = relative.rsplit("/", 1)[-1]
+        placed = f"{staged_dir(table, value)}/{name}"
+        source, target = Path(table.location) / relative, Path(table.location) / placed
+        with storage_errors(f"placing {relative} of table {table.name} in its partition's directory"):
+            for _ in range(3):  # housekeeping may remove an empty directory just as we link into it
+                target.parent.mkdir(parents=True, exist_ok=True)
+                try:
+                    if target.exists() and os.path.samefile(source, target):
+                        return placed
+                    tmp = target.with_name(f".{name}.{uuid.uuid4().hex}.tmp")
+                    os.link(source, tmp)
+                    os.replace(tmp, target)
+                    return placed
+                except FileNotFoundError:
+                    if not source.exists():
+                        raise
+            raise FileNotFoundError(errno.ENOENT, "its partition's staging directory keeps vanishing")
+        return placed  # unreachable: for mypy
+
+    def unstage(self, table: Table, relative: str) -> None:
+        """Remove a staged file's staged name, once a commit lists it under its placed name."""
+        with contextlib.suppress(OSError):  # housekeeping removes what is left
+            (Path(table.location) / relative).unlink(missing_ok=True)
+
+    def remove_staged(self, table: Table, relative: str) -> None:
+        """Delete a staged file and every link :meth:`place_staged` made to it."""
+        name = relative.rsplit("/", 1)[-1]
+        staging = Path(table.location) / STAGING_DIR
+        for link in staging.glob(f"{glob.escape(table.partition_column)}=*/{glob.escape(name)}"):
+            self.remove_file(table, str(link.relative_to(table.location)))
+        self.remove_file(table, relative)
 
     def exists(self, table: Table, relative: str) -> bool:
         return (Path(table.location) / relative).is_file()

@@ -19,8 +19,10 @@ Each table is handled on its own: a failure is reported for that table and the o
 
 from __future__ import annotations
 
+import contextlib
+import glob
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -55,6 +57,16 @@ class HousekeepingReport:
 
     def to_json(self) -> dict[str, Any]:
         return {**self.__dict__, "files_removed": len(self.files_removed)}
+
+
+def staged_files(staging: Path, partition_column: str) -> Iterator[Path]:
+    """Every file of a staging area: as staged (``_staging/<name>``), and as placed by commits in
+    the streaming partitions' directories (``_staging/<pcol>=<value>/<name>``)."""
+    for path in sorted(staging.iterdir()):
+        if path.is_file():
+            yield path
+        elif path.is_dir() and path.name.startswith(f"{partition_column}="):
+            yield from sorted(p for p in path.iterdir() if p.is_file())
 
 
 @dataclass
@@ -136,15 +148,21 @@ class Housekeeper:
         live = {f.path for f in wh.live_files(wh.load(table))}
         rolled_at: dict[datetime, datetime | None] = {}
         removed = []
-        for path in sorted(staging.iterdir()):
-            rel = f"{STAGING_DIR}/{path.name}"
-            if not path.is_file() or rel in live or path.stat().st_mtime >= cutoff.timestamp():
+        for path in staged_files(staging, table.partition_column):
+            rel = path.relative_to(root).as_posix()
+            if rel in live or path.stat().st_mtime >= cutoff.timestamp():
                 continue
             chunk_id = chunk_of_staged(path.name)
             if chunk_id in active or not self._chunk_done_with(table, chunk_id, cutoff, rolled_at):
                 continue
             wh.remove_file(table, rel)
             removed.append(rel)
+        for directory in staging.glob(f"{glob.escape(table.partition_column)}=*"):
+            # a streaming partition's staging directory, emptied: a commit that links into it
+            # just as it goes makes it again (Warehouse.place_staged)
+            with contextlib.suppress(OSError):
+                if directory.stat().st_mtime < cutoff.timestamp():
+                    directory.rmdir()  # only if empty
         # temporary files (and Spark attempts' hidden directories) of compactions interrupted by a
         # crash: never part of any snapshot
         prefix = f"{table.partition_column}="

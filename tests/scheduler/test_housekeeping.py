@@ -17,7 +17,7 @@ from metastore.delta_log import set_log_settings
 from metastore.models import ChunkState
 from metastore.warehouse import STAGING_DIR, last_checkpoint_version, partition_dir
 from scheduler.config import HousekeepingConfig
-from scheduler.housekeeping import Housekeeper
+from scheduler.housekeeping import Housekeeper, staged_files
 from scheduler.roll import Roller
 from tests.fixtures import make_table
 from tests.helpers import all_ids, records
@@ -51,7 +51,8 @@ def test_files_go_after_the_retention_and_readers_notice_nothing(catalog) -> Non
         return Path(chunk.files[0].path).name
 
     def on_disk() -> set[str]:
-        return {p.name for p in (root / STAGING_DIR).iterdir()} | (
+        # committed chunks' files are in their partitions' staging directories (place_staged)
+        return {p.name for p in staged_files(root / STAGING_DIR, table.partition_column)} | (
             {leftover.name} if leftover.exists() else set()
         )
 
@@ -68,7 +69,7 @@ def test_files_go_after_the_retention_and_readers_notice_nothing(catalog) -> Non
     # 2. the files are old now, but the roll is recent: a snapshot pinned before it may still
     # read the swept file, and the stuck chunk may still commit
     old = time.time() - 2 * 3600
-    for path in [*(root / STAGING_DIR).iterdir(), leftover, attempt]:
+    for path in [*staged_files(root / STAGING_DIR, table.partition_column), leftover, attempt]:
         os.utime(path, (old, old))
     report = keeper.run(now=rolled_at + timedelta(minutes=30))
     gone = {Path(p).name for p in report.files_removed}
