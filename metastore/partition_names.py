@@ -122,6 +122,6 @@ def naming_text(table: Table) -> str:
         start += ", or the second a forced roll opened it"
     example = readable_dir(table.partition_column, datetime(2026, 11, 23, 13, tzinfo=UTC))
     return (
-        f"each partition is named after its start in UTC ({start}); its directory is "
+        f"each partition is named after its start in UTC ({start}); its directory is e.g. "
         f"{example}/ (':' written %3A, as Hive and Spark write it)"
     )

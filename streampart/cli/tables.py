@@ -273,6 +273,7 @@ def print_partitions(out: TextOutput, partitions: list[dict[str, Any]], clusters
     """Partitions as ``table describe`` and ``link describe`` print them (``clusters``: with the
     clusters that hold each, for a table with replicas)."""
     grid = RichTable("partition (UTC)", "state", "chunks", "rows", "bytes", "files", "location")
+    grid.columns[0].no_wrap = True  # a name is read whole; the location gives way first
     if clusters:
         grid.add_column("clusters")
     for p in partitions:
