@@ -54,7 +54,7 @@ from ingest.errors import (
 )
 from ingest.formats import BadRecord, Format, Parsed, RecordValidator, TimeBounds, parse, parse_arrow
 from ingest.group_commit import CommitGroups, Member
-from metastore import clock
+from metastore import clock, staging
 from metastore.catalog import Catalog
 from metastore.crashpoints import crashpoint, pausepoint
 from metastore.durations import format_duration
@@ -472,12 +472,13 @@ class ChunkWriter:
         Late (event-time tables): rows of a partition that is sealed already, or whose period
         ended more than the table's max-age ago (no partition is opened for those).
         The path committed is the file's link in its partition's staging directory
-        (``Warehouse.place_staged``): a reader that takes partition values from paths finds them.
+        (``metastore/staging.py``): a reader that takes partition values from paths finds them.
         """
-        place = self.warehouse.place_staged
         if self.table.mode is Mode.ARRIVAL:
             assert open_value is not None
-            return [(place(self.table, f.path, open_value), open_value, f.rows) for f in chunk.files], []
+            return [
+                (staging.place(self.table, f.path, open_value), open_value, f.rows) for f in chunk.files
+            ], []
         plan, late = [], []
         now = clock.now()
         for f in chunk.files:
@@ -487,7 +488,7 @@ class ChunkWriter:
                 continue
             partition = self.store.ensure_partition(self.table.id, f.period)
             if partition.state is PartitionState.STREAMING:
-                plan.append((place(self.table, f.path, f.period), f.period, f.rows))
+                plan.append((staging.place(self.table, f.path, f.period), f.period, f.rows))
             else:
                 late.append(f)
         return plan, late
@@ -604,7 +605,7 @@ class ChunkWriter:
 
     def _remove_files(self, chunk: Chunk) -> None:
         for f in chunk.files:
-            self.warehouse.remove_staged(self.table, f.path)
+            staging.remove(self.warehouse, self.table, f.path)
 
     @staticmethod
     def _require_state(chunk: Chunk, state: ChunkState, verb: str) -> None:
@@ -762,7 +763,7 @@ def _commit_group(group: list[Member[_Pending, CommitResult]], context: dict[str
             committed = {path for path, _, _ in plans[m]}
             for f in m.item.chunk.files:
                 if f.path not in committed:
-                    warehouse.unstage(table, f.path)
+                    staging.unstage(table, f.path)
         return
 
 

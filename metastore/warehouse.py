@@ -15,7 +15,7 @@ directory sees exactly that partition's rows. Every file the log lists is under 
 (``metastore/partition_names.py``): readers that take the value from the path (polars' native
 Delta reader) find it there. A chunk's file is staged before its partition is known (arrival
 mode: the partition open when it commits); its commit adds a hard link to it in its partition's
-staging directory (:meth:`Warehouse.place_staged`).
+staging directory (``metastore/staging.py``).
 
 The Delta log is the truth about visibility: a chunk is visible iff a commit added its files.
 The SQL metastore is the truth about lifecycles and coordinates writers and rollers; where the
@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import glob
 import json
 import logging
 import os
@@ -58,7 +57,6 @@ from metastore.partition_names import (
     parse_partition_value,
     partition_dir,
     partition_value_text,
-    staged_dir,
 )
 
 log = logging.getLogger("streampart.warehouse")
@@ -340,49 +338,6 @@ class Warehouse:
             pq.write_table(data, tmp, compression="snappy")
             os.replace(tmp, target)
             return target.stat().st_size
-
-    def place_staged(self, table: Table, relative: str, value: datetime) -> str:
-        """The path a staged file is committed under: ``_staging/<pcol>=<value>/<name>``.
-
-        A hard link to the staged file, made here (again, if an earlier attempt of the commit
-        linked another file of that name: the link must be this file). The staged name stays
-        until the commit has landed (:meth:`unstage`), so a commit retried into another partition
-        after a roll links it again there; links no commit lists are removed by housekeeping.
-
-        Raises:
-            StorageError: the link could not be made (StorageFullError: no space for it).
-        """
-        name = relative.rsplit("/", 1)[-1]
-        placed = f"{staged_dir(table, value)}/{name}"
-        source, target = Path(table.location) / relative, Path(table.location) / placed
-        with storage_errors(f"placing {relative} of table {table.name} in its partition's directory"):
-            for _ in range(3):  # housekeeping may remove an empty directory just as we link into it
-                target.parent.mkdir(parents=True, exist_ok=True)
-                try:
-                    if target.exists() and os.path.samefile(source, target):
-                        return placed
-                    tmp = target.with_name(f".{name}.{uuid.uuid4().hex}.tmp")
-                    os.link(source, tmp)
-                    os.replace(tmp, target)
-                    return placed
-                except FileNotFoundError:
-                    if not source.exists():
-                        raise
-            raise FileNotFoundError(errno.ENOENT, "its partition's staging directory keeps vanishing")
-        return placed  # unreachable: for mypy
-
-    def unstage(self, table: Table, relative: str) -> None:
-        """Remove a staged file's staged name, once a commit lists it under its placed name."""
-        with contextlib.suppress(OSError):  # housekeeping removes what is left
-            (Path(table.location) / relative).unlink(missing_ok=True)
-
-    def remove_staged(self, table: Table, relative: str) -> None:
-        """Delete a staged file and every link :meth:`place_staged` made to it."""
-        name = relative.rsplit("/", 1)[-1]
-        staging = Path(table.location) / STAGING_DIR
-        for link in staging.glob(f"{glob.escape(table.partition_column)}=*/{glob.escape(name)}"):
-            self.remove_file(table, str(link.relative_to(table.location)))
-        self.remove_file(table, relative)
 
     def exists(self, table: Table, relative: str) -> bool:
         return (Path(table.location) / relative).is_file()

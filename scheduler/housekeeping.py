@@ -20,9 +20,8 @@ Each table is handled on its own: a failure is reported for that table and the o
 from __future__ import annotations
 
 import contextlib
-import glob
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -36,6 +35,8 @@ from metastore.durations import format_duration
 from metastore.errors import NotFoundError
 from metastore.logs import event
 from metastore.models import ChunkState, PartitionState, Table
+from metastore.staging import files as staged_files
+from metastore.staging import partition_dirs as staging_partition_dirs
 from metastore.warehouse import STAGING_DIR, chunk_of_staged, last_checkpoint_version
 from scheduler.config import HousekeepingConfig
 
@@ -57,16 +58,6 @@ class HousekeepingReport:
 
     def to_json(self) -> dict[str, Any]:
         return {**self.__dict__, "files_removed": len(self.files_removed)}
-
-
-def staged_files(staging: Path, partition_column: str) -> Iterator[Path]:
-    """Every file of a staging area: as staged (``_staging/<name>``), and as placed by commits in
-    the streaming partitions' directories (``_staging/<pcol>=<value>/<name>``)."""
-    for path in sorted(staging.iterdir()):
-        if path.is_file():
-            yield path
-        elif path.is_dir() and path.name.startswith(f"{partition_column}="):
-            yield from sorted(p for p in path.iterdir() if p.is_file())
 
 
 @dataclass
@@ -148,7 +139,7 @@ class Housekeeper:
         live = {f.path for f in wh.live_files(wh.load(table))}
         rolled_at: dict[datetime, datetime | None] = {}
         removed = []
-        for path in staged_files(staging, table.partition_column):
+        for path in staged_files(table):
             rel = path.relative_to(root).as_posix()
             if rel in live or path.stat().st_mtime >= cutoff.timestamp():
                 continue
@@ -157,9 +148,9 @@ class Housekeeper:
                 continue
             wh.remove_file(table, rel)
             removed.append(rel)
-        for directory in staging.glob(f"{glob.escape(table.partition_column)}=*"):
+        for directory in staging_partition_dirs(table):
             # a streaming partition's staging directory, emptied: a commit that links into it
-            # just as it goes makes it again (Warehouse.place_staged)
+            # just as it goes makes it again (metastore/staging.py)
             with contextlib.suppress(OSError):
                 if directory.stat().st_mtime < cutoff.timestamp():
                     directory.rmdir()  # only if empty

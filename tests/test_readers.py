@@ -5,7 +5,7 @@ polars' native ``read_delta`` takes each file's partition value from its path (a
 ``_staging/<chunk>.parquet``: before the first roll polars read the partition column as null,
 after it (a standard partition plus staged chunks, the normal state) it failed with
 ``SchemaFieldNotFoundError``. Committed chunk files are now placed under
-``_staging/<pcol>=<value>/`` (``Warehouse.place_staged``); tables written before still read
+``_staging/<pcol>=<value>/`` (``metastore/staging.py``); tables written before still read
 (and roll) as they did, and polars reads them once their old chunks have rolled.
 """
 
@@ -22,11 +22,10 @@ from deltalake import DeltaTable
 
 from ingest.chunks import ChunkWriter
 from ingest.formats import Format
-from metastore import partition_names
+from metastore import partition_names, staging
 from metastore.integrity import check_table
 from metastore.models import Mode, Table
 from metastore.partition_names import legacy_dir, partition_dir, readable_dir
-from metastore.warehouse import Warehouse
 from scheduler.config import HousekeepingConfig
 from scheduler.housekeeping import Housekeeper
 from scheduler.roll import Roller
@@ -105,7 +104,7 @@ def test_a_table_written_in_the_old_layout_reads_rolls_and_is_cleaned(sqlite_cat
     w = ChunkWriter(catalog, table)
     old = catalog.store.streaming_partition(table.id).value
     with monkeypatch.context() as old_code:  # the writer and roller as they were
-        old_code.setattr(Warehouse, "place_staged", lambda self, table, relative, value: relative)
+        old_code.setattr(staging, "place", lambda table, relative, value: relative)
         old_code.setattr(partition_names, "readable_dir", legacy_dir)
         w.write(records(range(5)), Format.JSONL)
         Roller(catalog).roll_table(table, force=True)
