@@ -6,7 +6,11 @@ looks for every such problem at once, for ``streampart check``:
 
 - the log: commit files that are empty, truncated or unreadable; gaps in the versions since
   the last checkpoint; a log that cannot be loaded at all; a log that ends before the newest
-  version at which the metastore recorded a commit;
+  version at which the metastore recorded a commit; a log *ahead* of the metastore — commits
+  after that version adding chunks the metastore holds as never committed (or not at all), or
+  sealing for rolls it has no record of: a metastore restored from an older backup than the
+  warehouse (the normal crash windows — a chunk still COMMITTING, a roll's step not yet
+  recorded — are not problems: they are finished by housekeeping and the roll's resumption);
 - data files of the newest snapshot: missing, of another size than the log says, not a
   readable Parquet file, or holding another number of rows;
 - standard partitions: no ``_SUCCESS`` marker, rows that differ from what the roll recorded, and
@@ -26,10 +30,17 @@ from pathlib import Path
 from typing import Any
 
 from metastore.catalog import Catalog
-from metastore.errors import TableIntegrityError
-from metastore.models import PartitionState, Table, iso
+from metastore.errors import NotFoundError, TableIntegrityError
+from metastore.models import ChunkState, PartitionState, Table, iso
 from metastore.replicas import CopyState, Replica, replica_table
-from metastore.warehouse import SUCCESS_MARKER, Warehouse, last_checkpoint_version, partition_dir
+from metastore.warehouse import (
+    ROLL_KEY,
+    SUCCESS_MARKER,
+    Warehouse,
+    commit_chunks,
+    last_checkpoint_version,
+    partition_dir,
+)
 
 RESTORE = "restore it from a backup"
 
@@ -69,6 +80,8 @@ def check_table(catalog: Catalog, table: Table) -> list[Problem]:
                 version=recorded,
             )
         )
+    elif latest > recorded:
+        problems += _log_ahead(catalog, table, recorded, latest)
     files = wh.live_files(dt)
     for f in files:
         problem = _file_problem(table, f.path, f.size, f.rows)
@@ -163,6 +176,52 @@ def _replica_problems(catalog: Catalog, table: Table, replica: Replica, primary:
             )
         )
     return problems
+
+
+# A chunk in these states never had a Delta commit: its commit began after (RESERVED → COMMITTING)
+# or never will (abort and expiry take only chunks whose commit did not land).
+_NEVER_COMMITTED = (ChunkState.RESERVED, ChunkState.ABORTED, ChunkState.EXPIRED)
+
+
+def _log_ahead(catalog: Catalog, table: Table, recorded: int, latest: int) -> list[Problem]:
+    """Commits after the metastore's newest recorded one that it cannot account for (see above)."""
+    store = catalog.of(table).store
+    unknown: list[str] = []
+    for version in range(recorded + 1, latest + 1):
+        try:
+            info = catalog.warehouse.commit_info(table, version) or {}
+        except ValueError:  # a damaged commit file: reported as commit_damaged
+            continue
+        for chunk_id in commit_chunks(info):
+            try:
+                state = store.get_chunk(chunk_id).state
+            except NotFoundError:
+                unknown.append(f"version {version} adds chunk {chunk_id}, which the metastore does not hold")
+                continue
+            if state in _NEVER_COMMITTED:
+                unknown.append(
+                    f"version {version} adds chunk {chunk_id}, which the metastore holds {state.value}"
+                )
+        if roll_id := info.get(ROLL_KEY):
+            try:
+                store.get_roll(str(roll_id))
+            except NotFoundError:
+                unknown.append(
+                    f"version {version} seals for roll {roll_id}, which the metastore does not hold"
+                )
+    if not unknown:
+        return []
+    more = f" (and {len(unknown) - 3} more)" if len(unknown) > 3 else ""
+    return [
+        Problem(
+            str(table.name),
+            "log_ahead",
+            f"the Delta log holds commits the metastore never recorded: {'; '.join(unknown[:3])}{more}; "
+            "the metastore is older than the log (restored from another backup than the warehouse?): "
+            "restore both from the same backup (docs/operations.md)",
+            version=recorded + 1,
+        )
+    ]
 
 
 def _log_files(wh: Warehouse, table: Table) -> list[Problem]:

@@ -46,6 +46,9 @@ SQLITE_BUSY_TIMEOUT_S: float = 30
 MIGRATIONS = Path(__file__).resolve().parent.parent / "migrations"
 """The Alembic script directory of the metastore's schema."""
 
+# PostgreSQL's SQLSTATE for "permission denied" (a role without the privileges a migration needs).
+_INSUFFICIENT_PRIVILEGE = "42501"
+
 # The execution option that marks a connection's transaction as read-only (see Database.read_tx).
 _READ_ONLY = "streampart_read_only"
 
@@ -278,13 +281,23 @@ class Database:
         cfg = Config()
         cfg.set_main_option("script_location", str(MIGRATIONS))
         head = ScriptDirectory.from_config(cfg).get_current_head()
-        with self.tx() as conn:
-            if conn.dialect.name == "postgresql":
-                conn.execute(sa.text("SELECT pg_advisory_xact_lock(4196)"))
-            if MigrationContext.configure(conn).get_current_revision() == head:
-                return
-            cfg.attributes["connection"] = conn
-            command.upgrade(cfg, "head")
+        try:
+            with self.tx() as conn:
+                if conn.dialect.name == "postgresql":
+                    conn.execute(sa.text("SELECT pg_advisory_xact_lock(4196)"))
+                if MigrationContext.configure(conn).get_current_revision() == head:
+                    return
+                cfg.attributes["connection"] = conn
+                command.upgrade(cfg, "head")
+        except sa.exc.ProgrammingError as exc:
+            if getattr(exc.orig, "sqlstate", None) != _INSUFFICIENT_PRIVILEGE:
+                raise
+            why = str(exc.orig).splitlines()[0]
+            raise UserInputError(
+                f"metastore {self.safe_url}: the role may not bring its schema to revision {head} "
+                f"({why}): run the first start, and the first start after an upgrade, as the role that "
+                "owns the schema (see docs/operations.md, PostgreSQL)"
+            ) from None
 
     def ping(self) -> None:
         """A round trip to the database (health checks); raises MetastoreUnavailableError."""
