@@ -54,7 +54,7 @@ from ingest.errors import (
 )
 from ingest.formats import BadRecord, Format, Parsed, RecordValidator, TimeBounds, parse, parse_arrow
 from ingest.group_commit import CommitGroups, Member
-from metastore import clock
+from metastore import clock, staging
 from metastore.catalog import Catalog
 from metastore.crashpoints import crashpoint, pausepoint
 from metastore.durations import format_duration
@@ -471,10 +471,14 @@ class ChunkWriter:
         ``open_value``: an arrival-mode table's streaming partition (read once for a group).
         Late (event-time tables): rows of a partition that is sealed already, or whose period
         ended more than the table's max-age ago (no partition is opened for those).
+        The path committed is the file's link in its partition's staging directory
+        (``metastore/staging.py``): a reader that takes partition values from paths finds them.
         """
         if self.table.mode is Mode.ARRIVAL:
             assert open_value is not None
-            return [(f.path, open_value, f.rows) for f in chunk.files], []
+            return [
+                (staging.place(self.table, f.path, open_value), open_value, f.rows) for f in chunk.files
+            ], []
         plan, late = [], []
         now = clock.now()
         for f in chunk.files:
@@ -484,7 +488,7 @@ class ChunkWriter:
                 continue
             partition = self.store.ensure_partition(self.table.id, f.period)
             if partition.state is PartitionState.STREAMING:
-                plan.append((f.path, f.period, f.rows))
+                plan.append((staging.place(self.table, f.path, f.period), f.period, f.rows))
             else:
                 late.append(f)
         return plan, late
@@ -562,10 +566,11 @@ class ChunkWriter:
         return self.result(done)
 
     def _partitions_of_commit(self, chunk: Chunk, version: int) -> list[datetime]:
-        # at the very version that added them, the chunk's files cannot have been swept yet
-        paths = {f.path for f in chunk.files}
+        # at the very version that added them, the chunk's files cannot have been swept yet; the
+        # log lists them by their placed paths (or, committed before placing, their staged ones)
+        names = {f.path.rsplit("/", 1)[-1] for f in chunk.files}
         dt = self.warehouse.load(self.table, version)
-        return sorted({f.partition for f in self.warehouse.live_files(dt) if f.path in paths})
+        return sorted({f.partition for f in self.warehouse.live_files(dt) if f.staged and f.name in names})
 
     def result(self, chunk: Chunk) -> CommitResult:
         return CommitResult(
@@ -600,7 +605,7 @@ class ChunkWriter:
 
     def _remove_files(self, chunk: Chunk) -> None:
         for f in chunk.files:
-            self.warehouse.remove_file(self.table, f.path)
+            staging.remove(self.warehouse, self.table, f.path)
 
     @staticmethod
     def _require_state(chunk: Chunk, state: ChunkState, verb: str) -> None:
@@ -754,6 +759,11 @@ def _commit_group(group: list[Member[_Pending, CommitResult]], context: dict[str
             version = found
         context["version"] = version
         _record_group(active, plans, version)
+        for m in active:  # the log lists their placed paths now: the staged names may go
+            committed = {path for path, _, _ in plans[m]}
+            for f in m.item.chunk.files:
+                if f.path not in committed:
+                    staging.unstage(table, f.path)
         return
 
 

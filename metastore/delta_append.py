@@ -63,6 +63,13 @@ def newest_version(location: str, known: int) -> int | None:
     return version
 
 
+def log_path(path: str) -> str:
+    """A file's path (relative, as on disk) as the log holds it: a URI path, encoded as delta-rs
+    encodes the paths it writes (``=`` kept, so a ``<pcol>=<value>`` directory reads the same in
+    our adds and in delta-rs' removes of them: delta-rs matches a remove to its add by this text)."""
+    return urllib.parse.quote(path, safe="/=")
+
+
 def append_actions(
     partition_column: str,
     files: Iterable[tuple[str, str, int, int, int]],
@@ -88,7 +95,7 @@ def append_actions(
         actions.append(
             {
                 "add": {
-                    "path": urllib.parse.quote(path),
+                    "path": log_path(path),
                     "partitionValues": {partition_column: value},
                     "size": size,
                     "modificationTime": mtime,

@@ -13,8 +13,9 @@ from metastore.delta_log import LogSettings
 from metastore.durations import format_duration
 from metastore.links import Link, LinkMode, Resolved
 from metastore.models import Partition, PartitionState, iso
+from metastore.partition_names import naming_text, partition_label, placement_text, staged_dir
 from metastore.replicas import CopyState, PartitionCopy, Replica
-from metastore.warehouse import STAGING_DIR, LiveFile, files_stats, partition_dir
+from metastore.warehouse import LiveFile, files_stats, partition_dir
 
 
 def describe(
@@ -53,10 +54,13 @@ def describe(
             chunks = st.chunks if st else 0
             rows, size, files_n = (st.rows, st.bytes, st.files) if st else (0, 0, 0)
             swept = st is not None and st.files > 0 and not st.staged_files  # a link's view of it
-        location = Path(table.location) / (partition_dir(table, p.value) if swept else STAGING_DIR)
+        location = Path(table.location) / (
+            partition_dir(table, p.value) if swept else staged_dir(table, p.value)
+        )
         partitions.append(
             {
                 "value": iso(p.value),
+                "name": partition_label(p.value),
                 "state": p.state.value,
                 "chunks": chunks,
                 "rows": rows,
@@ -78,6 +82,8 @@ def describe(
         "dead_letter": table.dead_letter,
         "time_column": table.time_column,
         "partition_column": table.partition_column,
+        "partitioned_by": placement_text(table),
+        "partition_names": naming_text(table),
         "schema": ", ".join(f"{c.name} {c.sql_type}" for c in table.columns),
         "location": table.location,
         "cluster": table.cluster,

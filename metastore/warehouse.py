@@ -3,13 +3,19 @@
 Layout of a table ``ns.t`` (a standard Delta table any Delta reader can open)::
 
     <warehouse>/ns/t/_delta_log/                 the Delta transaction log
-    <warehouse>/ns/t/_staging/<chunk>-<k>.parquet chunk files of streaming partitions
+    <warehouse>/ns/t/_staging/<chunk>-<k>.parquet chunk files as staged, before their commit
+    <warehouse>/ns/t/_staging/<pcol>=<value>/…    committed chunk files of a streaming partition
     <warehouse>/ns/t/<pcol>=<value>/part-*.parquet a standard partition: exactly its live files
     <warehouse>/ns/t/<pcol>=<value>/_SUCCESS      completeness marker, written after the roll
 
 Names starting with ``_`` are hidden from Hive and Spark Parquet readers, so a plain reader
 of the table directory sees standard partitions only, and one pointed at a partition
-directory sees exactly that partition's rows.
+directory sees exactly that partition's rows. Every file the log lists is under a
+``<pcol>=<value>/`` directory naming its partition, as the log's ``partitionValues`` do
+(``metastore/partition_names.py``): readers that take the value from the path (polars' native
+Delta reader) find it there. A chunk's file is staged before its partition is known (arrival
+mode: the partition open when it commits); its commit adds a hard link to it in its partition's
+staging directory (``metastore/staging.py``).
 
 The Delta log is the truth about visibility: a chunk is visible iff a commit added its files.
 The SQL metastore is the truth about lifecycles and coordinates writers and rollers; where the
@@ -45,11 +51,16 @@ from metastore.errors import (
     StorageFullError,
     TableIntegrityError,
 )
-from metastore.models import Column, Table, TableName, utc
+from metastore.models import Column, Table, TableName
+from metastore.partition_names import (
+    STAGING_DIR,
+    parse_partition_value,
+    partition_dir,
+    partition_value_text,
+)
 
 log = logging.getLogger("streampart.warehouse")
 
-STAGING_DIR = "_staging"
 SUCCESS_MARKER = "_SUCCESS"
 SEAL_PROPERTY = "streampart.seal"
 # A chunk commit's commit info: GROUP_KEY (unique per attempt, how the committer finds its own
@@ -102,26 +113,6 @@ def table_schema(table: Table) -> pa.Schema:
     return data_schema(table.columns).append(
         pa.field(table.partition_column, pa.timestamp("us", tz="UTC"), nullable=False)
     )
-
-
-def partition_value_text(value: datetime) -> str:
-    """A timestamp partition value as the Delta log stores it (delta-rs' own format).
-
-    The year has four digits whatever it is: ``strftime("%Y")`` writes year 1 as ``1``.
-    """
-    v = utc(value)
-    return f"{v.year:04d}-{v:%m-%d %H:%M:%S}.{v.microsecond:06d}"
-
-
-def parse_partition_value(text: Any) -> datetime:
-    if isinstance(text, datetime):
-        return utc(text)
-    return utc(datetime.fromisoformat(str(text)))
-
-
-def partition_dir(table: Table, value: datetime) -> str:
-    """Directory (relative to the table) of a standard partition, Hive-style as delta-rs names it."""
-    return f"{table.partition_column}={urllib.parse.quote(partition_value_text(value), safe='')}"
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ Each table is handled on its own: a failure is reported for that table and the o
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -34,6 +35,8 @@ from metastore.durations import format_duration
 from metastore.errors import NotFoundError
 from metastore.logs import event
 from metastore.models import ChunkState, PartitionState, Table
+from metastore.staging import files as staged_files
+from metastore.staging import partition_dirs as staging_partition_dirs
 from metastore.warehouse import STAGING_DIR, chunk_of_staged, last_checkpoint_version
 from scheduler.config import HousekeepingConfig
 
@@ -136,15 +139,21 @@ class Housekeeper:
         live = {f.path for f in wh.live_files(wh.load(table))}
         rolled_at: dict[datetime, datetime | None] = {}
         removed = []
-        for path in sorted(staging.iterdir()):
-            rel = f"{STAGING_DIR}/{path.name}"
-            if not path.is_file() or rel in live or path.stat().st_mtime >= cutoff.timestamp():
+        for path in staged_files(table):
+            rel = path.relative_to(root).as_posix()
+            if rel in live or path.stat().st_mtime >= cutoff.timestamp():
                 continue
             chunk_id = chunk_of_staged(path.name)
             if chunk_id in active or not self._chunk_done_with(table, chunk_id, cutoff, rolled_at):
                 continue
             wh.remove_file(table, rel)
             removed.append(rel)
+        for directory in staging_partition_dirs(table):
+            # a streaming partition's staging directory, emptied: a commit that links into it
+            # just as it goes makes it again (metastore/staging.py)
+            with contextlib.suppress(OSError):
+                if directory.stat().st_mtime < cutoff.timestamp():
+                    directory.rmdir()  # only if empty
         # temporary files (and Spark attempts' hidden directories) of compactions interrupted by a
         # crash: never part of any snapshot
         prefix = f"{table.partition_column}="

@@ -122,12 +122,16 @@ def due_partitions(table: Table, streaming: list[Partition], now: datetime, forc
 def next_partition_value(table: Table, rolled: Partition, now: datetime) -> datetime:
     """Arrival mode: the value of the partition that opens when ``rolled`` closes.
 
-    Normally the start of the current period; after a forced roll within a period, the
-    moment of the roll itself, so partition values stay unique and ordered.
+    Normally the start of the current period; after a forced roll within a period, the whole
+    second the roll happened in (``13:17:39``, a name a person reads: rows go to an arrival-mode
+    partition by when they commit, never by its value), or the very instant if a roll in that
+    second took the whole second already, so partition values stay unique and ordered.
     """
     candidate = period_start(now, table.roll_every)
     if candidate <= rolled.value:
-        candidate = max(now, rolled.value + timedelta(microseconds=1))
+        candidate = now.replace(microsecond=0)
+        if candidate <= rolled.value:
+            candidate = max(now, rolled.value + timedelta(microseconds=1))
     return candidate
 
 

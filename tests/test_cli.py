@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -157,6 +158,8 @@ def arrival_scenario(base: Path) -> dict[str, Any]:
     steps["describe_written"] = run(wh, "table", "describe", "ns.t", "--json")
     steps["roll_force"] = run(wh, "roll", "ns.t", "--force", "--json")
     steps["describe_rolled"] = run(wh, "table", "describe", "ns.t", "--json")
+    steps["describe_rolled_text"] = run(wh, "table", "describe", "ns.t")
+    steps["create_help"] = run(wh, "table", "create", "--help")
     # "now" = just after the new partition opened, so an hour boundary passing on the real
     # clock between the two commands cannot make it due
     streaming = [p for p in steps["describe_rolled"].json()["partitions"] if p["state"] == "streaming"]
@@ -323,6 +326,32 @@ def test_roll(arrival: dict[str, Any]) -> None:
     # two hours on, the new partition's period has ended
     later = arrival["roll_later"].json()
     assert [r["partition"] for r in later["rolled"]] == [streaming[0]["value"]]
+
+
+def test_describe_and_help_say_what_the_mode_does_and_how_partitions_are_named(
+    arrival: dict[str, Any],
+) -> None:
+    def words(text: str) -> str:  # Rich's boxes and line wrapping undone
+        return " ".join(re.sub("[│╭╮╰╯─]", " ", text).split())
+
+    info = arrival["describe_rolled"].json()
+    assert info["partitioned_by"].startswith("arrival time of each chunk")
+    [streaming] = [p for p in info["partitions"] if p["state"] == "streaming"]
+    # opened by a forced roll mid-hour: named after the roll's whole second, not its instant
+    assert assert_iso_utc(streaming["value"]).microsecond == 0
+    text = arrival["describe_rolled_text"]
+    assert text.returncode == 0, text.stderr
+    shown = words(text.stdout)
+    assert "partitioned by ts_period: arrival time of each chunk" in shown
+    assert "(ts is not used to place rows)" in shown
+    for p in info["partitions"]:
+        assert p["name"] in shown and p["value"] not in shown
+    standard = next(p for p in info["partitions"] if p["state"] == "standard")
+    assert standard["location"].endswith(f"ts_period={standard['name'].replace(':', '%3A')}%3A00")
+
+    helped = words(arrival["create_help"].stdout)
+    assert "rows go to the partition open when their chunk commits" in helped  # --time-column, arrival
+    assert "each row lands in the partition of its --time-column's period" in helped  # --mode
 
 
 @pytest.mark.spark

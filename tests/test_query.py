@@ -162,7 +162,7 @@ def test_a_data_file_damaged_in_place_fails_the_query_naming_the_file(spark, sql
 
     table = make_table(sqlite_catalog, "ns.garbled")
     ChunkWriter(sqlite_catalog, table).write(records(range(10)), Format.JSONL)
-    [staged] = (Path(table.location) / "_staging").glob("*.parquet")
+    [staged] = (Path(table.location) / "_staging").rglob("*.parquet")
     staged.write_bytes(b"\0" * staged.stat().st_size)  # same size: only reading it can tell
     df = run_sql(spark, sqlite_catalog, "SELECT count(*) AS n FROM ns.garbled")
     with pytest.raises(QueryError, match=staged.name) as failed, spark_errors():

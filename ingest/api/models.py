@@ -117,7 +117,8 @@ class CommitInfo(BaseModel):
 
 
 class PartitionInfo(BaseModel):
-    value: str
+    value: str = Field(description="The partition's value (its start), ISO-8601 in UTC.")
+    name: str = Field("", description="The same value for a person: 2026-11-23 13:00 (UTC, no zero parts).")
     state: str
     chunks: int
     rows: int
@@ -179,6 +180,10 @@ class TableInfo(BaseModel):
     dead_letter: bool
     time_column: str
     partition_column: str
+    partitioned_by: str = Field(
+        "", description="What the partition column holds in the table's mode, and how rows are placed."
+    )
+    partition_names: str = Field("", description="How partitions and their directories are named.")
     schema_: str = Field(alias="schema")
     location: str
     cluster: str = Field(description="The primary cluster: it holds all the data and takes every write.")

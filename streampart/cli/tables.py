@@ -35,9 +35,23 @@ def table_create(
     ctx: typer.Context,
     name: Annotated[str, typer.Argument(help="NAMESPACE.TABLE")],
     schema: Annotated[str, typer.Option(help='Columns, e.g. "id BIGINT, ts TIMESTAMP, msg STRING"')],
-    time_column: Annotated[str, typer.Option(help="The TIMESTAMP column the table is partitioned by")],
+    time_column: Annotated[
+        str,
+        typer.Option(
+            help="The rows' TIMESTAMP column. event-time: it places each row in the partition of its "
+            "period. arrival: it is an ordinary column; rows go to the partition open when their chunk "
+            "commits. Either way the table is partitioned by --partition-column, the start of each period"
+        ),
+    ],
     roll_every: Annotated[str, typer.Option(help="Roll interval: 15m, 1h, 1d, …")],
-    mode: Annotated[str, typer.Option(help="arrival (HIVE-4196) or event-time")] = "arrival",
+    mode: Annotated[
+        str,
+        typer.Option(
+            help="arrival (HIVE-4196): one streaming partition at a time; a chunk lands in whichever is "
+            "open when it commits, and it rolls every --roll-every. event-time: each row lands in the "
+            "partition of its --time-column's period, which rolls when the period ends plus --lateness"
+        ),
+    ] = "arrival",
     lateness: Annotated[
         str, typer.Option(help="event-time: how long a partition waits for late rows")
     ] = "0s",
@@ -230,7 +244,8 @@ def _print_described(out: TextOutput, info: dict[str, Any]) -> None:
         )
     out.console.print(
         f"schema: {info['schema']}"
-        + f"\npartitioned by {info['partition_column']} (from {info['time_column']})"
+        + f"\npartitioned by {info['partition_column']}: {info['partitioned_by']}"
+        + f"\n{info['partition_names']}"
         + f"\nlocation: {info['location']}  (Delta version {info['version']})"
         + (
             f"\nDelta log: a checkpoint every {info['delta_log']['checkpoint_interval']} commits, commit "
@@ -257,11 +272,12 @@ def _print_described(out: TextOutput, info: dict[str, Any]) -> None:
 def print_partitions(out: TextOutput, partitions: list[dict[str, Any]], clusters: bool = False) -> None:
     """Partitions as ``table describe`` and ``link describe`` print them (``clusters``: with the
     clusters that hold each, for a table with replicas)."""
-    grid = RichTable("partition", "state", "chunks", "rows", "bytes", "files", "location")
+    grid = RichTable("partition (UTC)", "state", "chunks", "rows", "bytes", "files", "location")
+    grid.columns[0].no_wrap = True  # a name is read whole; the location gives way first
     if clusters:
         grid.add_column("clusters")
     for p in partitions:
-        row = [p["value"], p["state"], str(p["chunks"]), str(p["rows"]), str(p["bytes"]), str(p["files"])]
+        row = [p["name"], p["state"], str(p["chunks"]), str(p["rows"]), str(p["bytes"]), str(p["files"])]
         row.append(p["location"])
         if clusters:
             row.append(", ".join(p.get("clusters") or []))

@@ -213,8 +213,10 @@ def test_a_malformed_chunk_fails_whole_with_the_line_number(catalog) -> None:  #
         w.write(bad, Format.JSONL, key="bad")
     assert sorted(all_ids(table)) == [0, 1, 2]  # what was committed is untouched, nothing added
     assert catalog.store.find_chunk_by_key(table.id, "bad").state is ChunkState.ABORTED
-    # the aborted chunk's staged file is gone: staging holds exactly the one live chunk file
-    staged = {f"_staging/{p.name}" for p in (Path(table.location) / "_staging").glob("*.parquet")}
+    # the aborted chunk's staged file is gone: staging holds exactly the one live chunk file (in its
+    # partition's staging directory, where its commit placed it)
+    root = Path(table.location)
+    staged = {p.relative_to(root).as_posix() for p in (root / "_staging").rglob("*.parquet")}
     assert staged == live_paths(catalog, table) and len(staged) == 1
 
 

@@ -30,7 +30,7 @@ def _commit(table: Table, version: int) -> Path:
 
 
 def _data_file(table: Table) -> Path:
-    return next((Path(table.location) / "_staging").glob("*.parquet"))
+    return next((Path(table.location) / "_staging").rglob("*.parquet"))
 
 
 def _truncate_half(path: Path) -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from ingest.chunks import ChunkWriter
 from ingest.formats import Format
+from metastore import staging
 from metastore.delta_log import set_log_settings
 from metastore.models import ChunkState
 from metastore.warehouse import STAGING_DIR, last_checkpoint_version, partition_dir
@@ -51,9 +52,8 @@ def test_files_go_after_the_retention_and_readers_notice_nothing(catalog) -> Non
         return Path(chunk.files[0].path).name
 
     def on_disk() -> set[str]:
-        return {p.name for p in (root / STAGING_DIR).iterdir()} | (
-            {leftover.name} if leftover.exists() else set()
-        )
+        # committed chunks' files are in their partitions' staging directories (staging.place)
+        return {p.name for p in staging.files(table)} | ({leftover.name} if leftover.exists() else set())
 
     keeper = Housekeeper(
         catalog, HousekeepingConfig(retention="1h", chunk_retention="1h", checkpoint_every=3)
@@ -68,7 +68,7 @@ def test_files_go_after_the_retention_and_readers_notice_nothing(catalog) -> Non
     # 2. the files are old now, but the roll is recent: a snapshot pinned before it may still
     # read the swept file, and the stuck chunk may still commit
     old = time.time() - 2 * 3600
-    for path in [*(root / STAGING_DIR).iterdir(), leftover, attempt]:
+    for path in [*staging.files(table), leftover, attempt]:
         os.utime(path, (old, old))
     report = keeper.run(now=rolled_at + timedelta(minutes=30))
     gone = {Path(p).name for p in report.files_removed}

@@ -1,0 +1,127 @@
+"""How a partition's value is written: in the Delta log, as a directory, and for a person.
+
+A partition's value is a UTC timestamp: the start of its period (or, in arrival mode after a
+forced roll, the whole second the roll happened in). It appears in three places, which every
+Delta reader must find consistent:
+
+- **the Delta log** (``partitionValues``), the truth for readers that follow the Delta protocol
+  (delta-rs, delta-spark, DuckDB): :func:`partition_value_text`, delta-rs' own format
+  (``2026-11-23 13:00:00.000000``). Unchanged since the first table.
+- **the directory** of a file: :func:`partition_dir`. Some readers take the value from the path
+  instead of the log (polars' native ``read_delta`` reads every file as a Hive path), so every
+  data file lives under ``<pcol>=<value>/``: a standard partition's files in
+  ``<pcol>=<value>/``, a streaming partition's committed chunk files in
+  ``_staging/<pcol>=<value>/``. The value is written as Hive and Spark write a timestamp
+  partition: ``YYYY-MM-DD HH:MM:SS`` with a fraction of a second only when it has one, and only
+  ``:`` escaped (``%3A``: a Hadoop path cannot hold a colon), e.g.
+  ``ts_period=2026-11-23 13%3A00%3A00``. Every reader that parses the path decodes that.
+- **for a person** (``table describe``): :func:`partition_label`, ``2026-11-23 13:00`` (seconds
+  and fractions only when not zero), always UTC.
+
+Directories named before this rule (``ts_period=2026-11-23%2013%3A00%3A00.000000``, delta-rs'
+escaping) keep their names: :func:`partition_dir` answers the old name for a partition whose
+directory already has it, so a partition never has files in two directories, and tables written
+before keep working as they are. Nothing in an existing Delta log changes.
+"""
+
+from __future__ import annotations
+
+import os
+import urllib.parse
+from datetime import UTC, datetime
+from typing import Any
+
+from metastore.durations import format_duration
+from metastore.models import Mode, Table, utc
+
+STAGING_DIR = "_staging"
+
+
+def partition_value_text(value: datetime) -> str:
+    """A timestamp partition value as the Delta log stores it (delta-rs' own format).
+
+    The year has four digits whatever it is: ``strftime("%Y")`` writes year 1 as ``1``.
+    """
+    v = utc(value)
+    return f"{v.year:04d}-{v:%m-%d %H:%M:%S}.{v.microsecond:06d}"
+
+
+def parse_partition_value(text: Any) -> datetime:
+    if isinstance(text, datetime):
+        return utc(text)
+    return utc(datetime.fromisoformat(str(text)))
+
+
+def directory_value_text(value: datetime) -> str:
+    """The value as a directory name holds it, unescaped: ``2026-11-23 13:00:00`` (fraction if any)."""
+    v = utc(value)
+    text = f"{v.year:04d}-{v:%m-%d %H:%M:%S}"
+    return f"{text}.{v.microsecond:06d}" if v.microsecond else text
+
+
+def readable_dir(column: str, value: datetime) -> str:
+    """``<column>=<value>`` as Hive and Spark name a timestamp partition: only ``:`` escaped."""
+    return f"{column}={directory_value_text(value).replace(':', '%3A')}"
+
+
+def legacy_dir(column: str, value: datetime) -> str:
+    """``<column>=<value>`` as delta-rs names it (every character but letters and digits escaped):
+    the name of every standard partition rolled before :func:`readable_dir`."""
+    return f"{column}={urllib.parse.quote(partition_value_text(value), safe='')}"
+
+
+def partition_dir(table: Table, value: datetime) -> str:
+    """Directory (relative to the table) of a standard partition.
+
+    :func:`readable_dir`, unless the partition's directory exists under its old name
+    (:func:`legacy_dir`): then that one, so the files of a partition rolled (or being rolled)
+    before the rule changed stay together and are found where they are.
+    """
+    legacy = legacy_dir(table.partition_column, value)
+    if os.path.isdir(os.path.join(table.location, legacy)):
+        return legacy
+    return readable_dir(table.partition_column, value)
+
+
+def staged_dir(table: Table, value: datetime) -> str:
+    """Directory (relative to the table) of a streaming partition's committed chunk files."""
+    return f"{STAGING_DIR}/{readable_dir(table.partition_column, value)}"
+
+
+def partition_label(value: datetime) -> str:
+    """A partition's value for a person: ``2026-11-23 13:00``, ``… 13:17:39``; UTC, no zero parts."""
+    v = utc(value)
+    text = f"{v.year:04d}-{v:%m-%d %H:%M}"
+    if v.second or v.microsecond:
+        text += f":{v.second:02d}"
+    if v.microsecond:
+        text += f".{v.microsecond:06d}".rstrip("0")
+    return text
+
+
+def placement_text(table: Table) -> str:
+    """What the partition column holds and how a row is placed, in the table's mode, for a person."""
+    every = format_duration(table.roll_every)
+    if table.mode is Mode.EVENT_TIME:
+        return (
+            f"event time from {table.time_column}: each row goes to the partition of the {every} period "
+            f"its own {table.time_column} falls in"
+        )
+    return (
+        f"arrival time of each chunk: a chunk's rows go to the partition that is open when it "
+        f"commits ({table.time_column} is not used to place rows)"
+    )
+
+
+def naming_text(table: Table) -> str:
+    """How partitions are named (``table describe``): what :func:`partition_label` and
+    :func:`partition_dir` write."""
+    every = format_duration(table.roll_every)
+    start = f"the start of its {every} period"
+    if table.mode is Mode.ARRIVAL:
+        start += ", or the second a forced roll opened it"
+    example = readable_dir(table.partition_column, datetime(2026, 11, 23, 13, tzinfo=UTC))
+    return (
+        f"each partition is named after its start in UTC ({start}); its directory is e.g. "
+        f"{example}/ (':' written %3A, as Hive and Spark write it)"
+    )
