@@ -50,6 +50,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+_FORGET_EVERY = 64  # statements between two looks for closed client sessions
+
 # Why 4: a session's statement resolves its views while Spark analyses it, right after the
 # rewrite; a few older views of a table stay for statements of the same session still analysing.
 _VIEWS_KEPT = 4
@@ -101,6 +103,18 @@ class SqlGate:
         self._tokens: dict[str, tuple[float, ApiToken | None]] = {}
         self._shown: dict[str, list[str]] = {}  # client session id → its views, oldest first
         self._serial = 0
+        self._statements = 0
+
+    def _forget_closed(self) -> None:
+        """Forget the ``USE`` and the view names of client sessions that have closed (their views
+        went with their Spark sessions); without it a long-running server keeps one entry per
+        session it ever served."""
+        jvm = self.spark._jvm
+        assert jvm is not None
+        open_now = set(jvm.streampart.sqlserver.Hooks.openSessions())
+        for remembered in (self._namespaces, self._shown):
+            for session in [s for s in remembered if s not in open_now]:
+                del remembered[session]
 
     # -- who ------------------------------------------------------------------------------------
     def authenticate(self, user: str, password: str) -> str | None:
@@ -144,6 +158,9 @@ class SqlGate:
             StreampartError: the statement is refused, naming why (one line).
         """
         with self._lock:
+            self._statements += 1
+            if self._statements % _FORGET_EVERY == 1:  # the first statement too: a fault shows at once
+                self._forget_closed()
             may_read = self._may_read(user)
             bare = _BARE_USE.match(sql)
             if bare is not None and bare.group(1).upper() != "CLUSTER":

@@ -31,6 +31,18 @@ public final class Hooks {
         return bridge;
     }
 
+    /** The ids of the client sessions open now (empty before the server started). */
+    public static String[] openSessions() {
+        SessionManager manager = sessions;
+        if (manager == null) {
+            return new String[0];
+        }
+        SparkSQLOperationManager operations = (SparkSQLOperationManager) manager.getOperationManager();
+        return operations.sessionToContexts().keySet().stream()
+            .map(h -> h.getSessionId().toString())
+            .toArray(String[]::new);
+    }
+
     /** The client session {session id, user} a SparkSession serves; null for any other session. */
     public static String[] clientOf(SparkSession spark) {
         SessionManager manager = sessions;
