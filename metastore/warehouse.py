@@ -70,6 +70,8 @@ GROUP_KEY = "streampart.group"
 CHUNKS_KEY = "streampart.chunks"
 CHUNK_KEY = "streampart.chunk"
 ROLL_KEY = "streampart.roll"
+# A roll's sweep commit names its roll and attempt (``<roll id>/<random>``): scheduler/roll.py.
+SWEEP_KEY = "streampart.sweep"
 
 # Why 100: delta-rs retries a commit whose version was taken by a concurrent writer, re-running
 # its conflict check each time. Under many concurrent writers (tests run 4+ processes plus a

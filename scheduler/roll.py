@@ -47,13 +47,18 @@ from metastore.models import (
     period_start,
     saturating_add,
 )
-from metastore.warehouse import LiveFile, data_schema, first_line, partition_dir, storage_error
+from metastore.warehouse import (
+    SWEEP_KEY,
+    LiveFile,
+    data_schema,
+    first_line,
+    partition_dir,
+    storage_error,
+)
 from scheduler.compacted_names import compacted_name, compacted_version
 from scheduler.config import RollConfig
 from scheduler.errors import RollAbandonedError, RollBusyError, RollFailedError
 from scheduler.spark_compaction import SparkFactory, compact_with_spark
-
-SWEEP_KEY = "streampart.sweep"
 
 # How the local engine writes a standard partition's files. Why 1 Mi rows a row group (pyarrow's
 # own default for write_table): chunks arrive as small files (often ~100 rows), and a row group

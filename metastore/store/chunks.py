@@ -161,15 +161,25 @@ class ChunkStore(Database):
         return chunk_from_row(row)
 
     def list_chunks(
-        self, table_id: int | None = None, states: Sequence[ChunkState] | None = None
+        self,
+        table_id: int | None = None,
+        states: Sequence[ChunkState] | None = None,
+        limit: int | None = None,
+        newest_first: bool = False,
     ) -> list[Chunk]:
+        """Chunks (of one table, in some states), oldest reserved first; ``limit``: at most that many
+        (with ``newest_first``: the newest ones, newest first)."""
         q = sa.select(s.chunks)
         if table_id is not None:
             q = q.where(s.chunks.c.table_id == table_id)
         if states:
             q = q.where(s.chunks.c.state.in_([st.value for st in states]))
+        order = s.chunks.c.created_at.desc() if newest_first else s.chunks.c.created_at
+        q = q.order_by(order, s.chunks.c.id.desc() if newest_first else s.chunks.c.id)
+        if limit is not None:
+            q = q.limit(limit)
         with self.read_tx() as conn:
-            rows = conn.execute(q.order_by(s.chunks.c.created_at)).all()
+            rows = conn.execute(q).all()
         return [chunk_from_row(r) for r in rows]
 
     def _update_chunk(self, chunk: Chunk, preconditions: Sequence[Precondition], **values: Any) -> Chunk:

@@ -12,6 +12,7 @@ from rich.markup import escape
 
 from metastore.errors import StreampartError
 from streampart.cli.check import check
+from streampart.cli.chunks import chunk_app
 from streampart.cli.clusters import cluster_app
 from streampart.cli.context import CliContext
 from streampart.cli.daemon import scheduler_app
@@ -39,6 +40,7 @@ app = typer.Typer(
 table_app.command("alter")(table_alter)
 table_app.command("replicate")(table_replicate)
 app.add_typer(table_app, name="table")
+app.add_typer(chunk_app, name="chunk")
 app.add_typer(namespace_app, name="namespace")
 app.add_typer(link_app, name="link")
 app.add_typer(cluster_app, name="cluster")
