@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from metastore import clock
 from metastore.catalog import Catalog
 from metastore.errors import UserInputError
 from metastore.links import Resolved
@@ -29,6 +28,7 @@ from metastore.namespaces import check_namespace
 from streampart import query_policy
 from streampart.errors import QueryError
 from streampart.query_policy import Output, Resolver, TableRef
+from streampart.snapshots import Snapshot, pin, view_of
 from streampart.spark_master import check_reachable, check_same_master
 
 if TYPE_CHECKING:
@@ -96,25 +96,6 @@ def spark_ddl(table: Table) -> str:
     return ", ".join(f"`{c.name}` {c.sql_type}" for c in table.columns)
 
 
-@dataclass(frozen=True)
-class Snapshot:
-    """One table pinned at one Delta version."""
-
-    table: Table
-    version: int
-    files: tuple[Any, ...]
-
-
-def pin(catalog: Catalog, table: Table, version: int | None = None, *, check: bool = True) -> Snapshot:
-    """``table`` at ``version`` (default: the newest), its log and (unless not ``check``) its files
-    checked first (a statement read on another cluster checks the copies it reads instead)."""
-    dt = catalog.load(table, version)
-    files = tuple(catalog.warehouse.live_files(dt))
-    if check:
-        catalog.warehouse.check_files(table, files)
-    return Snapshot(table, int(dt.version()), files)
-
-
 def snapshot_frame(spark: SparkSession, snap: Snapshot) -> DataFrame:
     """A DataFrame of exactly the rows of ``snap``, partition column included."""
     from pyspark.sql import functions as F
@@ -154,15 +135,6 @@ def read_table(
     """
     resolved = Resolved(name.name, name) if isinstance(name, Table) else catalog.resolve(name, namespace)
     return snapshot_frame(spark, view_of(resolved, pin(catalog, resolved.table, version)))
-
-
-def view_of(resolved: Resolved, snap: Snapshot) -> Snapshot:
-    """What ``resolved`` shows of ``snap`` (a snapshot of its table): all of it, or what its link admits."""
-    if resolved.link is None:
-        return snap
-    return Snapshot(
-        snap.table, snap.version, tuple(resolved.link.filter(snap.files, snap.table, clock.now()))
-    )
 
 
 def from_spark(value: Any) -> Any:
@@ -355,8 +327,9 @@ def version_of(catalog: Catalog, table: Table, ref: TableRef) -> int | None:
         return None
     newest = int(catalog.load(table).version())
     if ref.version is not None:
-        if ref.version > newest:
-            raise UserInputError(f"{ref.name} has no version {ref.version}: its newest is {newest}")
+        from metastore.delta_history import check_readable
+
+        check_readable(table, ref.version, newest)
         return ref.version
     assert ref.timestamp is not None
     at = parse_instant(ref.timestamp, f"{ref.name} TIMESTAMP AS OF")

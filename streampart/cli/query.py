@@ -84,6 +84,10 @@ def query(
     INSERT INTO commits the query's result into a table as one chunk; CREATE TABLE … AS SELECT
     makes a new streaming table with the result as its first chunk. Both land exactly once per
     --idempotency-key.
+
+    Time travel: `SELECT … FROM ns.t VERSION AS OF 12` (or `TIMESTAMP AS OF '2026-11-25T10:00:00Z'`)
+    reads the table as of that Delta version; `streampart table history ns.t` lists the versions,
+    and `streampart table read ns.t --version 12` prints their rows without starting Spark.
     """
     from streampart.query import spark_errors, spark_session
     from streampart.query_plan import plan, run

@@ -26,6 +26,7 @@ from streampart.cli.replicas import table_alter, table_replicate
 from streampart.cli.rolls import housekeep, roll
 from streampart.cli.server import serve
 from streampart.cli.sql import sql, sql_server
+from streampart.cli.table_versions import table_history, table_read
 from streampart.cli.tables import table_app
 from streampart.cli.tokens import token_app
 from streampart.cli.write import write
@@ -39,6 +40,8 @@ app = typer.Typer(
 # in the order of `streampart --help`
 table_app.command("alter")(table_alter)
 table_app.command("replicate")(table_replicate)
+table_app.command("history")(table_history)
+table_app.command("read")(table_read)
 app.add_typer(table_app, name="table")
 app.add_typer(chunk_app, name="chunk")
 app.add_typer(namespace_app, name="namespace")
