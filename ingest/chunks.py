@@ -78,6 +78,7 @@ from metastore.models import (
     iso,
     period_start,
 )
+from metastore.progress import Progress
 from metastore.warehouse import CHUNKS_KEY, GROUP_KEY, Warehouse
 
 T = TypeVar("T")
@@ -823,30 +824,49 @@ def arrow_digest(data: pa.Table) -> str:
 
 
 def expire_chunks(
-    catalog: Catalog, now: datetime | None = None, table_ids: Collection[int] | None = None
+    catalog: Catalog,
+    now: datetime | None = None,
+    table_ids: Collection[int] | None = None,
+    progress: Progress | None = None,
 ) -> list[Chunk]:
     """Expire reserved chunks past their TTL (at ``now``) and delete their staged files.
 
     ``table_ids``: only chunks of these tables (None: of every table of the catalog's metastore).
+    ``progress``: told how many chunks' files go, and as each chunk's are deleted.
     """
     expired = catalog.store.expire_chunks(now, table_ids)
     tables: dict[int, Table] = {}
+    if progress is not None and expired:
+        progress.start(f"deleting the files of {len(expired)} expired chunk(s)", len(expired), "chunks")
     for chunk in expired:
         table = tables.get(chunk.table_id) or catalog.store.get_table_by_id(chunk.table_id)
         tables[chunk.table_id] = table
         for f in chunk.files:
             catalog.warehouse.remove_file(table, f.path)
+        if progress is not None:
+            progress.advance()
     return expired
 
 
-def recover_commits(catalog: Catalog, config: ChunkConfig | None = None) -> list[CommitResult]:
-    """Finish commits whose writer died mid-commit (roll forward: the producer asked to commit)."""
+def recover_commits(
+    catalog: Catalog, config: ChunkConfig | None = None, progress: Progress | None = None
+) -> list[CommitResult]:
+    """Finish commits whose writer died mid-commit (roll forward: the producer asked to commit).
+
+    ``progress``: told how many stale commits there are, and as each is finished (or skipped).
+    """
     config = config or ChunkConfig()
     results = []
-    for chunk in catalog.store.stale_commits(clock.now() - 2 * config.commit_timeout):
+    stale = catalog.store.stale_commits(clock.now() - 2 * config.commit_timeout)
+    if progress is not None and stale:
+        progress.start(f"finishing {len(stale)} interrupted commit(s)", len(stale), "chunks")
+    for chunk in stale:
         table = catalog.store.get_table_by_id(chunk.table_id)
         try:
             results.append(ChunkWriter(catalog, table, config).commit(chunk.id))
         except (ChunkBusyError, ChunkStateError, LateDataError, FederationAccessError):
-            continue  # FederationAccessError: a namespace outside its metastore's whitelist
+            pass  # FederationAccessError: a namespace outside its metastore's whitelist
+        finally:
+            if progress is not None:
+                progress.advance()
     return results

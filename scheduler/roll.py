@@ -47,6 +47,7 @@ from metastore.models import (
     period_start,
     saturating_add,
 )
+from metastore.progress import Progress
 from metastore.warehouse import (
     SWEEP_KEY,
     LiveFile,
@@ -154,6 +155,9 @@ class Roller:
     # roll.engine = spark: the Spark session of a table's cluster (built by the caller, which
     # knows the settings); asked only when a partition is compacted.
     spark: SparkFactory | None = None
+    # Told when a partition's compaction begins (its files' bytes) and as each file is rewritten:
+    # `streampart roll` draws a bar from it.
+    progress: Progress = field(default_factory=Progress)
 
     def _home(self, table: Table) -> Roller | None:
         """This roller bound to ``table``'s metastore, if that is not the one its catalog is bound to.
@@ -286,6 +290,11 @@ class Roller:
         self._remove_leftovers(table, roll, seal_version)
         if staged:
             roll = store.record_roll_progress(roll, self.owner, files_before=len(staged))
+            self.progress.start(
+                f"rolling {table.name} partition {iso(value)}: compacting {len(files)} file(s)",
+                sum(f.size for f in files),
+                "bytes",
+            )
             compacted = self._compact(table, value, files, roll.id, int(dt.version()))
             try:
                 self._step("roll-after-compact")
@@ -390,10 +399,12 @@ class Roller:
                 raise RollFailedError(
                     "roll.engine is spark, but this roller was given no Spark session (Roller(spark=…))"
                 )
-            return compact_with_spark(
+            done = compact_with_spark(
                 self.spark(table), table, value, files, roll_id, base_version, attempt,
                 self.config.target_file_size,
             )  # fmt: skip
+            self.progress.advance(sum(f.size for f in files))  # one Spark job: all at once
+            return done
         directory = Path(table.location) / partition_dir(table, value)
         directory.mkdir(parents=True, exist_ok=True)
         schema = data_schema(table.columns)
@@ -442,6 +453,7 @@ class Roller:
                 written += f.size
                 if written >= self.config.target_file_size:
                     close()
+                self.progress.advance(f.size)
             if writer is not None:
                 close()
         except BaseException as exc:

@@ -18,6 +18,7 @@ from ingest.formats import Format
 from metastore.catalog import Catalog
 from metastore.durations import parse_duration
 from metastore.models import TableKind, TableName, TableSpec, companion_name, iso, parse_schema
+from metastore.progress import Progress
 from scheduler.roll import Roller
 
 DEMO = TableName(namespace="demo", table="events")
@@ -228,9 +229,18 @@ def run_kafka_demo(settings: Any, catalog: Catalog, console: Console, spark: Any
     console.print(f"14. stopped the broker (the Kafka part took {time.monotonic() - started:.1f}s)")
 
 
-def run_demo(settings: Any, catalog: Catalog, console: Console, fresh: bool = True) -> None:
+# The demo's parts, as its progress bar counts them (Spark's start and the Kafka part take longest).
+DEMO_PARTS = ("chunks", "Spark", "roll", "queries", "Kafka", "links", "clusters")
+
+
+def run_demo(
+    settings: Any, catalog: Catalog, console: Console, fresh: bool = True, progress: Progress | None = None
+) -> None:
+    """Run the demo, printing what happens to ``console``; ``progress`` is told as each part ends."""
     from streampart.query import from_spark, run_sql, spark_session
 
+    progress = progress or Progress()
+    progress.start("streampart demo", len(DEMO_PARTS), "parts")
     started = time.monotonic()
     console.rule("[bold]streampart demo")
     console.print(f"warehouse {catalog.warehouse.root}, metastore {catalog.store.safe_url}")
@@ -272,17 +282,20 @@ def run_demo(settings: Any, catalog: Catalog, console: Console, fresh: bool = Tr
     )
     _partitions(console, catalog, DEMO)
 
+    progress.advance()
     console.print("5. starting Spark to query the streaming partition …")
     spark = spark_session(settings.spark)
     count = run_sql(spark, catalog, "SELECT count(*) AS n FROM demo.events").collect()[0]["n"]
     console.print(f"   SELECT count(*) FROM demo.events → {count}")
 
+    progress.advance()
     rolled = Roller(catalog, settings.roll, spark=lambda _: spark).roll_table(table, force=True)
     for roll in rolled:
         console.print(
             f"6. rolled partition {roll.partition}: {roll.chunks} chunks → {roll.files_after} file(s), "
             f"{roll.rows} rows, {roll.seconds:.2f}s; next streaming partition {roll.next_partition}"
         )
+    progress.advance()
     for k in range(5, 7):
         r = writer.write(_records(k * 1000, 500, now), Format.JSONL, key=f"demo-{k}")
         console.print(
@@ -305,9 +318,13 @@ def run_demo(settings: Any, catalog: Catalog, console: Console, fresh: bool = Tr
     dead = run_sql(spark, catalog, "SELECT position, reason FROM demo.events__dead_letter").collect()
     for row in dead:
         console.print(f"8. dead letter: record {row['position']}: {row['reason']}")
+    progress.advance()
     run_kafka_demo(settings, catalog, console, spark)
+    progress.advance()
     run_links_demo(catalog, console, spark)
+    progress.advance()
     run_clusters_demo(catalog, console)
+    progress.advance()
     console.rule(f"done in {time.monotonic() - started:.1f}s")
     console.print(
         "Try: streampart table describe demo.events | "

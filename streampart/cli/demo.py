@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from streampart.cli.context import cli_context
+from streampart.cli.progress import progress_bars
 
 
 def demo(
@@ -19,4 +20,5 @@ def demo(
     from streampart.demo import run_demo
 
     cli = cli_context(ctx)
-    run_demo(cli.settings(), cli.catalog(), cli.output.console, fresh=not keep)
+    with progress_bars(cli.output, printing=True) as progress:
+        run_demo(cli.settings(), cli.catalog(), cli.output.console, fresh=not keep, progress=progress)

@@ -11,6 +11,7 @@ from metastore.errors import UserInputError
 from streampart.cli.context import cli_context
 from streampart.cli.output import TextOutput
 from streampart.cli.params import JsonFlag
+from streampart.cli.progress import progress_bars
 
 if TYPE_CHECKING:
     from metastore.catalog import Catalog
@@ -391,8 +392,6 @@ def namespace_move(
     """
     import contextlib
 
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-
     from ingest.chunks import ChunkWriter
     from ingest.errors import ChunkBusyError, ChunkStateError, LateDataError
     from metastore.models import Chunk
@@ -412,27 +411,17 @@ def namespace_move(
         with contextlib.suppress(ChunkBusyError, ChunkStateError, LateDataError):
             ChunkWriter(home, table, settings.chunk).commit(chunk.id)
 
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("rows"),
-        console=cli.output.err,
-        transient=True,
-        disable=not cli.output.err.is_terminal,
-    ) as bar:
+    with progress_bars(cli.output) as progress:
 
         class Bars(MoveProgress):
-            task: Any = None
-
             def table(self, table: str, rows: int) -> None:
-                self.task = bar.add_task(f"copying {table}", total=rows)
+                progress.start(f"copying {table}", rows, "rows")
 
             def advance(self, rows: int) -> None:
-                bar.advance(self.task, rows)
+                progress.advance(rows)
 
             def step(self, text: str) -> None:
-                bar.console.print(text, highlight=False) if bar.console.is_terminal else None
+                progress.step(text)
 
         mover = catalog.mover(
             resolve=resolve,

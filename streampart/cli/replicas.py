@@ -12,6 +12,7 @@ from metastore.errors import UserInputError
 from streampart.cli.context import cli_context
 from streampart.cli.output import TextOutput
 from streampart.cli.params import JsonFlag
+from streampart.cli.progress import progress_bars
 from streampart.cli.tables import CheckpointIntervalOption, LogRetentionOption
 
 
@@ -114,15 +115,6 @@ def table_replicate(
     Safe alongside the roll daemon: each copy is claimed, so a partition is copied once; a copy
     that failed before (and waits for its retry) is tried at once.
     """
-    from rich.progress import (
-        BarColumn,
-        DownloadColumn,
-        Progress,
-        TextColumn,
-        TimeRemainingColumn,
-        TransferSpeedColumn,
-    )
-
     from metastore.links import PartitionRange
     from scheduler.errors import ReplicationAbandonedError
     from scheduler.replication import Replicator
@@ -156,23 +148,11 @@ def table_replicate(
     )
     pending = {c: r.pending(table, catalog.replica(table, c), within, include_waiting=True) for c in clusters}
     total = sum(p.bytes or 0 for parts in pending.values() for p in parts)
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        DownloadColumn(),
-        TransferSpeedColumn(),
-        TimeRemainingColumn(),
-        console=cli.output.err,
-        transient=True,
-        disable=not cli.output.err.is_terminal,
-    ) as bar:
-        task = bar.add_task(
-            f"copying {sum(map(len, pending.values()))} partition(s) of {table.name}", total=total
-        )
+    with progress_bars(cli.output) as progress:
+        count = sum(map(len, pending.values()))
+        progress.start(f"copying {count} partition(s) of {table.name}", total, "bytes")
         try:
-            report = r.replicate(
-                table, clusters, within, progress=lambda n: bar.advance(task, n), include_waiting=True
-            )
+            report = r.replicate(table, clusters, within, progress=progress.advance, include_waiting=True)
         except ReplicationAbandonedError as exc:
             raise UserInputError(f"{exc}; run the command again") from None
     info = {

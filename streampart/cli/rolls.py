@@ -9,6 +9,7 @@ import typer
 from streampart.cli.context import cli_context
 from streampart.cli.output import TextOutput
 from streampart.cli.params import JsonFlag
+from streampart.cli.progress import progress_bars
 
 
 def roll(
@@ -31,9 +32,9 @@ def roll(
     table = catalog.table(name)
     catalog = catalog.for_write(table)  # the table's own metastore (rolling writes it)
     at = parse_instant(now, "--now") if now else None
-    results = Roller(catalog, settings.roll, spark=ClusterSpark(settings, catalog)).roll_table(
-        table, now=at, force=force
-    )
+    with progress_bars(cli.output) as progress:
+        roller = Roller(catalog, settings.roll, spark=ClusterSpark(settings, catalog), progress=progress)
+        results = roller.roll_table(table, now=at, force=force)
     # rolls another roller holds (or whose lease has not lapsed yet): say whose, and why it may be stuck
     held = [
         {"partition": iso(r.partition_value), "roll": r.id, "state": r.state.value, "owner": r.owner,
@@ -77,15 +78,16 @@ def housekeep(ctx: typer.Context, _json: JsonFlag = False) -> None:
     settings = cli.settings()
     catalog = cli.catalog()
     expired, recovered = [], []
-    for name in catalog.router.names():
-        if catalog.router.entry(name).access is AccessType.READ_ONLY:
-            continue
-        try:
-            home = catalog.on(name)
-            expired += expire_chunks(home)
-            recovered += recover_commits(home, settings.chunk)
-        except MetastoreUnavailableError as exc:
-            cli.output.warn(f"skipped metastore {name}: {exc}")
+    with progress_bars(cli.output) as progress:
+        for name in catalog.router.names():
+            if catalog.router.entry(name).access is AccessType.READ_ONLY:
+                continue
+            try:
+                home = catalog.on(name)
+                expired += expire_chunks(home, progress=progress)
+                recovered += recover_commits(home, settings.chunk, progress=progress)
+            except MetastoreUnavailableError as exc:
+                cli.output.warn(f"skipped metastore {name}: {exc}")
     cli.output.result(
         {"expired": [c.id for c in expired], "recovered": [r.to_json() for r in recovered]},
         _print_housekept,
