@@ -291,7 +291,7 @@ class Roller:
         if staged:
             roll = store.record_roll_progress(roll, self.owner, files_before=len(staged))
             self.progress.start(
-                f"rolling {table.name} partition {iso(value)}: compacting {len(files)} file(s)",
+                f"rolling {table.name} {iso(value)[:19].replace('T', ' ')}",  # short: a bar beside it
                 sum(f.size for f in files),
                 "bytes",
             )

@@ -84,7 +84,7 @@ def progress_bars(output: Output, printing: bool = False) -> Iterator[Progress]:
 
     with RichProgress(
         TextColumn("{task.description}"),
-        BarColumn(),
+        BarColumn(bar_width=24),
         Amount(),
         TimeRemainingColumn(elapsed_when_finished=True),
         console=output.err,
