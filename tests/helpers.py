@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 import pyarrow as pa
 
 from metastore.models import Table
+from metastore.progress import Progress
 
 T = TypeVar("T")
 
@@ -108,3 +109,19 @@ def downgraded(metastore_url: str, revision: str) -> Iterator[Any]:
             yield conn
     finally:
         old.close()
+
+
+class Recorder(Progress):
+    """Every report, in order: each piece of work begun, and what was advanced under it."""
+
+    def __init__(self) -> None:
+        self.started: list[tuple[str, int | None, str]] = []
+        self.advanced: list[list[int]] = []
+
+    def start(self, description: str, total: int | None, unit: str = "") -> None:
+        self.started.append((description, total, unit))
+        self.advanced.append([])
+
+    def advance(self, amount: int = 1) -> None:
+        assert self.started, "advanced before any work began"
+        self.advanced[-1].append(amount)

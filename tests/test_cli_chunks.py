@@ -132,6 +132,9 @@ def test_chunk_list_filters_by_state_and_limits(env: Env, chunks: dict[str, Chun
 def test_chunk_list_and_show_refuse_mistakes(env: Env, chunks: dict[str, Chunk]) -> None:
     code, said = env.cli("chunk", "list", "ns.t", "--state", "done")
     assert code == 1 and "--state must be one of reserved, committing, committed, aborted" in said
+    assert env.cli("link", "create", "other.t", "--to", "ns.t")[0] == 0
+    code, said = env.cli("chunk", "list", "other.t")
+    assert code == 1 and "other.t is a link to ns.t" in said and "streampart chunk list ns.t" in said
     code, said = env.cli("chunk", "list", "ns.nope")
     assert code == 1 and said.startswith("error: ") and "ns.nope" in said
     code, said = env.cli("chunk", "show", "0b7e1f6c-0000-4000-8000-000000000000")

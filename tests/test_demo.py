@@ -10,7 +10,7 @@ from metastore.catalog import Catalog
 from metastore.models import TableKind
 from streampart.config import Settings
 from streampart.demo import KAFKA_DEMO, run_kafka_demo
-from tests.helpers import all_ids, delta_rows
+from tests.helpers import Recorder, all_ids, delta_rows
 
 
 def _run(spark, catalog: Catalog) -> str:  # type: ignore[no-untyped-def]
@@ -67,15 +67,24 @@ def test_links_demo_reads_the_rolled_partition_through_an_isolated_namespace(spa
 
 def test_the_whole_demo_runs(spark, tmp_path) -> None:  # type: ignore[no-untyped-def]
     """``make demo``'s job, in process on the shared Spark session: every step, to the end."""
-    from streampart.demo import run_demo
+    from streampart.demo import DEMO_PARTS, run_demo
 
     catalog = Catalog.open(tmp_path / "wh")
     out = io.StringIO()
+    progress = Recorder()
     try:
-        run_demo(Settings(warehouse=catalog.warehouse.root), catalog, Console(file=out, width=300))
+        run_demo(
+            Settings(warehouse=catalog.warehouse.root),
+            catalog,
+            Console(file=out, width=300),
+            progress=progress,
+        )
     finally:
         catalog.close()
     text = out.getvalue()
+    # its bar: one piece of work, a part at a time, each part once
+    assert progress.started == [("streampart demo", len(DEMO_PARTS), "parts")]
+    assert progress.advanced == [[1] * len(DEMO_PARTS)]
     assert "3. retried chunk 1 with the same idempotency key: same chunk" in text, text
     assert "17. usage: demo owns" in text and "sees 2000 rows" in text and "done in" in text, text
 

@@ -89,7 +89,13 @@ def chunk_list(
     states = [choice(ChunkState, state, "--state")] if state is not None else None
     cli = cli_context(ctx)
     catalog = cli.catalog()
-    table = catalog.table(name)
+    resolved = catalog.resolve(name)
+    if resolved.link is not None:  # (its source may be another namespace's: not listed in its name)
+        raise UserInputError(
+            f"{resolved.name} is a link to {resolved.table.name}, and a link has no chunks of its own: "
+            f"the chunks are {resolved.table.name}'s (streampart chunk list {resolved.table.name})"
+        )
+    table = resolved.table
     chunks = catalog.of(table).store.list_chunks(table.id, states, limit=limit, newest_first=True)
     times: dict[int, Any] = {}
     cli.output.result([chunk_json(catalog, table, c, times) for c in chunks], _print_list)

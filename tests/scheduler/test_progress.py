@@ -12,26 +12,9 @@ from ingest.formats import Format
 from metastore import clock
 from metastore.catalog import Catalog
 from metastore.models import ChunkState, iso
-from metastore.progress import Progress
 from scheduler.roll import Roller
 from tests.fixtures import make_table
-from tests.helpers import records
-
-
-class Recorder(Progress):
-    """Every report, in order: each piece of work begun, and what was advanced under it."""
-
-    def __init__(self) -> None:
-        self.started: list[tuple[str, int | None, str]] = []
-        self.advanced: list[list[int]] = []
-
-    def start(self, description: str, total: int | None, unit: str = "") -> None:
-        self.started.append((description, total, unit))
-        self.advanced.append([])
-
-    def advance(self, amount: int = 1) -> None:
-        assert self.started, "advanced before any work began"
-        self.advanced[-1].append(amount)
+from tests.helpers import Recorder, records
 
 
 def test_a_roll_reports_its_compaction_file_by_file(catalog: Catalog) -> None:
