@@ -8,12 +8,11 @@ from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
-from rich.table import Table as RichTable
 
 from metastore.errors import UserInputError
 from metastore.federation_admin import metastore_info
 from streampart.cli.context import cli_context
-from streampart.cli.output import TextOutput
+from streampart.cli.output import TextOutput, listing
 from streampart.cli.params import JsonFlag
 
 federation_app = typer.Typer(
@@ -91,7 +90,7 @@ def federation_list(ctx: typer.Context, _json: JsonFlag = False) -> None:
 
 
 def _print_list(out: TextOutput, rows: list[dict[str, Any]]) -> None:
-    grid = RichTable("metastore", "access", "writable", "prefix", "routes", "health")
+    grid = listing("metastore", "access", "writable", "prefix", "routes", "health")
     for r in rows:
         grid.add_row(
             r["metastore"],
@@ -101,7 +100,7 @@ def _print_list(out: TextOutput, rows: list[dict[str, Any]]) -> None:
             str(len(r["routes"])),
             "up" if r["error"] is None else escape(f"down: {r['error']}"),
         )
-    out.console.print(grid)
+    out.table(grid)
 
 
 @federation_app.command("describe")
