@@ -10,7 +10,6 @@ import typer
 from rich.markup import escape
 
 from metastore.errors import UserInputError
-from metastore.federation_admin import metastore_info
 from streampart.cli.context import cli_context
 from streampart.cli.output import TextOutput, listing
 from streampart.cli.params import JsonFlag
@@ -70,6 +69,8 @@ def federation_add(
     cli = cli_context(ctx)
     catalog = cli.catalog()
     metastore = catalog.add_metastore(name, url, access, writable or [], prefix, _routes_option(route or []))
+    from metastore.federation_admin import metastore_info
+
     cli.output.result(metastore_info(metastore, catalog.primary.routes(), None), _print_added)
 
 
@@ -155,6 +156,8 @@ def federation_alter(
     metastore = catalog.alter_metastore(
         name, access=access, writable=writable, prefix=prefix, no_prefix=no_prefix
     )
+    from metastore.federation_admin import metastore_info
+
     cli.output.result(metastore_info(metastore, catalog.primary.routes()), _print_altered)
 
 

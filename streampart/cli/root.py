@@ -56,9 +56,9 @@ for command in (write, roll, query, housekeep, check, demo):
 
 def _print_version(value: bool) -> None:
     if value:
-        from importlib.metadata import version
+        import streampart
 
-        typer.echo(f"streampart {version('streampart')}")
+        typer.echo(f"streampart {streampart.__version__}")
         raise typer.Exit()
 
 
