@@ -69,6 +69,13 @@ def test_flags_options_and_arguments_read_as_they_are_used() -> None:
     )
 
 
+def test_command_help_is_prose_not_markup_nor_the_sources_line_breaks() -> None:
+    kafka = RUNNER.invoke(app, ["ingest", "kafka", "--help"]).output
+    assert "its [clusters] spark_masters entry" in " ".join(kafka.split())
+    check = RUNNER.invoke(app, ["check", "--help"]).output
+    assert "a log behind the metastore, missing, truncated or unreadable data files" in check  # one line
+
+
 def test_version() -> None:
     from importlib.metadata import version
 

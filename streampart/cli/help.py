@@ -21,6 +21,7 @@ declare per command:
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 from rich.markup import escape
@@ -74,8 +75,7 @@ class HelpGroup(TyperGroup):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        for command in self.commands.values():
-            _adopt(command)
+        _adopt(self)
 
     def get_params(self, ctx: _click.Context) -> list[_click.Parameter]:
         return _tidied(super().get_params(ctx), markup=self.rich_markup_mode == "rich")
@@ -92,6 +92,20 @@ def _adopt(command: _click.Command) -> None:
             _adopt(sub)
     elif isinstance(command, TyperCommand) and not isinstance(command, HelpCommand):
         command.__class__ = HelpCommand
+    else:
+        return
+    if command.rich_markup_mode == "rich":  # type: ignore[attr-defined]
+        command.help = _prose(command.help)
+        command.short_help = _prose(command.short_help)
+
+
+def _prose(text: str | None) -> str | None:
+    """A docstring as help: its paragraphs' lines joined (the terminal wraps them, not the source's
+    line breaks), as text rather than Rich markup ("[clusters]" is a TOML section, not a style)."""
+    if not text:
+        return text
+    paragraphs = inspect.cleandoc(text).split("\n\n")
+    return "\n\n".join(p if p.startswith("\b") else escape(" ".join(p.split())) for p in paragraphs)
 
 
 def _tidied(params: list[_click.Parameter], *, markup: bool) -> list[_click.Parameter]:
