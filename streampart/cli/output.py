@@ -88,6 +88,8 @@ class TextOutput(Output):
             ]
             for column, values in zip(table.columns[1:], cells[1:], strict=True):
                 value: RenderableType = values[i]
+                if isinstance(value, str) and not value.strip():
+                    continue  # an empty cell: nothing to say
                 if isinstance(value, str):
                     lines.append(Text("  ").append(f"{column.header}: ").append(console.render_str(value)))
                 else:
