@@ -3,7 +3,9 @@
 Every call of the API is idempotent, so the client retries any call whose answer it did not
 get (connection refused or reset, timeouts) or that the server asks it to retry (409
 ``chunk_busy``, 429, 502-504, with Retry-After), with exponential backoff and jitter, for up to
-``retry_for`` seconds. :meth:`Client.write` runs the whole chunk protocol under an idempotency
+``retry_for`` seconds (a call's whole budget, connecting included). The first failure of a call
+that will be retried is told to ``on_retry`` (the CLI says on stderr what it retries and for how
+long) before the client waits. :meth:`Client.write` runs the whole chunk protocol under an idempotency
 key (a fresh one if none is given), so however often it retries, the chunk lands once::
 
     from ingest.client import Client
@@ -20,6 +22,7 @@ import random
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -30,7 +33,7 @@ from ingest.api.media import FORMAT_MEDIA_TYPES
 from ingest.digests import PREFIX, digest_pieces
 from ingest.errors import ApiClientError, ApiRequestError, ApiUnavailableError
 
-__all__ = ["ApiClientError", "ApiRequestError", "ApiUnavailableError", "Client"]
+__all__ = ["ApiClientError", "ApiRequestError", "ApiUnavailableError", "Client", "Retrying"]
 
 _RETRY_STATUS = {429, 502, 503, 504, 507}
 # Why 150 s: a commit whose server died mid-way is taken over by a retry only after twice
@@ -40,6 +43,18 @@ DEFAULT_RETRY_FOR = 150.0
 _READ_SIZE = 1 << 20
 
 Body = bytes | Path | Callable[[], Iterator[bytes]]
+
+
+@dataclass(frozen=True)
+class Retrying:
+    """A call failed and is retried: what ``on_retry`` is told, once per call, before the first wait."""
+
+    method: str
+    url: str
+    problem: str  # why it failed: "ConnectError: [Errno 111] Connection refused", "HTTP 503: …"
+    retry_for: float  # seconds the call retries at most, counted from its start
+    backoff: float  # the first wait, in seconds; doubled after each attempt …
+    max_backoff: float  # … up to this (each with ±50% jitter, or the server's Retry-After)
 
 
 class Client:
@@ -55,10 +70,13 @@ class Client:
         backoff: float = 0.1,
         max_backoff: float = 5.0,
         transport: httpx.BaseTransport | None = None,
+        on_retry: Callable[[Retrying], None] | None = None,
     ) -> None:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.url = url.rstrip("/")
+        self.timeout = timeout
         self.retry_for, self.backoff, self.max_backoff = retry_for, backoff, max_backoff
+        self.on_retry = on_retry
         self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout, transport=transport)
 
     def close(self) -> None:
@@ -161,12 +179,17 @@ class Client:
 
     # -- transport --------------------------------------------------------------------------
     def _call(self, method: str, path: str, body: Body | None = None, **kw: Any) -> httpx.Response:
-        deadline = time.monotonic() + self.retry_for
+        started = time.monotonic()
+        deadline = started + self.retry_for
         attempt = 0
         while True:
             attempt += 1
+            # connecting never outlasts the budget (a host that drops packets would hold a connect
+            # for the whole timeout); an answer being computed (a long commit) gets the full timeout
+            connect = min(self.timeout, max(deadline - time.monotonic(), 0.5))
+            timeout = httpx.Timeout(self.timeout, connect=connect)
             try:
-                response = self._http.request(method, path, content=_content(body), **kw)
+                response = self._http.request(method, path, content=_content(body), timeout=timeout, **kw)
             except httpx.TransportError as exc:
                 problem: str = f"{type(exc).__name__}: {exc}"
                 wait = None
@@ -180,9 +203,17 @@ class Client:
             delay = min(self.max_backoff, self.backoff * 2 ** (attempt - 1)) * (0.5 + random.random())
             delay = max(delay, wait or 0)
             if time.monotonic() + delay > deadline:
-                raise ApiUnavailableError(
-                    f"{method} {self.url}{path} failed after {attempt} attempts: {problem}"
-                ) from None
+                tried = (
+                    f"no success in {time.monotonic() - started:.1f} s ({attempt} attempts, retrying for "
+                    f"up to {self.retry_for:g} s)"
+                    if attempt > 1
+                    else f"failed, not retried (retrying for up to {self.retry_for:g} s)"
+                )
+                raise ApiUnavailableError(f"{method} {self.url}{path}: {tried}: {problem}") from None
+            if attempt == 1 and self.on_retry is not None:
+                self.on_retry(
+                    Retrying(method, self.url + path, problem, self.retry_for, self.backoff, self.max_backoff)
+                )
             time.sleep(delay)
 
 

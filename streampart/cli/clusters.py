@@ -5,10 +5,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.table import Table as RichTable
 
 from streampart.cli.context import CliContext, cli_context
-from streampart.cli.output import TextOutput
+from streampart.cli.output import TextOutput, listing
 from streampart.cli.params import JsonFlag
 
 if TYPE_CHECKING:
@@ -90,12 +89,12 @@ def _users(cli: CliContext, catalog: Catalog, name: str) -> tuple[list[str], lis
 
 
 def _print_list(out: TextOutput, rows: list[dict[str, Any]]) -> None:
-    grid = RichTable("cluster", "storage", "spark master (here)", "tables", "replicas")
+    grid = listing("cluster", "storage", "spark master (here)", "tables", "replicas")
     for r in rows:
         grid.add_row(
             r["cluster"], r["storage"], r["spark_master_here"], str(len(r["tables"])), str(len(r["replicas"]))
         )
-    out.console.print(grid)
+    out.table(grid)
 
 
 @cluster_app.command("describe")

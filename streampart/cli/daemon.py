@@ -8,10 +8,9 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table as RichTable
 
 from streampart.cli.context import cli_context
-from streampart.cli.output import TextOutput
+from streampart.cli.output import TextOutput, listing
 from streampart.cli.params import JsonFlag
 
 scheduler_app = typer.Typer(
@@ -81,7 +80,7 @@ def _print_status(out: TextOutput, info: dict[str, Any]) -> None:
         for m in info["metastores"]:
             line = f"did not answer: {m['error']}" if m["error"] else _leader_line(m["leader"])
             out.console.print(f"[bold]{m['metastore']}[/] {line}")
-    grid = RichTable(
+    grid = listing(
         *(["metastore"] if federated else []),
         "table",
         "mode",
@@ -91,6 +90,7 @@ def _print_status(out: TextOutput, info: dict[str, Any]) -> None:
         "rolling",
         "failures",
         "last error",
+        whole=("metastore", "table"),
     )
     for t in info["tables"]:
         grid.add_row(
@@ -104,8 +104,12 @@ def _print_status(out: TextOutput, info: dict[str, Any]) -> None:
             str(t["failures"]),
             (t["last_error"] or "")[:80] + (f" (retry at {t['retry_at']})" if t["retry_at"] else ""),
         )
-    out.console.print(grid if info["tables"] else "no tables")
-    recent = RichTable("finished", "table", "partition", "outcome", "seconds", "rows", "resumed", "error")
+    if info["tables"]:
+        out.table(grid)
+    else:
+        out.console.print("no tables")
+    headers = ("finished", "table", "partition", "outcome", "seconds", "rows", "resumed", "error")
+    recent = listing(*headers, whole=("table", "partition"))
     for r in info["recent_rolls"]:
         recent.add_row(
             r["finished_at"],
@@ -119,7 +123,7 @@ def _print_status(out: TextOutput, info: dict[str, Any]) -> None:
         )
     if info["recent_rolls"]:
         out.console.print("recent rolls:")
-        out.console.print(recent)
+        out.table(recent)
     else:
         out.console.print("no rolls by the daemon yet")
 

@@ -8,12 +8,10 @@ from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
-from rich.table import Table as RichTable
 
 from metastore.errors import UserInputError
-from metastore.federation_admin import metastore_info
 from streampart.cli.context import cli_context
-from streampart.cli.output import TextOutput
+from streampart.cli.output import TextOutput, listing
 from streampart.cli.params import JsonFlag
 
 federation_app = typer.Typer(
@@ -71,6 +69,8 @@ def federation_add(
     cli = cli_context(ctx)
     catalog = cli.catalog()
     metastore = catalog.add_metastore(name, url, access, writable or [], prefix, _routes_option(route or []))
+    from metastore.federation_admin import metastore_info
+
     cli.output.result(metastore_info(metastore, catalog.primary.routes(), None), _print_added)
 
 
@@ -91,7 +91,7 @@ def federation_list(ctx: typer.Context, _json: JsonFlag = False) -> None:
 
 
 def _print_list(out: TextOutput, rows: list[dict[str, Any]]) -> None:
-    grid = RichTable("metastore", "access", "writable", "prefix", "routes", "health")
+    grid = listing("metastore", "access", "writable", "prefix", "routes", "health")
     for r in rows:
         grid.add_row(
             r["metastore"],
@@ -101,7 +101,7 @@ def _print_list(out: TextOutput, rows: list[dict[str, Any]]) -> None:
             str(len(r["routes"])),
             "up" if r["error"] is None else escape(f"down: {r['error']}"),
         )
-    out.console.print(grid)
+    out.table(grid)
 
 
 @federation_app.command("describe")
@@ -156,6 +156,8 @@ def federation_alter(
     metastore = catalog.alter_metastore(
         name, access=access, writable=writable, prefix=prefix, no_prefix=no_prefix
     )
+    from metastore.federation_admin import metastore_info
+
     cli.output.result(metastore_info(metastore, catalog.primary.routes()), _print_altered)
 
 

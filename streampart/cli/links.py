@@ -5,11 +5,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.table import Table as RichTable
 
 from metastore.errors import UserInputError
 from streampart.cli.context import cli_context
-from streampart.cli.output import TextOutput
+from streampart.cli.output import TextOutput, listing
 from streampart.cli.params import JsonFlag
 from streampart.cli.tables import print_partitions
 
@@ -185,7 +184,7 @@ def _print_list(out: TextOutput, rows: list[dict[str, Any]]) -> None:
     if not rows:
         out.console.print("no links")
         return
-    grid = RichTable("link", "source", "mode", "admits", "state")
+    grid = listing("link", "source", "mode", "admits", "state", whole=("link", "source"))
     for r in rows:
         grid.add_row(
             r["name"],
@@ -194,7 +193,7 @@ def _print_list(out: TextOutput, rows: list[dict[str, Any]]) -> None:
             r["admits"],
             "dangling (source dropped)" if r["dangling"] else "ok",
         )
-    out.console.print(grid)
+    out.table(grid)
 
 
 @link_app.command("describe")

@@ -5,11 +5,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.table import Table as RichTable
 
 from metastore.errors import UserInputError
 from streampart.cli.context import cli_context
-from streampart.cli.output import TextOutput
+from streampart.cli.output import TextOutput, listing
 from streampart.cli.params import JsonFlag
 from streampart.cli.progress import progress_bars
 
@@ -128,7 +127,7 @@ def _print_list(out: TextOutput, rows: list[dict[str, Any]]) -> None:
     if not rows:
         out.console.print("no namespaces")
         return
-    grid = RichTable("namespace", "metastore", "isolated", "quota", "tables", "links", "description")
+    grid = listing("namespace", "metastore", "isolated", "quota", "tables", "links", "description")
     for r in rows:
         grid.add_row(
             r["namespace"],
@@ -139,7 +138,7 @@ def _print_list(out: TextOutput, rows: list[dict[str, Any]]) -> None:
             str(r["links"]),
             r["description"],
         )
-    out.console.print(grid)
+    out.table(grid)
 
 
 @namespace_app.command("describe")
@@ -194,7 +193,7 @@ def _print_described(out: TextOutput, info: dict[str, Any]) -> None:
     if not info["links"]:
         out.console.print("links: none")
         return
-    grid = RichTable("link", "source", "mode", "streaming")
+    grid = listing("link", "source", "mode", "streaming", whole=("link", "source"))
     for link in info["links"]:
         grid.add_row(
             link["name"],
@@ -202,7 +201,7 @@ def _print_described(out: TextOutput, info: dict[str, Any]) -> None:
             link["mode"],
             "yes" if link["include_streaming"] else "no",
         )
-    out.console.print(grid)
+    out.table(grid)
 
 
 @namespace_app.command("alter")
@@ -336,7 +335,7 @@ def _print_usage(out: TextOutput, usages: list[dict[str, Any]]) -> None:
     if not usages:
         out.console.print("no namespaces")
         return
-    grid = RichTable("namespace", "standard", "streaming", "files", "rows", "quota", "used", "linked")
+    grid = listing("namespace", "standard", "streaming", "files", "rows", "quota", "used", "linked")
     for u in usages:
         owned, std, live = u["owned"], u["owned"]["standard"], u["owned"]["streaming"]
         used = _percent(owned["bytes"], u["quota_bytes"])
@@ -350,7 +349,7 @@ def _print_usage(out: TextOutput, usages: list[dict[str, Any]]) -> None:
             f"{used}%" if used is not None else "-",
             format_size(u["linked"]["bytes"]),
         )
-    out.console.print(grid)
+    out.table(grid)
     out.console.print(
         "owned: standard and streaming (files and rows: standard + streaming), charged to the quota; "
         "linked: read through links, not charged",

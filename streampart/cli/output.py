@@ -11,16 +11,22 @@ import base64
 import json
 import sys
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from datetime import date, datetime
 from decimal import Decimal
 from typing import Any, TypeVar
 
-from rich.console import Console
+from rich.console import Console, RenderableType
+from rich.table import Table
+from rich.text import Text
 
 T = TypeVar("T")
 
-__all__ = ["JsonOutput", "Output", "TextOutput", "json_value"]
+__all__ = ["JsonOutput", "Output", "TextOutput", "json_value", "listing"]
+
+# What a column that gives way may shrink to before the table no longer fits: a word (a number, a
+# state) this long or shorter stays on one line; a longer one (a path, an error) folds over lines.
+_GIVING_WAY_MIN = 8
 
 
 class Output(ABC):
@@ -58,6 +64,58 @@ class TextOutput(Output):
 
     def note(self, message: str) -> None:
         self.console.print(message)
+
+    def table(self, table: Table) -> None:
+        """Print a :func:`listing`: as a table if its name columns fit whole beside the others shrunk
+        to a word, else (a narrow terminal, long names) as one record per row, a field a line."""
+        console = self.console
+        whole = [c.no_wrap for c in table.columns]
+        need = 0
+        for column, keep in zip(table.columns, whole, strict=True):
+            sizes = [console.measure(r) for r in (column.header, *column.cells)]
+            width = max(m.maximum for m in sizes) if keep else max(m.minimum for m in sizes)
+            need += (width if keep else min(width, _GIVING_WAY_MIN)) + 2  # padding: a space each side
+        need += len(table.columns) + 1 if table.box else 0  # the vertical lines
+        if need <= console.width:
+            console.print(table)
+            return
+        cells = [list(column.cells) for column in table.columns]
+        for i in range(table.row_count):
+            first = cells[0][i]
+            title = Text(f"{table.columns[0].header}: " if not whole[0] else "")  # a name needs no label
+            lines: list[RenderableType] = [
+                title.append(console.render_str(first, style="bold")) if isinstance(first, str) else first
+            ]
+            for column, values in zip(table.columns[1:], cells[1:], strict=True):
+                value: RenderableType = values[i]
+                if isinstance(value, str) and not value.strip():
+                    continue  # an empty cell: nothing to say
+                if isinstance(value, str):
+                    lines.append(Text("  ").append(f"{column.header}: ").append(console.render_str(value)))
+                else:
+                    lines.append(Text(f"  {column.header}:"))
+                    lines.append(value)
+            for line in lines:  # a name or path wider than the terminal runs on, whole (no line break)
+                console.print(line, soft_wrap=True)
+
+
+def listing(*headers: str, whole: Collection[str] | None = None) -> Table:
+    """A table for :meth:`TextOutput.table`: rows of names and what is known of them.
+
+    Args:
+        *headers: The columns' titles.
+        whole: The columns that hold names (a table's, a partition's; [default: the first]): never
+            wrapped nor cut. Every other column gives way when the terminal is narrow: it wraps
+            between words and folds a longer word (a path) over lines; nothing is cut with "…".
+    """
+    table = Table(*headers)
+    keep = {headers[0]} if whole is None else set(whole)
+    for column in table.columns:
+        if column.header in keep:
+            column.no_wrap = True
+        else:
+            column.overflow = "fold"
+    return table
 
 
 class JsonOutput(Output):

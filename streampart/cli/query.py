@@ -8,11 +8,10 @@ from collections.abc import Iterator
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table as RichTable
 
 from metastore.errors import UserInputError
 from streampart.cli.context import CliContext, cli_context
-from streampart.cli.output import TextOutput, json_value
+from streampart.cli.output import TextOutput, json_value, listing
 from streampart.cli.params import json_flag
 
 
@@ -136,10 +135,10 @@ def query(
     def print_grid(out: TextOutput) -> None:
         with spark_errors():
             rows = df.limit(limit + 1).collect()
-        grid = RichTable(*df.columns)
+        grid = listing(*df.columns, whole=())  # values fold over lines, never cut
         for row in rows[:limit]:
             grid.add_row(*(str(json_value(v)) if v is not None else "null" for v in row))
-        out.console.print(grid)
+        out.table(grid)
         if len(rows) > limit:
             out.console.print(f"(first {limit} rows shown)")
 

@@ -18,6 +18,7 @@ from streampart.cli.context import CliContext
 from streampart.cli.daemon import scheduler_app
 from streampart.cli.demo import demo
 from streampart.cli.federation import federation_app
+from streampart.cli.help import HelpGroup
 from streampart.cli.ingest_jobs import ingest_app
 from streampart.cli.links import link_app
 from streampart.cli.namespaces import namespace_app
@@ -35,7 +36,7 @@ app = typer.Typer(
     help="Streaming ingestion into time-partitioned Delta tables with streaming partitions and atomic rolls.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    add_completion=False,
+    cls=HelpGroup,  # every command's --help alike: streampart.cli.help
 )
 # in the order of `streampart --help`
 table_app.command("alter")(table_alter)
@@ -58,17 +59,25 @@ for command in (write, roll, query, housekeep, check, demo):
     app.command()(command)
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        import streampart
+
+        typer.echo(f"streampart {streampart.__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
 def _global(
     ctx: typer.Context,
     warehouse: Annotated[
         Path | None,
-        typer.Option(envvar="STREAMPART_WAREHOUSE", help="Warehouse directory (default ./warehouse)"),
+        typer.Option(envvar="STREAMPART_WAREHOUSE", help="Warehouse directory [default: ./warehouse]"),
     ] = None,
     metastore: Annotated[
         str | None,
         typer.Option(
-            envvar="STREAMPART_METASTORE", help="Metastore URL (default: a SQLite file in the warehouse)"
+            envvar="STREAMPART_METASTORE", help="Metastore URL [default: a SQLite file in the warehouse]"
         ),
     ] = None,
     config: Annotated[
@@ -83,6 +92,10 @@ def _global(
             "(spark.master, STREAMPART_SPARK__MASTER)",
         ),
     ] = None,
+    _version: Annotated[
+        bool,
+        typer.Option("--version", help="Print the version and exit", callback=_print_version, is_eager=True),
+    ] = False,
 ) -> None:
     ctx.obj = CliContext(warehouse, metastore, config, spark_master=spark_master)
 

@@ -11,11 +11,10 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.table import Table as RichTable
 
 from metastore.errors import StreampartError, UserInputError
 from streampart.cli.context import cli_context
-from streampart.cli.output import Output, TextOutput, json_value
+from streampart.cli.output import Output, TextOutput, json_value, listing
 from streampart.cli.params import json_flag
 
 if TYPE_CHECKING:
@@ -162,11 +161,11 @@ def print_rows(output: Output, names: list[str], rows: Iterator[tuple[Any, ...]]
             yield dict(zip(names, row, strict=True))
 
     def print_grid(out: TextOutput) -> None:
-        grid = RichTable(*names)
+        grid = listing(*names, whole=())  # values fold over lines, never cut
         first = list(itertools.islice(rows, limit + 1))
         for row in first[:limit]:
             grid.add_row(*(str(json_value(v)) if v is not None else "null" for v in row))
-        out.console.print(grid)
+        out.table(grid)
         if len(first) > limit:
             out.console.print(f"(first {limit} rows shown)")
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table as RichTable
+from rich.markup import escape
 
 from metastore.errors import UserInputError
 from streampart.cli.context import cli_context
-from streampart.cli.output import TextOutput
+from streampart.cli.output import TextOutput, listing
 from streampart.cli.params import JsonFlag, choice
 
 # Shared by ``table create`` and ``table alter``: the table's Delta log schedule (metastore.delta_log).
@@ -95,7 +95,7 @@ def table_create(
     """Create a streaming table partitioned by one timestamp column."""
     from metastore.delta_log import check_checkpoint_interval, check_log_retention
     from metastore.durations import parse_duration
-    from metastore.models import LateDataPolicy, Mode, TableName, TableSpec, parse_schema
+    from metastore.models import LateDataPolicy, Mode, TableKind, TableName, TableSpec, parse_schema
 
     # checked before anything is made: a bad value creates no table
     if checkpoint_interval is not None:
@@ -127,17 +127,36 @@ def table_create(
         from metastore.delta_log import set_log_settings
 
         set_log_settings(catalog.load(table), checkpoint_interval, retention)
-    cli.output.result(catalog.describe(table), _print_created)
+    kinds = [TableKind.DEAD_LETTER] if spec.dead_letter else []
+    if spec.mode is Mode.EVENT_TIME and spec.late_data is LateDataPolicy.DIVERT:
+        kinds.append(TableKind.LATE)
+    info = catalog.describe(table) | {
+        "companions": [  # made beside it: said, as the table itself is
+            {"table": str(c.name), "kind": c.kind.value, "location": c.location}
+            for c in (catalog.companion(table, kind) for kind in kinds)
+        ]
+    }
+    cli.output.result(info, _print_created)
+
+
+# what a companion table holds (by its kind), as `table create` says it, with the option that made it
+_HOLDS = {"late": "late rows (--late-data divert)", "dead-letter": "malformed records (--dead-letter)"}
 
 
 def _print_created(out: TextOutput, info: dict[str, Any]) -> None:
     replicas = [r["cluster"] for r in info["replicas"]]
     out.console.print(
-        f"created [bold]{info['table']}[/] ({info['mode']}, rolls every {info['roll_every']}) "
-        f"at {info['location']}"
+        f"created [bold]{escape(info['table'])}[/] ({info['mode']}, rolls every {info['roll_every']}) "
+        f"at {escape(info['location'])}"
         + (f" on cluster {info['cluster']}" if info["cluster"] != "default" or replicas else "")
-        + (f", replicated to {', '.join(replicas)}" if replicas else "")
+        + (f", replicated to {', '.join(replicas)}" if replicas else ""),
+        highlight=False,
     )
+    for c in info["companions"]:
+        out.console.print(
+            f"created [bold]{escape(c['table'])}[/] for its {_HOLDS[c['kind']]} at {escape(c['location'])}",
+            highlight=False,
+        )
 
 
 _LIST_COLUMNS = ("table", "kind", "mode", "roll_every", "partitions", "streaming", "location")
@@ -195,14 +214,18 @@ def table_list(ctx: typer.Context, _json: JsonFlag = False) -> None:
 
 
 def _print_list(out: TextOutput, rows: list[dict[str, Any]]) -> None:
-    grid = RichTable("table", "kind", "mode", "roll every", "partitions", "streaming", "location")
+    if not rows:
+        out.console.print("no tables")
+        return
+    listed = listing("table", "kind", "mode", "roll every", "partitions", "streaming", "location")
     for r in rows:
         if r["kind"] == "link":  # kind: link (its mode), or dangling (its source was dropped)
             kind = "dangling link" if r["dangling"] else f"link ({r['link_mode']})"
-            grid.add_row(r["table"], kind, r["mode"] or "", r["roll_every"] or "", "", "", f"→ {r['source']}")
+            row = [r["table"], kind, r["mode"] or "", r["roll_every"] or "", "", "", f"→ {r['source']}"]
+            listed.add_row(*(escape(v) for v in row))
             continue
-        grid.add_row(*(str(r[k]) for k in _LIST_COLUMNS))
-    out.console.print(grid if rows else "no tables")
+        listed.add_row(*(escape(str(r[k])) for k in _LIST_COLUMNS))
+    out.table(listed)
 
 
 @table_app.command("describe")
@@ -272,17 +295,15 @@ def _print_described(out: TextOutput, info: dict[str, Any]) -> None:
 def print_partitions(out: TextOutput, partitions: list[dict[str, Any]], clusters: bool = False) -> None:
     """Partitions as ``table describe`` and ``link describe`` print them (``clusters``: with the
     clusters that hold each, for a table with replicas)."""
-    grid = RichTable("partition (UTC)", "state", "chunks", "rows", "bytes", "files", "location")
-    grid.columns[0].no_wrap = True  # a name is read whole; the location gives way first
-    if clusters:
-        grid.add_column("clusters")
+    headers = ["partition (UTC)", "state", "chunks", "rows", "bytes", "files", "location"]
+    shown = listing(*headers, *(["clusters"] if clusters else []))
     for p in partitions:
         row = [p["name"], p["state"], str(p["chunks"]), str(p["rows"]), str(p["bytes"]), str(p["files"])]
         row.append(p["location"])
         if clusters:
             row.append(", ".join(p.get("clusters") or []))
-        grid.add_row(*row)
-    out.console.print(grid)
+        shown.add_row(*(escape(v) for v in row))
+    out.table(shown)
 
 
 @table_app.command("drop")

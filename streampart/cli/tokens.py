@@ -5,10 +5,9 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table as RichTable
 
 from streampart.cli.context import cli_context
-from streampart.cli.output import TextOutput
+from streampart.cli.output import TextOutput, listing
 from streampart.cli.params import JsonFlag, json_flag
 
 token_app = typer.Typer(
@@ -70,7 +69,10 @@ def token_list(ctx: typer.Context, _json: JsonFlag = False) -> None:
 
 
 def _print_list(out: TextOutput, rows: list[dict[str, Any]]) -> None:
-    grid = RichTable("name", "scopes", "created")
+    grid = listing("name", "scopes", "created")
     for r in rows:
         grid.add_row(r["name"], ", ".join(r["scopes"]), r["created_at"])
-    out.console.print(grid if rows else "no tokens")
+    if rows:
+        out.table(grid)
+    else:
+        out.console.print("no tokens")

@@ -13,6 +13,9 @@ from streampart.cli.context import CliContext, cli_context
 from streampart.cli.output import TextOutput
 from streampart.cli.params import JsonFlag, choice
 
+# ingest.client.DEFAULT_RETRY_FOR (a test keeps them equal): that module costs httpx at start-up
+RETRY_FOR = "150s"
+
 
 def write(
     ctx: typer.Context,
@@ -41,6 +44,12 @@ def write(
     api_token: Annotated[
         str | None, typer.Option(envvar="STREAMPART_API_TOKEN", help="Bearer token for --url")
     ] = None,
+    retry_for: Annotated[
+        str,
+        typer.Option(
+            help="--url: how long each call retries a server that does not answer or is busy (0: once)"
+        ),
+    ] = RETRY_FOR,
 ) -> None:
     """Commit FILE as one chunk into the table's streaming partition(s)."""
     from ingest.formats import Format
@@ -48,7 +57,10 @@ def write(
     cli = cli_context(ctx)
     fmt = choice(Format, format, "--format") if format else Format.guess(file)
     if url is not None:
-        _write_over_http(cli, url, api_token, name, file, fmt, key, cluster)
+        from metastore.durations import parse_duration
+
+        budget = parse_duration(retry_for, "--retry-for").total_seconds()
+        _write_over_http(cli, url, api_token, name, file, fmt, key, cluster, budget)
     else:
         _write_here(cli, name, file, fmt, key, cluster)
 
@@ -85,9 +97,16 @@ def _write_over_http(
     fmt: Any,
     key: str | None,
     cluster: str | None,
+    retry_for: float,
 ) -> None:
     """``streampart write --url``: the same chunk, sent through the HTTP API by :mod:`ingest.client`."""
-    from ingest.client import Client
+    from ingest.client import Client, Retrying
+
+    def retrying(r: Retrying) -> None:  # at once, not after the whole budget: the user may give up
+        cli.output.warn(
+            f"no answer from {r.method} {r.url}: {r.problem}; retrying for up to {r.retry_for:g} s "
+            f"(--retry-for; waits of {r.backoff:g} s doubling to {r.max_backoff:g} s)"
+        )
 
     if str(file) == "-":
         data: Any = sys.stdin.buffer.read()
@@ -97,7 +116,7 @@ def _write_over_http(
         raise UserInputError(f"{file} is a directory, not a file")
     else:
         data = file
-    with Client(url, api_token) as api:
+    with Client(url, api_token, retry_for=retry_for, on_retry=retrying) as api:
         result = api.write(name, data, str(fmt), idempotency_key=key, cluster=cluster)
     cli.output.result(result, _print_written)
 

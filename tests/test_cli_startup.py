@@ -1,0 +1,100 @@
+"""Commands that need no Spark import none of it (style guide 6: they start in well under a second).
+
+Each command runs in a fresh interpreter through a small wrapper that runs ``streampart`` as the
+console script does and then writes the names of the modules it imported; no ``pyspark`` or
+``py4j`` module may be among them. No timings are asserted (the machine's load decides those;
+README "Start-up" has the numbers).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+# runs `streampart ARGS…` (argv[2:]) in this process, then lists the modules it imported into argv[1]
+_WRAPPER = """
+import json, runpy, sys
+report, sys.argv = sys.argv[1], ["streampart", *sys.argv[2:]]
+try:
+    runpy.run_module("streampart", run_name="__main__")
+finally:
+    with open(report, "w") as f:
+        json.dump(sorted(sys.modules), f)
+"""
+SPARK = ("pyspark", "py4j")
+
+
+def streampart(wh: Path, tmp: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], list[str]]:
+    report = tmp / "modules.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMPART_")}
+    env |= {"STREAMPART_WAREHOUSE": str(wh), "COLUMNS": "200", "TZ": "UTC"}
+    done = subprocess.run(
+        [sys.executable, "-c", _WRAPPER, str(report), *args],
+        capture_output=True, text=True, env=env, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, f"streampart {' '.join(args)}: {done.stderr}"
+    return done, json.loads(report.read_text())
+
+
+@pytest.fixture(scope="module")
+def warehouse(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    tmp = tmp_path_factory.mktemp("startup")
+    rows = tmp / "rows.jsonl"
+    rows.write_text('{"id": 1, "ts": "2026-11-21T10:00:00Z", "msg": "a"}\n')
+    return tmp / "wh", rows
+
+
+# in order: each may need what the one before made
+COMMANDS = [
+    ("table", "create", "ns.t", "--schema", "id BIGINT, ts TIMESTAMP, msg STRING", "--time-column", "ts",
+     "--roll-every", "1h", "--dead-letter"),
+    ("write", "ns.t", "{rows}"),
+    ("write", "ns.t", "{rows}", "--json"),
+    ("table", "list"),
+    ("table", "list", "--json"),
+    ("table", "describe", "ns.t"),
+    ("token", "create", "ci", "--scope", "write:ns"),
+    ("token", "list"),
+    ("roll", "ns.t", "--force"),  # a small partition: swept without Spark (roll.engine auto)
+    ("housekeep",),
+    ("check", "ns.t"),
+    ("--help",),
+    ("--version",),
+]  # fmt: skip
+
+
+def test_commands_without_spark_import_none_of_it(warehouse: tuple[Path, Path], tmp_path: Path) -> None:
+    wh, rows = warehouse
+    for command in COMMANDS:
+        args = [a.replace("{rows}", str(rows)) for a in command]
+        _, modules = streampart(wh, tmp_path, *args)
+        assert "streampart.cli.root" in modules  # the report is of the command's process
+        spark = [m for m in modules if m.split(".")[0] in SPARK]
+        assert not spark, f"streampart {' '.join(args)} imported {spark[:5]}"
+
+
+def test_the_roll_did_roll(warehouse: tuple[Path, Path], tmp_path: Path) -> None:
+    # the roll above rolled without Spark (not: found nothing to do)
+    done, _ = streampart(warehouse[0], tmp_path, "table", "describe", "ns.t", "--json")
+    states = [p["state"] for p in json.loads(done.stdout)["partitions"]]
+    assert "standard" in states, states
+
+
+def test_the_schema_is_checked_without_alembic_when_it_is_current(
+    warehouse: tuple[Path, Path], tmp_path: Path
+) -> None:
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+
+    from metastore.store.engine import MIGRATIONS, head_revision
+
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    assert head_revision() == ScriptDirectory.from_config(config).get_current_head()
+    _, modules = streampart(warehouse[0], tmp_path, "table", "list")  # the metastore exists, migrated
+    assert "alembic" not in modules
