@@ -192,6 +192,21 @@ class SchedulerConfig(BaseModel):
         9464, ge=0, le=65535, description="Port of the metrics endpoint; 0 picks a free port."
     )
     metrics_host: str = Field("0.0.0.0", description="Address the metrics endpoint listens on.")
+    status_port: int | None = Field(
+        None,
+        ge=0,
+        le=65535,
+        description="Port of the read-only status page (/ui, the API's tokens) the daemon serves; "
+        "unset: none (streampart serve shows the page too); 0 picks a free port.",
+    )
+    status_host: str = Field("0.0.0.0", description="Address the daemon's status page listens on.")
+    # Why 5 s: an operator watching an incident sees a roll land within seconds; each refresh is a
+    # few indexed queries per table, so several open pages cost the metastore little.
+    status_refresh: Duration = Field(
+        timedelta(seconds=5),
+        ge=timedelta(seconds=1),
+        description="How often the status page (/ui) refreshes itself.",
+    )
     log_format: Literal["json", "text"] = Field(
         "json", description="json: one JSON object per line (structured); text: for humans."
     )

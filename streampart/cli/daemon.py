@@ -28,6 +28,13 @@ def scheduler_run(
         typer.Option(help="Port of the Prometheus /metrics endpoint (0: a free port) [default: from config]"),
     ] = None,
     no_metrics: Annotated[bool, typer.Option("--no-metrics", help="Do not serve metrics")] = False,
+    status_port: Annotated[
+        int | None,
+        typer.Option(
+            help="Serve the read-only status page (/ui, the API's tokens) on this port (0: a free port) "
+            "[default: from config, none]"
+        ),
+    ] = None,
     log_format: Annotated[
         str | None, typer.Option(help="json (structured, default) or text [default: from config]")
     ] = None,
@@ -47,6 +54,7 @@ def scheduler_run(
             "metrics_port": metrics_port,
             "metrics": False if no_metrics else None,
             "log_format": log_format,
+            "status_port": status_port,
         }
     )
     configure_logging(settings.scheduler.log_format, settings.scheduler.log_level)
@@ -56,7 +64,26 @@ def scheduler_run(
     daemon = FederationDaemons(
         catalog, settings.scheduler, settings.roll, settings.chunk, spark=ClusterSpark(settings, catalog)
     )
-    raise typer.Exit(daemon.run_forever())
+    status = None
+    if settings.scheduler.status_port is not None:
+        from ingest.api.auth import Authenticator
+        from scheduler.status_page import StatusPage
+        from scheduler.status_page.server import StatusServer
+
+        page = StatusPage(
+            catalog,
+            settings.scheduler,
+            Authenticator(catalog.primary, settings.server.auth_cache_ttl.total_seconds()),
+            read_only_note="served by the roll daemon",
+        )
+        status = StatusServer(page, settings.scheduler.status_host, settings.scheduler.status_port)
+        status.start()
+    try:
+        code = daemon.run_forever()
+    finally:
+        if status is not None:
+            status.stop()
+    raise typer.Exit(code)
 
 
 @scheduler_app.command("status")
