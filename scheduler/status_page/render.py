@@ -19,6 +19,16 @@ def _e(value: Any) -> str:
     return escape("" if value is None else str(value), quote=True)
 
 
+def _td(label: str, text: str, field: str | None = None, cls: str = "") -> str:
+    """A grid cell: ``text`` is HTML already; ``label`` heads it on a narrow screen."""
+    attrs = (
+        f' data-label="{label}"'
+        + (f' data-field="{field}"' if field else "")
+        + (f' class="{cls}"' if cls else "")
+    )
+    return f"<td{attrs}>{text}</td>"
+
+
 def age(seconds: float | None) -> str:
     """``42s``, ``3m 12s``, ``5h 4m``, ``2d 3h``: an age read at a glance."""
     if seconds is None:
@@ -77,16 +87,14 @@ cookie only this page's server reads.</p>
 
 def page(info: dict[str, Any], note: str = "", can_log_out: bool = True) -> str:
     """The whole page: its frame, and :func:`body` inside (what the script refreshes)."""
-    out = (
-        '<form method="post" action="/ui/logout" class="logout"><button type="submit">forget token</button></form>'
-        if can_log_out
-        else ""
-    )
+    out = '<form method="post" action="/ui/logout" class="logout"><button>forget token</button></form>'
+    viewer = f'as <b data-field="viewer">{_e(info.get("viewer"))}</b>' + (f" · {_e(note)}" if note else "")
+    updated = clock_time(info["now"], parse_instant(info["now"]))
     return _document(
         f"""<header><h1>streampart status</h1>
-<span class="viewer">as <b data-field="viewer">{_e(info.get("viewer"))}</b>{(" · " + _e(note)) if note else ""}</span>
-<span class="updated" id="updated" aria-live="polite">updated {_e(clock_time(info["now"], parse_instant(info["now"])))} UTC</span>
-{out}</header>
+<span class="viewer">{viewer}</span>
+<span class="updated" id="updated" aria-live="polite">updated {_e(updated)} UTC</span>
+{out if can_log_out else ""}</header>
 <main id="status">{body(info)}</main>""",
         refresh=info.get("refresh_seconds"),
     )
@@ -97,7 +105,7 @@ def body(info: dict[str, Any]) -> str:
     now = parse_instant(info["now"])
     tables = info["tables"]
     failing = sum(1 for t in tables if t["failures"])
-    late = sum(1 for t in tables if t["overdue_seconds"] > 0 and not t["failures"])
+    late = sum(1 for t in tables if t["overdue_seconds"] > 0)
     parts = [
         f'<div data-now="{_e(info["now"])}" hidden></div>',
         '<section class="summary">',
@@ -142,10 +150,11 @@ def _daemons(info: dict[str, Any], now: datetime) -> str:
             )
         else:
             beat = parse_instant(leader["renewed_at"]) if leader["renewed_at"] else None
+            beat_age = age(None if beat is None else (now - beat).total_seconds())
             head = (
                 f'leader <b data-field="leader">{_e(leader["holder"])}</b> · epoch '
                 f'<b data-field="epoch">{_e(leader["epoch"])}</b> · heartbeat '
-                f'<span data-field="heartbeat">{age(None if beat is None else (now - beat).total_seconds())} ago</span>'
+                f'<span data-field="heartbeat">{beat_age} ago</span>'
             )
         standbys = [d for d in m["daemons"] if d["role"] == "standby"]
         standby = ", ".join(f"{_e(d['holder'])} ({age(d['heartbeat_age_seconds'])} ago)" for d in standbys)
@@ -157,9 +166,10 @@ def _daemons(info: dict[str, Any], now: datetime) -> str:
             f"at {_e(clock_time(hk['at'], now))}"
         )
         rows.append(
-            f'<div class="daemon" data-metastore="{_e(m["metastore"])}">{where}{head}'
-            f'<br><span class="muted">standbys:</span> <span data-field="standbys">{standby or "none"}</span>'
-            f' · <span class="muted">housekeeping:</span> <span data-field="housekeeping">{housekeeping}</span></div>'
+            f'<div class="daemon" data-metastore="{_e(m["metastore"])}">{where}{head}<br>'
+            f'<span class="muted">standbys:</span> <span data-field="standbys">{standby or "none"}</span> · '
+            f'<span class="muted">housekeeping:</span> <span data-field="housekeeping">{housekeeping}</span>'
+            "</div>"
         )
     return '<section class="daemons"><h2>Daemons</h2>' + "".join(rows) + "</section>"
 
@@ -183,16 +193,18 @@ def _tables(tables: list[dict[str, Any]], metastores: list[dict[str, Any]]) -> s
     for t in tables:
         word, cls = _health(t)
         fresh = t["freshness_seconds"]
+        name = _e(t["table"])
+        dead = t["dead_letters_last_hour"]
         rows.append(
-            f'<tr data-table="{_e(t["table"])}"><th scope="row"><a href="#t-{_e(t["table"])}">{_e(t["table"])}</a></th>'
-            + (f"<td>{_e(t['metastore'])}</td>" if federated else "")
-            + f'<td data-label="mode" data-field="mode">{_e(t["mode"])}</td>'
-            f'<td data-label="roll every" data-field="roll_every">{_e(t["roll_every"])}</td>'
-            f'<td data-label="freshness" data-field="freshness">{age(fresh)}</td>'
-            f'<td data-label="commits/min" data-field="commits">{t["commits_per_minute"]:g}</td>'
-            f'<td data-label="dead letters 1h" data-field="dead_letters" class="{"warn" if t["dead_letters_last_hour"] else ""}">'
-            f"{t['dead_letters_last_hour']}</td>"
-            f'<td data-label="state"><span class="badge {cls}" data-field="health">{_e(word)}</span></td></tr>'
+            f'<tr data-table="{name}"><th scope="row"><a href="#t-{name}">{name}</a></th>'
+            + (_td("metastore", _e(t["metastore"])) if federated else "")
+            + _td("mode", _e(t["mode"]), "mode")
+            + _td("roll every", _e(t["roll_every"]), "roll_every")
+            + _td("freshness", age(fresh), "freshness")
+            + _td("commits/min", f"{t['commits_per_minute']:g}", "commits")
+            + _td("dead letters 1h", str(dead), "dead_letters", "warn" if dead else "")
+            + _td("state", f'<span class="badge {cls}" data-field="health">{_e(word)}</span>')
+            + "</tr>"
         )
     return (
         '<section class="tables"><h2>Tables</h2><div class="scroll"><table class="grid">'
@@ -273,33 +285,40 @@ def _state_text(p: dict[str, Any], t: dict[str, Any], now: datetime) -> str:
 
 
 def _legend() -> str:
+    keys = (("streaming", "streaming"), ("rolling", "rolling"), ("standard", "standard"))
+    bars = "".join(f'<span><span class="bar {cls}"></span>{text}</span>' for cls, text in keys)
     return (
-        '<p class="legend"><span class="bar streaming"></span>streaming <span class="bar rolling"></span>rolling '
-        '<span class="bar standard"></span>standard <span class="bar streaming late"></span>late (due, not rolled) '
-        '<span class="nowkey"></span>now</p>'
+        f'<p class="legend">{bars}<span><span class="bar streaming late"></span>late (due, not rolled)</span>'
+        '<span><span class="nowkey"></span>now</span></p>'
     )
 
 
 def _links(links: list[dict[str, Any]]) -> str:
     items = "".join(
-        f'<li data-link="{_e(link["link"])}"><b>{_e(link["link"])}</b> → {_e(link["source"])} ({_e(link["mode"])})</li>'
+        f'<li data-link="{_e(link["link"])}"><b>{_e(link["link"])}</b> → {_e(link["source"])} '
+        f"({_e(link['mode'])})</li>"
         for link in links
     )
     return f'<section class="links"><h2>Links</h2><ul>{items}</ul></section>'
 
 
 def _recent(recent: list[dict[str, Any]], now: datetime) -> str:
+    title = "<h2>Recent roll attempts</h2>"
     if not recent:
-        return '<section class="recent"><h2>Recent roll attempts</h2><p class="muted">none by the daemon yet</p></section>'
+        return f'<section class="recent">{title}<p class="muted">none by the daemon yet</p></section>'
     rows = "".join(
-        f'<tr class="{"bad" if r["outcome"] == "failed" else ""}"><td data-label="finished">{_e(clock_time(r["finished_at"], now))}</td>'
-        f'<td data-label="table">{_e(r["table"])}</td><td data-label="partition">{_e(clock_time(r["partition"], now))}</td>'
-        f'<td data-label="outcome">{_e(r["outcome"])}</td><td data-label="took">{took(r["seconds"])}</td>'
-        f'<td data-label="error" class="err">{_e((r["error"] or "")[:160])}</td></tr>'
+        f'<tr class="{"bad" if r["outcome"] == "failed" else ""}">'
+        + _td("finished", _e(clock_time(r["finished_at"], now)))
+        + _td("table", _e(r["table"]))
+        + _td("partition", _e(clock_time(r["partition"], now)))
+        + _td("outcome", _e(r["outcome"]))
+        + _td("took", took(r["seconds"]))
+        + _td("error", _e((r["error"] or "")[:160]), cls="err")
+        + "</tr>"
         for r in recent
     )
     return (
-        '<section class="recent"><h2>Recent roll attempts</h2><div class="scroll"><table class="grid">'
+        f'<section class="recent">{title}<div class="scroll"><table class="grid">'
         "<thead><tr><th>finished</th><th>table</th><th>partition</th><th>outcome</th><th>took</th><th>error</th>"
         f"</tr></thead><tbody>{rows}</tbody></table></div></section>"
     )

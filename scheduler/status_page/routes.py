@@ -30,9 +30,11 @@ COOKIE = "streampart_ui_token"
 # Why a week: an operator opens the page during an incident; asking for the token again every
 # day would be in the way, and revoking the token (streampart token revoke) ends it at once anyway.
 COOKIE_MAX_AGE_S = 7 * 24 * 3600
-# How many of each table's newest partitions the timeline shows: a day of hourly rolls fits on a
-# phone's width, and the query stays one index range per table.
-TIMELINE_PARTITIONS = 24
+# How many of each table's newest partitions the timeline shows: half a day of hourly rolls, a
+# screenful on a phone; and the query stays one index range per table.
+TIMELINE_PARTITIONS = 12
+# The recent roll attempts listed under the timelines: the last few minutes of a failing table.
+RECENT_ROLLS = 10
 _STATIC = {"ui.css": "text/css; charset=utf-8", "ui.js": "text/javascript; charset=utf-8"}
 
 
@@ -66,6 +68,7 @@ class StatusPage:
             self.config,
             may_read=lambda namespace: who.allows(Permission.READ, namespace),
             timeline=TIMELINE_PARTITIONS,
+            limit=RECENT_ROLLS,
         )
         info["viewer"] = who.name
         info["refresh_seconds"] = self.config.status_refresh.total_seconds()
