@@ -292,3 +292,32 @@ def test_the_daemon_serves_the_page_too(fleet: Fleet, browser: Any) -> None:
     assert page.locator("tr[data-table='secret.payroll']").count() == 0
     page.context.close()
     assert httpx.get(f"{url}/ui/status.json").status_code == 401
+
+
+def test_with_auth_off_the_page_shows_every_namespace(fleet: Fleet) -> None:
+    """``serve --insecure-no-auth``: the page and its JSON answer without a token, every namespace shown."""
+    from ingest.api.auth import Authenticator
+    from scheduler.config import SchedulerConfig
+    from scheduler.status_page import StatusPage
+    from scheduler.status_page.server import StatusServer
+
+    cat = fleet.catalog
+    server = StatusServer(
+        StatusPage(cat, SchedulerConfig(), Authenticator(cat.primary, 0), auth=False), "127.0.0.1", 0
+    )
+    server.start()
+    try:
+        url = f"http://127.0.0.1:{server.port}"
+        json_answer = wait_for(lambda: _get(f"{url}/ui/status.json"), "the page's server")
+        html = httpx.get(f"{url}/ui/", timeout=30).text
+    finally:
+        server.stop()
+    assert {"ns.events", "ns.broken", "secret.payroll"} <= {t["table"] for t in json_answer.json()["tables"]}
+    assert 'data-table="secret.payroll"' in html and 'id="token"' not in html
+
+
+def _get(url: str) -> httpx.Response | None:
+    try:
+        return httpx.get(url, timeout=30)
+    except httpx.TransportError:
+        return None
