@@ -192,12 +192,13 @@ class SchedulerConfig(BaseModel):
         9464, ge=0, le=65535, description="Port of the metrics endpoint; 0 picks a free port."
     )
     metrics_host: str = Field("0.0.0.0", description="Address the metrics endpoint listens on.")
-    status_port: int | None = Field(
-        None,
-        ge=0,
-        le=65535,
-        description="Port of the read-only status page (/ui, the API's tokens) the daemon serves; "
-        "unset: none (streampart serve shows the page too); 0 picks a free port.",
+    status: bool = Field(
+        False,
+        description="Serve the read-only status page (/ui, opened with the API's tokens) from the daemon "
+        "(streampart serve shows it too); scheduler run --status-port turns it on.",
+    )
+    status_port: int = Field(
+        9470, ge=0, le=65535, description="Port of the daemon's status page; 0 picks a free port."
     )
     status_host: str = Field("0.0.0.0", description="Address the daemon's status page listens on.")
     # Why 5 s: an operator watching an incident sees a roll land within seconds; each refresh is a

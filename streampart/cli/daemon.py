@@ -32,7 +32,7 @@ def scheduler_run(
         int | None,
         typer.Option(
             help="Serve the read-only status page (/ui, the API's tokens) on this port (0: a free port) "
-            "[default: from config, none]"
+            "[default: from config, not served]"
         ),
     ] = None,
     log_format: Annotated[
@@ -55,6 +55,7 @@ def scheduler_run(
             "metrics": False if no_metrics else None,
             "log_format": log_format,
             "status_port": status_port,
+            "status": True if status_port is not None else None,
         }
     )
     configure_logging(settings.scheduler.log_format, settings.scheduler.log_level)
@@ -65,7 +66,7 @@ def scheduler_run(
         catalog, settings.scheduler, settings.roll, settings.chunk, spark=ClusterSpark(settings, catalog)
     )
     status = None
-    if settings.scheduler.status_port is not None:
+    if settings.scheduler.status:
         from ingest.api.auth import Authenticator
         from scheduler.status_page import StatusPage
         from scheduler.status_page.server import StatusServer

@@ -71,16 +71,19 @@ class Fleet:
 
     def start_daemon(self, n: int) -> None:
         log = self.tmp / f"daemon-{n}.log"
+        # the first turns the page on in its settings, the second with --status-port
+        page: dict[str, Any] = {"status": True, "status_port": 0} if n == 1 else {}
         env = daemon_env(
             self.catalog,
             housekeeping={"enabled": True, "interval": "2s"},
-            status_port=0,
             status_host="127.0.0.1",
             status_refresh="1s",
+            **page,
         )
         env["STREAMPART_SERVER__AUTH_CACHE_TTL"] = "0"
+        flag = [] if n == 1 else ["--status-port", "0"]
         proc = subprocess.Popen(
-            [sys.executable, "-m", "streampart.cli", "scheduler", "run", "--log-format", "json"],
+            [sys.executable, "-m", "streampart.cli", "scheduler", "run", "--log-format", "json", *flag],
             cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=log.open("w"), text=True,
         )  # fmt: skip
         self.daemons.append(proc)
@@ -291,7 +294,14 @@ def test_the_daemon_serves_the_page_too(fleet: Fleet, browser: Any) -> None:
     assert page.locator("tr[data-table='ns.broken']").is_visible()
     assert page.locator("tr[data-table='secret.payroll']").count() == 0
     page.context.close()
-    assert httpx.get(f"{url}/ui/status.json").status_code == 401
+    for port in fleet.daemon_ports:  # the page turned on by the settings, and by --status-port
+        assert httpx.get(f"http://127.0.0.1:{port}/ui/status.json", timeout=30).status_code == 401
+        answer = httpx.get(
+            f"http://127.0.0.1:{port}/ui/status.json",
+            headers={"Authorization": f"Bearer {fleet.reader}"},  # type: ignore[attr-defined]
+            timeout=30,
+        )
+        assert "ns.broken" in {t["table"] for t in answer.json()["tables"]}
 
 
 def test_with_auth_off_the_page_shows_every_namespace(fleet: Fleet) -> None:
