@@ -11,7 +11,7 @@ namespaces it may read; without a known token the page shows the form and no dat
 from __future__ import annotations
 
 import importlib.resources
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -20,6 +20,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 from starlette.concurrency import run_in_threadpool
 
 from ingest.api.auth import Authenticator, Principal
+from ingest.api.ttl_cache import TtlCache
 from metastore.catalog import Catalog
 from metastore.models import Permission
 from scheduler.config import SchedulerConfig
@@ -33,6 +34,9 @@ COOKIE_MAX_AGE_S = 7 * 24 * 3600
 # How many of each table's newest partitions the timeline shows: half a day of hourly rolls, a
 # screenful on a phone; and the query stays one index range per table.
 TIMELINE_PARTITIONS = 12
+# Why 1 s: several operators' pages refreshing every few seconds share one round of metastore
+# queries per second for each set of scopes, and what they see is at most a second old.
+STATUS_CACHE_S = 1.0
 # The recent roll attempts listed under the timelines: the last few minutes of a failing table.
 RECENT_ROLLS = 10
 _STATIC = {"ui.css": "text/css; charset=utf-8", "ui.js": "text/javascript; charset=utf-8"}
@@ -47,6 +51,9 @@ class StatusPage:
     authenticator: Authenticator
     auth: bool = True  # False only for ``streampart serve --insecure-no-auth``
     read_only_note: str = ""  # shown under the title, e.g. which daemon serves the page
+    _answers: TtlCache[tuple[str, ...], dict[str, Any]] = field(
+        default_factory=lambda: TtlCache(STATUS_CACHE_S), repr=False
+    )
 
     def principal(self, request: Request) -> Principal | None:
         """Who asks: the token of the cookie or the bearer header; None without a known one."""
@@ -63,16 +70,18 @@ class StatusPage:
 
     def status(self, who: Principal) -> dict[str, Any]:
         """The scheduler's status as ``who`` may see it (only the namespaces it may read)."""
-        info = scheduler_status(
-            self.catalog,
-            self.config,
-            may_read=lambda namespace: who.allows(Permission.READ, namespace),
-            timeline=TIMELINE_PARTITIONS,
-            limit=RECENT_ROLLS,
+        scopes = ("*auth off*",) if who.token is None else tuple(sorted(str(s) for s in who.token.scopes))
+        info = self._answers.get(
+            scopes,
+            lambda: scheduler_status(
+                self.catalog,
+                self.config,
+                may_read=lambda namespace: who.allows(Permission.READ, namespace),
+                timeline=TIMELINE_PARTITIONS,
+                limit=RECENT_ROLLS,
+            ),
         )
-        info["viewer"] = who.name
-        info["refresh_seconds"] = self.config.status_refresh.total_seconds()
-        return info
+        return {**info, "viewer": who.name, "refresh_seconds": self.config.status_refresh.total_seconds()}
 
 
 def _page(request: Request) -> StatusPage:
