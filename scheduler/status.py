@@ -111,6 +111,7 @@ def _one(
             "pid": lease.info.get("pid"),
             "metrics": lease.info.get("metrics"),
         }
+    beats = store.list_daemons(config.lease_name)
     daemons = [
         {
             "holder": d.holder,
@@ -122,19 +123,13 @@ def _one(
             "housekeeping_at": _iso(d.housekeeping_at),
             "housekeeping_outcome": d.housekeeping_outcome,
         }
-        for d in store.list_daemons(config.lease_name)
+        for d in beats
     ]
-    kept = [d for d in daemons if d["housekeeping_at"]]
-    last_pass = max(kept, key=lambda d: str(d["housekeeping_at"])) if kept else None
-    housekeeping = (
-        None
-        if last_pass is None
-        else {
-            "at": last_pass["housekeeping_at"],
-            "outcome": last_pass["housekeeping_outcome"],
-            "by": last_pass["holder"],
-        }
-    )
+    passes = [(d.housekeeping_at, d) for d in beats if d.housekeeping_at is not None]
+    housekeeping = None
+    if passes:  # the newest pass, whichever daemon led then
+        at, by = max(passes, key=lambda p: p[0])
+        housekeeping = {"at": iso(at), "outcome": by.housekeeping_outcome, "by": by.holder}
     latest = store.latest_roll_attempts()
     readable = [t for t in store.list_tables() if readable_ns(t.name.namespace)]
     activity = store.table_activity(
