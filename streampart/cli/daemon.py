@@ -109,6 +109,9 @@ def _print_status(out: TextOutput, info: dict[str, Any]) -> None:
         for m in info["metastores"]:
             line = f"did not answer: {m['error']}" if m["error"] else _leader_line(m["leader"])
             out.console.print(f"[bold]{m['metastore']}[/] {line}")
+    for m in info["metastores"]:
+        if m["error"] is None and (m["daemons"] or m["housekeeping"]):
+            out.console.print((f"[bold]{m['metastore']}[/] " if federated else "") + _daemons_line(m))
     grid = RichTable(
         *(["metastore"] if federated else []),
         "table",
@@ -150,6 +153,13 @@ def _print_status(out: TextOutput, info: dict[str, Any]) -> None:
         out.console.print(recent)
     else:
         out.console.print("no rolls by the daemon yet")
+
+
+def _daemons_line(m: dict[str, Any]) -> str:
+    standbys = [d["holder"] for d in m["daemons"] if d["role"] == "standby"]
+    hk = m["housekeeping"]
+    housekeeping = "never" if hk is None else f"{hk['outcome']} at {hk['at']}"
+    return f"standbys: {', '.join(standbys) or 'none'}; housekeeping: {housekeeping}"
 
 
 def _leader_line(leader: dict[str, Any] | None) -> str:
