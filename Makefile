@@ -3,7 +3,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint bench setup
+.PHONY: demo test lint bench setup chromium
 
 $(BIN)/streampart: pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -20,7 +20,13 @@ setup: $(BIN)/streampart
 demo: setup
 	$(BIN)/streampart demo
 
-test: setup
+# The status page's tests drive Debian's Chromium (headless): installed here when missing, as root.
+chromium:
+	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } || \
+		echo "chromium is missing and cannot be installed here: the status page's tests will fail"
+
+test: setup chromium
 	$(BIN)/python -m pytest -q
 
 lint: setup

@@ -558,6 +558,29 @@ class RollAttempt(BaseModel):
         return (self.finished_at - self.started_at).total_seconds()
 
 
+class DaemonBeat(BaseModel):
+    """A roll daemon's last heartbeat for one lease (leader or standby), and its last housekeeping."""
+
+    model_config = ConfigDict(frozen=True)
+
+    lease: str
+    holder: str
+    heartbeat_at: datetime
+    info: dict[str, Any] = Field(default_factory=dict)
+    housekeeping_at: datetime | None = None
+    housekeeping_outcome: str | None = None  # ok, failed
+
+
+class TableActivity(BaseModel):
+    """What a table's committed chunks say of its traffic (for the status page)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    newest_commit: datetime | None = None  # when the newest committed chunk began its commit
+    recent_commits: int = 0  # committed since the ``recent`` cut-off asked for
+    dead_letter_rows: int = 0  # dead-lettered rows of chunks committed since the ``hour`` cut-off
+
+
 class ChunkSummary(BaseModel):
     """What pruned chunk rows of one partition (and state) added up to.
 

@@ -332,3 +332,22 @@ moves = Table(
     Column("owner", String(256)),
     Column("heartbeat_at", DateTime),
 )
+
+# The roll daemons' heartbeats (migration 0011): one row per daemon process and lease, written at
+# every heartbeat, leader and standbys alike, so the status page lists the standbys (the lease row
+# names only the leader) and when housekeeping last ran (the leader records each pass here).
+daemons = Table(
+    "sp_daemons",
+    metadata,
+    Column("lease", String(128), primary_key=True),
+    Column("holder", String(128), primary_key=True),
+    Column("heartbeat_at", DateTime, nullable=False),
+    Column("info", JSON, nullable=False),
+    Column("housekeeping_at", DateTime),
+    Column("housekeeping_outcome", String(16)),
+    Index("ix_sp_daemons_heartbeat", "heartbeat_at"),
+)
+
+# The status page's freshness and commit rate per table (migration 0011): the newest committed
+# chunk is one index probe, the last hour's commits one index range.
+Index("ix_sp_chunks_table_committed", chunks.c.table_id, chunks.c.state, chunks.c.committing_since)

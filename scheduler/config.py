@@ -192,6 +192,22 @@ class SchedulerConfig(BaseModel):
         9464, ge=0, le=65535, description="Port of the metrics endpoint; 0 picks a free port."
     )
     metrics_host: str = Field("0.0.0.0", description="Address the metrics endpoint listens on.")
+    status: bool = Field(
+        False,
+        description="Serve the read-only status page (/ui, opened with the API's tokens) from the daemon "
+        "(streampart serve shows it too); scheduler run --status-port turns it on.",
+    )
+    status_port: int = Field(
+        9470, ge=0, le=65535, description="Port of the daemon's status page; 0 picks a free port."
+    )
+    status_host: str = Field("0.0.0.0", description="Address the daemon's status page listens on.")
+    # Why 5 s: an operator watching an incident sees a roll land within seconds; each refresh is a
+    # few indexed queries per table, so several open pages cost the metastore little.
+    status_refresh: Duration = Field(
+        timedelta(seconds=5),
+        ge=timedelta(seconds=1),
+        description="How often the status page (/ui) refreshes itself.",
+    )
     log_format: Literal["json", "text"] = Field(
         "json", description="json: one JSON object per line (structured); text: for humans."
     )

@@ -337,6 +337,10 @@ class RollDaemon:
             except LeaseLostError as exc:
                 self.leadership.step_down(str(exc))
         self.metrics.leader.set(1 if self.leadership.is_leader else 0)
+        # last: the status page's list of daemons (leader and standbys) must never delay the lease
+        role = "leader" if self.leadership.is_leader else "standby"
+        info = {**self.leadership.info, "role": role}
+        self.catalog.store.record_heartbeat(self.config.lease_name, self.owner, info)
 
     def _on_elected(self, lease: Lease) -> None:
         self.metrics.leader.set(1)
@@ -751,7 +755,9 @@ class RollDaemon:
         keeper = Housekeeper(self.catalog, self.config.housekeeping, self.chunk_config, self.may_roll)
         report = keeper.run(should_stop=lambda: self._stopping.is_set() or not self.leadership.is_leader)
         m = self.metrics
-        m.housekeeping.labels("failed" if report.errors else "ok").inc()
+        outcome = "failed" if report.errors else "ok"
+        m.housekeeping.labels(outcome).inc()
+        self.catalog.store.record_housekeeping(self.config.lease_name, self.owner, outcome)
         m.files_removed.inc(len(report.files_removed))
         m.chunks_expired.inc(report.expired)
         m.chunks_pruned.inc(report.chunks_pruned)

@@ -4,37 +4,73 @@ Read from the metastores alone, so it works from any host and whether or not a d
 daemons hold one leadership lease per metastore (scheduler.federation_daemons): ``metastores``
 shows each one's leader (or why it did not answer); ``leader`` is the primary's, ``tables`` and
 ``recent_rolls`` span every metastore that answered (each table names its metastore).
+
+The operators' status page (:mod:`scheduler.status_page`) shows the same answer, asked with
+``may_read`` (only the namespaces a token may read) and ``timeline`` (each table's newest
+partitions as bars along time); each metastore also names its daemons (leader and standbys, from
+their heartbeats) and housekeeping's last pass, each table its traffic (freshness, commits per
+minute, dead letters in the last hour), its replicas and the links to it.
 """
 
 from __future__ import annotations
 
-from datetime import datetime
+from collections.abc import Callable
+from datetime import datetime, timedelta
 from typing import Any
 
 from metastore import clock
 from metastore.catalog import Catalog
 from metastore.durations import format_duration
-from metastore.models import PRIMARY, PartitionState, RollOutcome, iso
+from metastore.models import PRIMARY, Partition, PartitionState, Roll, RollOutcome, RollState, Table, iso
 from scheduler.config import SchedulerConfig
 from scheduler.roll import due_time
+
+# Why 5 minutes: commits per minute over one minute jumps with every batch a producer sends; over
+# five it is steady enough to read at a glance yet still drops within minutes of a stall.
+COMMIT_RATE_WINDOW = timedelta(minutes=5)
+# The issue's "dead letters in the last hour": an hour spans a deploy and its consequences.
+DEAD_LETTER_WINDOW = timedelta(hours=1)
 
 
 def _iso(ts: datetime | None) -> str | None:
     return None if ts is None else iso(ts)
 
 
+def _seconds(start: datetime | None, end: datetime | None) -> float | None:
+    return None if start is None or end is None else round((end - start).total_seconds(), 3)
+
+
 def scheduler_status(
-    catalog: Catalog, config: SchedulerConfig | None = None, now: datetime | None = None, limit: int = 20
+    catalog: Catalog,
+    config: SchedulerConfig | None = None,
+    now: datetime | None = None,
+    limit: int = 20,
+    may_read: Callable[[str], bool] | None = None,
+    timeline: int = 0,
 ) -> dict[str, Any]:
-    """The daemon's state in the shape of ``streampart scheduler status --json``."""
+    """The daemon's state in the shape of ``streampart scheduler status --json``.
+
+    Args:
+        may_read: Whether a namespace's tables, links and rolls are shown (None: all are).
+        timeline: How many of each table's newest partitions to list under ``partitions``.
+    """
     config = config or SchedulerConfig()
     now = now or clock.now()
-    found = catalog.router.fan_out(lambda store: _one(catalog.on(store.name), config, now, limit))
+    found = catalog.router.fan_out(
+        lambda store: _one(catalog.on(store.name), config, now, limit, may_read, timeline)
+    )
     metastores = []
     for name in catalog.router.names():
         answer = found.answers.get(name)
-        leader = None if answer is None else answer["leader"]
-        metastores.append({"metastore": name, "leader": leader, "error": found.missing.get(name)})
+        metastores.append(
+            {
+                "metastore": name,
+                "leader": None if answer is None else answer["leader"],
+                "daemons": [] if answer is None else answer["daemons"],
+                "housekeeping": None if answer is None else answer["housekeeping"],
+                "error": found.missing.get(name),
+            }
+        )
     answers = [found.answers[m["metastore"]] for m in metastores if m["metastore"] in found.answers]
     recent = sorted(
         (r for a in answers for r in a["recent_rolls"]), key=lambda r: r["finished_at"], reverse=True
@@ -45,13 +81,22 @@ def scheduler_status(
         "leader": found.answers[PRIMARY]["leader"] if PRIMARY in found.answers else None,
         "metastores": metastores,
         "tables": [t for a in answers for t in a["tables"]],
+        "links": [link for a in answers for link in a["links"]],
         "recent_rolls": recent[:limit],
     }
 
 
-def _one(catalog: Catalog, config: SchedulerConfig, now: datetime, limit: int) -> dict[str, Any]:
-    """The leader, tables and recent rolls of the metastore ``catalog`` is bound to."""
+def _one(
+    catalog: Catalog,
+    config: SchedulerConfig,
+    now: datetime,
+    limit: int,
+    may_read: Callable[[str], bool] | None,
+    timeline: int,
+) -> dict[str, Any]:
+    """The leader, daemons, tables and recent rolls of the metastore ``catalog`` is bound to."""
     store = catalog.store
+    readable_ns = may_read or (lambda _namespace: True)
     lease = store.get_lease(config.lease_name)
     leader = None
     if lease is not None:
@@ -66,11 +111,43 @@ def _one(catalog: Catalog, config: SchedulerConfig, now: datetime, limit: int) -
             "pid": lease.info.get("pid"),
             "metrics": lease.info.get("metrics"),
         }
+    beats = store.list_daemons(config.lease_name)
+    daemons = [
+        {
+            "holder": d.holder,
+            "role": _role(d.holder, d.heartbeat_at, leader, config, now),
+            "heartbeat_at": iso(d.heartbeat_at),
+            "heartbeat_age_seconds": _seconds(d.heartbeat_at, now),
+            "host": d.info.get("host"),
+            "pid": d.info.get("pid"),
+            "housekeeping_at": _iso(d.housekeeping_at),
+            "housekeeping_outcome": d.housekeeping_outcome,
+        }
+        for d in beats
+    ]
+    passes = [(d.housekeeping_at, d) for d in beats if d.housekeeping_at is not None]
+    housekeeping = None
+    if passes:  # the newest pass, whichever daemon led then
+        at, by = max(passes, key=lambda p: p[0])
+        housekeeping = {"at": iso(at), "outcome": by.housekeeping_outcome, "by": by.holder}
     latest = store.latest_roll_attempts()
+    readable = [t for t in store.list_tables() if readable_ns(t.name.namespace)]
+    activity = store.table_activity(
+        [t.id for t in readable], now - COMMIT_RATE_WINDOW, now - DEAD_LETTER_WINDOW
+    )
+    replicas: dict[int, list[str]] = {}
+    for replica in store.list_replicas() if readable else []:
+        replicas.setdefault(replica.table_id, []).append(replica.cluster)
+    all_links = store.list_links()
+    links_to: dict[int, list[str]] = {}
+    for link in all_links:
+        if link.source_table_id is not None and readable_ns(link.name.namespace):
+            links_to.setdefault(link.source_table_id, []).append(str(link.name))
     names: dict[int, str] = {}
     tables = []
-    for table in store.list_tables():
+    for table in readable:
         names[table.id] = str(table.name)
+        traffic = activity[table.id]
         parts = store.list_partitions(table.id, [PartitionState.STREAMING, PartitionState.ROLLING])
         rolls = {r.partition_id: r for r in store.list_rolls(table.id, unfinished=True)}
         streaming = [p for p in parts if p.state is PartitionState.STREAMING]
@@ -109,8 +186,19 @@ def _one(catalog: Catalog, config: SchedulerConfig, now: datetime, limit: int) -
                 "failures": last.failures if failing and last is not None else 0,
                 "last_error": last.error if failing and last is not None else None,
                 "retry_at": _iso(last.retry_at) if failing and last is not None else None,
+                "failed_partition": _iso(last.partition_value) if failing and last is not None else None,
+                "newest_commit": _iso(traffic.newest_commit),
+                "freshness_seconds": _seconds(traffic.newest_commit, now),
+                "commits_per_minute": round(
+                    traffic.recent_commits / (COMMIT_RATE_WINDOW.total_seconds() / 60), 2
+                ),
+                "dead_letters_last_hour": traffic.dead_letter_rows,
+                "replicas": replicas.get(table.id, []),
+                "links": sorted(links_to.get(table.id, [])),
             }
         )
+        if timeline:
+            tables[-1]["partitions"] = _timeline(store, table, now, timeline, replicas.get(table.id, []))
     recent = [
         {
             "table": names.get(a.table_id, f"#{a.table_id}"),
@@ -127,6 +215,67 @@ def _one(catalog: Catalog, config: SchedulerConfig, now: datetime, limit: int) -
             "error": a.error,
             "retry_at": _iso(a.retry_at),
         }
-        for a in store.list_roll_attempts(limit=limit)
+        # filtered: a reader sees the attempts of its tables only (up to ``limit`` of the newest)
+        for a in store.list_roll_attempts(limit=limit if may_read is None else 10 * limit)
+        if may_read is None or a.table_id in names
+    ][:limit]
+    links = [
+        {"link": str(link.name), "source": str(link.source), "mode": link.mode.value}
+        for link in all_links
+        if readable_ns(link.name.namespace)
     ]
-    return {"leader": leader, "tables": tables, "recent_rolls": recent}
+    return {
+        "leader": leader,
+        "daemons": daemons,
+        "housekeeping": housekeeping,
+        "tables": tables,
+        "links": links,
+        "recent_rolls": recent,
+    }
+
+
+def _role(
+    holder: str, heartbeat_at: datetime, leader: dict[str, Any] | None, config: SchedulerConfig, now: datetime
+) -> str:
+    """leader (holds the live lease), standby (heard from within a lease's TTL), or silent (gone)."""
+    if leader is not None and leader["live"] and leader["holder"] == holder:
+        return "leader"
+    return "standby" if now - heartbeat_at < config.lease_ttl else "silent"
+
+
+def _timeline(
+    store: Any, table: Table, now: datetime, newest: int, clusters: list[str]
+) -> list[dict[str, Any]]:
+    """The table's ``newest`` partitions, oldest first: each one's period, state, roll and lateness."""
+    parts: list[Partition] = store.list_partitions(table.id, newest=newest)
+    rolls: dict[int, Roll] = {
+        r.partition_id: r for r in store.list_rolls(partition_ids=[p.id for p in parts])
+    }
+    copied: dict[datetime, list[str]] = {}
+    for cluster in clusters:
+        for value in store.present_values(table.id, cluster):
+            copied.setdefault(value, []).append(cluster)
+    out = []
+    for p in parts:
+        roll = rolls.get(p.id)
+        due = due_time(table, p)
+        done = roll is not None and roll.state is RollState.DONE
+        out.append(
+            {
+                "partition": iso(p.value),
+                "end": iso(table.period_end(p.value)),
+                "state": p.state.value,
+                "opened_at": iso(p.opened_at),
+                "rolled_at": _iso(p.rolled_at),
+                "due_at": iso(due),
+                # due but not rolled: the roll is late (the daemon is down, or the table fails)
+                "late": p.state is not PartitionState.STANDARD and due <= now,
+                "roll_started_at": None if roll is None else iso(roll.started_at),
+                "roll_seconds": None
+                if roll is None
+                else _seconds(roll.started_at, roll.finished_at if done else now),
+                "rows": p.rows,
+                "replicated_on": sorted(copied.get(p.value, [])),
+            }
+        )
+    return out

@@ -16,6 +16,7 @@ it (the way dagster splits run, event and schedule storage):
 - ``rolls``: rolls and their leases
 - ``leases``: leadership leases and fencing
 - ``history``: roll attempts, and chunk rows pruned into summaries
+- ``daemons``: the roll daemons' heartbeats (leader and standbys) and housekeeping passes
 - ``tokens``: the HTTP API's bearer tokens
 - ``namespaces``: namespaces, and the ledger their quotas are checked against
 - ``links``: links between namespaces
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 from metastore.store.chunks import ChunkStore
 from metastore.store.clusters import ClusterStore
+from metastore.store.daemons import DaemonStore
 from metastore.store.engine import SQLITE_BUSY_TIMEOUT_S, Database, default_url, normalize_url
 from metastore.store.federation import FederationStore
 from metastore.store.history import HistoryStore, summarize_chunk
@@ -50,6 +52,7 @@ class Metastore(
     RollStore,
     LeaseStore,
     HistoryStore,
+    DaemonStore,
     TokenStore,
     NamespaceStore,
     LinkStore,

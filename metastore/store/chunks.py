@@ -20,7 +20,7 @@ from sqlalchemy.exc import IntegrityError
 
 from metastore import schema as s
 from metastore.errors import ConflictError, NotFoundError, StreampartError
-from metastore.models import Chunk, ChunkState, StagedFile, check_transition, utc
+from metastore.models import Chunk, ChunkState, StagedFile, TableActivity, check_transition, utc
 from metastore.store.engine import Database, _db, _now, _out
 from metastore.store.namespaces import check_quota, fence_table
 from metastore.store.preconditions import Precondition, at, failed_precondition, guarded_update, state_in
@@ -400,3 +400,44 @@ class ChunkStore(Database):
                 .group_by(s.chunks.c.table_id)
             ).all()
         return {int(t): int(n) for t, n in rows}
+
+    def table_activity(
+        self, table_ids: Collection[int], recent: datetime, hour: datetime
+    ) -> dict[int, TableActivity]:
+        """Per table: its newest commit, its commits since ``recent``, its dead letters since ``hour``.
+
+        A chunk's commit time is when its (winning) commit attempt began (``committing_since``):
+        within a commit's few seconds of when it became visible. Each figure is an index probe or
+        range on ``(table_id, state, committing_since)``, so the status page may ask every few
+        seconds. A table whose chunk rows were all pruned shows its summaries' newest chunk.
+        """
+        c, summ = s.chunks, s.chunk_summaries
+        committed = ChunkState.COMMITTED.value
+
+        def of(table_id: int) -> Any:
+            return sa.and_(c.c.table_id == table_id, c.c.state == committed)
+
+        out: dict[int, TableActivity] = {}
+        with self.read_tx() as conn:
+            for table_id in table_ids:
+                newest, recent_n, dead = conn.execute(
+                    sa.select(
+                        sa.select(sa.func.max(c.c.committing_since)).where(of(table_id)).scalar_subquery(),
+                        sa.select(sa.func.count())
+                        .where(of(table_id), c.c.committing_since >= _db(recent))
+                        .scalar_subquery(),
+                        sa.select(sa.func.coalesce(sa.func.sum(c.c.dead_letter_rows), 0))
+                        .where(of(table_id), c.c.committing_since >= _db(hour))
+                        .scalar_subquery(),
+                    )
+                ).one()
+                if newest is None:  # pruned into summaries (a quiet table): the summaries know
+                    newest = conn.execute(
+                        sa.select(sa.func.max(summ.c.last_created_at)).where(
+                            summ.c.table_id == table_id, summ.c.state == committed
+                        )
+                    ).scalar()
+                out[table_id] = TableActivity(
+                    newest_commit=_out(newest), recent_commits=int(recent_n), dead_letter_rows=int(dead)
+                )
+        return out

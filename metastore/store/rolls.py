@@ -14,6 +14,7 @@ then resumes from the namespace's new metastore, where the move copied it.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Collection
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -114,11 +115,18 @@ class RollStore(Database):
             return _read_roll(conn, roll_id)
 
     def list_rolls(
-        self, table_id: int | None = None, unfinished: bool = False, limit: int = 100
+        self,
+        table_id: int | None = None,
+        unfinished: bool = False,
+        limit: int = 100,
+        partition_ids: Collection[int] | None = None,
     ) -> list[Roll]:
+        """The newest rolls first; ``partition_ids``: only the rolls of these partitions."""
         q = _roll_query()
         if table_id is not None:
             q = q.where(s.rolls.c.table_id == table_id)
+        if partition_ids is not None:
+            q = q.where(s.rolls.c.partition_id.in_(list(partition_ids)))
         if unfinished:
             q = q.where(s.rolls.c.state != RollState.DONE.value)
         with self.read_tx() as conn:

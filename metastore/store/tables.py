@@ -227,11 +227,17 @@ class TableStore(Database):
 
     # -- partitions ------------------------------------------------------------------------
     def list_partitions(
-        self, table_id: int, states: Sequence[PartitionState] | None = None
+        self, table_id: int, states: Sequence[PartitionState] | None = None, newest: int | None = None
     ) -> list[Partition]:
+        """The table's partitions (in ``states``), oldest first; ``newest``: only the last so many."""
         q = sa.select(s.partitions).where(s.partitions.c.table_id == table_id)
         if states:
             q = q.where(s.partitions.c.state.in_([st.value for st in states]))
+        if newest is not None:  # the newest by value (an index range), handed out oldest first
+            q = q.order_by(s.partitions.c.value.desc()).limit(newest)
+            with self.read_tx() as conn:
+                rows = conn.execute(q).all()
+            return [partition_from_row(r) for r in reversed(rows)]
         with self.read_tx() as conn:
             rows = conn.execute(q.order_by(s.partitions.c.value)).all()
         return [partition_from_row(r) for r in rows]

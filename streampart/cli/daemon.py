@@ -27,6 +27,13 @@ def scheduler_run(
         typer.Option(help="Port of the Prometheus /metrics endpoint (0: a free port) [default: from config]"),
     ] = None,
     no_metrics: Annotated[bool, typer.Option("--no-metrics", help="Do not serve metrics")] = False,
+    status_port: Annotated[
+        int | None,
+        typer.Option(
+            help="Serve the read-only status page (/ui, the API's tokens) on this port (0: a free port) "
+            "[default: from config, not served]"
+        ),
+    ] = None,
     log_format: Annotated[
         str | None, typer.Option(help="json (structured, default) or text [default: from config]")
     ] = None,
@@ -46,6 +53,8 @@ def scheduler_run(
             "metrics_port": metrics_port,
             "metrics": False if no_metrics else None,
             "log_format": log_format,
+            "status_port": status_port,
+            "status": True if status_port is not None else None,
         }
     )
     configure_logging(settings.scheduler.log_format, settings.scheduler.log_level)
@@ -55,7 +64,26 @@ def scheduler_run(
     daemon = FederationDaemons(
         catalog, settings.scheduler, settings.roll, settings.chunk, spark=ClusterSpark(settings, catalog)
     )
-    raise typer.Exit(daemon.run_forever())
+    status = None
+    if settings.scheduler.status:
+        from ingest.api.auth import Authenticator
+        from scheduler.status_page import StatusPage
+        from scheduler.status_page.server import StatusServer
+
+        page = StatusPage(
+            catalog,
+            settings.scheduler,
+            Authenticator(catalog.primary, settings.server.auth_cache_ttl.total_seconds()),
+            read_only_note="served by the roll daemon",
+        )
+        status = StatusServer(page, settings.scheduler.status_host, settings.scheduler.status_port)
+        status.start()
+    try:
+        code = daemon.run_forever()
+    finally:
+        if status is not None:
+            status.stop()
+    raise typer.Exit(code)
 
 
 @scheduler_app.command("status")
@@ -80,6 +108,9 @@ def _print_status(out: TextOutput, info: dict[str, Any]) -> None:
         for m in info["metastores"]:
             line = f"did not answer: {m['error']}" if m["error"] else _leader_line(m["leader"])
             out.console.print(f"[bold]{m['metastore']}[/] {line}")
+    for m in info["metastores"]:
+        if m["error"] is None and (m["daemons"] or m["housekeeping"]):
+            out.console.print((f"[bold]{m['metastore']}[/] " if federated else "") + _daemons_line(m))
     grid = listing(
         *(["metastore"] if federated else []),
         "table",
@@ -126,6 +157,13 @@ def _print_status(out: TextOutput, info: dict[str, Any]) -> None:
         out.table(recent)
     else:
         out.console.print("no rolls by the daemon yet")
+
+
+def _daemons_line(m: dict[str, Any]) -> str:
+    standbys = [d["holder"] for d in m["daemons"] if d["role"] == "standby"]
+    hk = m["housekeeping"]
+    housekeeping = "never" if hk is None else f"{hk['outcome']} at {hk['at']}"
+    return f"standbys: {', '.join(standbys) or 'none'}; housekeeping: {housekeeping}"
 
 
 def _leader_line(leader: dict[str, Any] | None) -> str:

@@ -38,7 +38,8 @@ def serve(
     ] = False,
     log_format: Annotated[str | None, typer.Option(help="json or text [default: from config]")] = None,
 ) -> None:
-    """Serve the HTTP chunk API (OpenAPI at /openapi.json, docs at /docs) until SIGTERM/SIGINT."""
+    """Serve the HTTP chunk API (OpenAPI at /openapi.json, docs at /docs) and the status page (/ui)
+    until SIGTERM/SIGINT."""
     import uvicorn
 
     from ingest.api.app import create_app
@@ -57,8 +58,16 @@ def serve(
         cli.output.err.print(f"[bold red]{banner}[/]", highlight=False)
         log.warning(banner, extra={"event": "server.insecure_no_auth"})
     app = create_app(catalog, config, settings.chunk, auth=not insecure_no_auth)
+    from scheduler.status_page import StatusPage, router
+
+    # the operators' status page, with the API's tokens (and their cache)
+    app.state.status_page = StatusPage(
+        catalog, settings.scheduler, app.state.api.authenticator, auth=not insecure_no_auth
+    )
+    app.include_router(router)
     log.info(
-        "HTTP API listening on %s (docs at %s/docs)",
+        "HTTP API listening on %s (docs at %s/docs, status page at %s/ui)",
+        url,
         url,
         url,
         extra={"event": "server.listening", "url": url, "auth": not insecure_no_auth},

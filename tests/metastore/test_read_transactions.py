@@ -106,6 +106,7 @@ READS: list[tuple[str, Callable[[Metastore, dict], object]]] = [
     ("list_tables", lambda st, r: st.list_tables()),
     ("newest_version", lambda st, r: st.newest_version(r["table"].id)),
     ("list_partitions", lambda st, r: st.list_partitions(r["table"].id)),
+    ("list_partitions newest", lambda st, r: st.list_partitions(r["table"].id, newest=5)),
     ("get_partition", lambda st, r: st.get_partition(r["table"].id, r["partition"].value)),
     ("streaming_partition", lambda st, r: st.streaming_partition(r["table"].id)),
     # an existing partition: nothing to open, so nothing to write
@@ -118,11 +119,14 @@ READS: list[tuple[str, Callable[[Metastore, dict], object]]] = [
     ("list_chunks", lambda st, r: st.list_chunks(r["table"].id)),
     ("stale_commits", lambda st, r: st.stale_commits(T0)),
     ("pending_chunk_counts", lambda st, r: st.pending_chunk_counts()),
+    ("table_activity", lambda st, r: st.table_activity([r["table"].id], T0, T0)),
     # nothing has expired: the housekeeping sweep must not queue behind writers for nothing
     ("expire_chunks", lambda st, r: st.expire_chunks()),
     ("get_roll", lambda st, r: st.get_roll(r["roll"].id)),
     ("list_rolls", lambda st, r: st.list_rolls(r["table"].id, unfinished=True)),
+    ("list_rolls by partition", lambda st, r: st.list_rolls(partition_ids=[r["partition"].id])),
     ("get_lease", lambda st, r: st.get_lease("roll")),
+    ("list_daemons", lambda st, r: st.list_daemons("roll")),
     ("list_roll_attempts", lambda st, r: st.list_roll_attempts(r["table"].id)),
     ("latest_roll_attempts", lambda st, r: st.latest_roll_attempts()),
     ("chunk_summaries", lambda st, r: st.chunk_summaries(r["table"].id)),

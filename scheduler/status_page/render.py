@@ -1,0 +1,336 @@
+"""The status page's HTML, rendered on the server from :func:`scheduler.status.scheduler_status`.
+
+Plain HTML and one stylesheet: no build step, nothing from a CDN. The page's script refreshes by
+fetching :func:`body` again and swapping it in, so this module is the page's only renderer.
+Values carry ``data-table`` / ``data-field`` attributes: what the browser tests (and any
+scraper) read, independent of the wording around them.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from html import escape
+from typing import Any
+
+from metastore.models import parse_instant
+
+
+def _e(value: Any) -> str:
+    return escape("" if value is None else str(value), quote=True)
+
+
+def _td(label: str, text: str, field: str | None = None, cls: str = "") -> str:
+    """A grid cell: ``text`` is HTML already; ``label`` heads it on a narrow screen."""
+    attrs = (
+        f' data-label="{label}"'
+        + (f' data-field="{field}"' if field else "")
+        + (f' class="{cls}"' if cls else "")
+    )
+    return f"<td{attrs}>{text}</td>"
+
+
+def age(seconds: float | None) -> str:
+    """``42s``, ``3m 12s``, ``5h 4m``, ``2d 3h``: an age read at a glance."""
+    if seconds is None:
+        return "never"
+    s = max(0, int(seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m {s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h {s % 3600 // 60:02d}m"
+    return f"{s // 86400}d {s % 86400 // 3600}h"
+
+
+def took(seconds: float | None) -> str:
+    if seconds is None:
+        return ""
+    return f"{seconds:.2f}s" if seconds < 60 else age(seconds)
+
+
+def clock_time(value: str | None, now: datetime) -> str:
+    """HH:MM:SS (UTC), with the date when it is not today's."""
+    if not value:
+        return "—"
+    t = parse_instant(value)
+    return t.strftime("%H:%M:%S" if t.date() == now.date() else "%Y-%m-%d %H:%M")
+
+
+def _health(t: dict[str, Any]) -> tuple[str, str]:
+    """The table's one-word state and its CSS class: failing, late, rolling or ok."""
+    if t["failures"]:
+        return f"failing ×{t['failures']}", "bad"
+    if t["overdue_seconds"] > 0:
+        return f"late {age(t['overdue_seconds'])}", "warn"
+    if t["rolling"]:
+        return "rolling", "busy"
+    return "ok", "ok"
+
+
+def login(error: str | None = None) -> str:
+    """The token form (and nothing else: no data without a token)."""
+    note = f'<p class="error" role="alert">{_e(error)}</p>' if error else ""
+    return _document(
+        f"""<main class="login"><h1>streampart status</h1>
+<form method="post" action="/ui/login">
+<label for="token">API token with read scope</label>
+<input id="token" name="token" type="password" autocomplete="off" required placeholder="spt_…">
+<button type="submit">Open</button>
+{note}
+<p class="hint">Made by <code>streampart token create NAME --scope read:NAMESPACE</code>; kept in a
+cookie only this page's server reads.</p>
+</form></main>""",
+        refresh=None,
+    )
+
+
+def page(info: dict[str, Any], note: str = "", can_log_out: bool = True) -> str:
+    """The whole page: its frame, and :func:`body` inside (what the script refreshes)."""
+    out = '<form method="post" action="/ui/logout" class="logout"><button>forget token</button></form>'
+    viewer = f'as <b data-field="viewer">{_e(info.get("viewer"))}</b>' + (f" · {_e(note)}" if note else "")
+    updated = clock_time(info["now"], parse_instant(info["now"]))
+    return _document(
+        f"""<header><h1>streampart status</h1>
+<span class="viewer">{viewer}</span>
+<span class="updated" id="updated" aria-live="polite">updated {_e(updated)} UTC</span>
+{out if can_log_out else ""}</header>
+<main id="status">{body(info)}</main>""",
+        refresh=info.get("refresh_seconds"),
+    )
+
+
+def body(info: dict[str, Any]) -> str:
+    """The status itself: summary, daemons, tables, timelines, recent rolls."""
+    now = parse_instant(info["now"])
+    tables = info["tables"]
+    failing = sum(1 for t in tables if t["failures"])
+    late = sum(1 for t in tables if t["overdue_seconds"] > 0)
+    parts = [
+        f'<div data-now="{_e(info["now"])}" hidden></div>',
+        '<section class="summary">',
+        f'<span class="chip" data-field="tables">{len(tables)} table{"s" if len(tables) != 1 else ""}</span>',
+        f'<span class="chip {"bad" if failing else "ok"}" data-field="failing">{failing} failing</span>',
+        f'<span class="chip {"warn" if late else "ok"}" data-field="late">{late} late</span>',
+        "</section>",
+        _daemons(info, now),
+    ]
+    if not tables:
+        parts.append(
+            '<p class="empty" data-field="no-tables">No tables to show: none exist, or this token may read '
+            "no namespace that has one (the page shows only namespaces with <code>read</code> scope).</p>"
+        )
+    else:
+        parts.append(_tables(tables, info["metastores"]))
+        parts.append('<section class="timelines"><h2>Rolls</h2>')
+        parts.extend(_timeline(t, now) for t in tables)
+        parts.append(_legend())
+        parts.append("</section>")
+    if info.get("links"):
+        parts.append(_links(info["links"]))
+    parts.append(_recent(info["recent_rolls"], now))
+    return "\n".join(parts)
+
+
+def _daemons(info: dict[str, Any], now: datetime) -> str:
+    rows = []
+    federated = len(info["metastores"]) > 1
+    for m in info["metastores"]:
+        where = f"<b>{_e(m['metastore'])}</b> " if federated else ""
+        if m["error"]:
+            rows.append(f'<div class="daemon bad">{where}did not answer: {_e(m["error"])}</div>')
+            continue
+        leader = m["leader"]
+        if leader is None:
+            head = '<span class="bad" data-field="leader">no leader</span> (no roll daemon has run here)'
+        elif not leader["live"]:
+            head = (
+                f'<span class="bad" data-field="leader">no leader</span> (the last lease, epoch '
+                f"{_e(leader['epoch'])}, lapsed at {_e(clock_time(leader['expires_at'], now))})"
+            )
+        else:
+            beat = parse_instant(leader["renewed_at"]) if leader["renewed_at"] else None
+            beat_age = age(None if beat is None else (now - beat).total_seconds())
+            head = (
+                f'leader <b data-field="leader">{_e(leader["holder"])}</b> · epoch '
+                f'<b data-field="epoch">{_e(leader["epoch"])}</b> · heartbeat '
+                f'<span data-field="heartbeat">{beat_age} ago</span>'
+            )
+        standbys = [d for d in m["daemons"] if d["role"] == "standby"]
+        standby = ", ".join(f"{_e(d['holder'])} ({age(d['heartbeat_age_seconds'])} ago)" for d in standbys)
+        hk = m["housekeeping"]
+        housekeeping = (
+            "never"
+            if hk is None
+            else f'<span class="{"bad" if hk["outcome"] == "failed" else ""}">{_e(hk["outcome"])}</span> '
+            f"at {_e(clock_time(hk['at'], now))}"
+        )
+        rows.append(
+            f'<div class="daemon" data-metastore="{_e(m["metastore"])}">{where}{head}<br>'
+            f'<span class="muted">standbys:</span> <span data-field="standbys">{standby or "none"}</span> · '
+            f'<span class="muted">housekeeping:</span> <span data-field="housekeeping">{housekeeping}</span>'
+            "</div>"
+        )
+    return '<section class="daemons"><h2>Daemons</h2>' + "".join(rows) + "</section>"
+
+
+def _tables(tables: list[dict[str, Any]], metastores: list[dict[str, Any]]) -> str:
+    federated = len(metastores) > 1
+    head = "".join(
+        f"<th>{h}</th>"
+        for h in (
+            "table",
+            *(["metastore"] if federated else []),
+            "mode",
+            "roll every",
+            "freshness",
+            "commits/min",
+            "dead letters 1h",
+            "state",
+        )
+    )
+    rows = []
+    for t in tables:
+        word, cls = _health(t)
+        fresh = t["freshness_seconds"]
+        name = _e(t["table"])
+        dead = t["dead_letters_last_hour"]
+        rows.append(
+            f'<tr data-table="{name}"><th scope="row"><a href="#t-{name}">{name}</a></th>'
+            + (_td("metastore", _e(t["metastore"])) if federated else "")
+            + _td("mode", _e(t["mode"]), "mode")
+            + _td("roll every", _e(t["roll_every"]), "roll_every")
+            + _td("freshness", age(fresh), "freshness")
+            + _td("commits/min", f"{t['commits_per_minute']:g}", "commits")
+            + _td("dead letters 1h", str(dead), "dead_letters", "warn" if dead else "")
+            + _td("state", f'<span class="badge {cls}" data-field="health">{_e(word)}</span>')
+            + "</tr>"
+        )
+    return (
+        '<section class="tables"><h2>Tables</h2><div class="scroll"><table class="grid">'
+        f"<thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table></div></section>"
+    )
+
+
+def _timeline(t: dict[str, Any], now: datetime) -> str:
+    """One table's newest partitions as bars along time (one row each: forced rolls overlap)."""
+    parts = t.get("partitions", [])
+    word, cls = _health(t)
+    extra = []
+    if t["replicas"]:
+        extra.append("replicated on " + ", ".join(_e(c) for c in t["replicas"]))
+    if t["links"]:
+        extra.append("linked as " + ", ".join(_e(link) for link in t["links"]))
+    extra.append(f"next roll {_e(clock_time(t['next_roll'], now))}")
+    error = ""
+    if t["last_error"]:
+        retry = f" · retry at {_e(clock_time(t['retry_at'], now))}" if t["retry_at"] else ""
+        error = (
+            f'<p class="error" data-field="last_error">last error ({t["failures"]} failed '
+            f"attempt{'s' if t['failures'] != 1 else ''}{retry}): {_e(t['last_error'][:400])}</p>"
+        )
+    rows = []
+    if parts:
+        start = min(parse_instant(p["partition"]) for p in parts)
+        end = max([now, *(parse_instant(p["end"]) for p in parts)])
+        span = max((end - start).total_seconds(), 1.0)
+
+        def at(value: datetime) -> float:
+            return round(100 * (value - start).total_seconds() / span, 3)
+
+        now_x = at(now)
+        for p in reversed(parts):  # newest on top
+            left = at(parse_instant(p["partition"]))
+            width = max(at(parse_instant(p["end"])) - left, 0.8)
+            state = p["state"]
+            late = p["late"]
+            info = _state_text(p, t, now)
+            rows.append(
+                f'<div class="row" data-partition="{_e(p["partition"])}" data-state="{_e(state)}"'
+                f' data-late="{"true" if late else "false"}">'
+                f'<span class="when">{_e(clock_time(p["partition"], now))}</span>'
+                f'<span class="track"><span class="bar {_e(state)}{" late" if late else ""}"'
+                f' style="left:{left}%;width:{width}%" title="{_e(info)}"></span>'
+                f'<span class="now" style="left:{now_x}%"></span></span>'
+                f'<span class="info">{_e(info)}</span></div>'
+            )
+    return (
+        f'<article class="timeline" id="t-{_e(t["table"])}" data-table="{_e(t["table"])}">'
+        f'<h3>{_e(t["table"])} <span class="badge {cls}">{_e(word)}</span></h3>'
+        f'<p class="muted">{_e(t["mode"])} · every {_e(t["roll_every"])} · {" · ".join(extra)}</p>'
+        f'{error}<div class="rows">{"".join(rows) or "<p class=muted>no partitions</p>"}</div></article>'
+    )
+
+
+def _state_text(p: dict[str, Any], t: dict[str, Any], now: datetime) -> str:
+    """What one partition's row says: its state, when it rolled and how long that took, lateness."""
+    state = p["state"]
+    if state == "standard":
+        text = f"rolled {clock_time(p['rolled_at'], now)} in {took(p['roll_seconds'])}"
+        if p["rows"] is not None:
+            text += f" · {p['rows']} rows"
+        if p["replicated_on"]:
+            text += " · copied to " + ", ".join(p["replicated_on"])
+        return text
+    due = parse_instant(p["due_at"])
+    if state == "rolling":
+        text = f"rolling for {took(p['roll_seconds'])}"
+    else:
+        text = f"streaming · due {clock_time(p['due_at'], now)}"
+    if p["late"]:
+        text += f" · LATE by {age((now - due).total_seconds())}"
+        if t["failed_partition"] == p["partition"] and t["failures"]:
+            text += " · roll failing"
+    return text
+
+
+def _legend() -> str:
+    keys = (("streaming", "streaming"), ("rolling", "rolling"), ("standard", "standard"))
+    bars = "".join(f'<span><span class="bar {cls}"></span>{text}</span>' for cls, text in keys)
+    return (
+        f'<p class="legend">{bars}<span><span class="bar streaming late"></span>late (due, not rolled)</span>'
+        '<span><span class="nowkey"></span>now</span></p>'
+    )
+
+
+def _links(links: list[dict[str, Any]]) -> str:
+    items = "".join(
+        f'<li data-link="{_e(link["link"])}"><b>{_e(link["link"])}</b> → {_e(link["source"])} '
+        f"({_e(link['mode'])})</li>"
+        for link in links
+    )
+    return f'<section class="links"><h2>Links</h2><ul>{items}</ul></section>'
+
+
+def _recent(recent: list[dict[str, Any]], now: datetime) -> str:
+    title = "<h2>Recent roll attempts</h2>"
+    if not recent:
+        return f'<section class="recent">{title}<p class="muted">none by the daemon yet</p></section>'
+    rows = "".join(
+        f'<tr class="{"bad" if r["outcome"] == "failed" else ""}">'
+        + _td("finished", _e(clock_time(r["finished_at"], now)))
+        + _td("table", _e(r["table"]))
+        + _td("partition", _e(clock_time(r["partition"], now)))
+        + _td("outcome", _e(r["outcome"]))
+        + _td("took", took(r["seconds"]))
+        + _td("error", _e((r["error"] or "")[:160]), cls="err")
+        + "</tr>"
+        for r in recent
+    )
+    return (
+        f'<section class="recent">{title}<div class="scroll"><table class="grid">'
+        "<thead><tr><th>finished</th><th>table</th><th>partition</th><th>outcome</th><th>took</th><th>error</th>"
+        f"</tr></thead><tbody>{rows}</tbody></table></div></section>"
+    )
+
+
+def _document(content: str, refresh: float | None) -> str:
+    script = f'<script src="/ui/static/ui.js" data-refresh="{refresh:g}" defer></script>' if refresh else ""
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>streampart status</title>
+<link rel="stylesheet" href="/ui/static/ui.css">
+{script}</head>
+<body>{content}</body></html>
+"""
