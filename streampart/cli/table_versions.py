@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from streampart.cli.context import cli_context
-from streampart.cli.output import TextOutput
+from streampart.cli.output import TextOutput, listing
 from streampart.cli.params import JsonFlag
 
 if TYPE_CHECKING:
@@ -132,12 +132,10 @@ def table_read(
                 yield {k: _plain(v) for k, v in row.items()}
 
     def text(out: TextOutput) -> None:
-        from rich.table import Table as RichTable
-
-        grid = RichTable(*columns)
+        grid = listing(*columns, whole=())  # values fold over lines, never cut (as query prints)
         for row in rows():
             grid.add_row(*("" if row[c] is None else str(row[c]) for c in columns))
-        out.console.print(grid)
+        out.table(grid)
 
     cli.output.rows(rows(), text)
 
