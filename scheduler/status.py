@@ -9,7 +9,9 @@ The operators' status page (:mod:`scheduler.status_page`) shows the same answer,
 ``may_read`` (only the namespaces a token may read) and ``timeline`` (each table's newest
 partitions as bars along time); each metastore also names its daemons (leader and standbys, from
 their heartbeats) and housekeeping's last pass, each table its traffic (freshness, commits per
-minute, dead letters in the last hour), its replicas and the links to it.
+minute, dead letters in the last hour), its replicas (and how far each is behind) and the links
+to it. A dead-letter or late-data table is listed as a table of its own, as before, and names its
+main table under ``companion_of`` (the page shows it with that table).
 """
 
 from __future__ import annotations
@@ -21,8 +23,21 @@ from typing import Any
 from metastore import clock
 from metastore.catalog import Catalog
 from metastore.durations import format_duration
-from metastore.models import PRIMARY, Partition, PartitionState, Roll, RollOutcome, RollState, Table, iso
+from metastore.models import (
+    COMPANION_SUFFIX,
+    PRIMARY,
+    Partition,
+    PartitionState,
+    Roll,
+    RollOutcome,
+    RollState,
+    Table,
+    TableKind,
+    TableName,
+    iso,
+)
 from scheduler.config import SchedulerConfig
+from scheduler.replication import backlog
 from scheduler.roll import due_time
 
 # Why 5 minutes: commits per minute over one minute jumps with every batch a producer sends; over
@@ -194,7 +209,15 @@ def _one(
                 ),
                 "dead_letters_last_hour": traffic.dead_letter_rows,
                 "replicas": replicas.get(table.id, []),
+                # per secondary, as streampart_replication_missing_partitions and _lag_seconds say
+                "replication": [
+                    {"cluster": cluster, "missing_partitions": missing, "lag_seconds": round(lag, 3)}
+                    for cluster, (lag, missing) in sorted(
+                        (backlog(catalog, table, now) if table.id in replicas else {}).items()
+                    )
+                ],
                 "links": sorted(links_to.get(table.id, [])),
+                "companion_of": _main_table(table),
             }
         )
         if timeline:
@@ -232,6 +255,16 @@ def _one(
         "links": links,
         "recent_rolls": recent,
     }
+
+
+def _main_table(table: Table) -> str | None:
+    """The main table a dead-letter or late-data table belongs to (by its name); None for a main table."""
+    if table.kind is TableKind.MAIN:
+        return None
+    suffix = COMPANION_SUFFIX[table.kind]
+    name = table.name.table
+    main = name[: -len(suffix)] if name.endswith(suffix) else name
+    return str(TableName(namespace=table.name.namespace, table=main))
 
 
 def _role(
