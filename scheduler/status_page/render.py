@@ -104,12 +104,13 @@ def body(info: dict[str, Any]) -> str:
     """The status itself: summary, daemons, tables, timelines, recent rolls."""
     now = parse_instant(info["now"])
     tables = info["tables"]
+    groups = _groups(tables)
     failing = sum(1 for t in tables if t["failures"])
     late = sum(1 for t in tables if t["overdue_seconds"] > 0)
     parts = [
         f'<div data-now="{_e(info["now"])}" hidden></div>',
         '<section class="summary">',
-        f'<span class="chip" data-field="tables">{len(tables)} table{"s" if len(tables) != 1 else ""}</span>',
+        f'<span class="chip" data-field="tables">{len(groups)} table{"s" if len(groups) != 1 else ""}</span>',
         f'<span class="chip {"bad" if failing else "ok"}" data-field="failing">{failing} failing</span>',
         f'<span class="chip {"warn" if late else "ok"}" data-field="late">{late} late</span>',
         "</section>",
@@ -121,15 +122,34 @@ def body(info: dict[str, Any]) -> str:
             "no namespace that has one (the page shows only namespaces with <code>read</code> scope).</p>"
         )
     else:
-        parts.append(_tables(tables, info["metastores"]))
+        parts.append(_tables(groups, info["metastores"]))
         parts.append('<section class="timelines"><h2>Rolls</h2>')
-        parts.extend(_timeline(t, now) for t in tables)
+        parts.extend(_timeline(main, companions, now) for main, companions in groups)
         parts.append(_legend())
         parts.append("</section>")
     if info.get("links"):
         parts.append(_links(info["links"]))
     parts.append(_recent(info["recent_rolls"], now))
     return "\n".join(parts)
+
+
+def _groups(tables: list[dict[str, Any]]) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
+    """Each main table with its dead-letter and late-data tables (a companion whose main table is
+    not shown, which should not happen, stands on its own)."""
+    shown = {t["table"] for t in tables}
+    companions: dict[str, list[dict[str, Any]]] = {}
+    for t in tables:
+        if t.get("companion_of") in shown:
+            companions.setdefault(t["companion_of"], []).append(t)
+    return [
+        (t, sorted(companions.get(t["table"], []), key=lambda c: c["kind"]))
+        for t in tables
+        if t.get("companion_of") not in shown
+    ]
+
+
+# What a companion table holds, in the page's words (its kind in status.json).
+_COMPANION_KIND = {"dead-letter": "dead letters", "late": "late rows"}
 
 
 def _daemons(info: dict[str, Any], now: datetime) -> str:
@@ -174,7 +194,9 @@ def _daemons(info: dict[str, Any], now: datetime) -> str:
     return '<section class="daemons"><h2>Daemons</h2>' + "".join(rows) + "</section>"
 
 
-def _tables(tables: list[dict[str, Any]], metastores: list[dict[str, Any]]) -> str:
+def _tables(
+    groups: list[tuple[dict[str, Any], list[dict[str, Any]]]], metastores: list[dict[str, Any]]
+) -> str:
     federated = len(metastores) > 1
     head = "".join(
         f"<th>{h}</th>"
@@ -190,45 +212,106 @@ def _tables(tables: list[dict[str, Any]], metastores: list[dict[str, Any]]) -> s
         )
     )
     rows = []
-    for t in tables:
-        word, cls = _health(t)
-        fresh = t["freshness_seconds"]
-        name = _e(t["table"])
-        dead = t["dead_letters_last_hour"]
-        rows.append(
-            f'<tr data-table="{name}"><th scope="row"><a href="#t-{name}">{name}</a></th>'
-            + (_td("metastore", _e(t["metastore"])) if federated else "")
-            + _td("mode", _e(t["mode"]), "mode")
-            + _td("roll every", _e(t["roll_every"]), "roll_every")
-            + _td("freshness", age(fresh), "freshness")
-            + _td("commits/min", f"{t['commits_per_minute']:g}", "commits")
-            + _td("dead letters 1h", str(dead), "dead_letters", "warn" if dead else "")
-            + _td("state", f'<span class="badge {cls}" data-field="health">{_e(word)}</span>')
-            + "</tr>"
-        )
+    for main, companions in groups:
+        rows.append(_table_row(main, federated))
+        rows.extend(_table_row(c, federated, companion=True) for c in companions)
     return (
         '<section class="tables"><h2>Tables</h2><div class="scroll"><table class="grid">'
         f"<thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table></div></section>"
     )
 
 
-def _timeline(t: dict[str, Any], now: datetime) -> str:
-    """One table's newest partitions as bars along time (one row each: forced rolls overlap)."""
-    parts = t.get("partitions", [])
+def _table_row(t: dict[str, Any], federated: bool, companion: bool = False) -> str:
+    """One table's row; a companion's comes right under its main table's, indented, and without a
+    dead-letter count (it has no dead letters of its own). Its mode and interval are its own: a
+    dead-letter table rolls by arrival, at least hourly."""
     word, cls = _health(t)
-    extra = []
-    if t["replicas"]:
-        extra.append("replicated on " + ", ".join(_e(c) for c in t["replicas"]))
-    if t["links"]:
-        extra.append("linked as " + ", ".join(_e(link) for link in t["links"]))
-    extra.append(f"next roll {_e(clock_time(t['next_roll'], now))}")
-    error = ""
-    if t["last_error"]:
-        retry = f" · retry at {_e(clock_time(t['retry_at'], now))}" if t["retry_at"] else ""
-        error = (
-            f'<p class="error" data-field="last_error">last error ({t["failures"]} failed '
-            f"attempt{'s' if t['failures'] != 1 else ''}{retry}): {_e(t['last_error'][:400])}</p>"
+    name = _e(t["table"])
+    dead = t["dead_letters_last_hour"]
+    row_class = ' class="companion"' if companion else ""
+    if companion:
+        kind = _e(_COMPANION_KIND.get(t["kind"], t["kind"]))
+        head = (
+            f'<th scope="row"><span class="arrow" aria-hidden="true">↳</span> <a href="#t-{name}">{name}</a>'
+            f' <span class="kind" data-field="companion_of" data-main="{_e(t["companion_of"])}">'
+            f"{kind}</span></th>"
         )
+    else:
+        head = f'<th scope="row"><a href="#t-{name}">{name}</a></th>'
+    return (
+        f'<tr data-table="{name}"{row_class}>{head}'
+        + (_td("metastore", _e(t["metastore"])) if federated else "")
+        + _td("mode", _e(t["mode"]), "mode")
+        + _td("roll every", _e(t["roll_every"]), "roll_every")
+        + _td("freshness", age(t["freshness_seconds"]), "freshness")
+        + _td("commits/min", f"{t['commits_per_minute']:g}", "commits")
+        + (
+            "<td></td>"
+            if companion
+            else _td("dead letters 1h", str(dead), "dead_letters", "warn" if dead else "")
+        )
+        + _td("state", f'<span class="badge {cls}" data-field="health">{_e(word)}</span>')
+        + "</tr>"
+    )
+
+
+def _timeline(t: dict[str, Any], companions: list[dict[str, Any]], now: datetime) -> str:
+    """One table's card: its newest partitions as bars along time, its replicas and links, and
+    its companions' timelines folded under it (unfolded while one is failing or late)."""
+    word, cls = _health(t)
+    extra = [_e(t["mode"]), f"every {_e(t['roll_every'])}"]
+    for r in t.get("replication", []):
+        missing = r["missing_partitions"]
+        behind = (
+            f'<span class="warn">{missing} partition{"s" if missing != 1 else ""} missing, lag '
+            f"{age(r['lag_seconds'])}</span>"
+            if missing
+            else "every standard partition copied"
+        )
+        extra.append(
+            f'<span data-field="replica" data-cluster="{_e(r["cluster"])}">replica on '
+            f"<b>{_e(r['cluster'])}</b>: {behind}</span>"
+        )
+    if t["links"]:
+        names = ", ".join(f"<b>{_e(link)}</b>" for link in t["links"])
+        extra.append(f'<span data-field="linked_as">linked as {names}</span>')
+    extra.append(f"next roll {_e(clock_time(t['next_roll'], now))}")
+    folded = "".join(_companion(c, now) for c in companions)
+    return (
+        f'<article class="timeline" id="t-{_e(t["table"])}" data-table="{_e(t["table"])}">'
+        f'<h3>{_e(t["table"])} <span class="badge {cls}">{_e(word)}</span></h3>'
+        f'<p class="muted">{" · ".join(extra)}</p>'
+        f"{_error(t, now)}{_rows(t, now)}{folded}</article>"
+    )
+
+
+def _companion(t: dict[str, Any], now: datetime) -> str:
+    """A dead-letter or late-data table's timeline, inside its main table's card."""
+    word, cls = _health(t)
+    kind = _e(_COMPANION_KIND.get(t["kind"], t["kind"]))
+    name = _e(t["table"])
+    unfolded = " open" if cls in ("bad", "warn") else ""
+    return (
+        f'<details class="companion" id="t-{name}" data-table="{name}"{unfolded}>'
+        f'<summary><span class="kind">{kind}</span> <b>{name}</b> <span class="badge {cls}">{_e(word)}</span>'
+        f' <span class="muted">next roll {_e(clock_time(t["next_roll"], now))}</span></summary>'
+        f"{_error(t, now)}{_rows(t, now)}</details>"
+    )
+
+
+def _error(t: dict[str, Any], now: datetime) -> str:
+    if not t["last_error"]:
+        return ""
+    retry = f" · retry at {_e(clock_time(t['retry_at'], now))}" if t["retry_at"] else ""
+    return (
+        f'<p class="error" data-field="last_error">last error ({t["failures"]} failed '
+        f"attempt{'s' if t['failures'] != 1 else ''}{retry}): {_e(t['last_error'][:400])}</p>"
+    )
+
+
+def _rows(t: dict[str, Any], now: datetime) -> str:
+    """The partitions' rows: one each, newest on top (forced rolls overlap)."""
+    parts = t.get("partitions", [])
     rows = []
     if parts:
         start = min(parse_instant(p["partition"]) for p in parts)
@@ -254,12 +337,7 @@ def _timeline(t: dict[str, Any], now: datetime) -> str:
                 f'<span class="now" style="left:{now_x}%"></span></span>'
                 f'<span class="info">{_e(info)}</span></div>'
             )
-    return (
-        f'<article class="timeline" id="t-{_e(t["table"])}" data-table="{_e(t["table"])}">'
-        f'<h3>{_e(t["table"])} <span class="badge {cls}">{_e(word)}</span></h3>'
-        f'<p class="muted">{_e(t["mode"])} · every {_e(t["roll_every"])} · {" · ".join(extra)}</p>'
-        f'{error}<div class="rows">{"".join(rows) or "<p class=muted>no partitions</p>"}</div></article>'
-    )
+    return f'<div class="rows">{"".join(rows) or "<p class=muted>no partitions</p>"}</div>'
 
 
 def _state_text(p: dict[str, Any], t: dict[str, Any], now: datetime) -> str:
@@ -295,8 +373,9 @@ def _legend() -> str:
 
 def _links(links: list[dict[str, Any]]) -> str:
     items = "".join(
-        f'<li data-link="{_e(link["link"])}"><b>{_e(link["link"])}</b> → {_e(link["source"])} '
-        f"({_e(link['mode'])})</li>"
+        f'<li data-link="{_e(link["link"])}"><b>{_e(link["link"])}</b> → '
+        f'<span data-field="source">{_e(link["source"])}</span> '
+        f'(<span data-field="mode">{_e(link["mode"])}</span>)</li>'
         for link in links
     )
     return f'<section class="links"><h2>Links</h2><ul>{items}</ul></section>'

@@ -3,7 +3,10 @@
 A ``streampart serve`` process and two ``streampart scheduler run --status-port 0`` processes
 (a leader and a standby) share one warehouse with tables in two namespaces; chunks are
 committed over the HTTP API, a table is rolled with ``Roller`` (what ``roll --force`` runs), and
-one table cannot roll (its directory is a file: the daemon fails and backs off). Debian's
+one table cannot roll (its directory is a file: the daemon fails and backs off). One table has a
+replica on a second cluster (one of its two rolled partitions copied there, by the local file
+copy: no Spark) and a link to it from another namespace, made with ``streampart link create``;
+tables have dead-letter and late-data companions. Debian's
 Chromium, headless, driven by Playwright, reads the page as an operator would: the numbers come
 from the page's ``data-field`` cells, never from the JSON. Set ``STREAMPART_SCREENSHOT=PATH`` to
 keep a screenshot of the page (the README's ``docs/status-page.png`` is made so).
@@ -24,7 +27,8 @@ import httpx
 import pytest
 
 from ingest.client import Client
-from metastore.models import RollOutcome
+from metastore.models import LateDataPolicy, Mode, RollOutcome
+from scheduler.replication import Replicator
 from scheduler.roll import Roller
 from tests.api.fixtures import Server
 from tests.fixtures import make_table
@@ -71,9 +75,12 @@ class Fleet:
         log = self.tmp / f"daemon-{n}.log"
         # the first turns the page on in its settings, the second with --status-port
         page: dict[str, Any] = {"status": True, "status_port": 0} if n == 1 else {}
+        # replication off: the leader's pass would copy ns.orders' missing partition within its
+        # interval, and what the page says of the replica would depend on when it is read
         env = daemon_env(
             self.catalog,
             housekeeping={"enabled": True, "interval": "2s"},
+            replication={"enabled": False},
             status_host="127.0.0.1",
             status_refresh="1s",
             **page,
@@ -115,8 +122,15 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     f.broken = make_table(cat, "ns.broken", roll_every="2s")  # type: ignore[attr-defined]
     make_table(cat, "secret.payroll")
     f.metrics = make_table(cat, "ns.metrics", roll_every="3s")  # type: ignore[attr-defined]
+    (f.tmp / "c2").mkdir()
+    cat.add_cluster("c2", str(f.tmp / "c2"), "local[2]")
+    # event time, late rows diverted to ns.orders__late, a replica on c2
+    f.orders = make_table(  # type: ignore[attr-defined]
+        cat, "ns.orders", mode=Mode.EVENT_TIME, late_data=LateDataPolicy.DIVERT, replicate_to=("c2",)
+    )
     f.admin = f.server.token("admin", "admin:*")  # type: ignore[attr-defined]
     f.reader = f.server.token("oncall", "read:ns")  # type: ignore[attr-defined]
+    f.analyst = f.server.token("analyst", "read:ns", "read:analytics")  # type: ignore[attr-defined]
     f.writer = f.server.token("producer", "write:ns", "write:secret")  # type: ignore[attr-defined]
     f.server.start(STREAMPART_SCHEDULER__STATUS_REFRESH="1s")
     rows = [{"id": i, "ts": "2026-11-21T10:15:00Z", "msg": f"m{i}"} for i in range(5)]
@@ -129,6 +143,19 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     Roller(cat).roll_table(f.events, force=True)  # type: ignore[attr-defined]
     with Client(f.server.url, f.admin) as api:  # type: ignore[attr-defined]
         api.events("ns.events", rows)  # into the partition opened by the roll
+    # ns.orders: the 10:00 partition rolled and copied to c2, the 11:00 one rolled and not copied
+    # (the daemons do not replicate here), then a row for 10:00 arrives late: to ns.orders__late
+    with Client(f.server.url, f.admin) as api:  # type: ignore[attr-defined]
+        api.events("ns.orders", rows)
+        Roller(cat).roll_table(f.orders, force=True)  # type: ignore[attr-defined]
+        assert len(Replicator(cat).replicate(f.orders).copied) == 1  # type: ignore[attr-defined]
+        api.events("ns.orders", [{**r, "ts": "2026-11-21T11:15:00Z"} for r in rows])
+        Roller(cat).roll_table(f.orders, force=True)  # type: ignore[attr-defined]
+        api.events("ns.orders", [{"id": 99, "ts": "2026-11-21T10:20:00Z", "msg": "late"}])
+    subprocess.run(
+        [sys.executable, "-m", "streampart.cli", "link", "create", "analytics.orders", "--to", "ns.orders"],
+        cwd=ROOT, env=daemon_env(cat), check=True, capture_output=True, text=True,
+    )  # fmt: skip
     # ns.broken cannot roll: its directory is a file (root ignores permissions)
     location = Path(f.broken.location)  # type: ignore[attr-defined]
     shutil.rmtree(location)
@@ -327,6 +354,88 @@ def test_with_auth_off_the_page_shows_every_namespace(fleet: Fleet) -> None:
         server.stop()
     assert {"ns.events", "ns.broken", "secret.payroll"} <= {t["table"] for t in json_answer.json()["tables"]}
     assert 'data-table="secret.payroll"' in html and 'id="token"' not in html
+
+
+def test_companion_tables_show_with_their_main_table(fleet: Fleet, browser: Any) -> None:
+    page = _open(browser, fleet.server.url, fleet.reader)  # type: ignore[attr-defined]
+    grid = page.locator("tr[data-table]")
+    order = [grid.nth(i).get_attribute("data-table") for i in range(grid.count())]
+    # each right under its main table, marked as what it holds
+    for main, companion, kind in (
+        ("ns.clicks", "ns.clicks__dead_letter", "dead letters"),
+        ("ns.orders", "ns.orders__late", "late rows"),
+    ):
+        assert order[order.index(main) + 1] == companion, order
+        row = page.locator(f"tr[data-table='{companion}']")
+        assert row.get_attribute("class") == "companion"
+        tag = row.locator("[data-field='companion_of']")
+        assert (tag.get_attribute("data-main"), tag.inner_text()) == (main, kind)
+        # its timeline inside its main table's card, folded while it is ok
+        folded = page.locator(f"article[data-table='{main}'] details[data-table='{companion}']")
+        assert folded.count() == 1 and not folded.evaluate("d => d.open")
+        assert page.locator(f"article[data-table='{companion}']").count() == 0
+    assert _cell(page, "ns.orders__late", "health") == "ok"
+    late_rows = page.locator("details[data-table='ns.orders__late'] .row[data-state='streaming']")
+    assert late_rows.count() == 1 and not late_rows.first.is_visible(), "a folded timeline is shown"
+    page.locator("details[data-table='ns.orders__late'] > summary").click()
+    assert late_rows.first.is_visible()
+    # counted as tables of their own nowhere: 5 main tables (ns.events, clicks, broken, metrics, orders)
+    assert page.locator("[data-field='tables']").inner_text() == "5 tables"
+    page.context.close()
+    # status.json keeps them as tables of their own (scripts read them), naming their main table
+    answer = httpx.get(
+        f"{fleet.server.url}/ui/status.json", headers={"Authorization": f"Bearer {fleet.reader}"}, timeout=30
+    )  # type: ignore[attr-defined]
+    tables = {t["table"]: t for t in answer.json()["tables"]}
+    assert (tables["ns.clicks__dead_letter"]["kind"], tables["ns.clicks__dead_letter"]["companion_of"]) == (
+        "dead-letter",
+        "ns.clicks",
+    )
+    assert (tables["ns.orders__late"]["kind"], tables["ns.orders__late"]["companion_of"]) == (
+        "late",
+        "ns.orders",
+    )
+    assert tables["ns.orders"]["companion_of"] is None
+
+
+def test_replicas_and_links_show_with_their_table_to_those_who_may_read_them(
+    fleet: Fleet, browser: Any
+) -> None:
+    """Last in the module: it copies ns.orders' missing partition to c2."""
+    cat = fleet.catalog
+    page = _open(browser, fleet.server.url, fleet.analyst)  # type: ignore[attr-defined]
+    orders = page.locator("article[data-table='ns.orders']")
+    replica = orders.locator("[data-field='replica'][data-cluster='c2']")
+    text = replica.inner_text()
+    assert text.startswith("replica on c2: 1 partition missing, lag "), text
+    # the lag: how long ago the partition that is not on c2 rolled (seconds or minutes here)
+    [missing] = [p for p in cat.store.list_partitions(fleet.orders.id) if p.value.hour == 11]  # type: ignore[attr-defined]
+    assert missing.value not in cat.store.present_values(fleet.orders.id, "c2")  # type: ignore[attr-defined]
+    assert text.rsplit("lag ", 1)[1].endswith("s")
+    # the timeline says which partition is on c2: the 10:00 one, not the 11:00 one (newest on top)
+    standard = orders.locator("> .rows > .row[data-state='standard']")
+    assert [standard.nth(i).get_attribute("data-partition")[11:16] for i in range(2)] == ["11:00", "10:00"]
+    assert "copied to c2" not in standard.nth(0).inner_text()
+    assert "copied to c2" in standard.nth(1).inner_text()
+    # the link: on the card of its source, and in the list of links with its source and mode
+    assert orders.locator("[data-field='linked_as']").inner_text() == "linked as analytics.orders"
+    link = page.locator("li[data-link='analytics.orders']")
+    assert link.locator("[data-field='source']").inner_text() == "ns.orders"
+    assert link.locator("[data-field='mode']").inner_text() == "dynamic"
+    # once the partition is copied, the page says so at its next refresh
+    assert len(Replicator(cat).replicate(fleet.orders).copied) == 1  # type: ignore[attr-defined]
+    page.wait_for_function(
+        "document.querySelector(\"article[data-table='ns.orders'] [data-field='replica']\").innerText"
+        " == 'replica on c2: every standard partition copied'"
+    )
+    page.context.close()
+    # a token that may read ns but not analytics: the replica, but no sign of the link
+    page = _open(browser, fleet.server.url, fleet.reader)  # type: ignore[attr-defined]
+    assert page.locator("article[data-table='ns.orders'] [data-field='replica']").count() == 1
+    assert page.locator("[data-link]").count() == 0
+    assert page.locator("[data-field='linked_as']").count() == 0
+    assert "analytics" not in page.content()
+    page.context.close()
 
 
 def _get(url: str) -> httpx.Response | None:
