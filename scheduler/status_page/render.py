@@ -57,6 +57,13 @@ def clock_time(value: str | None, now: datetime) -> str:
     return t.strftime("%H:%M:%S" if t.date() == now.date() else "%Y-%m-%d %H:%M")
 
 
+def _when(value: str, now: datetime) -> str:
+    """A partition's start in its row: HH:MM:SS today, ``21 Nov 10:00`` on another day (it wraps
+    between date and time in the row's narrow first column)."""
+    t = parse_instant(value)
+    return t.strftime("%H:%M:%S" if t.date() == now.date() else "%d %b %H:%M")
+
+
 def _health(t: dict[str, Any]) -> tuple[str, str]:
     """The table's one-word state and its CSS class: failing, late, rolling or ok."""
     if t["failures"]:
@@ -315,13 +322,17 @@ def _rows(t: dict[str, Any], now: datetime) -> str:
     rows = []
     if parts:
         start = min(parse_instant(p["partition"]) for p in parts)
-        end = max([now, *(parse_instant(p["end"]) for p in parts)])
+        end = max(parse_instant(p["end"]) for p in parts)
+        # the axis runs on to now unless now is far past the partitions (a backfill of days ago
+        # in an event-time table): then its bars would be slivers at the left, so it stops at them
+        show_now = now <= end + (end - start)
+        end = max(end, now) if show_now else end
         span = max((end - start).total_seconds(), 1.0)
 
         def at(value: datetime) -> float:
             return round(100 * (value - start).total_seconds() / span, 3)
 
-        now_x = at(now)
+        now_mark = f'<span class="now" style="left:{at(now)}%"></span>' if show_now else ""
         for p in reversed(parts):  # newest on top
             left = at(parse_instant(p["partition"]))
             width = max(at(parse_instant(p["end"])) - left, 0.8)
@@ -331,10 +342,9 @@ def _rows(t: dict[str, Any], now: datetime) -> str:
             rows.append(
                 f'<div class="row" data-partition="{_e(p["partition"])}" data-state="{_e(state)}"'
                 f' data-late="{"true" if late else "false"}">'
-                f'<span class="when">{_e(clock_time(p["partition"], now))}</span>'
+                f'<span class="when">{_e(_when(p["partition"], now))}</span>'
                 f'<span class="track"><span class="bar {_e(state)}{" late" if late else ""}"'
-                f' style="left:{left}%;width:{width}%" title="{_e(info)}"></span>'
-                f'<span class="now" style="left:{now_x}%"></span></span>'
+                f' style="left:{left}%;width:{width}%" title="{_e(info)}"></span>{now_mark}</span>'
                 f'<span class="info">{_e(info)}</span></div>'
             )
     return f'<div class="rows">{"".join(rows) or "<p class=muted>no partitions</p>"}</div>'
@@ -349,6 +359,8 @@ def _state_text(p: dict[str, Any], t: dict[str, Any], now: datetime) -> str:
             text += f" · {p['rows']} rows"
         if p["replicated_on"]:
             text += " · copied to " + ", ".join(p["replicated_on"])
+        if missing := [c for c in t["replicas"] if c not in p["replicated_on"]]:
+            text += " · not yet on " + ", ".join(missing)
         return text
     due = parse_instant(p["due_at"])
     if state == "rolling":

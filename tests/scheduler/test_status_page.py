@@ -27,7 +27,7 @@ import httpx
 import pytest
 
 from ingest.client import Client
-from metastore.models import LateDataPolicy, Mode, RollOutcome
+from metastore.models import LateDataPolicy, Mode, RollOutcome, parse_instant
 from scheduler.replication import Replicator
 from scheduler.roll import Roller
 from tests.api.fixtures import Server
@@ -291,7 +291,8 @@ def test_the_page_shows_tables_rolls_failures_and_daemons(fleet: Fleet, browser:
 
 
 def test_the_page_updates_after_a_roll_without_a_reload(fleet: Fleet, browser: Any) -> None:
-    page = _open(browser, fleet.server.url, fleet.reader)  # type: ignore[attr-defined]
+    # as the analyst: the screenshot shows the link too
+    page = _open(browser, fleet.server.url, fleet.analyst)  # type: ignore[attr-defined]
     events = page.locator("article[data-table='ns.events']")
     before = events.locator(".row[data-state='standard']").count()
     page.evaluate("window.__not_reloaded = true")
@@ -307,8 +308,11 @@ def test_the_page_updates_after_a_roll_without_a_reload(fleet: Fleet, browser: A
 
 
 def test_on_a_narrow_screen_nothing_runs_off_the_side(fleet: Fleet, browser: Any) -> None:
-    page = _open(browser, fleet.server.url, fleet.reader, width=400)  # type: ignore[attr-defined]
+    page = _open(browser, fleet.server.url, fleet.analyst, width=400)  # type: ignore[attr-defined]
     assert page.locator("tr[data-table='ns.broken']").is_visible()
+    assert page.locator("tr[data-table='ns.clicks__dead_letter']").is_visible()
+    assert page.locator("[data-field='replica']").is_visible()
+    assert page.locator("li[data-link='analytics.orders']").is_visible()
     assert page.evaluate("document.documentElement.scrollWidth") <= 400
     if os.environ.get("STREAMPART_SCREENSHOT"):
         page.screenshot(
@@ -412,11 +416,21 @@ def test_replicas_and_links_show_with_their_table_to_those_who_may_read_them(
     [missing] = [p for p in cat.store.list_partitions(fleet.orders.id) if p.value.hour == 11]  # type: ignore[attr-defined]
     assert missing.value not in cat.store.present_values(fleet.orders.id, "c2")  # type: ignore[attr-defined]
     assert text.rsplit("lag ", 1)[1].endswith("s")
+    answer = httpx.get(
+        f"{fleet.server.url}/ui/status.json", headers={"Authorization": f"Bearer {fleet.analyst}"}, timeout=30
+    )  # type: ignore[attr-defined]
+    [shown] = [t for t in answer.json()["tables"] if t["table"] == "ns.orders"]
+    [behind] = shown["replication"]
+    assert (behind["cluster"], behind["missing_partitions"], shown["replicas"]) == ("c2", 1, ["c2"])
+    assert missing.rolled_at is not None
+    since_roll = parse_instant(answer.json()["now"]) - missing.rolled_at  # as of the answer's now
+    assert behind["lag_seconds"] == pytest.approx(since_roll.total_seconds(), abs=1e-3)
     # the timeline says which partition is on c2: the 10:00 one, not the 11:00 one (newest on top)
     standard = orders.locator("> .rows > .row[data-state='standard']")
     assert [standard.nth(i).get_attribute("data-partition")[11:16] for i in range(2)] == ["11:00", "10:00"]
-    assert "copied to c2" not in standard.nth(0).inner_text()
-    assert "copied to c2" in standard.nth(1).inner_text()
+    assert standard.nth(0).inner_text().endswith("5 rows · not yet on c2")
+    assert standard.nth(1).inner_text().endswith("5 rows · copied to c2")
+    assert standard.nth(0).locator(".when").inner_text().split() == ["21", "Nov", "11:00"]
     # the link: on the card of its source, and in the list of links with its source and mode
     assert orders.locator("[data-field='linked_as']").inner_text() == "linked as analytics.orders"
     link = page.locator("li[data-link='analytics.orders']")
