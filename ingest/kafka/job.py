@@ -46,7 +46,7 @@ from ingest.chunks import ChunkWriter, DeadLetter, time_bounds
 from ingest.config import ChunkConfig
 from ingest.errors import IngestError, IngestQueryError, StopRequestedError
 from ingest.kafka.monitoring import GroupCommitter, IngestMetrics, batch_end_offsets, progress_latest_offsets
-from ingest.kafka.options import check_offsets_spec, subscribe_options
+from ingest.kafka.options import KafkaSourceOptions, check_offsets_spec, subscribe_options
 from ingest.kafka.staging import stage_spec, stage_task
 from metastore import clock
 from metastore.catalog import Catalog
@@ -137,6 +137,13 @@ class KafkaIngestOptions(BaseModel):
     def _topics(self) -> KafkaIngestOptions:
         if not self.topics:
             raise ValueError("topic: name at least one topic")
+        return self
+
+    @model_validator(mode="after")
+    def _source_options_valid(self) -> KafkaIngestOptions:
+        # in the driver, before Spark starts: the source would find a bad option only inside its
+        # Python worker, where PySpark 4.2 loses the error (an UnboundLocalError of its own)
+        KafkaSourceOptions.parse(self.source_reader_options())
         return self
 
     @property

@@ -55,6 +55,17 @@ def _options(**kwargs: Any) -> Any:
         raise UserInputError(f"--{field.replace('_', '-')}: {first['msg']}") from None
 
 
+def _source_options(pairs: list[str]) -> dict[str, str]:
+    """``--option KEY=VALUE`` pairs as the source's options; a pair without ``=`` is a user error."""
+    found: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise UserInputError(f"--option takes KEY=VALUE (e.g. kafka.security.protocol=SSL); got {pair!r}")
+        found[key.strip()] = value
+    return found
+
+
 @ingest_app.command("kafka")
 def ingest_kafka(
     ctx: typer.Context,
@@ -94,6 +105,15 @@ def ingest_kafka(
             "(kafka-consumer-groups shows the lag) [default: streampart-NS.TABLE; '' for none]"
         ),
     ] = None,
+    option: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--option",
+            help="KEY=VALUE, repeatable: an option of the Kafka source by Spark's names "
+            "(kafka.security.protocol=SSL, kafka.sasl.mechanism=PLAIN, fetchOffset.numRetries=3, …); "
+            "wins over the flags above",
+        ),
+    ] = None,
 ) -> None:
     """Stream a Kafka topic into a table, one chunk per micro-batch, exactly once.
 
@@ -115,6 +135,7 @@ def ingest_kafka(
         fail_on_data_loss=fail_on_data_loss,
         metrics_port=metrics_port,
         consumer_group=consumer_group,
+        source_options=_source_options(option or []),
     )
     # one line per committed batch (ingest.*); libraries stay at warnings
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
