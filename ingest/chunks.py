@@ -65,6 +65,7 @@ from metastore.errors import (
     NamespaceMovingError,
     NotFoundError,
     QuotaExceededError,
+    TableIntegrityError,
 )
 from metastore.models import (
     Chunk,
@@ -79,7 +80,7 @@ from metastore.models import (
     period_start,
 )
 from metastore.progress import Progress
-from metastore.warehouse import CHUNKS_KEY, GROUP_KEY, Warehouse
+from metastore.warehouse import CHUNKS_KEY, GROUP_KEY, Warehouse, commit_chunks
 
 T = TypeVar("T")
 
@@ -556,10 +557,12 @@ class ChunkWriter:
     def _finish(
         self, chunk: Chunk, version: int, late_rows: int, partitions: Sequence[datetime] | None = None
     ) -> CommitResult:
+        named = None
         if partitions is None:  # found in the log after a crash: read the partitions from there
             partitions = self._partitions_of_commit(chunk, version)
+            named = commit_chunks(self.warehouse.commit_info(self.table, version) or {})
         try:
-            done = self.store.finish_commit(chunk, version, partitions, late_rows)
+            done = self.store.finish_commit(chunk, version, partitions, late_rows, named=named)
         except ConflictError:
             done = self.store.get_chunk(chunk.id)
             if done.state is not ChunkState.COMMITTED:
@@ -759,7 +762,11 @@ def _commit_group(group: list[Member[_Pending, CommitResult]], context: dict[str
                 continue
             version = found
         context["version"] = version
-        _record_group(active, plans, version)
+        try:
+            _record_group(active, plans, version)
+        except TableIntegrityError:  # the version was taken again: the next group loads and verifies
+            context.pop("version", None)
+            raise
         for m in active:  # the log lists their placed paths now: the staged names may go
             committed = {path for path, _, _ in plans[m]}
             for f in m.item.chunk.files:
@@ -781,8 +788,9 @@ def _newest_version(lead: ChunkWriter, context: dict[str, Any]) -> int:
     version = warehouse.newest_version(table, known) if known is not None else None
     if version is None:
         recorded = lead.store.newest_version(table.id)  # the metastore first …
+        chunks = lead.store.committed_at(table.id, [recorded]).get(recorded)
         dt = warehouse.load(table)  # … then the log
-        warehouse.verify_newest(table, dt, recorded)
+        warehouse.verify_newest(table, dt, recorded, chunks)
         version = int(dt.version())
     context["version"] = version
     return version

@@ -355,9 +355,11 @@ class Catalog:
         """
         if version is not None:
             return self.warehouse.load(table, version)
-        recorded = self.of(table).store.newest_version(table.id)
+        store = self.of(table).store
+        recorded = store.newest_version(table.id)
+        chunks = store.committed_at(table.id, [recorded]).get(recorded)  # what it added, to compare
         dt = self.warehouse.load(table)
-        self.warehouse.verify_newest(table, dt, recorded)
+        self.warehouse.verify_newest(table, dt, recorded, chunks)
         return dt
 
     def drop_table(self, table: Table, *, force: bool = False) -> None:

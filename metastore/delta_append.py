@@ -29,6 +29,10 @@ from typing import Any
 from metastore.errors import ConflictError
 
 ENGINE = "streampart"
+# In a commit's commitInfo: how many add and remove actions the commit holds. A commit file cut
+# at a line boundary (its commitInfo kept, later lines lost) still parses; this count is how its
+# readers see that it was cut (``Warehouse.commit_file_damaged``).
+ACTIONS_KEY = "streampart.actions"
 
 
 def log_dir(location: str) -> Path:
@@ -78,6 +82,7 @@ def append_actions(
     app_id: str | None = None,
 ) -> bytes:
     """The commit file of an append: ``files`` as ``(path, partition value, rows, size, mtime ms)``."""
+    files = list(files)
     actions: list[dict[str, Any]] = [
         {
             "commitInfo": {
@@ -86,6 +91,7 @@ def append_actions(
                 "operationParameters": {"mode": "Append", "partitionBy": json.dumps([partition_column])},
                 "engineInfo": ENGINE,
                 **metadata,
+                ACTIONS_KEY: str(len(files)),
             }
         }
     ]

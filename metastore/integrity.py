@@ -4,8 +4,10 @@ Reads and commits already refuse a log that lost commits the metastore recorded,
 whose files are gone (see :meth:`Catalog.load` and :meth:`Warehouse.check_files`); this module
 looks for every such problem at once, for ``streampart check``:
 
-- the log: commit files that are empty, truncated or unreadable; gaps in the versions since
-  the last checkpoint; a log that cannot be loaded at all; a log that ends before the newest
+- the log: commit files that are empty, truncated, cut short (fewer actions than their commitInfo
+  counts) or unreadable; commit files that do not hold the chunks the metastore recorded committed
+  at their version (cut at a line boundary, or deleted and the version taken again); gaps in the
+  versions since the last checkpoint; a log that cannot be loaded at all; a log that ends before the newest
   version at which the metastore recorded a commit; a log *ahead* of the metastore — commits
   after that version adding chunks the metastore holds as never committed (or not at all), or
   sealing for rolls it has no record of: a metastore restored from an older backup than the
@@ -64,7 +66,9 @@ def check_table(catalog: Catalog, table: Table) -> list[Problem]:
     wh = catalog.warehouse
     problems: list[Problem] = []
     recorded = catalog.of(table).store.newest_version(table.id)  # before the log: see Catalog.load
+    committed = catalog.of(table).store.committed_at(table.id, since=last_checkpoint_version(table))
     problems += _log_files(wh, table)
+    problems += _recorded_commits(wh, table, committed, {p.version for p in problems})
     try:
         dt = wh.load(table)
     except TableIntegrityError as exc:
@@ -224,6 +228,33 @@ def _log_ahead(catalog: Catalog, table: Table, recorded: int, latest: int) -> li
     ]
 
 
+def _recorded_commits(
+    wh: Warehouse, table: Table, committed: dict[int, dict[str, set[str]]], reported: set[int | None]
+) -> list[Problem]:
+    """Commit files that lack chunks the metastore recorded committed at their version.
+
+    A commit file cut at a line boundary (its commitInfo kept, its ``add`` lines lost), or one
+    deleted and its version taken again by another commit: either way a chunk acknowledged at
+    that version is not in the log. Versions reported damaged already are not repeated.
+    """
+    problems = []
+    for version in sorted(committed):
+        if version in reported:
+            continue
+        mismatch = wh.commit_mismatch(table, version, committed[version])
+        if mismatch is not None:
+            problems.append(
+                Problem(
+                    str(table.name),
+                    "commit_mismatch",
+                    f"{mismatch}; the acknowledged rows are not in the table: {RESTORE}",
+                    version=version,
+                    path=str(wh.commit_path(table, version)),
+                )
+            )
+    return problems
+
+
 def _log_files(wh: Warehouse, table: Table) -> list[Problem]:
     """Damaged commit files, and gaps among the versions a reader must replay."""
     name = str(table.name)
@@ -238,7 +269,8 @@ def _log_files(wh: Warehouse, table: Table) -> list[Problem]:
                 Problem(
                     name,
                     "commit_damaged",
-                    f"commit file of version {v} is empty, truncated or holds no commit; {RESTORE}",
+                    f"commit file of version {v} is empty, truncated, cut short or holds no commit; "
+                    f"{RESTORE}",
                     version=v,
                     path=str(wh.commit_path(table, v)),
                 )

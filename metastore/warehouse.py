@@ -257,13 +257,18 @@ class Warehouse:
                 "`streampart check` lists every problem"
             ) from None
 
-    def verify_newest(self, table: Table, dt: Any, recorded: int) -> None:
+    def verify_newest(
+        self, table: Table, dt: Any, recorded: int, chunks: dict[str, set[str]] | None = None
+    ) -> None:
         """Check that ``dt`` (the newest snapshot) holds every commit the metastore recorded.
 
         ``recorded`` is the newest Delta version the metastore knows a commit at (a chunk, a
-        seal, a sweep). A log that ends before it lost its newest commit files; one whose commit
-        file at that version is empty or holds no commit lost that commit's content. Either way
-        reading or writing on would serve fewer rows than were acknowledged, or reuse a version.
+        seal, a sweep); ``chunks``, the chunks it recorded committed at that version with the
+        names of the files each added (:meth:`commit_mismatch`). A log that ends before it lost
+        its newest commit files; one whose commit file at that version is empty, cut short or
+        holds no commit, or does not hold those chunks' files, lost that commit's content (or
+        the version was taken again by another commit). Either way reading or writing on would
+        serve fewer rows than were acknowledged, or reuse a version.
 
         Raises:
             TableIntegrityError: naming the table, the version and what to do.
@@ -278,9 +283,15 @@ class Warehouse:
             )
         if recorded >= 0 and self.commit_file_damaged(table, recorded):
             raise TableIntegrityError(
-                f"table {table.name}: the Delta commit file of version {recorded} is empty or "
-                f"holds no commit ({self.commit_path(table, recorded)}); restore it from a backup "
-                "before reading or writing this table"
+                f"table {table.name}: the Delta commit file of version {recorded} is empty, cut "
+                f"short or holds no commit ({self.commit_path(table, recorded)}); restore it from a "
+                "backup before reading or writing this table"
+            )
+        mismatch = self.commit_mismatch(table, recorded, chunks) if recorded >= 0 and chunks else None
+        if mismatch is not None:
+            raise TableIntegrityError(
+                f"table {table.name}: {mismatch}; restore it from a backup before reading or writing "
+                "this table (`streampart check` lists every problem)"
             )
 
     def version_at(self, table: Table, at: datetime) -> int | None:
@@ -307,19 +318,83 @@ class Warehouse:
         return Path(table.location) / "_delta_log" / f"{version:020d}.json"
 
     def commit_file_damaged(self, table: Table, version: int) -> bool:
-        """Whether the commit file of ``version`` is there but empty, not JSON lines, or without commitInfo.
+        """Whether the commit file of ``version`` is there but damaged: empty, not JSON lines,
+        without commitInfo, or cut short — fewer add and remove actions than its commitInfo
+        counts (``streampart.actions``, in every commit streampart writes: a file cut at a line
+        boundary still parses).
 
         A missing file is not "damaged" here: old commit files go once a checkpoint covers them.
         """
         try:
-            lines = self.commit_path(table, version).read_bytes().splitlines()
-        except FileNotFoundError:
-            return False
-        try:
-            actions = [json.loads(line) for line in lines if line.strip()]
+            actions = self.commit_actions(table, version)
         except ValueError:  # truncated or overwritten
             return True
-        return not any(isinstance(a, dict) and "commitInfo" in a for a in actions)
+        if actions is None:
+            return False
+        infos = [a["commitInfo"] for a in actions if "commitInfo" in a]
+        if not infos or not isinstance(infos[0], dict):
+            return True
+        counted = infos[0].get(delta_append.ACTIONS_KEY)
+        if counted is None:
+            return False
+        held = sum(1 for a in actions if "add" in a or "remove" in a)
+        return str(held) != str(counted)
+
+    def commit_actions(self, table: Table, version: int) -> list[dict[str, Any]] | None:
+        """The actions of ``version``'s commit file (None: the file is gone).
+
+        Raises:
+            ValueError: the file is not JSON lines of objects (truncated or overwritten).
+        """
+        try:
+            lines = self.commit_path(table, version).read_bytes().splitlines()
+        except FileNotFoundError:
+            return None
+        actions = [json.loads(line) for line in lines if line.strip()]
+        if not all(isinstance(a, dict) for a in actions):
+            raise ValueError(f"commit file of version {version} holds something other than actions")
+        return actions
+
+    def commit_mismatch(self, table: Table, version: int, chunks: dict[str, set[str]]) -> str | None:
+        """What the commit file of ``version`` lacks of what the metastore recorded committed at it.
+
+        ``chunks``: each chunk the metastore holds COMMITTED at ``version``, with the names of the
+        data files it added (their last path component). The commit must name every one of them
+        in its commitInfo and add all their files; one that does not was cut short, or was
+        deleted and its version taken again by another commit. None: it holds them all (or the
+        file is gone or unreadable, which other checks report).
+        """
+        try:
+            actions = self.commit_actions(table, version)
+        except ValueError:
+            return None
+        if actions is None:
+            return None
+        info = next((a["commitInfo"] for a in actions if "commitInfo" in a), None)
+        named = set(commit_chunks(info)) if isinstance(info, dict) else set()
+        added = {
+            urllib.parse.unquote(str(a["add"].get("path", ""))).rsplit("/", 1)[-1]
+            for a in actions
+            if isinstance(a.get("add"), dict)
+        }
+        path = self.commit_path(table, version)
+        for chunk_id, names in sorted(chunks.items()):
+            if chunk_id not in named:
+                others = ", ".join(sorted(named)[:3]) or "no chunk"
+                return (
+                    f"the metastore recorded chunk {chunk_id} committed at version {version}, but the "
+                    f"commit file of that version ({path}) does not hold it (it adds {others}): the "
+                    "commit was lost and its version taken again by another commit"
+                )
+            lacking = sorted(names - added)
+            if lacking:
+                more = f" (and {len(lacking) - 1} more)" if len(lacking) > 1 else ""
+                return (
+                    f"the commit file of version {version} ({path}) lacks file {lacking[0]}{more} of "
+                    f"chunk {chunk_id}, which the metastore recorded committed at that version: the "
+                    "file was cut short"
+                )
+        return None
 
     # -- files -----------------------------------------------------------------------------
     def staging_path(self, prefix: str, k: int) -> str:
@@ -423,7 +498,8 @@ class Warehouse:
         if not self._plain_appends(table):
             dt = self.load(table, read_version)
             actions = [self._add_action(table, p, part, rows, True) for p, part, rows in files]
-            return self._transact(dt, table, actions, metadata, "Delta commit", app_id)
+            counted = {**metadata, delta_append.ACTIONS_KEY: str(len(actions))}
+            return self._transact(dt, table, actions, counted, "Delta commit", app_id)
         with storage_errors(f"reading the files to commit to {table.name}"):
             entries = []
             for path, part, rows in files:
@@ -543,7 +619,8 @@ class Warehouse:
             for f in removes
         ]
         actions += [self._add_action(table, p, part, rows, False) for p, part, rows in adds]
-        return self._transact(dt, table, actions, metadata, "sweep commit")
+        counted = {**metadata, delta_append.ACTIONS_KEY: str(len(actions))}
+        return self._transact(dt, table, actions, counted, "sweep commit")
 
     def _transact(
         self,

@@ -10,7 +10,7 @@ step. Every step names the precondition that failed when it loses (see ``precond
 from __future__ import annotations
 
 import uuid
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -19,7 +19,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
 from metastore import schema as s
-from metastore.errors import ConflictError, NotFoundError, StreampartError
+from metastore.errors import ConflictError, NotFoundError, StreampartError, TableIntegrityError
 from metastore.models import Chunk, ChunkState, StagedFile, TableActivity, check_transition, utc
 from metastore.store.engine import Database, _db, _now, _out
 from metastore.store.namespaces import check_quota, fence_table
@@ -57,6 +57,18 @@ def bytes_in(chunk: Chunk, value: datetime) -> int:
     files of that period (late files went elsewhere: their partitions are not the chunk's).
     """
     return sum(f.bytes for f in chunk.files if f.period is None or utc(f.period) == utc(value))
+
+
+def committed_files(chunk: Chunk) -> set[str]:
+    """The names (last path component) of the data files a COMMITTED chunk's commit added.
+
+    Its files for the partitions it went to (late files went elsewhere). None for a chunk whose
+    rows were all late: it is recorded at the version its commit read, and added nothing.
+    """
+    values = {utc(p) for p in chunk.partitions}
+    if not values:
+        return set()
+    return {f.path.rsplit("/", 1)[-1] for f in chunk.files if f.period is None or utc(f.period) in values}
 
 
 # -- the preconditions of a chunk's steps --------------------------------------------------------
@@ -120,6 +132,55 @@ def insert_chunk(conn: Connection, table_id: int, key: str | None, ttl: timedelt
         .returning(*s.chunks.c)  # the new row in the same round trip
     ).one()
     return chunk_from_row(row)
+
+
+def _refuse_reused_versions(
+    conn: Connection,
+    done: Sequence[tuple[Chunk, int, Sequence[datetime], int]],
+    named: Mapping[int, Collection[str]] | None,
+) -> None:
+    """Refuse to record chunks at a version the metastore holds other commits at already.
+
+    A Delta version is one commit: if chunks outside this group (or a roll's seal or sweep) were
+    recorded at it, its commit file was deleted and the version taken again by this commit —
+    the recorded commit's rows are gone from the log. Recording on would acknowledge a log that
+    lost acknowledged rows. (Chunks whose rows were all late add nothing: they are recorded at
+    the version their commit read, another commit's, and are not compared.)
+    """
+    group = {chunk.id for chunk, _, _, _ in done}
+    for table_id, version in sorted({(chunk.table_id, v) for chunk, v, parts, _ in done if parts}):
+        c, r = s.chunks.c, s.rolls.c
+        others = [
+            row.id
+            for row in conn.execute(
+                sa.select(c.id, c.partitions).where(
+                    c.table_id == table_id, c.version == version, c.state == ChunkState.COMMITTED.value
+                )
+            )
+            if row.id not in group and row.id not in (named or {}).get(version, ()) and row.partitions
+        ]
+        rolls = (
+            conn.execute(
+                sa.select(r.id).where(
+                    r.table_id == table_id, sa.or_(r.seal_version == version, r.sweep_version == version)
+                )
+            )
+            .scalars()
+            .all()
+        )
+        if not others and not rolls:
+            continue
+        name = conn.execute(
+            sa.select(s.tables.c.namespace, s.tables.c.name).where(s.tables.c.id == table_id)
+        ).first()
+        table = f"{name.namespace}.{name.name}" if name is not None else f"#{table_id}"
+        what = f"chunk {others[0]}" if others else f"roll {rolls[0]}"
+        raise TableIntegrityError(
+            f"table {table}: a commit landed at Delta version {version}, but the metastore recorded "
+            f"{what} committed at that version already: its commit file was deleted from the log and "
+            "the version taken again, so its rows are gone; nothing more is recorded or committed "
+            "until the table is restored from a backup (`streampart check` names the version)"
+        )
 
 
 class ChunkStore(Database):
@@ -286,29 +347,49 @@ class ChunkStore(Database):
         )
 
     def finish_commit(
-        self, chunk: Chunk, version: int, partitions: Sequence[datetime], late_rows: int = 0
+        self,
+        chunk: Chunk,
+        version: int,
+        partitions: Sequence[datetime],
+        late_rows: int = 0,
+        named: Collection[str] | None = None,
     ) -> Chunk:
         """COMMITTING → COMMITTED at ``version``, into ``partitions``; their bytes grow by its files'.
 
+        ``named``: the chunks the commit at ``version`` names (see :meth:`finish_commits`).
+
         Raises:
             ConflictError: the chunk is not COMMITTING (another attempt finished or ended it).
+            TableIntegrityError: the version was taken again (see :meth:`finish_commits`).
         """
-        (done,) = self.finish_commits([(chunk, version, partitions, late_rows)])
+        (done,) = self.finish_commits(
+            [(chunk, version, partitions, late_rows)], None if named is None else {version: named}
+        )
         if isinstance(done, StreampartError):
             raise done
         return done
 
     def finish_commits(
-        self, done: Sequence[tuple[Chunk, int, Sequence[datetime], int]]
+        self,
+        done: Sequence[tuple[Chunk, int, Sequence[datetime], int]],
+        named: Mapping[int, Collection[str]] | None = None,
     ) -> list[Chunk | StreampartError]:
         """Record a group commit in one transaction: each ``(chunk, version, partitions, late_rows)``.
 
         Each chunk goes COMMITTING → COMMITTED as :meth:`finish_commit` says. One that is not
         COMMITTING any more (another attempt got there first) is left as it is, and the error
         that says so takes its place in the answer; the others are recorded all the same.
+
+        ``named``: per version, the chunks its commit names (default: those of ``done``); other
+        chunks recorded at that version mean the version was taken again.
+
+        Raises:
+            TableIntegrityError: the metastore holds another commit at one of the versions (its
+                commit file was deleted and the version reused); nothing is recorded.
         """
         out: list[Chunk | StreampartError] = []
         with self.tx() as conn:
+            _refuse_reused_versions(conn, done, named)
             for chunk, version, partitions, late_rows in done:
                 check_transition(chunk.state, ChunkState.COMMITTED)
                 try:
@@ -338,6 +419,31 @@ class ChunkStore(Database):
                         )
                         .values(staged_bytes=s.partitions.c.staged_bytes + bytes_in(finished, value))
                     )
+        return out
+
+    def committed_at(
+        self, table_id: int, versions: Collection[int] | None = None, since: int | None = None
+    ) -> dict[int, dict[str, set[str]]]:
+        """What the metastore recorded committed at each Delta version: per version, per chunk,
+        the names of the files its commit added (:func:`committed_files`).
+
+        ``versions``: only those; ``since``: only versions after it. Chunks that added nothing
+        (all late) are left out, and so are chunks pruned into summaries.
+        """
+        c = s.chunks.c
+        q = sa.select(s.chunks).where(c.table_id == table_id, c.state == ChunkState.COMMITTED.value)
+        if versions is not None:
+            q = q.where(c.version.in_(list(versions)))
+        if since is not None:
+            q = q.where(c.version > since)
+        with self.read_tx() as conn:
+            rows = conn.execute(q).all()
+        out: dict[int, dict[str, set[str]]] = {}
+        for row in rows:
+            chunk = chunk_from_row(row)
+            names = committed_files(chunk)
+            if names and chunk.version is not None:
+                out.setdefault(chunk.version, {})[chunk.id] = names
         return out
 
     def abort_chunk(self, chunk: Chunk, error: str | None = None) -> Chunk:

@@ -7,7 +7,9 @@ that nothing new is committed on top of it, and that ``check_table`` reports it.
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
@@ -22,7 +24,7 @@ from metastore.warehouse import partition_dir
 from scheduler.roll import Roller
 from streampart.query import pin
 from tests.fixtures import make_table
-from tests.helpers import records
+from tests.helpers import records, worker_call
 
 
 def _commit(table: Table, version: int) -> Path:
@@ -38,6 +40,20 @@ def _truncate_half(path: Path) -> None:
     path.write_bytes(data[: len(data) // 2])
 
 
+def _cut_at_a_line(path: Path, keep_count: bool = True) -> None:
+    """Keep the commit file's first line (its commitInfo) and drop the rest (its ``add`` lines).
+
+    ``keep_count=False``: also drop the commitInfo's count of actions, as in a commit file
+    written before it was counted: only the metastore's record of the version can tell then.
+    """
+    first = path.read_bytes().splitlines()[0]
+    if not keep_count:
+        action = json.loads(first)
+        action["commitInfo"].pop("streampart.actions", None)
+        first = json.dumps(action).encode()
+    path.write_bytes(first + b"\n")
+
+
 def _garble(path: Path) -> None:
     path.write_bytes(b"\0" * path.stat().st_size)  # same size, not Parquet any more
 
@@ -47,7 +63,15 @@ LOG_CASES: list[tuple[str, Callable[[Table], None], str, str]] = [
     # the newest commit file deleted: delta-rs alone silently serves version 2
     ("newest-deleted", lambda t: _commit(t, 3).unlink(), "ends at version 2", "log_behind"),
     # the newest commit file emptied: delta-rs alone serves "version 3" without its rows
-    ("newest-emptied", lambda t: _commit(t, 3).write_bytes(b""), "empty or holds no", "commit_damaged"),
+    (
+        "newest-emptied",
+        lambda t: _commit(t, 3).write_bytes(b""),
+        "empty, cut short or holds no",
+        "commit_damaged",
+    ),
+    # cut at a line boundary: its commitInfo kept, its add lines gone; delta-rs alone serves
+    # "version 3" without the acknowledged chunk's rows (issue 25)
+    ("newest-cut-at-a-line", lambda t: _cut_at_a_line(_commit(t, 3)), "cut short", "commit_damaged"),
     # truncated mid-record (a torn write)
     ("newest-truncated", lambda t: _truncate_half(_commit(t, 3)), "cannot be read", "commit_damaged"),
     # a commit file in the middle deleted: a gap
@@ -116,3 +140,63 @@ def test_a_healthy_table_has_no_problems_and_a_broken_standard_partition_is_repo
     stray.write_bytes(next(directory.glob("part-*.parquet")).read_bytes())
     found = {(p.kind, p.severity) for p in check_table(catalog, table)}
     assert found == {("partition_marker", "error"), ("orphan_file", "warning")}
+
+
+def test_a_commit_file_cut_at_a_line_is_refused_by_what_the_metastore_recorded_at_its_version(  # type: ignore[no-untyped-def]
+    catalog,
+) -> None:
+    """Issue 25: the newest commit file cut at a line boundary, without the count of its actions
+    (as written before commits counted them): the metastore's record of the chunk committed at
+    that version and its files is what names the damage, to reads, rolls, a new writer and check."""
+    table = make_table(catalog)
+    w = ChunkWriter(catalog, table)
+    for k in range(3):
+        w.write(records(range(k * 10, k * 10 + 10)), Format.JSONL)
+    _cut_at_a_line(_commit(table, 3), keep_count=False)
+    log_before = sorted(os.listdir(Path(table.location) / "_delta_log"))
+    says = r"lacks file .* which the metastore recorded committed at that version"
+    with pytest.raises(TableIntegrityError, match=says) as refused:
+        catalog.load(table)
+    assert str(table.name) in str(refused.value) and "version 3" in str(refused.value)
+    with pytest.raises(TableIntegrityError, match=says):
+        pin(catalog, table)
+    with pytest.raises(TableIntegrityError, match=says):
+        Roller(catalog).roll_table(table, force=True)
+    # a writer process that has not seen the table yet loads it and is refused too
+    code, acks, err = run_worker(catalog, table, "writer", "--count", "1", "--start", "7")
+    assert code != 0 and acks == [] and "lacks file" in err
+    assert sorted(os.listdir(Path(table.location) / "_delta_log")) == log_before  # nothing on top
+    [problem] = [p for p in check_table(catalog, table) if p.severity == "error"]
+    assert problem.kind == "commit_mismatch" and problem.version == 3
+    assert problem.path == str(_commit(table, 3)) and "lacks file" in problem.message
+
+
+def test_a_newest_commit_deleted_under_a_running_writer_is_not_taken_again(catalog) -> None:  # type: ignore[no-untyped-def]
+    """Issue 25: the newest commit file deleted while writers run. This process's writer last saw
+    version 2; another process commits version 3 and is acknowledged; version 3's file is deleted.
+    The next group commit here lands at the freed version 3 with other content — which must not be
+    acknowledged as if nothing happened: it is refused, reads refuse, and check names version 3."""
+    table = make_table(catalog)
+    w = ChunkWriter(catalog, table)
+    for k in range(2):
+        assert w.write(records(range(k * 10, k * 10 + 10)), Format.JSONL).version == k + 1
+    code, acks, err = run_worker(catalog, table, "writer", "--writer", "1", "--count", "1")
+    assert code == 0, err
+    assert acks[0]["version"] == 3
+    _commit(table, 3).unlink()
+    with pytest.raises(TableIntegrityError, match=r"recorded chunk .* committed at that version already"):
+        w.write(records(range(100, 110)), Format.JSONL)
+    with pytest.raises(TableIntegrityError, match=f"chunk {acks[0]['chunk']} committed at version 3"):
+        catalog.load(table)
+    with pytest.raises(TableIntegrityError):  # and the next write here commits nothing on top
+        w.write(records(range(200, 210)), Format.JSONL)
+    assert not _commit(table, 4).exists()
+    problems = [p for p in check_table(catalog, table) if p.severity == "error"]
+    assert [(p.kind, p.version) for p in problems] == [("commit_mismatch", 3)]
+    assert acks[0]["chunk"] in problems[0].message
+
+
+def run_worker(catalog, table, *args: str):  # type: ignore[no-untyped-def]
+    proc = subprocess.run(**worker_call(catalog, table, *args), capture_output=True, timeout=120)
+    acks = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    return proc.returncode, acks, proc.stderr
