@@ -39,6 +39,7 @@ from metastore.errors import (
     DanglingLinkError,
     IsolationError,
     MetastoreUnavailableError,
+    MissingStoreError,
     NotFoundError,
     ReadOnlyLinkError,
     SecondaryWriteError,
@@ -74,6 +75,12 @@ from metastore.store import Metastore, default_url
 from metastore.store.namespaces import missing_namespace
 from metastore.warehouse import Warehouse, storage_errors
 
+# How a user makes a new warehouse and metastore (said when one named to be read does not exist).
+_TO_CREATE = (
+    "to make a new one, run `streampart table create NS.TABLE …` or `streampart namespace create NS` "
+    "(or `streampart demo`)"
+)
+
 DEAD_LETTER_COLUMNS = (
     Column(name="chunk", type="string"),
     Column(name="source", type="string"),
@@ -106,15 +113,37 @@ class Catalog:
         *,
         refresh_s: float = REFRESH_S,
         fail_fast_s: float = FAIL_FAST_S,
+        create: bool = True,
     ) -> Catalog:
+        """Open the warehouse and its metastore (``metastore_url``; default: a SQLite file in it).
+
+        ``create``: make them if they do not exist (the warehouse's directory, the metastore's
+        file or schema). False — every command but the few that create — refuses a warehouse or
+        metastore that does not exist yet with :class:`MissingStoreError`, naming it and how to
+        make one, and makes nothing: a mistyped path or URL is not a new empty warehouse.
+        """
         wh = Warehouse(warehouse)
+        no_warehouse = f"warehouse {wh.root} does not exist (set --warehouse or STREAMPART_WAREHOUSE)"
         with storage_errors(f"opening the warehouse {wh.root} (set --warehouse or STREAMPART_WAREHOUSE)"):
             if wh.root.exists() and not wh.root.is_dir():
                 raise NotADirectoryError(20, "it is a file, not a directory", str(wh.root))
-            wh.root.mkdir(parents=True, exist_ok=True)
-            if not os.access(wh.root, os.W_OK | os.X_OK):
-                raise PermissionError(13, "not writable", str(wh.root))
-        catalog = cls(Metastore(metastore_url or default_url(wh.root)), wh, dict(secrets or {}))
+            missing = not create and not wh.root.exists()
+            if missing and not metastore_url:  # its metastore, a file inside it, is missing too
+                raise MissingStoreError(f"{no_warehouse}; {_TO_CREATE}")
+            if not missing:
+                wh.root.mkdir(parents=True, exist_ok=True)
+                if not os.access(wh.root, os.W_OK | os.X_OK):
+                    raise PermissionError(13, "not writable", str(wh.root))
+        try:
+            store = Metastore(metastore_url or default_url(wh.root), create=create)
+        except MissingStoreError as exc:
+            where = "set --metastore or STREAMPART_METASTORE" if metastore_url else f"in warehouse {wh.root}"
+            also = f", and {no_warehouse}" if missing else ""
+            raise MissingStoreError(f"{exc} ({where}){also}; {_TO_CREATE}") from None
+        if missing:
+            store.close()
+            raise MissingStoreError(f"{no_warehouse}; {_TO_CREATE}")
+        catalog = cls(store, wh, dict(secrets or {}))
         catalog.router.refresh_s, catalog.router.fail_fast_s = refresh_s, fail_fast_s
         return catalog
 

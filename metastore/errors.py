@@ -24,6 +24,14 @@ class NotFoundError(StreampartError):
     """A table, partition, chunk or roll does not exist."""
 
 
+class MissingStoreError(NotFoundError):
+    """A warehouse or metastore named to be read does not exist (a mistyped path or URL, say).
+
+    Only commands that create (``table create``, ``namespace create``, the demo, …) make a new
+    one; every other command refuses with this error instead of reading an empty new one.
+    """
+
+
 class AlreadyExistsError(StreampartError):
     """A table with that name exists already."""
 

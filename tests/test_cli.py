@@ -22,6 +22,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import sqlalchemy as sa
 
 _SCRIPT = Path(sys.executable).parent / "streampart"
 COMMAND = [str(_SCRIPT)] if _SCRIPT.is_file() else [sys.executable, "-m", "streampart.cli"]
@@ -508,12 +509,66 @@ def test_an_unusable_warehouse_or_spark_master_is_one_clear_error(tmp_path: Path
     assert run(spark_wh, "table", "create", "ns.t", *CREATE).returncode == 0
     env = {"STREAMPART_SPARK__MASTER": "bogus://nowhere"}
     with ThreadPoolExecutor(max_workers=3) as pool:
-        missing = pool.submit(run, Path("/proc/nope"), "table", "list")
+        missing = pool.submit(run, Path("/proc/nope"), "table", "create", "ns.t", *CREATE)
         is_file = pool.submit(run, a_file, "table", "list")
         bogus = pool.submit(run, spark_wh, "query", "SELECT count(*) FROM ns.t", env=env)
     assert_user_error(missing.result(), "opening the warehouse /proc/nope", "STREAMPART_WAREHOUSE")
     assert_user_error(is_file.result(), f"warehouse {a_file}", "not a directory")
     assert_user_error(bogus.result(), "spark.master: Value error, 'bogus://nowhere' is not a Spark master")
+
+
+def test_reading_commands_refuse_a_warehouse_or_metastore_that_does_not_exist(tmp_path: Path) -> None:
+    """A mistyped --warehouse or --metastore is one error naming it and how to make one, and
+    nothing is made; only creating commands (the tour's first, ``table create``) create."""
+    from tests.pg import drop_scratch_schema, scratch_schema_url
+
+    typo = tmp_path / "wherehouse"
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text('{"id": 1, "ts": "2026-11-21T10:00:00Z"}\n')
+    reading = [
+        ("table", "list"),
+        ("table", "describe", "ns.t"),
+        ("table", "read", "ns.t"),
+        ("chunk", "list", "ns.t"),
+        ("check",),
+        ("query", "SELECT count(*) FROM ns.t"),
+        ("write", "ns.t", str(rows)),
+        ("serve", "--port", "0"),
+        ("scheduler", "run"),
+        ("ingest", "kafka", "ns.t", "--bootstrap", "127.0.0.1:1", "--topic", "t"),
+        ("namespace", "list"),
+        ("token", "list"),
+    ]
+    no_file = tmp_path / "nonexistent" / "dir" / "x.sqlite"
+    empty_pg = scratch_schema_url()  # a database without streampart's schema
+    try:
+        with ThreadPoolExecutor(max_workers=3) as pool:
+            typos = list(pool.map(lambda args: run(typo, *args, timeout=60), reading))
+            bad_sqlite = pool.submit(run, tmp_path, "--metastore", f"sqlite:///{no_file}", "table", "list")
+            bad_pg = pool.submit(run, tmp_path, "--metastore", empty_pg, "check")
+            bad_sqlite_result, bad_pg_result = bad_sqlite.result(), bad_pg.result()
+        for result in typos:
+            assert_user_error(
+                result, f"warehouse {typo} does not exist", "STREAMPART_WAREHOUSE", "streampart table create"
+            )
+        assert not typo.exists()
+        assert_user_error(
+            bad_sqlite_result, f"metastore sqlite:///{no_file} does not exist", "--metastore", "table create"
+        )
+        assert not (tmp_path / "nonexistent").exists()
+        assert_user_error(bad_pg_result, "does not exist", "no streampart schema", "--metastore")
+        engine = sa.create_engine(empty_pg)
+        try:
+            with engine.connect() as conn:
+                assert not sa.inspect(conn).has_table("alembic_version")  # not migrated
+        finally:
+            engine.dispose()
+    finally:
+        drop_scratch_schema(empty_pg)
+
+    # a creating command creates (the README's tour starts with it), then reading works
+    assert run(typo, "table", "create", "ns.t", *CREATE).returncode == 0
+    assert run(typo, "table", "list", "--json").json()[0]["table"] == "ns.t"
 
 
 def test_a_bad_option_of_a_daemon_is_refused_before_it_starts(tmp_path: Path) -> None:
@@ -532,6 +587,9 @@ def test_a_bad_option_of_a_daemon_is_refused_before_it_starts(tmp_path: Path) ->
 
 def test_python_m_streampart_runs_the_cli(tmp_path: Path) -> None:
     environment = {k: v for k, v in os.environ.items() if not k.startswith("STREAMPART_")}
+    from metastore.catalog import Catalog
+
+    Catalog.open(tmp_path / "wh").close()  # an empty warehouse (reading commands make none)
     proc = subprocess.run(
         [sys.executable, "-m", "streampart", "--warehouse", str(tmp_path / "wh"), "table", "list", "--json"],
         capture_output=True, text=True, cwd=tmp_path, env=environment, timeout=60,
@@ -543,8 +601,10 @@ def test_each_call_has_its_own_state(tmp_path: Path) -> None:
     """Two calls in one process: the first one's --json and warehouse do not carry over."""
     from typer.testing import CliRunner
 
+    from metastore.catalog import Catalog
     from streampart.cli import app
 
+    Catalog.open(tmp_path / "b").close()  # an empty warehouse (reading commands make none)
     runner = CliRunner()
     create = ["table", "create", "ns.t", *CREATE, "--json"]
     first = runner.invoke(app, ["--warehouse", str(tmp_path / "a"), *create])

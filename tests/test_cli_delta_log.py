@@ -75,7 +75,7 @@ def test_a_bad_value_is_one_clear_error_that_changes_nothing(
     code, said = _cli(wh, "table", "create", "ns.bad", *CREATE, *args)
     assert code == 1 and all(f in said for f in fragments), said
     code, said = _cli(wh, "table", "describe", "ns.bad")
-    assert code == 1 and "ns.bad" in said  # not made
+    assert code == 1 and ("ns.bad" in said or f"warehouse {wh} does not exist" in said), said  # not made
     assert _cli(wh, "table", "create", "ns.t", *CREATE)[0] == 0
     before = _delta_conf(wh, "ns.t")
     code, said = _cli(wh, "table", "alter", "ns.t", *args)

@@ -336,6 +336,7 @@ def test_without_a_server_sql_says_how_to_start_one_and_a_taken_port_is_one_erro
     import socket
 
     env = _cli_env(tmp_path / "warehouse")
+    Catalog.open(tmp_path / "warehouse").close()  # sql-server serves only a warehouse that exists
     shell = subprocess.run(
         [sys.executable, "-m", "streampart", "sql", "-e", "SELECT 1"],
         capture_output=True, text=True, env=env, cwd=ROOT, timeout=120,

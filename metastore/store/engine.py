@@ -35,7 +35,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import OperationalError
 
 from metastore import clock
-from metastore.errors import MetastoreDownError, MetastoreUnavailableError, UserInputError
+from metastore.errors import MetastoreDownError, MetastoreUnavailableError, MissingStoreError, UserInputError
 from metastore.models import PRIMARY, utc
 
 # Why 30 s: SQLite serialises writers; under several writer processes plus a roller a write
@@ -108,10 +108,20 @@ def default_url(warehouse: str | Path) -> str:
     return f"sqlite:///{Path(warehouse).resolve() / '_metastore.sqlite'}"
 
 
-def make_engine(url: str, connect_timeout_s: float | None = None) -> Engine:
+def sqlite_path(url: str) -> Path | None:
+    """The file of a SQLite URL (None: not SQLite, or an in-memory database)."""
+    if not url.startswith("sqlite"):
+        return None
+    path = sa.engine.make_url(url).database
+    return Path(path) if path and path != ":memory:" else None
+
+
+def make_engine(url: str, connect_timeout_s: float | None = None, *, create: bool = True) -> Engine:
     """An engine for ``url``; on SQLite with WAL, a busy timeout, foreign keys and our own BEGIN.
 
     ``connect_timeout_s`` bounds a PostgreSQL connect (a federated metastore's host may be gone).
+    ``create``: a SQLite file's directory is made if missing (else: MissingStoreError, see
+    :class:`Database`).
     """
     if not url.startswith("sqlite"):
         connect_args = (
@@ -120,9 +130,11 @@ def make_engine(url: str, connect_timeout_s: float | None = None) -> Engine:
         return sa.create_engine(
             url, pool_pre_ping=True, pool_size=5, max_overflow=5, connect_args=connect_args
         )
-    path = sa.engine.make_url(url).database
-    if path and path != ":memory:":
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
+    path = sqlite_path(url)
+    if path is not None and not create and not path.is_file():
+        raise MissingStoreError(str(path))  # Database says which metastore
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
     busy_ms = int(SQLITE_BUSY_TIMEOUT_S * 1000)
     engine = sa.create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S})
 
@@ -191,6 +203,9 @@ class Database:
             tries it again; its namespaces fail fast while every other metastore's carry on.
             None (the primary): every call tries the database.
         connect_timeout_s: How long a PostgreSQL connect may take (None: the driver's default).
+        create: Make the metastore if it does not exist (a new SQLite file, the schema in an empty
+            database). False: a metastore that does not exist yet — no SQLite file, or a database
+            without streampart's schema — is :class:`MissingStoreError`, and nothing is made.
     """
 
     def __init__(
@@ -201,6 +216,7 @@ class Database:
         name: str = PRIMARY,
         fail_fast_s: float | None = None,
         connect_timeout_s: float | None = None,
+        create: bool = True,
     ) -> None:
         self.url = normalize_url(url)
         self.name = name
@@ -209,9 +225,13 @@ class Database:
         self._down_lock = threading.Lock()
         self.call_times = CallTimes()
         try:
-            self.engine = make_engine(self.url, connect_timeout_s)
+            self.engine = make_engine(self.url, connect_timeout_s, create=create)
         except (sa.exc.ArgumentError, ModuleNotFoundError) as exc:
             raise UserInputError(f"metastore URL {url!r} is not usable: {exc}") from None
+        except MissingStoreError as exc:
+            raise MissingStoreError(f"metastore {self.safe_url} does not exist (no file {exc})") from None
+        if not create:
+            self._require_schema()
         if migrate:
             self.migrate()
 
@@ -321,6 +341,15 @@ class Database:
                 f"({why}): run the first start, and the first start after an upgrade, as the role that "
                 "owns the schema (see docs/operations.md, PostgreSQL)"
             ) from None
+
+    def _require_schema(self) -> None:
+        """MissingStoreError unless the database holds streampart's schema (of any revision)."""
+        with self._unavailable_is_retriable(), self.engine.connect() as conn:
+            if not sa.inspect(conn).has_table("alembic_version"):
+                self.engine.dispose()
+                raise MissingStoreError(
+                    f"metastore {self.safe_url} does not exist (the database has no streampart schema)"
+                )
 
     def _at_head(self) -> bool:
         """Whether the schema is at the newest migration already, read with one SELECT; False when

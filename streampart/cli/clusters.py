@@ -56,7 +56,7 @@ def cluster_add(
     from metastore.clusters import parse_conf
 
     cli = cli_context(ctx)
-    catalog = cli.catalog()
+    catalog = cli.catalog(create=True)
     cluster = catalog.add_cluster(name, storage, spark_master, parse_conf(conf or []))
     cli.output.result(_cluster_json(cli, cluster, []), _print_added)
 

@@ -53,8 +53,17 @@ class CliContext:
             self._settings = load_settings(self.config, **given)
         return self._settings
 
-    def catalog(self, settings: Settings | None = None) -> Catalog:
-        """Open the catalog (warehouse and metastore) of ``settings`` [default: :meth:`settings`]."""
+    def catalog(self, settings: Settings | None = None, *, create: bool = False) -> Catalog:
+        """Open the catalog (warehouse and metastore) of ``settings`` [default: :meth:`settings`].
+
+        Args:
+            create: Make the warehouse and its metastore if they do not exist. Only commands that
+                create something pass True (``table create``, ``namespace create``, ``token
+                create``, ``cluster add``, ``federation add``, ``demo``); every other command
+                refuses a warehouse or metastore that does not exist
+                (:class:`~metastore.errors.MissingStoreError`: one line naming it and how to make
+                one), so a mistyped ``--warehouse`` or ``--metastore`` is not a new empty one.
+        """
         from metastore.catalog import Catalog
 
         s = settings if settings is not None else self.settings()
@@ -64,6 +73,7 @@ class CliContext:
             secrets=s.federation.secret_values(),
             refresh_s=s.federation.refresh_interval.total_seconds(),
             fail_fast_s=s.federation.health_interval.total_seconds(),
+            create=create,
         )
 
 

@@ -21,4 +21,5 @@ def demo(
 
     cli = cli_context(ctx)
     with progress_bars(cli.output, printing=True) as progress:
-        run_demo(cli.settings(), cli.catalog(), cli.output.console, fresh=not keep, progress=progress)
+        catalog = cli.catalog(create=True)
+        run_demo(cli.settings(), catalog, cli.output.console, fresh=not keep, progress=progress)

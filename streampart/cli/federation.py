@@ -67,7 +67,7 @@ def federation_add(
 ) -> None:
     """Register a metastore: reached, migrated, checked for name clashes, then recorded in the primary."""
     cli = cli_context(ctx)
-    catalog = cli.catalog()
+    catalog = cli.catalog(create=True)
     metastore = catalog.add_metastore(name, url, access, writable or [], prefix, _routes_option(route or []))
     from metastore.federation_admin import metastore_info
 

@@ -80,7 +80,7 @@ def namespace_create(
 
     quota_bytes = parse_size(quota, "--quota") if quota is not None else None
     cli = cli_context(ctx)
-    ns = cli.catalog().create_namespace(
+    ns = cli.catalog(create=True).create_namespace(
         name, metastore=metastore, isolated=isolated, quota_bytes=quota_bytes, description=description
     )
     cli.output.result(_namespace_json(ns) | {"metastore": metastore}, _print_created)

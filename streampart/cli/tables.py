@@ -119,7 +119,7 @@ def table_create(
     secondaries = [c.strip() for c in (replicate_to or "").split(",") if c.strip()]
     cli = cli_context(ctx)
     settings = cli.settings()
-    catalog = cli.catalog(settings)
+    catalog = cli.catalog(settings, create=True)
     table = catalog.create_table(
         spec, create_namespace=not settings.namespaces.require_explicit, replicate_to=secondaries
     )

@@ -35,7 +35,7 @@ def token_create(
     cli = cli_context(ctx)
     scopes = [Scope.parse(s) for s in scope]
     token = new_token()
-    made = cli.catalog().primary.create_token(name, hash_token(token), scopes)
+    made = cli.catalog(create=True).primary.create_token(name, hash_token(token), scopes)
     cli.output.result(
         {"name": made.name, "token": token, "scopes": [str(s) for s in made.scopes]}, _print_created
     )
