@@ -50,7 +50,6 @@ from metastore.federation import (
     PRIMARY,
     AccessType,
     FederatedMetastore,
-    may_create,
     may_write,
 )
 from metastore.federation_admin import FederationAdmin
@@ -194,7 +193,7 @@ class Catalog:
     def _creates_namespace(self, namespace: str) -> None:
         """Raise FederationAccessError if ``namespace`` is missing here and this metastore creates none."""
         if self.store.name != PRIMARY and self.store.find_namespace(namespace) is None:
-            may_create(self.router.entry(self.store.name), namespace).check()
+            self.router.check_creates(self.store.name, namespace)
 
     # -- tables ----------------------------------------------------------------------------
     def create_table(
@@ -601,8 +600,7 @@ class Catalog:
         """
         check_namespace(name)
         home = self.router.metastore_of(name) if metastore is None else metastore
-        if home != PRIMARY:
-            may_create(self.router.entry(home), name).check()
+        self.router.check_creates(home, name)
         if metastore is not None:
             current = self.router.metastore_of(name)
             if current != metastore and self.routed(name).store.find_namespace(name) is not None:

@@ -304,8 +304,13 @@ class FederationAdmin:
         So a namespace whose current home holds tables or links, while ``metastore`` does not have
         it, is refused unless ``force`` (it would vanish from view): ``namespace move`` moves it.
 
+        A namespace that ``metastore`` does not have and whose access type would never let it be
+        created there (:meth:`Router.check_creates`, the rule ``namespace create`` applies) is
+        refused too, ``force`` or not: it could never be created nor written there.
+
         Raises:
-            NotFoundError: no such metastore; UserInputError: as above.
+            NotFoundError: no such metastore; UserInputError: as above; FederationAccessError:
+                ``metastore`` creates no such namespace.
         """
         check_namespace(namespace)
         self.router.entry(metastore)  # NotFoundError for an unknown one
@@ -315,6 +320,8 @@ class FederationAdmin:
                 self.set_route(namespace, metastore)  # pin it (a prefix or the default placed it)
             return current
         there = self.router.store(metastore).find_namespace(namespace)
+        if there is None:  # it would have to be made there: as `namespace create` checks
+            self.router.check_creates(metastore, namespace)
         if there is None and not force:
             tables, links = self.router.store(current).namespace_members(namespace)
             if tables or links:

@@ -33,6 +33,7 @@ from metastore.errors import MetastoreUnavailableError, StreampartError
 from metastore.federation import (
     PROBE_TIMEOUT_S,
     FederatedMetastore,
+    may_create,
     missing_sqlite_file,
     primary,
     resolve_url,
@@ -161,6 +162,18 @@ class Router:
         if found is None:
             raise unknown_metastore(name)
         return found
+
+    def check_creates(self, metastore: str, namespace: str) -> None:
+        """The one check that ``namespace`` may be created in ``metastore`` — by ``namespace create``,
+        by a table's first use of it, or by a route sending it where it does not exist yet (a
+        namespace there could never be made, nor written).
+
+        Raises:
+            NotFoundError: no such metastore; FederationAccessError: its access type creates no
+                namespace, or not this one (the message names the rule).
+        """
+        if metastore != PRIMARY:
+            may_create(self.entry(metastore), namespace).check()
 
     def names(self) -> list[str]:
         """``primary``, then every registered metastore by name."""

@@ -42,6 +42,11 @@ CASES: list[tuple[str, str, set[AccessType], str]] = [
      "metastore m is read-(only|write-whitelist): no namespace is created there"),
     ("create", "ops", {AccessType.READ_WRITE_CREATE},
      "no namespace is created there|creates only namespaces of its whitelist \\(sales_\\*\\), not ops"),
+    # routing a namespace m does not have there: the same rule (it could never be made there)
+    ("route", "sales_web", {AccessType.READ_WRITE_CREATE_WHITELIST, AccessType.READ_WRITE_CREATE},
+     "metastore m is read-(only|write-whitelist): no namespace is created there"),
+    ("route", "web", {AccessType.READ_WRITE_CREATE},
+     "no namespace is created there|creates only namespaces of its whitelist \\(sales_\\*\\), not web"),
 ]  # fmt: skip
 
 
@@ -71,6 +76,8 @@ def _do(catalog: Catalog, op: str, namespace: str) -> None:
         assert catalog.describe(table)["table"] == f"{namespace}.t"
     elif op == "write":
         ChunkWriter(catalog, catalog.table(f"{namespace}.t")).write_table(_batch(), key=f"k-{namespace}")
+    elif op == "route":
+        catalog.route_namespace(namespace, "m")
     else:
         catalog.create_namespace(namespace, metastore="m")
 
