@@ -49,23 +49,73 @@ class Target:
 
 def find_server(warehouse: Path, server: str | None = None) -> Target | None:
     """The SQL server to send statements to: ``server`` (or ``STREAMPART_SQL_SERVER``), else the one
-    whose server file is in ``warehouse``; None when there is none."""
+    whose server file is in ``warehouse``; None when there is none.
+
+    Who logs in: ``STREAMPART_SQL_USER`` and ``STREAMPART_SQL_TOKEN`` when set — explicit
+    credentials win, even at this host's own server (a wrong token is refused there, never
+    replaced by the host's secret); else, at this host's own server, its server file's secret.
+
+    Raises:
+        SqlServerUnavailableError: ``server`` names an address where nothing listens.
+        UserInputError: a bad address, one of the two variables without the other, or none at
+            another host's server.
+    """
     address = server or os.environ.get("STREAMPART_SQL_SERVER") or None
     local = running_server(warehouse)
+    credentials = _credentials()
     if address is None:
-        return None if local is None else Target(local.host, local.port, LOCAL_USER, local.secret)
+        if local is None:
+            return None
+        user, password = credentials or (LOCAL_USER, local.secret)
+        return Target(local.host, local.port, user, password)
     host, sep, port = address.rpartition(":")
     if not sep or not host or not port.isdigit():
         raise UserInputError(f"--server {address!r}: give HOST:PORT (e.g. 127.0.0.1:10000)")
+    if credentials is not None:
+        return Target(host, int(port), *credentials)
     if local is not None and (host, int(port)) == (local.host, local.port):
         return Target(local.host, local.port, LOCAL_USER, local.secret)
-    user, token = os.environ.get("STREAMPART_SQL_USER"), os.environ.get("STREAMPART_SQL_TOKEN")
-    if not user or not token:
+    check_listening(host, int(port))
+    raise UserInputError(
+        f"the SQL server {address} does not serve this warehouse from this host: set "
+        "STREAMPART_SQL_USER (a token's name) and STREAMPART_SQL_TOKEN (the token) to log in"
+    )
+
+
+def _credentials() -> tuple[str, str] | None:
+    """``(STREAMPART_SQL_USER, STREAMPART_SQL_TOKEN)``, None when neither is set (UserInputError: one)."""
+    user = os.environ.get("STREAMPART_SQL_USER") or None
+    token = os.environ.get("STREAMPART_SQL_TOKEN") or None
+    if user is None and token is None:
+        return None
+    if user is None or token is None:
+        given, missing = ("STREAMPART_SQL_USER", "STREAMPART_SQL_TOKEN")[:: 1 if user else -1]
         raise UserInputError(
-            f"the SQL server {address} does not serve this warehouse from this host: set "
-            "STREAMPART_SQL_USER (a token's name) and STREAMPART_SQL_TOKEN (the token) to log in"
+            f"{given} is set but {missing} is not: set both to log in with a token, or neither"
         )
-    return Target(host, int(port), user, token)
+    return user, token
+
+
+# Why 5 s: a connect to a live server on a LAN answers in milliseconds; a host that drops packets
+# says nothing, and a command should not hang on it.
+_CONNECT_TIMEOUT_S = 5.0
+
+
+def check_listening(host: str, port: int) -> None:
+    """SqlServerUnavailableError, saying so, unless something accepts connections at ``host:port``."""
+    import socket
+
+    try:
+        with socket.create_connection((host, port), timeout=_CONNECT_TIMEOUT_S):
+            return
+    except OSError as exc:
+        why = exc.strerror or type(exc).__name__
+        if isinstance(exc, TimeoutError | socket.timeout):
+            why = f"no answer in {_CONNECT_TIMEOUT_S:g} s"
+        raise SqlServerUnavailableError(
+            f"nothing listens at {host}:{port} ({why.lower()}): start the SQL server there with "
+            "`streampart sql-server`, or name the address it listens on with --server HOST:PORT"
+        ) from None
 
 
 class Connection:
@@ -73,9 +123,11 @@ class Connection:
 
     def __init__(self, target: Target) -> None:
         from pyhive import hive
+        from pyhive.exc import OperationalError
         from thrift.transport.TTransport import TTransportException
 
         self.target = target
+        check_listening(target.host, target.port)  # one clear line, not Thrift's log and error
         try:
             self._conn = hive.connect(
                 host=target.host,
@@ -92,6 +144,11 @@ class Connection:
                 ) from None
             raise SqlServerUnavailableError(
                 f"the SQL server at {target.address} cannot be reached: {exc}"
+            ) from None
+        except OperationalError as exc:  # the session's first statement (PyHive's USE) was refused
+            raise QueryError(
+                f"the SQL server at {target.address} refused the session of {target.user!r}: "
+                f"{server_message(exc)}"
             ) from None
 
     def __enter__(self) -> Connection:

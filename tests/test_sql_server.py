@@ -311,6 +311,41 @@ def test_streampart_query_and_sql_go_to_the_running_server(served: Served) -> No
     assert wrote.returncode == 1 and "spark://127.0.0.1:9" in wrote.stderr, wrote.stderr
 
 
+def test_explicit_credentials_win_at_this_hosts_server_and_nothing_listening_is_one_line(
+    served: Served,
+) -> None:
+    """``query --server`` naming this host's own server with STREAMPART_SQL_USER/TOKEN set logs in
+    as that token, not with the host's secret: its scopes hold and a wrong token is refused; an
+    address where nothing listens is one line saying so."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def query(sql: str, server: str, **creds: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "streampart", "query", "--server", server, "--json", sql],
+            capture_output=True, text=True, env={**served.env, **creds}, cwd=ROOT, timeout=120,
+        )  # fmt: skip
+
+    here, nowhere = served.info.address, f"127.0.0.1:{free_port()}"
+    count = "SELECT count(*) AS n FROM shop.quiet"
+    as_hr = {"STREAMPART_SQL_USER": "hr", "STREAMPART_SQL_TOKEN": served.tokens["hr"]}
+    as_analyst = {"STREAMPART_SQL_USER": "analyst", "STREAMPART_SQL_TOKEN": served.tokens["analyst"]}
+    wrong = {"STREAMPART_SQL_USER": "analyst", "STREAMPART_SQL_TOKEN": "spt_wrong"}
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        hr, analyst, refused, dead = pool.map(
+            lambda a: query(*a[:2], **a[2]),
+            [(count, here, as_hr), (count, here, as_analyst), (count, here, wrong), (count, nowhere, as_hr)],
+        )
+    assert hr.returncode == 1 and hr.stdout == "" and "shop" in hr.stderr, (hr.stdout, hr.stderr)
+    assert analyst.returncode == 0 and json.loads(analyst.stdout) == {"n": 5}, analyst.stderr
+    assert refused.returncode == 1 and refused.stdout == "", refused.stderr
+    assert "refused the login of 'analyst'" in refused.stderr, refused.stderr
+    assert dead.returncode == 1, dead.stderr
+    assert dead.stderr.startswith(f"error: nothing listens at {nowhere}"), dead.stderr
+    assert len(dead.stderr.strip().splitlines()) == 1, dead.stderr
+    for done in (hr, refused, dead):
+        assert "Traceback" not in done.stderr
+
+
 @pytest.mark.slow
 def test_query_json_is_the_same_with_and_without_the_server(served: Served) -> None:
     statement = (
