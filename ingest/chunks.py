@@ -152,6 +152,9 @@ class CommitResult:
     # fields of the records the table has no column for, and how many records had each: not
     # written (only known to the call that parsed the data, so not part of a retry's answer)
     ignored_fields: dict[str, int] = field(default_factory=dict)
+    # DECIMAL columns, and how many values of each had more decimals than the column and were
+    # rounded (half to even, as Spark's cast); known as ignored_fields is
+    rounded_values: dict[str, int] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -164,6 +167,7 @@ class CommitResult:
             "late_rows": self.late_rows,
             "idempotency_key": self.idempotency_key,
             "ignored_fields": self.ignored_fields,
+            "rounded_values": self.rounded_values,
         }
 
 
@@ -630,6 +634,7 @@ class ChunkWriter:
         digest = digest_bytes(content)
         chunk = self.reserve(key)
         ignored: dict[str, int] = {}
+        rounded: dict[str, int] = {}
         if chunk.state is ChunkState.RESERVED:
             try:
                 parsed = self.parse(content, fmt)
@@ -637,10 +642,10 @@ class ChunkWriter:
             except MalformedChunkError:
                 self.abort(chunk.id, reason="malformed content")
                 raise
-            ignored = parsed.ignored
+            ignored, rounded = parsed.ignored, parsed.rounded
             crashpoint("chunk-after-write")
         result = self._commit_chunk(chunk, False, digest)
-        return dataclasses.replace(result, ignored_fields=ignored) if ignored else result
+        return dataclasses.replace(result, ignored_fields=ignored, rounded_values=rounded)
 
     def write_table(self, data: pa.Table, key: str | None = None) -> CommitResult:
         """Commit an Arrow table as one chunk; with an idempotency ``key``, exactly once."""

@@ -64,6 +64,9 @@ class Parsed:
     # fields of the records that the table has no column for: field → how many records had it
     # (they are not written; the caller says so rather than dropping them in silence)
     ignored: dict[str, int] = field(default_factory=dict)
+    # DECIMAL(p,s) columns → how many written values had more decimals than s and were rounded
+    # (half to even, as Spark's cast); the caller says so, as for ignored fields
+    rounded: dict[str, int] = field(default_factory=dict)
 
 
 class _FieldError(ValueError):
@@ -175,7 +178,11 @@ def _to_date(v: Any) -> date:
 _DECIMAL_CONTEXT = Context(prec=38, rounding=ROUND_HALF_EVEN)
 
 
-def _to_decimal(precision: int, scale: int) -> Callable[[Any], Decimal]:
+def _to_decimal(
+    precision: int, scale: int, rounded: Callable[[], None] | None = None
+) -> Callable[[Any], Decimal]:
+    """Values as DECIMAL(precision, scale): more decimals than ``scale`` are rounded half to even
+    (as Spark's cast does), and ``rounded`` is called for each value whose value that changed."""
     quantum = Decimal(1).scaleb(-scale)
 
     def convert(v: Any) -> Decimal:
@@ -188,23 +195,26 @@ def _to_decimal(precision: int, scale: int) -> Callable[[Any], Decimal]:
         if not d.is_finite():
             raise _FieldError(f"expected a finite decimal number, got {v!r}")
         try:
-            d = d.quantize(quantum, context=_DECIMAL_CONTEXT)
+            q = d.quantize(quantum, context=_DECIMAL_CONTEXT)
         except InvalidOperation:  # more digits than any decimal holds
             raise _FieldError(f"{v} does not fit DECIMAL({precision},{scale})") from None
-        if len(d.as_tuple().digits) > precision:
+        if len(q.as_tuple().digits) > precision:
             raise _FieldError(f"{v} does not fit DECIMAL({precision},{scale})")
-        return d
+        if rounded is not None and q != d:
+            rounded()
+        return q
 
     return convert
 
 
-def converter(column: Column) -> Callable[[Any], Any]:
+def converter(column: Column, rounded: Callable[[], None] | None = None) -> Callable[[Any], Any]:
+    """The function that checks and converts a value for ``column`` (``rounded``: see _to_decimal)."""
     t = column.type
     if t in _INT_RANGES:
         return _to_int(t)
     if t.startswith("decimal("):
         p, sc = t[len("decimal(") : -1].split(",")
-        return _to_decimal(int(p), int(sc))
+        return _to_decimal(int(p), int(sc), rounded)
     return {
         "float": _to_float,
         "double": _to_float,
@@ -269,7 +279,7 @@ class RecordValidator:
     ):
         self.columns = tuple(columns)
         self.schema = data_schema(self.columns)
-        self._conv = [converter(c) for c in self.columns]
+        self._conv = [converter(c, self._rounding(c.name)) for c in self.columns]
         self._required_names = tuple(required)
         self._required = [not c.nullable or c.name in required for c in self.columns]
         self._max = max_value_bytes
@@ -279,8 +289,13 @@ class RecordValidator:
         self._values: list[list[Any]] = [[] for _ in self.columns]
         self._names = frozenset(c.name for c in self.columns)
         self.ignored: Counter[str] = Counter()
+        self.rounded: Counter[str] = Counter()  # counted once the record is written
+        self._rounded_here: list[str] = []  # columns of the record being added whose value was rounded
         self._added = 0
         self.bad: list[BadRecord] = []
+
+    def _rounding(self, column: str) -> Callable[[], None]:
+        return lambda: self._rounded_here.append(column)
 
     def fresh(self) -> RecordValidator:
         """A new, empty validator with the same columns and limits."""
@@ -296,6 +311,7 @@ class RecordValidator:
 
     def add(self, position: int, record: Any, raw: str, empty_is_null: bool = False) -> None:
         self._added += 1
+        self._rounded_here.clear()
         self.check_rows(self._added)
         if not isinstance(record, dict):
             self.bad.append(BadRecord(position, f"expected a JSON object, got {type(record).__name__}", raw))
@@ -345,13 +361,16 @@ class RecordValidator:
             row.append(value)
         for values, v in zip(self._values, row, strict=True):
             values.append(v)
+        self.rounded.update(self._rounded_here)
 
     def result(self) -> Parsed:
         arrays = [
             pa.array(values, type=arrow_type(c.type))
             for values, c in zip(self._values, self.columns, strict=True)
         ]
-        return Parsed(pa.Table.from_arrays(arrays, schema=self.schema), self.bad, dict(self.ignored))
+        return Parsed(
+            pa.Table.from_arrays(arrays, schema=self.schema), self.bad, dict(self.ignored), dict(self.rounded)
+        )
 
 
 _BOM = b"\xef\xbb\xbf"
@@ -525,6 +544,7 @@ def _validate_batches(
     batches: Iterator[pa.RecordBatch], v: RecordValidator, ignored: dict[str, int]
 ) -> Parsed:
     parts: list[pa.Table] = []
+    rounded: Counter[str] = Counter()
     offset = 0
     for batch in batches:
         fast = _arrow_batch(batch, v)
@@ -534,11 +554,12 @@ def _validate_batches(
                 rows.add(n, record, json.dumps(record, default=str)[:4096])
             part = rows.result()
             v.bad += part.bad
+            rounded.update(part.rounded)
             fast = part.good
         parts.append(fast)
         offset += batch.num_rows
     good = pa.concat_tables(parts) if parts else v.schema.empty_table()
-    return Parsed(good, v.bad, ignored)
+    return Parsed(good, v.bad, ignored, dict(rounded))
 
 
 def _arrow_batch(batch: pa.RecordBatch, v: RecordValidator) -> pa.Table | None:

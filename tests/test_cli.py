@@ -502,6 +502,24 @@ def test_write_warns_of_fields_the_table_lacks(tmp_path: Path) -> None:
     assert "warning: fields not in the table were not written: colour (1 records)" in written.message
 
 
+def test_write_warns_of_decimals_it_rounded(tmp_path: Path) -> None:
+    wh = tmp_path / "wh"
+    data = write_jsonl(
+        tmp_path / "x.jsonl",
+        {"id": 1, "ts": "2026-01-01T00:00:00Z", "amount": 9.999},
+        {"id": 2, "ts": "2026-01-01T00:00:00Z", "amount": 9.5},
+    )
+    schema = ["--schema", "id BIGINT, ts TIMESTAMP, amount DECIMAL(10,2)", "--time-column", "ts"]
+    assert run(wh, "table", "create", "ns.t", *schema, "--roll-every", "1h").returncode == 0
+    written = run(wh, "write", "ns.t", data)
+    assert written.returncode == 0 and "committed chunk" in written.stdout, written.stderr
+    assert (
+        "warning: values with more decimals than their DECIMAL column were rounded: amount (1 values)"
+        in written.message
+    )
+    assert run(wh, "write", "ns.t", data, "--json").json()["rounded_values"] == {"amount": 1}
+
+
 def test_an_unusable_warehouse_or_spark_master_is_one_clear_error(tmp_path: Path) -> None:
     a_file = tmp_path / "a-file"
     a_file.write_text("not a directory")

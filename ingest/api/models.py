@@ -80,6 +80,11 @@ class ChunkInfo(BaseModel):
         description="Upload: fields of the records the table has no column for, and how many records had "
         "each. They are not written.",
     )
+    rounded_values: dict[str, int] = Field(
+        default_factory=dict,
+        description="Upload: DECIMAL(p,s) columns, and how many values of each had more than s decimals: "
+        "they were written rounded to s decimals (half to even, as Spark's cast).",
+    )
 
     @classmethod
     def of(cls, chunk: Chunk, table: Table) -> ChunkInfo:
@@ -113,6 +118,11 @@ class CommitInfo(BaseModel):
     idempotency_key: str | None = Field(description="The chunk's idempotency key.")
     ignored_fields: dict[str, int] = Field(
         default_factory=dict, description="Fields of the events' records that the table has no column for."
+    )
+    rounded_values: dict[str, int] = Field(
+        default_factory=dict,
+        description="DECIMAL(p,s) columns, and how many of the events' values of each had more than s "
+        "decimals: they were written rounded to s decimals (half to even, as Spark's cast).",
     )
 
 

@@ -10,6 +10,7 @@ one left behind by a crashed server together with the chunk's other files.
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -18,7 +19,7 @@ from typing import Any
 
 from ingest.api.errors import BodyError
 from ingest.chunks import ChunkWriter, DeadLetter, write_staged_files
-from ingest.formats import Format, Parsed
+from ingest.formats import Format, Parsed, loads_json
 from metastore.models import Chunk, StagedFile
 from metastore.warehouse import STAGING_DIR
 
@@ -63,10 +64,11 @@ def stage_upload(
     batch_rows: int,
     source: str,
     digest: str | None = None,
-) -> tuple[Chunk, dict[str, int]]:
+) -> tuple[Chunk, dict[str, int], dict[str, int]]:
     """Parse the spooled upload and record it as the chunk's data (replacing an earlier upload's).
 
-    Returns the chunk, and the fields of the records the table has no column for (not written).
+    Returns the chunk, the fields of the records the table has no column for (not written), and
+    the DECIMAL columns whose values had more decimals than the column (rounded): each with a count.
 
     Raises:
         BodyError: a record is malformed and the table has no dead-letter table; nothing staged.
@@ -85,10 +87,12 @@ def stage_upload(
         limits = writer.validator()
         records = 0
         ignored: Counter[str] = Counter()
+        rounded: Counter[str] = Counter()
         for n, (offset, content) in enumerate(batches):
             parsed = writer.parse(content, fmt)
             records += parsed.good.num_rows + len(parsed.bad)
             ignored.update(parsed.ignored)
+            rounded.update(parsed.rounded)
             limits.check_rows(records)  # each batch alone is under the limit; the chunk must be too
             bad += [DeadLetter(offset + b.position, b.reason, b.raw.encode(), source) for b in parsed.bad]
             if bad and not table.dead_letter:
@@ -96,11 +100,37 @@ def stage_upload(
             files += write_staged_files(warehouse, table, f"{chunk.id}-{attempt}-{n}", parsed.good)
         if records == 0:
             raise BodyError("the upload holds no records; nothing was staged")
-        return writer.stage_files(chunk, files, bad, digest), dict(ignored)
+        return writer.stage_files(chunk, files, bad, digest), dict(ignored), dict(rounded)
     except BaseException:
         for f in files:
             warehouse.remove_file(table, f.path)
         raise
+
+
+def parse_json_body(
+    data: bytes | str, what: str = "body", line: int | None = None, field: str = "body"
+) -> Any:
+    """``data`` parsed as JSON, or a :class:`BodyError` (400) naming ``what`` and the fault: not
+    UTF-8, not JSON (where), nested too deep, a number too long to read — never an exception
+    that would answer 500. ``line``: the line (event) to name; default, the JSON's own line."""
+    try:
+        return loads_json(data)
+    except UnicodeDecodeError as exc:
+        raise BodyError(f"{what} is not UTF-8: byte {exc.start + 1}", line=line, field=field) from None
+    except json.JSONDecodeError as exc:
+        at = f"line {exc.lineno} column {exc.colno}" if line is None else f"column {exc.colno}"
+        raise BodyError(
+            f"{what} is not JSON: {exc.msg} at {at}", line=exc.lineno if line is None else line, field=field
+        ) from None
+    except ValueError as exc:  # Python reads integers of at most 4300 digits (CVE-2020-10735)
+        digits = _DIGITS.search(str(exc))
+        why = f"a number of {digits[2]} digits (at most {digits[1]} are read)" if digits else str(exc)
+        raise BodyError(f"{what} cannot be read: {why}", line=line, field=field) from None
+    except RecursionError:  # json.loads may exhaust the stack before its own depth check
+        raise BodyError(f"{what} is not JSON: nested too deep", line=line, field=field) from None
+
+
+_DIGITS = re.compile(r"limit \((\d+) digits\).*value has (\d+) digits")
 
 
 def events_to_records(body: Any, kind: str | None) -> tuple[list[Any], str]:
@@ -128,27 +158,30 @@ def events_to_records(body: Any, kind: str | None) -> tuple[list[Any], str]:
             raise BodyError(f"event {n}: 'headers' must be an object", line=n, field=f"body[{n - 1}].headers")
         value = event["body"]
         if isinstance(value, str):
-            try:
-                value = json.loads(value)
-            except json.JSONDecodeError as exc:
-                raise BodyError(
-                    f"event {n}: body is not a JSON record: {exc.msg} at column {exc.colno}",
-                    line=n,
-                    field=f"body[{n - 1}].body",
-                ) from None
+            value = parse_json_body(value, f"event {n}: body", line=n, field=f"body[{n - 1}].body")
         records.append(value)
     return records, "flume"
 
 
 def records_to_jsonl(records: list[Any]) -> bytes:
-    """One record per line, so line n of the chunk is event n of the batch."""
-    return b"\n".join(json.dumps(r, separators=(",", ":")).encode() for r in records)
+    """One record per line, so line n of the chunk is event n of the batch (BodyError: a record
+    nested deeper than Python's encoder goes)."""
+    lines = []
+    for n, record in enumerate(records, start=1):
+        try:
+            lines.append(json.dumps(record, separators=(",", ":")).encode())
+        except RecursionError:
+            raise BodyError(
+                f"event {n}: nested too deep to be a record", line=n, field=f"body[{n - 1}]"
+            ) from None
+    return b"\n".join(lines)
 
 
 def stage_events(
     writer: ChunkWriter, chunk: Chunk, records: list[Any], source: str, digest: str | None = None
-) -> tuple[Chunk, dict[str, int]]:
-    """Validate the batch's records and stage them as the chunk's data; also the ignored fields."""
+) -> tuple[Chunk, dict[str, int], dict[str, int]]:
+    """Validate the batch's records and stage them as the chunk's data; also the ignored fields and
+    the rounded values (as :func:`stage_upload`)."""
     parsed: Parsed = writer.parse(records_to_jsonl(records), Format.JSONL)
     if parsed.bad and not writer.table.dead_letter:
         first = parsed.bad[0]
@@ -157,7 +190,8 @@ def stage_events(
             line=first.position,
             field=f"body[{first.position - 1}]",
         )
-    return writer.stage_parsed(chunk, parsed, source=source, digest=digest), parsed.ignored
+    staged = writer.stage_parsed(chunk, parsed, source=source, digest=digest)
+    return staged, parsed.ignored, parsed.rounded
 
 
 def _json_type(value: Any) -> str:

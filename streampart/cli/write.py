@@ -125,6 +125,9 @@ def _print_written_here(out: TextOutput, result: dict[str, Any]) -> None:
     if result["ignored_fields"]:
         fields = ", ".join(f"{k} ({n} records)" for k, n in sorted(result["ignored_fields"].items()))
         out.warn(f"warning: fields not in the table were not written: {fields}")
+    if result.get("rounded_values"):
+        columns = ", ".join(f"{k} ({n} values)" for k, n in sorted(result["rounded_values"].items()))
+        out.warn(f"warning: values with more decimals than their DECIMAL column were rounded: {columns}")
     _print_written(out, result)
 
 

@@ -298,7 +298,7 @@ def test_streampart_write_url_uses_the_api(server: Server, tmp_path: Path) -> No
     assert json.loads(first.stdout) == json.loads(second.stdout)
     assert set(json.loads(first.stdout)) == {
         "chunk", "table", "partitions", "rows", "version", "dead_letter_rows", "late_rows", "idempotency_key",
-        "ignored_fields",
+        "ignored_fields", "rounded_values",
     }  # fmt: skip
     ids = all_ids(server.catalog.table("ns.events"))
     assert sorted(i for i in ids if 700 <= i < 704) == list(range(700, 704)) and not duplicates(ids)
@@ -429,3 +429,44 @@ def test_uploads_and_events_report_fields_the_table_lacks(server: Server) -> Non
         http.delete(f"/v1/chunks/{chunk['id']}")
         events = http.post("/v1/tables/ns/events/events", json=rows)
         assert events.status_code == 200 and events.json()["ignored_fields"] == {"colour": 3}
+
+
+def test_events_nested_too_deep_or_with_a_number_too_long_are_400s_naming_the_fault(server: Server) -> None:
+    """JSON nested 100,000 deep, or a 5,000-digit integer, in the body or in a Flume event's body:
+    a 400 whose message says which, never a 500 nor a traceback in the server's log."""
+    ts = '"ts": "2026-11-21T10:00:00Z"'
+    deep = "[" * 100_000 + "]" * 100_000
+    huge = "9" * 5000
+    cases = [
+        (deep, "body", "nested more than 1024 levels deep"),
+        (f'[{{"id": {huge}, {ts}}}]', "body", "a number of 5000 digits"),
+        (json.dumps([{"body": deep}]), "body[0].body", "event 1: body is not JSON: nested more than 1024"),
+        (json.dumps([{"body": f'{{"id": {huge}, {ts}}}'}]), "body[0].body", "event 1: body cannot be read: a "
+         "number of 5000 digits"),
+        (f'[{{"id": 1, {ts}, "msg": {"[" * 1010 + "]" * 1010}}}]', "body[0]", "event 1: nested too deep"),
+    ]  # fmt: skip
+    table = server.catalog.table("ns.events")
+    before, logged = sorted(all_ids(table)), len(server.log.read_text())
+    with httpx.Client(base_url=server.url, headers=auth(server.admin), timeout=60) as http:  # type: ignore[attr-defined]
+        for body, field, says in cases:
+            r = http.post("/v1/tables/ns/events/events", content=body.encode(),
+                          headers={"Content-Type": "application/json"})  # fmt: skip
+            assert r.status_code == 400, (says, r.status_code, r.text[:300])
+            assert r.json()["error"] == "malformed_body" and r.json()["field"] == field, r.text[:300]
+            assert says in r.json()["message"], r.text[:300]
+    assert sorted(all_ids(table)) == before
+    assert "Traceback" not in server.log.read_text()[logged:]
+
+
+def test_uploads_and_events_report_decimals_they_rounded(server: Server) -> None:
+    make_table(server.catalog, "ns.prices", schema="id BIGINT, ts TIMESTAMP, amount DECIMAL(10,2)")
+    rows = [{"id": i, "ts": "2026-11-21T10:00:00Z", "amount": a} for i, a in enumerate([9.999, 1.5, "2.345"])]
+    with httpx.Client(base_url=server.url, headers=auth(server.admin), timeout=30) as http:  # type: ignore[attr-defined]
+        chunk = http.post("/v1/tables/ns/prices/chunks", json={}).json()
+        up = http.put(f"/v1/chunks/{chunk['id']}/data", content=jsonl_bytes(rows),
+                      headers={"Content-Type": "application/x-ndjson"})  # fmt: skip
+        assert up.status_code == 200 and up.json()["rounded_values"] == {"amount": 2}, up.text
+        http.delete(f"/v1/chunks/{chunk['id']}")
+        events = http.post("/v1/tables/ns/prices/events", json=rows)
+        assert events.status_code == 200 and events.json()["rounded_values"] == {"amount": 2}, events.text
+        assert http.post("/v1/tables/ns/prices/events", json=rows[1:2]).json()["rounded_values"] == {}

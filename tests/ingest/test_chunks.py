@@ -343,6 +343,49 @@ def test_fields_the_table_lacks_are_counted_not_dropped_in_silence(catalog) -> N
     assert result.to_json()["ignored_fields"] == {"colour": 2, "size": 1}
 
 
+def test_decimals_beyond_the_scale_are_rounded_half_to_even_and_counted(catalog) -> None:  # type: ignore[no-untyped-def]
+    """A value with more decimals than its DECIMAL(p,s) column is rounded as Spark's cast rounds, and
+    the result says how many values of which column were (a value equal after rounding is not)."""
+    from decimal import Decimal
+
+    import pyarrow.parquet as pq
+
+    table = make_table(
+        catalog, "ns.prices", schema="id BIGINT, ts TIMESTAMP, amount DECIMAL(10,2), fee DECIMAL(5,1)"
+    )
+    ts = "2026-11-21T10:00:00Z"
+    rows = [
+        {"id": 1, "ts": ts, "amount": 9.999, "fee": 1.25},  # 10.00 and 1.2 (half to even)
+        {"id": 2, "ts": ts, "amount": "2.345", "fee": "1.0"},  # 2.34; 1.0 stays
+        {"id": 3, "ts": ts, "amount": 3.10, "fee": 2},  # 3.10 = 3.1: unchanged, not counted
+        {"id": 4, "ts": ts, "amount": "1.005"},  # 1.00
+    ]
+    result = ChunkWriter(catalog, table).write(jsonl(rows), Format.JSONL, key="dec")
+    assert result.rows == 4 and result.rounded_values == {"amount": 3, "fee": 1}
+    assert result.to_json()["rounded_values"] == {"amount": 3, "fee": 1}
+    written = {
+        r["id"]: (r["amount"], r["fee"]) for r in delta_rows(table, columns="id, amount, fee").to_pylist()
+    }
+    assert written == {
+        1: (Decimal("10.00"), Decimal("1.2")),
+        2: (Decimal("2.34"), Decimal("1.0")),
+        3: (Decimal("3.10"), Decimal("2.0")),
+        4: (Decimal("1.00"), None),
+    }
+    # Parquet with a finer decimal type: Arrow's safe cast refuses, the rows are converted and counted
+    finer = pa.table({
+        "id": pa.array([5, 6], pa.int64()),
+        "ts": pa.array([datetime(2026, 11, 21, 10, tzinfo=UTC)] * 2, pa.timestamp("us", tz="UTC")),
+        "amount": pa.array([Decimal("1.2345"), Decimal("7.5000")], pa.decimal128(10, 4)),
+    })  # fmt: skip
+    sink = pa.BufferOutputStream()
+    pq.write_table(finer, sink)
+    result = ChunkWriter(catalog, table).write(sink.getvalue().to_pybytes(), Format.PARQUET, key="dec-pq")
+    assert result.rows == 2 and result.rounded_values == {"amount": 1}
+    unrounded = ChunkWriter(catalog, table).write(jsonl([{"id": 7, "ts": ts, "amount": 1.5}]), Format.JSONL)
+    assert unrounded.rounded_values == {} and unrounded.to_json()["rounded_values"] == {}
+
+
 def test_arrow_tables_from_python_are_checked_like_files(catalog) -> None:  # type: ignore[no-untyped-def]
     """write_table took a table in the table's schema as it was: no NOT NULL or event-time check."""
     from metastore.models import iso

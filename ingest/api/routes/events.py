@@ -9,7 +9,6 @@ header, so a batch posted again lands once.
 from __future__ import annotations
 
 import dataclasses
-import json
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query, Request
@@ -21,7 +20,7 @@ from ingest.api.bodies import body_pieces, check_length
 from ingest.api.deps import Caller, State
 from ingest.api.errors import ApiError, BodyError
 from ingest.api.models import KEY_PATTERN, CommitInfo, error_responses
-from ingest.api.uploads import events_to_records, stage_events
+from ingest.api.uploads import events_to_records, parse_json_body, stage_events
 from ingest.chunks import ChunkWriter, CommitResult
 from metastore.models import Chunk, ChunkState, Permission, Table
 
@@ -88,14 +87,7 @@ async def post_events(
     st.metrics.upload_bytes.inc(len(data))
 
     def run() -> CommitResult:
-        try:
-            body = json.loads(bytes(data))
-        except UnicodeDecodeError as exc:
-            raise BodyError(f"body is not UTF-8: byte {exc.start + 1}") from None
-        except json.JSONDecodeError as exc:
-            raise BodyError(
-                f"body is not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}", line=exc.lineno
-            ) from None
+        body = parse_json_body(bytes(data))  # a 400 naming the fault, whatever the bytes
         records, kind = events_to_records(body, format)
         digest = digests.digest_bytes(bytes(data))
 
@@ -105,12 +97,14 @@ async def post_events(
 
         w, chunk = st.lookups.retrying(t, reserve_in)
         ignored: dict[str, int] = {}
+        rounded: dict[str, int] = {}
         if chunk.state is ChunkState.RESERVED:
             try:
-                chunk, ignored = stage_events(w, chunk, records, f"http:events:{kind}", digest)
+                chunk, ignored, rounded = stage_events(w, chunk, records, f"http:events:{kind}", digest)
             except BodyError:
                 w.abort(chunk.id, reason="malformed events")
                 raise
-        return dataclasses.replace(st.commit(w, chunk.id, digest), ignored_fields=ignored)
+        committed = st.commit(w, chunk.id, digest)
+        return dataclasses.replace(committed, ignored_fields=ignored, rounded_values=rounded)
 
     return (await run_in_threadpool(run)).to_json()
