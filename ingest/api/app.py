@@ -29,6 +29,7 @@ from ingest.api.metrics import ApiMetrics, MetricsMiddleware
 from ingest.api.routes import chunks, events, federation, namespaces, ops, tables
 from ingest.api.state import ApiState
 from ingest.config import ChunkConfig
+from ingest.login_guard import LoginGuard
 from metastore.catalog import Catalog
 
 __all__ = ["API_DESCRIPTION", "ApiState", "create_app"]
@@ -62,7 +63,9 @@ def create_app(
         server,
         chunk,
         auth,
-        Authenticator(catalog.primary, server.auth_cache_ttl.total_seconds()),
+        Authenticator(
+            catalog.primary, server.auth_cache_ttl.total_seconds(), LoginGuard.of(server, "HTTP API")
+        ),
         ApiMetrics(catalog),
         TableLookups(catalog, server.table_cache_ttl.total_seconds(), chunk.ttl),
     )

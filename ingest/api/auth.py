@@ -12,6 +12,7 @@ import secrets
 from dataclasses import dataclass
 
 from ingest.api.ttl_cache import TtlCache
+from ingest.login_guard import LoginGuard, credential_hint
 from metastore.models import ApiToken, Permission
 from metastore.store import Metastore
 
@@ -51,15 +52,26 @@ class Authenticator:
     tried before it existed.
     """
 
-    def __init__(self, store: Metastore, ttl_seconds: float) -> None:
+    def __init__(self, store: Metastore, ttl_seconds: float, guard: LoginGuard | None = None) -> None:
         self.store, self.ttl = store, ttl_seconds
+        self.guard = guard
         self._cache: TtlCache[str, tuple[ApiToken | None]] = TtlCache(ttl_seconds)
 
-    def authenticate(self, credential: str) -> ApiToken | None:
+    def authenticate(self, credential: str, client: str | None = None) -> ApiToken | None:
+        """The live token of ``credential``, or None (unknown or revoked).
+
+        With a ``guard`` and the ``client``'s address, a failed login is logged and counted, and an
+        address locked out raises :class:`~ingest.login_guard.LoginLockedError` before the
+        credential is looked at.
+        """
+        if self.guard is not None and client is not None:
+            self.guard.check(client)
         digest = hash_token(credential)
         # (a 1-tuple: an unknown token is remembered too, as (None,))
         (token,) = self._cache.get(digest, lambda: (self.store.find_token_by_hash(digest),))
         # the database compared digests already; this keeps the final check constant-time
         if token is None or not hmac.compare_digest(token.token_hash, digest):
+            if self.guard is not None and client is not None:
+                self.guard.failed(client, credential_hint(credential))
             return None
         return token

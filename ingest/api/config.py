@@ -51,6 +51,26 @@ class ServerConfig(BaseModel):
         timedelta(seconds=1),
         description="How long a server remembers a table looked up by name (0: look it up on every request).",
     )
+    # Why 10 a minute, then a minute: a person who mistypes a token, or a client with a revoked one,
+    # fails a few times; a guesser needs billions of tries (a token has 256 random bits), so 10 a
+    # minute per address stops nothing legitimate and makes the log say who is trying.
+    login_max_failures: int = Field(
+        10,
+        ge=0,
+        description="Failed logins (an unknown or revoked token) one client address may make within "
+        "login_window before it is locked out for login_lockout: its requests then answer 429 with "
+        "Retry-After. Each failed login is logged with the address. 0: never locked out.",
+    )
+    login_window: Duration = Field(
+        timedelta(minutes=1),
+        gt=timedelta(0),
+        description="The window in which login_max_failures failed logins lock an address out.",
+    )
+    login_lockout: Duration = Field(
+        timedelta(minutes=1),
+        gt=timedelta(0),
+        description="How long an address that failed login_max_failures logins is refused (429).",
+    )
     docs: bool = Field(
         True, description="Serve interactive API docs at /docs (the OpenAPI JSON is always served)."
     )

@@ -16,6 +16,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from ingest.api.auth import Principal
 from ingest.api.errors import ApiError
 from ingest.api.state import ApiState
+from ingest.login_guard import LoginLockedError
 
 bearer = HTTPBearer(auto_error=False, description="A token made by `streampart token create`.")
 Credentials = Annotated[HTTPAuthorizationCredentials | None, Security(bearer)]
@@ -30,8 +31,12 @@ def api_state(request: Request) -> ApiState:
 State = Annotated[ApiState, Depends(api_state)]
 
 
-def authenticate(st: ApiState, credentials: HTTPAuthorizationCredentials | None) -> Principal:
-    """The caller with ``credentials``; 401 without a bearer token or with an unknown one."""
+def authenticate(
+    st: ApiState, credentials: HTTPAuthorizationCredentials | None, client: str | None = None
+) -> Principal:
+    """The caller with ``credentials``; 401 without a bearer token or with an unknown one, 429 with
+    Retry-After while ``client`` (its address) is locked out after too many failed logins
+    (:mod:`ingest.login_guard`; each failed login is logged with the address)."""
     if not st.auth:
         return Principal(None, insecure=True)
     challenge = {"WWW-Authenticate": "Bearer"}
@@ -40,14 +45,24 @@ def authenticate(st: ApiState, credentials: HTTPAuthorizationCredentials | None)
             401, "unauthorized", "no bearer token: send 'Authorization: Bearer <token>'",
             "Authorization", challenge,
         )  # fmt: skip
-    token = st.authenticator.authenticate(credentials.credentials)
+    try:
+        token = st.authenticator.authenticate(credentials.credentials, client)
+    except LoginLockedError as exc:
+        raise ApiError(
+            429, "too_many_failed_logins", str(exc), "Authorization", {"Retry-After": exc.retry_after_header}
+        ) from None
     if token is None:
         raise ApiError(401, "unauthorized", "unknown or revoked token", "Authorization", challenge)
     return Principal(token)
 
 
-def principal(st: State, credentials: Credentials) -> Principal:
-    return authenticate(st, credentials)
+def client_address(request: Request) -> str:
+    """The address a request came from (the peer's; behind a proxy, the proxy's)."""
+    return request.client.host if request.client is not None else "unknown"
+
+
+def principal(request: Request, st: State, credentials: Credentials) -> Principal:
+    return authenticate(st, credentials, client_address(request))
 
 
 Caller = Annotated[Principal, Depends(principal)]

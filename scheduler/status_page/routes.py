@@ -21,6 +21,7 @@ from starlette.concurrency import run_in_threadpool
 
 from ingest.api.auth import Authenticator, Principal
 from ingest.api.ttl_cache import TtlCache
+from ingest.login_guard import LoginLockedError
 from metastore.catalog import Catalog
 from metastore.models import Permission
 from scheduler.config import SchedulerConfig
@@ -135,7 +136,15 @@ async def login(request: Request) -> Response:
     sp = _page(request)
     form = parse_qs((await request.body()).decode("utf-8", "replace"))
     token = (form.get("token") or [""])[0].strip()
-    if sp.auth and (not token or await run_in_threadpool(sp.authenticator.authenticate, token) is None):
+    client = request.client.host if request.client is not None else "unknown"
+    known = not sp.auth
+    if sp.auth and token:
+        try:  # a login attempt: counted and logged per address, as the API's (ingest.login_guard)
+            known = await run_in_threadpool(sp.authenticator.authenticate, token, client) is not None
+        except LoginLockedError as exc:
+            headers = {"Retry-After": exc.retry_after_header}
+            return HTMLResponse(render.login(str(exc)), status_code=429, headers=headers)
+    if not known:
         return HTMLResponse(render.login("unknown or revoked token" if token else "enter a token"), 401)
     answer = RedirectResponse("/ui/", status_code=303)
     answer.set_cookie(

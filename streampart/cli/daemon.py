@@ -67,13 +67,18 @@ def scheduler_run(
     status = None
     if settings.scheduler.status:
         from ingest.api.auth import Authenticator
+        from ingest.login_guard import LoginGuard
         from scheduler.status_page import StatusPage
         from scheduler.status_page.server import StatusServer
 
         page = StatusPage(
             catalog,
             settings.scheduler,
-            Authenticator(catalog.primary, settings.server.auth_cache_ttl.total_seconds()),
+            Authenticator(
+                catalog.primary,
+                settings.server.auth_cache_ttl.total_seconds(),
+                LoginGuard.of(settings.server, "status page"),
+            ),
             read_only_note="served by the roll daemon",
         )
         status = StatusServer(page, settings.scheduler.status_host, settings.scheduler.status_port)

@@ -104,6 +104,47 @@ def test_a_revoked_token_is_refused_and_the_cli_makes_and_revokes_tokens(server:
     assert gone.returncode == 1 and "does not exist" in gone.stderr
 
 
+def test_failed_logins_are_logged_with_the_address_and_lock_it_out(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """Each unknown or revoked token is logged with the client's address and the token's first
+    characters (never the token); the third within the window locks 127.0.0.1 out: 429 with
+    Retry-After even for a good token, until the lockout passes. A request with no token is no
+    failed login."""
+    tmp = tmp_path_factory.mktemp("lockout")
+    srv = Server(tmp / "wh", f"sqlite:///{tmp / 'wh' / '_metastore.sqlite'}", tmp)
+    try:
+        make_table(srv.catalog, "ns.events")
+        good = srv.token("reader", "read:ns")
+        srv.start(STREAMPART_SERVER__LOGIN_MAX_FAILURES="3", STREAMPART_SERVER__LOGIN_LOCKOUT="3s")
+        url = f"{srv.url}/v1/tables/ns/events"
+        wrong = ["spt_WRONGfirst" + "x" * 30, "spt_WRONGsecond" + "y" * 30, "spt_WRONGthird" + "z" * 30]
+        assert httpx.get(url).status_code == 401  # no token: not counted
+        assert [httpx.get(url, headers=auth(t)).status_code for t in wrong[:2]] == [401, 401]
+        assert httpx.get(url, headers=auth(good)).status_code == 200  # not locked yet
+        assert httpx.get(url, headers=auth(wrong[2])).status_code == 401  # the third: locked from now
+        locked = httpx.get(url, headers=auth(good))
+        assert locked.status_code == 429, locked.text
+        answer = locked.json()
+        assert answer["error"] == "too_many_failed_logins" and answer["field"] == "Authorization"
+        assert "127.0.0.1" in answer["message"] and 1 <= int(locked.headers["retry-after"]) <= 3
+        page = httpx.post(f"{srv.url}/ui/login", data={"token": good})  # the status page's login too
+        assert page.status_code == 429 and "too many failed logins" in page.text
+        lines = [json.loads(line) for line in srv.log.read_text().splitlines() if line.startswith("{")]
+        failed = [e for e in lines if e.get("event") == "login.failed"]
+        assert [(e["client"], e["tried"]) for e in failed] == [
+            ("127.0.0.1", "spt_WRON… (44 characters)"),
+            ("127.0.0.1", "spt_WRON… (45 characters)"),
+            ("127.0.0.1", "spt_WRON… (44 characters)"),
+        ]
+        assert [e["client"] for e in lines if e.get("event") == "login.locked"] == ["127.0.0.1"]
+        assert not any(t in srv.log.read_text() for t in wrong) and good not in srv.log.read_text()
+        passes = lambda: httpx.get(url, headers=auth(good)).status_code == 200  # noqa: E731
+        wait_for(passes, "the lockout to pass", timeout=10)
+    finally:
+        srv.close()
+
+
 def test_insecure_no_auth_says_so_loudly_and_needs_no_token(tmp_path_factory: pytest.TempPathFactory) -> None:
     tmp = tmp_path_factory.mktemp("insecure")
     srv = Server(tmp / "wh", f"sqlite:///{tmp / 'wh' / '_metastore.sqlite'}", tmp)

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from ingest.api.deps import Credentials, State, authenticate
+from ingest.api.deps import Credentials, State, authenticate, client_address
 from ingest.api.models import Health
 from metastore.errors import StreampartError
 
@@ -30,9 +30,9 @@ def healthz(st: State) -> Any:
 
 
 @router.get("/metrics", include_in_schema=False)
-def metrics(st: State, credentials: Credentials) -> Response:
+def metrics(request: Request, st: State, credentials: Credentials) -> Response:
     """Prometheus text format: table names and row counts, so behind any valid token when
     ``server.metrics_require_token`` is set (Prometheus sends one with ``authorization``)."""
     if st.server.metrics_require_token:
-        authenticate(st, credentials)
+        authenticate(st, credentials, client_address(request))
     return Response(generate_latest(st.metrics.registry), media_type=CONTENT_TYPE_LATEST)
