@@ -27,6 +27,7 @@ its chunk there, so nothing is lost or doubled.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import random
@@ -42,6 +43,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from ingest.commit_holders import commit_holder
 from ingest.config import ChunkConfig
 from ingest.digests import digest_bytes
 from ingest.errors import (
@@ -65,6 +67,8 @@ from metastore.errors import (
     NamespaceMovingError,
     NotFoundError,
     QuotaExceededError,
+    StorageFullError,
+    StreampartError,
     TableIntegrityError,
 )
 from metastore.models import (
@@ -80,7 +84,7 @@ from metastore.models import (
     period_start,
 )
 from metastore.progress import Progress
-from metastore.warehouse import CHUNKS_KEY, GROUP_KEY, Warehouse, commit_chunks
+from metastore.warehouse import CHUNKS_KEY, GROUP_KEY, Warehouse, commit_chunks, first_line
 
 T = TypeVar("T")
 
@@ -389,26 +393,32 @@ class ChunkWriter:
                 raise ChunkStateError(
                     f"chunk {chunk.id} expired at {iso(chunk.expires_at)} before its commit"
                 )
-            try:
-                chunk = self.store.begin_commit(chunk, self._base_version(), content_digest=content_digest)
-            except ConflictError:  # someone else moved or re-staged it; answer from its new state
-                return self._commit(chunk_id, False, content_digest)
-            except QuotaExceededError as exc:  # refused whole: nothing of it stays behind
-                self.abort(chunk.id, reason=str(exc))
-                raise
-            return self._commit_in_group(chunk, may_have_landed=False)
+            holder = commit_holder(self.store)
+            with holder.holding(chunk.id):  # this process is known to be alive while it commits
+                try:
+                    chunk = self.store.begin_commit(
+                        chunk, self._base_version(), content_digest=content_digest, holder=holder.id
+                    )
+                except ConflictError:  # someone else moved or re-staged it; answer from its new state
+                    return self._commit(chunk_id, False, content_digest)
+                except QuotaExceededError as exc:  # refused whole: nothing of it stays behind
+                    self.abort(chunk.id, reason=str(exc))
+                    raise
+                return self._commit_in_group(chunk, may_have_landed=False)
         # COMMITTING: a previous attempt died or is still running
         assert chunk.committing_since is not None
         stale_after = chunk.committing_since + 2 * self.config.commit_timeout
-        if clock.now() < stale_after and not owner_is_dead:
+        holder = commit_holder(self.store)
+        if clock.now() < stale_after and not owner_is_dead and not holder.attempt_over(chunk):
             raise ChunkBusyError(
                 f"chunk {chunk.id} is being committed by another attempt; retry after {iso(stale_after)}"
             )
-        try:
-            chunk = self.store.take_over_commit(chunk)
-        except ConflictError:
-            raise ChunkBusyError(f"chunk {chunk.id} was just taken over by another attempt") from None
-        return self._commit_in_group(chunk, may_have_landed=True)
+        with holder.holding(chunk.id):
+            try:
+                chunk = self.store.take_over_commit(chunk, holder=holder.id)
+            except ConflictError:
+                raise ChunkBusyError(f"chunk {chunk.id} was just taken over by another attempt") from None
+            return self._commit_in_group(chunk, may_have_landed=True)
 
     def _group_key(self) -> tuple[str, str, str]:
         # the uid, not the row id: SQLite may give a table made again the id of a dropped one
@@ -421,13 +431,15 @@ class ChunkWriter:
 
     def _commit_in_group(self, chunk: Chunk, may_have_landed: bool) -> CommitResult:
         """Commit the COMMITTING ``chunk`` together with this table's other commits now in flight."""
+        pending = _Pending(self, chunk, may_have_landed)
         if chunk.dead_letter_rows:
-            self._commit_companion(TableKind.DEAD_LETTER, f"dead-letter:{chunk.id}")
+            try:
+                self._commit_companion(TableKind.DEAD_LETTER, f"dead-letter:{chunk.id}")
+            except Exception as exc:
+                _release(pending, exc)
+                raise
         return _GROUPS.submit(
-            self._group_key(),
-            _Pending(self, chunk, may_have_landed),
-            _commit_group,
-            linger=self.config.group_wait.total_seconds(),
+            self._group_key(), pending, _commit_group, linger=self.config.group_wait.total_seconds()
         )
 
     def check_digest(self, chunk: Chunk, digest: str | None) -> None:
@@ -680,6 +692,39 @@ _GROUPS: CommitGroups[_Pending, CommitResult] = CommitGroups()
 
 
 def _commit_group(group: list[Member[_Pending, CommitResult]], context: dict[str, Any]) -> None:
+    """:func:`_commit_group_once`; if it fails before its Delta commit could have landed, the chunks
+    it leaves unanswered are released (COMMITTING → RESERVED), so their retries begin at once
+    rather than wait out this attempt's deadline as busy."""
+    landing = {"maybe": False}
+    try:
+        _commit_group_once(group, context, landing)
+    except BaseException as exc:
+        if not landing["maybe"]:
+            for m in group:
+                if not m.settled:
+                    _release(m.item, exc)
+        raise
+
+
+def _release(p: _Pending, why: BaseException) -> None:
+    """Release ``p``'s chunk after its attempt failed, known to have committed nothing.
+
+    Not a chunk whose earlier attempt may have landed and was not looked for yet, nor one whose
+    late rows went elsewhere already (a retry re-stages the chunk under new file names, and would
+    divert them again). Best effort: a metastore that does not answer leaves the chunk to its
+    holder's lease and deadline.
+    """
+    if p.may_have_landed or p.diverted or p.late_rows:
+        return
+    with contextlib.suppress(StreampartError):
+        p.writer.store.release_commit(
+            p.chunk, error=f"commit attempt failed, nothing committed: {first_line(why)}"
+        )
+
+
+def _commit_group_once(
+    group: list[Member[_Pending, CommitResult]], context: dict[str, Any], landing: dict[str, bool]
+) -> None:
     """Commit a group of one table's COMMITTING chunks in one Delta commit; settle each member.
 
     Each chunk keeps its own outcome: one whose earlier attempt landed is answered from the log,
@@ -703,6 +748,7 @@ def _commit_group(group: list[Member[_Pending, CommitResult]], context: dict[str
                 if version is not None:
                     m.resolve(p.writer._finish(p.chunk, version, 0))
                     continue
+                p.may_have_landed = False  # looked for: no earlier attempt landed it
             except Exception as exc:  # this member's own answer: the group goes on without it
                 m.fail(exc)
                 continue
@@ -713,10 +759,12 @@ def _commit_group(group: list[Member[_Pending, CommitResult]], context: dict[str
             p = m.item
             try:
                 if clock.now() > p.deadline:
-                    raise CommitTimeoutError(
-                        f"chunk {p.chunk.id} did not commit before its deadline; retry with the same "
-                        "idempotency key"
+                    timeout = CommitTimeoutError(
+                        f"chunk {p.chunk.id} did not commit before its deadline; nothing was committed: "
+                        "retry with the same idempotency key"
                     )
+                    _release(p, timeout)
+                    raise timeout
                 p.writer._require_files(p.chunk)
             except Exception as exc:
                 m.fail(exc)
@@ -750,11 +798,17 @@ def _commit_group(group: list[Member[_Pending, CommitResult]], context: dict[str
         group_id = uuid.uuid4().hex
         metadata = {GROUP_KEY: group_id, CHUNKS_KEY: ",".join(m.item.chunk.id for m in active)}
         files = [f for m in active for f in plans[m]]
+        commit_holder(store).require_live()  # fenced: never after a successor may take over
+        landing["maybe"] = True
         try:
             version = warehouse.commit_files(table, read_version, files, metadata)
             crashpoint("chunk-after-delta-commit")
+        except StorageFullError:  # the commit file could not be written: it did not land
+            landing["maybe"] = False
+            raise
         except ConflictError:
             # a roll sealed the table since our snapshot: decide the partitions again
+            landing["maybe"] = False
             attempt += 1
             time.sleep(min(0.5, 0.01 * 2**attempt) * random.random())
             continue
@@ -764,6 +818,7 @@ def _commit_group(group: list[Member[_Pending, CommitResult]], context: dict[str
             time.sleep(min(1.0, 0.05 * 2**attempt))
             found = warehouse.find_commit(table, GROUP_KEY, group_id, read_version)
             if found is None:
+                landing["maybe"] = False
                 continue
             version = found
         context["version"] = version
@@ -864,13 +919,21 @@ def expire_chunks(
 def recover_commits(
     catalog: Catalog, config: ChunkConfig | None = None, progress: Progress | None = None
 ) -> list[CommitResult]:
-    """Finish commits whose writer died mid-commit (roll forward: the producer asked to commit).
+    """Finish commits whose writer died mid-commit (roll forward: the producer asked to commit):
+    those past twice ``commit_timeout``, and those whose holder's lease lapsed.
 
     ``progress``: told how many stale commits there are, and as each is finished (or skipped).
     """
     config = config or ChunkConfig()
     results = []
     stale = catalog.store.stale_commits(clock.now() - 2 * config.commit_timeout)
+    # and those whose holder is known to be gone (ingest/commit_holders.py): taken over at once
+    holder, seen = commit_holder(catalog.store), {c.id for c in stale}
+    stale += [
+        c
+        for c in catalog.store.list_chunks(states=[ChunkState.COMMITTING])
+        if c.id not in seen and holder.attempt_over(c)
+    ]
     if progress is not None and stale:
         progress.start(f"finishing {len(stale)} interrupted commit(s)", len(stale), "chunks")
     for chunk in stale:

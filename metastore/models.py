@@ -83,6 +83,9 @@ _TRANSITIONS: dict[type[StrEnum], set[tuple[StrEnum, StrEnum]]] = {
         # malformed content): the chunk is aborted and its files removed.
         (ChunkState.COMMITTING, ChunkState.ABORTED),
         (ChunkState.COMMITTING, ChunkState.COMMITTED),
+        # an attempt that failed knowing it committed nothing (a full disk, a damaged log, the
+        # metastore unreachable before its Delta commit) releases the chunk: a retry begins anew
+        (ChunkState.COMMITTING, ChunkState.RESERVED),
     },
     RollState: {
         (RollState.SEALING, RollState.SWEEPING),
@@ -462,6 +465,8 @@ class Chunk(BaseModel):
     # ``sha256:<hex>`` of the content staged under the chunk's idempotency key (None: not recorded, as
     # for chunks of a Kafka batch, whose key names the offsets, or of releases before 0.2)
     content_digest: str | None = None
+    # the process (host:pid:nonce) whose commit attempt holds the chunk while it is COMMITTING
+    holder: str | None = None
 
 
 class Roll(BaseModel):

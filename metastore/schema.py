@@ -91,6 +91,9 @@ chunks = Table(
     Column("late_rows", BigInteger, nullable=False),
     Column("error", Text),
     Column("content_digest", String(80)),
+    # The process whose commit attempt holds a COMMITTING chunk (migration 0012): while it lives it
+    # keeps the lease ``commit-holder/<holder>`` in sp_leases (ingest/commit_holders.py).
+    Column("holder", String(128)),
     UniqueConstraint("table_id", "token", name="uq_sp_chunks_token"),
     Index("ix_sp_chunks_state", "state", "expires_at"),
 )

@@ -47,6 +47,7 @@ def chunk_from_row(row: Any) -> Chunk:
         late_rows=m["late_rows"],
         error=m["error"],
         content_digest=m["content_digest"],
+        holder=m["holder"],
     )
 
 
@@ -301,11 +302,13 @@ class ChunkStore(Database):
         base_version: int,
         now: datetime | None = None,
         content_digest: str | None = None,
+        holder: str | None = None,
     ) -> Chunk:
         """RESERVED → COMMITTING, stamping this attempt; only one committer wins.
 
         With ``content_digest``, only if the staged content is that content (another producer
         may have re-staged the chunk under the same idempotency key with other data meanwhile).
+        ``holder``: the process making the attempt (``ingest/commit_holders.py``).
 
         Raises:
             QuotaExceededError: the chunk's bytes would take its namespace past its quota
@@ -332,18 +335,41 @@ class ChunkStore(Database):
                     "committing_since": _db(now),
                     "attempt": str(uuid.uuid4()),
                     "base_version": base_version,
+                    "holder": holder,
                 },
             )
         return chunk_from_row(row)
 
-    def take_over_commit(self, chunk: Chunk, now: datetime | None = None) -> Chunk:
-        """Replace a stale commit attempt (whose deadline has passed) by a new one."""
+    def take_over_commit(self, chunk: Chunk, now: datetime | None = None, holder: str | None = None) -> Chunk:
+        """Replace a stale commit attempt (past its deadline, or its holder gone) by a new one."""
         now = now or _now()
         return self._update_chunk(
             chunk,
             [_in_state(ChunkState.COMMITTING), _attempt_is(chunk.attempt)],
             committing_since=_db(now),
             attempt=str(uuid.uuid4()),
+            holder=holder,
+        )
+
+    def release_commit(self, chunk: Chunk, error: str | None = None) -> Chunk:
+        """COMMITTING → RESERVED: the attempt ``chunk.attempt`` failed knowing nothing was committed.
+
+        A retry then begins a new attempt at once instead of waiting out this one's deadline.
+        Only the attempt that holds the chunk may release it.
+
+        Raises:
+            ConflictError: another attempt holds it now, or it is not COMMITTING.
+        """
+        check_transition(chunk.state, ChunkState.RESERVED)
+        return self._update_chunk(
+            chunk,
+            [_in_state(ChunkState.COMMITTING), _attempt_is(chunk.attempt)],
+            state=ChunkState.RESERVED.value,
+            committing_since=None,
+            attempt=None,
+            base_version=None,
+            holder=None,
+            error=error,
         )
 
     def finish_commit(

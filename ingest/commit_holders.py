@@ -1,0 +1,174 @@
+"""Commit holders: which processes are committing chunks right now, known through the metastore.
+
+A COMMITTING chunk names the process whose attempt holds it (``sp_chunks.holder``, host:pid:nonce).
+While a process has a commit attempt in flight in a metastore, it keeps the lease
+``commit-holder/<holder>`` there (``sp_leases``), renewed every :data:`HEARTBEAT` by a thread and
+lapsing :data:`TTL` after its last renewal; the thread stops once no attempt is in flight, and the
+lease lapses with it.
+
+A retry that finds its chunk COMMITTING may take the attempt over at once (instead of after twice
+``chunk.commit_timeout``) when the attempt is known to be over (:meth:`CommitHolder.attempt_over`):
+
+- it is this process's own attempt, and no attempt on the chunk is in flight here (it failed and
+  returned);
+- another process holds it, and that process's lease lapsed more than :data:`GRACE` ago (or was
+  released): it died — SIGKILL, a crashed host — or has had no commit in flight since.
+
+The fence that makes this safe is the holder's own: a process publishes a Delta commit only while
+its lease is live by its own clock (:meth:`CommitHolder.require_live`: the start of its last
+successful renewal plus :data:`TTL`, less :data:`MARGIN`), so a process that stalls past its lease
+never commits after a successor took its chunk over; the successor waits :data:`GRACE` more, for
+clocks that disagree a little. (The deadline of an attempt, ``chunk.commit_timeout``, still fences
+as before; twice it is still when any retry may take over.)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+import weakref
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+from ingest.errors import CommitTimeoutError
+from metastore import clock
+from metastore.errors import StreampartError
+from metastore.models import Chunk
+
+log = logging.getLogger("streampart.commits")
+
+PREFIX = "commit-holder/"
+HEARTBEAT = 1.0  # seconds between renewals while commits are in flight
+TTL = timedelta(seconds=5)  # a lease lapses this long after its last renewal
+GRACE = timedelta(seconds=2)  # a successor waits this much longer (clocks of two hosts may differ)
+MARGIN = 1.0  # seconds: a holder stops publishing this long before its lease would lapse
+
+_ids: dict[int, str] = {}
+
+
+def holder_id() -> str:
+    """This process's name as a commit holder (a new one after a fork)."""
+    pid = os.getpid()
+    if pid not in _ids:
+        _ids[pid] = f"{socket.gethostname()}:{pid}:{uuid.uuid4().hex[:8]}"
+    return _ids[pid]
+
+
+class CommitHolder:
+    """This process's commit-holder lease in one metastore, and its attempts in flight there."""
+
+    def __init__(self, store: Any) -> None:
+        self._store = weakref.ref(store)
+        self.id = holder_id()
+        self._lock = threading.Lock()
+        self._in_flight = 0
+        self._chunks: dict[str, int] = {}  # chunk id → attempts on it in flight here
+        self._valid_until = 0.0  # time.monotonic() at which the lease may have lapsed
+        self._thread: threading.Thread | None = None
+
+    @property
+    def name(self) -> str:
+        return PREFIX + self.id
+
+    # -- this process's side ------------------------------------------------------------------
+    @contextlib.contextmanager
+    def holding(self, chunk_id: str) -> Iterator[None]:
+        """While inside, this process has a commit attempt on ``chunk_id`` in flight: its lease is
+        kept live, and a retry of the chunk in this process is busy. Enter before the attempt is
+        recorded (``begin_commit``, ``take_over_commit``), leave once it is answered.
+
+        Raises:
+            MetastoreUnavailableError (or another StreampartError): the lease could not be taken.
+        """
+        with self._lock:
+            self._in_flight += 1
+            self._chunks[chunk_id] = self._chunks.get(chunk_id, 0) + 1
+        try:
+            if time.monotonic() > self._valid_until - TTL.total_seconds() / 2:
+                self._renew()
+            with self._lock:
+                if self._thread is None:
+                    self._thread = threading.Thread(
+                        target=self._renew_loop, name="commit-holder", daemon=True
+                    )
+                    self._thread.start()
+            yield
+        finally:
+            with self._lock:
+                self._in_flight -= 1
+                n = self._chunks.pop(chunk_id, 0) - 1
+                if n > 0:
+                    self._chunks[chunk_id] = n
+
+    def require_live(self) -> None:
+        """Before a Delta commit: fail unless this process's lease is live for a while yet.
+
+        Raises:
+            CommitTimeoutError: the lease could not be renewed in time (nothing was committed).
+        """
+        if time.monotonic() <= self._valid_until - MARGIN:
+            return
+        with contextlib.suppress(StreampartError):
+            self._renew()
+        if time.monotonic() > self._valid_until - MARGIN:
+            raise CommitTimeoutError(
+                "this process could not keep its commit lease in the metastore alive, so another "
+                "process may take its commits over; nothing was committed: retry with the same "
+                "idempotency key"
+            )
+
+    def _renew(self) -> None:
+        store = self._store()
+        if store is None:
+            return
+        started = time.monotonic()
+        lease = store.acquire_lease(self.name, self.id, TTL, info={"pid": os.getpid()})
+        if lease is not None:
+            self._valid_until = max(self._valid_until, started + TTL.total_seconds())
+
+    def _renew_loop(self) -> None:
+        while True:
+            time.sleep(HEARTBEAT)
+            with self._lock:
+                if self._in_flight == 0:
+                    self._thread = None
+                    return
+            try:
+                self._renew()
+            except Exception as exc:  # the metastore is down: commits stop when the lease runs out
+                log.warning("commit-holder lease %s not renewed: %s", self.name, exc)
+
+    # -- another attempt's side ---------------------------------------------------------------
+    def attempt_over(self, chunk: Chunk) -> bool:
+        """Whether ``chunk``'s COMMITTING attempt is known to be over (see the module doc)."""
+        if chunk.holder is None or chunk.attempt is None:
+            return False  # begun before holders were recorded: its deadline decides
+        if chunk.holder == self.id:
+            with self._lock:
+                return chunk.id not in self._chunks
+        store = self._store()
+        if store is None:
+            return False
+        lease = store.get_lease(PREFIX + chunk.holder)
+        if lease is None:
+            return True
+        return lease.holder is None or lease.expires_at + GRACE < clock.now()
+
+
+_HOLDERS: weakref.WeakKeyDictionary[Any, CommitHolder] = weakref.WeakKeyDictionary()
+_HOLDERS_LOCK = threading.Lock()
+
+
+def commit_holder(store: Any) -> CommitHolder:
+    """This process's commit holder in ``store``'s metastore (one per store object)."""
+    with _HOLDERS_LOCK:
+        holder = _HOLDERS.get(store)
+        if holder is None or holder.id != holder_id():
+            holder = _HOLDERS[store] = CommitHolder(store)
+        return holder

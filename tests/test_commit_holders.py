@@ -1,0 +1,93 @@
+"""A retry is not kept waiting by an attempt known to be over (issue 25).
+
+- An attempt that failed knowing it committed nothing (a damaged log, a full disk, the metastore
+  down before its Delta commit) releases its chunk at once: the retry commits without waiting out
+  twice ``chunk.commit_timeout`` as busy.
+- A process that dies holding a commit (SIGKILL at a crash point) stops renewing its commit-holder
+  lease; a retry in another process takes the commit over within seconds and lands it once.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from ingest.chunks import ChunkWriter
+from ingest.commit_holders import GRACE, TTL
+from ingest.errors import ChunkBusyError
+from ingest.formats import Format
+from metastore.errors import TableIntegrityError
+from metastore.models import ChunkState, Table
+from tests.fixtures import make_table
+from tests.helpers import all_ids, duplicates, records, worker_call
+
+
+def _commit(table: Table, version: int) -> Path:
+    return Path(table.location) / "_delta_log" / f"{version:020d}.json"
+
+
+def run_worker(catalog, table, *args: str, crashpoint: str | None = None):  # type: ignore[no-untyped-def]
+    proc = subprocess.run(
+        **worker_call(catalog, table, *args, crashpoint=crashpoint), capture_output=True, timeout=120
+    )
+    acks = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    return proc.returncode, acks, proc.stderr
+
+
+def test_a_failed_attempt_that_committed_nothing_releases_its_chunk_at_once(catalog) -> None:  # type: ignore[no-untyped-def]
+    table = make_table(catalog)
+    w = ChunkWriter(catalog, table)
+    for k in range(2):
+        w.write(records(range(k * 10, k * 10 + 10)), Format.JSONL)
+    saved = _commit(table, 2).read_bytes()
+    _commit(table, 2).write_bytes(b"")  # a damaged log: every commit attempt fails before its commit
+    # in this process: the attempt fails, nothing committed …
+    with pytest.raises(TableIntegrityError):
+        w.write(records(range(100, 110)), Format.JSONL, key="here")
+    assert catalog.store.find_chunk_by_key(table.id, "here").state is ChunkState.RESERVED
+    # … and in another process, which exits with the error
+    code, acks, err = run_worker(catalog, table, "writer", "--writer", "1", "--count", "1")
+    assert code != 0 and acks == [] and "cut short" in err
+    there = catalog.store.find_chunk_by_key(table.id, "w1-0")
+    assert there.state is ChunkState.RESERVED and "nothing committed" in (there.error or "")
+    _commit(table, 2).write_bytes(saved)  # repaired: each retry commits at once, not busy
+    assert ChunkWriter(catalog, table).write(records(range(100, 110)), Format.JSONL, key="here").version == 3
+    retried = ChunkWriter(catalog, table).write(
+        records(range(1_000_000, 1_000_010)), Format.JSONL, key="w1-0"
+    )
+    assert retried.version == 4
+    ids = all_ids(table)
+    assert sorted(ids) == [*range(20), *range(100, 110), *range(1_000_000, 1_000_010)]
+
+
+@pytest.mark.parametrize("point", ["chunk-before-delta-commit", "chunk-after-delta-commit"])
+def test_a_retry_takes_a_commit_over_from_a_killed_holder_within_seconds(catalog, point: str) -> None:  # type: ignore[no-untyped-def]
+    """The writer dies holding the commit (the default commit timeout: a minute, so a takeover by
+    deadline would take two); the retry here is busy only until the dead holder's lease lapses."""
+    table = make_table(catalog)
+    code, acks, _ = run_worker(catalog, table, "writer", "--count", "1", crashpoint=point)
+    assert code == -signal.SIGKILL and acks == []
+    killed = time.monotonic()
+    chunk = catalog.store.find_chunk_by_key(table.id, "w0-0")
+    assert chunk.state is ChunkState.COMMITTING and chunk.holder is not None
+    busy = 0
+    while True:
+        try:
+            result = ChunkWriter(catalog, table).write(records(range(10)), Format.JSONL, key="w0-0")
+            break
+        except ChunkBusyError:
+            busy += 1
+            assert time.monotonic() - killed < 20, "the dead holder's commit was not taken over in time"
+            time.sleep(0.2)
+    waited = time.monotonic() - killed
+    assert busy > 0  # its lease was live when it died: the first retries were busy …
+    assert waited < (TTL + GRACE).total_seconds() + 5  # … for seconds, not 2 × commit_timeout
+    ids = all_ids(table)
+    assert sorted(ids) == list(range(10)) and duplicates(ids) == []
+    done = catalog.store.find_chunk_by_key(table.id, "w0-0")
+    assert done.state is ChunkState.COMMITTED and result.chunk == done.id
