@@ -44,8 +44,8 @@ PLACEHOLDERS = {
     ".venv/bin/activate": str(ROOT / ".venv" / "bin" / "activate"),
     "/tmp/wh": "{tmp}/wh",
     "/mnt/": "{tmp}/mnt/",  # the clusters' shared directories (made by the test, as a mount would be)
-    "spark://dc2-gw:7077": "local[1]",  # the data centres' Spark masters: this host's local Spark
-    "spark://dc$n-gw:7077": "local[1]",
+    "spark://dc2-gw:7077": "'local[1]'",  # the data centres' Spark masters: this host's local Spark
+    "spark://dc$n-gw:7077": "'local[1]'",
     "postgresql://sp:${M1_PASSWORD}@db2/streampart": "{m1}",
     "postgresql://sp:${M2_PASSWORD}@db3/streampart": "{m2}",
     "'the password of sp on db2'": "'m1-secret'",
@@ -64,7 +64,7 @@ class Command:
     line: int  # of README.md, 1-based
     text: str  # as the README shows it (continuations joined)
     comment: str
-    run: str  # what the test runs: optional parts dropped, placeholders filled
+    run: str  # what the test runs: its lines as shown, optional parts dropped, placeholders filled
     expected: int | None  # None: not run
     known: str | None = None
 
@@ -96,9 +96,11 @@ def _bash_blocks(text: str) -> Iterator[tuple[int, list[str]]]:
             i += 1
 
 
-def _split_comment(line: str) -> tuple[str, str]:
-    """The code and the comment of one shell line (a ``#`` outside quotes, after a blank)."""
-    quote = ""
+def _split_comment(line: str, quote: str = "") -> tuple[str, str]:
+    """The code and the comment of one shell line (a ``#`` outside quotes, after a blank).
+
+    ``quote`` is the quote the line starts in (a quoted string continued from the line above).
+    """
     for i, c in enumerate(line):
         if quote:
             if c == quote:
@@ -108,6 +110,17 @@ def _split_comment(line: str) -> tuple[str, str]:
         elif c == "#" and (i == 0 or line[i - 1].isspace()):
             return line[:i].rstrip(), line[i + 1 :].strip()
     return line.rstrip(), ""
+
+
+def _open_quote(code: str) -> str:
+    """The quote left open at the end of ``code`` ('' if none)."""
+    quote = ""
+    for c in code:
+        if quote:
+            quote = "" if c == quote else quote
+        elif c in "'\"":
+            quote = c
+    return quote
 
 
 def _drop_optional(code: str) -> str:
@@ -154,17 +167,16 @@ def commands(text: str, values: dict[str, str]) -> list[Command]:
                 i += 1
                 continue
             start = i
-            parts = [code]
-            while parts[-1].endswith("\\"):
+            raw = [code]  # run as shown: continuation lines and all
+            while raw[-1].endswith("\\"):
                 i += 1
-                code, comment = _split_comment(block[i])
-                parts[-1] = parts[-1][:-1].rstrip()
-                parts.append(code.strip())
-            shown = " ".join(parts)
-            found.append(Command(first + start + 1, shown, comment, "", 0))
+                code, comment = _split_comment(block[i], _open_quote("\n".join(raw)))
+                raw.append(code)
+            shown = " ".join(part.removesuffix("\\").strip() for part in raw)
+            found.append(Command(first + start + 1, shown, comment, "\n".join(raw), 0))
             i += 1
     for cmd in found:
-        cmd.run = _fill(_drop_optional(cmd.text), values)
+        cmd.run = _fill(_drop_optional(cmd.run), values)
         if "(not run" in cmd.comment:
             cmd.expected = None
             continue
