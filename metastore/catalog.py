@@ -750,6 +750,8 @@ class Catalog:
             IsolationError, NotFoundError, DanglingLinkError, UserInputError: each naming the fault.
         """
         ref = Reference.parse(str(name))
+        if namespace is not None:
+            namespace = self.namespace_named(namespace)
         if ref.via is not None:
             return self._resolve_via(ref, namespace)
         if ref.namespace is None:
@@ -773,8 +775,37 @@ class Catalog:
             return Resolved(qualified, table)
         link = home.find_link(qualified)
         if link is None:
-            raise NotFoundError(f"table {qualified} does not exist")
+            exact = self._named_in_any_case(qualified)
+            if exact is None:
+                raise NotFoundError(f"table {qualified} does not exist")
+            return self.resolve(exact, namespace)
         return Resolved(qualified, self.link_source(link), link)
+
+    def namespace_named(self, name: str) -> str:
+        """The namespace ``name`` stands for, as Spark matches names: exactly, else in any case if one
+        namespace matches so (``name`` itself when none does; UserInputError when several do)."""
+        if self.routed(name).store.find_namespace(name) is not None:
+            return name
+        matches = {n.name for n in self.list_namespaces().merged() if n.name.lower() == name.lower()}
+        if len(matches) > 1:
+            raise UserInputError(
+                f"namespace {name!r} is ambiguous: {', '.join(sorted(matches))} differ only by case; "
+                "write the name exactly"
+            )
+        return matches.pop() if matches else name
+
+    def _named_in_any_case(self, name: TableName) -> TableName | None:
+        """The one table or link named ``name`` but for case (None: none; UserInputError: several)."""
+        wanted = str(name).lower()
+        found = {t.name for t in self.list_tables().merged() if str(t.name).lower() == wanted}
+        links = self.router.fan_out(lambda store: store.list_links()).merged()
+        found |= {link.name for link in links if str(link.name).lower() == wanted}
+        if len(found) > 1:
+            raise UserInputError(
+                f"table {name} is ambiguous: {', '.join(sorted(map(str, found)))} differ only by case; "
+                "write the name exactly"
+            )
+        return found.pop() if found else None
 
     def _resolve_via(self, ref: Reference, namespace: str | None) -> Resolved:
         assert ref.via is not None

@@ -15,3 +15,11 @@ class QueryRefusedError(UserInputError):
 
 class SparkUnavailableError(RetriableError):
     """The Spark master a job needs cannot be reached (it may come up: retriable)."""
+
+
+class SparkHooksError(StreampartError):
+    """streampart's Java hooks for Spark cannot be compiled (no JDK, or javac failed)."""
+
+
+class SqlServerError(StreampartError):
+    """The SQL server cannot start (the port is taken, …)."""

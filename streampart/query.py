@@ -26,9 +26,10 @@ from metastore.links import Resolved
 from metastore.models import Table, TableName
 from metastore.namespaces import check_namespace
 from streampart import query_policy
-from streampart.errors import QueryError
-from streampart.query_policy import Output, Resolver, TableRef
+from streampart.errors import QueryError, QueryRefusedError
+from streampart.query_policy import Output, Read, Resolver, TableRef
 from streampart.snapshots import Snapshot, pin, view_of
+from streampart.spark_hooks import EXTENSIONS, compile_hooks
 from streampart.spark_master import check_reachable, check_same_master
 
 if TYPE_CHECKING:
@@ -68,8 +69,18 @@ def spark_session(config: SparkConfig | None = None) -> SparkSession:
         .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{log4j}")
         # no `SELECT … FROM parquet.`/any/path``: queries read streampart snapshots only
         .config("spark.sql.runSQLOnFiles", "false")
+        # no `${var}` in statements: Spark would substitute it after the statement was checked
+        .config("spark.sql.variable.substitute", "false")
     )
-    for key, value in config.conf.items():
+    conf = dict(config.conf)
+    # the hooks resolve each statement's names to its pinned snapshots and check what it resolved to
+    for key, value, sep in (
+        ("spark.driver.extraClassPath", str(compile_hooks()), os.pathsep),
+        ("spark.sql.extensions", EXTENSIONS, ","),
+    ):
+        given = [v for v in conf.get(key, "").split(sep) if v and v != value]
+        conf[key] = sep.join([value, *given])
+    for key, value in conf.items():
         builder = builder.config(key, value)
     try:
         with spark_errors():
@@ -221,15 +232,24 @@ _USE_CLUSTER = re.compile(r"^\s*USE\s+CLUSTER(?:\s+([A-Za-z_][A-Za-z0-9_]*))?\s*
 
 @dataclass(frozen=True)
 class Prepared:
-    """One statement, checked: the query to run, the snapshots it reads, the table it writes."""
+    """One statement, checked: its text, the snapshots it reads, the table it writes."""
 
-    text: str  # regenerated from the checked tree: what was checked is what runs
-    refs: tuple[TableRef, ...]  # in the order the statement names them
+    text: str  # as written (``t@b`` quoted): Spark parses and resolves it, over staged snapshots
+    reads: tuple[Read, ...]  # each table reference, in the order the statement names them
     output: Output | None  # None: the statement only reads
+
+    @property
+    def refs(self) -> tuple[TableRef, ...]:
+        """The snapshots the statement reads: one per table (or link) and version asked for."""
+        return tuple(dict.fromkeys(read.ref for read in self.reads))
 
 
 def prepare(sql: str, resolve: Resolver) -> Prepared:
-    """Check one statement against the query policy and point its tables at snapshot views.
+    """Check one statement against the query policy and find the tables it reads.
+
+    The statement runs as written: Spark's parser reads it and Spark's analyzer resolves its
+    table names to the snapshots staged for them (:func:`statement_frame`), so every clause
+    means what it means in Spark. Only ``t@b`` is quoted first (Spark's grammar has no ``@``).
 
     Args:
         sql: One query, ``INSERT INTO … <query>`` or ``CREATE TABLE … AS <query>`` (``USE`` is
@@ -237,36 +257,39 @@ def prepare(sql: str, resolve: Resolver) -> Prepared:
         resolve: How names the query reads become catalog tables or links (:func:`catalog_resolver`).
     """
     import sqlglot
-    from sqlglot import exp
 
+    text = query_policy.quote_link_references(sql)
     try:
-        statements = sqlglot.parse(query_policy.quote_link_references(sql), read="spark")
+        statements = sqlglot.parse(text, read="spark")
     except sqlglot.errors.ParseError as exc:
-        first = exc.errors[0] if exc.errors else {}
-        raise UserInputError(
-            f"query syntax error at line {first.get('line', '?')}, column {first.get('col', '?')}: "
-            f"{first.get('description', exc)}"
-        ) from None
+        raise UserInputError(syntax_error(text, exc)) from None
     statements = [s for s in statements if s is not None]
     if len(statements) != 1:
         raise UserInputError(
             "give exactly one SQL statement (USE NAMESPACE; and USE CLUSTER C; may come before it)"
         )
     tree, output = query_policy.split_statement(statements[0])
-    refs = query_policy.check(tree, resolve)
-    written = {f"{node.db}.{node.name}" for node in refs if node.db}
-    for node, ref in refs.items():
-        replacement = exp.to_table(ref.view)
-        if node.alias:
-            replacement.set("alias", node.args["alias"])
-        else:
-            replacement.set("alias", exp.TableAlias(this=exp.to_identifier(node.name.split("@")[0])))
-        node.replace(replacement)
-    # ns.t.col → t.col: the view keeps the alias t, and Spark resolves no three-part names
-    for column in tree.find_all(exp.Column):
-        if column.args.get("db") and f"{column.db}.{column.table}" in written:
-            column.set("db", None)
-    return Prepared(tree.sql(dialect="spark"), tuple(dict.fromkeys(refs.values())), output)
+    reads = query_policy.check(tree, resolve)
+    return Prepared(text.strip().rstrip(";").strip(), tuple(reads), output)
+
+
+def syntax_error(text: str, exc: Any) -> str:
+    """A parser's error as a user reads it: where, near what, and the line with a caret under it."""
+    first = exc.errors[0] if getattr(exc, "errors", None) else {}
+    line_no, col = first.get("line"), first.get("col")
+    description = str(first.get("description") or "").split(". Line ")[0] or "cannot be parsed"
+    if "<class " in description or "Required keyword" in description:  # the parser's internals
+        description = "this is not valid here"
+    near = str(first.get("highlight") or "").strip()
+    where = f"line {line_no}, column {col}" if line_no and col else "somewhere"
+    message = f"query syntax error at {where}" + (f" near {near!r}" if near else "") + f": {description}"
+    lines = text.splitlines()
+    if line_no and col and 0 < line_no <= len(lines):
+        shown = lines[line_no - 1]
+        start = max(0, int(col) - len(near)) if near else max(0, int(col) - 1)
+        caret = " " * start + "^" * max(1, len(near))
+        message += f"\n  {shown}\n  {caret}"
+    return message
 
 
 def rewrite(sql: str, resolve: Resolver) -> tuple[str, set[TableRef]]:
@@ -294,17 +317,53 @@ def pin_snapshots(
     table itself, links to it — is a view of that one snapshot: a query reading ``B.T`` and A's
     link to it sees one version of B in both.
     """
-    pinned: dict[tuple[int, int | None], Snapshot] = {}
+    pinned: dict[tuple[str, int | None], Snapshot] = {}
     out = {}
     for ref in refs:
         resolved = catalog.resolve(ref.name)
         table = resolved.table
         version = version_of(catalog, table, ref)
-        key = (table.id, version)
+        key = (identity(table), version)
         if key not in pinned:
             pinned[key] = pin(catalog, table, version, check=check)
         out[ref] = (resolved, view_of(resolved, pinned[key]))
     return out
+
+
+def identity(table: Table) -> str:
+    """A table's identity across the federation: its uid (row ids repeat across metastores)."""
+    return table.uid or f"{table.name}#{table.id}"
+
+
+def statement_frame(
+    spark: SparkSession, prepared: Prepared, snapshots: Mapping[TableRef, Snapshot]
+) -> DataFrame:
+    """The rows of ``prepared``'s query (of an INSERT or CREATE TABLE … AS: the rows it writes).
+
+    Each snapshot becomes a DataFrame over its fixed file list, staged under the names the
+    statement reads it by; Spark then parses the statement as written and its analyzer resolves
+    those names to the staged snapshots, and the check rule refuses what the analyzed plan may
+    not hold (``streampart/java/Statements.java``, ``Policy.java``).
+    """
+    from pyspark.sql import DataFrame
+
+    jvm = spark._jvm
+    assert jvm is not None
+    statements = jvm.streampart.sqlserver.Statements
+    statement = statements.open()
+    try:
+        frames: dict[int, Any] = {}
+        for read in prepared.reads:
+            snap = snapshots[read.ref]
+            plan = frames.get(id(snap))
+            if plan is None:
+                plan = frames[id(snap)] = snapshot_frame(spark, snap)._jdf.queryExecution().analyzed()
+            namespace = TableName.parse(read.ref.name).namespace
+            statements.put(statement, read.key, namespace, read.alias, plan)
+        with spark_errors():
+            return DataFrame(statements.analyze(spark._jsparkSession, prepared.text, statement), spark)
+    finally:
+        statements.discard(statement)
 
 
 def register(spark: SparkSession, snapshots: Mapping[TableRef, Snapshot]) -> dict[TableRef, int]:
@@ -358,22 +417,42 @@ def run_sql(spark: SparkSession, catalog: Catalog, sql: str, namespace: str | No
             "USE CLUSTER: run_sql reads each table on its primary, in this process; a statement's "
             "cluster is chosen by `streampart query` (streampart.query_plan)"
         )
-    text, refs = rewrite(session.sql, catalog_resolver(catalog, session.namespace))
-    register_snapshots(spark, catalog, refs)
-    with spark_errors():
-        return spark.sql(text)
+    prepared = prepare(session.sql, catalog_resolver(catalog, session.namespace))
+    if prepared.output is not None:
+        raise UserInputError(
+            f"{prepared.output.verb} writes a table: run it with `streampart query` "
+            "(streampart.query_writes), not as a read"
+        )
+    snapshots = {ref: snap for ref, (_, snap) in pin_snapshots(catalog, prepared.refs).items()}
+    return statement_frame(spark, prepared, snapshots)
 
 
 @contextmanager
 def spark_errors() -> Iterator[None]:
-    """Turn Spark's errors (analysis, a data file that cannot be read, …) into one-line QueryErrors."""
+    """Turn Spark's errors (analysis, a data file that cannot be read, …) into one-line QueryErrors;
+    a statement the check rule refused is a :class:`QueryRefusedError`, a syntax error Spark found
+    keeps Spark's picture of where (the statement with a caret)."""
     from py4j.protocol import Py4JError
-    from pyspark.errors import PySparkException
+    from pyspark.errors import ParseException, PySparkException
 
     try:
         yield
+    except ParseException as exc:
+        raise QueryError(f"query failed: {_parse_message(exc)}") from None
     except (PySparkException, Py4JError) as exc:
+        java = getattr(exc, "java_exception", None)
+        if java is not None and java.getClass().getName() == REFUSED:
+            raise QueryRefusedError(str(java.getMessage())) from None
         raise QueryError(f"query failed: {_spark_message(exc)}") from None
+
+
+REFUSED = "streampart.sqlserver.Extensions$Refused"
+
+
+def _parse_message(exc: Exception) -> str:
+    """Spark's syntax error: its first line and the statement with the caret, without its SQLSTATE."""
+    text = str(exc).strip()
+    return re.sub(r"\s*SQLSTATE: \w+", "", text.split("\n\nJVM stacktrace:")[0]).strip()
 
 
 _UNREADABLE_FILE = re.compile(r"Encountered error while reading file (\S+?)\.?\s")

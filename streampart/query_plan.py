@@ -22,9 +22,8 @@ from streampart.query import (
     Snapshot,
     catalog_resolver,
     prepare,
-    register,
-    spark_errors,
     split_use,
+    statement_frame,
 )
 from streampart.query_cluster import Choice, Target, choose
 from streampart.query_copies import Located, cut_note, describe_reads, locate, snapshots_on
@@ -118,9 +117,7 @@ def run(
     Returns:
         A query's rows (a DataFrame over pinned snapshots), or what a writing statement committed.
     """
-    register(spark, planned.snapshots)
-    with spark_errors():
-        df = spark.sql(planned.prepared.text)
+    df = statement_frame(spark, planned.prepared, planned.snapshots)
     output = planned.prepared.output
     if output is None:
         return df

@@ -38,7 +38,7 @@ from metastore.models import TableName
 from streampart.errors import QueryRefusedError
 
 # Functions that reach outside the query: the JVM, or a table named by a string.
-REFUSED_FUNCTIONS = frozenset({"REFLECT", "JAVA_METHOD", "TRY_REFLECT", "IDENTIFIER"})
+REFUSED_FUNCTIONS = frozenset({"REFLECT", "JAVA_METHOD", "TRY_REFLECT"})
 # Table-valued functions a query may use in FROM: they read nothing.
 ALLOWED_TABLE_FUNCTIONS = frozenset({"RANGE"})
 
@@ -82,6 +82,10 @@ class Output:
     name: str  # as written: NAMESPACE.TABLE, or TABLE inside the namespace the query runs in
     create: bool
     properties: tuple[tuple[str, str], ...] = ()  # CREATE TABLE's TBLPROPERTIES, as written
+    # INSERT INTO's columns, as Spark matches them: by position (None, the default), to the columns
+    # listed (``INSERT INTO t (a, b) …``), or by the result's names (``INSERT INTO t BY NAME …``)
+    columns: tuple[str, ...] | None = None
+    by_name: bool = False
 
     @property
     def verb(self) -> str:
@@ -114,11 +118,10 @@ def _insert(tree: exp.Insert) -> tuple[Any, Output]:
             "INSERT OVERWRITE: committed chunks are never replaced; use INSERT INTO (it adds one chunk)"
         )
     target = tree.this
+    columns: tuple[str, ...] | None = None
     if isinstance(target, exp.Schema):
-        raise QueryRefusedError(
-            "INSERT INTO … (columns): columns match the table's by name; name them in the SELECT "
-            "instead (… AS column)"
-        )
+        columns = tuple(str(c.name) for c in target.expressions)
+        target = target.this
     if (
         not isinstance(target, exp.Table)
         or target.args.get("partition") is not None
@@ -129,13 +132,11 @@ def _insert(tree: exp.Insert) -> tuple[Any, Output]:
             "the PARTITION clause"
         )
     query = tree.expression
-    if not isinstance(query, exp.Query) or isinstance(query, exp.Values):
-        raise QueryRefusedError(
-            "INSERT INTO … VALUES: insert a query's result (INSERT INTO ns.t SELECT …), or commit a "
-            "file with `streampart write`"
-        )
+    if not isinstance(query, exp.Query | exp.Values):
+        raise QueryRefusedError(f"INSERT INTO {_target_name(target)}: insert a query's result or VALUES")
     _with_to_query(tree, query)
-    return query, Output(_target_name(target), create=False)
+    by_name = bool(tree.args.get("by_name"))
+    return query, Output(_target_name(target), create=False, columns=columns, by_name=by_name)
 
 
 def _create(tree: exp.Create) -> tuple[Any, Output]:
@@ -197,24 +198,53 @@ def _statement_words(tree: Any) -> str:
     return " ".join(words[:2]) if words else type(tree).__name__.upper()
 
 
-def check(tree: Any, resolve: Resolver) -> dict[exp.Table, TableRef]:
-    """Check ``tree`` against the policy above; the catalog table (or link) each table node reads.
+@dataclass(frozen=True)
+class Read:
+    """One table reference of a statement: how Spark's analyzer finds it, and what it reads."""
+
+    key: str  # the name as written (any case) and the version asked for: :func:`read_key`
+    ref: TableRef
+    alias: str  # the table (or link) as the statement reads it: ``alias.column`` resolves
+
+
+def read_key(parts: list[str], version: str | None = None, timestamp: str | None = None) -> str:
+    """The key of a table reference: its name parts as written, in any case, and the version it reads.
+
+    The same key as ``Statements.key`` in ``streampart/java/Statements.java``, which finds the
+    staged snapshot of each reference Spark's analyzer meets.
+    """
+    key = "\x01".join(p.lower() for p in parts)
+    if version is not None:
+        return f"{key}\x02v{version}"
+    if timestamp is not None:
+        return f"{key}\x02t{timestamp}"
+    return key
+
+
+def check(tree: Any, resolve: Resolver) -> list[Read]:
+    """Check ``tree`` against the policy above; the catalog table (or link) each reference reads.
+
+    Spark's analyzer resolves the statement itself (over the snapshots staged for these reads),
+    and ``Policy`` (``streampart/java/Policy.java``) refuses on the analyzed plan what it may not
+    hold, however it was spelled. The refusals here only say so earlier, before Spark starts.
 
     Raises:
         QueryRefusedError: naming the first reference or function that is not allowed.
         StreampartError: what ``resolve`` raises for a name that is not readable (it does not
             exist, an isolated namespace may not read it, an ambiguous ``t@b``).
     """
+    from metastore.errors import StreampartError
+
     if tree.find(exp.QueryTransform) is not None:
         raise QueryRefusedError("TRANSFORM … USING runs a program; queries may not run programs")
     for func in tree.find_all(exp.Func):
         name = _function_name(func)
         if name in REFUSED_FUNCTIONS:
             raise QueryRefusedError(
-                f"function {name.lower()}() reaches outside streampart's tables; queries may not use it"
+                f"function {name.lower()}() calls Java methods by name; queries may not use it"
             )
-    ctes = {cte.alias_or_name for cte in tree.find_all(exp.CTE)}
-    refs: dict[exp.Table, TableRef] = {}
+    ctes = {cte.alias_or_name.lower() for cte in tree.find_all(exp.CTE)}
+    reads: dict[str, Read] = {}
     for node in tree.find_all(exp.Table):
         if not isinstance(node.this, exp.Identifier):
             name = _function_name(node.this) if isinstance(node.this, exp.Func) else node.this.sql()
@@ -229,11 +259,33 @@ def check(tree: Any, resolve: Resolver) -> dict[exp.Table, TableRef]:
                 f"{node.sql(dialect='spark')}: queries read streampart tables as NAMESPACE.TABLE, "
                 "not through a catalog or a path"
             )
-        if not node.db and node.name in ctes:
+        parts = [node.db, node.name] if node.db else [node.name]
+        written = ".".join(parts)
+        version = node.args.get("version")
+        key = read_key(parts, *_version_text(version))
+        if key in reads:
             continue
-        written = f"{node.db}.{node.name}" if node.db else node.name
-        refs[node] = _versioned(resolve(written), node.args.get("version"))
-    return refs
+        if not node.db and node.name.lower() in ctes:
+            # the name of a common table expression: Spark reads the CTE where it is in scope, and
+            # the table only where it is not (if there is one of that name)
+            try:
+                resolved = resolve(written)
+            except StreampartError:
+                continue
+        else:
+            resolved = resolve(written)
+        alias = node.name.split("@")[0] if "@" in node.name else TableName.parse(resolved).table
+        reads[key] = Read(key, _versioned(resolved, version), alias)
+    return list(reads.values())
+
+
+def _version_text(version: exp.Version | None) -> tuple[str | None, str | None]:
+    """``VERSION AS OF``'s and ``TIMESTAMP AS OF``'s literal as written (the key's part)."""
+    if version is None or not isinstance(version.expression, exp.Literal):
+        return None, None
+    if str(version.name).upper() == "VERSION":
+        return str(version.expression.this), None
+    return None, str(version.expression.this)
 
 
 def quote_link_references(sql: str) -> str:

@@ -160,6 +160,65 @@ def result_columns(schema: StructType) -> tuple[Column, ...]:
     return tuple(columns)
 
 
+def aligned(df: Any, output: Output, table: Table) -> Any:
+    """``INSERT INTO``'s result with its columns named as the table's, matched as Spark matches them.
+
+    By position (the default): the result has as many columns as the table, the first is the
+    table's first column, and so on. With a column list, ``INSERT INTO t (b, a) …``: the result has
+    one column per name listed, in that order. ``BY NAME``: the result's own names. Columns the
+    list or the names leave out are NULL (a NOT NULL one is an error).
+
+    Raises:
+        UserInputError: the counts differ, or a name is not the table's, naming both.
+    """
+    from pyspark.sql import functions as F
+
+    names = [f.name for f in df.schema.fields]
+    table_columns = {c.name.lower(): c for c in table.columns}
+    if output.columns is None and not output.by_name:
+        if len(names) != len(table.columns):
+            hint = ""
+            if any(
+                n.lower() == table.partition_column.lower() or n.lower().endswith("_period") for n in names
+            ):
+                hint = (
+                    "; a table's partition column follows from its time column: leave it out, e.g. "
+                    "SELECT * EXCEPT (ts_period)"
+                )
+            raise UserInputError(
+                f"INSERT INTO {table.name}: the query's result has {len(names)} column(s) and the table "
+                f"{len(table.columns)} ({format_schema(table.columns)}); INSERT INTO matches columns by "
+                f"position (INSERT INTO t (a, b) … and INSERT INTO t BY NAME … match otherwise){hint}"
+            )
+        return df.toDF(*[c.name for c in table.columns])
+    if output.columns is not None:
+        if len(names) != len(output.columns):
+            raise UserInputError(
+                f"INSERT INTO {table.name} ({', '.join(output.columns)}): the query's result has "
+                f"{len(names)} column(s) for {len(output.columns)} listed"
+            )
+        df = df.toDF(*output.columns)
+        names = list(output.columns)
+    seen: set[str] = set()
+    for name in names:
+        if name.lower() not in table_columns:
+            raise UserInputError(
+                f"INSERT INTO {table.name}: it has no column {name} "
+                f"(its columns: {format_schema(table.columns)})"
+            )
+        if name.lower() in seen:
+            raise UserInputError(f"INSERT INTO {table.name}: column {name} is given twice")
+        seen.add(name.lower())
+    missing = [c for c in table.columns if c.name.lower() not in seen]
+    required = [c.name for c in missing if not c.nullable]
+    if required:
+        raise UserInputError(
+            f"INSERT INTO {table.name}: column(s) {', '.join(required)} are NOT NULL and not given"
+        )
+    filled = [F.lit(None).cast(c.sql_type).alias(c.name) for c in missing]
+    return df.select(*[F.col(f"`{n}`").alias(table_columns[n.lower()].name) for n in names], *filled)
+
+
 def check_fits(verb: str, table: Table | TableSpec, given: Sequence[Column]) -> None:
     """Raise a :class:`UserInputError` naming every column of ``given`` that does not fit ``table``."""
     problems = column_mismatches(given, table.columns)
@@ -301,7 +360,7 @@ def write_result(
 
     config = config or ChunkConfig()
     key = key or new_key()
-    given = result_columns(df.schema)
+    given = result_columns(df.schema) if output.create else ()
     if output.create:
         spec = table_spec(name, given, output.properties, cluster)
         if table is not None:  # made by an earlier run under this key, or a clash
@@ -310,6 +369,8 @@ def write_result(
             check_fits("CREATE TABLE", table, given)
     else:
         assert table is not None
+        df = aligned(df, output, table)
+        given = result_columns(df.schema)
         check_fits("INSERT INTO", table, given)
     with spark_errors():
         arrow = df.toArrow()

@@ -11,6 +11,7 @@ import re
 from collections.abc import Callable, Sequence
 
 from metastore.catalog import Catalog
+from metastore.links import Reference
 from metastore.models import TableName
 from streampart.errors import QueryRefusedError
 
@@ -38,7 +39,14 @@ def listing(catalog: Catalog, sql: str, may_read: Callable[[str], bool], namespa
         return _rows(["namespace", "tableName", "kind"], sorted(rows))
     m = _DESCRIBE.match(sql)
     if m is not None:
-        resolved = catalog.resolve(m.group(1).replace("`", ""), namespace)
+        written = m.group(1).replace("`", "")
+        ref = Reference.parse(written)
+        asked = ref.namespace or namespace
+        if asked is not None and ref.via is None:  # asked first: a table of it exists or not alike
+            asked = catalog.namespace_named(asked)
+            if not may_read(asked):
+                raise QueryRefusedError(f"the token may not read namespace {asked!r} (needs read:{asked})")
+        resolved = catalog.resolve(written, namespace)
         if not may_read(resolved.name.namespace):
             raise QueryRefusedError(
                 f"the token may not read namespace {resolved.name.namespace!r} "

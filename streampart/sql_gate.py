@@ -14,33 +14,49 @@ first (through the JVM's parser hook, :mod:`streampart.sql_server`), which treat
 - each table it names is read at one pinned Delta version (one snapshot per table per
   statement, shared by a link to it in the same statement). A pinned snapshot is reused by the
   statements of the next ``freshness`` seconds, then pinned again: a commit or a roll is visible
-  to a statement that starts at most ``freshness`` after it.
+  to a statement that starts at most ``freshness`` after it;
+- the session runs with the server's Spark settings: settings a client sends when it connects
+  (``set:hiveconf:…``, ``#var=…`` in a JDBC URL) are undone at its first statement, and ``${…}``
+  is never substituted (``spark.sql.variable.substitute`` is off).
 
-A snapshot is a Spark temporary view (in the client's session) over the fixed file list of its
-version, made once per version in the server's own session and shared by plan: what a
-roll sweeps stays on disk until housekeeping removes it past its retention (days), so a pinned
+A snapshot is a DataFrame over the fixed file list of its version, made once per version in the
+server's own session; its analyzed plan is staged for the statement (``Statements`` in
+``streampart/java/``), and Spark's analyzer, in the client's session, puts it where the
+statement names the table, then ``Policy`` checks what the statement resolved to. What a roll
+sweeps stays on disk until housekeeping removes it past its retention (days), so a pinned
 version never loses a file while a statement reads it — the protection ``streampart query`` has.
 """
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import logging
 import re
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from metastore.catalog import Catalog
 from metastore.errors import StreampartError, UserInputError
-from metastore.links import Resolved
+from metastore.links import Reference, Resolved
 from metastore.models import ApiToken, Permission, TableName
 from metastore.namespaces import check_namespace
 from streampart.errors import QueryRefusedError
-from streampart.query import Snapshot, catalog_resolver, pin, prepare, split_use, version_of, view_of
+from streampart.query import (
+    Prepared,
+    Snapshot,
+    catalog_resolver,
+    identity,
+    pin,
+    prepare,
+    split_use,
+    version_of,
+    view_of,
+)
 from streampart.query_policy import TableRef
 from streampart.sql_catalog import listing
 from streampart.sql_endpoint import LOCAL_USER
@@ -52,9 +68,10 @@ log = logging.getLogger(__name__)
 
 _FORGET_EVERY = 64  # statements between two looks for closed client sessions
 
-# Why 4: a session's statement resolves its views while Spark analyses it, right after the
-# rewrite; a few older views of a table stay for statements of the same session still analysing.
-_VIEWS_KEPT = 4
+# Why 4: a table's frames (file index and analyzed plan) of the versions statements still read; a
+# statement stages its plan at once, so only a statement between staging and analysis needs an
+# older one.
+_FRAMES_KEPT = 4
 
 _BARE_USE = re.compile(r"^\s*USE\s+(`?[A-Za-z_][A-Za-z0-9_]*`?)\s*;?\s*$", re.IGNORECASE)
 
@@ -65,12 +82,19 @@ class _Pinned:
     at: float  # time.monotonic() of the pin that found this version
 
 
-@dataclass
-class _Views:
-    """The snapshot DataFrames of one table or link (in the server's session), by version."""
+@dataclass(frozen=True)
+class Client:
+    """A client session, as the Thrift server knows it (``Hooks.clientOf``)."""
 
-    frames: dict[tuple[object, ...], tuple[str, Any]] = field(default_factory=dict)  # key → (view, df)
-    newest: tuple[object, ...] | None = None  # the key of the newest pin's
+    session: str
+    user: str
+    token_hash: str  # SHA-256 of the password it logged in with
+    address: str
+
+    @classmethod
+    def of(cls, fields: Any) -> Client:
+        session, user, token_hash, address = (str(f) for f in fields)
+        return cls(session, user, token_hash, address)
 
 
 class SqlGate:
@@ -78,7 +102,7 @@ class SqlGate:
 
     Args:
         catalog: The warehouse's catalog.
-        spark: The server's own SparkSession (not a client's): it holds the snapshot views.
+        spark: The server's own SparkSession (not a client's): it holds the snapshot frames.
         freshness: How long a pinned snapshot serves new statements.
         secret: The password of :data:`LOCAL_USER` (the server file's secret).
         token_ttl: How long a token looked up is remembered (``server.auth_cache_ttl``).
@@ -97,24 +121,22 @@ class SqlGate:
         self.freshness = freshness.total_seconds()
         self.token_ttl, self.clock = token_ttl, clock
         self._lock = threading.Lock()
-        self._pinned: dict[tuple[str, int, int | None], _Pinned] = {}
-        self._views: dict[str, _Views] = {}
+        self._pinned: dict[tuple[str, int | None], _Pinned] = {}
+        self._frames: dict[tuple[str, int, float | None], Any] = {}  # (uid, version, pin) → analyzed plan
         self._namespaces: dict[str, str | None] = {}  # client session id → namespace of its USE
-        self._tokens: dict[str, tuple[float, ApiToken | None]] = {}
-        self._shown: dict[str, list[str]] = {}  # client session id → its views, oldest first
-        self._serial = 0
+        self._tokens: dict[str, tuple[float, ApiToken | None]] = {}  # token digest → (when, token)
+        self._settled: set[str] = set()  # client sessions whose settings were put back
         self._statements = 0
 
     def _forget_closed(self) -> None:
-        """Forget the ``USE`` and the view names of client sessions that have closed (their views
-        went with their Spark sessions); without it a long-running server keeps one entry per
-        session it ever served."""
+        """Forget the ``USE`` of client sessions that have closed; without it a long-running server
+        keeps one entry per session it ever served."""
         jvm = self.spark._jvm
         assert jvm is not None
         open_now = set(jvm.streampart.sqlserver.Hooks.openSessions())
-        for remembered in (self._namespaces, self._shown):
-            for session in [s for s in remembered if s not in open_now]:
-                del remembered[session]
+        for session in [s for s in self._namespaces if s not in open_now]:
+            del self._namespaces[session]
+        self._settled &= open_now
 
     # -- who ------------------------------------------------------------------------------------
     def authenticate(self, user: str, password: str) -> str | None:
@@ -124,76 +146,143 @@ class SqlGate:
             return None if ok else "wrong password for the local user"
         from ingest.api.auth import hash_token
 
-        token = self.catalog.store.find_token_by_hash(hash_token(password))
-        if token is None or not hmac.compare_digest(token.token_hash, hash_token(password)):
+        digest = hash_token(password)
+        token = self.catalog.store.find_token_by_hash(digest)
+        if token is None or not hmac.compare_digest(token.token_hash, digest):
+            log.warning("sql-server: a login as %r failed: not a valid token", user)
             return "the password is not a valid streampart token (streampart token create)"
         if token.name != user:
+            log.warning("sql-server: a login as %r failed: the token is %r's", user, token.name)
             return f"log in with the token's name as user ({token.name})"
-        self._tokens[user] = (self.clock(), token)
+        self._tokens[digest] = (self.clock(), token)
         return None
 
-    def _token(self, user: str) -> ApiToken | None:
-        """The token named ``user`` now (revoked: None), looked up at most every ``token_ttl``."""
-        seen = self._tokens.get(user)
+    def _token(self, client: Client) -> ApiToken | None:
+        """The token ``client`` logged in with, if it is still valid (revoked: None), looked up by its
+        digest at most every ``token_ttl``: a token revoked and made again under the same name is
+        another token, and does not serve sessions opened with the old one."""
+        seen = self._tokens.get(client.token_hash)
         if seen is not None and self.clock() - seen[0] < self.token_ttl:
             return seen[1]
-        token = next((t for t in self.catalog.store.list_tokens() if t.name == user), None)
-        self._tokens[user] = (self.clock(), token)
+        token = self.catalog.store.find_token_by_hash(client.token_hash)
+        if token is not None and token.name != client.user:
+            token = None
+        self._tokens[client.token_hash] = (self.clock(), token)
         return token
 
-    def _may_read(self, user: str) -> Callable[[str], bool]:
-        if user == LOCAL_USER:
+    def _may_read(self, client: Client) -> Callable[[str], bool]:
+        if client.user == LOCAL_USER:
+            if not hmac.compare_digest(client.token_hash, hashlib.sha256(self.secret.encode()).hexdigest()):
+                raise UserInputError("the local user's session was opened with another secret: reconnect")
             return lambda namespace: True
-        token = self._token(user)
+        token = self._token(client)
         if token is None:
-            raise UserInputError(f"token {user!r} was revoked: reconnect with a valid token")
+            raise UserInputError(f"token {client.user!r} was revoked: reconnect with a valid token")
         return lambda namespace: token.allows(Permission.READ, namespace)
 
+    def _settle(self, client: Client, session: Any) -> None:
+        """Put back the server's Spark settings in a client's session, once: what a client sends when
+        it connects (``set:hiveconf:k=v``, ``#var=v`` in a JDBC URL) becomes session settings, and
+        ``SET`` is refused for the same reason — a statement is checked under the server's settings."""
+        if client.session in self._settled:
+            return
+        jvm = self.spark._jvm
+        assert jvm is not None
+        jvm.streampart.sqlserver.Hooks.settle(session, self.spark._jsparkSession)
+        self._settled.add(client.session)
+
     # -- what -----------------------------------------------------------------------------------
-    def rewrite(self, session: str, user: str, sql: str, client: Any) -> str:
-        """The statement Spark runs for ``sql`` from client session ``session`` of ``user``, whose
-        Spark session (a py4j object) is ``client``.
+    def rewrite(self, fields: Any, sql: str, session: Any) -> str:
+        """What Spark runs for ``sql`` from the client session ``fields`` (``Hooks.clientOf``) whose
+        Spark session (a py4j object) is ``session``: the id its snapshots were staged under (empty
+        if none), a colon, and the statement.
 
         Raises:
             StreampartError: the statement is refused, naming why (one line).
         """
+        client = Client.of(fields)
         with self._lock:
             self._statements += 1
             if self._statements % _FORGET_EVERY == 1:  # the first statement too: a fault shows at once
                 self._forget_closed()
-            may_read = self._may_read(user)
+            may_read = self._may_read(client)
+            self._settle(client, session)
             bare = _BARE_USE.match(sql)
             if bare is not None and bare.group(1).upper() != "CLUSTER":
                 namespace = bare.group(1).strip("`")
                 # ``default``: what JDBC clients USE on connect; it means no namespace
-                self._namespaces[session] = None if namespace == "default" else check_namespace(namespace)
-                return "USE default"
+                self._namespaces[client.session] = (
+                    None if namespace.lower() == "default" else self._namespace(namespace, may_read)
+                )
+                return ":USE default"
             used = split_use(sql.strip().rstrip(";"))
             if used.cluster is not None:
                 raise QueryRefusedError(
                     "USE CLUSTER: the SQL server reads each table on its primary; run a statement on "
                     "another cluster with `streampart query --cluster C`"
                 )
-            namespace = used.namespace or self._namespaces.get(session)
+            if used.namespace is not None:
+                self._namespace(used.namespace, may_read)
+            namespace = used.namespace or self._namespaces.get(client.session)
             listed = listing(self.catalog, used.sql, may_read, namespace)
             if listed is not None:
-                return listed
-            resolve = catalog_resolver(self.catalog, namespace)
-
-            def readable(written: str) -> str:
-                name = resolve(written)
-                ns = TableName.parse(name).namespace
-                if not may_read(ns):
-                    raise QueryRefusedError(f"token {user!r} may not read namespace {ns!r} (needs read:{ns})")
-                return name
-
+                return ":" + listed
             _only_queries(used.sql)
-            prepared = prepare(used.sql, readable)
-            views = {
-                ref.view: self._view(ref, resolved, snap, at, session, client)
-                for ref, (resolved, snap, at) in self._pin(prepared.refs).items()
-            }
-            return _point_at(prepared.text, views)
+            prepared = prepare(used.sql, self._readable(client, namespace, may_read))
+            return f"{self._stage(prepared)}:{prepared.text}"
+
+    def _namespace(self, namespace: str, may_read: Callable[[str], bool]) -> str:
+        """``USE namespace``: a namespace the client may read (as it is named in the catalog)."""
+        name = self.catalog.namespace_named(check_namespace(namespace))
+        if not may_read(name):
+            raise QueryRefusedError(f"the token may not read namespace {name!r} (needs read:{name})")
+        return name
+
+    def _readable(
+        self, client: Client, namespace: str | None, may_read: Callable[[str], bool]
+    ) -> Callable[[str], str]:
+        """How the client's statement resolves a name: as ``streampart query`` does, and only in
+        namespaces its token may read — asked before the name is looked up, so a namespace it may
+        not read answers the same whether the table exists or not."""
+        resolve = catalog_resolver(self.catalog, namespace)
+
+        def readable(written: str) -> str:
+            ref = Reference.parse(written)
+            asked = ref.namespace or namespace
+            if asked is not None and ref.via is None:
+                asked = self.catalog.namespace_named(asked)
+                if not may_read(asked):
+                    raise QueryRefusedError(
+                        f"token {client.user!r} may not read namespace {asked!r} (needs read:{asked})"
+                    )
+            name = resolve(written)
+            ns = TableName.parse(name).namespace
+            if not may_read(ns):
+                raise QueryRefusedError(
+                    f"token {client.user!r} may not read namespace {ns!r} (needs read:{ns})"
+                )
+            return name
+
+        return readable
+
+    def _stage(self, prepared: Prepared) -> str:
+        """Stage the snapshot of each table the statement reads; the id they were staged under."""
+        jvm = self.spark._jvm
+        assert jvm is not None
+        statements = jvm.streampart.sqlserver.Statements
+        statement = statements.open()
+        try:
+            pinned = self._pin(prepared.refs)
+            for read in prepared.reads:
+                resolved, snap, at = pinned[read.ref]
+                plan = self._plan(read.ref, resolved, snap, at)
+                statements.put(
+                    statement, read.key, TableName.parse(read.ref.name).namespace, read.alias, plan
+                )
+        except BaseException:
+            statements.discard(statement)
+            raise
+        return str(statement)
 
     def _pin(self, refs: tuple[TableRef, ...]) -> dict[TableRef, tuple[Resolved, Snapshot, float]]:
         """Each reference's snapshot, and when it was pinned: one per table (and version asked
@@ -204,54 +293,33 @@ class SqlGate:
             resolved = self.catalog.resolve(ref.name)
             table = resolved.table
             version = version_of(self.catalog, table, ref)
-            key = (str(table.name), table.id, version)
+            key = (identity(table), version)
             pinned = self._pinned.get(key)
             # a named version is pinned again too: the pin checks its files are still on disk
             if pinned is None or now - pinned.at >= self.freshness:
                 snap = pin(self.catalog, table, version)
                 if pinned is not None and pinned.snapshot.version == snap.version:
-                    snap = pinned.snapshot  # the same version: keep its views
+                    snap = pinned.snapshot  # the same version: keep its frames
                 pinned = self._pinned[key] = _Pinned(snap, now)
             out[ref] = (resolved, view_of(resolved, pinned.snapshot), pinned.at)
         return out
 
-    def _view(
-        self, ref: TableRef, resolved: Resolved, snap: Snapshot, pinned_at: float, session: str, client: Any
-    ) -> str:
-        """The temporary view, in the client's Spark session, of what ``ref`` reads of ``snap``.
-
-        The DataFrame (its file index) is made once, in the server's session, and shared by every
-        client session as a view of its plan: a client session sees only the views of statements
-        it ran, so HiveServer2's metadata calls list no other namespace's tables.
-        """
+    def _plan(self, ref: TableRef, resolved: Resolved, snap: Snapshot, pinned_at: float) -> Any:
+        """The analyzed plan (in the server's session) of what ``ref`` reads of ``snap``: made once
+        per version, and shared by every client session's statements that read it."""
         from streampart.query import snapshot_frame
 
-        views = self._views.setdefault(str(resolved.name), _Views())
         newest = ref.version is None and ref.timestamp is None
-        # a link admits partitions by the time too: its view of the newest version is made per pin
-        key = (snap.table.id, snap.version, pinned_at if newest and resolved.link is not None else None)
-        made = views.frames.get(key)
-        if made is None:
-            self._serial += 1
-            made = views.frames[key] = (f"{ref.view}__s{self._serial}", snapshot_frame(self.spark, snap))
-        if newest and views.newest != key:
-            if views.newest is not None:
-                views.frames.pop(views.newest, None)  # sessions that use it keep their view of it
-            views.newest = key
-        name, frame = made
-        shown = self._shown.setdefault(session, [])
-        if name not in shown:
-            jvm = self.spark._jvm
-            assert jvm is not None
-            plan = frame._jdf.queryExecution().analyzed()
-            jvm.org.apache.spark.sql.classic.Dataset.ofRows(client, plan).createOrReplaceTempView(name)
-            shown.append(name)
-            # a session keeps the newest views it used (a statement of its own may still be
-            # analysing the one before); older ones go, and their file lists with them
-            for old in [n for n in shown if n.startswith(ref.view + "__s")][:-_VIEWS_KEPT]:
-                client.catalog().dropTempView(old)
-                shown.remove(old)
-        return name
+        # a link admits partitions by the time too: its frame of the newest version is made per pin
+        at = pinned_at if newest and resolved.link is not None else None
+        key = (f"{identity(snap.table)}/{resolved.name}", snap.version, at)
+        plan = self._frames.get(key)
+        if plan is None:
+            plan = self._frames[key] = snapshot_frame(self.spark, snap)._jdf.queryExecution().analyzed()
+            same = [k for k in self._frames if k[0] == key[0]]
+            for old in same[:-_FRAMES_KEPT]:
+                del self._frames[old]
+        return plan
 
 
 def _only_queries(sql: str) -> None:
@@ -272,18 +340,6 @@ def _only_queries(sql: str) -> None:
             f"{words}: the SQL server only reads (SELECT, WITH …); INSERT INTO and CREATE TABLE … AS "
             "run with `streampart query`, tables are made, altered and dropped with `streampart table …`"
         )
-
-
-def _point_at(text: str, views: dict[str, str]) -> str:
-    """``text`` (regenerated by :func:`prepare`) reading each snapshot view from ``views``."""
-    import sqlglot
-    from sqlglot import exp
-
-    tree = sqlglot.parse_one(text, read="spark")
-    for node in tree.find_all(exp.Table):
-        if not node.db and node.name in views:
-            node.set("this", exp.to_identifier(views[node.name]))
-    return tree.sql(dialect="spark")
 
 
 def refusal(exc: Exception) -> str:

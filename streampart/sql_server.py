@@ -22,17 +22,13 @@ The server writes ``<warehouse>/.sql-server.json`` (host, port, pid, a secret fo
 
 from __future__ import annotations
 
-import hashlib
 import os
 import secrets
-import shutil
-import subprocess
-import tempfile
 from datetime import timedelta
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from metastore.errors import StreampartError, UserInputError
+from metastore.errors import UserInputError
+from streampart.errors import SqlServerError
 from streampart.sql_endpoint import ServerInfo, running_server, server_file, write_server_file
 from streampart.sql_gate import SqlGate, refusal
 
@@ -41,51 +37,6 @@ if TYPE_CHECKING:
 
     from metastore.catalog import Catalog
     from streampart.config import SparkConfig
-
-JAVA_SOURCES = Path(__file__).with_name("java")
-
-
-class SqlServerError(StreampartError):
-    """The SQL server cannot start (no JDK to compile its hooks, the port is taken, …)."""
-
-
-def compile_hooks(cache: Path | None = None) -> Path:
-    """The directory of the compiled Java hooks, compiled on first use (keyed by their sources).
-
-    Raises:
-        SqlServerError: there is no ``javac`` (a JDK 17 is needed), or it failed.
-    """
-    import pyspark
-
-    sources = sorted(JAVA_SOURCES.glob("*.java"))
-    digest = hashlib.sha256(pyspark.__version__.encode())
-    for src in sources:
-        digest.update(src.read_bytes())
-    root = cache or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "streampart"
-    out = root / f"sql-server-hooks-{digest.hexdigest()[:16]}"
-    if (out / "streampart" / "sqlserver" / "Hooks.class").is_file():
-        return out
-    javac = shutil.which("javac")
-    if javac is None:
-        raise SqlServerError("streampart sql-server needs javac (a JDK 17) to compile its hooks once")
-    jars = Path(pyspark.__file__).parent / "jars"
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".hooks-", dir=root))
-    done = subprocess.run(
-        [javac, "-nowarn", "-d", str(tmp), "-cp", f"{jars}/*", *map(str, sources)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        shutil.rmtree(tmp, ignore_errors=True)
-        first = (done.stderr or done.stdout).strip().splitlines()[:1]
-        raise SqlServerError(f"javac could not compile the SQL server's hooks: {' '.join(first)}")
-    try:
-        tmp.rename(out)
-    except OSError:  # another process compiled them meanwhile
-        shutil.rmtree(tmp, ignore_errors=True)
-    return out
 
 
 def _check_free(host: str, port: int) -> None:
@@ -110,9 +61,9 @@ class _Bridge:
         except Exception as exc:  # the JVM gets one line, never a Python traceback
             return refusal(exc)
 
-    def rewrite(self, session: str, user: str, sql: str, spark: Any) -> str:
+    def rewrite(self, client: Any, sql: str, spark: Any) -> str:
         try:
-            return "OK:" + self.gate.rewrite(session, user, sql, spark)
+            return "OK:" + self.gate.rewrite(client, sql, spark)
         except Exception as exc:  # a refused statement is the client's error, not the server's
             return "ERR:" + refusal(exc)
 
@@ -148,13 +99,7 @@ class SqlServer:
                 f"a SQL server already serves this warehouse ({server_file(self.catalog.warehouse.root)})"
             )
         _check_free(self.host, self.port)  # Hive's Thrift server exits the JVM if it cannot listen
-        hooks = compile_hooks()
-        conf = {
-            **self.spark_config.conf,
-            "spark.driver.extraClassPath": str(hooks),
-            "spark.sql.extensions": "streampart.sqlserver.Extensions",
-            "spark.sql.hive.thriftServer.singleSession": "false",
-        }
+        conf = {**self.spark_config.conf, "spark.sql.hive.thriftServer.singleSession": "false"}
         spark = self.spark = spark_session(self.spark_config.model_copy(update={"conf": conf}))
         gateway = spark.sparkContext._gateway
         assert gateway is not None

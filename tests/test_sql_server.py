@@ -205,7 +205,7 @@ def test_logins_scopes_and_statements_that_do_not_only_read_are_refused(served: 
             "CREATE TABLE shop.x AS SELECT 1 AS id": "CREATE TABLE: the SQL server only reads",
             "INSERT OVERWRITE shop.quiet SELECT * FROM shop.quiet": "INSERT OVERWRITE: the SQL server only",
             "SELECT * FROM parquet.`/etc`": "/etc. contains a path separator",
-            "SELECT * FROM global_temp.__sp_shop__quiet__s1": "global_temp",
+            "SELECT * FROM global_temp.x": "global_temp",
             "SET spark.sql.runSQLOnFiles=true": "the SQL server only reads",
         }
         for statement, message in cases.items():
@@ -230,6 +230,11 @@ def test_logins_scopes_and_statements_that_do_not_only_read_are_refused(served: 
         assert list(conn.execute("SHOW TABLES")[1]) == shop  # in the namespace of the USE
     with served.connect("hr") as conn:
         assert list(conn.execute("SELECT count(*) FROM hr.pay")[1]) == [(0,)]
+    with served.connect("analyst") as conn:
+        # a namespace the token may not read answers alike whether the table exists or not
+        for missing in ("SELECT * FROM hr.nope", "SELECT * FROM HR.pay", "DESCRIBE hr.nope"):
+            with pytest.raises(Exception, match="may not read namespace 'hr'"):
+                conn.execute(missing)
     # a write token reads nothing (read:shop is not implied by write:shop)
     with served.connect("writer") as conn, pytest.raises(Exception, match="may not read namespace 'shop'"):
         conn.execute("SELECT * FROM shop.quiet")
@@ -267,7 +272,7 @@ def test_beeline_from_the_pyspark_wheel_reads_a_table(served: Served) -> None:
     assert done.returncode == 0, done.stderr
     assert "n,s\n5,10\n" in done.stdout, done.stdout
     listed = done.stdout.split("n,s\n5,10\n", 1)[1]
-    assert "__sp_shop__quiet" in listed and "hr" not in listed, listed
+    assert "hr" not in listed and "quiet" not in listed, listed  # Spark's catalog holds none of them
 
 
 def test_streampart_query_and_sql_go_to_the_running_server(served: Served) -> None:
@@ -390,3 +395,90 @@ def test_without_a_server_sql_says_how_to_start_one_and_a_taken_port_is_one_erro
     assert f"error: the SQL server cannot listen on 127.0.0.1:{port}" in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
     assert not (tmp_path / "warehouse" / ".sql-server.json").exists()
+
+
+JVM = "'java.lang.System', 'getProperty', 'user.name'"
+
+
+def test_what_a_statement_runs_is_decided_on_what_spark_resolved(served: Served) -> None:
+    """Issue 25: a read token ran Java code (`REFLECT`(…)) and programs (${x} substituted after the
+    check, with variables from the connection's settings); every spelling is refused now."""
+    refused = [
+        f"SELECT `REFLECT`({JVM})",
+        f"SELECT `reflect`({JVM}) FROM shop.quiet",
+        f"SELECT system.builtin.java_method({JVM})",
+        f"SELECT transform(array(1), x -> try_reflect({JVM}))",
+        f"SELECT id FROM shop.quiet WHERE id = (SELECT length(reflect({JVM})))",
+        "SELECT TRANSFORM(1) USING 'id' AS (o STRING)",
+    ]
+    with served.connect("analyst") as conn:
+        for statement in refused:
+            with pytest.raises(Exception, match=r"queries may not|not valid here|run programs") as failed:
+                conn.execute(statement)
+            assert (
+                "uid=" not in str(failed.value)
+                and "Exception:" not in str(failed.value).split("errorMessage")[-1]
+            )
+        # ${…} is text, never substituted: the environment and variables stay the server's own
+        [(home,)] = conn.execute("SELECT '${env:HOME}'")[1]
+        assert home == "${env:HOME}"
+
+
+def test_settings_a_client_sends_when_it_connects_are_undone(served: Served) -> None:
+    from pyhive import hive
+
+    conn = hive.connect(
+        host=served.info.host,
+        port=served.info.port,
+        username="analyst",
+        password=served.tokens["analyst"],
+        auth="CUSTOM",
+        configuration={
+            "set:hiveconf:spark.sql.runSQLOnFiles": "true",
+            "set:hiveconf:spark.sql.variable.substitute": "true",
+            "set:hivevar:x": "TRANSFORM(1) USING 'id' AS (o STRING)",
+        },
+    )
+    try:
+        cursor = conn.cursor()
+        cursor.execute("SELECT '${x}' AS x")
+        assert cursor.fetchall() == [("${x}",)]
+        with pytest.raises(Exception, match="Syntax error at or near '\\$'"):  # not substituted: not SQL
+            cursor.execute("SELECT ${x}")
+        cursor.execute("SELECT count(*) FROM shop.quiet")
+        assert cursor.fetchall() == [(5,)]
+    finally:
+        conn.close()
+
+
+def test_a_session_keeps_the_token_it_logged_in_with(served: Served) -> None:
+    """A token revoked and made again under the same name is another token: the old session ends."""
+    catalog = served.catalog
+    old = _token(catalog, "rotating", "read:shop")
+    with Connection(Target(served.info.host, served.info.port, "rotating", old)) as conn:
+        assert list(conn.execute("SELECT count(*) FROM shop.quiet")[1]) == [(5,)]
+        catalog.store.revoke_token("rotating")
+        _token(catalog, "rotating", "read:shop", "read:hr")
+        wait_for(lambda: _refused(conn, "SELECT count(*) FROM hr.pay"), timeout=30)
+
+
+def _refused(conn: Connection, statement: str) -> bool:
+    try:
+        conn.execute(statement)
+    except Exception as exc:  # the old session neither reads hr (the new token may) nor anything
+        return "revoked" in str(exc)
+    return False
+
+
+def test_names_resolve_as_spark_resolves_them(served: Served) -> None:
+    """Any case; a table read several times in subqueries, CTEs and set operations."""
+    with served.connect("analyst") as conn:
+        for statement in (
+            "SELECT count(*) FROM SHOP.Quiet",
+            "SELECT count(*) FROM shop.quiet WHERE id IN (SELECT id FROM shop.quiet)",
+            "WITH c AS (SELECT id FROM shop.quiet) SELECT count(*) FROM c JOIN shop.quiet USING (id)",
+            "SELECT count(*) FROM (SELECT id FROM shop.quiet UNION ALL "
+            "SELECT id FROM shop.quiet WHERE id < 0)",
+            "SELECT (SELECT count(*) FROM shop.quiet) + (SELECT count(*) FROM shop.quiet) - 5",
+        ):
+            assert list(conn.execute(statement)[1]) == [(5,)], statement

@@ -16,5 +16,18 @@ public final class Auth implements PasswdAuthenticationProvider {
         if (refused != null) {
             throw new AuthenticationException(refused);
         }
+        try {
+            LOGGED_IN.set(Hooks.sha256(password == null ? "" : password));
+        } catch (java.security.NoSuchAlgorithmException e) {
+            throw new AuthenticationException("SHA-256 is missing");
+        }
+    }
+
+    // The digest of the password this connection's thread logged in with: the client session that
+    // the same thread opens next is bound to it (clients that send no password in OpenSession).
+    private static final ThreadLocal<String> LOGGED_IN = new ThreadLocal<>();
+
+    static String loggedIn() {
+        return LOGGED_IN.get();
     }
 }

@@ -8,6 +8,10 @@ public interface Bridge {
     /** null: the user and password are accepted; else why not (one line). */
     String authenticate(String user, String password);
 
-    /** "OK:" and the statement Spark runs instead, or "ERR:" and why it is refused (one line). */
-    String rewrite(String session, String user, String sql, org.apache.spark.sql.SparkSession spark);
+    /**
+     * "OK:", the id of the statement's staged snapshots ({@link Statements}; empty if it reads none),
+     * ":" and the statement Spark runs; or "ERR:" and why it is refused (one line). {@code client}
+     * is what {@link Hooks#clientOf} says of the session.
+     */
+    String rewrite(String[] client, String sql, org.apache.spark.sql.SparkSession spark);
 }

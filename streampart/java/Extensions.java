@@ -9,6 +9,7 @@ import org.apache.spark.sql.catalyst.expressions.Expression;
 import org.apache.spark.sql.catalyst.parser.ParseException;
 import org.apache.spark.sql.catalyst.parser.ParserInterface;
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
+import org.apache.spark.sql.catalyst.rules.Rule;
 import org.apache.spark.sql.types.DataType;
 import org.apache.spark.sql.types.StructType;
 
@@ -17,9 +18,12 @@ import scala.runtime.AbstractFunction2;
 import scala.runtime.BoxedUnit;
 
 /**
- * spark.sql.extensions: every statement a client session of the Thrift server runs goes to the
- * Python driver first, which checks it (query policy, tokens' scopes), pins the snapshots it
- * reads and answers the statement Spark parses instead. Other sessions parse as Spark does.
+ * spark.sql.extensions of every streampart SparkSession: {@link Statements.Resolve} puts each
+ * staged statement's pinned snapshots where its table names stand, and {@link Policy} checks what
+ * that statement resolved to. On the SQL server, every statement of a client session goes to the
+ * Python driver first, which checks and authorises it, pins and stages the snapshots it reads and
+ * answers the statement Spark parses (and analyses over those snapshots) instead. Other sessions
+ * parse as Spark does.
  */
 public final class Extensions extends AbstractFunction1<SparkSessionExtensions, BoxedUnit> {
     @Override
@@ -28,6 +32,18 @@ public final class Extensions extends AbstractFunction1<SparkSessionExtensions, 
             @Override
             public ParserInterface apply(SparkSession spark, ParserInterface delegate) {
                 return new Parser(spark, delegate);
+            }
+        });
+        extensions.injectResolutionRule(new AbstractFunction1<SparkSession, Rule<LogicalPlan>>() {
+            @Override
+            public Rule<LogicalPlan> apply(SparkSession spark) {
+                return new Statements.Resolve();
+            }
+        });
+        extensions.injectCheckRule(new AbstractFunction1<SparkSession, scala.Function1<LogicalPlan, BoxedUnit>>() {
+            @Override
+            public scala.Function1<LogicalPlan, BoxedUnit> apply(SparkSession spark) {
+                return new Policy();
             }
         });
         return BoxedUnit.UNIT;
@@ -40,6 +56,9 @@ public final class Extensions extends AbstractFunction1<SparkSessionExtensions, 
         Parser(SparkSession spark, ParserInterface delegate) {
             this.spark = spark;
             this.delegate = delegate;
+            // a client session's state is built while the Thrift server opens it, on the thread of
+            // the connection that just logged in
+            Hooks.remember(spark, Auth.loggedIn());
         }
 
         @Override
@@ -49,9 +68,15 @@ public final class Extensions extends AbstractFunction1<SparkSessionExtensions, 
             if (client == null || b == null) {
                 return delegate.parsePlan(sql);
             }
-            String answer = b.rewrite(client[0], client[1], sql, spark);
+            Statements.finish();
+            String answer = b.rewrite(client, sql, spark);
             if (answer != null && answer.startsWith("OK:")) {
-                return delegate.parsePlan(answer.substring(3));
+                // "OK:<staged statement id>:<text>"; no id: the text reads no table
+                int colon = answer.indexOf(':', 3);
+                String id = answer.substring(3, colon);
+                LogicalPlan plan = delegate.parsePlan(answer.substring(colon + 1));
+                Statements.activate(id.isEmpty() ? null : id);
+                return plan;
             }
             String why = answer == null ? "the SQL server could not check the statement" : answer.substring(4);
             throw Extensions.<RuntimeException>sneaky(new Refused(why));

@@ -5,6 +5,8 @@ import java.util.Map;
 import org.apache.hive.service.Service;
 import org.apache.hive.service.cli.CLIService;
 import org.apache.hive.service.cli.SessionHandle;
+import org.apache.hive.service.cli.session.HiveSession;
+import org.apache.hive.service.cli.session.HiveSessionImpl;
 import org.apache.hive.service.cli.session.SessionManager;
 import org.apache.spark.sql.SparkSession;
 import org.apache.spark.sql.hive.thriftserver.server.SparkSQLOperationManager;
@@ -27,6 +29,15 @@ public final class Hooks {
         }
     }
 
+    private static final Map<SparkSession, String> LOGINS =
+        java.util.Collections.synchronizedMap(new java.util.WeakHashMap<>());
+
+    static void remember(SparkSession spark, String digest) {
+        if (digest != null) {
+            LOGINS.put(spark, digest);
+        }
+    }
+
     public static Bridge bridge() {
         return bridge;
     }
@@ -43,7 +54,12 @@ public final class Hooks {
             .toArray(String[]::new);
     }
 
-    /** The client session {session id, user} a SparkSession serves; null for any other session. */
+    /**
+     * The client session a SparkSession serves — {session id, user, SHA-256 of the password it
+     * logged in with (hex), client address} — or null for any other session. The digest ties the
+     * session to the token it logged in with, not to the token's name (a token revoked and made
+     * again under the same name is another token).
+     */
     public static String[] clientOf(SparkSession spark) {
         SessionManager manager = sessions;
         if (manager == null) {
@@ -53,13 +69,57 @@ public final class Hooks {
         for (Map.Entry<SessionHandle, SparkSession> e : operations.sessionToContexts().entrySet()) {
             if (e.getValue() == spark) {
                 try {
-                    String user = manager.getSession(e.getKey()).getUserName();
-                    return new String[] {e.getKey().getSessionId().toString(), user};
+                    HiveSession session = manager.getSession(e.getKey());
+                    String password = session instanceof HiveSessionImpl impl ? impl.getPassword() : null;
+                    String address = session instanceof HiveSessionImpl impl ? impl.getIpAddress() : null;
+                    String digest = password != null && !password.isEmpty() ? sha256(password) : LOGINS.get(spark);
+                    return new String[] {
+                        e.getKey().getSessionId().toString(),
+                        session.getUserName(),
+                        digest == null ? "" : digest,
+                        address == null ? "" : address,
+                    };
                 } catch (Exception missing) {
                     return null;
                 }
             }
         }
         return null;
+    }
+
+    /**
+     * Put the settings of {@code server}'s SQL conf back in a client's session: what the client
+     * sent when it connected (JDBC URL settings, Hive variables) is undone.
+     */
+    public static void settle(SparkSession client, SparkSession server) {
+        org.apache.spark.sql.internal.SQLConf mine =
+            ((org.apache.spark.sql.classic.SparkSession) client).sessionState().conf();
+        org.apache.spark.sql.internal.SQLConf theirs =
+            ((org.apache.spark.sql.classic.SparkSession) server).sessionState().conf();
+        Map<String, String> given = scala.jdk.javaapi.CollectionConverters.asJava(mine.getAllConfs());
+        Map<String, String> wanted = scala.jdk.javaapi.CollectionConverters.asJava(theirs.getAllConfs());
+        for (String key : new java.util.ArrayList<>(given.keySet())) {
+            String value = wanted.get(key);
+            if (value == null) {
+                mine.unsetConf(key);
+            } else if (!value.equals(given.get(key))) {
+                mine.setConfString(key, value);
+            }
+        }
+        for (Map.Entry<String, String> e : wanted.entrySet()) {
+            if (!given.containsKey(e.getKey())) {
+                mine.setConfString(e.getKey(), e.getValue());
+            }
+        }
+    }
+
+    static String sha256(String text) throws java.security.NoSuchAlgorithmException {
+        byte[] digest = java.security.MessageDigest.getInstance("SHA-256")
+            .digest(text.getBytes(java.nio.charset.StandardCharsets.UTF_8));
+        StringBuilder out = new StringBuilder();
+        for (byte b : digest) {
+            out.append(String.format("%02x", b));
+        }
+        return out.toString();
     }
 }

@@ -1,0 +1,171 @@
+package streampart.sqlserver;
+
+import java.util.HashMap;
+import java.util.HashSet;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+
+import org.apache.spark.sql.catalyst.FunctionIdentifier;
+import org.apache.spark.sql.catalyst.analysis.FunctionRegistry$;
+import org.apache.spark.sql.catalyst.analysis.SimpleFunctionRegistry;
+import org.apache.spark.sql.catalyst.expressions.Expression;
+import org.apache.spark.sql.catalyst.expressions.ExpressionInfo;
+import org.apache.spark.sql.catalyst.expressions.SubqueryExpression;
+import org.apache.spark.sql.catalyst.expressions.UserDefinedExpression;
+import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
+import org.apache.spark.sql.execution.LogicalRDD;
+import org.apache.spark.sql.execution.datasources.LogicalRelation;
+
+import scala.jdk.javaapi.CollectionConverters;
+import scala.runtime.AbstractFunction1;
+import scala.runtime.BoxedUnit;
+
+/**
+ * What an analyzed statement may hold, decided on what Spark resolved (never on how it was
+ * spelled): plan nodes from {@link #PLANS}; expressions that are Spark's built-in functions (but
+ * for those that reach the JVM: {@link #REFUSED_FUNCTIONS}) or Spark's own syntax (operators,
+ * casts, subqueries, lambdas — classes of Spark's expression package that no function name
+ * reaches); and data only from the statement's staged snapshots.
+ */
+public final class Policy extends AbstractFunction1<LogicalPlan, BoxedUnit> {
+    /** Built-in functions that call Java methods by name: any static method, as the server's user. */
+    static final Set<String> REFUSED_FUNCTIONS = Set.of("reflect", "java_method", "try_reflect");
+
+    /** The logical plan nodes a query may hold once analysed (simple class names). */
+    static final Set<String> PLANS = Set.of(
+        "Project", "Filter", "Aggregate", "Join", "LateralJoin", "AsOfJoin", "Union", "Intersect", "Except",
+        "Sort", "GlobalLimit", "LocalLimit", "Offset", "Tail", "Window", "WindowGroupLimit", "SubqueryAlias",
+        "Distinct", "Deduplicate", "Sample", "Generate", "Expand", "Pivot", "WithCTE", "CTERelationDef",
+        "CTERelationRef", "UnionLoop", "UnionLoopRef", "Repartition", "RepartitionByExpression",
+        "RebalancePartitions", "ResolvedHint", "OneRowRelation", "LocalRelation", "Range", "EmptyRelation",
+        "LogicalRelation", "LogicalRDD");
+
+    private static final String EXPRESSIONS = "org.apache.spark.sql.catalyst.expressions.";
+
+    private static volatile Map<String, String> builtins; // class name → function name
+    private static volatile Set<String> refusedClasses;
+
+    @Override
+    public BoxedUnit apply(LogicalPlan plan) {
+        Statements.Context ctx = Statements.current();
+        if (ctx == null) {
+            return BoxedUnit.UNIT;
+        }
+        Statements.finish();
+        String why = refusal(plan, ctx);
+        if (why != null) {
+            throw Extensions.<RuntimeException>sneaky(new Extensions.Refused(why));
+        }
+        return BoxedUnit.UNIT;
+    }
+
+    /** The data source a leaf reads (a file relation, an RDD), or null for any other node. */
+    static Object source(LogicalPlan p) {
+        if (p instanceof LogicalRelation r) {
+            return r.relation();
+        }
+        if (p instanceof LogicalRDD r) {
+            return r.rdd();
+        }
+        return null;
+    }
+
+    static String refusal(LogicalPlan plan, Statements.Context ctx) {
+        String[] found = new String[1];
+        visit(plan, ctx, found);
+        return found[0];
+    }
+
+    private static void visit(LogicalPlan plan, Statements.Context ctx, String[] found) {
+        if (found[0] != null) {
+            return;
+        }
+        String kind = plan.getClass().getSimpleName();
+        if (!PLANS.contains(kind)) {
+            found[0] = kind + " in a query: queries read streampart tables (SELECT, WITH …) and nothing else";
+            return;
+        }
+        Object source = source(plan);
+        if (source != null && !ctx.sources.contains(source)) {
+            found[0] = "the statement reads data outside the streampart tables it names: queries read streampart "
+                + "tables (NAMESPACE.TABLE) only, not files or Spark's catalog";
+            return;
+        }
+        for (Expression e : CollectionConverters.asJava(plan.expressions())) {
+            visit(e, ctx, found);
+        }
+        for (LogicalPlan child : CollectionConverters.asJava(plan.children())) {
+            visit(child, ctx, found);
+        }
+    }
+
+    private static void visit(Expression e, Statements.Context ctx, String[] found) {
+        if (found[0] != null) {
+            return;
+        }
+        String why = refusal(e);
+        if (why != null) {
+            found[0] = why;
+            return;
+        }
+        if (e instanceof SubqueryExpression sub) {
+            visit(sub.plan(), ctx, found);
+        }
+        for (Expression child : CollectionConverters.asJava(e.children())) {
+            visit(child, ctx, found);
+        }
+    }
+
+    /** Why expression {@code e} (alone, not its children) may not run, or null. */
+    static String refusal(Expression e) {
+        load();
+        String cls = e.getClass().getName();
+        String function = builtins.get(cls);
+        if (refusedClasses.contains(cls)) {
+            return "function " + e.prettyName() + "() calls Java methods by name (as reflect, java_method and "
+                + "try_reflect do); queries may not use them";
+        }
+        if (e instanceof UserDefinedExpression) {
+            return "function " + e.prettyName() + "() is not one of Spark's built-in functions; queries may use "
+                + "built-in functions only";
+        }
+        if (function != null || cls.startsWith(EXPRESSIONS)) {
+            return null;
+        }
+        return "function " + e.prettyName() + "() is not one of Spark's built-in functions; queries may use "
+            + "built-in functions only";
+    }
+
+    private static void load() {
+        if (builtins != null) {
+            return;
+        }
+        synchronized (Policy.class) {
+            if (builtins != null) {
+                return;
+            }
+            SimpleFunctionRegistry registry = FunctionRegistry$.MODULE$.builtin();
+            Map<String, String> byClass = new HashMap<>();
+            Set<String> refused = new HashSet<>();
+            List<FunctionIdentifier> names = CollectionConverters.asJava(registry.listFunction());
+            for (FunctionIdentifier name : names) {
+                scala.Option<ExpressionInfo> info = registry.lookupFunction(name);
+                if (info.isEmpty() || info.get().getClassName() == null) {
+                    continue;
+                }
+                String cls = info.get().getClassName();
+                if (REFUSED_FUNCTIONS.contains(name.funcName())) {
+                    refused.add(cls);
+                    byClass.put(cls, name.funcName());
+                } else {
+                    byClass.putIfAbsent(cls, name.funcName());
+                }
+            }
+            // reflect's class is java_method's too, and try_reflect's replacement
+            refused.add("org.apache.spark.sql.catalyst.expressions.CallMethodViaReflection");
+            refusedClasses = refused;
+            builtins = byClass;
+        }
+    }
+}
