@@ -53,14 +53,20 @@ class ApiState:
     lookups: TableLookups
 
     def table_of(self, who: Principal, permission: Permission, namespace: str, table: str) -> Table:
-        """The table named in the path, once ``who`` may use it so."""
+        """The table named in the path, once ``who`` may use it so.
+
+        The scope is checked before anything is looked up (403 before 404: a token without it learns
+        nothing of the namespace's tables, not even which exist), and again on the namespace the
+        table was found in, should a name ever lead elsewhere (names matched in any case)."""
         with blame("namespace"):
             check_identifier(namespace, "namespace")
         with blame("table"):
             check_identifier(table, "table")
         require(who, permission, namespace)
         with blame("table"):
-            return self.lookups.table(TableName(namespace=namespace, table=table))
+            found = self.lookups.table(TableName(namespace=namespace, table=table))
+        require(who, permission, found.name.namespace)
+        return found
 
     def resolved_of(self, who: Principal, namespace: str, table: str) -> Resolved:
         """The table or link named in the path, read in its namespace, once ``who`` may read it.
@@ -71,9 +77,11 @@ class ApiState:
             check_identifier(namespace, "namespace")
         with blame("table"):
             check_identifier(table, "table")
-        require(who, Permission.READ, namespace)
+        require(who, Permission.READ, namespace)  # before any lookup, as in table_of
         with blame("table"):
-            return self.catalog.resolve(TableName(namespace=namespace, table=table), namespace)
+            resolved = self.catalog.resolve(TableName(namespace=namespace, table=table), namespace)
+        require(who, Permission.READ, resolved.name.namespace)  # a link's is its own namespace
+        return resolved
 
     def namespace_of(self, who: Principal, permission: Permission, namespace: str) -> Namespace:
         """The namespace named in the path, once ``who`` may use it so (403 before 404: a token

@@ -83,6 +83,41 @@ def test_chunks_of_another_namespace_are_forbidden(server: Server, tokens: dict[
         assert r.status_code == 403, (method, path, r.text)
 
 
+@pytest.mark.parametrize("who", ["reader", "writer", "ns_admin"])
+def test_a_namespace_the_token_may_not_use_answers_alike_whether_its_table_exists(
+    server: Server, tokens: dict[str, str], who: str
+) -> None:
+    """Every route that looks a table up, asked by a token without the scope on its namespace, gives
+    one refusal naming that namespace — the same for other.things (it exists), other.nope (it does
+    not) and a namespace that does not exist: "does not exist" never tells another namespace's
+    tables apart."""
+
+    def calls(namespace: str, name: str) -> list[tuple[str, str, Any]]:
+        return [
+            ("GET", f"/v1/tables/{namespace}/{name}", None),
+            ("POST", f"/v1/tables/{namespace}/{name}/chunks", {}),
+            ("POST", f"/v1/tables/{namespace}/{name}/events", [{"id": 1, "ts": "2026-11-21T10:00:00Z"}]),
+            ("GET", f"/v1/namespaces/{namespace}/links/{name}", None),
+            ("POST", "/v1/namespaces/ns/links", {"name": f"l_{name}", "to": f"{namespace}.{name}"}),
+        ]
+
+    def answer(method: str, path: str, body: Any) -> tuple[int, Any]:
+        r = httpx.request(method, server.url + path, json=body, headers=auth(tokens[who]))
+        return r.status_code, r.json()
+
+    for there, missing, nowhere in zip(
+        calls("other", "things"), calls("other", "nope"), calls("nowhere", "things"), strict=True
+    ):
+        status, said = answer(*there)
+        assert status == 403 and said["error"] == "forbidden" and said["field"] == "Authorization", said
+        assert answer(*missing) == (status, said), there[1]
+        assert ":other " in said["message"] or said["message"].endswith(":ns (or admin:ns)"), said
+        elsewhere = answer(*nowhere)
+        assert elsewhere[0] == 403, elsewhere
+        assert ":nowhere " in elsewhere[1]["message"] or "admin:ns" in said["message"], elsewhere
+    assert sorted(all_ids(server.catalog.table("other.things"))) == []  # nothing was written there
+
+
 def test_a_revoked_token_is_refused_and_the_cli_makes_and_revokes_tokens(server: Server) -> None:
     base = [*COMMAND, "--warehouse", str(server.warehouse), "--metastore", server.metastore, "token"]
     run = lambda *a: subprocess.run([*base, *a], capture_output=True, text=True, cwd=ROOT, timeout=60)  # noqa: E731
