@@ -1,9 +1,10 @@
 """Statements sent to a running SQL server (``streampart sql-server``) over HiveServer2.
 
 ``streampart query`` and ``streampart sql`` send a read there when one serves the warehouse —
-found by its server file (this host: logged in with the file's secret), or named with
-``--server HOST:PORT`` / ``STREAMPART_SQL_SERVER`` (another host: ``STREAMPART_SQL_USER``, a
-token's name, and ``STREAMPART_SQL_TOKEN``, the token) — and answer in well under a second
+found by its server file, or named with ``--server HOST:PORT`` / ``STREAMPART_SQL_SERVER``; who
+logs in is ``STREAMPART_SQL_USER`` (a token's name) with ``STREAMPART_SQL_TOKEN`` (the token) when
+they are set, even at this host's own server, else there the server file's secret — and answer in
+well under a second
 instead of starting Spark. Rows come back as :mod:`streampart.query` gives them: TIMESTAMP
 values as aware UTC datetimes, DATEs as dates, DECIMALs as Decimals.
 """

@@ -558,11 +558,14 @@ def test_reading_commands_refuse_a_warehouse_or_metastore_that_does_not_exist(tm
         ("token", "list"),
     ]
     no_file = tmp_path / "nonexistent" / "dir" / "x.sqlite"
+    empty = tmp_path / "empty.sqlite"  # a file, but no metastore: read, never changed
+    empty.touch()
     empty_pg = scratch_schema_url()  # a database without streampart's schema
     try:
         with ThreadPoolExecutor(max_workers=3) as pool:
             typos = list(pool.map(lambda args: run(typo, *args, timeout=60), reading))
             bad_sqlite = pool.submit(run, tmp_path, "--metastore", f"sqlite:///{no_file}", "table", "list")
+            not_ours = pool.submit(run, tmp_path, "--metastore", f"sqlite:///{empty}", "table", "list")
             bad_pg = pool.submit(run, tmp_path, "--metastore", empty_pg, "check")
             bad_sqlite_result, bad_pg_result = bad_sqlite.result(), bad_pg.result()
         for result in typos:
@@ -574,6 +577,8 @@ def test_reading_commands_refuse_a_warehouse_or_metastore_that_does_not_exist(tm
             bad_sqlite_result, f"metastore sqlite:///{no_file} does not exist", "--metastore", "table create"
         )
         assert not (tmp_path / "nonexistent").exists()
+        assert_user_error(not_ours.result(), f"the file {empty} has no streampart schema", "--metastore")
+        assert empty.stat().st_size == 0
         assert_user_error(bad_pg_result, "does not exist", "no streampart schema", "--metastore")
         engine = sa.create_engine(empty_pg)
         try:

@@ -116,6 +116,23 @@ def sqlite_path(url: str) -> Path | None:
     return Path(path) if path and path != ":memory:" else None
 
 
+def _sqlite_has_schema(path: Path) -> bool:
+    """Whether the SQLite file ``path`` holds streampart's schema, read without changing it."""
+    import sqlite3
+
+    try:
+        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+        try:
+            found = conn.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'alembic_version'"
+            ).fetchone()
+        finally:
+            conn.close()
+    except sqlite3.DatabaseError:  # not a database at all, say
+        return False
+    return found is not None
+
+
 def make_engine(url: str, connect_timeout_s: float | None = None, *, create: bool = True) -> Engine:
     """An engine for ``url``; on SQLite with WAL, a busy timeout, foreign keys and our own BEGIN.
 
@@ -343,7 +360,14 @@ class Database:
             ) from None
 
     def _require_schema(self) -> None:
-        """MissingStoreError unless the database holds streampart's schema (of any revision)."""
+        """MissingStoreError unless the database holds streampart's schema (of any revision); a
+        SQLite file is read read-only first (the engine's connection would switch it to WAL)."""
+        path = sqlite_path(self.url)
+        if path is not None and not _sqlite_has_schema(path):
+            self.engine.dispose()
+            raise MissingStoreError(
+                f"metastore {self.safe_url} does not exist (the file {path} has no streampart schema)"
+            )
         with self._unavailable_is_retriable(), self.engine.connect() as conn:
             if not sa.inspect(conn).has_table("alembic_version"):
                 self.engine.dispose()
