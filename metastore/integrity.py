@@ -20,21 +20,23 @@ looks for every such problem at once, for ``streampart check``:
   plain Parquet reader of the directory would read too;
 - replicas: a secondary's Delta log that cannot be read; a partition recorded present there
   whose files the secondary's log does not list, lists as other files than the primary's, or
-  lists as files that are missing, of another size or unreadable; (a warning) a partition in
-  the secondary's log not yet recorded present (a copy that stopped between its commit and its
-  record: the next copy pass records it).
+  lists as files that are missing, of another size or unreadable, or whose SHA-256 is not the one
+  verified when they were copied (kept per file in the metastore) — such a copy is made absent
+  there at once (so queries stop reading it, and the next copy pass copies it again); (a
+  warning) a partition in the secondary's log not yet recorded present (a copy that stopped
+  between its commit and its record: the next copy pass records it).
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from metastore.catalog import Catalog
-from metastore.errors import NotFoundError, TableIntegrityError
+from metastore.errors import NotFoundError, StreampartError, TableIntegrityError
 from metastore.models import ChunkState, PartitionState, Table, iso
-from metastore.replicas import CopyState, Replica, replica_table
+from metastore.replicas import CopyState, PartitionCopy, Replica, replica_table
 from metastore.warehouse import (
     ROLL_KEY,
     SUCCESS_MARKER,
@@ -141,14 +143,18 @@ def _replica_problems(catalog: Catalog, table: Table, replica: Replica, primary:
     except TableIntegrityError as exc:
         return [Problem(name, "replica_unreadable", f"replica on {replica.cluster}: {exc}; {redo}")]
     problems = []
-    present = {
-        c.partition_value
-        for c in catalog.of(table).store.list_copies(table.id, replica.cluster, CopyState.PRESENT)
-    }
+    copies = catalog.of(table).store.list_copies(table.id, replica.cluster, CopyState.PRESENT)
+    present = {c.partition_value for c in copies}
+    by_value = {c.partition_value: c for c in copies}
     theirs: dict[Any, set[str]] = {}
     for f in files:
         theirs.setdefault(f.partition, set()).add(f.path)
         problem = _file_problem(copy, f.path, f.size, f.rows)
+        recorded = by_value[f.partition].file_digests or {} if f.partition in by_value else {}
+        if problem is None and f.path in recorded:
+            problem = _digest_problem(copy, f.path, recorded[f.path])
+            if problem is not None:  # never read again: the partition is absent there until copied anew
+                problem = _made_absent(catalog, table, by_value.pop(f.partition), problem, redo)
         if problem is not None:
             problems.append(
                 Problem(name, f"replica_{problem.kind}", f"replica on {replica.cluster}: {problem.message}",
@@ -313,6 +319,38 @@ def _file_problem(table: Table, path: str, size: int, rows: int) -> Problem | No
         message = f"data file {path} holds {found} rows, the log says {rows}; {RESTORE}"
         return Problem(name, "file_rows", message, path=path)
     return None
+
+
+def _made_absent(catalog: Catalog, table: Table, copy: PartitionCopy, problem: Problem, redo: str) -> Problem:
+    """Make a present copy whose file changed absent on its secondary (queries stop reading it there,
+    and the next copy pass copies it again); ``problem`` says so, or how to copy it by hand."""
+    try:
+        catalog.of(table).store.invalidate_copy(copy, problem.message)
+    except StreampartError as exc:
+        return replace(problem, message=f"{problem.message}; {redo} (it could not be made absent: {exc})")
+    return replace(
+        problem,
+        message=f"{problem.message}; the partition is no longer read there, and the next copy pass "
+        "copies it again",
+    )
+
+
+def _digest_problem(copy: Table, path: str, verified: str) -> Problem | None:
+    """A replica's file whose SHA-256 is not the one verified when it was copied (same size: changed
+    in place, a flipped byte)."""
+    import hashlib
+
+    with (Path(copy.location) / path).open("rb") as f:
+        actual = hashlib.file_digest(f, "sha256").hexdigest()  # type: ignore[arg-type]
+    if actual == verified:
+        return None
+    return Problem(
+        str(copy.name),
+        "file_digest",
+        f"data file {path} has SHA-256 {actual}, but {verified} was verified when it was copied "
+        "(same size: changed in place)",
+        path=path,
+    )
 
 
 def _ranges(values: list[int]) -> str:

@@ -61,6 +61,10 @@ class PartitionCopy(BaseModel):
     delta_version: int | None = None
     started_at: datetime | None = None
     copied_at: datetime | None = None
+    # each file's SHA-256 (hex) as verified when it was copied, by path (None: copied before 0.x
+    # recorded them); when the files on disk were last found to match
+    file_digests: dict[str, str] | None = None
+    verified_at: datetime | None = None
 
 
 def app_id(partition_dir: str) -> str:

@@ -283,6 +283,10 @@ partition_copies = Table(
     Column("delta_version", BigInteger),
     Column("started_at", DateTime),
     Column("copied_at", DateTime),
+    # each file's SHA-256 as verified when copied (path → hex), and when the copy on disk was last
+    # found to match (migration 0013): check and housekeeping's scrub compare the files with them
+    Column("file_digests", JSON),
+    Column("verified_at", DateTime),
     Index("ix_sp_partition_copies_table", "table_id", "cluster"),
 )
 

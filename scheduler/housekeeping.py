@@ -12,7 +12,11 @@
   (``delta.checkpointInterval``, ``delta.logRetentionDuration``: :mod:`metastore.delta_log`);
 - prune the metastore rows of old chunks into per-partition summaries, so the metastore stays
   small at millions of chunks (``describe`` reads partition rows, which stay);
-- forget old roll attempt history.
+- forget old roll attempt history;
+- scrub replicas: read back a few present copies on secondaries each pass (those not verified for
+  a day, least recently verified first) and compare each file's SHA-256 with the one verified
+  when it was copied; a copy that differs is no longer present — queries stop reading it there —
+  and the next copy pass copies it again (:func:`scheduler.replication.scrub`).
 
 Each table is handled on its own: a failure is reported for that table and the others go on.
 """
@@ -23,7 +27,7 @@ import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -39,10 +43,16 @@ from metastore.staging import files as staged_files
 from metastore.staging import partition_dirs as staging_partition_dirs
 from metastore.warehouse import STAGING_DIR, chunk_of_staged, last_checkpoint_version
 from scheduler.config import HousekeepingConfig
+from scheduler.replication import scrub
 
 log = logging.getLogger("streampart.scheduler")
 
 _ACTIVE = (ChunkState.RESERVED, ChunkState.COMMITTING)
+
+# The replica scrub: each present copy is read back about once a day, a few copies per table per
+# pass (a pass every scheduler.housekeeping.interval), so its reads stay a trickle beside copying.
+SCRUB_EVERY = timedelta(days=1)
+SCRUB_COPIES = 4
 
 
 @dataclass
@@ -54,6 +64,8 @@ class HousekeepingReport:
     log_files_removed: dict[str, int] = field(default_factory=dict)
     chunks_pruned: int = 0
     attempts_pruned: int = 0
+    replicas_verified: int = 0  # present copies whose files were read back and compared
+    replicas_damaged: list[str] = field(default_factory=list)  # what the scrub found, one line each
     errors: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
@@ -104,6 +116,10 @@ class Housekeeper:
                 if gone:
                     report.log_files_removed[str(table.name)] = gone
                 report.chunks_pruned += self.prune(table, now)
+                if self.catalog.replicas(table):
+                    verified, damaged = scrub(self.catalog, table, now - SCRUB_EVERY, SCRUB_COPIES)
+                    report.replicas_verified += verified
+                    report.replicas_damaged += [d.error for d in damaged]
             except NotFoundError:
                 continue  # dropped meanwhile
             except Exception as exc:

@@ -256,8 +256,8 @@ class Replicator:
         committed = secondary.transaction_version(app_id(pdir)) is not None
         digests: dict[str, str] = {}
         written = 0
+        attempt = uuid.uuid4().hex[:8]
         if not committed:
-            attempt = uuid.uuid4().hex[:8]
             if self._by_spark(files):
                 digests, written = self._copy_files_with_spark(table, target, files, attempt, progress)
                 self._step("replica-after-file")
@@ -284,8 +284,9 @@ class Replicator:
             self._step("replica-after-commit")
         else:
             version = self._committed(target, pdir)
-            for f in files:
-                digests[f.path] = self._verified(target, f)
+            for f in files:  # verified against the source again; a copy that differs is replaced
+                _, digests[f.path], copied = self._copy_file(table, target, f, attempt, progress)
+                written += copied
         checksum = partition_checksum(files, digests)
         wh.write_success_marker(
             target,
@@ -300,7 +301,13 @@ class Replicator:
         self._remove_temporaries(target, value)
         size = sum(f.size for f in files)
         self.catalog.store.finish_copy(
-            copy, self.owner, files=len(files), bytes=size, checksum=checksum, delta_version=version
+            copy,
+            self.owner,
+            files=len(files),
+            bytes=size,
+            checksum=checksum,
+            delta_version=version,
+            file_digests=digests,
         )
         result = CopyResult(
             table=str(table.name),
@@ -374,15 +381,6 @@ class Replicator:
             progress(size)
         return size, digest, written
 
-    def _verified(self, target: Table, f: LiveFile) -> str:
-        """The SHA-256 of a committed copy, checked against its source's size."""
-        size, digest = sha256_of(Path(target.location) / f.path)
-        if size != f.size:
-            raise ReplicationFailedError(
-                f"committed copy {target.location}/{f.path} has {size} bytes, the source {f.size}"
-            )
-        return digest
-
     def _committed(self, target: Table, pdir: str) -> int:
         version = self.catalog.warehouse.find_commit(target, REPLICA_KEY, pdir, -1)
         if version is None:
@@ -427,6 +425,81 @@ class Replicator:
             retry_at=retry_at,
         )
         return error
+
+
+@dataclass(frozen=True)
+class ScrubFinding:
+    """A present copy whose files differ from what was verified when it was copied."""
+
+    table: str
+    cluster: str
+    partition: str
+    path: str
+    error: str
+
+
+def scrub(
+    catalog: Catalog,
+    table: Table,
+    verified_before: datetime | None = None,
+    limit: int = 4,
+) -> tuple[int, list[ScrubFinding]]:
+    """Verify present copies of ``table`` on its secondaries against their recorded SHA-256s.
+
+    Up to ``limit`` copies not verified since ``verified_before`` (default: a day ago), least
+    recently verified first; each file of the copy is read and hashed. A copy whose file is missing
+    or differs (a flipped byte: same size, other digest) is *invalidated* — no longer present,
+    so queries on that secondary stop reading the partition (they fall back to the primary) and
+    the next copy pass copies it again, replacing the damaged file (``copy_verified``). A copy
+    made before digests were recorded is compared with the primary's files, and its digests
+    recorded. Returns how many copies were verified, and what was found.
+    """
+    store = catalog.of(table).store
+    verified_before = verified_before or clock.now() - timedelta(days=1)
+    replicas = {r.cluster: r for r in catalog.replicas(table)}
+    checked, found = 0, []
+    for copy in store.copies_to_verify(table.id, verified_before, limit):
+        replica = replicas.get(copy.cluster)
+        if replica is None:
+            continue
+        expected = copy.file_digests
+        if expected is None:  # copied before digests were recorded: the primary's files say
+            primary = [
+                f
+                for f in catalog.warehouse.live_files(catalog.load(table))
+                if f.partition == copy.partition_value
+            ]
+            expected = {f.path: sha256_of(Path(table.location) / f.path)[1] for f in primary}
+        problem = None
+        for path, digest in sorted(expected.items()):
+            where = Path(replica.location) / path
+            try:
+                actual = sha256_of(where)[1]
+            except FileNotFoundError:
+                problem = (path, f"file {where} is missing")
+                break
+            if actual != digest:
+                problem = (
+                    path,
+                    f"file {where} has SHA-256 {actual}, but {digest} was verified when it was copied",
+                )
+                break
+        checked += 1
+        if problem is None:
+            store.copy_verified(copy, expected)
+            continue
+        error = (
+            f"replica on {copy.cluster}: partition {iso(copy.partition_value)} of {table.name}: "
+            f"{problem[1]}; no longer read there, and copied again by the next copy pass"
+        )
+        if store.invalidate_copy(copy, error):
+            found.append(
+                ScrubFinding(str(table.name), copy.cluster, iso(copy.partition_value), problem[0], error)
+            )
+            event(log, logging.WARNING, "replica.damaged", "a replica file differs from its verified digest",
+                  table=str(table.name), cluster=copy.cluster, partition=iso(copy.partition_value),
+                  path=problem[0], error=error)  # fmt: skip
+    return checked, found
 
 
 def partition_checksum(files: Sequence[LiveFile], digests: dict[str, str]) -> str:

@@ -52,6 +52,8 @@ def copy_from_row(row: Any) -> PartitionCopy:
         delta_version=m["delta_version"],
         started_at=_out(m["started_at"]),
         copied_at=_out(m["copied_at"]),
+        file_digests=m["file_digests"],
+        verified_at=_out(m["verified_at"]),
     )
 
 
@@ -267,9 +269,13 @@ class ReplicaStore(Database):
         bytes: int,
         checksum: str,
         delta_version: int,
+        file_digests: dict[str, str] | None = None,
         now: datetime | None = None,
     ) -> PartitionCopy:
-        """The copy is present: verified and committed to the secondary's Delta log."""
+        """The copy is present: verified and committed to the secondary's Delta log.
+
+        ``file_digests``: each file's SHA-256 as verified (path → hex), kept for check and scrub.
+        """
         now = now or _now()
         with self.tx() as conn:
             fence_table(conn, copy.table_id, self.label)  # not while its namespace moves
@@ -289,10 +295,67 @@ class ReplicaStore(Database):
                     "checksum": checksum,
                     "delta_version": delta_version,
                     "copied_at": _db(now),
+                    "file_digests": file_digests,
+                    "verified_at": _db(now),
                 },
                 gone=ConflictError,
             )
             return _read_copy(conn, copy.partition_id, copy.cluster)
+
+    def copies_to_verify(self, table_id: int, verified_before: datetime, limit: int) -> list[PartitionCopy]:
+        """Present copies of the table not verified since ``verified_before``, least recently first."""
+        c = s.partition_copies.c
+        q = (
+            _copy_query()
+            .where(
+                c.table_id == table_id,
+                c.state == CopyState.PRESENT.value,
+                sa.or_(c.verified_at.is_(None), c.verified_at < _db(verified_before)),
+            )
+            .order_by(c.verified_at.is_not(None), c.verified_at, c.partition_id)
+            .limit(limit)
+        )
+        with self.read_tx() as conn:
+            return [copy_from_row(r) for r in conn.execute(q).all()]
+
+    def copy_verified(
+        self, copy: PartitionCopy, file_digests: dict[str, str], now: datetime | None = None
+    ) -> bool:
+        """Record that a present copy's files were found to match ``file_digests`` just now."""
+        c = s.partition_copies.c
+        with self.tx() as conn:
+            return bool(
+                conn.execute(
+                    sa.update(s.partition_copies)
+                    .where(_copy_key(copy.partition_id, copy.cluster), c.state == CopyState.PRESENT.value)
+                    .values(file_digests=file_digests, verified_at=_db(now or _now()))
+                ).rowcount
+            )
+
+    def invalidate_copy(self, copy: PartitionCopy, error: str, now: datetime | None = None) -> bool:
+        """A present copy whose files no longer match what was verified is present no more.
+
+        PRESENT → COPYING, unowned and free to claim at once: queries stop reading the partition
+        there (they read present copies only), and the next copy pass copies it again, replacing
+        the files that differ from the source. Returns whether it was present.
+        """
+        now = now or _now()
+        c = s.partition_copies.c
+        with self.tx() as conn:
+            return bool(
+                conn.execute(
+                    sa.update(s.partition_copies)
+                    .where(_copy_key(copy.partition_id, copy.cluster), c.state == CopyState.PRESENT.value)
+                    .values(
+                        state=CopyState.COPYING.value,
+                        owner=None,
+                        lease_until=_db(now),
+                        error=error,
+                        retry_at=None,
+                        verified_at=None,
+                    )
+                ).rowcount
+            )
 
     def release_copy(
         self,

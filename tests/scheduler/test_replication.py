@@ -14,14 +14,16 @@ import subprocess
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from ingest.chunks import ChunkWriter
 from ingest.formats import Format
+from metastore import clock
 from metastore.catalog import Catalog
 from metastore.errors import AlreadyExistsError, NotFoundError, UserInputError
-from metastore.models import PartitionState, Table
+from metastore.models import PartitionState, Table, iso
 from metastore.replicas import REPLICA_KEY, CopyState, Replica, replica_table
 from metastore.warehouse import partition_dir
 from scheduler.replication import Replicator
@@ -332,3 +334,61 @@ def test_the_heartbeat_renews_live_claims_only(catalog: Catalog, tmp_path: Path)
     assert by_partition[held.partition_id].lease_until > datetime.now(UTC) + timedelta(minutes=59)  # type: ignore[operator]
     assert by_partition[released.partition_id].lease_until <= datetime.now(UTC)  # type: ignore[operator]
     assert catalog.store.renew_copy_leases("daemon-b", timedelta(hours=1)) == 0
+
+
+def _flip_a_byte(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[40] ^= 0x10  # inside the first column chunk's data: the footer (and the size) stay as they were
+    path.write_bytes(bytes(data))
+
+
+def _overwrite_64_bytes(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[8:72] = bytes(64)
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("finder", ["check", "housekeeping"])
+@pytest.mark.parametrize("damage", [_flip_a_byte, _overwrite_64_bytes], ids=["one-byte", "64-bytes"])
+def test_a_replica_file_changed_in_place_is_found_no_longer_read_and_copied_again(
+    catalog: Catalog, tmp_path: Path, damage: Any, finder: str
+) -> None:
+    """Issue 25: a secondary's file damaged in place (same size, same Parquet footer): sizes and row
+    counts agree, so only its SHA-256 — verified when it was copied, kept per file — tells. check
+    names it, or the daemon's housekeeping scrub finds it; either makes the partition absent there
+    (queries on that secondary stop reading it), and the next copy pass replaces the file with the
+    source's bytes."""
+    from metastore.integrity import check_table
+    from scheduler.housekeeping import Housekeeper
+
+    _clusters(catalog, tmp_path, "c1", "c2")
+    table = _table(catalog)
+    _rolled(catalog, table, 2)
+    Replicator(catalog).replicate(table)
+    copies = catalog.store.list_copies(table.id, "c2")
+    assert all(c.file_digests and c.verified_at for c in copies) and len(copies) == 2
+    assert check_table(catalog, table) == []
+    [replica] = catalog.replicas(table)
+    damaged = sorted(Path(replica.location).glob("*/part-*.parquet"))[0]
+    path = str(damaged.relative_to(replica.location))
+    source = Path(table.location) / path
+    size = damaged.stat().st_size
+    damage(damaged)
+    assert damaged.stat().st_size == size and damaged.read_bytes() != source.read_bytes()
+    value = next(c.partition_value for c in copies if path in (c.file_digests or {}))
+    assert value in catalog.present_on(table, "c2")
+    if finder == "check":
+        [problem] = check_table(catalog, table)
+        assert (problem.kind, problem.severity, problem.path) == ("replica_file_digest", "error", path)
+        assert "replica on c2" in problem.message and "SHA-256" in problem.message
+        assert "no longer read there" in problem.message
+    else:  # a day later: each copy is read back about daily
+        report = Housekeeper(catalog).run(now=clock.now() + timedelta(days=2))
+        assert report.replicas_verified == 2 and len(report.replicas_damaged) == 1
+        assert path in report.replicas_damaged[0] and report.errors == {}
+    assert value not in catalog.present_on(table, "c2")  # queries on c2 no longer read it
+    assert len(catalog.present_on(table, "c2")) == 1
+    again = Replicator(catalog).replicate(table)
+    assert [c.partition for c in again.copied] == [iso(value)] and again.copied[0].copied_bytes == size
+    assert damaged.read_bytes() == source.read_bytes()
+    assert value in catalog.present_on(table, "c2") and check_table(catalog, table) == []
