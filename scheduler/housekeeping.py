@@ -12,7 +12,7 @@
   (``delta.checkpointInterval``, ``delta.logRetentionDuration``: :mod:`metastore.delta_log`);
 - prune the metastore rows of old chunks into per-partition summaries, so the metastore stays
   small at millions of chunks (``describe`` reads partition rows, which stay);
-- forget old roll attempt history;
+- forget old roll attempt history, and the leases of commit holders that lapsed an hour ago;
 - scrub replicas: read back a few present copies on secondaries each pass (those not verified for
   a day, least recently verified first) and compare each file's SHA-256 with the one verified
   when it was copied; a copy that differs is no longer present — queries stop reading it there —
@@ -31,6 +31,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from ingest.commit_holders import PREFIX as HOLDER_PREFIX
 from ingest.config import ChunkConfig
 from metastore import clock
 from metastore.catalog import Catalog
@@ -66,6 +67,7 @@ class HousekeepingReport:
     attempts_pruned: int = 0
     replicas_verified: int = 0  # present copies whose files were read back and compared
     replicas_damaged: list[str] = field(default_factory=list)  # what the scrub found, one line each
+    holders_pruned: int = 0  # lapsed commit-holder leases deleted
     errors: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
@@ -133,6 +135,8 @@ class Housekeeper:
                     error=str(exc),
                 )
         report.attempts_pruned = store.prune_roll_attempts(now - self.config.history_retention)
+        # commit holders' leases (one per process that committed): gone an hour after they lapsed
+        report.holders_pruned = store.delete_lapsed_leases(HOLDER_PREFIX, now - timedelta(hours=1))
         return report
 
     # -- files ---------------------------------------------------------------------------------

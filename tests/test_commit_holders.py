@@ -13,16 +13,19 @@ import json
 import signal
 import subprocess
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
 from ingest.chunks import ChunkWriter
-from ingest.commit_holders import GRACE, TTL
+from ingest.commit_holders import GRACE, PREFIX, TTL
 from ingest.errors import ChunkBusyError
 from ingest.formats import Format
+from metastore import clock
 from metastore.errors import TableIntegrityError
 from metastore.models import ChunkState, Table
+from scheduler.housekeeping import Housekeeper
 from tests.fixtures import make_table
 from tests.helpers import all_ids, duplicates, records, worker_call
 
@@ -91,3 +94,7 @@ def test_a_retry_takes_a_commit_over_from_a_killed_holder_within_seconds(catalog
     assert sorted(ids) == list(range(10)) and duplicates(ids) == []
     done = catalog.store.find_chunk_by_key(table.id, "w0-0")
     assert done.state is ChunkState.COMMITTED and result.chunk == done.id
+    # housekeeping forgets the dead holder's lease an hour after it lapsed
+    assert catalog.store.get_lease(PREFIX + chunk.holder) is not None
+    report = Housekeeper(catalog).run(now=clock.now() + timedelta(hours=2))
+    assert report.holders_pruned >= 1 and catalog.store.get_lease(PREFIX + chunk.holder) is None

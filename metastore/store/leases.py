@@ -155,6 +155,19 @@ class LeaseStore(Database):
             row = _held(conn, lease, now, {"renewed_at": _db(now), "expires_at": _db(now + ttl)})
         return lease_from_row(row)
 
+    def delete_lapsed_leases(self, prefix: str, before: datetime) -> int:
+        """Delete the leases named ``prefix…`` that lapsed before ``before`` (one per process that
+        ever held one, such as commit holders: they would pile up). Returns how many went."""
+        c = s.leases.c
+        with self.tx() as conn:
+            return int(
+                conn.execute(
+                    sa.delete(s.leases).where(
+                        c.name.startswith(prefix, autoescape=True), c.expires_at < _db(before)
+                    )
+                ).rowcount
+            )
+
     def release_lease(self, lease: Lease, now: datetime | None = None) -> bool:
         """Give a lease up at once (e.g. at shutdown) so another process may take it without waiting."""
         now = now or _now()
