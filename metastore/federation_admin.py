@@ -320,8 +320,6 @@ class FederationAdmin:
                 self.set_route(namespace, metastore)  # pin it (a prefix or the default placed it)
             return current
         there = self.router.store(metastore).find_namespace(namespace)
-        if there is None:  # it would have to be made there: as `namespace create` checks
-            self.router.check_creates(metastore, namespace)
         if there is None and not force:
             tables, links = self.router.store(current).namespace_members(namespace)
             if tables or links:
@@ -331,6 +329,8 @@ class FederationAdmin:
                     f"them. Move it instead (streampart namespace move {namespace} --to {metastore}), or "
                     "add --force"
                 )
+        if there is None:  # it would have to be made there: as `namespace create` checks
+            self.router.check_creates(metastore, namespace)
         self.set_route(namespace, metastore)
         return current
 

@@ -14,6 +14,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ingest.api.errors import error_response
+from ingest.api.uploads import json_fault
 from metastore.errors import StreampartError
 
 
@@ -50,6 +51,16 @@ async def _on_validation(_request: Request, exc: Exception) -> JSONResponse:
 
 async def _on_http(_request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
+    if exc.status_code == 400 and isinstance(exc.__cause__, ValueError | RecursionError):
+        # FastAPI's "There was an error parsing the body": a JSON body past the parser's limits
+        return JSONResponse(
+            {
+                "error": "malformed_body",
+                "message": f"body cannot be read: {json_fault(exc.__cause__)}",
+                "field": "body",
+            },
+            400,
+        )
     code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
     return JSONResponse(
         {

@@ -122,12 +122,19 @@ def parse_json_body(
         raise BodyError(
             f"{what} is not JSON: {exc.msg} at {at}", line=exc.lineno if line is None else line, field=field
         ) from None
-    except ValueError as exc:  # Python reads integers of at most 4300 digits (CVE-2020-10735)
-        digits = _DIGITS.search(str(exc))
-        why = f"a number of {digits[2]} digits (at most {digits[1]} are read)" if digits else str(exc)
-        raise BodyError(f"{what} cannot be read: {why}", line=line, field=field) from None
-    except RecursionError:  # json.loads may exhaust the stack before its own depth check
-        raise BodyError(f"{what} is not JSON: nested too deep", line=line, field=field) from None
+    except (ValueError, RecursionError) as exc:
+        raise BodyError(f"{what} cannot be read: {json_fault(exc)}", line=line, field=field) from None
+
+
+def json_fault(exc: BaseException) -> str:
+    """Why JSON that parsed as far as the parser's limits could not be read, for a message: Python
+    reads integers of at most 4300 digits (CVE-2020-10735), and nesting as deep as its stack."""
+    if isinstance(exc, RecursionError):
+        return "it is nested too deep"
+    digits = _DIGITS.search(str(exc))
+    if digits:
+        return f"a number of {digits[2]} digits (at most {digits[1]} are read)"
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
 
 
 _DIGITS = re.compile(r"limit \((\d+) digits\).*value has (\d+) digits")

@@ -432,8 +432,9 @@ def test_uploads_and_events_report_fields_the_table_lacks(server: Server) -> Non
 
 
 def test_events_nested_too_deep_or_with_a_number_too_long_are_400s_naming_the_fault(server: Server) -> None:
-    """JSON nested 100,000 deep, or a 5,000-digit integer, in the body or in a Flume event's body:
-    a 400 whose message says which, never a 500 nor a traceback in the server's log."""
+    """JSON nested 100,000 deep, or a 5,000-digit integer, in the body or in a Flume event's body
+    (and in the body of a chunk's opening): a 400 whose message says which, never a 500 nor a
+    traceback in the server's log."""
     ts = '"ts": "2026-11-21T10:00:00Z"'
     deep = "[" * 100_000 + "]" * 100_000
     huge = "9" * 5000
@@ -454,6 +455,11 @@ def test_events_nested_too_deep_or_with_a_number_too_long_are_400s_naming_the_fa
             assert r.status_code == 400, (says, r.status_code, r.text[:300])
             assert r.json()["error"] == "malformed_body" and r.json()["field"] == field, r.text[:300]
             assert says in r.json()["message"], r.text[:300]
+        for body, says in [(deep, "nested too deep"), (f'{{"idempotency_key": {huge}}}', "5000 digits")]:
+            r = http.post("/v1/tables/ns/events/chunks", content=body.encode(),
+                          headers={"Content-Type": "application/json"})  # fmt: skip
+            assert r.status_code == 400 and r.json()["error"] == "malformed_body", r.text[:300]
+            assert says in r.json()["message"] and r.json()["field"] == "body", r.text[:300]
     assert sorted(all_ids(table)) == before
     assert "Traceback" not in server.log.read_text()[logged:]
 
