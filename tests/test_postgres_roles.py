@@ -22,7 +22,7 @@ from scheduler.roll import Roller
 from tests.fixtures import make_table
 from tests.helpers import records
 from tests.pg import PG_ADMIN_URL
-from tests.test_cli import assert_user_error, run
+from tests.test_cli import CREATE, assert_user_error, run
 
 # docs/operations.md, "PostgreSQL": run by an administrator, then (connected to the new database)
 # by the owner; $OWNER, $APP and $DB stand for streampart_owner, streampart and streampart there.
@@ -56,9 +56,12 @@ def test_the_owner_migrates_and_a_runtime_role_with_table_privileges_runs_the_re
         _psql(owner_url, GRANTS.format(**names))
         app = app_url.render_as_string(hide_password=False)
 
-        # the runtime role first: it may not create the schema — one line says so
-        refused = run(warehouse, "--metastore", app, "table", "list")
+        # the runtime role first: it may not create the schema — one line says so (a command that
+        # only reads does not try: the metastore does not exist yet)
+        refused = run(warehouse, "--metastore", app, "table", "create", "shop.x", *CREATE)
         assert_user_error(refused, "may not bring its schema to revision", "owns the schema")
+        missing = run(warehouse, "--metastore", app, "table", "list")
+        assert_user_error(missing, "does not exist (the database has no streampart schema)")
 
         Catalog.open(warehouse, owner_url.render_as_string(hide_password=False)).close()  # migrations
         catalog = Catalog.open(warehouse, app)
