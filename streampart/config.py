@@ -148,6 +148,14 @@ class SqlServerConfig(BaseModel):
         description="How long a snapshot pinned for one statement serves the next ones: a commit or roll "
         "is visible to statements that start at most this long after it.",
     )
+    # Why 10 min: an analyst's statement over the warehouse's tables answers in seconds to minutes;
+    # one that runs longer (a CROSS JOIN by mistake) holds executors every other session shares,
+    # and with a client that has gone away nobody waits for its answer any more.
+    statement_timeout: Duration = Field(
+        timedelta(minutes=10),
+        gt=timedelta(0),
+        description="A statement that runs longer is cancelled, its tasks stopped, and its client told so.",
+    )
 
 
 class Settings(BaseSettings):

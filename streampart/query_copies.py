@@ -29,7 +29,7 @@ from metastore.errors import TableIntegrityError
 from metastore.links import Resolved
 from metastore.models import PartitionState, iso
 from metastore.replicas import Replica, replica_table
-from streampart.query import Snapshot, pin_snapshots
+from streampart.query import Snapshot, identity, pin_snapshots
 from streampart.query_cluster import Input
 from streampart.query_policy import TableRef
 
@@ -73,17 +73,18 @@ class Located:
 def locate(catalog: Catalog, refs: Iterable[TableRef]) -> dict[TableRef, Located]:
     """Pin each table a statement reads on its primary (:func:`streampart.query.pin_snapshots`), and
     find what each of its secondaries holds of what the statement reads."""
-    found: dict[int, tuple[dict[datetime, PartitionState], list[Replica], dict[str, set[datetime]]]] = {}
+    # per table, by its identity across the federation (row ids repeat across metastores)
+    found: dict[str, tuple[dict[datetime, PartitionState], list[Replica], dict[str, set[datetime]]]] = {}
     out = {}
     # the files are checked where they are read (snapshots_on): on the primary, or not at all
     for ref, (resolved, snap) in pin_snapshots(catalog, refs, check=False).items():
         table = resolved.table
-        if table.id not in found:
+        if identity(table) not in found:
             states = {p.value: p.state for p in catalog.of(table).store.list_partitions(table.id)}
             replicas = catalog.replicas(table)
             present = {r.cluster: catalog.present_on(table, r.cluster) for r in replicas}
-            found[table.id] = (states, replicas, present)
-        states, replicas, present = found[table.id]
+            found[identity(table)] = (states, replicas, present)
+        states, replicas, present = found[identity(table)]
         read = tuple(sorted({f.partition for f in snap.files}))
         copies = {r.cluster: _copy(r, read, states, present[r.cluster]) for r in replicas}
         time_travel = ref.version is not None or ref.timestamp is not None
@@ -127,7 +128,7 @@ def snapshots_on(
         TableIntegrityError: a partition recorded present on ``cluster`` is not in its Delta log.
     """
     cut_names = set(cuts)
-    copies: dict[int, tuple[Any, list[Any]]] = {}  # one version of each secondary table
+    copies: dict[str, tuple[Any, list[Any]]] = {}  # one version of each secondary table
     out = {}
     for ref, loc in located.items():
         if cluster == loc.cluster:
@@ -137,10 +138,10 @@ def snapshots_on(
         copy = loc.copies[cluster]
         table = loc.resolved.table
         on = replica_table(table, copy.replica)
-        if table.id not in copies:
+        if identity(table) not in copies:
             dt = catalog.warehouse.load(on)
-            copies[table.id] = (dt, catalog.warehouse.live_files(dt))
-        dt, files = copies[table.id]
+            copies[identity(table)] = (dt, catalog.warehouse.live_files(dt))
+        dt, files = copies[identity(table)]
         wanted = set(copy.cut if ref.name in cut_names else loc.partitions)
         mine = tuple(f for f in files if f.partition in wanted)
         lacking = wanted - {f.partition for f in mine}

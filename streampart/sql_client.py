@@ -206,6 +206,13 @@ def server_message(exc: Exception) -> str:
     status = exc.args[0].status if exc.args and hasattr(exc.args[0], "status") else None
     text = getattr(status, "errorMessage", None) or str(exc)
     line = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
+    if "found TIMEDOUT" in line:
+        return (
+            "query failed: the statement ran past the SQL server's statement timeout "
+            "([sqlserver] statement_timeout) and was cancelled"
+        )
+    if "found CANCELED" in line:
+        return "query failed: the statement was cancelled"
     return "query failed: " + _ERROR_RUNNING.sub("", line)
 
 

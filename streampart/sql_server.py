@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import os
 import secrets
+import tempfile
 from datetime import timedelta
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from metastore.errors import UserInputError
@@ -37,6 +39,23 @@ if TYPE_CHECKING:
 
     from metastore.catalog import Catalog
     from streampart.config import SparkConfig
+
+
+_FAIR_POOLS = """<?xml version="1.0"?>
+<allocations>
+  <pool name="default"><schedulingMode>FAIR</schedulingMode><weight>1</weight><minShare>0</minShare></pool>
+</allocations>
+"""
+
+
+def _fair_pools() -> Path:
+    """Spark's scheduler allocation file: the default pool shares its slots fairly between jobs."""
+    path = Path(tempfile.gettempdir()) / f"streampart-fair-pools-{os.getuid()}.xml"
+    if not path.is_file() or path.read_text() != _FAIR_POOLS:
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(_FAIR_POOLS)
+        tmp.replace(path)
+    return path
 
 
 def _check_free(host: str, port: int) -> None:
@@ -82,9 +101,11 @@ class SqlServer:
         port: int = 10000,
         freshness: timedelta = timedelta(seconds=5),
         token_ttl: float = 5.0,
+        statement_timeout: timedelta = timedelta(minutes=10),
     ) -> None:
         self.catalog, self.host, self.port = catalog, host, port
         self.spark_config, self.freshness, self.token_ttl = spark_config, freshness, token_ttl
+        self.statement_timeout = statement_timeout
         self.secret = secrets.token_urlsafe(32)
         self.spark: SparkSession | None = None
         self._server: Any = None
@@ -99,7 +120,17 @@ class SqlServer:
                 f"a SQL server already serves this warehouse ({server_file(self.catalog.warehouse.root)})"
             )
         _check_free(self.host, self.port)  # Hive's Thrift server exits the JVM if it cannot listen
-        conf = {**self.spark_config.conf, "spark.sql.hive.thriftServer.singleSession": "false"}
+        conf = {
+            **self.spark_config.conf,
+            "spark.sql.hive.thriftServer.singleSession": "false",
+            # sessions share the executors: each statement's tasks take turns with every other's
+            # (FAIR between jobs of the default pool), so one heavy statement slows the others but
+            # never starves them; and a statement past its timeout is cancelled, tasks interrupted
+            "spark.scheduler.mode": "FAIR",
+            "spark.scheduler.allocation.file": str(_fair_pools()),
+            "spark.sql.thriftServer.queryTimeout": f"{max(1, int(self.statement_timeout.total_seconds()))}s",
+            "spark.sql.thriftServer.interruptOnCancel": "true",
+        }
         spark = self.spark = spark_session(self.spark_config.model_copy(update={"conf": conf}))
         gateway = spark.sparkContext._gateway
         assert gateway is not None

@@ -194,3 +194,32 @@ def test_registered_views_stay_pinned_until_registered_again(spark, sqlite_catal
     assert spark.sql(f"SELECT count(*) AS n FROM {view}").first()["n"] == 10  # still the pinned snapshot
     register_views(spark, sqlite_catalog, {"ns.events"})
     assert spark.sql(f"SELECT count(*) AS n FROM {view}").first()["n"] == 15
+
+
+def test_tables_of_several_metastores_are_never_taken_for_one_another(spark, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Issue 25: row ids repeat across metastores; snapshots were keyed by them (12/12/12 for 12/4/2)."""
+    from metastore.catalog import Catalog
+    from streampart.query_plan import plan, run
+
+    cat = Catalog.open(tmp_path / "warehouse", f"sqlite:///{tmp_path / 'primary.sqlite'}")
+    for name in ("m1", "m2"):
+        cat.add_metastore(name, f"sqlite:///{tmp_path / name}.sqlite", "read-write-create")
+    cat.set_route("sales", "m1")
+    cat.set_route("sales_eu", "m2")
+    counts = {"shop.orders": 12, "sales.orders": 4, "sales_eu.orders": 2}
+    for name, n in counts.items():
+        table = make_table(cat, name)
+        ChunkWriter(cat, table).write(records(range(n)), Format.JSONL)
+    ids = {cat.table(name).id for name in counts}
+    assert ids == {1}, ids  # the first table of each metastore: the same row id everywhere
+    sql = (
+        "SELECT (SELECT count(*) FROM shop.orders) AS a, (SELECT count(*) FROM sales.orders) AS b, "
+        "(SELECT count(*) FROM sales_eu.orders) AS c"
+    )
+    [row] = run_sql(spark, cat, sql).collect()
+    assert (row["a"], row["b"], row["c"]) == (12, 4, 2)
+    [row] = run(spark, cat, plan(cat, sql)).collect()  # the CLI's planner (copies, cluster choice)
+    assert (row["a"], row["b"], row["c"]) == (12, 4, 2)
+    joined = "SELECT count(*) AS n FROM shop.orders s JOIN sales.orders o USING (id)"
+    assert run_sql(spark, cat, joined).collect()[0]["n"] == 4
+    cat.close()

@@ -86,7 +86,11 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
         "hr": _token(catalog, "hr", "read:hr"),
         "writer": _token(catalog, "writer", "write:shop"),
     }
-    env = {**_cli_env(warehouse), "STREAMPART_SQLSERVER__FRESHNESS": "1s"}
+    env = {
+        **_cli_env(warehouse),
+        "STREAMPART_SQLSERVER__FRESHNESS": "1s",
+        "STREAMPART_SQLSERVER__STATEMENT_TIMEOUT": "20s",  # test_a_runaway_statement_…
+    }
     log = (root / "server.log").open("w")
     port = free_port()
     proc = subprocess.Popen(
@@ -482,3 +486,31 @@ def test_names_resolve_as_spark_resolves_them(served: Served) -> None:
             "SELECT (SELECT count(*) FROM shop.quiet) + (SELECT count(*) FROM shop.quiet) - 5",
         ):
             assert list(conn.execute(statement)[1]) == [(5,)], statement
+
+
+def test_a_runaway_statement_is_cancelled_and_never_starves_the_others(served: Served) -> None:
+    """Issue 25: one read token's statement held every executor, and ran on after its client left.
+
+    Statements of all sessions take turns at the executors (FAIR between jobs): another session's
+    statement answers between the heavy one's tasks instead of after all of them; and a statement
+    past ``statement_timeout`` (20 s here) is cancelled. (Spark never pre-empts a running task: a
+    statement whose every task runs for minutes holds its cores until its timeout.)
+    """
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    runaway = "SELECT count(*) FROM range(0, 100000000000, 1, 10000) WHERE id % 7 = 99"
+    with served.connect("analyst") as warm:  # a server's first statements are slow (JIT, first pins)
+        for _ in range(3):
+            assert list(warm.execute("SELECT count(*) FROM shop.quiet")[1]) == [(5,)]
+    with ThreadPoolExecutor(max_workers=1) as pool, served.connect("analyst") as heavy:
+        started = time.monotonic()
+        running = pool.submit(lambda: list(heavy.execute(runaway)[1]))
+        time.sleep(3)  # its tasks hold the executors now
+        with served.connect("analyst") as light:
+            assert list(light.execute("SELECT count(*) FROM shop.quiet")[1]) == [(5,)]
+        assert not running.done(), running.exception()  # answered while the heavy one still ran
+        with pytest.raises(Exception, match="ran past the SQL server's statement timeout") as cancelled:
+            running.result(timeout=120)
+        assert time.monotonic() - started < 60
+    assert "\tat " not in str(cancelled.value)

@@ -55,6 +55,7 @@ def sql_server(
         config.port,
         config.freshness,
         settings.server.auth_cache_ttl.total_seconds(),
+        config.statement_timeout,
     )
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
