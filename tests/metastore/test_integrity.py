@@ -25,6 +25,7 @@ from scheduler.roll import Roller
 from streampart.query import pin
 from tests.fixtures import make_table
 from tests.helpers import records, worker_call
+from tests.test_cli import run as cli
 
 
 def _commit(table: Table, version: int) -> Path:
@@ -169,6 +170,13 @@ def test_a_commit_file_cut_at_a_line_is_refused_by_what_the_metastore_recorded_a
     [problem] = [p for p in check_table(catalog, table) if p.severity == "error"]
     assert problem.kind == "commit_mismatch" and problem.version == 3
     assert problem.path == str(_commit(table, 3)) and "lacks file" in problem.message
+    # and as a user sees it: `table read` refuses in one line, `check` names table, version and file
+    root, url = catalog.warehouse.root, catalog.store.url
+    read = cli(root, "--metastore", url, "table", "read", str(table.name))
+    assert read.returncode == 1 and read.message.startswith("error: ") and "lacks file" in read.message
+    checked = cli(root, "--metastore", url, "check", str(table.name))
+    assert checked.returncode == 1 and "commit_mismatch" in checked.stdout + checked.stderr
+    assert str(_commit(table, 3)) in checked.stdout + checked.stderr
 
 
 def test_a_newest_commit_deleted_under_a_running_writer_is_not_taken_again(catalog) -> None:  # type: ignore[no-untyped-def]
