@@ -208,3 +208,21 @@ def run_worker(catalog, table, *args: str):  # type: ignore[no-untyped-def]
     proc = subprocess.run(**worker_call(catalog, table, *args), capture_output=True, timeout=120)
     acks = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     return proc.returncode, acks, proc.stderr
+
+
+def test_a_sweep_commit_cut_at_a_line_is_refused(catalog) -> None:  # type: ignore[no-untyped-def]
+    """The newest commit a roll's sweep (written by delta-rs) cut after its commitInfo: its remove
+    and add lines lost, the standard partition's rows would vanish; its count of actions names it."""
+    table = make_table(catalog)
+    w = ChunkWriter(catalog, table)
+    for k in range(2):
+        w.write(records(range(k * 10, k * 10 + 10)), Format.JSONL)
+    Roller(catalog).roll_table(table, force=True)
+    sweep = max(int(p.stem) for p in (Path(table.location) / "_delta_log").glob("*.json"))
+    _cut_at_a_line(_commit(table, sweep))
+    with pytest.raises(TableIntegrityError, match=f"version {sweep} is empty, cut short"):
+        pin(catalog, table)
+    with pytest.raises(TableIntegrityError, match="cut short"):
+        ChunkWriter(catalog, table).write(records(range(100, 110)), Format.JSONL)
+    assert not _commit(table, sweep + 1).exists()
+    assert ("commit_damaged", sweep) in {(p.kind, p.version) for p in check_table(catalog, table)}
