@@ -18,7 +18,7 @@ from ingest.chunks import ChunkWriter
 from ingest.formats import Format
 from metastore.catalog import Catalog
 from metastore.errors import RetriableError, StorageFullError
-from metastore.models import PartitionState
+from metastore.models import ChunkState, PartitionState
 from scheduler.roll import Roller
 from tests.api.fixtures import Server, auth
 from tests.fixtures import make_table
@@ -144,3 +144,24 @@ def test_an_upload_to_a_full_disk_is_507_with_retry_after(small_disk: Path, tmp_
             assert http.post(f"/v1/chunks/{chunk['id']}/commit").json()["rows"] == 2000
     finally:
         srv.close()
+
+
+def test_a_commit_file_that_does_not_fit_releases_its_chunk_and_the_retry_lands_at_once(
+    catalog_on: Catalog,
+) -> None:
+    """Issue 25: the chunk is staged, then its Delta commit file does not fit: nothing was committed,
+    so the attempt releases the chunk — its retry is not refused as busy for 2 × commit_timeout."""
+    table = make_table(catalog_on)
+    w = ChunkWriter(catalog_on, table)
+    w.write(records(range(10)), Format.JSONL, key="before")
+    filler = fill(Path(catalog_on.warehouse.root).parent, leave=4096)  # one block: the staged file
+    with pytest.raises(StorageFullError, match="nothing was committed"):
+        w.write(records(range(10, 20)), Format.JSONL, key="during")
+    chunk = catalog_on.store.find_chunk_by_key(table.id, "during")
+    assert chunk is not None and chunk.files  # staged: it was its commit that found no space
+    assert chunk.state is ChunkState.RESERVED and "nothing committed" in (chunk.error or "")
+    filler.unlink()
+    assert (
+        ChunkWriter(catalog_on, table).write(records(range(10, 20)), Format.JSONL, key="during").version == 2
+    )
+    assert sorted(all_ids(table)) == list(range(20))
