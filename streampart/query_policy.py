@@ -1,27 +1,25 @@
-"""What a query of ``streampart query`` may touch: streampart snapshots, and nothing else.
+"""What a statement of ``streampart query`` may touch: streampart snapshots, and nothing else.
 
-Spark SQL can read any file (``text.`/etc/passwd```, ``IDENTIFIER('…')``, ``read_files``),
-call any Java method (``reflect``, ``java_method``) and run any program (``TRANSFORM … USING``).
-A query here is parsed (sqlglot, Spark dialect) and only the statement regenerated from the
-checked tree reaches Spark, so what is checked is what runs:
+Spark SQL can read any file (``text.`/etc/passwd```, ``IDENTIFIER('…')``), call any Java method
+(``reflect``, ``java_method``) and run any program (``TRANSFORM … USING``). What a statement may
+run is decided by ``Policy`` (``streampart/java/Policy.java``) on the plan Spark's analyzer
+resolved, however the statement spelled it. This module reads the statement first (sqlglot, Spark
+dialect) for what streampart itself must know before Spark starts:
 
-- every table reference is a table or link of the catalog — ``NAMESPACE.TABLE``, or inside the
-  namespace the query runs in ``TABLE`` and ``TABLE@SOURCE_NAMESPACE`` (that namespace's link),
-  resolved by :meth:`metastore.catalog.Catalog.resolve`, which also keeps an isolated namespace
-  to its own tables and links — rewritten to its pinned snapshot; or the name of a common table
-  expression of the same query. Anything else (Spark's temporary views, its local catalog),
-  three-part names and paths are refused;
-- a table-valued function in ``FROM`` is refused, but for ``range(…)``;
-- functions that reach outside the query (``reflect``, ``java_method``, ``try_reflect``,
-  ``IDENTIFIER``) and script transforms are refused;
-- ``VERSION AS OF n`` reads that Delta version of the table; ``TIMESTAMP AS OF 'time'`` the
-  newest version committed at or before that time. Nothing is ignored;
-- a statement is one query, ``INSERT INTO ns.t <query>`` (its result commits into ``ns.t`` as
-  one chunk) or ``CREATE TABLE ns.t [TBLPROPERTIES (…)] AS <query>`` (a new streaming table
-  with the result as its first chunk): :func:`split_statement`. Every other statement — other
-  DML, other DDL, ``INSERT OVERWRITE``, ``CREATE OR REPLACE`` — is refused, naming what to do.
+- the kind of statement: one query, ``INSERT INTO ns.t …`` (its result commits into ``ns.t`` as one
+  chunk; columns by position, a column list or ``BY NAME``, as in Spark) or ``CREATE TABLE ns.t
+  [TBLPROPERTIES (…)] AS <query>`` (a new streaming table with the result as its first chunk):
+  :func:`split_statement`. Every other statement — other DML, other DDL, ``INSERT OVERWRITE``,
+  ``CREATE OR REPLACE`` — is refused, naming what to do;
+- the tables it reads, to pin them (:func:`check`): ``NAMESPACE.TABLE``, or inside the namespace
+  the query runs in ``TABLE`` and ``TABLE@SOURCE_NAMESPACE`` (that namespace's link), resolved by
+  :meth:`metastore.catalog.Catalog.resolve` (which keeps an isolated namespace to its own tables
+  and links), at the version ``VERSION AS OF n`` / ``TIMESTAMP AS OF 'time'`` names. Paths,
+  catalog names and table functions but ``range`` are refused here already, and so are the
+  functions that call Java by name and script transforms when sqlglot sees them: earlier, with
+  a clearer message — not instead of the check on the analyzed plan.
 
-Spark itself runs with ``spark.sql.runSQLOnFiles=false`` as a second fence.
+Spark itself runs with ``spark.sql.runSQLOnFiles=false`` and ``spark.sql.variable.substitute=false``.
 """
 
 from __future__ import annotations

@@ -447,8 +447,9 @@ def test_settings_a_client_sends_when_it_connects_are_undone(served: Served) -> 
         cursor = conn.cursor()
         cursor.execute("SELECT '${x}' AS x")
         assert cursor.fetchall() == [("${x}",)]
-        with pytest.raises(Exception, match="Syntax error at or near '\\$'"):  # not substituted: not SQL
+        with pytest.raises(Exception, match="Syntax error at or near '\\$'") as failed:  # not substituted
             cursor.execute("SELECT ${x}")
+        assert "SparkExecuteStatementOperation" not in str(failed.value)  # no server stack
         cursor.execute("SELECT count(*) FROM shop.quiet")
         assert cursor.fetchall() == [(5,)]
     finally:

@@ -74,7 +74,13 @@ public final class Extensions extends AbstractFunction1<SparkSessionExtensions, 
                 // "OK:<staged statement id>:<text>"; no id: the text reads no table
                 int colon = answer.indexOf(':', 3);
                 String id = answer.substring(3, colon);
-                LogicalPlan plan = delegate.parsePlan(answer.substring(colon + 1));
+                LogicalPlan plan;
+                try {
+                    plan = delegate.parsePlan(answer.substring(colon + 1));
+                } catch (ParseException e) {
+                    // Spark's picture of where (the statement, a caret), without the server's stack
+                    throw Extensions.<RuntimeException>sneaky(new Refused(e.getMessage().strip()));
+                }
                 Statements.activate(id.isEmpty() ? null : id);
                 return plan;
             }
