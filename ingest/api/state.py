@@ -21,7 +21,7 @@ from ingest.api.metrics import ApiMetrics
 from ingest.chunks import ChunkWriter, CommitResult
 from ingest.config import ChunkConfig
 from metastore.catalog import Catalog
-from metastore.errors import NotFoundError, QuotaExceededError
+from metastore.errors import NotFoundError, QuotaExceededError, UserInputError
 from metastore.links import Link, Resolved
 from metastore.models import Chunk, Permission, Table, TableName, check_identifier
 from metastore.namespaces import Namespace, check_namespace
@@ -56,32 +56,77 @@ class ApiState:
         """The table named in the path, once ``who`` may use it so.
 
         The scope is checked before anything is looked up (403 before 404: a token without it learns
-        nothing of the namespace's tables, not even which exist), and again on the namespace the
-        table was found in, should a name ever lead elsewhere (names matched in any case)."""
+        nothing of the namespace's tables, not even which exist); see :meth:`_namespace_for` and
+        :meth:`_check_found` for names that match in any case."""
         with blame("namespace"):
             check_identifier(namespace, "namespace")
         with blame("table"):
             check_identifier(table, "table")
-        require(who, permission, namespace)
-        with blame("table"):
-            found = self.lookups.table(TableName(namespace=namespace, table=table))
-        require(who, permission, found.name.namespace)
+        asked = TableName(namespace=self._namespace_for(who, permission, namespace), table=table)
+        try:
+            with blame("table"):
+                found = self.lookups.table(asked)
+        except NotFoundError:
+            self._check_found(who, permission, asked, None)
+            raise
+        if found.name.namespace != asked.namespace:
+            self._check_found(who, permission, asked, found.name.namespace)
         return found
 
     def resolved_of(self, who: Principal, namespace: str, table: str) -> Resolved:
         """The table or link named in the path, read in its namespace, once ``who`` may read it.
 
         ``read:NS`` reads NS's tables and NS's links, whatever namespace a link's source is in.
+        Checked as :meth:`table_of` checks.
         """
         with blame("namespace"):
             check_identifier(namespace, "namespace")
         with blame("table"):
             check_identifier(table, "table")
-        require(who, Permission.READ, namespace)  # before any lookup, as in table_of
-        with blame("table"):
-            resolved = self.catalog.resolve(TableName(namespace=namespace, table=table), namespace)
-        require(who, Permission.READ, resolved.name.namespace)  # a link's is its own namespace
+        asked = TableName(namespace=self._namespace_for(who, Permission.READ, namespace), table=table)
+        try:
+            with blame("table"):
+                resolved = self.catalog.resolve(asked, asked.namespace)
+        except NotFoundError:
+            self._check_found(who, Permission.READ, asked, None)
+            raise
+        if resolved.name.namespace != asked.namespace:  # (a link's name is in its own namespace)
+            self._check_found(who, Permission.READ, asked, resolved.name.namespace)
         return resolved
+
+    def _namespace_for(self, who: Principal, permission: Permission, namespace: str) -> str:
+        """The namespace a path's ``namespace`` names once ``who`` may use it so — itself, or the one
+        it names in any case (as Spark matches names) — checked before any table is looked up: 403
+        naming ``namespace`` otherwise, whatever tables it has."""
+        if who.allows(permission, namespace):
+            return namespace
+        named = self._named(namespace)
+        if named != namespace and who.allows(permission, named):
+            return named
+        require(who, permission, namespace)
+        return namespace  # (not reached: require refused)
+
+    def _check_found(
+        self, who: Principal, permission: Permission, asked: TableName, found_in: str | None
+    ) -> None:
+        """After looking ``asked`` up (``found_in``: the namespace the name led to, None: nowhere), when
+        that was not simply ``asked``'s own namespace. If ``asked``'s namespace stands, in any case,
+        for one ``who`` may not use: 403 naming that one, found or not — so whether a table exists
+        there never shows. A name that led into a namespace ``who`` may not use is not found."""
+        named = self._named(asked.namespace)
+        if named != asked.namespace:
+            require(who, permission, named)
+        if found_in is not None and not who.allows(permission, found_in):
+            with blame("table"):
+                raise NotFoundError(f"table {asked} does not exist")
+
+    def _named(self, namespace: str) -> str:
+        """The namespace ``namespace`` names in any case (itself when ambiguous: a refusal then must
+        not tell which namespaces exist)."""
+        try:
+            return self.catalog.namespace_named(namespace)
+        except UserInputError:
+            return namespace
 
     def namespace_of(self, who: Principal, permission: Permission, namespace: str) -> Namespace:
         """The namespace named in the path, once ``who`` may use it so (403 before 404: a token

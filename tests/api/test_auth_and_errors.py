@@ -118,6 +118,31 @@ def test_a_namespace_the_token_may_not_use_answers_alike_whether_its_table_exist
     assert sorted(all_ids(server.catalog.table("other.things"))) == []  # nothing was written there
 
 
+def test_a_name_in_another_case_never_tells_another_namespace_s_tables_apart(
+    server: Server, tokens: dict[str, str]
+) -> None:
+    """Names match in any case (as Spark's): a token whose scope is read:OTHER gets, for OTHER.things
+    (other.things exists) and OTHER.nope alike, the refusal naming other — never other.things
+    itself, nor a "does not exist" that a table of other would not get; a token with read:ns reads
+    NS.events."""
+    upper = server.token("upper", "read:OTHER", "write:OTHER")
+    refusals = []
+    for name in ("things", "nope", "THINGS"):
+        for method, suffix, body in [
+            ("GET", "", None),
+            ("POST", "/chunks", {}),
+            ("POST", "/events", [{"id": 1, "ts": "2026-11-21T10:00:00Z"}]),
+        ]:
+            r = httpx.request(method, f"{server.url}/v1/tables/OTHER/{name}{suffix}", json=body,
+                              headers=auth(upper))  # fmt: skip
+            assert r.status_code == 403, (method, name, suffix, r.text)
+            refusals.append((method, suffix, r.json()["message"]))
+    assert len(set(refusals)) == 3  # one answer per route, whatever the table's name
+    assert all(":other (or admin:other)" in message for _, _, message in refusals), refusals
+    r = httpx.get(f"{server.url}/v1/tables/NS/events", headers=auth(tokens["reader"]))
+    assert r.status_code == 200 and r.json()["table"] == "ns.events", r.text
+
+
 def test_a_revoked_token_is_refused_and_the_cli_makes_and_revokes_tokens(server: Server) -> None:
     base = [*COMMAND, "--warehouse", str(server.warehouse), "--metastore", server.metastore, "token"]
     run = lambda *a: subprocess.run([*base, *a], capture_output=True, text=True, cwd=ROOT, timeout=60)  # noqa: E731
