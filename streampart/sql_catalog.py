@@ -40,12 +40,7 @@ def listing(catalog: Catalog, sql: str, may_read: Callable[[str], bool], namespa
     m = _DESCRIBE.match(sql)
     if m is not None:
         written = m.group(1).replace("`", "")
-        ref = Reference.parse(written)
-        asked = ref.namespace or namespace
-        if asked is not None and ref.via is None:  # asked first: a table of it exists or not alike
-            asked = catalog.namespace_named(asked)
-            if not may_read(asked):
-                raise QueryRefusedError(f"the token may not read namespace {asked!r} (needs read:{asked})")
+        refuse_unreadable(catalog, written, namespace, may_read)
         resolved = catalog.resolve(written, namespace)
         if not may_read(resolved.name.namespace):
             raise QueryRefusedError(
@@ -57,6 +52,28 @@ def listing(catalog: Catalog, sql: str, may_read: Callable[[str], bool], namespa
         columns.append((table.partition_column, "timestamp", f"partition ({table.mode.value} mode)"))
         return _rows(["col_name", "data_type", "comment"], columns)
     return None
+
+
+def refuse_unreadable(
+    catalog: Catalog,
+    written: str,
+    namespace: str | None,
+    may_read: Callable[[str], bool],
+    who: str = "the token",
+) -> None:
+    """Refuse ``written`` (a name as a statement wrote it) if it names a namespace the client may not
+    read — asked before the name is looked up, so a table there answers alike whether it exists or not.
+
+    Raises:
+        QueryRefusedError: naming the namespace and the scope it needs.
+    """
+    ref = Reference.parse(written)
+    asked = ref.namespace or namespace
+    if asked is None or ref.via is not None:  # a link of the session's namespace: checked once resolved
+        return
+    asked = catalog.namespace_named(asked)
+    if not may_read(asked):
+        raise QueryRefusedError(f"{who} may not read namespace {asked!r} (needs read:{asked})")
 
 
 def _readable(catalog: Catalog, may_read: Callable[[str], bool]) -> list[tuple[str, str, str]]:

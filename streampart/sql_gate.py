@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 from metastore.catalog import Catalog
 from metastore.errors import StreampartError, UserInputError
-from metastore.links import Reference, Resolved
+from metastore.links import Resolved
 from metastore.models import ApiToken, Permission, TableName
 from metastore.namespaces import check_namespace
 from streampart.errors import QueryRefusedError
@@ -58,7 +58,7 @@ from streampart.query import (
     view_of,
 )
 from streampart.query_policy import TableRef
-from streampart.sql_catalog import listing
+from streampart.sql_catalog import listing, refuse_unreadable
 from streampart.sql_endpoint import LOCAL_USER
 
 if TYPE_CHECKING:
@@ -247,14 +247,7 @@ class SqlGate:
         resolve = catalog_resolver(self.catalog, namespace)
 
         def readable(written: str) -> str:
-            ref = Reference.parse(written)
-            asked = ref.namespace or namespace
-            if asked is not None and ref.via is None:
-                asked = self.catalog.namespace_named(asked)
-                if not may_read(asked):
-                    raise QueryRefusedError(
-                        f"token {client.user!r} may not read namespace {asked!r} (needs read:{asked})"
-                    )
+            refuse_unreadable(self.catalog, written, namespace, may_read, f"token {client.user!r}")
             name = resolve(written)
             ns = TableName.parse(name).namespace
             if not may_read(ns):
