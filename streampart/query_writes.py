@@ -113,7 +113,7 @@ def output_table(catalog: Catalog, output: Output, namespace: str | None) -> tup
         table=check_identifier(ref.name, "table"),
     )
     try:
-        catalog.resolve(name, namespace)  # the namespace's isolation, as for a read
+        resolved = catalog.resolve(name, namespace)  # any case, and the namespace's isolation, as a read
     except IsolationError:
         raise IsolationError(
             f"namespace {namespace} is isolated: its statements write its own tables only, not {name}"
@@ -122,7 +122,7 @@ def output_table(catalog: Catalog, output: Output, namespace: str | None) -> tup
         if not output.create:
             raise
         return name, None  # (a link of that name: create_table refuses it, naming the link)
-    return name, catalog.table(name)
+    return resolved.name, catalog.table(resolved.name)  # (a link: ReadOnlyLinkError, naming it)
 
 
 # -- the result -------------------------------------------------------------------------------

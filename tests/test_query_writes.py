@@ -100,7 +100,7 @@ def test_insert_matches_columns_as_spark_does_and_names_what_does_not_fit(spark,
     # a column list: the result's columns are those, in that order; the ones left out are NULL
     query(cat, "INSERT INTO ns.dst (ts, id) SELECT ts, id + 200 FROM ns.src WHERE id = 2")
     # BY NAME: by the result's own names, in any order and case
-    query(cat, "INSERT INTO ns.dst BY NAME SELECT msg, TS, id + 100 AS id FROM ns.src WHERE id = 1")
+    query(cat, "INSERT INTO NS.Dst BY NAME SELECT msg, TS, id + 100 AS id FROM ns.src WHERE id = 1")
     assert all_ids(cat.table("ns.dst")) == [101, 202, 10001]
     rows = {r["id"]: r["msg"] for r in delta_rows(cat.table("ns.dst"), columns="id, msg").to_pylist()}
     assert rows[202] is None and rows[10001] == "M1", rows

@@ -89,7 +89,8 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     env = {
         **_cli_env(warehouse),
         "STREAMPART_SQLSERVER__FRESHNESS": "1s",
-        "STREAMPART_SQLSERVER__STATEMENT_TIMEOUT": "20s",  # test_a_runaway_statement_…
+        # test_a_runaway_statement_…; far above a cold server's first statements under load (~30 s)
+        "STREAMPART_SQLSERVER__STATEMENT_TIMEOUT": "75s",
     }
     log = (root / "server.log").open("w")
     port = free_port()
@@ -494,13 +495,13 @@ def test_a_runaway_statement_is_cancelled_and_never_starves_the_others(served: S
 
     Statements of all sessions take turns at the executors (FAIR between jobs): another session's
     statement answers between the heavy one's tasks instead of after all of them; and a statement
-    past ``statement_timeout`` (20 s here) is cancelled. (Spark never pre-empts a running task: a
+    past ``statement_timeout`` (75 s here) is cancelled. (Spark never pre-empts a running task: a
     statement whose every task runs for minutes holds its cores until its timeout.)
     """
     import time
     from concurrent.futures import ThreadPoolExecutor
 
-    runaway = "SELECT count(*) FROM range(0, 100000000000, 1, 10000) WHERE id % 7 = 99"
+    runaway = "SELECT count(*) FROM range(0, 1000000000000, 1, 10000) WHERE id % 7 = 99"
     with served.connect("analyst") as warm:  # a server's first statements are slow (JIT, first pins)
         for _ in range(3):
             assert list(warm.execute("SELECT count(*) FROM shop.quiet")[1]) == [(5,)]
@@ -513,5 +514,5 @@ def test_a_runaway_statement_is_cancelled_and_never_starves_the_others(served: S
         assert not running.done(), running.exception()  # answered while the heavy one still ran
         with pytest.raises(Exception, match="ran past the SQL server's statement timeout") as cancelled:
             running.result(timeout=120)
-        assert time.monotonic() - started < 60
+        assert time.monotonic() - started < 115
     assert "\tat " not in str(cancelled.value)
