@@ -51,6 +51,11 @@ MARGIN = 1.0  # seconds: a holder stops publishing this long before its lease wo
 
 _ids: dict[int, str] = {}
 
+# Chunk id → commit attempts on it in flight in this process, whichever catalog or store object
+# made them (two stores of one metastore in one process share the holder's name and lease row).
+_IN_FLIGHT: dict[str, int] = {}
+_IN_FLIGHT_LOCK = threading.Lock()
+
 
 def holder_id() -> str:
     """This process's name as a commit holder (a new one after a fork)."""
@@ -68,7 +73,6 @@ class CommitHolder:
         self.id = holder_id()
         self._lock = threading.Lock()
         self._in_flight = 0
-        self._chunks: dict[str, int] = {}  # chunk id → attempts on it in flight here
         self._valid_until = 0.0  # time.monotonic() at which the lease may have lapsed
         self._thread: threading.Thread | None = None
 
@@ -88,7 +92,8 @@ class CommitHolder:
         """
         with self._lock:
             self._in_flight += 1
-            self._chunks[chunk_id] = self._chunks.get(chunk_id, 0) + 1
+        with _IN_FLIGHT_LOCK:
+            _IN_FLIGHT[chunk_id] = _IN_FLIGHT.get(chunk_id, 0) + 1
         try:
             if time.monotonic() > self._valid_until - TTL.total_seconds() / 2:
                 self._renew()
@@ -102,9 +107,10 @@ class CommitHolder:
         finally:
             with self._lock:
                 self._in_flight -= 1
-                n = self._chunks.pop(chunk_id, 0) - 1
+            with _IN_FLIGHT_LOCK:
+                n = _IN_FLIGHT.pop(chunk_id, 0) - 1
                 if n > 0:
-                    self._chunks[chunk_id] = n
+                    _IN_FLIGHT[chunk_id] = n
 
     def require_live(self) -> None:
         """Before a Delta commit: fail unless this process's lease is live for a while yet.
@@ -150,8 +156,8 @@ class CommitHolder:
         if chunk.holder is None or chunk.attempt is None:
             return False  # begun before holders were recorded: its deadline decides
         if chunk.holder == self.id:
-            with self._lock:
-                return chunk.id not in self._chunks
+            with _IN_FLIGHT_LOCK:
+                return chunk.id not in _IN_FLIGHT
         store = self._store()
         if store is None:
             return False
