@@ -929,11 +929,16 @@ def recover_commits(
     stale = catalog.store.stale_commits(clock.now() - 2 * config.commit_timeout)
     # and those whose holder is known to be gone (ingest/commit_holders.py): taken over at once
     holder, seen = commit_holder(catalog.store), {c.id for c in stale}
-    stale += [
-        c
-        for c in catalog.store.list_chunks(states=[ChunkState.COMMITTING])
-        if c.id not in seen and holder.attempt_over(c)
-    ]
+    gone: dict[str, bool] = {}  # another process's holder: its lease read once for all its chunks
+    for c in catalog.store.list_chunks(states=[ChunkState.COMMITTING]):
+        if c.id in seen or c.holder is None:
+            continue
+        if c.holder == holder.id:
+            over = holder.attempt_over(c)
+        else:
+            over = gone[c.holder] = gone[c.holder] if c.holder in gone else holder.attempt_over(c)
+        if over:
+            stale.append(c)
     if progress is not None and stale:
         progress.start(f"finishing {len(stale)} interrupted commit(s)", len(stale), "chunks")
     for chunk in stale:

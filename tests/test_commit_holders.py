@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from ingest.chunks import ChunkWriter
+from ingest.chunks import ChunkWriter, recover_commits
 from ingest.commit_holders import GRACE, PREFIX, TTL
 from ingest.errors import ChunkBusyError
 from ingest.formats import Format
@@ -98,3 +98,20 @@ def test_a_retry_takes_a_commit_over_from_a_killed_holder_within_seconds(catalog
     assert catalog.store.get_lease(PREFIX + chunk.holder) is not None
     report = Housekeeper(catalog).run(now=clock.now() + timedelta(hours=2))
     assert report.holders_pruned >= 1 and catalog.store.get_lease(PREFIX + chunk.holder) is None
+
+
+def test_housekeeping_finishes_a_dead_holders_commit_once_its_lease_lapsed(catalog) -> None:  # type: ignore[no-untyped-def]
+    """No producer retries: the daemon's housekeeping rolls the commit forward as soon as the dead
+    holder's lease has lapsed, not after 2 × commit_timeout; a live holder's commit it leaves alone."""
+    table = make_table(catalog)
+    code, acks, _ = run_worker(
+        catalog, table, "writer", "--count", "1", crashpoint="chunk-before-delta-commit"
+    )
+    assert code == -signal.SIGKILL and acks == []
+    killed = time.monotonic()
+    assert recover_commits(catalog) == []  # its lease is still live: it might be committing
+    assert catalog.store.find_chunk_by_key(table.id, "w0-0").state is ChunkState.COMMITTING
+    time.sleep(max(0.0, (TTL + GRACE).total_seconds() + 0.5 - (time.monotonic() - killed)))
+    [result] = recover_commits(catalog)
+    assert catalog.store.find_chunk_by_key(table.id, "w0-0").state is ChunkState.COMMITTED
+    assert result.version == 1 and sorted(all_ids(table)) == list(range(10))
