@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import json
 import random
 import time
@@ -706,6 +707,17 @@ def _commit_group(group: list[Member[_Pending, CommitResult]], context: dict[str
         raise
 
 
+def _require_live(members: list[Member[_Pending, CommitResult]]) -> None:
+    """The fence of a group's Delta commit: every member's holder lease live, and unbroken since its
+    attempt began (``CommitHolder.require_live``); members may come through several store objects."""
+    by_holder: dict[int, tuple[Any, list[str]]] = {}
+    for m in members:
+        holder = commit_holder(m.item.writer.store)
+        by_holder.setdefault(id(holder), (holder, []))[1].append(m.item.chunk.id)
+    for holder, ids in by_holder.values():
+        holder.require_live(ids)
+
+
 def _release(p: _Pending, why: BaseException) -> None:
     """Release ``p``'s chunk after its attempt failed, known to have committed nothing.
 
@@ -798,12 +810,15 @@ def _commit_group_once(
         group_id = uuid.uuid4().hex
         metadata = {GROUP_KEY: group_id, CHUNKS_KEY: ",".join(m.item.chunk.id for m in active)}
         files = [f for m in active for f in plans[m]]
-        commit_holder(store).require_live()  # fenced: never after a successor may take over
         landing["maybe"] = True
         try:
-            version = warehouse.commit_files(table, read_version, files, metadata)
+            # fenced: written only while this process's commit-holder lease is live (checked last
+            # thing before the commit file), never once a successor may take its chunks over
+            version = warehouse.commit_files(
+                table, read_version, files, metadata, fence=functools.partial(_require_live, active)
+            )
             crashpoint("chunk-after-delta-commit")
-        except StorageFullError:  # the commit file could not be written: it did not land
+        except (StorageFullError, CommitTimeoutError):  # not written (no space, or the lease ran out)
             landing["maybe"] = False
             raise
         except ConflictError:

@@ -32,7 +32,7 @@ import threading
 import time
 import uuid
 import weakref
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -45,7 +45,7 @@ log = logging.getLogger("streampart.commits")
 
 PREFIX = "commit-holder/"
 HEARTBEAT = 1.0  # seconds between renewals while commits are in flight
-TTL = timedelta(seconds=5)  # a lease lapses this long after its last renewal
+TTL = timedelta(seconds=8)  # a lease lapses this long after its last renewal
 GRACE = timedelta(seconds=2)  # a successor waits this much longer (clocks of two hosts may differ)
 MARGIN = 1.0  # seconds: a holder stops publishing this long before its lease would lapse
 
@@ -74,6 +74,8 @@ class CommitHolder:
         self._lock = threading.Lock()
         self._in_flight = 0
         self._valid_until = 0.0  # time.monotonic() at which the lease may have lapsed
+        self._epoch: int | None = None  # the lease's epoch: it rises when a lapsed lease is taken again
+        self._entered: dict[str, tuple[int | None, int]] = {}  # chunk id → (epoch at entry, depth)
         self._thread: threading.Thread | None = None
 
     @property
@@ -98,6 +100,8 @@ class CommitHolder:
             if time.monotonic() > self._valid_until - TTL.total_seconds() / 2:
                 self._renew()
             with self._lock:
+                epoch, depth = self._entered.get(chunk_id, (self._epoch, 0))
+                self._entered[chunk_id] = (epoch, depth + 1)
                 if self._thread is None:
                     self._thread = threading.Thread(
                         target=self._renew_loop, name="commit-holder", daemon=True
@@ -107,26 +111,41 @@ class CommitHolder:
         finally:
             with self._lock:
                 self._in_flight -= 1
+                if chunk_id in self._entered:
+                    epoch, depth = self._entered.pop(chunk_id)
+                    if depth > 1:
+                        self._entered[chunk_id] = (epoch, depth - 1)
             with _IN_FLIGHT_LOCK:
                 n = _IN_FLIGHT.pop(chunk_id, 0) - 1
                 if n > 0:
                     _IN_FLIGHT[chunk_id] = n
 
-    def require_live(self) -> None:
-        """Before a Delta commit: fail unless this process's lease is live for a while yet.
+    def require_live(self, chunk_ids: Collection[str] = ()) -> None:
+        """Before a Delta commit of ``chunk_ids``: fail unless this process's lease is live for a
+        while yet, and has been all along since their attempts began (the same epoch: a lease that
+        lapsed — the process stalled, a frozen VM — and was taken again does not vouch for them,
+        since another process may have taken their commits over meanwhile).
 
         Raises:
-            CommitTimeoutError: the lease could not be renewed in time (nothing was committed).
+            CommitTimeoutError: the lease lapsed, or could not be renewed in time; nothing was
+                committed.
         """
-        if time.monotonic() <= self._valid_until - MARGIN:
-            return
-        with contextlib.suppress(StreampartError):
-            self._renew()
+        if time.monotonic() > self._valid_until - MARGIN:
+            with contextlib.suppress(StreampartError):
+                self._renew()
         if time.monotonic() > self._valid_until - MARGIN:
             raise CommitTimeoutError(
                 "this process could not keep its commit lease in the metastore alive, so another "
                 "process may take its commits over; nothing was committed: retry with the same "
                 "idempotency key"
+            )
+        with self._lock:
+            lapsed = [c for c in chunk_ids if c in self._entered and self._entered[c][0] != self._epoch]
+        if lapsed:
+            raise CommitTimeoutError(
+                f"this process's commit lease lapsed while chunk {lapsed[0]} was being committed (the "
+                "process stalled), so another process may have taken it over; nothing was committed: "
+                "retry with the same idempotency key"
             )
 
     def _renew(self) -> None:
@@ -134,9 +153,15 @@ class CommitHolder:
         if store is None:
             return
         started = time.monotonic()
-        lease = store.acquire_lease(self.name, self.id, TTL, info={"pid": os.getpid()})
+        lease = None
+        for _ in range(3):  # None: another thread of this process created or moved the row just now
+            lease = store.acquire_lease(self.name, self.id, TTL, info={"pid": os.getpid()})
+            if lease is not None:
+                break
         if lease is not None:
-            self._valid_until = max(self._valid_until, started + TTL.total_seconds())
+            with self._lock:  # a lease that had lapsed in the metastore was taken again: a new epoch
+                self._epoch = lease.epoch
+                self._valid_until = max(self._valid_until, started + TTL.total_seconds())
 
     def _renew_loop(self) -> None:
         while True:

@@ -476,6 +476,7 @@ class Warehouse:
         files: Iterable[tuple[str, datetime, int]],
         metadata: dict[str, str],
         app_id: str | None = None,
+        fence: Callable[[], None] | None = None,
     ) -> int:
         """Append ``(path, partition, rows)`` files in one Delta commit after version ``read_version``.
 
@@ -483,7 +484,8 @@ class Warehouse:
         the table's size), unless the table's protocol asks more of a writer than an append
         gives: then through delta-rs. With ``app_id``, the commit also records that Delta
         application transaction (``txn``, version 1): a concurrent commit with the same id then
-        conflicts, so it lands at most once.
+        conflicts, so it lands at most once. ``fence``: called just before the commit is written
+        (a writer's check that it may still commit); what it raises stops the commit.
 
         Returns:
             The version of the new commit.
@@ -499,6 +501,8 @@ class Warehouse:
             dt = self.load(table, read_version)
             actions = [self._add_action(table, p, part, rows, True) for p, part, rows in files]
             counted = {**metadata, delta_append.ACTIONS_KEY: str(len(actions))}
+            if fence is not None:
+                fence()
             return self._transact(dt, table, actions, counted, "Delta commit", app_id)
         with storage_errors(f"reading the files to commit to {table.name}"):
             entries = []
@@ -509,6 +513,8 @@ class Warehouse:
             table.partition_column, entries, metadata, int(time.time() * 1000), app_id
         )
         with self._commit_lock(table):
+            if fence is not None:
+                fence()
             try:
                 with self._commit_errors(table, "Delta commit"):  # an OSError: full, or state unknown
                     version = delta_append.publish(

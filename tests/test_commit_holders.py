@@ -115,3 +115,40 @@ def test_housekeeping_finishes_a_dead_holders_commit_once_its_lease_lapsed(catal
     [result] = recover_commits(catalog)
     assert catalog.store.find_chunk_by_key(table.id, "w0-0").state is ChunkState.COMMITTED
     assert result.version == 1 and sorted(all_ids(table)) == list(range(10))
+
+
+def test_a_holder_frozen_past_its_lease_never_commits_after_the_retry_took_over(catalog) -> None:  # type: ignore[no-untyped-def]
+    """A frozen VM: the writer is SIGSTOPped in the middle of its commit (just before its Delta
+    commit) for longer than its lease; a retry here takes the commit over and lands it. When the
+    writer wakes, its lease has lapsed and been taken again at a new epoch: its attempt must not
+    write its commit, or the chunk would land twice. It retries, and finds the chunk committed."""
+    table = make_table(catalog)
+    proc = subprocess.Popen(
+        **worker_call(catalog, table, "writer", "--count", "1", pausepoint="chunk-before-delta-commit:4"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            if "pausepoint chunk-before-delta-commit" in line:
+                break
+        proc.send_signal(signal.SIGSTOP)
+        stopped = time.monotonic()
+        while True:
+            try:
+                result = ChunkWriter(catalog, table).write(records(range(10)), Format.JSONL, key="w0-0")
+                break
+            except ChunkBusyError:
+                assert time.monotonic() - stopped < 20, "the frozen holder's commit was not taken over"
+                time.sleep(0.2)
+        assert result.version == 1
+    finally:
+        proc.send_signal(signal.SIGCONT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    [ack] = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    assert ack["chunk"] == result.chunk and ack["version"] == 1  # its retry found the commit
+    ids = all_ids(table)
+    assert sorted(ids) == list(range(10)) and duplicates(ids) == []
+    assert not _commit(table, 2).exists()  # the woken writer wrote no second commit
