@@ -226,6 +226,7 @@ def split_use(sql: str, namespace: str | None = None, cluster: str | None = None
         sql, namespace = sql[m.end() :], used
 
 
+_SETTING = re.compile(r"^\s*(SET|RESET)\b", re.IGNORECASE)
 _USE = re.compile(r"^\s*USE\s+(`?[A-Za-z_][A-Za-z0-9_]*`?)\s*;", re.IGNORECASE)
 _USE_CLUSTER = re.compile(r"^\s*USE\s+CLUSTER(?:\s+([A-Za-z_][A-Za-z0-9_]*))?\s*;", re.IGNORECASE)
 
@@ -258,6 +259,12 @@ def prepare(sql: str, resolve: Resolver) -> Prepared:
     """
     import sqlglot
 
+    setting = _SETTING.match(sql)
+    if setting is not None:
+        raise QueryRefusedError(
+            f"{setting.group(1).upper()}: a statement runs under streampart's Spark settings; statements "
+            "may not change them (queries only: SELECT, WITH …, INSERT INTO, CREATE TABLE … AS)"
+        )
     text = query_policy.quote_link_references(sql)
     try:
         statements = sqlglot.parse(text, read="spark")

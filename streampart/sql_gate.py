@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from ingest.login_guard import LoginGuard
 from metastore.catalog import Catalog
 from metastore.errors import StreampartError, UserInputError
 from metastore.links import Resolved
@@ -116,8 +117,12 @@ class SqlGate:
         secret: str,
         token_ttl: float = 5.0,
         clock: Callable[[], float] = time.monotonic,
+        guard: LoginGuard | None = None,
     ) -> None:
         self.catalog, self.spark, self.secret = catalog, spark, secret
+        # Thrift's SASL handshake hides the client's address from the login check: failures are
+        # counted per user name (a token's name), which still stops guessing at one token
+        self.guard = guard or LoginGuard(service="SQL server", clock=clock)
         self.freshness = freshness.total_seconds()
         self.token_ttl, self.clock = token_ttl, clock
         self._lock = threading.Lock()
@@ -140,7 +145,23 @@ class SqlGate:
 
     # -- who ------------------------------------------------------------------------------------
     def authenticate(self, user: str, password: str) -> str | None:
-        """None if ``user``/``password`` may connect, else why not (one line)."""
+        """None if ``user``/``password`` may connect, else why not (one line). Each failure is logged
+        (``login.failed``, the user and the token's first characters); a user name that failed
+        ``server.login_max_failures`` times within ``server.login_window`` is refused for
+        ``server.login_lockout``."""
+        from ingest.login_guard import LoginLockedError, credential_hint
+
+        who = f"user {user!r}"
+        try:
+            self.guard.check(who)
+        except LoginLockedError as exc:
+            return str(exc)
+        refused = self._refusal(user, password)
+        if refused is not None:
+            self.guard.failed(who, tried=credential_hint(password))
+        return refused
+
+    def _refusal(self, user: str, password: str) -> str | None:
         if user == LOCAL_USER:
             ok = hmac.compare_digest(password.encode(), self.secret.encode())
             return None if ok else "wrong password for the local user"
@@ -149,10 +170,8 @@ class SqlGate:
         digest = hash_token(password)
         token = self.catalog.store.find_token_by_hash(digest)
         if token is None or not hmac.compare_digest(token.token_hash, digest):
-            log.warning("sql-server: a login as %r failed: not a valid token", user)
             return "the password is not a valid streampart token (streampart token create)"
         if token.name != user:
-            log.warning("sql-server: a login as %r failed: the token is %r's", user, token.name)
             return f"log in with the token's name as user ({token.name})"
         self._tokens[digest] = (self.clock(), token)
         return None

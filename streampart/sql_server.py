@@ -37,6 +37,7 @@ from streampart.sql_gate import SqlGate, refusal
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from ingest.login_guard import LoginGuard
     from metastore.catalog import Catalog
     from streampart.config import SparkConfig
 
@@ -102,10 +103,11 @@ class SqlServer:
         freshness: timedelta = timedelta(seconds=5),
         token_ttl: float = 5.0,
         statement_timeout: timedelta = timedelta(minutes=10),
+        guard: LoginGuard | None = None,
     ) -> None:
         self.catalog, self.host, self.port = catalog, host, port
         self.spark_config, self.freshness, self.token_ttl = spark_config, freshness, token_ttl
-        self.statement_timeout = statement_timeout
+        self.statement_timeout, self.guard = statement_timeout, guard
         self.secret = secrets.token_urlsafe(32)
         self.spark: SparkSession | None = None
         self._server: Any = None
@@ -146,7 +148,7 @@ class SqlServer:
         for key, value in hive.items():
             gateway.jvm.java.lang.System.setProperty(key, value)
         ensure_callback_server_started(gateway)
-        gate = SqlGate(self.catalog, spark, self.freshness, self.secret, self.token_ttl)
+        gate = SqlGate(self.catalog, spark, self.freshness, self.secret, self.token_ttl, guard=self.guard)
         hooks_class = gateway.jvm.streampart.sqlserver.Hooks
         bridge = _Bridge(gate)
         thrift = gateway.jvm.org.apache.spark.sql.hive.thriftserver.HiveThriftServer2

@@ -72,6 +72,10 @@ def test_sql_names_are_checked_and_read_as_written(resolve: Resolver) -> None:
         rewrite("SELEC * FROM", resolve)
     with pytest.raises(UserInputError, match="only queries"):
         rewrite("DROP TABLE ns.t", resolve)
+    for setting in ("SET spark.sql.runSQLOnFiles=true", "set x = 1 / 2", "RESET"):
+        with pytest.raises(UserInputError, match="may not change them") as refused:
+            rewrite(setting, resolve)
+        assert "Required keyword" not in str(refused.value)
 
 
 def test_a_syntax_error_names_the_token_and_points_at_it(resolve: Resolver) -> None:

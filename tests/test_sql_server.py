@@ -337,7 +337,11 @@ def test_explicit_credentials_win_at_this_hosts_server_and_nothing_listening_is_
 
     here, nowhere = served.info.address, f"127.0.0.1:{free_port()}"
     count = "SELECT count(*) AS n FROM shop.quiet"
-    as_hr = {"STREAMPART_SQL_USER": "hr", "STREAMPART_SQL_TOKEN": served.tokens["hr"]}
+    # a token of its own: an earlier test of the module revokes "hr"
+    as_hr = {
+        "STREAMPART_SQL_USER": "hr_reader",
+        "STREAMPART_SQL_TOKEN": _token(served.catalog, "hr_reader", "read:hr"),
+    }
     as_analyst = {"STREAMPART_SQL_USER": "analyst", "STREAMPART_SQL_TOKEN": served.tokens["analyst"]}
     wrong = {"STREAMPART_SQL_USER": "analyst", "STREAMPART_SQL_TOKEN": "spt_wrong"}
     with ThreadPoolExecutor(max_workers=2) as pool:
@@ -516,3 +520,20 @@ def test_a_runaway_statement_is_cancelled_and_never_starves_the_others(served: S
             running.result(timeout=120)
         assert time.monotonic() - started < 115
     assert "\tat " not in str(cancelled.value)
+
+
+def test_a_user_name_that_fails_too_many_logins_is_locked_out(served: Served) -> None:
+    """Issue 25: failed logins were neither limited nor logged; each is now (login.failed), and ten
+    within a minute lock the user name out for a minute — its right token too."""
+    token = _token(served.catalog, "guessed", "read:shop")
+    for _ in range(10):
+        with pytest.raises(Exception, match="refused the login"):
+            Connection(Target(served.info.host, served.info.port, "guessed", "spt_guess"))
+    with pytest.raises(Exception, match="refused the login"):
+        Connection(Target(served.info.host, served.info.port, "guessed", token))
+    log = (Path(served.env["STREAMPART_WAREHOUSE"]).parent / "server.log").read_text()
+    assert "login.failed" in log or "failed login to the SQL server" in log, log[-2000:]
+    assert "too many failed logins from user 'guessed'" in log or "locked out" in log, log[-2000:]
+    assert token not in log and "spt_guess" not in log
+    with served.connect("analyst") as conn:  # another user is not locked out
+        assert list(conn.execute("SELECT count(*) FROM shop.quiet")[1]) == [(5,)]

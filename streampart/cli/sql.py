@@ -42,6 +42,7 @@ def sql_server(
     read:NS`); `streampart query` and `streampart sql` on this host use the server by themselves.
     Runs until SIGTERM or Ctrl-C.
     """
+    from ingest.login_guard import LoginGuard
     from streampart.sql_server import SqlServer
 
     cli = cli_context(ctx)
@@ -56,6 +57,7 @@ def sql_server(
         config.freshness,
         settings.server.auth_cache_ttl.total_seconds(),
         config.statement_timeout,
+        LoginGuard.of(settings.server, service="SQL server"),
     )
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
