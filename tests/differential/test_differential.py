@@ -12,8 +12,8 @@ many column types. The corpus: :mod:`tests.differential.corpus` (hand-written) a
 Answers are computed once per module, streampart's first: the oracle's tables live in Spark's
 session catalog, which every session of this process shares, so they exist only while the oracle
 answers. A case's test compares the two answers. The default suite runs a deterministic subset
-(about 4 minutes on the build machine at a load of 5–9); everything (436 statements through each
-path, about 20 minutes)::
+(313 tests, 238 s on the build machine at a load of 5–9); everything (436 statements through
+each path: 885 tests, 410 s at a load of 2–3, 10–13 minutes at 8–10)::
 
     .venv/bin/python -m pytest tests/differential            # the default subset
     .venv/bin/python -m pytest tests/differential -m 'spark or slow'   # all of it
