@@ -19,12 +19,15 @@ class ChunkConfig(BaseModel):
     )
     # Why 60 s: a commit attempt is one metastore check plus one Delta commit (milliseconds on
     # a local disk, seconds on object storage). A writer never starts a Delta commit after its
-    # deadline, and another process takes a COMMITTING chunk over only after twice that, so a
-    # slow but living writer and its successor never both commit the same chunk.
+    # deadline. Another process takes a COMMITTING chunk over once the holder's commit lease
+    # lapsed (ingest/commit_holders.py: seconds after the holder died), or after twice the
+    # deadline if the holder's lease lives on, so a slow but living writer and its successor
+    # never both commit the same chunk.
     commit_timeout: Duration = Field(
         timedelta(seconds=60),
         gt=timedelta(0),
-        description="Deadline of one commit attempt; a stuck attempt can be taken over after twice this.",
+        description="Deadline of one commit attempt. Another process takes a stuck attempt over once its "
+        "holder's commit lease lapsed (about 10 s after the holder died), or after twice this.",
     )
     # Why 0: a group is whatever queued while the previous group committed, which under load is
     # everything that arrived meanwhile; waiting longer helps only writers that stage slowly.

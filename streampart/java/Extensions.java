@@ -78,6 +78,7 @@ public final class Extensions extends AbstractFunction1<SparkSessionExtensions, 
                 try {
                     plan = delegate.parsePlan(answer.substring(colon + 1));
                 } catch (ParseException e) {
+                    Statements.discard(id);
                     // Spark's picture of where (the statement, a caret), without the server's stack
                     throw Extensions.<RuntimeException>sneaky(new Refused(e.getMessage().strip()));
                 }
