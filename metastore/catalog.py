@@ -340,6 +340,8 @@ class Catalog:
             cluster: The cluster the caller means to write on (None: the table's primary). Only
                 the primary takes writes; a secondary holds read-only copies.
 
+        A name matches in any case when no table has it exactly (as :meth:`resolve` matches).
+
         Raises:
             ReadOnlyLinkError: ``name`` is a link (links are read through :meth:`resolve`).
             SecondaryWriteError: ``cluster`` is not the table's primary.
@@ -354,7 +356,10 @@ class Catalog:
         except NotFoundError:
             link = self.store.find_link(name)
             if link is None:
-                raise
+                exact = self._named_in_any_case(name)  # names match in any case, as in queries
+                if exact is None or exact == name:
+                    raise
+                return self.table(exact, cluster)
             raise ReadOnlyLinkError(
                 f"{name} is a link (to {link.source}), and links are read-only: write to, roll or drop "
                 f"{link.source} itself, or remove the link with `streampart link drop {name}`"

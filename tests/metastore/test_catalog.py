@@ -43,3 +43,20 @@ def test_a_table_whose_log_was_lost_after_commits_is_never_dropped_by_a_create(c
     with pytest.raises(TableIntegrityError, match="restore the table's directory"):
         make_table(catalog, "ns.lost")
     assert catalog.table("ns.lost").id == table.id  # its records stay
+
+
+def test_names_match_in_any_case_as_in_spark(catalog) -> None:  # type: ignore[no-untyped-def]
+    """Issue 25: `SHOP.Orders` was "does not exist" where Spark and Hive match names in any case."""
+    from metastore.errors import NotFoundError, UserInputError
+
+    made = make_table(catalog, "ns.Events")
+    for written in ("ns.Events", "NS.events", "Ns.EVENTS"):
+        assert catalog.table(written).uid == made.uid
+        assert catalog.resolve(written).table.uid == made.uid
+    assert catalog.resolve("EVENTS", namespace="NS").table.uid == made.uid
+    with pytest.raises(NotFoundError, match="ns.nope does not exist"):
+        catalog.table("ns.nope")
+    make_table(catalog, "ns.events")  # another table, whose name differs only by case
+    assert catalog.table("ns.events").uid != made.uid  # an exact name is that table
+    with pytest.raises(UserInputError, match="differ only by case"):
+        catalog.resolve("NS.EVENTS")
