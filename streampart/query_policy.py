@@ -244,6 +244,8 @@ def check(tree: Any, resolve: Resolver) -> list[Read]:
     ctes = {cte.alias_or_name.lower() for cte in tree.find_all(exp.CTE)}
     reads: dict[str, Read] = {}
     for node in tree.find_all(exp.Table):
+        if node.find_ancestor(exp.Hint) is not None:  # /*+ BROADCAST(c) */ names an alias, not a table
+            continue
         if not isinstance(node.this, exp.Identifier):
             name = _function_name(node.this) if isinstance(node.this, exp.Func) else node.this.sql()
             if name in ALLOWED_TABLE_FUNCTIONS:
