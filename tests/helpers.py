@@ -8,6 +8,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pyarrow as pa
@@ -125,3 +126,40 @@ class Recorder(Progress):
     def advance(self, amount: int = 1) -> None:
         assert self.started, "advanced before any work began"
         self.advanced[-1].append(amount)
+
+
+@contextmanager
+def sql_server(warehouse: Path, env: dict[str, str], log_path: Path, timeout: float = 240) -> Iterator[Any]:
+    """A real ``streampart sql-server`` process serving ``warehouse`` on a free loopback port, its
+    output in ``log_path``; yields its ``ServerInfo`` once it listens, and stops it (SIGTERM) after."""
+    import signal
+    import subprocess
+    import sys
+
+    from streampart.sql_endpoint import ServerInfo, running_server
+    from tests.private_pg import free_port
+
+    with log_path.open("w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "streampart", "sql-server", "--port", str(free_port())],
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        info = wait_for(
+            lambda: proc.poll() is not None or running_server(warehouse.resolve()),
+            "the SQL server to listen",
+            timeout=timeout,
+        )
+        if proc.poll() is not None or not isinstance(info, ServerInfo):
+            raise AssertionError(log_path.read_text())
+        yield info
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -22,9 +21,9 @@ from metastore.catalog import Catalog
 from metastore.links import LinkSpec
 from metastore.models import Scope, TableName
 from streampart.sql_client import Connection, Target
-from streampart.sql_endpoint import LOCAL_USER, ServerInfo, running_server
+from streampart.sql_endpoint import LOCAL_USER, ServerInfo
 from tests.fixtures import make_table
-from tests.helpers import ROOT, all_ids, records, wait_for, worker_call
+from tests.helpers import ROOT, all_ids, records, sql_server, wait_for, worker_call
 from tests.private_pg import free_port
 
 PYSPARK_BIN = Path(__import__("pyspark").__file__).parent / "bin"
@@ -92,32 +91,10 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
         # test_a_runaway_statement_…; far above a cold server's first statements under load (~30 s)
         "STREAMPART_SQLSERVER__STATEMENT_TIMEOUT": "75s",
     }
-    log = (root / "server.log").open("w")
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "streampart", "sql-server", "--port", str(port)],
-        cwd=ROOT,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
     try:
-        info = wait_for(
-            lambda: proc.poll() is None and running_server(warehouse.resolve()),
-            "the SQL server to listen",
-            timeout=180,
-        )
-        if proc.poll() is not None:
-            raise AssertionError((root / "server.log").read_text())
-        yield Served(catalog, info, env, tokens)
+        with sql_server(warehouse, env, root / "server.log", timeout=180) as info:
+            yield Served(catalog, info, env, tokens)
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
         catalog.close()
     assert not (warehouse / ".sql-server.json").exists(), "the server left its file behind"
 

@@ -22,8 +22,6 @@ each path: 885 tests, 410 s at a load of 2–3, 10–13 minutes at 8–10)::
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -32,14 +30,13 @@ from typing import Any
 import pytest
 
 from streampart.sql_client import Connection, Target
-from streampart.sql_endpoint import LOCAL_USER, ServerInfo, running_server
+from streampart.sql_endpoint import LOCAL_USER
 from tests.differential.corpus import CASES, KNOWN_FAILURES, Case
 from tests.differential.generated import generate
 from tests.differential.oracle import Answer, Oracle, answer, difference, spark_rows
 from tests.differential.warehouse import Warehouse, build
-from tests.helpers import ROOT, wait_for
+from tests.helpers import ROOT, sql_server
 from tests.pg import drop_scratch_schema
-from tests.private_pg import free_port
 
 pytestmark = pytest.mark.spark
 
@@ -217,32 +214,8 @@ def server(warehouse: Warehouse, tmp_path_factory: pytest.TempPathFactory) -> It
         STREAMPART_SPARK__DRIVER_MEMORY="1g",
         PYTHONPATH=str(ROOT),
     )
-    log_path = root / "server.log"
-    port = free_port()
-    with log_path.open("w") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "streampart", "sql-server", "--port", str(port)],
-            cwd=ROOT,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    try:
-        info = wait_for(
-            lambda: proc.poll() is not None or running_server(warehouse.root.resolve()),
-            "the SQL server to listen",
-            timeout=240,
-        )
-        if proc.poll() is not None or not isinstance(info, ServerInfo):
-            raise AssertionError(log_path.read_text())
+    with sql_server(warehouse.root, env, root / "server.log") as info:
         yield Target(info.host, info.port, LOCAL_USER, info.secret)
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 class _Session:
