@@ -117,7 +117,7 @@ def test_queries_may_touch_streampart_snapshots_only(sql: str, says: str, resolv
 
 
 def test_ctes_and_range_are_allowed(resolve: Resolver) -> None:
-    sql, used = rewrite(
+    _, used = rewrite(
         "WITH c AS (SELECT id FROM ns.t) SELECT * FROM c JOIN range(3) r ON c.id = r.id", resolve
     )
     assert {r.name for r in used} == {"ns.t"}

@@ -54,7 +54,7 @@ def test_names_match_in_any_case_as_in_spark(catalog) -> None:  # type: ignore[n
         assert catalog.table(written).uid == made.uid
         assert catalog.resolve(written).table.uid == made.uid
     assert catalog.resolve("EVENTS", namespace="NS").table.uid == made.uid
-    with pytest.raises(NotFoundError, match="ns.nope does not exist"):
+    with pytest.raises(NotFoundError, match=r"ns\.nope does not exist"):
         catalog.table("ns.nope")
     make_table(catalog, "ns.events")  # another table, whose name differs only by case
     assert catalog.table("ns.events").uid != made.uid  # an exact name is that table
