@@ -322,15 +322,7 @@ class ReplicaStore(Database):
         self, copy: PartitionCopy, file_digests: dict[str, str], now: datetime | None = None
     ) -> bool:
         """Record that a present copy's files were found to match ``file_digests`` just now."""
-        c = s.partition_copies.c
-        with self.tx() as conn:
-            return bool(
-                conn.execute(
-                    sa.update(s.partition_copies)
-                    .where(_copy_key(copy.partition_id, copy.cluster), c.state == CopyState.PRESENT.value)
-                    .values(file_digests=file_digests, verified_at=_db(now or _now()))
-                ).rowcount
-            )
+        return self._update_present(copy, file_digests=file_digests, verified_at=_db(now or _now()))
 
     def invalidate_copy(self, copy: PartitionCopy, error: str, now: datetime | None = None) -> bool:
         """A present copy whose files no longer match what was verified is present no more.
@@ -339,21 +331,25 @@ class ReplicaStore(Database):
         there (they read present copies only), and the next copy pass copies it again, replacing
         the files that differ from the source. Returns whether it was present.
         """
-        now = now or _now()
+        return self._update_present(
+            copy,
+            state=CopyState.COPYING.value,
+            owner=None,
+            lease_until=_db(now or _now()),
+            error=error,
+            retry_at=None,
+            verified_at=None,
+        )
+
+    def _update_present(self, copy: PartitionCopy, **values: Any) -> bool:
+        """Set ``values`` on ``copy`` if it is still PRESENT (a conditional update); whether it was."""
         c = s.partition_copies.c
         with self.tx() as conn:
             return bool(
                 conn.execute(
                     sa.update(s.partition_copies)
                     .where(_copy_key(copy.partition_id, copy.cluster), c.state == CopyState.PRESENT.value)
-                    .values(
-                        state=CopyState.COPYING.value,
-                        owner=None,
-                        lease_until=_db(now),
-                        error=error,
-                        retry_at=None,
-                        verified_at=None,
-                    )
+                    .values(**values)
                 ).rowcount
             )
 
