@@ -143,7 +143,7 @@ def make_table(
 
 
 @pytest.fixture(scope="session")
-def spark():  # type: ignore[no-untyped-def]
+def spark():
     """One SparkSession for the whole test session (start-up costs seconds)."""
     from streampart.config import SparkConfig
     from streampart.query import spark_session
@@ -154,7 +154,7 @@ def spark():  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture(scope="session")
-def kafka_broker(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+def kafka_broker(tmp_path_factory: pytest.TempPathFactory):
     """One real Kafka-compatible broker (Tansu, memory storage) on a free loopback port per session.
 
     Yields an ``ingest.kafka.devbroker.EmbeddedBroker``: ``.bootstrap`` is ``127.0.0.1:PORT``;
@@ -170,7 +170,7 @@ def kafka_broker(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-u
 
 
 @pytest.fixture(scope="session")
-def spark_standalone(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+def spark_standalone(tmp_path_factory: pytest.TempPathFactory):
     """A real Spark standalone cluster per session: a master and two workers (1 core, 1 GiB each).
 
     Yields a ``tests.standalone.StandaloneCluster``: ``.url`` is its master
@@ -186,7 +186,7 @@ def spark_standalone(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[
 
 
 @pytest.fixture(scope="session")
-def private_pg_server(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+def private_pg_server(tmp_path_factory: pytest.TempPathFactory):
     """One private PostgreSQL instance per session (``tests.private_pg.PrivatePostgres``), never the
     shared server: tests may stop it (``.stop("immediate")`` is a dead backend) and start it again.
 
@@ -204,6 +204,6 @@ def private_pg_server(tmp_path_factory: pytest.TempPathFactory):  # type: ignore
 
 
 @pytest.fixture
-def private_pg(private_pg_server):  # type: ignore[no-untyped-def]
+def private_pg(private_pg_server):
     """The session's private PostgreSQL instance, running (started again if a test stopped it)."""
     return private_pg_server.start()

@@ -54,7 +54,7 @@ def records(ids: range | list[int], ts: str = "2026-11-21T10:15:00Z") -> bytes:
 ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
 
 
-def worker_call(  # type: ignore[no-untyped-def]
+def worker_call(
     catalog, table, *args: str, crashpoint: str | None = None, pausepoint: str | None = None
 ) -> dict:
     """Arguments for ``subprocess.run``/``Popen`` of ``python -m tests.workers`` on ``table``.

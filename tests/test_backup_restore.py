@@ -103,7 +103,7 @@ def _ids(location: str) -> list[int]:
     return sorted(DeltaTable(location).to_pyarrow_table(columns=["id"]).column("id").to_pylist())
 
 
-def test_a_restored_backup_passes_check_and_reads_exactly_the_backed_up_rows(  # type: ignore[no-untyped-def]
+def test_a_restored_backup_passes_check_and_reads_exactly_the_backed_up_rows(
     site: dict[str, str], spark
 ) -> None:
     warehouse = Path(site["WH"])

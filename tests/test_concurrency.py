@@ -21,7 +21,7 @@ from tests.helpers import all_ids, duplicates, ids_by_partition, records, worker
 WRITERS, CHUNKS, ROWS = 4, 25, 10
 
 
-def spawn(catalog, table, *args: str, pausepoint: str | None = None) -> subprocess.Popen:  # type: ignore[no-untyped-def]
+def spawn(catalog, table, *args: str, pausepoint: str | None = None) -> subprocess.Popen:
     return subprocess.Popen(
         **worker_call(catalog, table, *args, pausepoint=pausepoint),
         stdout=subprocess.PIPE,
@@ -29,7 +29,7 @@ def spawn(catalog, table, *args: str, pausepoint: str | None = None) -> subproce
     )
 
 
-def test_writers_rollers_and_readers_at_once(catalog) -> None:  # type: ignore[no-untyped-def]
+def test_writers_rollers_and_readers_at_once(catalog) -> None:
     table = make_table(catalog)
     writers = [
         spawn(catalog, table, "writer", "--writer", str(k), "--count", str(CHUNKS), "--rows", str(ROWS))
@@ -79,7 +79,7 @@ def test_writers_rollers_and_readers_at_once(catalog) -> None:  # type: ignore[n
         assert p.rows == len(expected.get(key, ())), key
 
 
-def test_concurrent_writers_never_pass_a_namespace_quota(catalog) -> None:  # type: ignore[no-untyped-def]
+def test_concurrent_writers_never_pass_a_namespace_quota(catalog) -> None:
     """Writer processes race into a namespace a few chunks short of its quota (invariant 7 and
     issue 10's quota): the committed bytes never pass it, every acknowledged chunk is there,
     and every refused chunk is aborted with nothing left on disk."""

@@ -27,7 +27,7 @@ from tests.fixtures import make_table
 from tests.helpers import all_ids, duplicates, ids_by_partition, records, worker_call
 
 
-def run_worker(catalog, table, *args: str, crashpoint: str | None = None, timeout: float = 120):  # type: ignore[no-untyped-def]
+def run_worker(catalog, table, *args: str, crashpoint: str | None = None, timeout: float = 120):
     proc = subprocess.run(
         **worker_call(catalog, table, *args, crashpoint=crashpoint), capture_output=True, timeout=timeout
     )
@@ -47,7 +47,7 @@ WRITER_CRASHES = [
 
 
 @pytest.mark.parametrize("point", WRITER_CRASHES)
-def test_writer_killed_at_each_step_then_retried_lands_once(catalog, point: str) -> None:  # type: ignore[no-untyped-def]
+def test_writer_killed_at_each_step_then_retried_lands_once(catalog, point: str) -> None:
     table = make_table(catalog)
     code, acks, _ = run_worker(
         catalog, table, "writer", "--count", "1", "--commit-timeout", "0.3", crashpoint=point
@@ -68,7 +68,7 @@ def test_writer_killed_at_each_step_then_retried_lands_once(catalog, point: str)
 
 
 @pytest.mark.parametrize("point", ["chunk-before-delta-commit", "chunk-after-delta-commit"])
-def test_a_process_killed_in_a_group_commit_then_retried_lands_each_chunk_once(catalog, point: str) -> None:  # type: ignore[no-untyped-def]
+def test_a_process_killed_in_a_group_commit_then_retried_lands_each_chunk_once(catalog, point: str) -> None:
     """Four writer threads of one process: the first group dwells, the next holds the others' chunks.
 
     The process dies at ``point`` of that second group (several chunks, one Delta commit); a
@@ -125,7 +125,7 @@ def test_a_process_killed_in_a_group_commit_then_retried_lands_each_chunk_once(c
         assert {versions[f"w0-{k}"] for k in range(4) if f"w0-{k}" not in acked} == {landed}
 
 
-def test_a_writer_killed_before_commit_and_never_retried_leaves_nothing(catalog) -> None:  # type: ignore[no-untyped-def]
+def test_a_writer_killed_before_commit_and_never_retried_leaves_nothing(catalog) -> None:
     table = make_table(catalog)
     code, _, _ = run_worker(catalog, table, "writer", "--count", "1", crashpoint="chunk-after-write")
     assert code == -signal.SIGKILL
@@ -149,7 +149,7 @@ ROLL_CRASHES = [
 
 
 @pytest.mark.parametrize("point", ROLL_CRASHES)
-def test_roller_killed_at_each_step_then_resumed_rolls_once(catalog, point: str) -> None:  # type: ignore[no-untyped-def]
+def test_roller_killed_at_each_step_then_resumed_rolls_once(catalog, point: str) -> None:
     table = make_table(catalog)
     w = ChunkWriter(catalog, table, ChunkConfig())
     value = catalog.store.streaming_partition(table.id).value
@@ -189,7 +189,7 @@ def test_roller_killed_at_each_step_then_resumed_rolls_once(catalog, point: str)
     assert (p.state, p.rows, p.chunks) == (PartitionState.STANDARD, 40, 4)
 
 
-def _wait_for_pause(proc: subprocess.Popen, step: str, timeout: float = 60) -> None:  # type: ignore[type-arg]
+def _wait_for_pause(proc: subprocess.Popen, step: str, timeout: float = 60) -> None:
     """Read the worker's stderr until it says it is paused at ``step``."""
     deadline = time.monotonic() + timeout
     assert proc.stderr is not None
@@ -214,7 +214,7 @@ STALE_ROLLER_CASES = [
 
 
 @pytest.mark.parametrize("case", STALE_ROLLER_CASES)
-def test_a_stale_roller_never_deletes_the_new_owners_files(catalog, case: str) -> None:  # type: ignore[no-untyped-def]
+def test_a_stale_roller_never_deletes_the_new_owners_files(catalog, case: str) -> None:
     table = make_table(catalog)
     w = ChunkWriter(catalog, table, ChunkConfig())
     value = catalog.store.streaming_partition(table.id).value

@@ -13,7 +13,7 @@ from streampart.demo import KAFKA_DEMO, run_kafka_demo
 from tests.helpers import Recorder, all_ids, delta_rows
 
 
-def _run(spark, catalog: Catalog) -> str:  # type: ignore[no-untyped-def]
+def _run(spark, catalog: Catalog) -> str:
     out = io.StringIO()
     run_kafka_demo(Settings(warehouse=catalog.warehouse.root), catalog, Console(file=out, width=300), spark)
     return out.getvalue()
@@ -21,7 +21,7 @@ def _run(spark, catalog: Catalog) -> str:  # type: ignore[no-untyped-def]
 
 def test_kafka_demo_lands_good_records_once_and_bad_ones_in_the_dead_letter_table(
     spark, sqlite_catalog
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     text = _run(spark, sqlite_catalog)
 
     assert f"SELECT count(*) FROM {KAFKA_DEMO} → 298" in text, text
@@ -38,7 +38,7 @@ def test_kafka_demo_lands_good_records_once_and_bad_ones_in_the_dead_letter_tabl
     assert sorted(all_ids(sqlite_catalog.table(KAFKA_DEMO))) == list(range(298))
 
 
-def test_links_demo_reads_the_rolled_partition_through_an_isolated_namespace(spark, sqlite_catalog) -> None:  # type: ignore[no-untyped-def]
+def test_links_demo_reads_the_rolled_partition_through_an_isolated_namespace(spark, sqlite_catalog) -> None:
     from ingest.chunks import ChunkWriter
     from ingest.formats import Format
     from metastore.durations import parse_duration
@@ -65,7 +65,7 @@ def test_links_demo_reads_the_rolled_partition_through_an_isolated_namespace(spa
         assert f"namespace {REPORTS} is isolated" in text and "reads 0 B" not in text, text
 
 
-def test_the_whole_demo_runs(spark, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_the_whole_demo_runs(spark, tmp_path) -> None:
     """``make demo``'s job, in process on the shared Spark session: every step, to the end."""
     from streampart.demo import DEMO_PARTS, run_demo
 
@@ -89,7 +89,7 @@ def test_the_whole_demo_runs(spark, tmp_path) -> None:  # type: ignore[no-untype
     assert "17. usage: demo owns" in text and "sees 2000 rows" in text and "done in" in text, text
 
 
-def test_clusters_demo_copies_a_rolled_partition_to_dc2_and_runs_twice(sqlite_catalog) -> None:  # type: ignore[no-untyped-def]
+def test_clusters_demo_copies_a_rolled_partition_to_dc2_and_runs_twice(sqlite_catalog) -> None:
     from streampart.demo import run_clusters_demo
 
     for _ in range(2):  # a second demo finds its clusters and makes its table again

@@ -57,12 +57,12 @@ def ids_at(location: str, version: int, standard_only: bool) -> list[int]:
     return sorted(out)
 
 
-def ids(df) -> list[int]:  # type: ignore[no-untyped-def]
+def ids(df) -> list[int]:
     return sorted(r["id"] for r in df.select("id").collect())
 
 
 @FEDERATED
-def test_a_dynamic_link_shows_a_partition_from_the_version_that_swept_it(spark, sqlite_catalog) -> None:  # type: ignore[no-untyped-def]
+def test_a_dynamic_link_shows_a_partition_from_the_version_that_swept_it(spark, sqlite_catalog) -> None:
     """At every version of the source: the dynamic link shows exactly the swept (standard)
     partitions' rows — none at the seal, all at the sweep, never twice — and a link with
     --include-streaming shows exactly every committed row."""
@@ -96,7 +96,7 @@ QUERY = """
 
 def test_links_read_one_version_of_their_source_while_writers_commit_and_a_daemon_rolls(
     spark, catalog, tmp_path
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     """One query reads a dynamic link twice (by its local name and as t@b), a link with
     --include-streaming, and the source itself: all at one version of the source, so the
     link's rows are exactly the source's rows in swept partitions, and the streaming link's
@@ -166,7 +166,7 @@ def at(instant: datetime) -> clock.SystemClock:
 
 
 @FEDERATED
-def test_static_links_retention_and_partitions_added_and_dropped(spark, sqlite_catalog) -> None:  # type: ignore[no-untyped-def]
+def test_static_links_retention_and_partitions_added_and_dropped(spark, sqlite_catalog) -> None:
     cat = sqlite_catalog
     hour = timedelta(hours=1)
     start = datetime(2026, 11, 21, 10, 1, tzinfo=UTC)
@@ -195,7 +195,7 @@ def test_static_links_retention_and_partitions_added_and_dropped(spark, sqlite_c
 
 
 @FEDERATED
-def test_an_isolated_namespace_reads_its_own_tables_and_links_only(spark, sqlite_catalog) -> None:  # type: ignore[no-untyped-def]
+def test_an_isolated_namespace_reads_its_own_tables_and_links_only(spark, sqlite_catalog) -> None:
     cat = sqlite_catalog
     b = make_table(cat, "b.t")
     ChunkWriter(cat, b).write(records(range(5)), Format.JSONL, key="x")

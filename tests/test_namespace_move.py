@@ -200,7 +200,7 @@ def test_a_move_killed_at_every_step_in_turn_under_writes_and_rolls(
     indirect=["federation"],
     ids=[f"{p}-{f}-{b}" for p, b, f, _ in MOVE_CRASHES],
 )
-def test_a_move_killed_at_each_step_then_finished_loses_and_doubles_nothing(  # type: ignore[no-untyped-def]
+def test_a_move_killed_at_each_step_then_finished_loses_and_doubles_nothing(
     federation: Catalog, tmp_path: Path, point: str, finish: str, home: str
 ) -> None:
     catalog = federation

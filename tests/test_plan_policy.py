@@ -56,19 +56,19 @@ REFUSED = [
 
 
 @pytest.fixture
-def ns_t(sqlite_catalog):  # type: ignore[no-untyped-def]
+def ns_t(sqlite_catalog):
     table = make_table(sqlite_catalog, "ns.t")
     ChunkWriter(sqlite_catalog, table).write(records(range(5)), Format.JSONL)
     return sqlite_catalog
 
 
-def _staged(catalog, text: str) -> Prepared:  # type: ignore[no-untyped-def]
+def _staged(catalog, text: str) -> Prepared:
     """``text`` as Spark will read it, with ns.t staged (as if the early checks had passed)."""
     return Prepared(text, (Read(read_key(["ns", "t"]), TableRef("ns.t"), "t"),), None)
 
 
 @pytest.mark.parametrize("sql, says", REFUSED, ids=[q[0][:50] for q in REFUSED])
-def test_the_analyzed_plan_decides_what_may_run(spark, ns_t, sql: str, says: str) -> None:  # type: ignore[no-untyped-def]
+def test_the_analyzed_plan_decides_what_may_run(spark, ns_t, sql: str, says: str) -> None:
     prepared = _staged(ns_t, sql)
     snapshots = {ref: snap for ref, (_, snap) in pin_snapshots(ns_t, prepared.refs).items()}
     with pytest.raises(QueryRefusedError, match=re.escape(says)) as refused:
@@ -76,14 +76,14 @@ def test_the_analyzed_plan_decides_what_may_run(spark, ns_t, sql: str, says: str
     assert "\n" not in str(refused.value)
 
 
-def test_every_spelling_is_refused_through_run_sql_too(spark, ns_t) -> None:  # type: ignore[no-untyped-def]
+def test_every_spelling_is_refused_through_run_sql_too(spark, ns_t) -> None:
     for sql, _ in REFUSED:  # (IDENTIFIER('f')(…) is refused as a syntax error before Spark starts)
         with pytest.raises(UserInputError) as refused:
             run_sql(spark, ns_t, sql)
         assert "sqlglot" not in str(refused.value) and "<class" not in str(refused.value)
 
 
-def test_a_registered_temporary_view_is_not_a_way_around(spark, ns_t) -> None:  # type: ignore[no-untyped-def]
+def test_a_registered_temporary_view_is_not_a_way_around(spark, ns_t) -> None:
     spark.range(3).createOrReplaceTempView("sneaky")
     prepared = _staged(ns_t, "SELECT * FROM sneaky")
     snapshots = {ref: snap for ref, (_, snap) in pin_snapshots(ns_t, prepared.refs).items()}
@@ -91,13 +91,13 @@ def test_a_registered_temporary_view_is_not_a_way_around(spark, ns_t) -> None:  
         statement_frame(spark, prepared, snapshots)
 
 
-def test_variables_are_never_substituted(spark, ns_t) -> None:  # type: ignore[no-untyped-def]
+def test_variables_are_never_substituted(spark, ns_t) -> None:
     # ${…} is text: Spark would substitute it after the statement was checked
     [row] = run_sql(spark, ns_t, "SELECT '${env:HOME}' AS home, '${system:user.name}' AS user").collect()
     assert (row["home"], row["user"]) == ("${env:HOME}", "${system:user.name}")
 
 
-def test_builtin_functions_and_syntax_run(spark, ns_t) -> None:  # type: ignore[no-untyped-def]
+def test_builtin_functions_and_syntax_run(spark, ns_t) -> None:
     [row] = run_sql(
         spark,
         ns_t,

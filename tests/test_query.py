@@ -16,7 +16,7 @@ from tests.fixtures import make_table
 from tests.helpers import delta_rows, records
 
 
-def test_a_pinned_snapshot_never_changes_while_commits_and_rolls_happen(spark, sqlite_catalog) -> None:  # type: ignore[no-untyped-def]
+def test_a_pinned_snapshot_never_changes_while_commits_and_rolls_happen(spark, sqlite_catalog) -> None:
     cat = sqlite_catalog
     table = make_table(cat)
     w = ChunkWriter(cat, table)
@@ -35,7 +35,7 @@ def test_a_pinned_snapshot_never_changes_while_commits_and_rolls_happen(spark, s
     assert read_table(spark, cat, table, version=1).count() == 20
 
 
-def test_streampart_query_agrees_with_an_independent_reader(spark, sqlite_catalog) -> None:  # type: ignore[no-untyped-def]
+def test_streampart_query_agrees_with_an_independent_reader(spark, sqlite_catalog) -> None:
     cat = sqlite_catalog
     table = make_table(cat)
     w = ChunkWriter(cat, table)
@@ -55,7 +55,7 @@ def test_streampart_query_agrees_with_an_independent_reader(spark, sqlite_catalo
 
 
 @pytest.fixture
-def resolve(sqlite_catalog) -> Resolver:  # type: ignore[no-untyped-def]
+def resolve(sqlite_catalog) -> Resolver:
     """How a query outside any namespace resolves names, in a catalog holding ns.t and ns.u."""
     make_table(sqlite_catalog, "ns.t")
     make_table(sqlite_catalog, "ns.u")
@@ -123,7 +123,7 @@ def test_ctes_and_range_are_allowed(resolve: Resolver) -> None:
     assert {r.name for r in used} == {"ns.t"}
 
 
-def test_version_and_timestamp_as_of_read_that_version(spark, sqlite_catalog) -> None:  # type: ignore[no-untyped-def]
+def test_version_and_timestamp_as_of_read_that_version(spark, sqlite_catalog) -> None:
     import time
     from datetime import UTC, datetime
 
@@ -156,20 +156,20 @@ def test_version_and_timestamp_as_of_read_that_version(spark, sqlite_catalog) ->
         run_sql(spark, sqlite_catalog, "SELECT * FROM ns.events TIMESTAMP AS OF '2001-01-01T00:00:00Z'")
 
 
-def test_spark_itself_refuses_sql_on_files(spark, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_spark_itself_refuses_sql_on_files(spark, tmp_path) -> None:
     from pyspark.errors import PySparkException
 
     with pytest.raises(PySparkException):  # a second fence, behind the query policy
         spark.sql(f"SELECT * FROM text.`{tmp_path}`").collect()
 
 
-def test_spark_errors_become_one_clear_message(spark, sqlite_catalog) -> None:  # type: ignore[no-untyped-def]
+def test_spark_errors_become_one_clear_message(spark, sqlite_catalog) -> None:
     make_table(sqlite_catalog)
     with pytest.raises(QueryError, match="no_such_column"):
         run_sql(spark, sqlite_catalog, "SELECT no_such_column FROM ns.events")
 
 
-def test_a_data_file_damaged_in_place_fails_the_query_naming_the_file(spark, sqlite_catalog) -> None:  # type: ignore[no-untyped-def]
+def test_a_data_file_damaged_in_place_fails_the_query_naming_the_file(spark, sqlite_catalog) -> None:
     from pathlib import Path
 
     from streampart.query import spark_errors
@@ -184,7 +184,7 @@ def test_a_data_file_damaged_in_place_fails_the_query_naming_the_file(spark, sql
     assert "\n" not in str(failed.value)
 
 
-def test_registered_views_stay_pinned_until_registered_again(spark, sqlite_catalog) -> None:  # type: ignore[no-untyped-def]
+def test_registered_views_stay_pinned_until_registered_again(spark, sqlite_catalog) -> None:
     from streampart.query import register_views
 
     table = make_table(sqlite_catalog)
@@ -200,7 +200,7 @@ def test_registered_views_stay_pinned_until_registered_again(spark, sqlite_catal
     assert spark.sql(f"SELECT count(*) AS n FROM {view}").first()["n"] == 15
 
 
-def test_tables_of_several_metastores_are_never_taken_for_one_another(spark, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_tables_of_several_metastores_are_never_taken_for_one_another(spark, tmp_path) -> None:
     """Issue 25: row ids repeat across metastores; snapshots were keyed by them (12/12/12 for 12/4/2)."""
     from metastore.catalog import Catalog
     from streampart.query_plan import plan, run

@@ -78,7 +78,7 @@ def seed(catalog: Catalog, tmp_path: Path) -> Catalog:
 COUNTS = "SELECT (SELECT count(*) FROM ns.t11) AS t11, (SELECT count(*) FROM ns.{other}) AS other"
 
 
-def test_the_seeds_queries_run_where_the_seed_says(spark, seed: Catalog, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_the_seeds_queries_run_where_the_seed_says(spark, seed: Catalog, tmp_path: Path) -> None:
     cat = seed
     assert explain(cat, "SELECT * FROM ns.t11")["cluster"] == "C1"
     assert explain(cat, COUNTS.format(other="t12"))["cluster"] == "C1"
@@ -107,7 +107,7 @@ def _standard(cat: Catalog, name: str) -> list[Any]:
     return [p.value for p in cat.store.list_partitions(cat.table(name).id) if p.state.value == "standard"]
 
 
-def test_insert_and_create_table_as_choose_the_seeds_clusters(spark, seed: Catalog, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_insert_and_create_table_as_choose_the_seeds_clusters(spark, seed: Catalog, tmp_path: Path) -> None:
     cat = seed
     # Insert .. T21 select .. from T11: C2, and T21 stays on C2
     got, _ = cli(cat, "INSERT INTO ns.t21 SELECT id, ts, msg FROM ns.t11", "--key", "i")
@@ -130,7 +130,7 @@ def test_insert_and_create_table_as_choose_the_seeds_clusters(spark, seed: Catal
         cli(cat, "INSERT INTO ns.t21 SELECT id, ts, msg FROM ns.t11", "--cluster", "C1")
 
 
-def test_use_cluster_and_the_cluster_option(spark, seed: Catalog) -> None:  # type: ignore[no-untyped-def]
+def test_use_cluster_and_the_cluster_option(spark, seed: Catalog) -> None:
     cat = seed
     assert explain(cat, "USE CLUSTER C2; SELECT * FROM ns.t11")["cluster"] == "C2"
     assert explain(cat, "SELECT * FROM ns.t11", "--cluster", "C2")["cluster"] == "C2"
@@ -146,7 +146,7 @@ def test_use_cluster_and_the_cluster_option(spark, seed: Catalog) -> None:  # ty
     assert explain(cat, "SELECT 1")["cluster"] == "default"
 
 
-def test_replicated_only_reads_one_consistent_cut_on_a_secondary(spark, seed: Catalog) -> None:  # type: ignore[no-untyped-def]
+def test_replicated_only_reads_one_consistent_cut_on_a_secondary(spark, seed: Catalog) -> None:
     cat = seed
     t11 = cat.table("ns.t11")
     ChunkWriter(cat, t11).write(records(range(50, 53)), Format.JSONL)  # its streaming partition holds rows

@@ -61,7 +61,7 @@ def source(catalog: Catalog) -> Catalog:
     return catalog
 
 
-def test_insert_into_commits_the_result_once_per_key(spark, source: Catalog) -> None:  # type: ignore[no-untyped-def]
+def test_insert_into_commits_the_result_once_per_key(spark, source: Catalog) -> None:
     cat = source
     sql = "INSERT INTO ns.dst SELECT id, ts, msg FROM ns.src WHERE id < 5"
     first = query(cat, sql, "--idempotency-key", "k1")
@@ -84,7 +84,7 @@ def test_insert_into_commits_the_result_once_per_key(spark, source: Catalog) -> 
     assert sorted(all_ids(dst)) == [0, 1, 2, 3, 4, 8, 8, 9, 9] and len(chunks_of(cat, "ns.dst")) == 3
 
 
-def test_a_retry_recognises_the_same_rows_in_another_order(spark, source: Catalog) -> None:  # type: ignore[no-untyped-def]
+def test_a_retry_recognises_the_same_rows_in_another_order(spark, source: Catalog) -> None:
     # Spark hands rows over in whatever order its tasks finish; the chunk is the same rows
     cat = source
     up = query(cat, "INSERT INTO ns.dst SELECT id, ts, msg FROM ns.src ORDER BY id", "--key", "k")
@@ -92,7 +92,7 @@ def test_a_retry_recognises_the_same_rows_in_another_order(spark, source: Catalo
     assert up == down and sorted(all_ids(cat.table("ns.dst"))) == list(range(10))
 
 
-def test_insert_matches_columns_as_spark_does_and_names_what_does_not_fit(spark, source: Catalog) -> None:  # type: ignore[no-untyped-def]
+def test_insert_matches_columns_as_spark_does_and_names_what_does_not_fit(spark, source: Catalog) -> None:
     cat = source
     # by position (Spark's and Hive's INSERT INTO): the result's names do not matter
     got = query(cat, "INSERT INTO ns.dst SELECT id + 10000, ts, upper(msg) FROM ns.src WHERE id = 1")
@@ -122,7 +122,7 @@ def test_insert_matches_columns_as_spark_does_and_names_what_does_not_fit(spark,
     assert all_ids(cat.table("ns.dst")) == [101, 202, 10001]  # nothing of any of them was written
 
 
-def test_insert_goes_through_the_chunk_protocol(spark, catalog: Catalog) -> None:  # type: ignore[no-untyped-def]
+def test_insert_goes_through_the_chunk_protocol(spark, catalog: Catalog) -> None:
     # an event-time table: rows go to their own partitions, late rows follow the table's policy
     make_table(catalog, "ns.src")
     ChunkWriter(catalog, catalog.table("ns.src")).write(
@@ -133,7 +133,7 @@ def test_insert_goes_through_the_chunk_protocol(spark, catalog: Catalog) -> None
     assert got["partitions"] == ["2026-11-21T10:00:00Z", "2026-11-21T12:00:00Z"] and got["rows"] == 5
 
 
-def test_create_table_as_select_makes_a_streaming_table_once_per_key(spark, source: Catalog) -> None:  # type: ignore[no-untyped-def]
+def test_create_table_as_select_makes_a_streaming_table_once_per_key(spark, source: Catalog) -> None:
     cat = source
     sql = "CREATE TABLE ns.copy AS SELECT id * 2 AS id, msg, ts FROM ns.src WHERE id < 4"
     first = query(cat, sql, "--key", "c1")
@@ -159,7 +159,7 @@ def test_create_table_as_select_makes_a_streaming_table_once_per_key(spark, sour
     assert sorted(all_ids(copy)) == [0, 2, 4, 6]
 
 
-def test_create_table_as_takes_table_properties(spark, source: Catalog) -> None:  # type: ignore[no-untyped-def]
+def test_create_table_as_takes_table_properties(spark, source: Catalog) -> None:
     cat = source
     query(
         cat,
@@ -198,7 +198,7 @@ def test_create_table_as_takes_table_properties(spark, source: Catalog) -> None:
     assert cat.store.find_table(TableName.parse("ns.x")) is None  # nothing was made by any of them
 
 
-def test_other_statements_stay_refused(spark, source: Catalog) -> None:  # type: ignore[no-untyped-def]
+def test_other_statements_stay_refused(spark, source: Catalog) -> None:
     refused = [
         ("INSERT OVERWRITE ns.dst SELECT id, ts, msg FROM ns.src", "INSERT OVERWRITE"),
         ("DELETE FROM ns.dst", "only queries"),
@@ -217,7 +217,7 @@ def test_other_statements_stay_refused(spark, source: Catalog) -> None:  # type:
         query(source, "SELECT 1", "--key", "k")
 
 
-def test_writes_follow_the_rules_of_links_companions_and_isolation(spark, catalog: Catalog) -> None:  # type: ignore[no-untyped-def]
+def test_writes_follow_the_rules_of_links_companions_and_isolation(spark, catalog: Catalog) -> None:
     make_table(catalog, "b.t")
     ChunkWriter(catalog, catalog.table("b.t")).write(records(range(3)), Format.JSONL)
     catalog.create_link(
@@ -257,7 +257,7 @@ def _isolate(catalog: Catalog, namespace: str) -> None:
     assert result.exit_code == 0, result.output
 
 
-def test_an_empty_result_commits_nothing(spark, source: Catalog) -> None:  # type: ignore[no-untyped-def]
+def test_an_empty_result_commits_nothing(spark, source: Catalog) -> None:
     got = query(source, "INSERT INTO ns.dst SELECT id, ts, msg FROM ns.src WHERE id < 0", "--key", "e")
     assert got["chunk"] == "" and got["rows"] == 0 and chunks_of(source, "ns.dst") == []
     # CREATE TABLE … AS over an empty result makes the table without rows, once per key
@@ -287,7 +287,7 @@ CTAS_CRASHES = [
 @pytest.mark.parametrize("point", CTAS_CRASHES)
 def test_create_table_as_killed_at_each_step_then_retried_lands_once(
     spark, source: Catalog, point: str
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     import os
 
     from metastore import clock

@@ -70,7 +70,7 @@ def assert_readers_agree(table: Table, expected_ids: list[int]) -> list[tuple[An
 
 
 @pytest.mark.parametrize("mode", [Mode.ARRIVAL, Mode.EVENT_TIME])
-def test_polars_duckdb_and_deltalake_agree_on_a_rolled_plus_streaming_table(sqlite_catalog, mode) -> None:  # type: ignore[no-untyped-def]
+def test_polars_duckdb_and_deltalake_agree_on_a_rolled_plus_streaming_table(sqlite_catalog, mode) -> None:
     catalog = sqlite_catalog
     table = make_table(catalog, mode=mode)
     w = ChunkWriter(catalog, table)
@@ -95,7 +95,7 @@ def test_polars_duckdb_and_deltalake_agree_on_a_rolled_plus_streaming_table(sqli
         assert f.path.split("/")[-2] == readable_dir(table.partition_column, f.partition), f.path
 
 
-def test_a_table_written_in_the_old_layout_reads_rolls_and_is_cleaned(sqlite_catalog, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_a_table_written_in_the_old_layout_reads_rolls_and_is_cleaned(sqlite_catalog, monkeypatch) -> None:
     """Chunk files committed as ``_staging/<name>`` and a standard partition in a delta-rs-escaped
     directory (what streampart wrote before) stay readable, roll into the new layout, and the
     legacy partition keeps its directory."""
@@ -139,7 +139,7 @@ def test_a_table_written_in_the_old_layout_reads_rolls_and_is_cleaned(sqlite_cat
     assert_readers_agree(table, list(range(10)))
 
 
-def test_a_forced_roll_opens_a_partition_named_after_its_whole_second(sqlite_catalog) -> None:  # type: ignore[no-untyped-def]
+def test_a_forced_roll_opens_a_partition_named_after_its_whole_second(sqlite_catalog) -> None:
     catalog = sqlite_catalog
     table = make_table(catalog)
     first = catalog.store.streaming_partition(table.id).value

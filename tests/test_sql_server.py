@@ -99,7 +99,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     assert not (warehouse / ".sql-server.json").exists(), "the server left its file behind"
 
 
-def _versions_of(table, answers_from: int) -> Iterator[tuple[int, list[int]]]:  # type: ignore[no-untyped-def]
+def _versions_of(table, answers_from: int) -> Iterator[tuple[int, list[int]]]:
     """Each version of ``table`` from the newest back to ``answers_from``, with its ids (delta-rs):
     an answer is at most the freshness old, so its version is found a few steps back."""
     from deltalake import DeltaTable

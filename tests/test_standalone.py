@@ -67,7 +67,7 @@ def killed(proc: subprocess.CompletedProcess[str]) -> None:
     assert proc.returncode == -signal.SIGKILL, f"{proc.args}\nstderr: {proc.stderr[-3000:]}"
 
 
-def entries(table: Table, value) -> set[str]:  # type: ignore[no-untyped-def]
+def entries(table: Table, value) -> set[str]:
     """The partition directory's entries but its markers, hidden ones included."""
     directory = Path(table.location) / partition_dir(table, value)
     if not directory.is_dir():
@@ -75,7 +75,7 @@ def entries(table: Table, value) -> set[str]:  # type: ignore[no-untyped-def]
     return {p.name for p in directory.iterdir() if not p.name.startswith("_")}
 
 
-def live(catalog: Catalog, table: Table, value) -> set[str]:  # type: ignore[no-untyped-def]
+def live(catalog: Catalog, table: Table, value) -> set[str]:
     files = catalog.warehouse.live_files(catalog.warehouse.load(table))
     return {f.name for f in files if f.partition == value}
 
@@ -85,7 +85,7 @@ def apps(cluster: StandaloneCluster) -> int:
     return len([a for a in cluster.applications() if a.get("name") == "streampart"])
 
 
-def ingest_args(catalog: Catalog, broker, topic: str) -> tuple[str, ...]:  # type: ignore[no-untyped-def]
+def ingest_args(catalog: Catalog, broker, topic: str) -> tuple[str, ...]:
     checkpoint = Path(catalog.warehouse.root).parent / f"ckpt-{topic}"
     return ("ingest", "kafka", "ns.events", "--bootstrap", broker.bootstrap, "--topic", topic,
             "--checkpoint", str(checkpoint), "--available-now",
@@ -104,7 +104,7 @@ def assert_landed_once(catalog: Catalog, table: Table, records: int, batches: in
 
 def test_ingest_and_a_spark_roll_on_the_standalone_cluster(
     spark_standalone, sqlite_catalog, kafka_broker, tmp_path
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     # The table lives on a registered cluster whose master is the standalone one; the processes
     # get no --spark-master (spark.master stays local[2]): the table's cluster decides.
     cluster, catalog = spark_standalone, sqlite_catalog
@@ -165,7 +165,7 @@ def test_ingest_and_a_spark_roll_on_the_standalone_cluster(
 @pytest.mark.slow
 def test_ingest_on_the_cluster_killed_mid_batch_then_restarted_lands_every_record_once(
     spark_standalone, sqlite_catalog, kafka_broker
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     catalog = sqlite_catalog
     table = make_table(catalog, dead_letter=True)
     topic = topic_name()
@@ -180,7 +180,7 @@ def test_ingest_on_the_cluster_killed_mid_batch_then_restarted_lands_every_recor
     assert_landed_once(catalog, table, records=600, batches=3)
 
 
-def test_an_unreachable_standalone_master_is_one_clear_error(sqlite_catalog) -> None:  # type: ignore[no-untyped-def]
+def test_an_unreachable_standalone_master_is_one_clear_error(sqlite_catalog) -> None:
     table = make_table(sqlite_catalog, dead_letter=True)
     ChunkWriter(sqlite_catalog, table).write(records(range(5)), Format.JSONL)
     nowhere = f"spark://127.0.0.1:{free_port()}"
@@ -209,7 +209,7 @@ SPARK_ROLL_CRASHES = [
 @pytest.mark.parametrize("point", SPARK_ROLL_CRASHES)
 def test_a_spark_roller_killed_mid_compaction_leaves_nothing_visible(
     spark_standalone, sqlite_catalog, point: str
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     from scheduler.roll import Roller
 
     catalog = sqlite_catalog

@@ -40,7 +40,7 @@ def srv(request: pytest.FixtureRequest) -> Server:
 
 
 def _admin(s: Server) -> str:
-    return s.admin  # type: ignore[attr-defined,no-any-return]
+    return s.admin  # type: ignore[attr-defined]
 
 
 def _commit(s: Server, table: str, ids: range, token: str | None = None) -> httpx.Response:
@@ -54,7 +54,7 @@ def _commit(s: Server, table: str, ids: range, token: str | None = None) -> http
         )
         assert up.status_code == 200, up.text
         done = http.post(f"/v1/chunks/{chunk}/commit")
-        done.extensions["chunk"] = chunk  # type: ignore[index]
+        done.extensions["chunk"] = chunk
         return done
 
 

@@ -28,7 +28,7 @@ from tests.helpers import jsonl as jsonl_bytes
 
 
 @pytest.fixture(scope="module")
-def pg(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+def pg(tmp_path_factory: pytest.TempPathFactory):
     yield from pg_server(tmp_path_factory)
 
 
@@ -64,7 +64,7 @@ def test_open_upload_commit_makes_the_chunk_visible_postgresql(pg: Server) -> No
 
 
 @pytest.mark.spark
-def test_committed_rows_are_what_streampart_query_reads(server: Server, spark) -> None:  # type: ignore[no-untyped-def]
+def test_committed_rows_are_what_streampart_query_reads(server: Server, spark) -> None:
     from streampart.query import run_sql
 
     make_table(server.catalog, "ns.queried")
@@ -371,7 +371,7 @@ def test_docs_are_served_without_a_cdn(server: Server) -> None:
 
 
 @pytest.fixture
-def guarded(tmp_path: Path):  # type: ignore[no-untyped-def]
+def guarded(tmp_path: Path):
     """A server whose /metrics wants a token and whose request heads must arrive within 1 s."""
     srv = Server(tmp_path / "wh", f"sqlite:///{tmp_path / 'wh' / '_metastore.sqlite'}", tmp_path)
     make_table(srv.catalog, "ns.events")

@@ -72,7 +72,7 @@ class _Gen:
         self.rng = rng
         self.namespace: str | None = None
 
-    def pick(self, items):  # type: ignore[no-untyped-def]
+    def pick(self, items):
         return self.rng.choice(items)
 
     def cased(self, name: str) -> str:

@@ -126,7 +126,7 @@ def _selected(request: pytest.FixtureRequest, test: str | None = None) -> set[st
 
 
 @pytest.fixture(scope="module")
-def answers(spark, warehouse: Warehouse, request: pytest.FixtureRequest, tmp_path_factory) -> Answers:  # type: ignore[no-untyped-def]
+def answers(spark, warehouse: Warehouse, request: pytest.FixtureRequest, tmp_path_factory) -> Answers:
     """Each selected case answered by streampart in this process (and by its planner), then by the
     oracle — in that order (see the module's docstring)."""
     import time
@@ -180,7 +180,7 @@ def test_the_planner_answers_as_the_oracle(answers: Answers, case: str) -> None:
     assert why is None, f"{case}: {c.sql}\n{why}"
 
 
-def test_tables_of_three_metastores_with_one_row_id_are_three_tables(spark, warehouse: Warehouse) -> None:  # type: ignore[no-untyped-def]
+def test_tables_of_three_metastores_with_one_row_id_are_three_tables(spark, warehouse: Warehouse) -> None:
     """The issue's case with the numbers written out: 12/4/2 (it once answered 12/12/12); and a
     join across them, 4 rows (it once answered 36)."""
     from streampart.query import run_sql

@@ -33,11 +33,11 @@ H10 = datetime(2026, 11, 21, 10, 0, tzinfo=UTC)
 H11 = H10 + timedelta(hours=1)
 
 
-def live_paths(catalog, table) -> set[str]:  # type: ignore[no-untyped-def]
+def live_paths(catalog, table) -> set[str]:
     return {f.path for f in catalog.warehouse.live_files(catalog.warehouse.load(table))}
 
 
-def test_a_chunk_is_invisible_until_its_commit_returns(catalog) -> None:  # type: ignore[no-untyped-def]
+def test_a_chunk_is_invisible_until_its_commit_returns(catalog) -> None:
     table = make_table(catalog)
     w = ChunkWriter(catalog, table)
     chunk = w.stage(w.reserve(), records(range(100)), Format.JSONL)
@@ -49,7 +49,7 @@ def test_a_chunk_is_invisible_until_its_commit_returns(catalog) -> None:  # type
     assert result.partitions == [catalog.describe(table)["partitions"][0]["value"]]
 
 
-def test_abort_and_expiry_leave_no_files_and_nothing_visible(catalog, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_abort_and_expiry_leave_no_files_and_nothing_visible(catalog, tmp_path: Path) -> None:
     table = make_table(catalog)
     w = ChunkWriter(catalog, table, ChunkConfig(ttl=timedelta(microseconds=1)))  # expired at once
     aborted = w.stage(w.reserve(), records(range(10)), Format.JSONL)
@@ -65,7 +65,7 @@ def test_abort_and_expiry_leave_no_files_and_nothing_visible(catalog, tmp_path: 
     assert all_ids(table) == []
 
 
-def test_a_retried_token_lands_once(catalog) -> None:  # type: ignore[no-untyped-def]
+def test_a_retried_token_lands_once(catalog) -> None:
     table = make_table(catalog)
     w = ChunkWriter(catalog, table)
     first = w.write(records(range(50)), Format.JSONL, key="batch-7")
@@ -83,7 +83,7 @@ TOKEN_REUSE_CASES = [
 
 
 @pytest.mark.parametrize("case", TOKEN_REUSE_CASES)
-def test_a_token_reused_for_other_content_is_a_conflict(catalog, case: str) -> None:  # type: ignore[no-untyped-def]
+def test_a_token_reused_for_other_content_is_a_conflict(catalog, case: str) -> None:
     table = make_table(catalog)
     w = ChunkWriter(catalog, table)
     if case == "committed":
@@ -105,7 +105,7 @@ def test_a_token_reused_for_other_content_is_a_conflict(catalog, case: str) -> N
         assert sorted(all_ids(table)) == list(range(100, 120))
 
 
-def test_an_arrow_table_retried_under_its_token_lands_once_however_it_is_batched(catalog) -> None:  # type: ignore[no-untyped-def]
+def test_an_arrow_table_retried_under_its_token_lands_once_however_it_is_batched(catalog) -> None:
     table = make_table(catalog)
     w = ChunkWriter(catalog, table)
     data = w.parse(records(range(30)), Format.JSONL).good
@@ -115,7 +115,7 @@ def test_an_arrow_table_retried_under_its_token_lands_once_however_it_is_batched
     assert sorted(all_ids(table)) == list(range(30))
 
 
-def test_a_retry_after_a_crash_between_delta_commit_and_metastore_lands_once(catalog) -> None:  # type: ignore[no-untyped-def]
+def test_a_retry_after_a_crash_between_delta_commit_and_metastore_lands_once(catalog) -> None:
     """The Delta commit landed but the writer died before telling the metastore."""
     table = make_table(catalog)
     cfg = ChunkConfig(commit_timeout=timedelta(milliseconds=200))
@@ -141,7 +141,7 @@ def test_a_retry_after_a_crash_between_delta_commit_and_metastore_lands_once(cat
     assert catalog.store.get_chunk(chunk.id).state is ChunkState.COMMITTED
 
 
-def test_a_chunk_prepared_before_a_seal_goes_to_the_next_partition(catalog) -> None:  # type: ignore[no-untyped-def]
+def test_a_chunk_prepared_before_a_seal_goes_to_the_next_partition(catalog) -> None:
     """Invariant 5, arrival mode: a commit racing a roll retries into the new open partition."""
     table = make_table(catalog)
     w = ChunkWriter(catalog, table)
@@ -168,7 +168,7 @@ def test_a_chunk_prepared_before_a_seal_goes_to_the_next_partition(catalog) -> N
     assert sorted(by_part[old.value + timedelta(hours=1)]) == list(range(10, 20))
 
 
-def test_event_time_splits_a_chunk_by_period_in_one_commit(catalog) -> None:  # type: ignore[no-untyped-def]
+def test_event_time_splits_a_chunk_by_period_in_one_commit(catalog) -> None:
     table = make_table(catalog, mode=Mode.EVENT_TIME, lateness="10m")
     w = ChunkWriter(catalog, table)
     data = records(range(0, 5), "2026-11-21T10:59:59Z") + records(range(5, 8), "2026-11-21T11:00:00Z")
@@ -177,7 +177,7 @@ def test_event_time_splits_a_chunk_by_period_in_one_commit(catalog) -> None:  # 
     assert ids_by_partition(table) == {H10: [0, 1, 2, 3, 4], H11: [5, 6, 7]}
 
 
-def test_late_rows_are_rejected_whole(catalog) -> None:  # type: ignore[no-untyped-def]
+def test_late_rows_are_rejected_whole(catalog) -> None:
     table = make_table(catalog, mode=Mode.EVENT_TIME, lateness="10m")
     w = ChunkWriter(catalog, table)
     w.write(records(range(5), "2026-11-21T10:30:00Z"), Format.JSONL)
@@ -190,7 +190,7 @@ def test_late_rows_are_rejected_whole(catalog) -> None:  # type: ignore[no-untyp
     assert catalog.describe(table)["partitions"][0]["rows"] == 5  # the standard partition never changed
 
 
-def test_late_rows_are_diverted_when_the_table_says_so(catalog) -> None:  # type: ignore[no-untyped-def]
+def test_late_rows_are_diverted_when_the_table_says_so(catalog) -> None:
     table = make_table(catalog, mode=Mode.EVENT_TIME, late_data=LateDataPolicy.DIVERT)
     w = ChunkWriter(catalog, table)
     w.write(records(range(5), "2026-11-21T10:30:00Z"), Format.JSONL)
@@ -204,7 +204,7 @@ def test_late_rows_are_diverted_when_the_table_says_so(catalog) -> None:  # type
     assert ids_by_partition(table) == {H10: [0, 1, 2, 3, 4], H11: [101]}
 
 
-def test_a_malformed_chunk_fails_whole_with_the_line_number(catalog) -> None:  # type: ignore[no-untyped-def]
+def test_a_malformed_chunk_fails_whole_with_the_line_number(catalog) -> None:
     table = make_table(catalog)
     w = ChunkWriter(catalog, table)
     w.write(records(range(3)), Format.JSONL)
@@ -220,7 +220,7 @@ def test_a_malformed_chunk_fails_whole_with_the_line_number(catalog) -> None:  #
     assert staged == live_paths(catalog, table) and len(staged) == 1
 
 
-def test_bad_records_go_to_the_dead_letter_table_with_reason_and_position(catalog) -> None:  # type: ignore[no-untyped-def]
+def test_bad_records_go_to_the_dead_letter_table_with_reason_and_position(catalog) -> None:
     table = make_table(catalog, dead_letter=True)
     w = ChunkWriter(catalog, table)
     data = records([1]) + b"not json\n" + records([2]) + b'{"id": 3}\n'
@@ -239,7 +239,7 @@ def test_bad_records_go_to_the_dead_letter_table_with_reason_and_position(catalo
     assert delta_rows(dlq, columns="position").num_rows == 2
 
 
-def test_a_commit_whose_staged_file_is_gone_ends_the_chunk_at_once(catalog) -> None:  # type: ignore[no-untyped-def]
+def test_a_commit_whose_staged_file_is_gone_ends_the_chunk_at_once(catalog) -> None:
     table = make_table(catalog)
     w = ChunkWriter(catalog, table, ChunkConfig(commit_timeout=timedelta(minutes=5)))
     chunk = w.stage(w.reserve("t-1"), records(range(10)), Format.JSONL)
@@ -253,7 +253,7 @@ def test_a_commit_whose_staged_file_is_gone_ends_the_chunk_at_once(catalog) -> N
     assert all_ids(table) == []
 
 
-def test_an_upload_after_the_commit_began_keeps_the_committing_files(catalog) -> None:  # type: ignore[no-untyped-def]
+def test_an_upload_after_the_commit_began_keeps_the_committing_files(catalog) -> None:
     table = make_table(catalog)
     w = ChunkWriter(catalog, table)
     first = w.stage(w.reserve(), records(range(10)), Format.JSONL)
@@ -283,7 +283,7 @@ OUT_OF_RANGE_EVENT_TIMES = [
 
 
 @pytest.mark.parametrize("ts, says", OUT_OF_RANGE_EVENT_TIMES, ids=[c[0] for c in OUT_OF_RANGE_EVENT_TIMES])
-def test_event_times_out_of_range_are_bad_records_not_partitions(catalog, ts: str, says: str) -> None:  # type: ignore[no-untyped-def]
+def test_event_times_out_of_range_are_bad_records_not_partitions(catalog, ts: str, says: str) -> None:
     from metastore.models import iso
 
     if ts == "in-3-days":
@@ -303,7 +303,7 @@ def test_event_times_out_of_range_are_bad_records_not_partitions(catalog, ts: st
         ChunkWriter(catalog, strict).write(data, Format.JSONL)
 
 
-def test_rows_older_than_max_age_are_late_and_open_no_partition(catalog) -> None:  # type: ignore[no-untyped-def]
+def test_rows_older_than_max_age_are_late_and_open_no_partition(catalog) -> None:
     from metastore.models import iso
 
     now = iso(datetime.now(UTC))
@@ -324,7 +324,7 @@ def test_rows_older_than_max_age_are_late_and_open_no_partition(catalog) -> None
     assert len(catalog.store.list_partitions(open_ended.id)) == 2
 
 
-def test_an_empty_file_is_an_error_not_a_zero_row_commit(catalog) -> None:  # type: ignore[no-untyped-def]
+def test_an_empty_file_is_an_error_not_a_zero_row_commit(catalog) -> None:
     table = make_table(catalog)
     w = ChunkWriter(catalog, table)
     for content in (b"", b"\n\n"):
@@ -334,7 +334,7 @@ def test_an_empty_file_is_an_error_not_a_zero_row_commit(catalog) -> None:  # ty
     assert w.stage(w.reserve(), records(range(3)), "jsonl").rows == 3  # a format by its name
 
 
-def test_fields_the_table_lacks_are_counted_not_dropped_in_silence(catalog) -> None:  # type: ignore[no-untyped-def]
+def test_fields_the_table_lacks_are_counted_not_dropped_in_silence(catalog) -> None:
     table = make_table(catalog)
     data = jsonl([{"id": 1, "ts": "2026-11-21T10:00:00Z", "colour": "red"},
                   {"id": 2, "ts": "2026-11-21T10:00:00Z", "colour": "blue", "size": 3}])  # fmt: skip
@@ -343,7 +343,7 @@ def test_fields_the_table_lacks_are_counted_not_dropped_in_silence(catalog) -> N
     assert result.to_json()["ignored_fields"] == {"colour": 2, "size": 1}
 
 
-def test_decimals_beyond_the_scale_are_rounded_half_to_even_and_counted(catalog) -> None:  # type: ignore[no-untyped-def]
+def test_decimals_beyond_the_scale_are_rounded_half_to_even_and_counted(catalog) -> None:
     """A value with more decimals than its DECIMAL(p,s) column is rounded as Spark's cast rounds, and
     the result says how many values of which column were (a value equal after rounding is not)."""
     from decimal import Decimal
@@ -386,7 +386,7 @@ def test_decimals_beyond_the_scale_are_rounded_half_to_even_and_counted(catalog)
     assert unrounded.rounded_values == {} and unrounded.to_json()["rounded_values"] == {}
 
 
-def test_arrow_tables_from_python_are_checked_like_files(catalog) -> None:  # type: ignore[no-untyped-def]
+def test_arrow_tables_from_python_are_checked_like_files(catalog) -> None:
     """write_table took a table in the table's schema as it was: no NOT NULL or event-time check."""
     from metastore.models import iso
 
@@ -406,7 +406,7 @@ def test_arrow_tables_from_python_are_checked_like_files(catalog) -> None:  # ty
     assert w.write_table(data.slice(0, 1)).partitions == [iso(now.replace(minute=0, second=0, microsecond=0))]
 
 
-def test_an_io_error_after_the_delta_commit_is_looked_up_and_lands_once(catalog, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_an_io_error_after_the_delta_commit_is_looked_up_and_lands_once(catalog, monkeypatch) -> None:
     """An I/O error while committing is 'commit state unknown': the writer looks before committing again."""
     from metastore import delta_append
 
@@ -414,7 +414,7 @@ def test_an_io_error_after_the_delta_commit_is_looked_up_and_lands_once(catalog,
     real = delta_append.publish
     failures: list[str] = []
 
-    def lands_then_fails(*args, **kwargs):  # type: ignore[no-untyped-def]
+    def lands_then_fails(*args, **kwargs):
         real(*args, **kwargs)
         if not failures:
             failures.append("once")
@@ -426,13 +426,13 @@ def test_an_io_error_after_the_delta_commit_is_looked_up_and_lands_once(catalog,
     assert sorted(all_ids(table)) == list(range(20))
 
 
-def test_a_bug_during_a_commit_is_raised_not_retried_until_the_deadline(catalog, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_a_bug_during_a_commit_is_raised_not_retried_until_the_deadline(catalog, monkeypatch) -> None:
     # Issue 9: a bare `except Exception` took any error for an ambiguous commit: a bug's
     # TypeError was retried until the commit deadline and reported as a timeout.
     table = make_table(catalog)
     w = ChunkWriter(catalog, table, ChunkConfig(commit_timeout=timedelta(seconds=2)))
 
-    def broken(*args, **kwargs):  # type: ignore[no-untyped-def]
+    def broken(*args, **kwargs):
         raise TypeError("unsupported operand type(s) for +: 'int' and 'str'")
 
     monkeypatch.setattr(catalog.warehouse, "commit_files", broken)

@@ -83,7 +83,7 @@ def test_the_jobs_source_options_are_built_as_the_sources() -> None:
     )
 
 
-def test_available_now_lands_every_record_exactly_once(spark, sqlite_catalog, kafka_broker) -> None:  # type: ignore[no-untyped-def]
+def test_available_now_lands_every_record_exactly_once(spark, sqlite_catalog, kafka_broker) -> None:
     table = make_table(sqlite_catalog, dead_letter=True)
     topic = topic_name()
     kafka_broker.create_topic(topic, partitions=3)
@@ -112,7 +112,7 @@ def test_available_now_lands_every_record_exactly_once(spark, sqlite_catalog, ka
 
 def test_malformed_records_go_to_the_dead_letter_table_good_ones_commit(
     spark, sqlite_catalog, kafka_broker
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     table = make_table(sqlite_catalog, dead_letter=True)
     topic = topic_name()
     kafka_broker.create_topic(topic, partitions=1)
@@ -149,7 +149,7 @@ def test_malformed_records_go_to_the_dead_letter_table_good_ones_commit(
         assert entry["position"] == offsets[5 + k][1]  # the Kafka offset of that record
 
 
-def test_csv_records(spark, sqlite_catalog, kafka_broker) -> None:  # type: ignore[no-untyped-def]
+def test_csv_records(spark, sqlite_catalog, kafka_broker) -> None:
     table = make_table(sqlite_catalog, dead_letter=True)
     topic = topic_name()
     kafka_broker.create_topic(topic, partitions=1)
@@ -170,7 +170,7 @@ def test_csv_records(spark, sqlite_catalog, kafka_broker) -> None:  # type: igno
 
 
 @pytest.fixture
-def local_time_zone_not_utc(monkeypatch):  # type: ignore[no-untyped-def]
+def local_time_zone_not_utc(monkeypatch):
     # the driver's local zone must not leak into partition values (Spark's collect() turns
     # timestamps into naive local datetimes)
     monkeypatch.setenv("TZ", "Asia/Kolkata")
@@ -181,7 +181,7 @@ def local_time_zone_not_utc(monkeypatch):  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.usefixtures("local_time_zone_not_utc")
-def test_event_time_batch_spanning_partitions_commits_atomically(spark, sqlite_catalog, kafka_broker) -> None:  # type: ignore[no-untyped-def]
+def test_event_time_batch_spanning_partitions_commits_atomically(spark, sqlite_catalog, kafka_broker) -> None:
     table = make_table(sqlite_catalog, mode=Mode.EVENT_TIME, lateness="1h", dead_letter=True)
     topic = topic_name()
     kafka_broker.create_topic(topic, partitions=3)
@@ -200,13 +200,13 @@ def test_event_time_batch_spanning_partitions_commits_atomically(spark, sqlite_c
         assert r["ts_period"].hour == int(hours[r["id"] % 3][11:13])
 
 
-def test_not_without_a_dead_letter_table(spark, sqlite_catalog, kafka_broker) -> None:  # type: ignore[no-untyped-def]
+def test_not_without_a_dead_letter_table(spark, sqlite_catalog, kafka_broker) -> None:
     make_table(sqlite_catalog)
     with pytest.raises(Exception, match="no dead-letter table"):
         run_kafka_ingest(spark, sqlite_catalog, options(sqlite_catalog, kafka_broker, topic_name()))
 
 
-def test_rolls_while_the_stream_runs_lose_and_duplicate_nothing(spark, sqlite_catalog, kafka_broker) -> None:  # type: ignore[no-untyped-def]
+def test_rolls_while_the_stream_runs_lose_and_duplicate_nothing(spark, sqlite_catalog, kafka_broker) -> None:
     table = make_table(sqlite_catalog, dead_letter=True)
     topic = topic_name()
     kafka_broker.create_topic(topic, partitions=3)
@@ -290,7 +290,7 @@ CRASHES = [
 
 def test_ingest_killed_again_and_again_lands_every_record_once(
     sqlite_catalog, kafka_broker, tmp_path
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     table = make_table(sqlite_catalog, dead_letter=True)
     topic = topic_name()
     kafka_broker.create_topic(topic, partitions=3)
@@ -361,7 +361,7 @@ def test_ingest_killed_again_and_again_lands_every_record_once(
     assert set(states) <= {ChunkState.COMMITTED, ChunkState.RESERVED}, states
 
 
-def test_metrics_port_and_consumer_group_show_offsets_and_lag(spark, sqlite_catalog, kafka_broker) -> None:  # type: ignore[no-untyped-def]
+def test_metrics_port_and_consumer_group_show_offsets_and_lag(spark, sqlite_catalog, kafka_broker) -> None:
     """/metrics shows what was committed per partition, and the consumer group holds the same offsets
     (kafka-consumer-groups reads them), so lag is visible outside the job."""
     import urllib.request
@@ -416,7 +416,7 @@ def test_metrics_port_and_consumer_group_show_offsets_and_lag(spark, sqlite_cata
 @pytest.mark.parametrize("to_group", [False, True], ids=["process", "process-group"])
 def test_sigterm_ends_the_job_quietly_and_loses_nothing(
     sqlite_catalog, kafka_broker, tmp_path, to_group
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     table = make_table(sqlite_catalog, dead_letter=True)
     topic = topic_name()
     kafka_broker.create_topic(topic, partitions=3)
@@ -463,7 +463,7 @@ def test_sigterm_ends_the_job_quietly_and_loses_nothing(
 
 
 # -- broker trouble -------------------------------------------------------------------------
-def test_broker_unreachable_at_start_is_a_clear_error(sqlite_catalog, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_broker_unreachable_at_start_is_a_clear_error(sqlite_catalog, tmp_path) -> None:
     from ingest.kafka.devbroker import free_port
 
     make_table(sqlite_catalog, dead_letter=True)
@@ -495,7 +495,7 @@ def test_broker_unreachable_at_start_is_a_clear_error(sqlite_catalog, tmp_path) 
 )
 def test_a_bad_source_option_is_one_error_before_spark_starts(
     sqlite_catalog, tmp_path, option, named
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     make_table(sqlite_catalog, dead_letter=True)
     proc = subprocess.run(
         ingest_cmd(sqlite_catalog, "127.0.0.1:9", "t", tmp_path / "ckpt", "--option", option),
@@ -508,7 +508,7 @@ def test_a_bad_source_option_is_one_error_before_spark_starts(
     assert len(lines) == 1 and lines[0].startswith(f"error: {named}"), proc.stderr
 
 
-def test_broker_lost_mid_stream_fails_clearly_and_loses_nothing(spark, sqlite_catalog, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_broker_lost_mid_stream_fails_clearly_and_loses_nothing(spark, sqlite_catalog, tmp_path) -> None:
     from ingest.kafka.devbroker import EmbeddedBroker
 
     table = make_table(sqlite_catalog, dead_letter=True)
@@ -611,7 +611,7 @@ class Outage:
                 s.close()
 
 
-def test_a_broker_outage_of_a_minute_is_ridden_out(spark, sqlite_catalog, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_a_broker_outage_of_a_minute_is_ridden_out(spark, sqlite_catalog, tmp_path) -> None:
     """The default retry budget (no source options) outlasts a one-minute outage: the stream goes
     on where it stopped, and nothing is lost or doubled."""
     from ingest.kafka.devbroker import EmbeddedBroker, free_port
@@ -664,7 +664,7 @@ def test_a_broker_outage_of_a_minute_is_ridden_out(spark, sqlite_catalog, tmp_pa
         hop.down()
 
 
-def test_late_rows_of_a_rejecting_table_become_dead_letters(spark, sqlite_catalog, kafka_broker) -> None:  # type: ignore[no-untyped-def]
+def test_late_rows_of_a_rejecting_table_become_dead_letters(spark, sqlite_catalog, kafka_broker) -> None:
     # A stream has no producer to answer "rejected": late rows become dead letters, the rest lands.
     from datetime import UTC, datetime
 
@@ -693,7 +693,7 @@ def test_late_rows_of_a_rejecting_table_become_dead_letters(spark, sqlite_catalo
 
 def test_a_full_namespace_stops_the_stream_clearly_and_loses_nothing(
     spark, sqlite_catalog, kafka_broker
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     """A batch that would pass its namespace's quota is refused whole: the ingest stops with an
     error naming the quota (never drops the batch); with the quota raised, the restarted ingest
     replays the batch and every record lands exactly once."""

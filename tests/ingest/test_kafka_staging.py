@@ -76,7 +76,7 @@ ODD = [
 @pytest.mark.parametrize(
     "odd", [[], *([o] for o in ODD)], ids=["all-good", *(f"odd-{i}" for i in range(len(ODD)))]
 )
-def test_the_arrow_path_gives_what_the_row_wise_path_gives(sqlite_catalog, odd) -> None:  # type: ignore[no-untyped-def]
+def test_the_arrow_path_gives_what_the_row_wise_path_gives(sqlite_catalog, odd) -> None:
     make_table(sqlite_catalog, dead_letter=True, schema=SCHEMA)
     values = [json.dumps(r).encode() for r in GOOD] + odd
     fast = staged(sqlite_catalog, "c1", values, arrow=True)
@@ -85,7 +85,7 @@ def test_the_arrow_path_gives_what_the_row_wise_path_gives(sqlite_catalog, odd) 
     assert len(fast[0]) + len(fast[1]) == len(values)  # one row or one dead letter per record
 
 
-def test_an_all_good_batch_is_one_parquet_file_of_every_record(sqlite_catalog) -> None:  # type: ignore[no-untyped-def]
+def test_an_all_good_batch_is_one_parquet_file_of_every_record(sqlite_catalog) -> None:
     table = make_table(sqlite_catalog, dead_letter=True, schema=SCHEMA)
     spec = stage_spec(sqlite_catalog.warehouse, table, "c3", "json", 1 << 20, None)
     values = [json.dumps({**GOOD[0], "id": i}).encode() for i in range(2500)]
@@ -94,7 +94,7 @@ def test_an_all_good_batch_is_one_parquet_file_of_every_record(sqlite_catalog) -
     assert pq.read_table(Path(table.location) / out[0]["path"]).column("id").to_pylist() == list(range(2500))
 
 
-def test_what_the_workers_unpickle_imports_no_metastore_nor_pydantic(sqlite_catalog, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_what_the_workers_unpickle_imports_no_metastore_nor_pydantic(sqlite_catalog, tmp_path) -> None:
     """Spark's Python workers unpickle the task function of every batch: with PYTHONDONTWRITEBYTECODE
     each fresh worker compiles what it imports, so it must not pull in the metastore's stack."""
     from pyspark import cloudpickle

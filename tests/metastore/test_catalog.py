@@ -12,7 +12,7 @@ from metastore.errors import AlreadyExistsError
 from tests.fixtures import make_table, routed_catalog  # noqa: F401
 
 
-def test_reading_a_table_never_creates_anything(catalog) -> None:  # type: ignore[no-untyped-def]
+def test_reading_a_table_never_creates_anything(catalog) -> None:
     # Issue 9: Catalog.table() created a missing Delta table as a side effect of a lookup.
     table = make_table(catalog, "ns.half")
     shutil.rmtree(Path(table.location) / "_delta_log")  # as if the creator died before the log
@@ -20,7 +20,7 @@ def test_reading_a_table_never_creates_anything(catalog) -> None:  # type: ignor
     assert not (Path(table.location) / "_delta_log").exists()
 
 
-def test_creating_again_finishes_a_creation_that_died_half_way(catalog) -> None:  # type: ignore[no-untyped-def]
+def test_creating_again_finishes_a_creation_that_died_half_way(catalog) -> None:
     table = make_table(catalog, "ns.half", dead_letter=True)
     shutil.rmtree(Path(table.location) / "_delta_log")
     again = make_table(catalog, "ns.half", dead_letter=True)
@@ -31,7 +31,7 @@ def test_creating_again_finishes_a_creation_that_died_half_way(catalog) -> None:
     assert [str(t.name) for t in catalog.list_tables().merged()] == ["ns.half", "ns.half__dead_letter"]
 
 
-def test_a_table_whose_log_was_lost_after_commits_is_never_dropped_by_a_create(catalog) -> None:  # type: ignore[no-untyped-def]
+def test_a_table_whose_log_was_lost_after_commits_is_never_dropped_by_a_create(catalog) -> None:
     from ingest.chunks import ChunkWriter
     from ingest.formats import Format
     from metastore.errors import TableIntegrityError
@@ -45,7 +45,7 @@ def test_a_table_whose_log_was_lost_after_commits_is_never_dropped_by_a_create(c
     assert catalog.table("ns.lost").id == table.id  # its records stay
 
 
-def test_names_match_in_any_case_as_in_spark(catalog) -> None:  # type: ignore[no-untyped-def]
+def test_names_match_in_any_case_as_in_spark(catalog) -> None:
     """Issue 25: `SHOP.Orders` was "does not exist" where Spark and Hive match names in any case."""
     from metastore.errors import NotFoundError, UserInputError
 

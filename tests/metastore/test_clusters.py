@@ -65,7 +65,7 @@ BAD = [
 
 
 @pytest.mark.parametrize("bad, says", BAD, ids=[str(b) for b, _ in BAD])
-def test_bad_clusters_are_refused_and_change_nothing(catalog: Catalog, tmp_path: Path, bad, says) -> None:  # type: ignore[no-untyped-def]
+def test_bad_clusters_are_refused_and_change_nothing(catalog: Catalog, tmp_path: Path, bad, says) -> None:
     (tmp_path / "ok").mkdir()
     (tmp_path / "file").write_text("x")
     with pytest.raises(UserInputError, match=says):

@@ -48,14 +48,14 @@ def test_what_is_not_a_delta_interval(text: str) -> None:
         (lambda: check_log_retention("soon"), ["--log-retention", "soon"]),
     ],
 )
-def test_bad_values_name_the_option(call, fragments: list[str]) -> None:  # type: ignore[no-untyped-def]
+def test_bad_values_name_the_option(call, fragments: list[str]) -> None:
     with pytest.raises(UserInputError) as err:
         call()
     for fragment in fragments:
         assert fragment in str(err.value)
 
 
-def test_the_schedule_lives_in_the_tables_delta_log(catalog) -> None:  # type: ignore[no-untyped-def]
+def test_the_schedule_lives_in_the_tables_delta_log(catalog) -> None:
     table = make_table(catalog)
     assert log_settings(catalog.load(table)) == LogSettings(100, timedelta(days=30))
     set_log_settings(catalog.load(table), log_retention=timedelta(days=2))

@@ -65,12 +65,12 @@ def test_format_duration_reads_back(delta: timedelta) -> None:
 
 # Issue 9: each of these was refused although conf/streampart.toml promises the forms.
 def test_every_config_model_takes_every_form() -> None:
-    assert ChunkConfig(ttl="1h").ttl == timedelta(hours=1)  # type: ignore[arg-type]
-    assert ChunkConfig(commit_timeout=30).commit_timeout == timedelta(seconds=30)  # type: ignore[arg-type]
-    assert RollConfig(lease="10m").lease == timedelta(minutes=10)  # type: ignore[arg-type]
-    assert SchedulerConfig(lease_ttl="PT30S").lease_ttl == timedelta(seconds=30)  # type: ignore[arg-type]
-    assert ServerConfig(header_timeout="1.5s").header_timeout == timedelta(seconds=1.5)  # type: ignore[arg-type]
-    options = KafkaIngestOptions(table="a.b", bootstrap="h:1", topic="t", trigger="500ms")  # type: ignore[arg-type]
+    assert ChunkConfig(ttl="1h").ttl == timedelta(hours=1)
+    assert ChunkConfig(commit_timeout=30).commit_timeout == timedelta(seconds=30)
+    assert RollConfig(lease="10m").lease == timedelta(minutes=10)
+    assert SchedulerConfig(lease_ttl="PT30S").lease_ttl == timedelta(seconds=30)
+    assert ServerConfig(header_timeout="1.5s").header_timeout == timedelta(seconds=1.5)
+    options = KafkaIngestOptions(table="a.b", bootstrap="h:1", topic="t", trigger="500ms")
     assert options.trigger == timedelta(milliseconds=500)
 
 

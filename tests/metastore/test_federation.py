@@ -217,7 +217,7 @@ BAD = [
 @pytest.mark.parametrize("bad, says", BAD, ids=[str(b) for b, _ in BAD])
 def test_bad_metastores_are_refused_and_change_nothing(
     catalog: Catalog, other_url: str, metastore_url: str, bad, says
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     catalog.create_namespace("sales")
     before = _state(catalog)
     url = bad.get("url", other_url)

@@ -81,7 +81,7 @@ LOG_CASES: list[tuple[str, Callable[[Table], None], str, str]] = [
 
 
 @pytest.mark.parametrize("case, damage, says, kind", LOG_CASES, ids=[c[0] for c in LOG_CASES])
-def test_a_damaged_log_is_refused_by_reads_writes_and_rolls(  # type: ignore[no-untyped-def]
+def test_a_damaged_log_is_refused_by_reads_writes_and_rolls(
     catalog, case: str, damage: Callable[[Table], None], says: str, kind: str
 ) -> None:
     table = make_table(catalog)
@@ -113,7 +113,7 @@ FILE_CASES: list[tuple[str, Callable[[Table], None], str, str]] = [
 
 
 @pytest.mark.parametrize("case, damage, says, kind", FILE_CASES, ids=[c[0] for c in FILE_CASES])
-def test_a_damaged_data_file_is_named(  # type: ignore[no-untyped-def]
+def test_a_damaged_data_file_is_named(
     catalog, case: str, damage: Callable[[Table], None], says: str, kind: str
 ) -> None:
     table = make_table(catalog)
@@ -126,7 +126,7 @@ def test_a_damaged_data_file_is_named(  # type: ignore[no-untyped-def]
     assert problem.kind == kind and problem.path and problem.path.startswith("_staging/")
 
 
-def test_a_healthy_table_has_no_problems_and_a_broken_standard_partition_is_reported(catalog) -> None:  # type: ignore[no-untyped-def]
+def test_a_healthy_table_has_no_problems_and_a_broken_standard_partition_is_reported(catalog) -> None:
     table = make_table(catalog)
     w = ChunkWriter(catalog, table)
     value = catalog.store.streaming_partition(table.id).value
@@ -143,7 +143,7 @@ def test_a_healthy_table_has_no_problems_and_a_broken_standard_partition_is_repo
     assert found == {("partition_marker", "error"), ("orphan_file", "warning")}
 
 
-def test_a_commit_file_cut_at_a_line_is_refused_by_what_the_metastore_recorded_at_its_version(  # type: ignore[no-untyped-def]
+def test_a_commit_file_cut_at_a_line_is_refused_by_what_the_metastore_recorded_at_its_version(
     catalog,
 ) -> None:
     """Issue 25: the newest commit file cut at a line boundary, without the count of its actions
@@ -179,7 +179,7 @@ def test_a_commit_file_cut_at_a_line_is_refused_by_what_the_metastore_recorded_a
     assert str(_commit(table, 3)) in checked.stdout + checked.stderr
 
 
-def test_a_newest_commit_deleted_under_a_running_writer_is_not_taken_again(catalog) -> None:  # type: ignore[no-untyped-def]
+def test_a_newest_commit_deleted_under_a_running_writer_is_not_taken_again(catalog) -> None:
     """Issue 25: the newest commit file deleted while writers run. This process's writer last saw
     version 2; another process commits version 3 and is acknowledged; version 3's file is deleted.
     The next group commit here lands at the freed version 3 with other content — which must not be
@@ -204,13 +204,13 @@ def test_a_newest_commit_deleted_under_a_running_writer_is_not_taken_again(catal
     assert acks[0]["chunk"] in problems[0].message
 
 
-def run_worker(catalog, table, *args: str):  # type: ignore[no-untyped-def]
+def run_worker(catalog, table, *args: str):
     proc = subprocess.run(**worker_call(catalog, table, *args), capture_output=True, timeout=120)
     acks = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     return proc.returncode, acks, proc.stderr
 
 
-def test_a_sweep_commit_cut_at_a_line_is_refused(catalog) -> None:  # type: ignore[no-untyped-def]
+def test_a_sweep_commit_cut_at_a_line_is_refused(catalog) -> None:
     """The newest commit a roll's sweep (written by delta-rs) cut after its commitInfo: its remove
     and add lines lost, the standard partition's rows would vanish; its count of actions names it."""
     table = make_table(catalog)

@@ -22,7 +22,7 @@ TTL = timedelta(seconds=10)
 S = timedelta(seconds=1)
 
 
-def test_a_lease_has_one_holder_until_it_lapses_then_the_epoch_grows(catalog) -> None:  # type: ignore[no-untyped-def]
+def test_a_lease_has_one_holder_until_it_lapses_then_the_epoch_grows(catalog) -> None:
     store = catalog.store
     a = store.acquire_lease("roll", "a", TTL, info={"pid": 1}, now=T0)
     assert (a.holder, a.epoch, a.expires_at, a.info) == ("a", 1, T0 + TTL, {"pid": 1})
@@ -39,7 +39,7 @@ def test_a_lease_has_one_holder_until_it_lapses_then_the_epoch_grows(catalog) ->
     assert store.get_lease("nobody") is None
 
 
-def test_renewal_after_expiry_fails_and_retaking_it_raises_the_epoch(catalog) -> None:  # type: ignore[no-untyped-def]
+def test_renewal_after_expiry_fails_and_retaking_it_raises_the_epoch(catalog) -> None:
     store = catalog.store
     a = store.acquire_lease("roll", "a", TTL, now=T0)
     with pytest.raises(LeaseLostError):  # lapsed, even though nobody took it meanwhile
@@ -48,7 +48,7 @@ def test_renewal_after_expiry_fails_and_retaking_it_raises_the_epoch(catalog) ->
     assert again.epoch == 2  # anything done under epoch 1 is fenced off from now on
 
 
-def test_release_lets_a_standby_take_over_at_once(catalog) -> None:  # type: ignore[no-untyped-def]
+def test_release_lets_a_standby_take_over_at_once(catalog) -> None:
     store = catalog.store
     a = store.acquire_lease("roll", "a", TTL, now=T0)
     assert store.release_lease(a, now=T0 + S)
@@ -59,7 +59,7 @@ def test_release_lets_a_standby_take_over_at_once(catalog) -> None:  # type: ign
     assert store.get_lease("roll").holder == "b"
 
 
-def test_leases_of_different_names_are_independent(catalog) -> None:  # type: ignore[no-untyped-def]
+def test_leases_of_different_names_are_independent(catalog) -> None:
     store = catalog.store
     assert store.acquire_lease("one", "a", TTL, now=T0).epoch == 1
     assert store.acquire_lease("two", "b", TTL, now=T0).epoch == 1
@@ -94,7 +94,7 @@ def test_of_many_racing_contenders_exactly_one_wins(metastore_url: str, contende
             st.close()
 
 
-def test_a_deposed_leader_can_neither_begin_nor_claim_a_roll(catalog) -> None:  # type: ignore[no-untyped-def]
+def test_a_deposed_leader_can_neither_begin_nor_claim_a_roll(catalog) -> None:
     store = catalog.store
     table = make_table(catalog)
     p = store.streaming_partition(table.id)
@@ -112,7 +112,7 @@ def test_a_deposed_leader_can_neither_begin_nor_claim_a_roll(catalog) -> None:  
     assert store.claim_roll(roll, "b", TTL, now=T0 + TTL + S, fence=new).owner == "b"
 
 
-def test_a_lost_lease_is_no_conflict(catalog) -> None:  # type: ignore[no-untyped-def]
+def test_a_lost_lease_is_no_conflict(catalog) -> None:
     """``except ConflictError`` (a lost race for one row: retry) never swallows lost leadership (stop)."""
     assert not issubclass(LeaseLostError, ConflictError) and not issubclass(ConflictError, LeaseLostError)
     assert issubclass(LeaseLostError, RetriableError)
@@ -127,7 +127,7 @@ def test_a_lost_lease_is_no_conflict(catalog) -> None:  # type: ignore[no-untype
             pytest.fail("a lost lease was caught as a conflict")
 
 
-def test_roll_leases_are_renewed_only_under_a_live_fence_and_released_at_shutdown(catalog) -> None:  # type: ignore[no-untyped-def]
+def test_roll_leases_are_renewed_only_under_a_live_fence_and_released_at_shutdown(catalog) -> None:
     store = catalog.store
     table = make_table(catalog)
     p = store.streaming_partition(table.id)
@@ -144,7 +144,7 @@ def test_roll_leases_are_renewed_only_under_a_live_fence_and_released_at_shutdow
     assert store.claim_roll(roll, "next", TTL, now=T0 + 3 * S).owner == "next"
 
 
-def test_roll_attempts_keep_each_tables_history_newest_first(catalog) -> None:  # type: ignore[no-untyped-def]
+def test_roll_attempts_keep_each_tables_history_newest_first(catalog) -> None:
     store = catalog.store
     a, b = make_table(catalog, "ns.a"), make_table(catalog, "ns.b")
     for n in range(3):

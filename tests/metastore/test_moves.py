@@ -66,7 +66,7 @@ def held(store: Metastore, namespace: str) -> dict[str, Any]:
         ]
         tables = _select(conn, s.tables, t.namespace == namespace)
         uid = {r["id"]: r["uid"] for r in tables}
-        all_uids = dict(conn.execute(sa.select(t.id, t.uid)).all())  # type: ignore[arg-type]
+        all_uids = dict(conn.execute(sa.select(t.id, t.uid)).all())
         parts = _select(conn, s.partitions, s.partitions.c.table_id.in_(uid))
         part = {p["id"]: (uid[p["table_id"]], p["value"]) for p in parts}
 

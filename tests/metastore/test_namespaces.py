@@ -67,7 +67,7 @@ def delta_bytes(location: str) -> tuple[int, int]:
 
 
 # -- namespaces ------------------------------------------------------------------------------
-def test_namespaces_are_made_on_first_use_or_explicitly(catalog) -> None:  # type: ignore[no-untyped-def]
+def test_namespaces_are_made_on_first_use_or_explicitly(catalog) -> None:
     make_table(catalog, "sales.orders", dead_letter=True)
     assert [n.name for n in home(catalog, "sales").list_namespaces()] == ["sales"]
     home(catalog, "team").create_namespace(
@@ -97,7 +97,7 @@ def make_table_explicit(catalog: Catalog, name: str) -> None:
     catalog.create_table(spec, create_namespace=False)
 
 
-def test_a_namespace_is_dropped_only_when_empty(catalog) -> None:  # type: ignore[no-untyped-def]
+def test_a_namespace_is_dropped_only_when_empty(catalog) -> None:
     make_table(catalog, "b.t")
     link(catalog, "a.l", "b.t")
     with pytest.raises(UserInputError, match=r"namespace a is not empty: it holds a\.l"):
@@ -132,7 +132,7 @@ def test_sizes(text: str, says: str | None) -> None:
 
 
 # -- links: names and refusals ---------------------------------------------------------------
-def test_tables_and_links_share_one_name_space(catalog) -> None:  # type: ignore[no-untyped-def]
+def test_tables_and_links_share_one_name_space(catalog) -> None:
     make_table(catalog, "b.t")
     make_table(catalog, "a.own")
     with pytest.raises(AlreadyExistsError, match=r"a\.own is a table already"):
@@ -160,7 +160,7 @@ BAD_LINKS = [
 @pytest.mark.parametrize(
     "bad, error, says", BAD_LINKS, ids=[b[0]["name"] + "->" + b[0]["to"] for b in BAD_LINKS]
 )
-def test_bad_links_are_refused_and_change_nothing(catalog, bad, error, says) -> None:  # type: ignore[no-untyped-def]
+def test_bad_links_are_refused_and_change_nothing(catalog, bad, error, says) -> None:
     make_table(catalog, "b.t")
     link(catalog, "a.l", "b.t")
     before = [x.model_dump() for x in catalog.router.fan_out(_links).merged()]
@@ -169,7 +169,7 @@ def test_bad_links_are_refused_and_change_nothing(catalog, bad, error, says) -> 
     assert [x.model_dump() for x in catalog.router.fan_out(_links).merged()] == before
 
 
-def test_a_cycle_cannot_be_made(catalog) -> None:  # type: ignore[no-untyped-def]
+def test_a_cycle_cannot_be_made(catalog) -> None:
     """Links point at tables only: a.l → b.t exists, so b.m → a.l (which would close a loop) is refused."""
     make_table(catalog, "b.t")
     link(catalog, "a.l", "b.t")
@@ -177,7 +177,7 @@ def test_a_cycle_cannot_be_made(catalog) -> None:  # type: ignore[no-untyped-def
         link(catalog, "b.m", "a.l")
 
 
-def test_static_links_list_period_starts_only(catalog) -> None:  # type: ignore[no-untyped-def]
+def test_static_links_list_period_starts_only(catalog) -> None:
     make_table(catalog, "b.t", roll_every="1h")
     with pytest.raises(
         UserInputError, match=r"2026-11-21T10:30:00Z is not the start .* did you mean 2026-11-21T10:00:00Z"
@@ -197,7 +197,7 @@ def test_static_links_list_period_starts_only(catalog) -> None:  # type: ignore[
         catalog.set_link_partitions(dynamic, add=[T0])
 
 
-def test_links_are_read_only_and_a_linked_source_is_dropped_only_with_force(catalog) -> None:  # type: ignore[no-untyped-def]
+def test_links_are_read_only_and_a_linked_source_is_dropped_only_with_force(catalog) -> None:
     source = make_table(catalog, "b.t")
     link(catalog, "a.l", "b.t")
     with pytest.raises(ReadOnlyLinkError, match=r"a\.l is a link \(to b\.t\), and links are read-only"):
@@ -218,7 +218,7 @@ def test_links_are_read_only_and_a_linked_source_is_dropped_only_with_force(cata
 
 
 # -- resolution ------------------------------------------------------------------------------
-def test_names_resolve_in_a_namespace_and_isolation_refuses_other_namespaces(catalog) -> None:  # type: ignore[no-untyped-def]
+def test_names_resolve_in_a_namespace_and_isolation_refuses_other_namespaces(catalog) -> None:
     bt = make_table(catalog, "b.t")
     at = make_table(catalog, "a.own")
     link(catalog, "a.l", "b.t")
@@ -273,11 +273,11 @@ def files(*spec: tuple[datetime, bool]) -> list[LiveFile]:
     ]
 
 
-def admitted(lk: Link, source, live: list[LiveFile], now: datetime) -> list[tuple[datetime, bool]]:  # type: ignore[no-untyped-def]
+def admitted(lk: Link, source, live: list[LiveFile], now: datetime) -> list[tuple[datetime, bool]]:
     return [(f.partition, f.staged) for f in lk.filter(live, source, now)]
 
 
-def test_what_each_kind_of_link_admits(catalog) -> None:  # type: ignore[no-untyped-def]
+def test_what_each_kind_of_link_admits(catalog) -> None:
     source = make_table(catalog, "b.t", roll_every="1h")
     live = files((T0, False), (T0 + H, False), (T0 + 2 * H, True))  # two standard, one streaming
     now = T0 + 3 * H
@@ -299,7 +299,7 @@ def test_what_each_kind_of_link_admits(catalog) -> None:  # type: ignore[no-unty
 
 
 # -- capacity --------------------------------------------------------------------------------
-def test_usage_and_the_quota_ledger_agree_with_the_delta_logs(catalog) -> None:  # type: ignore[no-untyped-def]
+def test_usage_and_the_quota_ledger_agree_with_the_delta_logs(catalog) -> None:
     t = make_table(catalog, "b.t", dead_letter=True)
     w = ChunkWriter(catalog, t)
     for k in range(3):
@@ -331,7 +331,7 @@ def test_usage_and_the_quota_ledger_agree_with_the_delta_logs(catalog) -> None: 
     )  # shown, not charged
 
 
-def test_a_write_past_the_quota_is_refused_whole_and_leaves_nothing(catalog) -> None:  # type: ignore[no-untyped-def]
+def test_a_write_past_the_quota_is_refused_whole_and_leaves_nothing(catalog) -> None:
     t = make_table(catalog, "b.t")
     w = ChunkWriter(catalog, t)
     w.write(records(range(10)), Format.JSONL, key="fits")

@@ -45,7 +45,7 @@ def test_directory_names_and_labels_read_as_the_value(value: datetime, directory
     assert partition_value_text(HOUR) == "2026-11-23 13:00:00.000000"  # the log's format is unchanged
 
 
-def test_a_partition_keeps_the_directory_it_was_rolled_into(sqlite_catalog) -> None:  # type: ignore[no-untyped-def]
+def test_a_partition_keeps_the_directory_it_was_rolled_into(sqlite_catalog) -> None:
     table = make_table(sqlite_catalog)
     assert partition_dir(table, HOUR) == "ts_period=2026-11-23 13%3A00%3A00"
     assert staged_dir(table, HOUR) == "_staging/ts_period=2026-11-23 13%3A00%3A00"
@@ -56,7 +56,7 @@ def test_a_partition_keeps_the_directory_it_was_rolled_into(sqlite_catalog) -> N
     assert partition_dir(table, FORCED) == "ts_period=2026-11-23 13%3A17%3A39"
 
 
-def test_describe_says_what_each_mode_does(sqlite_catalog) -> None:  # type: ignore[no-untyped-def]
+def test_describe_says_what_each_mode_does(sqlite_catalog) -> None:
     arrival = make_table(sqlite_catalog, "ns.a")
     event = make_table(sqlite_catalog, "ns.e", mode=Mode.EVENT_TIME)
     assert placement_text(arrival) == (

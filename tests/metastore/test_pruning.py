@@ -19,7 +19,7 @@ from tests.helpers import all_ids, records
 H10 = datetime(2026, 11, 21, 10, 0, tzinfo=UTC)
 
 
-def _totals(chunks) -> dict:  # type: ignore[no-untyped-def]
+def _totals(chunks) -> dict:
     out: dict = {}
     for chunk in chunks:
         for key, part in summarize_chunk(chunk).items():
@@ -29,7 +29,7 @@ def _totals(chunks) -> dict:  # type: ignore[no-untyped-def]
     return out
 
 
-def test_old_chunks_become_summaries_and_describe_does_not_change(catalog) -> None:  # type: ignore[no-untyped-def]
+def test_old_chunks_become_summaries_and_describe_does_not_change(catalog) -> None:
     store = catalog.store
     table = make_table(catalog)
     w = ChunkWriter(catalog, table)
@@ -75,7 +75,7 @@ def test_old_chunks_become_summaries_and_describe_does_not_change(catalog) -> No
     )
 
 
-def test_a_chunk_spanning_partitions_is_summarised_in_each_once_both_rolled(catalog) -> None:  # type: ignore[no-untyped-def]
+def test_a_chunk_spanning_partitions_is_summarised_in_each_once_both_rolled(catalog) -> None:
     store = catalog.store
     table = make_table(catalog, mode=Mode.EVENT_TIME)
     w = ChunkWriter(catalog, table)
@@ -93,7 +93,7 @@ def test_a_chunk_spanning_partitions_is_summarised_in_each_once_both_rolled(cata
     assert sorted(all_ids(table)) == list(range(5))
 
 
-def test_pruning_walks_many_chunks_in_batches(catalog) -> None:  # type: ignore[no-untyped-def]
+def test_pruning_walks_many_chunks_in_batches(catalog) -> None:
     store = catalog.store
     table = make_table(catalog)
     w = ChunkWriter(catalog, table)

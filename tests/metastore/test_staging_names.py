@@ -25,7 +25,7 @@ def test_every_staged_name_leads_back_to_its_chunk(name: str) -> None:
     assert chunk_of_staged(name) == CHUNK
 
 
-def test_the_warehouse_names_staged_files_after_their_chunk(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_the_warehouse_names_staged_files_after_their_chunk(tmp_path) -> None:
     from metastore.catalog import Catalog
 
     catalog = Catalog.open(tmp_path / "wh")

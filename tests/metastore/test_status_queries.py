@@ -15,7 +15,7 @@ from tests.helpers import jsonl, records
 T0 = datetime(2026, 11, 21, 10, 0, tzinfo=UTC)
 
 
-def test_heartbeats_name_every_daemon_and_housekeeping_stamps_its_pass(catalog) -> None:  # type: ignore[no-untyped-def]
+def test_heartbeats_name_every_daemon_and_housekeeping_stamps_its_pass(catalog) -> None:
     store = catalog.store
     store.record_heartbeat("roll-daemon", "a", {"host": "h1"}, now=T0)
     store.record_heartbeat("roll-daemon", "b", {"host": "h2"}, now=T0 + timedelta(seconds=1))
@@ -34,7 +34,7 @@ def test_heartbeats_name_every_daemon_and_housekeeping_stamps_its_pass(catalog) 
     assert [d.holder for d in store.list_daemons("roll-daemon")] == ["b"]
 
 
-def test_activity_counts_committed_chunks_by_commit_time(catalog) -> None:  # type: ignore[no-untyped-def]
+def test_activity_counts_committed_chunks_by_commit_time(catalog) -> None:
     busy = make_table(catalog, "ns.busy", dead_letter=True)
     quiet = make_table(catalog, "ns.quiet")
     w = ChunkWriter(catalog, busy)
@@ -54,7 +54,7 @@ def test_activity_counts_committed_chunks_by_commit_time(catalog) -> None:  # ty
     assert later[busy.id].newest_commit == newest
 
 
-def test_the_newest_partitions_and_their_rolls(catalog) -> None:  # type: ignore[no-untyped-def]
+def test_the_newest_partitions_and_their_rolls(catalog) -> None:
     table = make_table(catalog, "ns.t")
     store = catalog.for_write(table).store
     for _ in range(3):

@@ -24,7 +24,7 @@ def test_migrations_are_idempotent_and_concurrent_safe(metastore_url: str) -> No
     second.close()
 
 
-def test_tables_create_get_list_and_duplicate(catalog) -> None:  # type: ignore[no-untyped-def]
+def test_tables_create_get_list_and_duplicate(catalog) -> None:
     t = make_table(catalog, "ns.a")
     make_table(catalog, "ns.b", mode=Mode.EVENT_TIME, lateness="10m")
     assert home(catalog).get_table("ns.a").id == t.id
@@ -38,14 +38,14 @@ def test_tables_create_get_list_and_duplicate(catalog) -> None:  # type: ignore[
     assert home(catalog).list_partitions(home(catalog).get_table("ns.b").id) == []
 
 
-def test_event_time_partitions_open_once(catalog) -> None:  # type: ignore[no-untyped-def]
+def test_event_time_partitions_open_once(catalog) -> None:
     t = make_table(catalog, mode=Mode.EVENT_TIME)
     a = home(catalog).ensure_partition(t.id, T0)
     b = home(catalog).ensure_partition(t.id, T0)
     assert a.id == b.id and a.value == T0 and a.state is PartitionState.STREAMING
 
 
-def test_begin_roll_is_a_compare_and_swap(catalog) -> None:  # type: ignore[no-untyped-def]
+def test_begin_roll_is_a_compare_and_swap(catalog) -> None:
     t = make_table(catalog)
     p = home(catalog).streaming_partition(t.id)
     roll = home(catalog).begin_roll(p, p.value + timedelta(hours=1), "me", timedelta(minutes=1))
@@ -59,7 +59,7 @@ def test_begin_roll_is_a_compare_and_swap(catalog) -> None:  # type: ignore[no-u
     assert states == [PartitionState.ROLLING, PartitionState.STREAMING]
 
 
-def test_roll_lease_excludes_other_owners_until_it_expires(catalog) -> None:  # type: ignore[no-untyped-def]
+def test_roll_lease_excludes_other_owners_until_it_expires(catalog) -> None:
     t = make_table(catalog)
     p = home(catalog).streaming_partition(t.id)
     now = datetime.now(UTC)
@@ -79,7 +79,7 @@ def test_roll_lease_excludes_other_owners_until_it_expires(catalog) -> None:  # 
     assert home(catalog).list_partitions(t.id)[0].state is PartitionState.STANDARD
 
 
-def test_chunk_token_reserves_once(catalog) -> None:  # type: ignore[no-untyped-def]
+def test_chunk_token_reserves_once(catalog) -> None:
     t = make_table(catalog)
     a = home(catalog).reserve_chunk(t.id, "tok", timedelta(hours=1))
     b = home(catalog).reserve_chunk(t.id, "tok", timedelta(hours=1))
@@ -88,7 +88,7 @@ def test_chunk_token_reserves_once(catalog) -> None:  # type: ignore[no-untyped-
     assert a.state is ChunkState.RESERVED
 
 
-def test_chunk_lifecycle_is_guarded(catalog) -> None:  # type: ignore[no-untyped-def]
+def test_chunk_lifecycle_is_guarded(catalog) -> None:
     t = make_table(catalog)
     store = home(catalog)
     chunk = store.reserve_chunk(t.id, None, timedelta(hours=1))
@@ -119,7 +119,7 @@ def test_chunk_lifecycle_is_guarded(catalog) -> None:  # type: ignore[no-untyped
         store.abort_chunk(done)
 
 
-def test_expiry_only_takes_reserved_chunks_past_their_ttl(catalog) -> None:  # type: ignore[no-untyped-def]
+def test_expiry_only_takes_reserved_chunks_past_their_ttl(catalog) -> None:
     t = make_table(catalog)
     store = home(catalog)
     now = datetime.now(UTC)
@@ -136,7 +136,7 @@ def test_expiry_only_takes_reserved_chunks_past_their_ttl(catalog) -> None:  # t
         store.begin_commit(old, 0)
 
 
-def test_roll_progress_is_recorded_by_its_owner_at_its_step_only(catalog) -> None:  # type: ignore[no-untyped-def]
+def test_roll_progress_is_recorded_by_its_owner_at_its_step_only(catalog) -> None:
     store = home(catalog)
     p = store.streaming_partition(make_table(catalog).id)
     roll = store.begin_roll(p, p.value + timedelta(hours=1), "a", timedelta(minutes=1))
@@ -150,7 +150,7 @@ def test_roll_progress_is_recorded_by_its_owner_at_its_step_only(catalog) -> Non
     assert store.get_roll(roll.id) == swept
 
 
-def test_a_released_roll_can_be_claimed_at_once(catalog) -> None:  # type: ignore[no-untyped-def]
+def test_a_released_roll_can_be_claimed_at_once(catalog) -> None:
     store = home(catalog)
     p = store.streaming_partition(make_table(catalog).id)
     roll = store.begin_roll(p, p.value + timedelta(hours=1), "a", timedelta(hours=1), now=T0)
@@ -167,7 +167,7 @@ def test_a_released_roll_can_be_claimed_at_once(catalog) -> None:  # type: ignor
         store.claim_roll(done, "b", timedelta(minutes=1))
 
 
-def test_newest_version_spans_commits_seals_and_sweeps(catalog) -> None:  # type: ignore[no-untyped-def]
+def test_newest_version_spans_commits_seals_and_sweeps(catalog) -> None:
     store = home(catalog)
     t = make_table(catalog)
     assert store.newest_version(t.id) == -1
@@ -184,7 +184,7 @@ def test_newest_version_spans_commits_seals_and_sweeps(catalog) -> None:  # type
     assert store.newest_version(t.id) == 7
 
 
-def test_stale_commits_and_the_monitoring_counts(catalog) -> None:  # type: ignore[no-untyped-def]
+def test_stale_commits_and_the_monitoring_counts(catalog) -> None:
     store = home(catalog)
     a, b = make_table(catalog, "ns.a"), make_table(catalog, "ns.b", mode=Mode.EVENT_TIME)
     day = timedelta(days=1)
@@ -199,7 +199,7 @@ def test_stale_commits_and_the_monitoring_counts(catalog) -> None:  # type: igno
     assert store.partition_counts() == {a.id: {streaming: 1}, b.id: {streaming: 2}}
 
 
-def test_dropping_a_table_removes_its_partitions_chunks_and_rolls(catalog) -> None:  # type: ignore[no-untyped-def]
+def test_dropping_a_table_removes_its_partitions_chunks_and_rolls(catalog) -> None:
     store = home(catalog)
     t, other = make_table(catalog, "ns.a"), make_table(catalog, "ns.b")
     store.reserve_chunk(t.id, "tok", timedelta(hours=1))
@@ -214,7 +214,7 @@ def test_dropping_a_table_removes_its_partitions_chunks_and_rolls(catalog) -> No
     assert store.get_table_by_id(other.id) == other
 
 
-def test_a_table_lives_in_its_namespaces_home_only(catalog) -> None:  # type: ignore[no-untyped-def]
+def test_a_table_lives_in_its_namespaces_home_only(catalog) -> None:
     """What makes the federated variant of this suite mean something: ``ns`` is not on the primary."""
     t = make_table(catalog, "ns.a")
     assert t.metastore == home(catalog).name == catalog.router.metastore_of("ns")

@@ -37,12 +37,12 @@ from tests.scheduler.helpers import (
 SQLITE_ONLY = pytest.mark.parametrize("metastore_url", ["sqlite"], indirect=True)
 
 
-def _attempts(catalog: Catalog, table, outcome: RollOutcome | None = None):  # type: ignore[no-untyped-def]
+def _attempts(catalog: Catalog, table, outcome: RollOutcome | None = None):
     got = catalog.store.list_roll_attempts(table.id, limit=1000)
     return sorted((a for a in got if outcome is None or a.outcome is outcome), key=lambda a: a.id)
 
 
-def test_tables_roll_on_time_each_by_its_own_schedule_and_mode(catalog) -> None:  # type: ignore[no-untyped-def]
+def test_tables_roll_on_time_each_by_its_own_schedule_and_mode(catalog) -> None:
     fast = make_table(catalog, "ns.fast", roll_every="2s")
     slow = make_table(catalog, "ns.slow", roll_every="3s")
     events = make_table(catalog, "ns.events", mode=Mode.EVENT_TIME, roll_every="2s", lateness="1s")
@@ -98,7 +98,7 @@ def test_tables_roll_on_time_each_by_its_own_schedule_and_mode(catalog) -> None:
 
 
 @SQLITE_ONLY
-def test_a_table_created_while_running_is_rolled_and_a_dropped_one_is_not(catalog) -> None:  # type: ignore[no-untyped-def]
+def test_a_table_created_while_running_is_rolled_and_a_dropped_one_is_not(catalog) -> None:
     keep = make_table(catalog, "ns.keep", roll_every="2s")
     with running(catalog) as daemon:
         wait_for(lambda: daemon.is_leader, "leadership")
@@ -124,7 +124,7 @@ def test_a_table_created_while_running_is_rolled_and_a_dropped_one_is_not(catalo
 
 
 @SQLITE_ONLY
-def test_a_failing_table_is_retried_with_backoff_and_reported_while_others_roll(catalog) -> None:  # type: ignore[no-untyped-def]
+def test_a_failing_table_is_retried_with_backoff_and_reported_while_others_roll(catalog) -> None:
     broken = make_table(catalog, "ns.broken", roll_every="2s")
     ok = make_table(catalog, "ns.ok", roll_every="2s")
     ChunkWriter(catalog, broken).write(records(range(6)), Format.JSONL)
@@ -187,7 +187,7 @@ def test_a_failing_table_is_retried_with_backoff_and_reported_while_others_roll(
     assert done[0].partition_value == value and done[0].resumed
 
 
-def test_one_leader_rolls_and_a_standby_takes_over_when_it_stops(catalog) -> None:  # type: ignore[no-untyped-def]
+def test_one_leader_rolls_and_a_standby_takes_over_when_it_stops(catalog) -> None:
     table = make_table(catalog, "ns.t", roll_every="2s")
     other = Catalog.open(catalog.warehouse.root, catalog.store.url)  # as a second process would
     first = RollDaemon(catalog, fast_config(), fast_roll_config())
@@ -215,7 +215,7 @@ def test_one_leader_rolls_and_a_standby_takes_over_when_it_stops(catalog) -> Non
     assert all(p.state is not PartitionState.ROLLING for p in catalog.store.list_partitions(table.id))
 
 
-def test_a_partition_at_the_end_of_the_calendar_never_stops_rolls_status_or_metrics(catalog) -> None:  # type: ignore[no-untyped-def]
+def test_a_partition_at_the_end_of_the_calendar_never_stops_rolls_status_or_metrics(catalog) -> None:
     """A year-9999 partition, as releases before event times were bounded let producers open.
 
     Its due time overflowed: the daemon failed that table's sync every 10 s and never rolled it

@@ -38,7 +38,7 @@ def _events(path: Path) -> list[dict]:
     return [json.loads(line) for line in _log(path).splitlines() if line.startswith("{")]
 
 
-def test_the_leader_killed_mid_roll_is_replaced_and_the_roll_finishes_exactly_once(catalog, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_the_leader_killed_mid_roll_is_replaced_and_the_roll_finishes_exactly_once(catalog, tmp_path) -> None:
     table = make_table(catalog, "ns.t", roll_every="3s")
     w = ChunkWriter(catalog, table)
     first = catalog.store.streaming_partition(table.id).value
@@ -109,7 +109,7 @@ def test_the_leader_killed_mid_roll_is_replaced_and_the_roll_finishes_exactly_on
         ("0s", RollOutcome.ABANDONED),
     ],
 )
-def test_sigterm_during_a_roll_exits_cleanly_and_leaves_the_partition_correct(  # type: ignore[no-untyped-def]
+def test_sigterm_during_a_roll_exits_cleanly_and_leaves_the_partition_correct(
     catalog, tmp_path, grace: str, outcome: RollOutcome
 ) -> None:
     table = make_table(catalog, "ns.t", roll_every="2s")

@@ -24,7 +24,7 @@ from tests.fixtures import make_table
 from tests.helpers import all_ids, records
 
 
-def test_files_go_after_the_retention_and_readers_notice_nothing(catalog) -> None:  # type: ignore[no-untyped-def]
+def test_files_go_after_the_retention_and_readers_notice_nothing(catalog) -> None:
     store = catalog.store
     table = make_table(catalog)
     w = ChunkWriter(catalog, table)
@@ -48,7 +48,7 @@ def test_files_go_after_the_retention_and_readers_notice_nothing(catalog) -> Non
     rolled_at = store.get_partition(table.id, first).rolled_at
     rows, described = sorted(all_ids(table)), catalog.describe(table)
 
-    def name(chunk) -> str:  # type: ignore[no-untyped-def]
+    def name(chunk) -> str:
         return Path(chunk.files[0].path).name
 
     def on_disk() -> set[str]:
@@ -100,7 +100,7 @@ def _commits(writer: ChunkWriter, n: int, first: int = 0) -> None:
         writer.write(records(range(i * 10, i * 10 + 10)), Format.JSONL, key=f"c{i}")
 
 
-def test_checkpoints_follow_the_interval_the_table_sets(catalog) -> None:  # type: ignore[no-untyped-def]
+def test_checkpoints_follow_the_interval_the_table_sets(catalog) -> None:
     table = make_table(catalog)
     # an interval no commit reaches: neither delta-rs' commit hook nor housekeeping checkpoints
     set_log_settings(catalog.load(table), checkpoint_interval=1000)
@@ -120,7 +120,7 @@ def test_checkpoints_follow_the_interval_the_table_sets(catalog) -> None:  # typ
     assert forced.checkpoints == {"ns.events": int(catalog.load(table).version())}
 
 
-def test_commit_files_past_the_tables_log_retention_go_and_nothing_else_changes(catalog) -> None:  # type: ignore[no-untyped-def]
+def test_commit_files_past_the_tables_log_retention_go_and_nothing_else_changes(catalog) -> None:
     table = make_table(catalog)
     set_log_settings(catalog.load(table), checkpoint_interval=5, log_retention=timedelta(hours=1))
     writer = ChunkWriter(catalog, table)
@@ -153,7 +153,7 @@ def test_commit_files_past_the_tables_log_retention_go_and_nothing_else_changes(
     assert keeper.run().errors == {}
 
 
-def test_a_log_retention_below_the_minimum_is_reported_not_applied(catalog) -> None:  # type: ignore[no-untyped-def]
+def test_a_log_retention_below_the_minimum_is_reported_not_applied(catalog) -> None:
     table = make_table(catalog)
     # set by another Delta writer: streampart itself refuses it (check_log_retention)
     catalog.load(table).alter.set_table_properties({"delta.logRetentionDuration": "interval 1 minute"})

@@ -147,7 +147,7 @@ def test_dropping_a_table_removes_its_replicas(catalog: Catalog, tmp_path: Path)
 )
 def test_bad_replicas_are_refused_and_nothing_is_made(
     catalog: Catalog, tmp_path: Path, make, says, error
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     _clusters(catalog, tmp_path, "c1")
     catalog.add_cluster("twin", str(tmp_path / "c1"), "local[2]")
     with pytest.raises(error, match=says):

@@ -19,7 +19,7 @@ from tests.helpers import all_ids, ids_by_partition, records
 H10 = datetime(2026, 11, 21, 10, 0, tzinfo=UTC)
 
 
-def test_every_version_shows_each_row_once_in_exactly_one_partition(catalog) -> None:  # type: ignore[no-untyped-def]
+def test_every_version_shows_each_row_once_in_exactly_one_partition(catalog) -> None:
     table = make_table(catalog)
     w = ChunkWriter(catalog, table)
     first = catalog.store.streaming_partition(table.id).value
@@ -43,7 +43,7 @@ def test_every_version_shows_each_row_once_in_exactly_one_partition(catalog) -> 
     assert (result.chunks, result.rows, result.files_before, result.files_after) == (5, 50, 5, 1)
 
 
-def test_a_standard_partition_is_one_directory_of_exactly_its_rows(catalog) -> None:  # type: ignore[no-untyped-def]
+def test_a_standard_partition_is_one_directory_of_exactly_its_rows(catalog) -> None:
     table = make_table(catalog)
     w = ChunkWriter(catalog, table)
     value = catalog.store.streaming_partition(table.id).value
@@ -65,7 +65,7 @@ def test_a_standard_partition_is_one_directory_of_exactly_its_rows(catalog) -> N
     assert (p.state, p.chunks, p.rows, p.files) == (PartitionState.STANDARD, 3, 21, 1)
 
 
-def test_compaction_aims_at_the_target_file_size(catalog) -> None:  # type: ignore[no-untyped-def]
+def test_compaction_aims_at_the_target_file_size(catalog) -> None:
     table = make_table(catalog)
     w = ChunkWriter(catalog, table)
     for k in range(8):
@@ -78,7 +78,7 @@ def test_compaction_aims_at_the_target_file_size(catalog) -> None:  # type: igno
     assert sorted(all_ids(table)) == list(range(800))
 
 
-def test_nothing_due_is_a_no_op_and_rolling_twice_rolls_once(catalog) -> None:  # type: ignore[no-untyped-def]
+def test_nothing_due_is_a_no_op_and_rolling_twice_rolls_once(catalog) -> None:
     table = make_table(catalog)
     w = ChunkWriter(catalog, table)
     w.write(records(range(4)), Format.JSONL)
@@ -96,7 +96,7 @@ def test_nothing_due_is_a_no_op_and_rolling_twice_rolls_once(catalog) -> None:  
     assert states == [PartitionState.STANDARD, PartitionState.STREAMING]
 
 
-def test_event_time_partitions_roll_after_their_end_plus_lateness(catalog) -> None:  # type: ignore[no-untyped-def]
+def test_event_time_partitions_roll_after_their_end_plus_lateness(catalog) -> None:
     table = make_table(catalog, mode=Mode.EVENT_TIME, lateness="10m")
     w = ChunkWriter(catalog, table)
     w.write(
@@ -109,7 +109,7 @@ def test_event_time_partitions_roll_after_their_end_plus_lateness(catalog) -> No
     assert ids_by_partition(table) == {H10: [0, 1, 2], H10 + timedelta(hours=1): [3, 4]}
 
 
-def test_a_forced_roll_mid_period_opens_a_distinct_partition(catalog) -> None:  # type: ignore[no-untyped-def]
+def test_a_forced_roll_mid_period_opens_a_distinct_partition(catalog) -> None:
     table = make_table(catalog)
     first = catalog.store.streaming_partition(table.id).value
     now = first + timedelta(minutes=17)
@@ -120,7 +120,7 @@ def test_a_forced_roll_mid_period_opens_a_distinct_partition(catalog) -> None:  
     assert len({p.value for p in catalog.store.list_partitions(table.id)}) == 3
 
 
-def test_a_chunk_staged_by_several_tasks_counts_once(catalog) -> None:  # type: ignore[no-untyped-def]
+def test_a_chunk_staged_by_several_tasks_counts_once(catalog) -> None:
     # A Spark micro-batch is one chunk whose files are staged by several tasks.
     from ingest.chunks import write_staged_files
 
@@ -141,7 +141,7 @@ def test_a_chunk_staged_by_several_tasks_counts_once(catalog) -> None:  # type: 
     assert standard.chunks == 1
 
 
-def test_a_roller_on_a_host_with_a_long_name_rolls(catalog, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_a_roller_on_a_host_with_a_long_name_rolls(catalog, monkeypatch) -> None:
     # Issue 9: `streampart roll` used the whole host name in its owner id; PostgreSQL refused
     # an id longer than the 64-character owner column. The daemon cut it; now both do.
     monkeypatch.setattr("socket.gethostname", lambda: "build-agent-" + "x" * 100 + ".example.internal")

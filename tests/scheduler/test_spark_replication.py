@@ -20,7 +20,7 @@ pytestmark = pytest.mark.spark
 SPARK = ReplicationConfig(engine="spark", spark_min_bytes=0)
 
 
-def test_spark_tasks_copy_a_partition_verified_and_committed_once(spark, sqlite_catalog, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_spark_tasks_copy_a_partition_verified_and_committed_once(spark, sqlite_catalog, tmp_path) -> None:
     catalog = sqlite_catalog
     _clusters(catalog, tmp_path, "c1", "c2")
     table = make_table(catalog, cluster="c1", replicate_to=("c2",))
@@ -36,7 +36,7 @@ def test_spark_tasks_copy_a_partition_verified_and_committed_once(spark, sqlite_
     assert list(Path(replica.location).rglob(".*.tmp")) == []
 
 
-def test_a_failing_spark_copy_is_one_error_and_retried(spark, sqlite_catalog, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_a_failing_spark_copy_is_one_error_and_retried(spark, sqlite_catalog, tmp_path) -> None:
     catalog = sqlite_catalog
     _clusters(catalog, tmp_path, "c1", "c2")
     table = make_table(catalog, cluster="c1", replicate_to=("c2",))
@@ -54,7 +54,7 @@ def test_a_failing_spark_copy_is_one_error_and_retried(spark, sqlite_catalog, tm
     assert len(again.copied) == 1
 
 
-def test_small_partitions_stay_local_and_spark_needs_a_session(sqlite_catalog, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_small_partitions_stay_local_and_spark_needs_a_session(sqlite_catalog, tmp_path) -> None:
     catalog = sqlite_catalog
     _clusters(catalog, tmp_path, "c1", "c2")
     table = make_table(catalog, cluster="c1", replicate_to=("c2",))

@@ -31,13 +31,13 @@ pytestmark = pytest.mark.spark
 SPARK = RollConfig(engine="spark")
 
 
-def on_disk(table: Table, value) -> set[str]:  # type: ignore[no-untyped-def]
+def on_disk(table: Table, value) -> set[str]:
     """Every entry of the partition's directory but its markers, hidden ones included."""
     directory = Path(table.location) / partition_dir(table, value)
     return {p.name for p in directory.iterdir() if not p.name.startswith("_")}
 
 
-def live(catalog: Catalog, table: Table, value) -> set[str]:  # type: ignore[no-untyped-def]
+def live(catalog: Catalog, table: Table, value) -> set[str]:
     return {f.name for f in files(catalog, table) if f.partition == value}
 
 
@@ -45,7 +45,7 @@ def files(catalog: Catalog, table: Table) -> list[LiveFile]:
     return catalog.warehouse.live_files(catalog.warehouse.load(table))
 
 
-def test_the_spark_engine_rolls_the_same_rows_into_compacted_names(spark, sqlite_catalog) -> None:  # type: ignore[no-untyped-def]
+def test_the_spark_engine_rolls_the_same_rows_into_compacted_names(spark, sqlite_catalog) -> None:
     table = make_table(sqlite_catalog)
     w = ChunkWriter(sqlite_catalog, table)
     value = sqlite_catalog.store.streaming_partition(table.id).value
@@ -71,7 +71,7 @@ def test_the_spark_engine_rolls_the_same_rows_into_compacted_names(spark, sqlite
     assert (p.state, p.rows, p.chunks, p.files) == (PartitionState.STANDARD, 50, 5, 1)
 
 
-def test_the_spark_engine_aims_at_the_target_file_size(spark, sqlite_catalog) -> None:  # type: ignore[no-untyped-def]
+def test_the_spark_engine_aims_at_the_target_file_size(spark, sqlite_catalog) -> None:
     table = make_table(sqlite_catalog)
     w = ChunkWriter(sqlite_catalog, table)
     for k in range(8):
@@ -83,7 +83,7 @@ def test_the_spark_engine_aims_at_the_target_file_size(spark, sqlite_catalog) ->
     assert sorted(all_ids(table)) == list(range(800))
 
 
-def test_a_failed_spark_job_leaves_nothing_and_the_roll_resumes(spark, sqlite_catalog) -> None:  # type: ignore[no-untyped-def]
+def test_a_failed_spark_job_leaves_nothing_and_the_roll_resumes(spark, sqlite_catalog) -> None:
     table = make_table(sqlite_catalog)
     w = ChunkWriter(sqlite_catalog, table)
     value = sqlite_catalog.store.streaming_partition(table.id).value
@@ -108,14 +108,14 @@ def test_a_failed_spark_job_leaves_nothing_and_the_roll_resumes(spark, sqlite_ca
     assert on_disk(table, value) == live(sqlite_catalog, table, value)
 
 
-def test_a_roller_needs_a_spark_session_for_the_spark_engine(sqlite_catalog) -> None:  # type: ignore[no-untyped-def]
+def test_a_roller_needs_a_spark_session_for_the_spark_engine(sqlite_catalog) -> None:
     table = make_table(sqlite_catalog)
     ChunkWriter(sqlite_catalog, table).write(records(range(3)), Format.JSONL)
     with pytest.raises(RollFailedError, match=r"roll\.engine is spark, but this roller was given no Spark"):
         Roller(sqlite_catalog, SPARK).roll_table(table, force=True)
 
 
-def test_one_process_runs_spark_on_one_master(spark, sqlite_catalog, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_one_process_runs_spark_on_one_master(spark, sqlite_catalog, tmp_path) -> None:
     # getOrCreate() would hand back the running local session for any master: a job meant
     # for a cluster must not quietly run here instead.
     from streampart.cluster_spark import ClusterSpark
@@ -136,7 +136,7 @@ def test_one_process_runs_spark_on_one_master(spark, sqlite_catalog, tmp_path) -
         ClusterSpark(settings, sqlite_catalog)(on_c1)
 
 
-def test_the_daemon_rolls_with_the_spark_engine_under_continuous_writes(spark, sqlite_catalog) -> None:  # type: ignore[no-untyped-def]
+def test_the_daemon_rolls_with_the_spark_engine_under_continuous_writes(spark, sqlite_catalog) -> None:
     from scheduler.daemon import RollDaemon
     from tests.helpers import wait_for
     from tests.scheduler.helpers import Writer, check_rolled_rows, fast_config, fast_roll_config, standard

@@ -234,7 +234,7 @@ def test_a_token_without_read_scope_sees_no_table(fleet: Fleet, browser: Any) ->
         assert name not in html, f"{name} shown to a token without read scope"
     answer = httpx.get(
         f"{fleet.server.url}/ui/status.json", headers={"Authorization": f"Bearer {fleet.writer}"}
-    )  # type: ignore[attr-defined]
+    )
     assert answer.status_code == 200 and answer.json()["tables"] == [] and answer.json()["recent_rolls"] == []
     page.context.close()
 
@@ -389,7 +389,7 @@ def test_companion_tables_show_with_their_main_table(fleet: Fleet, browser: Any)
     # status.json keeps them as tables of their own (scripts read them), naming their main table
     answer = httpx.get(
         f"{fleet.server.url}/ui/status.json", headers={"Authorization": f"Bearer {fleet.reader}"}, timeout=30
-    )  # type: ignore[attr-defined]
+    )
     tables = {t["table"]: t for t in answer.json()["tables"]}
     assert (tables["ns.clicks__dead_letter"]["kind"], tables["ns.clicks__dead_letter"]["companion_of"]) == (
         "dead-letter",
@@ -418,7 +418,7 @@ def test_replicas_and_links_show_with_their_table_to_those_who_may_read_them(
     assert text.rsplit("lag ", 1)[1].endswith("s")
     answer = httpx.get(
         f"{fleet.server.url}/ui/status.json", headers={"Authorization": f"Bearer {fleet.analyst}"}, timeout=30
-    )  # type: ignore[attr-defined]
+    )
     [shown] = [t for t in answer.json()["tables"] if t["table"] == "ns.orders"]
     [behind] = shown["replication"]
     assert (behind["cluster"], behind["missing_partitions"], shown["replicas"]) == ("c2", 1, ["c2"])
