@@ -341,7 +341,7 @@ def _digest_problem(copy: Table, path: str, verified: str) -> Problem | None:
     import hashlib
 
     with (Path(copy.location) / path).open("rb") as f:
-        actual = hashlib.file_digest(f, "sha256").hexdigest()  # type: ignore[arg-type]
+        actual = hashlib.file_digest(f, "sha256").hexdigest()
     if actual == verified:
         return None
     return Problem(

@@ -25,7 +25,7 @@ class CopyMismatchError(Exception):
 def sha256_of(path: str | Path) -> tuple[int, str]:
     """Size and SHA-256 of a file, read from disk."""
     with open(path, "rb") as f:
-        digest = hashlib.file_digest(f, "sha256")  # type: ignore[arg-type]
+        digest = hashlib.file_digest(f, "sha256")
         return f.tell(), digest.hexdigest()
 
 

@@ -52,7 +52,7 @@ def _lock_registry(conn: Connection) -> None:
 
 def _routes(conn: Connection) -> dict[str, str]:
     r = s.routes.c
-    return dict(conn.execute(sa.select(r.namespace, r.metastore).order_by(r.namespace)).all())  # type: ignore[arg-type]
+    return dict(conn.execute(sa.select(r.namespace, r.metastore).order_by(r.namespace)).all())
 
 
 def _prefixed(conn: Connection, prefix: str) -> list[str]:

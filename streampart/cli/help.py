@@ -94,7 +94,7 @@ def _adopt(command: _click.Command) -> None:
         command.__class__ = HelpCommand
     else:
         return
-    if command.rich_markup_mode == "rich":  # type: ignore[attr-defined]
+    if command.rich_markup_mode == "rich":
         command.help = _prose(command.help)
         command.short_help = _prose(command.short_help)
 

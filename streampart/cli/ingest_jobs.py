@@ -35,11 +35,11 @@ def _spark_in_its_own_session() -> Iterator[None]:
     def launch_in_own_session(conf: Any = None, popen_kwargs: dict[str, Any] | None = None) -> Any:
         return launch(conf, {**(popen_kwargs or {}), "start_new_session": True})
 
-    spark_context.launch_gateway = launch_in_own_session  # type: ignore[assignment]
+    spark_context.launch_gateway = launch_in_own_session
     try:
         yield
     finally:
-        spark_context.launch_gateway = launch  # type: ignore[assignment]
+        spark_context.launch_gateway = launch
 
 
 def _options(**kwargs: Any) -> Any:
