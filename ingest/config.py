@@ -10,7 +10,7 @@ from metastore.durations import Duration
 
 
 class ChunkConfig(BaseModel):
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     ttl: Duration = Field(
         timedelta(hours=1),

@@ -14,7 +14,7 @@ RollEngine = Literal["local", "spark"]
 
 
 class RollConfig(BaseModel):
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     engine: RollEngine = Field(
         "local",
@@ -55,7 +55,7 @@ class RollConfig(BaseModel):
 class HousekeepingConfig(BaseModel):
     """The roll daemon's housekeeping: expiry, file removal, Delta checkpoints, metastore pruning."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     enabled: bool = Field(True, description="Run housekeeping jobs in the roll daemon (leader only).")
     interval: Duration = Field(
@@ -100,7 +100,7 @@ class HousekeepingConfig(BaseModel):
 class ReplicationConfig(BaseModel):
     """The roll daemon's copies of standard partitions to tables' secondary clusters."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     enabled: bool = Field(
         True,
@@ -140,7 +140,7 @@ class ReplicationConfig(BaseModel):
 class SchedulerConfig(BaseModel):
     """The roll daemon (``streampart scheduler run``)."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     lease_name: str = Field(
         "roll-daemon",

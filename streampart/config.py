@@ -9,8 +9,9 @@ model, never patched onto a built one.
 
 from __future__ import annotations
 
-import logging
+import difflib
 import os
+import typing
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -27,6 +28,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic.fields import FieldInfo
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -48,7 +50,7 @@ _CONFIG_FILE: ContextVar[Path | None] = ContextVar("streampart_config_file", def
 
 
 class SparkConfig(BaseModel):
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     master: str = Field(
         "local[2]", description="Spark master URL (local[N], spark://host:7077, yarn, k8s://…)."
@@ -70,7 +72,7 @@ class SparkConfig(BaseModel):
 class ClustersConfig(BaseModel):
     """This host's view of the clusters registered in the metastore."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     spark_masters: dict[str, str] = Field(
         default_factory=dict,
@@ -90,7 +92,7 @@ class ClustersConfig(BaseModel):
 
 
 class NamespacesConfig(BaseModel):
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     require_explicit: bool = Field(
         False,
@@ -102,7 +104,7 @@ class NamespacesConfig(BaseModel):
 class FederationConfig(BaseModel):
     """Federated metastores (``streampart federation …``), as this process reaches them."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     secrets: dict[str, SecretStr] = Field(
         default_factory=dict,
@@ -135,7 +137,7 @@ class FederationConfig(BaseModel):
 class SqlServerConfig(BaseModel):
     """``streampart sql-server``: HiveServer2 (JDBC/ODBC) over the warehouse's tables."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     host: str = Field("127.0.0.1", description="Address the SQL server listens on (localhost by default).")
     port: int = Field(10000, ge=1, le=65535, description="Port of the SQL server (HiveServer2's 10000).")
@@ -216,42 +218,103 @@ class Settings(BaseSettings):
         return tuple(sources)
 
 
-# STREAMPART_* variables that are not settings: the config file's name, test hooks.
+# STREAMPART_* variables that are not settings: the config file's name, other options' variables,
+# test and bench hooks. Any other STREAMPART_* variable must name a setting.
 _NOT_SETTINGS = frozenset(
     {
         "STREAMPART_CONFIG",
-        "STREAMPART_CRASHPOINT",
-        "STREAMPART_PAUSEPOINT",
-        "STREAMPART_TEST_PG",
+        "STREAMPART_API_TOKEN",  # `streampart write --url`'s bearer token
+        "STREAMPART_TANSU_BIN",  # the development Kafka broker (ingest/kafka/devbroker.py)
         # the SQL server `streampart query` and `streampart sql` send statements to, and its login
         "STREAMPART_SQL_SERVER",
         "STREAMPART_SQL_USER",
         "STREAMPART_SQL_TOKEN",
+        # tests and benchmarks (they start streampart processes with their environment)
+        "STREAMPART_CRASHPOINT",
+        "STREAMPART_PAUSEPOINT",
+        "STREAMPART_TEST_PG",
+        "STREAMPART_PRIVATE_PG_USER",
+        "STREAMPART_CHROMIUM",
+        "STREAMPART_SCREENSHOT",
+        "STREAMPART_BENCH_PG",
+        "STREAMPART_BENCH_TMP",
     }
 )
+_ENV_PREFIX = "STREAMPART_"
+_ENV_DELIMITER = "__"
 
 
-def _setting_names(model: type[BaseModel], prefix: str) -> set[str]:
-    """Every environment variable naming a field of ``model`` (nested models through ``__``)."""
-    names = set()
-    for field, info in model.model_fields.items():
-        name = prefix + field.upper()
-        names.add(name)
-        if isinstance(info.annotation, type) and issubclass(info.annotation, BaseModel):
-            names |= _setting_names(info.annotation, name + "__")
-        elif info.annotation is not None and getattr(info.annotation, "__origin__", None) is dict:
-            names.add(name + "__*")  # a mapping: any key below it
-    return names
-
-
-def unknown_environment() -> list[str]:
-    """``STREAMPART_*`` variables that name no setting: a typo is otherwise ignored in silence."""
-    known = _setting_names(Settings, "STREAMPART_") | _NOT_SETTINGS
-    # the federation's secrets (STREAMPART_SECRET_<NAME>) are read where a URL names them
-    mappings = (*(n[:-1] for n in known if n.endswith("__*")), SECRET_ENV_PREFIX)
-    return sorted(
-        k for k in os.environ if k.startswith("STREAMPART_") and k not in known and not k.startswith(mappings)
+def _takes_keys(info: FieldInfo) -> bool:
+    """Whether a field has keys below it (a section, a mapping), as ``STREAMPART_<FIELD>__<KEY>``."""
+    annotation = info.annotation
+    return typing.get_origin(annotation) is dict or (
+        isinstance(annotation, type) and issubclass(annotation, BaseModel)
     )
+
+
+def _unknown_environment() -> list[str]:
+    """``STREAMPART_*`` variables whose first part names no top-level setting.
+
+    The keys below a section (``STREAMPART_SCHEDULER__WORKRES``) reach the section's model, which
+    forbids unknown keys as it does those of the TOML file; these never reach a model at all.
+    """
+    unknown = []
+    for name in os.environ:
+        if not name.startswith(_ENV_PREFIX) or name in _NOT_SETTINGS or name.startswith(SECRET_ENV_PREFIX):
+            continue
+        head, *below = name[len(_ENV_PREFIX) :].lower().split(_ENV_DELIMITER, 1)
+        info = Settings.model_fields.get(head)
+        if info is None or (below and not _takes_keys(info)):
+            unknown.append(name)
+    return sorted(unknown)
+
+
+def _keys_at(path: tuple[str | int, ...]) -> list[str]:
+    """The valid keys of the section at ``path`` (``()``: the top level)."""
+    model: type[BaseModel] = Settings
+    for part in path:
+        annotation = model.model_fields[str(part)].annotation
+        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+            return []
+        model = annotation
+    return list(model.model_fields)
+
+
+def _nearest(word: str, candidates: list[str]) -> str | None:
+    close = difflib.get_close_matches(word.lower(), candidates, n=1)
+    return close[0] if close else None
+
+
+def _variable(path: tuple[str | int, ...]) -> str:
+    return _ENV_PREFIX + _ENV_DELIMITER.join(str(p) for p in path).upper()
+
+
+def _unknown_variable(name: str) -> str:
+    """``name`` (an unknown ``STREAMPART_*`` variable) and the setting variable nearest to it."""
+    head, *below = name[len(_ENV_PREFIX) :].lower().split(_ENV_DELIMITER, 1)
+    if head in Settings.model_fields:  # keys below a plain setting (STREAMPART_WAREHOUSE__X)
+        return f"unknown environment variable {name} ({_variable((head,))} takes no keys below it)"
+    nearest = _nearest(head, list(Settings.model_fields))
+    hint = f" (did you mean {_variable((nearest, *below))}?)" if nearest else ""
+    return f"unknown environment variable {name}{hint}"
+
+
+def _unknown_key(path: tuple[str | int, ...], value: Any, config_file: str | None) -> str:
+    """An unknown key's problem: its path, where it was given, and the nearest valid key."""
+    *section, key = (str(p) for p in path)
+    nearest = _nearest(key, _keys_at(tuple(section)))
+    variable = next((n for n in os.environ if n.upper() == _variable(path)), None)
+    if variable is not None:
+        hint = f" (did you mean {_variable((*section, nearest))}?)" if nearest else ""
+        return f"unknown environment variable {variable}{hint}"
+    dotted = ".".join((*section, key))
+    what = f"section [{dotted}]" if isinstance(value, dict) else f"key {dotted}"
+    where = f" in {config_file}" if config_file else ""
+    if nearest is None:
+        keys = ", ".join(_keys_at(tuple(section)))
+        return f"unknown {what}{where} (valid keys there: {keys})"
+    near = ".".join((*section, nearest))
+    return f"unknown {what}{where} (did you mean {f'[{near}]' if isinstance(value, dict) else near}?)"
 
 
 @contextmanager
@@ -283,23 +346,31 @@ def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings
             (``warehouse=…``) and sections as dicts (``scheduler={"metrics_port": 9000}``, merged
             into the section's other sources). None, at any depth, means not given.
 
-    Unknown ``STREAMPART_*`` variables are logged as a warning (unknown keys of the TOML file
-    are an error, as its keys are checked in one place).
+    An unknown key, in any section of the TOML file or as a ``STREAMPART_*`` variable, is an
+    error naming it and the nearest valid key: every settings model forbids extra keys.
     """
-    for name in unknown_environment():
-        logging.getLogger("streampart.config").warning(
-            "warning: environment variable %s names no setting and is ignored (see conf/streampart.toml)",
-            name,
-        )
+    unknown = _unknown_environment()
+    if unknown:
+        problems = "; ".join(_unknown_variable(name) for name in unknown)
+        raise UserInputError(f"invalid configuration: {problems}")
     if config_file is not None and not config_file.is_file():
         raise UserInputError(f"config file {config_file} does not exist")
     try:
         with _reading(config_file):
             return Settings(**_given(overrides))
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or 'settings'}: {e['msg']}" for e in exc.errors()
-        )
-        raise UserInputError(f"invalid configuration: {problems}") from None
+        source = str(config_file or os.environ.get("STREAMPART_CONFIG") or "") or None
+        raise UserInputError(f"invalid configuration: {_problems(exc, source)}") from None
     except (OSError, ValueError) as exc:
         raise UserInputError(f"cannot read configuration: {exc}") from None
+
+
+def _problems(exc: ValidationError, config_file: str | None) -> str:
+    """Pydantic's errors as one line: each names its key (``scheduler.workers: …``)."""
+    problems = []
+    for error in exc.errors():
+        if error["type"] == "extra_forbidden":
+            problems.append(_unknown_key(error["loc"], error["input"], config_file))
+        else:
+            problems.append(f"{'.'.join(str(p) for p in error['loc']) or 'settings'}: {error['msg']}")
+    return "; ".join(problems)

@@ -42,13 +42,16 @@ Every setting has a default; a process needs none of them set. Sources, highest 
 1. command-line options (`--warehouse`, `--metastore`, `--spark-master`, …);
 2. environment variables: `{ENV_PREFIX}` + the key in capitals, sections joined with `__`
    (`chunk.ttl` → `{ENV_PREFIX}CHUNK__TTL`, `scheduler.housekeeping.retention` →
-   `{ENV_PREFIX}SCHEDULER__HOUSEKEEPING__RETENTION`); a `{ENV_PREFIX}*` variable that names no
-   setting is reported as a warning;
+   `{ENV_PREFIX}SCHEDULER__HOUSEKEEPING__RETENTION`);
 3. the TOML file named by `--config` or `{ENV_PREFIX}CONFIG` (`conf/streampart.toml` lists every
-   key with its default); an unknown key there is an error;
+   key with its default);
 4. the defaults below.
 
 A bad value from any source is one error naming the key (`invalid configuration: chunk.ttl: …`).
+So is an unknown key, in any section of the file or as a `{ENV_PREFIX}*` variable, with the nearest
+valid one (`unknown key scheduler.workres in conf/streampart.toml (did you mean
+scheduler.workers?)`, `unknown environment variable {ENV_PREFIX}CHUNK__TTLL (did you mean
+{ENV_PREFIX}CHUNK__TTL?)`).
 Every **duration** — here, in the environment and in table options (`--roll-every`) — takes the
 same forms: `500ms`, `30s`, `15m`, `1.5h`, `1d`, `1h30m`, plain seconds (`3600`) or ISO-8601
 (`PT1H`). A **mapping** is a TOML table (`conf = {{ "spark.executor.memory" = "4g" }}`), or in the

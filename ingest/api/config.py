@@ -13,7 +13,7 @@ from metastore.durations import Duration
 class ServerConfig(BaseModel):
     """The HTTP chunk API (``[server]`` in conf/streampart.toml, ``STREAMPART_SERVER__*``)."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     host: str = Field("127.0.0.1", description="Address to listen on (0.0.0.0: every interface).")
     port: int = Field(

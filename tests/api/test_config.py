@@ -54,16 +54,15 @@ def test_durations_and_limits_that_cannot_work_are_refused(
         load_settings()
 
 
-def test_an_unknown_streampart_variable_is_a_warning(
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
+def test_an_unknown_streampart_variable_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("STREAMPART_CONFIG", raising=False)
-    monkeypatch.setenv("STREAMPART_CHUNK__TTLL", "5s")  # a typo of STREAMPART_CHUNK__TTL
     monkeypatch.setenv("STREAMPART_SPARK__CONF__spark.executor.cores", "2")  # a key of a mapping: fine
     monkeypatch.setenv("STREAMPART_SCHEDULER__HOUSEKEEPING__RETENTION", "3d")  # nested: fine
-    with caplog.at_level("WARNING", logger="streampart.config"):
+    assert load_settings().spark.conf == {"spark.executor.cores": "2"}
+    monkeypatch.setenv("STREAMPART_CHUNK__TTLL", "5s")  # a typo of STREAMPART_CHUNK__TTL
+    with pytest.raises(UserInputError) as refused:
         load_settings()
-    assert [r.getMessage() for r in caplog.records] == [
-        "warning: environment variable STREAMPART_CHUNK__TTLL names no setting and is ignored "
-        "(see conf/streampart.toml)"
-    ]
+    assert str(refused.value) == (
+        "invalid configuration: unknown environment variable STREAMPART_CHUNK__TTLL "
+        "(did you mean STREAMPART_CHUNK__TTL?)"
+    )
