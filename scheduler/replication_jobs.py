@@ -11,14 +11,11 @@ failed copy is tried again, so a failing secondary never holds up rolls or other
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, timedelta
+from datetime import timedelta
 from typing import Any
-
-from apscheduler.jobstores.base import JobLookupError
 
 from metastore import clock
 from metastore.catalog import Catalog
@@ -27,13 +24,12 @@ from metastore.logs import event
 from metastore.models import Lease
 from scheduler.config import ReplicationConfig
 from scheduler.errors import ReplicationAbandonedError
+from scheduler.jobs import plan, remove_jobs
 from scheduler.metrics import SchedulerMetrics
 from scheduler.replication import Replicator, backlog
 from scheduler.spark_compaction import SparkFactory
 
 log = logging.getLogger("streampart.replication")
-
-_JOB = {"misfire_grace_time": None, "coalesce": True, "max_instances": 1}
 
 
 def replicate_job_id(table_id: int) -> str:
@@ -59,16 +55,13 @@ class ReplicationJobs:
         """Have the table's replication job run now (if the table has secondaries)."""
         if not self.config.enabled or self.fence() is None or not self.catalog.store.list_replicas(table_id):
             return
-        self.scheduler.add_job(
+        plan(
+            self.scheduler,
             self.run,
-            "date",
-            run_date=clock.now().astimezone(UTC),
-            args=[table_id],
-            id=replicate_job_id(table_id),
-            name=f"replicate table #{table_id}",
-            executor="default",
-            replace_existing=True,
-            **_JOB,
+            clock.now(),
+            [table_id],
+            replicate_job_id(table_id),
+            f"replicate table #{table_id}",
         )
 
     def sweep(self) -> None:
@@ -146,10 +139,7 @@ class ReplicationJobs:
 
     def remove(self) -> None:
         """Drop planned replication jobs (leadership lost): running ones stop at their next step."""
-        for job in self.scheduler.get_jobs():
-            if job.id.startswith("replicate:"):
-                with contextlib.suppress(JobLookupError):
-                    job.remove()
+        remove_jobs(self.scheduler, "replicate:")
 
     def _replicator(self) -> Replicator:
         return Replicator.configured(

@@ -19,8 +19,9 @@ from ingest.chunks import ChunkWriter
 from ingest.formats import Format
 from metastore.catalog import Catalog
 from metastore.models import Mode, PartitionState, RollOutcome, iso, parse_instant
-from scheduler.daemon import RollDaemon, backoff
+from scheduler.daemon import RollDaemon
 from scheduler.roll import due_time
+from scheduler.roll_jobs import backoff
 from scheduler.status import scheduler_status
 from tests.fixtures import make_table
 from tests.helpers import records, wait_for
@@ -110,7 +111,7 @@ def test_a_table_created_while_running_is_rolled_and_a_dropped_one_is_not(catalo
         shutil.rmtree(new.location)
         wait_for(
             lambda: (
-                new.id not in daemon._known
+                new.id not in daemon.rolls._known
                 and not any(j.id.startswith(f"roll:{new.id}:") for j in daemon.scheduler.get_jobs())
             ),
             "the daemon to forget the dropped table",
@@ -119,7 +120,7 @@ def test_a_table_created_while_running_is_rolled_and_a_dropped_one_is_not(catalo
         wait_for(lambda: len(standard(catalog, keep)) >= rolled + 2, "ns.keep to go on rolling")
         assert not any(j.id.startswith(f"roll:{new.id}:") for j in daemon.scheduler.get_jobs())
         assert not Path(new.location).exists()  # nothing recreated it
-        assert daemon._failures == {}
+        assert daemon.rolls._failures == {}
     assert not _attempts(catalog, keep, RollOutcome.FAILED)
 
 
