@@ -292,8 +292,9 @@ class RollDaemon:
         lease = self.leadership.tick(acquire=not self._stopping.is_set())
         if lease is not None:
             try:
-                self.catalog.store.renew_roll_leases(self.owner, self.roll_config.renewed_lease, fence=lease)
-                self.catalog.store.renew_copy_leases(self.owner, self.roll_config.renewed_lease, fence=lease)
+                self.catalog.store.renew_roll_and_copy_leases(
+                    self.owner, self.roll_config.renewed_lease, fence=lease
+                )
             except LeaseLostError as exc:
                 self.leadership.step_down(str(exc))
         self.metrics.leader.set(1 if self.leadership.is_leader else 0)

@@ -15,8 +15,11 @@ from typing import Any
 import sqlalchemy as sa
 
 from metastore import schema as s
-from metastore.models import DaemonBeat
+from metastore.models import DaemonBeat, Lease
 from metastore.store.engine import Database, _db, _now, _out
+from metastore.store.leases import check_fence
+from metastore.store.replicas import extend_copy_leases
+from metastore.store.rolls import extend_roll_leases
 
 # Why a day: a daemon that stopped is worth seeing on the page for a while ("the standby on host
 # b went away at 03:12"), but not for ever; a day covers a night's incident and its review.
@@ -37,6 +40,25 @@ def beat_from_row(row: Any) -> DaemonBeat:
 
 class DaemonStore(Database):
     """The roll daemons' heartbeats and housekeeping passes."""
+
+    def renew_roll_and_copy_leases(
+        self, owner: str, lease: timedelta, fence: Lease | None = None, now: datetime | None = None
+    ) -> tuple[int, int]:
+        """Extend the lease of every unfinished roll and copy ``owner`` holds (the daemon's heartbeat,
+        so a long roll or copy — a large file, a Spark job — keeps its claim), in one transaction
+        under one check of ``fence``; returns how many rolls and how many copies.
+
+        Raises:
+            LeaseLostError: ``fence`` is no longer held (then nothing is extended, and the rolls
+                and copies lapse so the new leader can resume them).
+        """
+        now = now or _now()
+        with self.tx() as conn:
+            if fence is not None:
+                check_fence(conn, fence, now)
+            return extend_roll_leases(conn, owner, now + lease), extend_copy_leases(
+                conn, owner, now, now + lease
+            )
 
     def record_heartbeat(
         self, lease: str, holder: str, info: dict[str, Any] | None = None, now: datetime | None = None

@@ -104,6 +104,19 @@ def _owned_by(owner: str) -> Precondition:
 _COPYING = state_in(s.partition_copies.c.state, [CopyState.COPYING])
 
 
+def extend_copy_leases(conn: Connection, owner: str, now: datetime, until: datetime) -> int:
+    """Inside a transaction: extend to ``until`` the lease of every copy ``owner`` still holds at
+    ``now`` (one it let go, failed or released, stays free for another copier); returns how many."""
+    c = s.partition_copies.c
+    return int(
+        conn.execute(
+            sa.update(s.partition_copies)
+            .where(c.owner == owner, c.state == CopyState.COPYING.value, c.lease_until > _db(now))
+            .values(lease_until=_db(until))
+        ).rowcount
+    )
+
+
 class ReplicaStore(Database):
     """Replicas and partition copies."""
 
@@ -381,28 +394,6 @@ class ReplicaStore(Database):
                         c.state == CopyState.COPYING.value,
                     )
                     .values(**values)
-                ).rowcount
-            )
-
-    def renew_copy_leases(
-        self, owner: str, lease: timedelta, fence: Lease | None = None, now: datetime | None = None
-    ) -> int:
-        """Extend the lease of every unfinished copy ``owner`` holds (the daemon's heartbeat, so a
-        long copy — a large file, a Spark job — keeps its claim); returns how many.
-
-        Raises:
-            LeaseLostError: ``fence`` is no longer held (nothing is extended).
-        """
-        now = now or _now()
-        c = s.partition_copies.c
-        with self.tx() as conn:
-            if fence is not None:
-                check_fence(conn, fence, now)
-            return int(
-                conn.execute(
-                    sa.update(s.partition_copies)
-                    .where(c.owner == owner, c.state == CopyState.COPYING.value, c.lease_until > _db(now))
-                    .values(lease_until=_db(now + lease))
                 ).rowcount
             )
 

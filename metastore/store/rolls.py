@@ -107,6 +107,18 @@ def _update_roll(
     )
 
 
+def extend_roll_leases(conn: Connection, owner: str, until: datetime) -> int:
+    """Inside a transaction: extend to ``until`` the lease of every unfinished roll ``owner`` holds;
+    returns how many."""
+    return int(
+        conn.execute(
+            sa.update(s.rolls)
+            .where(s.rolls.c.owner == owner, s.rolls.c.state != RollState.DONE.value)
+            .values(lease_until=_db(until))
+        ).rowcount
+    )
+
+
 class RollStore(Database):
     """Rolls and their leases."""
 
@@ -273,28 +285,7 @@ class RollStore(Database):
             )
             return _read_roll(conn, roll.id)
 
-    # -- roll leases -------------------------------------------------------------------------
-    def renew_roll_leases(
-        self, owner: str, lease: timedelta, fence: Lease | None = None, now: datetime | None = None
-    ) -> int:
-        """Extend the lease of every unfinished roll ``owner`` holds (its heartbeat); returns how many.
-
-        Raises:
-            LeaseLostError: ``fence`` is no longer held (then nothing is extended, and the
-                rolls lapse so the new leader can resume them).
-        """
-        now = now or _now()
-        with self.tx() as conn:
-            if fence is not None:
-                check_fence(conn, fence, now)
-            return int(
-                conn.execute(
-                    sa.update(s.rolls)
-                    .where(s.rolls.c.owner == owner, s.rolls.c.state != RollState.DONE.value)
-                    .values(lease_until=_db(now + lease))
-                ).rowcount
-            )
-
+    # -- roll leases (renewed with the copies' at each heartbeat: DaemonStore) -----------------
     def release_roll(
         self, roll: Roll, owner: str, error: str | None = None, now: datetime | None = None
     ) -> bool:

@@ -133,11 +133,11 @@ def test_roll_leases_are_renewed_only_under_a_live_fence_and_released_at_shutdow
     p = store.streaming_partition(table.id)
     lease = store.acquire_lease("roll", "me", TTL, now=T0)
     roll = store.begin_roll(p, p.value + timedelta(hours=1), "me", TTL, now=T0, fence=lease)
-    assert store.renew_roll_leases("me", 3 * TTL, fence=lease, now=T0 + S) == 1
+    assert store.renew_roll_and_copy_leases("me", 3 * TTL, fence=lease, now=T0 + S) == (1, 0)
     assert store.get_roll(roll.id).lease_until == T0 + S + 3 * TTL
-    assert store.renew_roll_leases("someone else", TTL, now=T0 + S) == 0
+    assert store.renew_roll_and_copy_leases("someone else", TTL, now=T0 + S) == (0, 0)
     with pytest.raises(LeaseLostError):  # after leadership lapsed, the rolls lapse too
-        store.renew_roll_leases("me", 3 * TTL, fence=lease, now=T0 + 2 * TTL)
+        store.renew_roll_and_copy_leases("me", 3 * TTL, fence=lease, now=T0 + 2 * TTL)
     assert store.get_roll(roll.id).lease_until == T0 + S + 3 * TTL
     assert store.release_rolls("me", now=T0 + 2 * S) == 1
     # released: another roller may claim it at once

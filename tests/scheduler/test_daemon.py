@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import itertools
 import shutil
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 
 from ingest.chunks import ChunkWriter
 from ingest.formats import Format
@@ -241,3 +242,36 @@ def test_a_partition_at_the_end_of_the_calendar_never_stops_rolls_status_or_metr
     status = scheduler_status(catalog)
     assert [t["table"] for t in status["tables"]] == ["ns.events"]
     assert catalog.store.get_partition(table.id, doomsday.value).state is PartitionState.STREAMING
+
+
+class _CopiesUnreachable(Exception):
+    """The metastore failing the heartbeat's update of the copies' leases."""
+
+
+def test_the_heartbeat_extends_its_rolls_and_copies_leases_in_one_transaction(catalog) -> None:
+    """Rolls and copies are renewed together or not at all: when the copies' update fails, the
+    rolls' is rolled back with it (two transactions would have left the rolls extended).
+    The failure is injected at the database, so it holds however the renewal is written."""
+    daemon = RollDaemon(catalog, fast_config(metrics=False), fast_roll_config())
+    daemon.leadership.on_elected = None  # not started: there are no jobs to run early
+    daemon._heartbeat()
+    assert daemon.is_leader
+    p = catalog.store.streaming_partition(make_table(catalog).id)
+    roll = catalog.store.begin_roll(
+        p, p.value + timedelta(hours=1), daemon.owner, timedelta(seconds=1), fence=daemon.leadership.lease
+    )
+
+    def fail_copies(_conn, _cursor, statement, *_args) -> None:
+        if statement.lstrip().upper().startswith("UPDATE SP_PARTITION_COPIES"):
+            raise _CopiesUnreachable(statement)
+
+    sa.event.listen(catalog.store.engine, "before_cursor_execute", fail_copies)
+    try:
+        with pytest.raises(_CopiesUnreachable):
+            daemon._heartbeat()
+    finally:
+        sa.event.remove(catalog.store.engine, "before_cursor_execute", fail_copies)
+    assert catalog.store.get_roll(roll.id).lease_until == roll.lease_until  # not extended alone
+    daemon._heartbeat()  # and when the metastore answers, both are extended again
+    assert catalog.store.get_roll(roll.id).lease_until > roll.lease_until
+    daemon.leadership.release()

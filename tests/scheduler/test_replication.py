@@ -320,7 +320,7 @@ def test_check_finds_a_damaged_or_incomplete_replica(catalog: Catalog, tmp_path:
 
 
 def test_the_heartbeat_renews_live_claims_only(catalog: Catalog, tmp_path: Path) -> None:
-    """The daemon's heartbeat keeps a long copy's claim (renew_copy_leases); a copy it let go
+    """The daemon's heartbeat keeps a long copy's claim (renew_roll_and_copy_leases); a copy it let go
     (failed, or released) stays free for another copier."""
     _clusters(catalog, tmp_path, "c1", "c2")
     table = _table(catalog)
@@ -329,11 +329,11 @@ def test_the_heartbeat_renews_live_claims_only(catalog: Catalog, tmp_path: Path)
     held = catalog.store.claim_copy(first, "c2", "daemon-a", timedelta(seconds=30))
     released = catalog.store.claim_copy(second, "c2", "daemon-a", timedelta(seconds=30))
     catalog.store.release_copy(released, "daemon-a", error="disk full", retry_at=datetime.now(UTC))
-    assert catalog.store.renew_copy_leases("daemon-a", timedelta(hours=1)) == 1
+    assert catalog.store.renew_roll_and_copy_leases("daemon-a", timedelta(hours=1)) == (0, 1)
     by_partition = {c.partition_id: c for c in catalog.store.list_copies(table.id)}
     assert by_partition[held.partition_id].lease_until > datetime.now(UTC) + timedelta(minutes=59)  # type: ignore[operator]
     assert by_partition[released.partition_id].lease_until <= datetime.now(UTC)  # type: ignore[operator]
-    assert catalog.store.renew_copy_leases("daemon-b", timedelta(hours=1)) == 0
+    assert catalog.store.renew_roll_and_copy_leases("daemon-b", timedelta(hours=1)) == (0, 0)
 
 
 def _flip_a_byte(path: Path) -> None:
