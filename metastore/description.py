@@ -14,7 +14,7 @@ from metastore.durations import format_duration
 from metastore.links import Link, LinkMode, Resolved
 from metastore.models import Partition, PartitionState, iso
 from metastore.partition_names import naming_text, partition_label, placement_text, staged_dir
-from metastore.replicas import CopyState, PartitionCopy, Replica
+from metastore.replicas import CopyState, PartitionCopy, Replica, not_present
 from metastore.warehouse import LiveFile, files_stats, partition_dir
 
 
@@ -38,7 +38,7 @@ def describe(
     if link is not None:
         files = link.filter(list(files), table, clock.now())
     live = files_stats(files)
-    partitions = []
+    partitions, shown = [], []
     present: dict[datetime, list[str]] = {}
     for copy in copies:
         if copy.state is CopyState.PRESENT:
@@ -46,6 +46,7 @@ def describe(
     for p in partitions_recorded:
         if link is not None and p.value not in live:
             continue  # not exposed through the link (now)
+        shown.append(p)
         st = live.get(p.value)
         if p.state is PartitionState.STANDARD and link is None:
             chunks, rows, size, files_n = p.chunks or 0, p.rows or 0, p.bytes or 0, p.files or 0
@@ -87,7 +88,7 @@ def describe(
         "schema": ", ".join(f"{c.name} {c.sql_type}" for c in table.columns),
         "location": table.location,
         "cluster": table.cluster,
-        "replicas": [replica_info(r, copies, partitions) for r in replicas],
+        "replicas": [replica_info(r, copies, shown) for r in replicas],
         "version": version,
         "partitions": partitions,
     }
@@ -99,24 +100,25 @@ def describe(
 
 
 def replica_info(
-    replica: Replica, copies: Sequence[PartitionCopy], partitions: list[dict[str, Any]]
+    replica: Replica, copies: Sequence[PartitionCopy], partitions: Sequence[Partition]
 ) -> dict[str, Any]:
     """A replica as ``table describe --json`` shows it: where, and which standard partitions are
     present there, missing, or failing (with the last error)."""
-    mine = {iso(c.partition_value): c for c in copies if c.cluster == replica.cluster}
-    standard = [p["value"] for p in partitions if p["state"] == PartitionState.STANDARD.value]
-    present = [v for v in standard if v in mine and mine[v].state is CopyState.PRESENT]
+    mine = [c for c in copies if c.cluster == replica.cluster]
+    missing = not_present(partitions, mine)
+    by_value = {c.partition_value: c for c in mine}
     failing = [
-        {"partition": v, "attempts": mine[v].attempts, "error": mine[v].error}
-        for v in standard
-        if v in mine and mine[v].state is CopyState.COPYING and mine[v].error
+        {"partition": iso(p.value), "attempts": c.attempts, "error": c.error}
+        for p in missing
+        if (c := by_value.get(p.value)) is not None and c.state is CopyState.COPYING and c.error
     ]
+    standard = [p for p in partitions if p.state is PartitionState.STANDARD]
     return {
         "cluster": replica.cluster,
         "location": replica.location,
         "added_at": iso(replica.added_at),
-        "present": len(present),
-        "missing": [v for v in standard if v not in present],
+        "present": len(standard) - len(missing),
+        "missing": [iso(p.value) for p in missing],
         "failing": failing,
     }
 

@@ -10,12 +10,13 @@ secondary's Delta log, in that order.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime, timedelta
 from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict
 
-from metastore.models import Table
+from metastore.models import Partition, PartitionState, Table
 
 # The Delta ``txn`` application id of a partition's commit into a secondary table: Delta records
 # the newest version of each application id in the table's snapshot and refuses a concurrent
@@ -65,6 +66,13 @@ class PartitionCopy(BaseModel):
     # recorded them); when the files on disk were last found to match
     file_digests: dict[str, str] | None = None
     verified_at: datetime | None = None
+
+
+def not_present(partitions: Iterable[Partition], copies: Iterable[PartitionCopy]) -> list[Partition]:
+    """The standard ones of ``partitions`` not yet present on a secondary whose copies are
+    ``copies``, in the order given: what replication still owes it (copying, failed or not begun)."""
+    present = {c.partition_value for c in copies if c.state is CopyState.PRESENT}
+    return [p for p in partitions if p.state is PartitionState.STANDARD and p.value not in present]
 
 
 def app_id(partition_dir: str) -> str:

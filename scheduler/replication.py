@@ -45,7 +45,16 @@ from metastore.errors import ConflictError, LeaseLostError, StorageError, Stream
 from metastore.links import PartitionRange
 from metastore.logs import event
 from metastore.models import Lease, Partition, PartitionState, Table, iso
-from metastore.replicas import REPLICA_KEY, CopyState, PartitionCopy, Replica, app_id, backoff, replica_table
+from metastore.replicas import (
+    REPLICA_KEY,
+    CopyState,
+    PartitionCopy,
+    Replica,
+    app_id,
+    backoff,
+    not_present,
+    replica_table,
+)
 from metastore.warehouse import LiveFile, first_line, partition_dir, storage_error
 from scheduler.config import ReplicationConfig
 from scheduler.errors import ReplicationAbandonedError, ReplicationFailedError
@@ -146,15 +155,14 @@ class Replicator:
         """
         now = now or clock.now()
         store = self.catalog.store
-        copies = {c.partition_value: c for c in store.list_copies(table.id, replica.cluster)}
+        copies = store.list_copies(table.id, replica.cluster)
+        retry_at = {c.partition_value: c.retry_at for c in copies}
         out = []
-        for p in store.list_partitions(table.id, [PartitionState.STANDARD]):
+        for p in not_present(store.list_partitions(table.id, [PartitionState.STANDARD]), copies):
             if within is not None and p.value not in within:
                 continue
-            copy = copies.get(p.value)
-            if copy is not None and copy.state is CopyState.PRESENT:
-                continue
-            if copy is not None and not include_waiting and copy.retry_at is not None and copy.retry_at > now:
+            waits = retry_at.get(p.value)
+            if not include_waiting and waits is not None and waits > now:
                 continue
             out.append(p)
         return sorted(out, key=lambda p: p.value)
@@ -520,8 +528,9 @@ def backlog(catalog: Catalog, table: Table, now: datetime | None = None) -> dict
     standard = catalog.store.list_partitions(table.id, [PartitionState.STANDARD])
     out = {}
     for replica in replicas:
-        present = catalog.store.present_values(table.id, replica.cluster)
-        missing = [p for p in standard if p.value not in present]
+        missing = not_present(
+            standard, catalog.store.list_copies(table.id, replica.cluster, CopyState.PRESENT)
+        )
         rolled = [p.rolled_at for p in missing if p.rolled_at is not None]
         out[replica.cluster] = (
             max(0.0, (now - min(rolled)).total_seconds()) if rolled else 0.0,
