@@ -14,69 +14,76 @@ from streampart.cli.context import CliContext, cli_context
 from streampart.cli.output import TextOutput, json_value, listing
 from streampart.cli.params import json_flag
 
+SqlArgument = Annotated[
+    str,
+    typer.Argument(
+        help="Spark SQL: a query, INSERT INTO ns.t SELECT …, or CREATE TABLE ns.t [TBLPROPERTIES "
+        "(…)] AS SELECT …; tables are addressed as ns.table"
+    ),
+]
+NamespaceOption = Annotated[
+    str | None,
+    typer.Option(
+        help="The namespace the query runs in (or `USE NS;` first): its tables and links may be "
+        "named T, links also T@SOURCE_NS; an isolated namespace reads nothing else"
+    ),
+]
+KeyOption = Annotated[
+    str | None,
+    typer.Option(
+        "--idempotency-key",
+        "--key",
+        "--token",
+        help="INSERT INTO / CREATE TABLE … AS: the idempotency key of the chunk the result commits "
+        "as; a retry with the same key and result lands once [default: a new key per run]",
+    ),
+]
+ClusterOption = Annotated[
+    str | None,
+    typer.Option(
+        help="Run on this cluster (or `USE CLUSTER C;` first), or fail saying what is missing "
+        "there [default: the written table's primary, else the first primary of a table read "
+        "where every table read is present]"
+    ),
+]
+ReplicatedOnlyOption = Annotated[
+    bool,
+    typer.Option(
+        "--replicated-only",
+        help="On a secondary cluster, read a table as of its newest partition replicated there "
+        "(standard partitions only, one consistent cut per table; stated in the output)",
+    ),
+]
+ExplainOption = Annotated[
+    bool,
+    typer.Option("--explain", help="Print the cluster chosen and why (and what is read where); run nothing"),
+]
+ServerOption = Annotated[
+    str | None,
+    typer.Option(
+        help="Send a read to the SQL server at HOST:PORT (STREAMPART_SQL_SERVER) [default: the one "
+        "serving this warehouse on this host, if one runs; else Spark starts in this process]"
+    ),
+]
+NoServerOption = Annotated[
+    bool, typer.Option("--no-server", help="Run in this process even when a SQL server runs")
+]
+
 
 def query(
     ctx: typer.Context,
-    sql: Annotated[
-        str,
-        typer.Argument(
-            help="Spark SQL: a query, INSERT INTO ns.t SELECT …, or CREATE TABLE ns.t [TBLPROPERTIES "
-            "(…)] AS SELECT …; tables are addressed as ns.table"
-        ),
-    ],
+    sql: SqlArgument,
     _json: Annotated[
         bool, json_flag("Print one JSON object per row, one per line (a write: what it committed)")
     ] = False,
     limit: Annotated[int, typer.Option(help="Rows to print as a table (without --json)")] = 1000,
-    namespace: Annotated[
-        str | None,
-        typer.Option(
-            help="The namespace the query runs in (or `USE NS;` first): its tables and links may be "
-            "named T, links also T@SOURCE_NS; an isolated namespace reads nothing else"
-        ),
-    ] = None,
-    key: Annotated[
-        str | None,
-        typer.Option(
-            "--idempotency-key",
-            "--key",
-            "--token",
-            help="INSERT INTO / CREATE TABLE … AS: the idempotency key of the chunk the result commits "
-            "as; a retry with the same key and result lands once [default: a new key per run]",
-        ),
-    ] = None,
-    cluster: Annotated[
-        str | None,
-        typer.Option(
-            help="Run on this cluster (or `USE CLUSTER C;` first), or fail saying what is missing "
-            "there [default: the written table's primary, else the first primary of a table read "
-            "where every table read is present]"
-        ),
-    ] = None,
-    replicated_only: Annotated[
-        bool,
-        typer.Option(
-            "--replicated-only",
-            help="On a secondary cluster, read a table as of its newest partition replicated there "
-            "(standard partitions only, one consistent cut per table; stated in the output)",
-        ),
-    ] = False,
-    explain: Annotated[
-        bool,
-        typer.Option(
-            "--explain", help="Print the cluster chosen and why (and what is read where); run nothing"
-        ),
-    ] = False,
-    server: Annotated[
-        str | None,
-        typer.Option(
-            help="Send a read to the SQL server at HOST:PORT (STREAMPART_SQL_SERVER) [default: the one "
-            "serving this warehouse on this host, if one runs; else Spark starts in this process]"
-        ),
-    ] = None,
-    no_server: Annotated[
-        bool, typer.Option("--no-server", help="Run in this process even when a SQL server runs")
-    ] = False,
+    namespace: NamespaceOption = None,
+    key: KeyOption = None,
+    cluster: ClusterOption = None,
+    replicated_only: ReplicatedOnlyOption = False,
+    explain: ExplainOption = False,
+    server: ServerOption = None,
+    no_server: NoServerOption = False,
 ) -> None:
     """Run Spark SQL over the warehouse's tables and links, each read at one consistent snapshot.
 
@@ -88,18 +95,33 @@ def query(
     reads the table as of that Delta version; `streampart table history ns.t` lists the versions,
     and `streampart table read ns.t --version 12` prints their rows without starting Spark.
     """
-    from streampart.query import spark_errors, spark_session
-    from streampart.query_plan import plan, run
-    from streampart.query_writes import WriteResult
-
     cli = cli_context(ctx)
-    settings = cli.settings()
+    cli.settings()  # a bad setting is the first error, wherever the statement runs
     if server is not None and no_server:
         raise UserInputError("--server and --no-server contradict each other: give one of them")
     if not (no_server or explain or key or cluster or replicated_only) and _on_server(
         cli, sql, namespace, server, limit
     ):
         return
+    _run_here(cli, sql, namespace, key, cluster, replicated_only, explain, limit)
+
+
+def _run_here(
+    cli: CliContext,
+    sql: str,
+    namespace: str | None,
+    key: str | None,
+    cluster: str | None,
+    replicated_only: bool,
+    explain: bool,
+    limit: int,
+) -> None:
+    """Plan the statement, then explain it, or run it on Spark in this process and print its outcome."""
+    from streampart.query import spark_session
+    from streampart.query_plan import plan, run
+    from streampart.query_writes import WriteResult
+
+    settings = cli.settings()
     catalog = cli.catalog()
     planned = plan(catalog, sql, namespace, cluster, replicated_only)  # before Spark starts
     if planned.prepared.output is None and key is not None:
@@ -125,7 +147,12 @@ def query(
     if isinstance(done, WriteResult):
         cli.output.result({**done.to_json(), "cuts": planned.notes()}, _print_written)
         return
-    df = done
+    _print_rows(cli, done, limit)
+
+
+def _print_rows(cli: CliContext, df: Any, limit: int) -> None:
+    """A read's rows: streamed as JSON lines, or the first ``limit`` as a table."""
+    from streampart.query import spark_errors
 
     def each_row() -> Iterator[dict[str, Any]]:  # streamed: no more than a partition in memory
         with spark_errors():
