@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -11,6 +11,10 @@ from metastore.errors import UserInputError
 from streampart.cli.context import cli_context
 from streampart.cli.output import TextOutput, listing
 from streampart.cli.params import JsonFlag, choice
+
+if TYPE_CHECKING:
+    from metastore.catalog import Catalog
+    from metastore.models import Table, TableSpec
 
 # Shared by ``table create`` and ``table alter``: the table's Delta log schedule (metastore.delta_log).
 CheckpointIntervalOption = Annotated[
@@ -30,64 +34,73 @@ LogRetentionOption = Annotated[
 table_app = typer.Typer(help="Create, list, describe and drop streaming tables.", no_args_is_help=True)
 
 
+# ``table create``'s options whose help takes more than a line.
+TimeColumnOption = Annotated[
+    str,
+    typer.Option(
+        help="The rows' TIMESTAMP column. event-time: it places each row in the partition of its "
+        "period. arrival: it is an ordinary column; rows go to the partition open when their chunk "
+        "commits. Either way the table is partitioned by --partition-column, the start of each period"
+    ),
+]
+ModeOption = Annotated[
+    str,
+    typer.Option(
+        help="arrival (HIVE-4196): one streaming partition at a time; a chunk lands in whichever is "
+        "open when it commits, and it rolls every --roll-every. event-time: each row lands in the "
+        "partition of its --time-column's period, which rolls when the period ends plus --lateness"
+    ),
+]
+LateDataOption = Annotated[
+    str,
+    typer.Option(
+        help="event-time: what happens to late rows — reject, or divert (to NS.TABLE__late). A row "
+        "is late when its partition is sealed already (its period ended more than --lateness ago and "
+        "it rolled), or when its period ended more than --max-age ago"
+    ),
+]
+MaxAgeOption = Annotated[
+    str | None,
+    typer.Option(
+        help="event-time: rows whose period ended more than this ago are late [default: no "
+        "bound; a backfill opens its old partitions]"
+    ),
+]
+DeadLetterOption = Annotated[
+    bool,
+    typer.Option(help="Send malformed records to NS.TABLE__dead_letter instead of failing the chunk"),
+]
+ReplicateToOption = Annotated[
+    str | None,
+    typer.Option(help="Secondary clusters (C2,C3): each receives a copy of every rolled partition"),
+]
+
+
 @table_app.command("create")
 def table_create(
     ctx: typer.Context,
     name: Annotated[str, typer.Argument(help="NAMESPACE.TABLE")],
     schema: Annotated[str, typer.Option(help='Columns, e.g. "id BIGINT, ts TIMESTAMP, msg STRING"')],
-    time_column: Annotated[
-        str,
-        typer.Option(
-            help="The rows' TIMESTAMP column. event-time: it places each row in the partition of its "
-            "period. arrival: it is an ordinary column; rows go to the partition open when their chunk "
-            "commits. Either way the table is partitioned by --partition-column, the start of each period"
-        ),
-    ],
+    time_column: TimeColumnOption,
     roll_every: Annotated[str, typer.Option(help="Roll interval: 15m, 1h, 1d, …")],
-    mode: Annotated[
-        str,
-        typer.Option(
-            help="arrival (HIVE-4196): one streaming partition at a time; a chunk lands in whichever is "
-            "open when it commits, and it rolls every --roll-every. event-time: each row lands in the "
-            "partition of its --time-column's period, which rolls when the period ends plus --lateness"
-        ),
-    ] = "arrival",
+    mode: ModeOption = "arrival",
     lateness: Annotated[
         str, typer.Option(help="event-time: how long a partition waits for late rows")
     ] = "0s",
-    late_data: Annotated[
-        str,
-        typer.Option(
-            help="event-time: what happens to late rows — reject, or divert (to NS.TABLE__late). A row "
-            "is late when its partition is sealed already (its period ended more than --lateness ago and "
-            "it rolled), or when its period ended more than --max-age ago"
-        ),
-    ] = "reject",
+    late_data: LateDataOption = "reject",
     max_future: Annotated[
         str,
         typer.Option(help="event-time: rows more than this ahead of the clock are bad records"),
     ] = "1d",
-    max_age: Annotated[
-        str | None,
-        typer.Option(
-            help="event-time: rows whose period ended more than this ago are late [default: no "
-            "bound; a backfill opens its old partitions]"
-        ),
-    ] = None,
-    dead_letter: Annotated[
-        bool,
-        typer.Option(help="Send malformed records to NS.TABLE__dead_letter instead of failing the chunk"),
-    ] = False,
+    max_age: MaxAgeOption = None,
+    dead_letter: DeadLetterOption = False,
     partition_column: Annotated[
         str | None, typer.Option(help="Name of the partition column [default: <time-column>_period]")
     ] = None,
     cluster: Annotated[
         str, typer.Option(help="The primary cluster: it holds all the data and takes every write")
     ] = "default",
-    replicate_to: Annotated[
-        str | None,
-        typer.Option(help="Secondary clusters (C2,C3): each receives a copy of every rolled partition"),
-    ] = None,
+    replicate_to: ReplicateToOption = None,
     checkpoint_interval: CheckpointIntervalOption = None,
     log_retention: LogRetentionOption = None,
     _json: JsonFlag = False,
@@ -95,7 +108,7 @@ def table_create(
     """Create a streaming table partitioned by one timestamp column."""
     from metastore.delta_log import check_checkpoint_interval, check_log_retention
     from metastore.durations import parse_duration
-    from metastore.models import LateDataPolicy, Mode, TableKind, TableName, TableSpec, parse_schema
+    from metastore.models import LateDataPolicy, Mode, TableName, TableSpec, parse_schema
 
     # checked before anything is made: a bad value creates no table
     if checkpoint_interval is not None:
@@ -127,16 +140,22 @@ def table_create(
         from metastore.delta_log import set_log_settings
 
         set_log_settings(catalog.load(table), checkpoint_interval, retention)
+    cli.output.result(_created(catalog, table, spec), _print_created)
+
+
+def _created(catalog: Catalog, table: Table, spec: TableSpec) -> dict[str, Any]:
+    """What ``table create`` says it made: the table, and the companion tables made beside it."""
+    from metastore.models import LateDataPolicy, Mode, TableKind
+
     kinds = [TableKind.DEAD_LETTER] if spec.dead_letter else []
     if spec.mode is Mode.EVENT_TIME and spec.late_data is LateDataPolicy.DIVERT:
         kinds.append(TableKind.LATE)
-    info = catalog.describe(table) | {
+    return catalog.describe(table) | {
         "companions": [  # made beside it: said, as the table itself is
             {"table": str(c.name), "kind": c.kind.value, "location": c.location}
             for c in (catalog.companion(table, kind) for kind in kinds)
         ]
     }
-    cli.output.result(info, _print_created)
 
 
 # what a companion table holds (by its kind), as `table create` says it, with the option that made it
