@@ -6,14 +6,17 @@ import contextlib
 import logging
 import signal
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from metastore.errors import UserInputError
 from streampart.cli.context import cli_context
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 ingest_app = typer.Typer(help="Run streaming ingest jobs into a table.", no_args_is_help=True)
 
@@ -66,6 +69,33 @@ def _source_options(pairs: list[str]) -> dict[str, str]:
     return found
 
 
+# ``ingest kafka``'s options whose help takes more than a line.
+CheckpointOption = Annotated[
+    Path | None,
+    typer.Option(help="Checkpoint directory [default: <warehouse>/_checkpoints/NS.TABLE/<topic>]"),
+]
+MetricsPortOption = Annotated[
+    int | None,
+    typer.Option(help="Serve Prometheus metrics (records, batches, per-partition offsets, lag) on this port"),
+]
+ConsumerGroupOption = Annotated[
+    str | None,
+    typer.Option(
+        help="Also commit the ingested offsets to this Kafka consumer group, for monitoring only "
+        "(kafka-consumer-groups shows the lag) [default: streampart-NS.TABLE; '' for none]"
+    ),
+]
+SourceOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--option",
+        help="KEY=VALUE, repeatable: an option of the Kafka source by Spark's names "
+        "(kafka.security.protocol=SSL, kafka.sasl.mechanism=PLAIN, fetchOffset.numRetries=3, …); "
+        "wins over the flags above",
+    ),
+]
+
+
 @ingest_app.command("kafka")
 def ingest_kafka(
     ctx: typer.Context,
@@ -79,10 +109,7 @@ def ingest_kafka(
     available_now: Annotated[
         bool, typer.Option("--available-now", help="Process what is in the topic now, then exit 0")
     ] = False,
-    checkpoint: Annotated[
-        Path | None,
-        typer.Option(help="Checkpoint directory [default: <warehouse>/_checkpoints/NS.TABLE/<topic>]"),
-    ] = None,
+    checkpoint: CheckpointOption = None,
     max_offsets_per_trigger: Annotated[
         int | None, typer.Option(help="Rate limit: at most N records per micro-batch")
     ] = None,
@@ -92,28 +119,9 @@ def ingest_kafka(
     fail_on_data_loss: Annotated[
         bool, typer.Option(help="Fail if offsets to read were deleted by retention")
     ] = True,
-    metrics_port: Annotated[
-        int | None,
-        typer.Option(
-            help="Serve Prometheus metrics (records, batches, per-partition offsets, lag) on this port"
-        ),
-    ] = None,
-    consumer_group: Annotated[
-        str | None,
-        typer.Option(
-            help="Also commit the ingested offsets to this Kafka consumer group, for monitoring only "
-            "(kafka-consumer-groups shows the lag) [default: streampart-NS.TABLE; '' for none]"
-        ),
-    ] = None,
-    option: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--option",
-            help="KEY=VALUE, repeatable: an option of the Kafka source by Spark's names "
-            "(kafka.security.protocol=SSL, kafka.sasl.mechanism=PLAIN, fetchOffset.numRetries=3, …); "
-            "wins over the flags above",
-        ),
-    ] = None,
+    metrics_port: MetricsPortOption = None,
+    consumer_group: ConsumerGroupOption = None,
+    option: SourceOption = None,
 ) -> None:
     """Stream a Kafka topic into a table, one chunk per micro-batch, exactly once.
 
@@ -146,6 +154,22 @@ def ingest_kafka(
     err = cli.output.err
     from ingest.kafka.job import run_kafka_ingest
 
+    should_stop = _stop_on_sigterm(err)
+    with _spark_in_its_own_session():
+        spark = ClusterSpark(settings, catalog)(catalog.table(options.table))
+    err.print(
+        f"ingesting {', '.join(options.topics)} from {options.bootstrap} into {options.table}"
+        + (" (available now)" if options.available_now else f" every {trigger}"),
+        highlight=False,
+    )
+    batches = run_kafka_ingest(spark, catalog, options, settings.chunk, should_stop=should_stop)
+    err.print(f"stopped after {batches} batch(es)", highlight=False)
+    _stop_quietly(spark)
+    sys.exit(0)
+
+
+def _stop_on_sigterm(err: Console) -> Callable[[], bool]:
+    """Catch SIGTERM: the job stops after the batch in flight; the answer says whether it came."""
     stop = {"requested": False}
 
     def _on_term(signum: int, frame: Any) -> None:
@@ -155,16 +179,10 @@ def ingest_kafka(
         err.print("SIGTERM: stopping after the batch in flight", highlight=False)
 
     signal.signal(signal.SIGTERM, _on_term)
-    with _spark_in_its_own_session():
-        spark = ClusterSpark(settings, catalog)(catalog.table(options.table))
-    err.print(
-        f"ingesting {', '.join(options.topics)} from {options.bootstrap} into {options.table}"
-        + (" (available now)" if options.available_now else f" every {trigger}"),
-        highlight=False,
-    )
-    batches = run_kafka_ingest(spark, catalog, options, settings.chunk, should_stop=lambda: stop["requested"])
-    err.print(f"stopped after {batches} batch(es)", highlight=False)
+    return lambda: stop["requested"]
+
+
+def _stop_quietly(spark: Any) -> None:
     with contextlib.suppress(Exception):
         spark.sparkContext.setLogLevel("OFF")  # nothing left to say: spare the shutdown's chatter
         spark.stop()
-    sys.exit(0)
