@@ -17,7 +17,7 @@ from ingest.errors import IdempotencyConflictError
 from ingest.formats import Format
 from metastore.catalog import Catalog
 from metastore.durations import parse_duration
-from metastore.models import TableKind, TableName, TableSpec, companion_name, iso, parse_schema
+from metastore.models import Table, TableKind, TableName, TableSpec, companion_name, iso, parse_schema
 from metastore.progress import Progress
 from scheduler.roll import Roller
 
@@ -237,13 +237,44 @@ def run_demo(
     settings: Any, catalog: Catalog, console: Console, fresh: bool = True, progress: Progress | None = None
 ) -> None:
     """Run the demo, printing what happens to ``console``; ``progress`` is told as each part ends."""
-    from streampart.query import from_spark, run_sql, spark_session
+    from streampart.query import spark_session
 
     progress = progress or Progress()
     progress.start("streampart demo", len(DEMO_PARTS), "parts")
     started = time.monotonic()
     console.rule("[bold]streampart demo")
     console.print(f"warehouse {catalog.warehouse.root}, metastore {catalog.store.safe_url}")
+    table = _demo_table(catalog, console, fresh)
+    writer = ChunkWriter(catalog, table, settings.chunk)
+    now = datetime.now(UTC)
+    _write_chunks(catalog, console, writer, now)
+
+    progress.advance()
+    console.print("5. starting Spark to query the streaming partition …")
+    spark = spark_session(settings.spark)
+    _count_events(catalog, console, spark)
+
+    progress.advance()
+    _roll(settings, catalog, console, table, spark)
+    progress.advance()
+    _write_after_the_roll(catalog, console, writer, now, spark)
+    progress.advance()
+    run_kafka_demo(settings, catalog, console, spark)
+    progress.advance()
+    run_links_demo(catalog, console, spark)
+    progress.advance()
+    run_clusters_demo(catalog, console)
+    progress.advance()
+    console.rule(f"done in {time.monotonic() - started:.1f}s")
+    console.print(
+        "Try: streampart table describe demo.events | "
+        'streampart query "SELECT level, count(*) FROM demo.events GROUP BY level"'
+    )
+    console.print(f'     streampart query "SELECT page, count(*) FROM {KAFKA_DEMO} GROUP BY page"')
+
+
+def _demo_table(catalog: Catalog, console: Console, fresh: bool) -> Table:
+    """Step 1: demo.events, made anew (``fresh``) or found from an earlier run."""
     if fresh:
         _drop(catalog, DEMO)
     if catalog.routed(DEMO.namespace).store.find_table(DEMO) is None:
@@ -258,9 +289,11 @@ def run_demo(
         )
     table = catalog.table(DEMO)
     console.print(f"1. created {DEMO}: arrival mode, rolls every hour, bad records to {DEMO}__dead_letter")
+    return table
 
-    writer = ChunkWriter(catalog, table, settings.chunk)
-    now = datetime.now(UTC)
+
+def _write_chunks(catalog: Catalog, console: Console, writer: ChunkWriter, now: datetime) -> None:
+    """Steps 2–4: chunks committed once each, a retry, a conflicting key, a malformed record."""
     chunks = [_records(k * 1000, 1000, now) for k in range(5)]
     for k, content in enumerate(chunks):
         r = writer.write(content, Format.JSONL, key=f"demo-{k}")
@@ -282,20 +315,30 @@ def run_demo(
     )
     _partitions(console, catalog, DEMO)
 
-    progress.advance()
-    console.print("5. starting Spark to query the streaming partition …")
-    spark = spark_session(settings.spark)
+
+def _count_events(catalog: Catalog, console: Console, spark: Any) -> None:
+    from streampart.query import run_sql
+
     count = run_sql(spark, catalog, "SELECT count(*) AS n FROM demo.events").collect()[0]["n"]
     console.print(f"   SELECT count(*) FROM demo.events → {count}")
 
-    progress.advance()
+
+def _roll(settings: Any, catalog: Catalog, console: Console, table: Table, spark: Any) -> None:
+    """Step 6: the streaming partition rolls into a standard one (forced: it is not due yet)."""
     rolled = Roller(catalog, settings.roll, spark=lambda _: spark).roll_table(table, force=True)
     for roll in rolled:
         console.print(
             f"6. rolled partition {roll.partition}: {roll.chunks} chunks → {roll.files_after} file(s), "
             f"{roll.rows} rows, {roll.seconds:.2f}s; next streaming partition {roll.next_partition}"
         )
-    progress.advance()
+
+
+def _write_after_the_roll(
+    catalog: Catalog, console: Console, writer: ChunkWriter, now: datetime, spark: Any
+) -> None:
+    """Steps 7–8: chunks into the new streaming partition, a query over both, the dead letters."""
+    from streampart.query import from_spark, run_sql
+
     for k in range(5, 7):
         r = writer.write(_records(k * 1000, 500, now), Format.JSONL, key=f"demo-{k}")
         console.print(
@@ -318,16 +361,3 @@ def run_demo(
     dead = run_sql(spark, catalog, "SELECT position, reason FROM demo.events__dead_letter").collect()
     for row in dead:
         console.print(f"8. dead letter: record {row['position']}: {row['reason']}")
-    progress.advance()
-    run_kafka_demo(settings, catalog, console, spark)
-    progress.advance()
-    run_links_demo(catalog, console, spark)
-    progress.advance()
-    run_clusters_demo(catalog, console)
-    progress.advance()
-    console.rule(f"done in {time.monotonic() - started:.1f}s")
-    console.print(
-        "Try: streampart table describe demo.events | "
-        'streampart query "SELECT level, count(*) FROM demo.events GROUP BY level"'
-    )
-    console.print(f'     streampart query "SELECT page, count(*) FROM {KAFKA_DEMO} GROUP BY page"')
