@@ -229,6 +229,7 @@ def run(scale: dict[str, Any]) -> BenchResult:
     from rich.table import Table as RichTable
 
     from metastore.catalog import Catalog
+    from metastore.delta.files import live_files
 
     writer_counts: list[int] = scale["writers"]
     commits: dict[int, int] = scale["commits_per_writer"]
@@ -285,7 +286,7 @@ def run(scale: dict[str, Any]) -> BenchResult:
             for job in jobs:
                 catalog = Catalog.open(job.warehouse, job.url)
                 table = catalog.table(TABLE_NAME)
-                live = len(catalog.warehouse.live_files(catalog.warehouse.load(table)))
+                live = len(live_files(catalog.warehouse.load(table)))
                 states = Counter(c.state.value for c in catalog.store.list_chunks(table.id))
                 catalog.close()
                 after.append((live, dict(states)))

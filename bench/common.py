@@ -168,8 +168,8 @@ def drop_pg_schema(url: str | None) -> None:
 # (one staged file, its partition, a content digest, an idempotency key), made by the database
 # itself (INSERT … SELECT over a generated series): millions of rows in seconds, where a row per
 # statement would take hours. Their Delta version is 0, the table's first: a higher one would make
-# the next commit refuse the table's log as behind the metastore (Warehouse.verify_newest, before a commit),
-# which is right, since no such commits exist.
+# the next commit refuse the table's log as behind the metastore (metastore.delta.log.verify_newest,
+# before a commit), which is right, since no such commits exist.
 _HISTORY_PG = """
 INSERT INTO sp_chunks (id, table_id, token, state, created_at, expires_at, files, rows, bytes,
                        committing_since, attempt, base_version, version, partitions,
@@ -271,7 +271,7 @@ def sample_data(table: Any, rows: int, first_id: int = 0) -> Any:
     """``rows`` rows in the table's exact Arrow schema (so write_table skips re-validation)."""
     import pyarrow as pa
 
-    from metastore.warehouse import data_schema
+    from metastore.delta.arrow import data_schema
 
     now = datetime.now(UTC)
     return pa.table(

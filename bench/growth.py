@@ -146,7 +146,9 @@ def fast_forward(
     """
     from deltalake import DeltaTable
 
-    from metastore.warehouse import CHUNK_KEY, ROLL_KEY, STAGING_DIR, partition_dir, partition_value_text
+    from metastore.delta.files import live_files
+    from metastore.delta.layout import STAGING_DIR, partition_dir, partition_value_text
+    from metastore.delta.log import CHUNK_KEY, ROLL_KEY
 
     root = Path(table.location)
     log = root / "_delta_log"
@@ -163,7 +165,7 @@ def fast_forward(
         if entry.name != "_last_checkpoint" and entry.stat().st_mtime > before:
             os.utime(entry, (before, before))
     values = {table.partition_column: partition_value_text(partition)}
-    staged = [f.path for f in catalog.warehouse.live_files(dt) if f.staged]
+    staged = [f.path for f in live_files(dt) if f.staged]
     for v in range(first, to_version + 1):
         when = start + step * v
         ms = int(when.timestamp() * 1000)
@@ -266,7 +268,7 @@ def run(scale: dict[str, Any]) -> BenchResult:
     from rich.table import Table as RichTable
 
     from metastore.catalog import Catalog
-    from metastore.delta_log import log_entries, set_log_settings
+    from metastore.delta.checkpoints import log_entries, set_log_settings
 
     row_points: list[int] = scale["growth_chunk_rows"]
     version_points: list[int] = scale["growth_versions"]

@@ -293,6 +293,7 @@ def check_ours(spark: Any, catalog: Any, name: str, n: int) -> str | None:
     """None if the table holds exactly ids 0..n-1 once each and no dead letters, else what is wrong."""
     from pyspark.sql import functions as F
 
+    from metastore.delta.files import live_files
     from metastore.models import TableKind
     from streampart.query import read_table
 
@@ -309,10 +310,7 @@ def check_ours(spark: Any, catalog: Any, name: str, n: int) -> str | None:
         .collect()[0]
     )
     dead = sum(
-        f.rows
-        for f in catalog.warehouse.live_files(
-            catalog.warehouse.load(catalog.companion(table, TableKind.DEAD_LETTER))
-        )
+        f.rows for f in live_files(catalog.warehouse.load(catalog.companion(table, TableKind.DEAD_LETTER)))
     )
     if (row["n"], row["ids"], row["lo"], row["hi"], row["ts"], dead) != (n, n, 0, n - 1, n, 0):
         return (
@@ -393,6 +391,7 @@ def run_freshness(
     import pyarrow.parquet as pq
 
     from ingest.kafka.job import KafkaIngestOptions, start_kafka_ingest
+    from metastore.delta.files import live_files
 
     broker.create_topic(topic, partitions=partitions)
     name = "bench.kafka_fresh"
@@ -440,7 +439,7 @@ def run_freshness(
                 seen_at = datetime.now(UTC).timestamp()
                 version = dt.version()
                 state.versions += 1
-                for f in catalog.warehouse.live_files(dt):
+                for f in live_files(dt):
                     if f.path in known:
                         continue
                     known.add(f.path)

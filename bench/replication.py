@@ -22,7 +22,7 @@ def _partition(catalog: Any, table: Any, size: int) -> Any:
     import pyarrow as pa
 
     from ingest.chunks import ChunkWriter
-    from metastore.warehouse import data_schema
+    from metastore.delta.arrow import data_schema
     from scheduler.roll import Roller
 
     rows_per_chunk = 64 * 1024 * 1024 // ROW_BYTES
@@ -63,6 +63,7 @@ def run(scale: dict[str, Any]) -> BenchResult:
     from rich.table import Table as RichTable
 
     from metastore.catalog import Catalog
+    from metastore.delta.files import live_files
     from metastore.durations import parse_duration
     from metastore.models import PartitionState, TableName, TableSpec, parse_schema
     from scheduler.replication import Replicator
@@ -109,9 +110,7 @@ def run(scale: dict[str, Any]) -> BenchResult:
         rolled = _partition(catalog, table, size)
         build_s = time.perf_counter() - t0
         [partition] = catalog.store.list_partitions(table.id, [PartitionState.STANDARD])
-        files = [
-            f for f in catalog.warehouse.live_files(catalog.load(table)) if f.partition == partition.value
-        ]
+        files = [f for f in live_files(catalog.load(table)) if f.partition == partition.value]
         paths = [Path(table.location) / f.path for f in files]
         total = sum(f.size for f in files)
         ours, plain, synced = [], [], []

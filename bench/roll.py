@@ -61,6 +61,7 @@ def run(scale: dict[str, Any]) -> BenchResult:
     from rich.table import Table as RichTable
 
     from metastore.catalog import Catalog
+    from metastore.delta.files import live_files
 
     n, rows, reps = scale["roll_chunks"], scale["rows"], scale["baseline_reps"]
     result = BenchResult(
@@ -90,7 +91,7 @@ def run(scale: dict[str, Any]) -> BenchResult:
         table = create_table(catalog)
         build_s, latencies = commit_chunks(catalog, table, n, rows, f"committing {n:,} chunks")
         dt = catalog.warehouse.load(table)
-        staged = [f for f in catalog.warehouse.live_files(dt) if f.staged]
+        staged = [f for f in live_files(dt) if f.staged]
         paths = [Path(table.location) / f.path for f in staged]
         base_runs: list[float] = []
         base_rows = 0

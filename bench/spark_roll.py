@@ -33,7 +33,7 @@ def chunk_data(table: Any, rows: int, first_id: int, msg: Any) -> Any:
 
     import pyarrow as pa
 
-    from metastore.warehouse import data_schema
+    from metastore.delta.arrow import data_schema
 
     now = datetime.now(UTC)
     return pa.table(
@@ -72,6 +72,7 @@ def run(scale: dict[str, Any]) -> BenchResult:
 
     from ingest.chunks import ChunkWriter
     from metastore.catalog import Catalog
+    from metastore.delta.files import live_files
     from tests.standalone import WORKER_CORES, WORKER_MEMORY, StandaloneCluster, cluster_env
 
     total = scale["spark_roll_bytes"]
@@ -111,10 +112,7 @@ def run(scale: dict[str, Any]) -> BenchResult:
                     writers[engine].write_table(chunk_data(table, rows, k * rows, msg))
                 bar.advance(task)
         build_s = time.perf_counter() - build0
-        staged = {
-            e: sum(f.size for f in catalog.warehouse.live_files(catalog.warehouse.load(t)))
-            for e, t in tables.items()
-        }
+        staged = {e: sum(f.size for f in live_files(catalog.warehouse.load(t))) for e, t in tables.items()}
         catalog.close()
         console.print(f"  staged {staged['local'] / 1024**3:.2f} GiB per table in {build_s:.1f} s")
 

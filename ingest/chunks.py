@@ -14,7 +14,7 @@ chunks it adds in its commit info, looked up before any retry that might follow 
 Group commit: the commits of a table in flight in one process at once are made together, by
 the first of them, as one Delta commit and one metastore transaction (``_commit_group``; the
 queue is ``ingest/group_commit.py``). The "snapshot" a group commits on is the newest version of
-the log, found with a few file checks (``Warehouse.newest_version``); the partition states are
+the log, found with a few file checks (``metastore.delta.log.newest_version``); the partition states are
 read after it, so the fencing is exactly a lone chunk's.
 
 Namespace moves (``metastore/moves.py``): while a table's namespace is fenced for a move, its
@@ -57,9 +57,22 @@ from ingest.errors import (
 )
 from ingest.formats import BadRecord, Format, Parsed, RecordValidator, TimeBounds, parse, parse_arrow
 from ingest.group_commit import CommitGroups, Member
-from metastore import clock, staging
+from metastore import clock
 from metastore.catalog import Catalog
 from metastore.crashpoints import crashpoint, pausepoint
+from metastore.delta import staging
+from metastore.delta.errors import first_line
+from metastore.delta.files import file_exists, live_files, remove_file, write_parquet
+from metastore.delta.layout import staging_path
+from metastore.delta.log import (
+    CHUNKS_KEY,
+    GROUP_KEY,
+    commit_chunks,
+    commit_info,
+    newest_version,
+    verify_newest,
+)
+from metastore.delta.warehouse import Warehouse
 from metastore.durations import format_duration
 from metastore.errors import (
     CommitStateUnknownError,
@@ -85,7 +98,6 @@ from metastore.models import (
     period_start,
 )
 from metastore.progress import Progress
-from metastore.warehouse import CHUNKS_KEY, GROUP_KEY, Warehouse, commit_chunks, first_line
 
 T = TypeVar("T")
 
@@ -136,8 +148,8 @@ def write_staged_files(warehouse: Warehouse, table: Table, prefix: str, data: pa
         groups = [(None, data)]
     files = []
     for k, (period, part) in enumerate(groups):
-        path = warehouse.staging_path(prefix, k)
-        size = warehouse.write_parquet(table, path, part)
+        path = staging_path(prefix, k)
+        size = write_parquet(table, path, part)
         files.append(StagedFile(path=path, rows=part.num_rows, bytes=size, period=period))
     return files
 
@@ -306,14 +318,14 @@ class ChunkWriter:
             for path in new - {
                 f.path for f in current.files
             }:  # ours, never recorded: nobody else refers to them
-                self.warehouse.remove_file(self.table, path)
+                remove_file(self.table, path)
             raise ChunkStateError(
                 f"cannot write to chunk {chunk.id}: it is {current.state.value}"
                 " (a commit began meanwhile; nothing of this upload was kept)"
             ) from None
         for old in replaced:
             if old.path not in new:
-                self.warehouse.remove_file(self.table, old.path)
+                remove_file(self.table, old.path)
         return recorded
 
     def _check_bad(self, bad: Sequence[BadRecord | DeadLetter]) -> None:
@@ -467,7 +479,7 @@ class ChunkWriter:
         Only ever reached for a commit that has not landed (checked just before), so nothing
         of the chunk is visible; the chunk is aborted and its other files go.
         """
-        missing = [f.path for f in chunk.files if not self.warehouse.exists(self.table, f.path)]
+        missing = [f.path for f in chunk.files if not file_exists(self.table, f.path)]
         if not missing:
             return
         message = (
@@ -491,7 +503,7 @@ class ChunkWriter:
         Late (event-time tables): rows of a partition that is sealed already, or whose period
         ended more than the table's max-age ago (no partition is opened for those).
         The path committed is the file's link in its partition's staging directory
-        (``metastore/staging.py``): a reader that takes partition values from paths finds them.
+        (``metastore/delta/staging.py``): a reader that takes partition values from paths finds them.
         """
         if self.table.mode is Mode.ARRIVAL:
             assert open_value is not None
@@ -577,7 +589,7 @@ class ChunkWriter:
         named = None
         if partitions is None:  # found in the log after a crash: read the partitions from there
             partitions = self._partitions_of_commit(chunk, version)
-            named = commit_chunks(self.warehouse.commit_info(self.table, version) or {})
+            named = commit_chunks(commit_info(self.table, version) or {})
         try:
             done = self.store.finish_commit(chunk, version, partitions, late_rows, named=named)
         except ConflictError:
@@ -591,7 +603,7 @@ class ChunkWriter:
         # log lists them by their placed paths (or, committed before placing, their staged ones)
         names = {f.path.rsplit("/", 1)[-1] for f in chunk.files}
         dt = self.warehouse.load(self.table, version)
-        return sorted({f.partition for f in self.warehouse.live_files(dt) if f.staged and f.name in names})
+        return sorted({f.partition for f in live_files(dt) if f.staged and f.name in names})
 
     def result(self, chunk: Chunk) -> CommitResult:
         return CommitResult(
@@ -626,7 +638,7 @@ class ChunkWriter:
 
     def _remove_files(self, chunk: Chunk) -> None:
         for f in chunk.files:
-            staging.remove(self.warehouse, self.table, f.path)
+            staging.remove(self.table, f.path)
 
     @staticmethod
     def _require_state(chunk: Chunk, state: ChunkState, verb: str) -> None:
@@ -860,12 +872,12 @@ def _newest_version(lead: ChunkWriter, context: dict[str, Any]) -> int:
     """
     table, warehouse = lead.table, lead.warehouse
     known = context.get("version")
-    version = warehouse.newest_version(table, known) if known is not None else None
+    version = newest_version(table, known) if known is not None else None
     if version is None:
         recorded = lead.store.newest_version(table.id)  # the metastore first …
         chunks = lead.store.committed_at(table.id, [recorded]).get(recorded)
         dt = warehouse.load(table)  # … then the log
-        warehouse.verify_newest(table, dt, recorded, chunks)
+        verify_newest(table, dt, recorded, chunks)
         version = int(dt.version())
     context["version"] = version
     return version
@@ -925,7 +937,7 @@ def expire_chunks(
         table = tables.get(chunk.table_id) or catalog.store.get_table_by_id(chunk.table_id)
         tables[chunk.table_id] = table
         for f in chunk.files:
-            catalog.warehouse.remove_file(table, f.path)
+            remove_file(table, f.path)
         if progress is not None:
             progress.advance()
     return expired

@@ -25,9 +25,9 @@ import orjson
 import pyarrow as pa
 
 from ingest.errors import MalformedChunkError
+from metastore.delta.arrow import arrow_type, data_schema
 from metastore.errors import UserInputError
 from metastore.models import Column, iso
-from metastore.warehouse import arrow_type, data_schema
 
 
 class Format(StrEnum):

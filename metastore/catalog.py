@@ -32,7 +32,11 @@ from metastore.clusters import (
     check_storage,
 )
 from metastore.crashpoints import crashpoint
-from metastore.delta_log import log_settings
+from metastore.delta.checkpoints import log_settings
+from metastore.delta.errors import storage_errors
+from metastore.delta.files import live_files
+from metastore.delta.log import verify_newest
+from metastore.delta.warehouse import Warehouse
 from metastore.durations import format_duration
 from metastore.errors import (
     AlreadyExistsError,
@@ -72,7 +76,6 @@ from metastore.replicas import Replica, replica_table
 from metastore.router import FAIL_FAST_S, REFRESH_S, FanOut, Router
 from metastore.store import Metastore, default_url
 from metastore.store.namespaces import missing_namespace
-from metastore.warehouse import Warehouse, storage_errors
 
 # How a user makes a new warehouse and metastore (said when one named to be read does not exist).
 _TO_CREATE = (
@@ -381,7 +384,7 @@ class Catalog:
         """The table's Delta snapshot to read: ``version``, or the newest — checked against the metastore.
 
         The metastore is read *before* the log, so every commit it recorded by then must be in
-        the log; a log that lacks one was damaged (see :meth:`Warehouse.verify_newest`).
+        the log; a log that lacks one was damaged (see :func:`metastore.delta.log.verify_newest`).
 
         Raises:
             TableIntegrityError: the log is unreadable, or lost commits the metastore recorded.
@@ -392,7 +395,7 @@ class Catalog:
         recorded = store.newest_version(table.id)
         chunks = store.committed_at(table.id, [recorded]).get(recorded)  # what it added, to compare
         dt = self.warehouse.load(table)
-        self.warehouse.verify_newest(table, dt, recorded, chunks)
+        verify_newest(table, dt, recorded, chunks)
         return dt
 
     def drop_table(self, table: Table, *, force: bool = False) -> None:
@@ -941,7 +944,7 @@ class Catalog:
         return description.describe(
             resolved,
             int(dt.version()),
-            self.warehouse.live_files(dt),
+            live_files(dt),
             self.of(table).store.list_partitions(table.id),
             replicas,
             self.of(table).store.list_copies(table.id) if replicas else [],

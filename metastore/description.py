@@ -9,13 +9,13 @@ from pathlib import Path
 from typing import Any
 
 from metastore import clock
-from metastore.delta_log import LogSettings
+from metastore.delta.checkpoints import LogSettings
+from metastore.delta.files import LiveFile, files_stats
+from metastore.delta.layout import naming_text, partition_dir, partition_label, placement_text, staged_dir
 from metastore.durations import format_duration
 from metastore.links import Link, LinkMode, Resolved
 from metastore.models import Partition, PartitionState, iso
-from metastore.partition_names import naming_text, partition_label, placement_text, staged_dir
 from metastore.replicas import CopyState, PartitionCopy, Replica, not_present
-from metastore.warehouse import LiveFile, files_stats, partition_dir
 
 
 def describe(

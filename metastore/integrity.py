@@ -1,7 +1,7 @@
 """Integrity checks: does each table's Delta log agree with itself, its files and the metastore?
 
 Reads and commits already refuse a log that lost commits the metastore recorded, or a snapshot
-whose files are gone (see :meth:`Catalog.load` and :meth:`Warehouse.check_files`); this module
+whose files are gone (see :meth:`Catalog.load` and :func:`metastore.delta.files.check_files`); this module
 looks for every such problem at once, for ``streampart check``:
 
 - the log: commit files that are empty, truncated, cut short (fewer actions than their commitInfo
@@ -34,17 +34,21 @@ from pathlib import Path
 from typing import Any
 
 from metastore.catalog import Catalog
+from metastore.delta.checkpoints import last_checkpoint_version
+from metastore.delta.files import live_files, partition_dir_entries
+from metastore.delta.layout import SUCCESS_MARKER, partition_dir
+from metastore.delta.log import (
+    ROLL_KEY,
+    commit_chunks,
+    commit_file,
+    commit_file_damaged,
+    commit_info,
+    commit_mismatch,
+)
+from metastore.delta.warehouse import Warehouse
 from metastore.errors import NotFoundError, StreampartError, TableIntegrityError
 from metastore.models import ChunkState, PartitionState, Table, iso
 from metastore.replicas import CopyState, PartitionCopy, Replica, replica_table
-from metastore.warehouse import (
-    ROLL_KEY,
-    SUCCESS_MARKER,
-    Warehouse,
-    commit_chunks,
-    last_checkpoint_version,
-    partition_dir,
-)
 
 RESTORE = "restore it from a backup"
 
@@ -88,7 +92,7 @@ def check_table(catalog: Catalog, table: Table) -> list[Problem]:
         )
     elif latest > recorded:
         problems += _log_ahead(catalog, table, recorded, latest)
-    files = wh.live_files(dt)
+    files = live_files(dt)
     for f in files:
         problem = _file_problem(table, f.path, f.size, f.rows)
         if problem is not None:
@@ -113,7 +117,7 @@ def check_table(catalog: Catalog, table: Table) -> list[Problem]:
                     f"recorded {p.rows}",
                 )
             )
-        for path in wh.partition_dir_entries(table, p.value):
+        for path in partition_dir_entries(table, p.value):
             if path not in live_paths and not path.rsplit("/", 1)[-1].startswith("."):
                 problems.append(
                     Problem(
@@ -139,7 +143,7 @@ def _replica_problems(catalog: Catalog, table: Table, replica: Replica, primary:
         f"&& streampart table alter {name} --add-replica {replica.cluster}"
     )
     try:
-        files = wh.live_files(wh.load(copy))
+        files = live_files(wh.load(copy))
     except TableIntegrityError as exc:
         return [Problem(name, "replica_unreadable", f"replica on {replica.cluster}: {exc}; {redo}")]
     problems = []
@@ -199,7 +203,7 @@ def _log_ahead(catalog: Catalog, table: Table, recorded: int, latest: int) -> li
     unknown: list[str] = []
     for version in range(recorded + 1, latest + 1):
         try:
-            info = catalog.warehouse.commit_info(table, version) or {}
+            info = commit_info(table, version) or {}
         except ValueError:  # a damaged commit file: reported as commit_damaged
             continue
         for chunk_id in commit_chunks(info):
@@ -247,7 +251,7 @@ def _recorded_commits(
     for version in sorted(committed):
         if version in reported:
             continue
-        mismatch = wh.commit_mismatch(table, version, committed[version])
+        mismatch = commit_mismatch(table, version, committed[version])
         if mismatch is not None:
             problems.append(
                 Problem(
@@ -255,7 +259,7 @@ def _recorded_commits(
                     "commit_mismatch",
                     f"{mismatch}; the acknowledged rows are not in the table: {RESTORE}",
                     version=version,
-                    path=str(wh.commit_path(table, version)),
+                    path=str(commit_file(table.location, version)),
                 )
             )
     return problems
@@ -270,7 +274,7 @@ def _log_files(wh: Warehouse, table: Table) -> list[Problem]:
         return []
     problems = []
     for v in versions:
-        if wh.commit_file_damaged(table, v):
+        if commit_file_damaged(table, v):
             problems.append(
                 Problem(
                     name,
@@ -278,7 +282,7 @@ def _log_files(wh: Warehouse, table: Table) -> list[Problem]:
                     f"commit file of version {v} is empty, truncated, cut short or holds no commit; "
                     f"{RESTORE}",
                     version=v,
-                    path=str(wh.commit_path(table, v)),
+                    path=str(commit_file(table.location, v)),
                 )
             )
     first = max(last_checkpoint_version(table) + 1, versions[0])

@@ -33,7 +33,7 @@ from metastore.errors import UserInputError
 from metastore.models import Table, TableName, check_identifier, iso, parse_instant, period_start
 
 if TYPE_CHECKING:
-    from metastore.warehouse import LiveFile
+    from metastore.delta.files import LiveFile
 
 
 class LinkMode(StrEnum):

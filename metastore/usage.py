@@ -16,9 +16,9 @@ from datetime import datetime
 
 from metastore import clock
 from metastore.catalog import Catalog
+from metastore.delta.files import LiveFile, live_files
 from metastore.errors import StreampartError
 from metastore.namespaces import Holding, Usage
-from metastore.warehouse import LiveFile
 
 
 def holding(name: str, kind: str, version: int, files: Iterable[LiveFile]) -> Holding:
@@ -50,14 +50,12 @@ def namespace_usage(catalog: Catalog, namespace: str, now: datetime | None = Non
         except StreampartError as exc:  # a damaged table stops only its own figure
             usage.errors[str(table.name)] = str(exc)
             continue
-        usage.owned.append(
-            holding(str(table.name), table.kind.value, int(dt.version()), catalog.warehouse.live_files(dt))
-        )
+        usage.owned.append(holding(str(table.name), table.kind.value, int(dt.version()), live_files(dt)))
     for link in home.list_links(ns.name):
         try:
             source = catalog.link_source(link)
             dt = catalog.load(source)
-            files = link.filter(catalog.warehouse.live_files(dt), source, now)
+            files = link.filter(live_files(dt), source, now)
         except StreampartError as exc:  # a dangling or damaged source stops only its own figure
             usage.errors[str(link.name)] = str(exc)
             continue

@@ -9,7 +9,7 @@
 - checkpoint each table's Delta log, so loading a table reads one Parquet file rather than
   hundreds of commit files, and delete its commit files past the log retention, so the log
   directory every load lists stays small: both on the schedule the table sets
-  (``delta.checkpointInterval``, ``delta.logRetentionDuration``: :mod:`metastore.delta_log`);
+  (``delta.checkpointInterval``, ``delta.logRetentionDuration``: :mod:`metastore.delta.checkpoints`);
 - prune the metastore rows of old chunks into per-partition summaries, so the metastore stays
   small at millions of chunks (``describe`` reads partition rows, which stay);
 - forget old roll attempt history, and the leases of commit holders that lapsed an hour ago;
@@ -35,14 +35,15 @@ from ingest.commit_holders import PREFIX as HOLDER_PREFIX
 from ingest.config import ChunkConfig
 from metastore import clock
 from metastore.catalog import Catalog
-from metastore.delta_log import MIN_LOG_RETENTION, log_entries, log_settings
+from metastore.delta.checkpoints import MIN_LOG_RETENTION, last_checkpoint_version, log_entries, log_settings
+from metastore.delta.files import live_files, remove_file
+from metastore.delta.layout import STAGING_DIR, chunk_of_staged
+from metastore.delta.staging import files as staged_files
+from metastore.delta.staging import partition_dirs as staging_partition_dirs
 from metastore.durations import format_duration
 from metastore.errors import NotFoundError
 from metastore.logs import event
 from metastore.models import ChunkState, PartitionState, Table
-from metastore.staging import files as staged_files
-from metastore.staging import partition_dirs as staging_partition_dirs
-from metastore.warehouse import STAGING_DIR, chunk_of_staged, last_checkpoint_version
 from scheduler.config import HousekeepingConfig
 from scheduler.replication import scrub
 
@@ -156,7 +157,7 @@ class Housekeeper:
         # chunks that may still commit are listed *before* the snapshot is loaded: a chunk that
         # commits in between is then either still in this list, or its files are in the snapshot
         active = {c.id for c in store.list_chunks(table.id, _ACTIVE)}
-        live = {f.path for f in wh.live_files(wh.load(table))}
+        live = {f.path for f in live_files(wh.load(table))}
         rolled_at: dict[datetime, datetime | None] = {}
         removed = []
         for path in staged_files(table):
@@ -166,11 +167,11 @@ class Housekeeper:
             chunk_id = chunk_of_staged(path.name)
             if chunk_id in active or not self._chunk_done_with(table, chunk_id, cutoff, rolled_at):
                 continue
-            wh.remove_file(table, rel)
+            remove_file(table, rel)
             removed.append(rel)
         for directory in staging_partition_dirs(table):
             # a streaming partition's staging directory, emptied: a commit that links into it
-            # just as it goes makes it again (metastore/staging.py)
+            # just as it goes makes it again (metastore/delta/staging.py)
             with contextlib.suppress(OSError):
                 if directory.stat().st_mtime < cutoff.timestamp():
                     directory.rmdir()  # only if empty
@@ -183,7 +184,7 @@ class Housekeeper:
                     tmp = path.name.startswith(".") and path.name.endswith((".tmp", ".spark"))
                     if tmp and path.stat().st_mtime < cutoff.timestamp():
                         rel = f"{directory.name}/{path.name}"
-                        wh.remove_file(table, rel)
+                        remove_file(table, rel)
                         removed.append(rel)
         if removed:
             event(

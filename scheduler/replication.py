@@ -41,6 +41,15 @@ from typing import Any
 from metastore import clock
 from metastore.catalog import Catalog
 from metastore.crashpoints import crashpoint, pausepoint
+from metastore.delta.errors import first_line, storage_error
+from metastore.delta.files import (
+    LiveFile,
+    live_files,
+    partition_dir_entries,
+    remove_file,
+    write_success_marker,
+)
+from metastore.delta.layout import partition_dir
 from metastore.errors import ConflictError, LeaseLostError, StorageError, StreampartError
 from metastore.links import PartitionRange
 from metastore.logs import event
@@ -55,7 +64,6 @@ from metastore.replicas import (
     not_present,
     replica_table,
 )
-from metastore.warehouse import LiveFile, first_line, partition_dir, storage_error
 from scheduler.config import ReplicationConfig
 from scheduler.errors import ReplicationAbandonedError, ReplicationFailedError
 from scheduler.file_copies import CopyMismatchError, copy_verified, sha256_of
@@ -296,7 +304,7 @@ class Replicator:
                 _, digests[f.path], copied = self._copy_file(table, target, f, attempt, progress)
                 written += copied
         checksum = partition_checksum(files, digests)
-        wh.write_success_marker(
+        write_success_marker(
             target,
             value,
             {
@@ -332,8 +340,7 @@ class Replicator:
         return result
 
     def _source_files(self, table: Table, value: datetime) -> list[LiveFile]:
-        wh = self.catalog.warehouse
-        files = [f for f in wh.live_files(self.catalog.load(table)) if f.partition == value]
+        files = [f for f in live_files(self.catalog.load(table)) if f.partition == value]
         staged = [f.path for f in files if f.staged]
         if staged:  # a standard partition holds its swept files only; anything else is damage
             raise ReplicationFailedError(
@@ -400,10 +407,10 @@ class Replicator:
 
     def _remove_temporaries(self, target: Table, value: datetime) -> None:
         """Delete temporary files of dead attempts (a live stale copier's rename then fails: harmless)."""
-        for path in self.catalog.warehouse.partition_dir_entries(target, value):
+        for path in partition_dir_entries(target, value):
             name = path.rsplit("/", 1)[-1]
             if name.startswith(".") and name.endswith(".tmp"):
-                self.catalog.warehouse.remove_file(target, path)
+                remove_file(target, path)
 
     def _failed(
         self, table: Table, partition: Partition, copy: PartitionCopy, exc: Exception
@@ -472,11 +479,7 @@ def scrub(
             continue
         expected = copy.file_digests
         if expected is None:  # copied before digests were recorded: the primary's files say
-            primary = [
-                f
-                for f in catalog.warehouse.live_files(catalog.load(table))
-                if f.partition == copy.partition_value
-            ]
+            primary = [f for f in live_files(catalog.load(table)) if f.partition == copy.partition_value]
             expected = {f.path: sha256_of(Path(table.location) / f.path)[1] for f in primary}
         problem = None
         for path, digest in sorted(expected.items()):

@@ -34,6 +34,17 @@ import pyarrow.parquet as pq
 from metastore import clock
 from metastore.catalog import Catalog
 from metastore.crashpoints import crashpoint, pausepoint
+from metastore.delta.arrow import data_schema
+from metastore.delta.errors import first_line, storage_error
+from metastore.delta.files import (
+    LiveFile,
+    live_files,
+    partition_dir_entries,
+    remove_file,
+    write_success_marker,
+)
+from metastore.delta.layout import partition_dir
+from metastore.delta.log import SWEEP_KEY
 from metastore.errors import ConflictError, LeaseLostError, StorageError, StreampartError
 from metastore.models import (
     Lease,
@@ -48,14 +59,6 @@ from metastore.models import (
     saturating_add,
 )
 from metastore.progress import Progress
-from metastore.warehouse import (
-    SWEEP_KEY,
-    LiveFile,
-    data_schema,
-    first_line,
-    partition_dir,
-    storage_error,
-)
 from scheduler.compacted_names import compacted_name, compacted_version
 from scheduler.config import RollConfig
 from scheduler.errors import RollAbandonedError, RollBusyError, RollFailedError
@@ -284,7 +287,7 @@ class Roller:
         store, wh = self.catalog.store, self.catalog.warehouse
         value = roll.partition_value
         dt = wh.load(table)
-        files = [f for f in wh.live_files(dt) if f.partition == value]
+        files = [f for f in live_files(dt) if f.partition == value]
         staged = [f for f in files if f.staged]
         pausepoint("roll-sweep-listed")
         self._remove_leftovers(table, roll, seal_version)
@@ -300,7 +303,7 @@ class Roller:
                 self._step("roll-after-compact")
             except RollAbandonedError:
                 for path, _, _ in compacted:  # never committed: nobody can see them
-                    wh.remove_file(table, path)
+                    remove_file(table, path)
                 raise
             try:
                 version = wh.replace_files(
@@ -308,17 +311,17 @@ class Roller:
                 )
             except ConflictError:
                 for path, _, _ in compacted:
-                    wh.remove_file(table, path)
+                    remove_file(table, path)
                 raise
             self._step("roll-after-sweep")
             roll = store.record_roll_progress(roll, self.owner, sweep_version=version)
             dt = wh.load(table, version)
         elif roll.files_before is None:
             roll = store.record_roll_progress(roll, self.owner, files_before=0)
-        final = [f for f in wh.live_files(dt) if f.partition == value]
+        final = [f for f in live_files(dt) if f.partition == value]
         self._remove_leftovers(table, roll, seal_version)
         rows, size = sum(f.rows for f in final), sum(f.size for f in final)
-        wh.write_success_marker(
+        write_success_marker(
             table,
             value,
             {
@@ -346,7 +349,7 @@ class Roller:
             return 0
         wh = self.catalog.warehouse
         dt = wh.load(table, roll.seal_version)
-        return len({f.chunk for f in wh.live_files(dt) if f.partition == roll.partition_value and f.staged})
+        return len({f.chunk for f in live_files(dt) if f.partition == roll.partition_value and f.staged})
 
     def _remove_leftovers(self, table: Table, roll: Roll, seal_version: int) -> None:
         """Delete the files (and Spark attempts' hidden directories) of sweep attempts that can never
@@ -369,7 +372,7 @@ class Roller:
         value = roll.partition_value
         candidates = [
             path
-            for path in wh.partition_dir_entries(table, value, directories=True)
+            for path in partition_dir_entries(table, value, directories=True)
             if (v := compacted_version(path.rsplit("/", 1)[-1])) is not None and v < seal_version
         ]
         if not candidates:
@@ -378,10 +381,10 @@ class Roller:
             self.catalog.store.claim_roll(roll, self.owner, self.config.lease, fence=self.fence)
         except ConflictError as exc:
             raise RollBusyError(f"{exc}; leaving its files alone") from None
-        live = {f.path for f in wh.live_files(wh.load(table)) if f.partition == value}
+        live = {f.path for f in live_files(wh.load(table)) if f.partition == value}
         for path in candidates:
             if path not in live:
-                wh.remove_file(table, path)
+                remove_file(table, path)
 
     def _compact(
         self, table: Table, value: datetime, files: list[LiveFile], roll_id: str, base_version: int
@@ -463,7 +466,7 @@ class Roller:
             if tmp is not None:
                 tmp.unlink(missing_ok=True)
             for path, _, _ in out:
-                self.catalog.warehouse.remove_file(table, path)
+                remove_file(table, path)
             if isinstance(exc, OSError):  # a full disk, say: say so
                 raise storage_error(exc, f"compacting partition {iso(value)} of table {table.name}") from exc
             raise

@@ -34,8 +34,10 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from metastore.crashpoints import crashpoint
+from metastore.delta.errors import storage_error
+from metastore.delta.files import LiveFile
+from metastore.delta.layout import partition_dir
 from metastore.models import Table, iso
-from metastore.warehouse import LiveFile, partition_dir, storage_error
 from scheduler.compacted_names import compacted_name, spark_attempt_dir
 from scheduler.errors import RollFailedError
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from metastore.warehouse import first_line
+from metastore.delta.errors import first_line
 from scheduler.errors import ReplicationFailedError
 from scheduler.file_copies import copy_verified
 

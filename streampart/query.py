@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from metastore.catalog import Catalog
+from metastore.delta.log import version_at
 from metastore.errors import UserInputError
 from metastore.links import Resolved
 from metastore.models import Table, TableName
@@ -393,13 +394,13 @@ def version_of(catalog: Catalog, table: Table, ref: TableRef) -> int | None:
         return None
     newest = int(catalog.load(table).version())
     if ref.version is not None:
-        from metastore.delta_history import check_readable
+        from metastore.delta.history import check_readable
 
         check_readable(table, ref.version, newest)
         return ref.version
     assert ref.timestamp is not None
     at = parse_instant(ref.timestamp, f"{ref.name} TIMESTAMP AS OF")
-    version = catalog.warehouse.version_at(table, at)
+    version = version_at(table, at)
     if version is None:
         raise UserInputError(f"{ref.name} has no version committed at or before {ref.timestamp}")
     return min(version, newest)

@@ -25,6 +25,7 @@ from datetime import datetime
 from typing import Any
 
 from metastore.catalog import Catalog
+from metastore.delta.files import check_files, live_files
 from metastore.errors import TableIntegrityError
 from metastore.links import Resolved
 from metastore.models import PartitionState, iso
@@ -132,7 +133,7 @@ def snapshots_on(
     out = {}
     for ref, loc in located.items():
         if cluster == loc.cluster:
-            catalog.warehouse.check_files(loc.primary.table, loc.primary.files)
+            check_files(loc.primary.table, loc.primary.files)
             out[ref] = loc.primary
             continue
         copy = loc.copies[cluster]
@@ -140,7 +141,7 @@ def snapshots_on(
         on = replica_table(table, copy.replica)
         if identity(table) not in copies:
             dt = catalog.warehouse.load(on)
-            copies[identity(table)] = (dt, catalog.warehouse.live_files(dt))
+            copies[identity(table)] = (dt, live_files(dt))
         dt, files = copies[identity(table)]
         wanted = set(copy.cut if ref.name in cut_names else loc.partitions)
         mine = tuple(f for f in files if f.partition in wanted)
@@ -151,7 +152,7 @@ def snapshots_on(
                 f"but is not in the Delta log at {copy.replica.location}; run `streampart table replicate "
                 f"{table.name} --to {cluster}` again, or read it on {table.cluster} (--cluster)"
             )
-        catalog.warehouse.check_files(on, mine)
+        check_files(on, mine)
         out[ref] = Snapshot(on, int(dt.version()), mine)
     return out
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from metastore import clock
 from metastore.catalog import Catalog
+from metastore.delta.files import check_files, live_files
 from metastore.links import Resolved
 from metastore.models import Table
 
@@ -36,9 +37,9 @@ def pin(catalog: Catalog, table: Table, version: int | None = None, *, check: bo
     """``table`` at ``version`` (default: the newest), its log and (unless not ``check``) its files
     checked first (a statement read on another cluster checks the copies it reads instead)."""
     dt = catalog.load(table, version)
-    files = tuple(catalog.warehouse.live_files(dt))
+    files = tuple(live_files(dt))
     if check:
-        catalog.warehouse.check_files(table, files)
+        check_files(table, files)
     return Snapshot(table, int(dt.version()), files)
 
 
@@ -61,7 +62,7 @@ def read_batches(snap: Snapshot, limit: int | None = None) -> Iterator[Any]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from metastore.warehouse import data_schema, table_schema
+    from metastore.delta.arrow import data_schema, table_schema
 
     table = snap.table
     schema, out_schema = data_schema(table.columns), table_schema(table)

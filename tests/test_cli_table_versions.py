@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ingest.chunks import ChunkWriter
 from ingest.formats import Format
-from metastore.delta_log import set_log_settings
+from metastore.delta.checkpoints import set_log_settings
 from scheduler.housekeeping import Housekeeper
 from tests.helpers import all_ids, records
 from tests.test_cli_chunks import CREATE, Env, env  # noqa: F401  (the fixture)

@@ -14,6 +14,7 @@ import time
 
 from ingest.chunks import ChunkWriter
 from ingest.formats import Format
+from metastore.delta.files import file_exists, live_files
 from metastore.models import ChunkState, PartitionState
 from tests.fixtures import make_table
 from tests.helpers import all_ids, duplicates, ids_by_partition, records, worker_call
@@ -103,11 +104,11 @@ def test_concurrent_writers_never_pass_a_namespace_quota(catalog) -> None:
     refused = [s for s in said if "refused" in s]
     assert len(said) == WRITERS * 4 and acked and refused
     assert all("over its quota" in s["refused"] for s in refused)
-    live = sum(f.size for f in catalog.warehouse.live_files(catalog.warehouse.load(table)))
+    live = sum(f.size for f in live_files(catalog.warehouse.load(table)))
     assert live == catalog.store.committed_bytes("quota") <= quota
     ids = all_ids(table)
     assert not duplicates(ids) and len(ids) == (len(acked) + 1) * ROWS and first.rows == ROWS
     for s in refused:
         chunk = catalog.store.find_chunk_by_key(table.id, s["token"])
         assert chunk is not None and chunk.state is ChunkState.ABORTED
-        assert not any(catalog.warehouse.exists(table, f.path) for f in chunk.files)
+        assert not any(file_exists(table, f.path) for f in chunk.files)

@@ -20,8 +20,9 @@ from ingest.chunks import ChunkWriter, expire_chunks
 from ingest.config import ChunkConfig
 from ingest.formats import Format
 from metastore import clock
+from metastore.delta.files import live_files
+from metastore.delta.layout import partition_dir
 from metastore.models import ChunkState, PartitionState
-from metastore.warehouse import partition_dir
 from scheduler.roll import Roller
 from tests.fixtures import make_table
 from tests.helpers import all_ids, duplicates, ids_by_partition, records, worker_call
@@ -181,9 +182,7 @@ def test_roller_killed_at_each_step_then_resumed_rolls_once(catalog, point: str)
     assert sorted(by_part[catalog.store.streaming_partition(table.id).value]) == list(range(100, 110))
     directory = Path(table.location) / partition_dir(table, value)
     on_disk = {p.name for p in directory.iterdir() if not p.name.startswith(("_", "."))}
-    live = {
-        f.name for f in catalog.warehouse.live_files(catalog.warehouse.load(table)) if f.partition == value
-    }
+    live = {f.name for f in live_files(catalog.warehouse.load(table)) if f.partition == value}
     assert on_disk == live and (directory / "_SUCCESS").is_file()
     p = catalog.store.get_partition(table.id, value)
     assert (p.state, p.rows, p.chunks) == (PartitionState.STANDARD, 40, 4)
@@ -255,7 +254,5 @@ def test_a_stale_roller_never_deletes_the_new_owners_files(catalog, case: str) -
     assert sorted(ids_by_partition(table)[value]) == list(range(40))  # every file there and readable
     directory = Path(table.location) / partition_dir(table, value)
     on_disk = {q.name for q in directory.iterdir() if not q.name.startswith("_")}
-    live = {
-        f.name for f in catalog.warehouse.live_files(catalog.warehouse.load(table)) if f.partition == value
-    }
+    live = {f.name for f in live_files(catalog.warehouse.load(table)) if f.partition == value}
     assert on_disk == live and (directory / "_SUCCESS").is_file()

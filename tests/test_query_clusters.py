@@ -19,9 +19,9 @@ from typer.testing import CliRunner
 from ingest.chunks import ChunkWriter
 from ingest.formats import Format
 from metastore.catalog import Catalog
+from metastore.delta.layout import partition_dir
 from metastore.errors import NotFoundError, TableIntegrityError, UserInputError
 from metastore.models import Table
-from metastore.warehouse import partition_dir
 from scheduler.replication import Replicator
 from scheduler.roll import Roller
 from streampart.cli import app

@@ -5,7 +5,7 @@ polars' native ``read_delta`` takes each file's partition value from its path (a
 ``_staging/<chunk>.parquet``: before the first roll polars read the partition column as null,
 after it (a standard partition plus staged chunks, the normal state) it failed with
 ``SchemaFieldNotFoundError``. Committed chunk files are now placed under
-``_staging/<pcol>=<value>/`` (``metastore/staging.py``); tables written before still read
+``_staging/<pcol>=<value>/`` (``metastore/delta/staging.py``); tables written before still read
 (and roll) as they did, and polars reads them once their old chunks have rolled.
 """
 
@@ -22,10 +22,11 @@ from deltalake import DeltaTable
 
 from ingest.chunks import ChunkWriter
 from ingest.formats import Format
-from metastore import partition_names, staging
+from metastore.delta import layout, staging
+from metastore.delta.files import live_files
+from metastore.delta.layout import legacy_dir, partition_dir, readable_dir
 from metastore.integrity import check_table
 from metastore.models import Mode, Table
-from metastore.partition_names import legacy_dir, partition_dir, readable_dir
 from scheduler.config import HousekeepingConfig
 from scheduler.housekeeping import Housekeeper
 from scheduler.roll import Roller
@@ -91,7 +92,7 @@ def test_polars_duckdb_and_deltalake_agree_on_a_rolled_plus_streaming_table(sqli
     assert len({r[3] for r in by_delta}) == 2  # a standard and a streaming partition
     # every live file sits in a directory naming the partition the log gives it
     wh = catalog.warehouse
-    for f in wh.live_files(wh.load(table)):
+    for f in live_files(wh.load(table)):
         assert f.path.split("/")[-2] == readable_dir(table.partition_column, f.partition), f.path
 
 
@@ -105,7 +106,7 @@ def test_a_table_written_in_the_old_layout_reads_rolls_and_is_cleaned(sqlite_cat
     old = catalog.store.streaming_partition(table.id).value
     with monkeypatch.context() as old_code:  # the writer and roller as they were
         old_code.setattr(staging, "place", lambda table, relative, value: relative)
-        old_code.setattr(partition_names, "readable_dir", legacy_dir)
+        old_code.setattr(layout, "readable_dir", legacy_dir)
         w.write(records(range(5)), Format.JSONL)
         Roller(catalog).roll_table(table, force=True)
         w.write(records(range(5, 8)), Format.JSONL)  # staged flat in the next partition
@@ -113,7 +114,7 @@ def test_a_table_written_in_the_old_layout_reads_rolls_and_is_cleaned(sqlite_cat
     assert (legacy / "_SUCCESS").is_file()
     assert partition_dir(table, old) == legacy.name  # found where it is
     wh = catalog.warehouse
-    assert any(f.path.count("/") == 1 and f.staged for f in wh.live_files(wh.load(table)))
+    assert any(f.path.count("/") == 1 and f.staged for f in live_files(wh.load(table)))
 
     w.write(records(range(8, 10)), Format.JSONL)  # the new code, into the same streaming partition
     assert sorted(r[0] for r in rows_by_deltalake(table)) == list(range(10))
@@ -147,7 +148,7 @@ def test_a_forced_roll_opens_a_partition_named_after_its_whole_second(sqlite_cat
     Roller(catalog).roll_table(table, now=now, force=True)
     opened = catalog.store.streaming_partition(table.id).value
     assert opened == first + timedelta(minutes=17, seconds=39)
-    assert partition_names.partition_label(opened) == f"{first:%Y-%m-%d %H}:17:39"
+    assert layout.partition_label(opened) == f"{first:%Y-%m-%d %H}:17:39"
     # a second forced roll within that second cannot take the same name: it takes the instant
     Roller(catalog).roll_table(table, now=now, force=True)
     assert catalog.store.streaming_partition(table.id).value == now

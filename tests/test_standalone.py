@@ -23,9 +23,10 @@ import pytest
 from ingest.chunks import ChunkWriter
 from ingest.formats import Format
 from metastore.catalog import Catalog
+from metastore.delta.files import live_files
+from metastore.delta.layout import partition_dir
 from metastore.models import ChunkState, PartitionState, Table
 from metastore.replicas import replica_table
-from metastore.warehouse import partition_dir
 from scheduler.compacted_names import compacted_version
 from tests.fixtures import make_table
 from tests.helpers import all_ids, duplicates, ids_by_partition, records
@@ -76,7 +77,7 @@ def entries(table: Table, value) -> set[str]:
 
 
 def live(catalog: Catalog, table: Table, value) -> set[str]:
-    files = catalog.warehouse.live_files(catalog.warehouse.load(table))
+    files = live_files(catalog.warehouse.load(table))
     return {f.name for f in files if f.partition == value}
 
 

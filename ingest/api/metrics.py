@@ -21,10 +21,10 @@ from prometheus_client.registry import Collector
 
 from metastore import clock
 from metastore.catalog import Catalog
+from metastore.delta.files import LiveFile, live_files
 from metastore.errors import StreampartError
 from metastore.health import FederationCollector
 from metastore.store import Metastore
-from metastore.warehouse import LiveFile
 
 disable_created_metrics()
 
@@ -175,7 +175,7 @@ def _figures(catalog: Catalog, store: Metastore) -> list[NamespaceFigures]:
             try:
                 source = catalog.link_source(link)
                 if source.uid not in snapshots:
-                    snapshots[source.uid] = catalog.warehouse.live_files(catalog.load(source))
+                    snapshots[source.uid] = live_files(catalog.load(source))
             except StreampartError as exc:  # a dangling or damaged source stops only its own figure
                 log.debug("namespace metrics: link %s: %s", link.name, exc)
                 continue

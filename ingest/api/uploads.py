@@ -20,8 +20,9 @@ from typing import Any
 from ingest.api.errors import BodyError
 from ingest.chunks import ChunkWriter, DeadLetter, write_staged_files
 from ingest.formats import Format, Parsed, loads_json
+from metastore.delta.files import remove_file
+from metastore.delta.layout import STAGING_DIR
 from metastore.models import Chunk, StagedFile
-from metastore.warehouse import STAGING_DIR
 
 
 def spool_path(writer: ChunkWriter, chunk: Chunk) -> Path:
@@ -103,7 +104,7 @@ def stage_upload(
         return writer.stage_files(chunk, files, bad, digest), dict(ignored), dict(rounded)
     except BaseException:
         for f in files:
-            warehouse.remove_file(table, f.path)
+            remove_file(table, f.path)
         raise
 
 

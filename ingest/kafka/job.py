@@ -51,10 +51,10 @@ from ingest.kafka.staging import stage_spec, stage_task
 from metastore import clock
 from metastore.catalog import Catalog
 from metastore.crashpoints import crashpoint
+from metastore.delta.warehouse import Warehouse
 from metastore.durations import Duration
 from metastore.errors import NamespaceMovingError, NotFoundError, UserInputError
 from metastore.models import ChunkState, StagedFile, Table, TableKind, TableName
-from metastore.warehouse import Warehouse
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

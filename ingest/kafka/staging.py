@@ -36,8 +36,8 @@ import pyarrow as pa
 
 if TYPE_CHECKING:
     from ingest.formats import RecordValidator, TimeBounds
+    from metastore.delta.warehouse import Warehouse
     from metastore.models import Table
-    from metastore.warehouse import Warehouse
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -92,8 +92,9 @@ def stage_spec(
     bounds: TimeBounds | None,
 ) -> StageSpec:
     """The driver builds the spec of one micro-batch (``bounds``: one clock reading for every task)."""
+    from metastore.delta.arrow import data_schema
+    from metastore.delta.layout import staging_path
     from metastore.models import Mode
-    from metastore.warehouse import data_schema
 
     arrow_json = (
         fmt == "json"
@@ -105,7 +106,7 @@ def stage_spec(
         chunk_id=chunk_id,
         fmt=fmt,
         location=str(table.location),
-        staging_template=warehouse.staging_path(f"{chunk_id}-\0", 0),
+        staging_template=staging_path(f"{chunk_id}-\0", 0),
         schema=data_schema(table.columns),
         required=tuple(not c.nullable or c.name == table.time_column for c in table.columns),
         max_value_bytes=max_value_bytes,
@@ -150,8 +151,8 @@ def _stage(spec: StageSpec, task: int, batches: Iterator[pa.RecordBatch]) -> pa.
 
 
 def _write(spec: StageSpec, relative: str, data: pa.Table) -> int:
-    """As :meth:`Warehouse.write_parquet` (temp file + rename); an I/O error is retried there,
-    which raises the metastore's storage errors."""
+    """As :func:`metastore.delta.files.write_parquet` (temp file + rename); an I/O error is
+    retried there, which raises the metastore's storage errors."""
     import pyarrow.parquet as pq
 
     target = Path(spec.location) / relative
@@ -163,8 +164,10 @@ def _write(spec: StageSpec, relative: str, data: pa.Table) -> int:
         return target.stat().st_size
     except OSError:
         tmp.unlink(missing_ok=True)
-        warehouse, table, _ = pickle.loads(spec.row_wise)
-        return int(warehouse.write_parquet(table, relative, data))
+        from metastore.delta.files import write_parquet
+
+        _, table, _ = pickle.loads(spec.row_wise)
+        return int(write_parquet(table, relative, data))
 
 
 def _arrow_json(spec: StageSpec, values: pa.Array) -> pa.Table | None:

@@ -37,14 +37,14 @@ def chunk_json(
     ``committed_at`` is the time of its Delta commit, from the commit file (None once the log's
     retention took it); ``times`` caches those per version.
     """
-    from metastore.delta_history import commit_time
+    from metastore.delta.history import commit_time
     from metastore.models import iso
 
     committed_at = None
     if chunk.version is not None:
         cache = times if times is not None else {}
         if chunk.version not in cache:
-            cache[chunk.version] = commit_time(catalog.warehouse, table, chunk.version)
+            cache[chunk.version] = commit_time(table, chunk.version)
         committed_at = cache[chunk.version]
     return {
         "id": chunk.id,

@@ -36,7 +36,7 @@ def table_alter(
     _json: JsonFlag = False,
 ) -> None:
     """Change a table's secondary clusters, or its Delta log schedule (checkpoints, log retention)."""
-    from metastore.delta_log import (
+    from metastore.delta.checkpoints import (
         check_checkpoint_interval,
         check_log_retention,
         log_settings,

@@ -28,7 +28,7 @@ TableName = Annotated[
 def _newest(catalog: Catalog, resolved: Resolved) -> tuple[int, str]:
     """The newest version of the table a name reads (checked against the metastore), and the table's
     log retention in words."""
-    from metastore.delta_log import log_settings
+    from metastore.delta.checkpoints import log_settings
     from metastore.durations import format_duration
 
     dt = catalog.load(resolved.table)
@@ -44,14 +44,14 @@ def table_history(
     """List a table's Delta versions, newest first: time, operation, the chunks each committed or the
     roll it sealed or swept. Versions past the table's log retention are gone (`table alter
     --log-retention`)."""
-    from metastore.delta_history import history, oldest_readable_version
+    from metastore.delta.history import history, oldest_readable_version
 
     cli = cli_context(ctx)
     catalog = cli.catalog()
     resolved = catalog.resolve(name)
     table = resolved.table
     newest, retention = _newest(catalog, resolved)
-    versions = history(catalog.warehouse, table, newest, limit)
+    versions = history(table, newest, limit)
     info = {
         "table": str(resolved.name),
         "source": str(table.name) if resolved.link is not None else None,
@@ -105,7 +105,7 @@ def table_read(
     shows what it admits of its source at that version of the source. --json: one JSON object a
     row. For SQL over a version: streampart query "SELECT … FROM NS.T VERSION AS OF N".
     """
-    from metastore.delta_history import check_readable
+    from metastore.delta.history import check_readable
     from streampart.snapshots import pin, read_batches, view_of
 
     cli = cli_context(ctx)

@@ -16,7 +16,8 @@ if TYPE_CHECKING:
     from metastore.catalog import Catalog
     from metastore.models import Table, TableSpec
 
-# Shared by ``table create`` and ``table alter``: the table's Delta log schedule (metastore.delta_log).
+# Shared by ``table create`` and ``table alter``: the table's Delta log schedule
+# (metastore.delta.checkpoints).
 CheckpointIntervalOption = Annotated[
     int | None,
     typer.Option(
@@ -106,7 +107,7 @@ def table_create(
     _json: JsonFlag = False,
 ) -> None:
     """Create a streaming table partitioned by one timestamp column."""
-    from metastore.delta_log import check_checkpoint_interval, check_log_retention
+    from metastore.delta.checkpoints import check_checkpoint_interval, check_log_retention
     from metastore.durations import parse_duration
     from metastore.models import LateDataPolicy, Mode, TableName, TableSpec, parse_schema
 
@@ -137,7 +138,7 @@ def table_create(
         spec, create_namespace=not settings.namespaces.require_explicit, replicate_to=secondaries
     )
     if checkpoint_interval is not None or retention is not None:
-        from metastore.delta_log import set_log_settings
+        from metastore.delta.checkpoints import set_log_settings
 
         set_log_settings(catalog.load(table), checkpoint_interval, retention)
     cli.output.result(_created(catalog, table, spec), _print_created)

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from ingest.client import Client
+from metastore.delta.log import commit_chunks, commit_info
 from metastore.models import ChunkState
-from metastore.warehouse import commit_chunks
 from tests.api.fixtures import Server
 from tests.fixtures import make_table
 from tests.helpers import all_ids, records, wait_for
@@ -58,7 +58,7 @@ def test_producers_committing_together_share_one_delta_commit_each_answered_with
         for t in [first, *rest]:
             t.join(60)
         retried = client.commit(chunks[3])
-    infos = [catalog.warehouse.commit_info(table, v) or {} for v in (1, 2)]
+    infos = [commit_info(table, v) or {} for v in (1, 2)]
     assert [sorted(commit_chunks(i)) for i in infos] == [[chunks[0]], sorted(chunks[1:])]
     assert {answers[c]["chunk"]: answers[c]["version"] for c in chunks} == {
         c: 1 if c == chunks[0] else 2 for c in chunks

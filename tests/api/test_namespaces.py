@@ -18,9 +18,9 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from metastore.delta.layout import STAGING_DIR, chunk_of_staged
 from metastore.models import PartitionState, iso
 from metastore.usage import namespace_usage
-from metastore.warehouse import STAGING_DIR, chunk_of_staged
 from scheduler.roll import Roller
 from tests.api.fixtures import Server, auth, pg_server
 from tests.fixtures import fresh_metastore_url, make_table

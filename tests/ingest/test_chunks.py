@@ -24,6 +24,7 @@ from ingest.errors import (
 )
 from ingest.formats import Format
 from metastore import clock
+from metastore.delta.files import live_files
 from metastore.models import ChunkState, LateDataPolicy, Mode, PartitionState, TableKind
 from scheduler.roll import Roller
 from tests.fixtures import make_table
@@ -34,7 +35,7 @@ H11 = H10 + timedelta(hours=1)
 
 
 def live_paths(catalog, table) -> set[str]:
-    return {f.path for f in catalog.warehouse.live_files(catalog.warehouse.load(table))}
+    return {f.path for f in live_files(catalog.warehouse.load(table))}
 
 
 def test_a_chunk_is_invisible_until_its_commit_returns(catalog) -> None:
@@ -408,10 +409,10 @@ def test_arrow_tables_from_python_are_checked_like_files(catalog) -> None:
 
 def test_an_io_error_after_the_delta_commit_is_looked_up_and_lands_once(catalog, monkeypatch) -> None:
     """An I/O error while committing is 'commit state unknown': the writer looks before committing again."""
-    from metastore import delta_append
+    from metastore.delta import append
 
     table = make_table(catalog)
-    real = delta_append.publish
+    real = append.publish
     failures: list[str] = []
 
     def lands_then_fails(*args, **kwargs):
@@ -420,7 +421,7 @@ def test_an_io_error_after_the_delta_commit_is_looked_up_and_lands_once(catalog,
             failures.append("once")
             raise OSError("connection reset while reading the commit's response")
 
-    monkeypatch.setattr(delta_append, "publish", lands_then_fails)
+    monkeypatch.setattr(append, "publish", lands_then_fails)
     result = ChunkWriter(catalog, table).write(records(range(20)), Format.JSONL)
     assert failures == ["once"] and result.version == 1
     assert sorted(all_ids(table)) == list(range(20))

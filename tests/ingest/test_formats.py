@@ -14,6 +14,7 @@ import pytest
 
 from ingest.errors import MalformedChunkError
 from ingest.formats import BadRecord, Format, Parsed, RecordValidator, parse
+from metastore.delta.arrow import data_schema
 from metastore.durations import parse_duration
 from metastore.errors import IllegalTransitionError, UserInputError
 from metastore.models import (
@@ -27,7 +28,6 @@ from metastore.models import (
     parse_schema,
     period_start,
 )
-from metastore.warehouse import data_schema
 
 SCHEMA = parse_schema(
     "id BIGINT, n INT, ts TIMESTAMP, day DATE, amount DECIMAL(5,2), msg STRING, ok BOOLEAN, score DOUBLE, "

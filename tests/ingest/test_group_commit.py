@@ -23,8 +23,8 @@ from ingest.errors import ChunkBusyError, ChunkStateError, LateDataError
 from ingest.formats import Format
 from ingest.group_commit import CommitGroups, Member, UnsettledError
 from metastore import crashpoints
+from metastore.delta.log import commit_chunks, commit_info
 from metastore.models import Chunk, ChunkState, Mode, PartitionState
-from metastore.warehouse import commit_chunks
 from scheduler.roll import Roller
 from tests.fixtures import make_table
 from tests.helpers import all_ids, duplicates, ids_by_partition, records, wait_for
@@ -131,7 +131,7 @@ def chunk_commits(catalog: Any, table: Any) -> dict[int, list[str]]:
     wh = catalog.warehouse
     found = {}
     for version in range(int(wh.load(table).version()) + 1):
-        ids = commit_chunks(wh.commit_info(table, version) or {})
+        ids = commit_chunks(commit_info(table, version) or {})
         if ids:
             found[version] = sorted(ids)
     return found

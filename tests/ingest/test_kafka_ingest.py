@@ -24,8 +24,8 @@ from ingest.errors import IngestQueryError, KafkaConfigError
 from ingest.kafka.job import KafkaIngestOptions, run_kafka_ingest, start_kafka_ingest
 from ingest.kafka.options import source_options
 from metastore.catalog import Catalog
+from metastore.delta.layout import partition_dir
 from metastore.models import ChunkState, Mode, PartitionState, TableKind
-from metastore.warehouse import partition_dir
 from scheduler.roll import Roller
 from tests.fixtures import make_table
 from tests.helpers import all_ids, delta_rows, duplicates

@@ -6,7 +6,7 @@ from datetime import timedelta
 
 import pytest
 
-from metastore.delta_log import (
+from metastore.delta.checkpoints import (
     LogSettings,
     check_checkpoint_interval,
     check_log_retention,

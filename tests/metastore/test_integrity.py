@@ -17,10 +17,10 @@ import pytest
 
 from ingest.chunks import ChunkWriter
 from ingest.formats import Format
+from metastore.delta.layout import partition_dir
 from metastore.errors import TableIntegrityError
 from metastore.integrity import check_table
 from metastore.models import Table
-from metastore.warehouse import partition_dir
 from scheduler.roll import Roller
 from streampart.query import pin
 from tests.fixtures import make_table

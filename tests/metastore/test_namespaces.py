@@ -18,6 +18,7 @@ import sqlalchemy as sa
 from ingest.chunks import ChunkWriter
 from ingest.formats import Format
 from metastore.catalog import Catalog
+from metastore.delta.files import LiveFile, file_exists
 from metastore.errors import (
     AlreadyExistsError,
     DanglingLinkError,
@@ -32,7 +33,6 @@ from metastore.models import ChunkState, LateDataPolicy, Mode, TableName
 from metastore.namespaces import format_size, parse_size
 from metastore.store import Metastore
 from metastore.usage import namespace_usage
-from metastore.warehouse import LiveFile
 from scheduler.roll import Roller
 from tests.fixtures import home, make_table, routed_catalog  # noqa: F401
 from tests.helpers import downgraded, records
@@ -343,7 +343,7 @@ def test_a_write_past_the_quota_is_refused_whole_and_leaves_nothing(catalog) -> 
         w.write(records(range(10, 20)), Format.JSONL, key="over")
     refused = home(catalog, "b").find_chunk_by_key(t.id, "over")
     assert refused is not None and refused.state is ChunkState.ABORTED and "quota" in (refused.error or "")
-    assert all(not catalog.warehouse.exists(t, f.path) for f in refused.files)
+    assert all(not file_exists(t, f.path) for f in refused.files)
     assert home(catalog, "b").committed_bytes("b") == used == sum(delta_bytes(t.location))
     home(catalog, "b").alter_namespace("b", quota_bytes=None)
     assert w.write(records(range(10, 20)), Format.JSONL, key="later").rows == 10

@@ -1,4 +1,4 @@
-"""How partition values are written: for the log, as directories, for a person (metastore/partition_names)."""
+"""How partition values are written: for the log, as directories, for a person (metastore/delta/layout.py)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from metastore.models import Mode
-from metastore.partition_names import (
+from metastore.delta.layout import (
     legacy_dir,
     naming_text,
     parse_partition_value,
@@ -20,6 +19,7 @@ from metastore.partition_names import (
     readable_dir,
     staged_dir,
 )
+from metastore.models import Mode
 from tests.fixtures import make_table
 
 HOUR = datetime(2026, 11, 23, 13, tzinfo=UTC)

@@ -6,7 +6,7 @@ import uuid
 
 import pytest
 
-from metastore.warehouse import STAGING_DIR, chunk_of_staged
+from metastore.delta.layout import STAGING_DIR, chunk_of_staged, staging_path
 
 CHUNK = str(uuid.uuid4())
 
@@ -30,7 +30,7 @@ def test_the_warehouse_names_staged_files_after_their_chunk(tmp_path) -> None:
 
     catalog = Catalog.open(tmp_path / "wh")
     try:
-        path = catalog.warehouse.staging_path(f"{CHUNK}-ab12cd34", 0)
+        path = staging_path(f"{CHUNK}-ab12cd34", 0)
     finally:
         catalog.close()
     assert path.startswith(STAGING_DIR + "/") and chunk_of_staged(path.rsplit("/", 1)[1]) == CHUNK

@@ -18,9 +18,10 @@ from ingest.chunks import ChunkWriter
 from ingest.errors import ChunkBusyError, CommitTimeoutError
 from ingest.formats import Format
 from metastore.catalog import Catalog
+from metastore.delta.files import live_files
+from metastore.delta.layout import partition_dir
 from metastore.errors import RetriableError
 from metastore.models import PartitionState, Table, parse_instant
-from metastore.warehouse import partition_dir
 from scheduler.config import RollConfig, SchedulerConfig
 from scheduler.daemon import RollDaemon
 from tests.helpers import ROOT, duplicates, ids_by_partition, records
@@ -132,7 +133,7 @@ def check_rolled_rows(catalog: Catalog, table: Table, acks: list[tuple[list[int]
         acked.setdefault(parts[0], []).extend(ids)
     for value, ids in acked.items():
         assert sorted(by_part.get(value, [])) == sorted(ids), f"partition {value} does not hold its rows"
-    live = catalog.warehouse.live_files(catalog.warehouse.load(table))
+    live = live_files(catalog.warehouse.load(table))
     for p in standard(catalog, table):
         directory = Path(table.location) / partition_dir(table, p.value)
         assert p.rows == len(by_part.get(p.value, [])), f"partition {p.value}: metastore and Delta disagree"

@@ -17,8 +17,8 @@ import pytest
 
 from ingest.chunks import ChunkWriter
 from ingest.formats import Format
+from metastore.delta.log import SEAL_PROPERTY
 from metastore.models import PartitionState, RollOutcome, RollState
-from metastore.warehouse import SEAL_PROPERTY
 from tests.fixtures import make_table
 from tests.helpers import records, wait_for
 from tests.scheduler.helpers import Writer, check_rolled_rows, cli, leader_pid, start_daemon

@@ -13,10 +13,11 @@ from pathlib import Path
 
 from ingest.chunks import ChunkWriter
 from ingest.formats import Format
-from metastore import staging
-from metastore.delta_log import set_log_settings
+from metastore.delta import staging
+from metastore.delta.checkpoints import last_checkpoint_version, set_log_settings
+from metastore.delta.layout import STAGING_DIR, partition_dir
+from metastore.delta.log import commit_file
 from metastore.models import ChunkState
-from metastore.warehouse import STAGING_DIR, last_checkpoint_version, partition_dir
 from scheduler.config import HousekeepingConfig
 from scheduler.housekeeping import Housekeeper
 from scheduler.roll import Roller
@@ -140,7 +141,7 @@ def test_commit_files_past_the_tables_log_retention_go_and_nothing_else_changes(
     assert report.errors == {} and report.log_files_removed["ns.events"] > 0
     commits = sorted(int(p.stem) for p in log.glob("*.json"))
     assert commits[0] == checkpoint and (log / f"{checkpoint:020d}.checkpoint.parquet").exists()
-    assert not catalog.warehouse.commit_path(table, first.version).exists()
+    assert not commit_file(table.location, first.version).exists()
     # readers and describe notice nothing; a retry of a chunk whose commit file went still
     # answers with its first version (the chunk row remembers it), and adds no rows
     assert sorted(all_ids(table)) == rows

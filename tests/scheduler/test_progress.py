@@ -11,6 +11,7 @@ from ingest.config import ChunkConfig
 from ingest.formats import Format
 from metastore import clock
 from metastore.catalog import Catalog
+from metastore.delta.files import live_files
 from metastore.models import ChunkState, iso
 from scheduler.roll import Roller
 from tests.fixtures import make_table
@@ -22,7 +23,7 @@ def test_a_roll_reports_its_compaction_file_by_file(catalog: Catalog) -> None:
     writer = ChunkWriter(catalog, table)
     for k in range(4):
         writer.write(records(range(k * 10, k * 10 + 10)), Format.JSONL)
-    staged = catalog.warehouse.live_files(catalog.load(table))
+    staged = live_files(catalog.load(table))
     recorder = Recorder()
     (result,) = Roller(catalog, progress=recorder).roll_table(table, force=True)
     ((description, total, unit),) = recorder.started

@@ -22,10 +22,10 @@ from ingest.chunks import ChunkWriter
 from ingest.formats import Format
 from metastore import clock
 from metastore.catalog import Catalog
+from metastore.delta.layout import partition_dir
 from metastore.errors import AlreadyExistsError, NotFoundError, UserInputError
 from metastore.models import PartitionState, Table, iso
 from metastore.replicas import REPLICA_KEY, CopyState, Replica, replica_table
-from metastore.warehouse import partition_dir
 from scheduler.replication import Replicator
 from scheduler.roll import Roller
 from tests.fixtures import make_table

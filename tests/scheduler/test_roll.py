@@ -9,8 +9,9 @@ import pyarrow.parquet as pq
 
 from ingest.chunks import ChunkWriter
 from ingest.formats import Format
+from metastore.delta.files import live_files
+from metastore.delta.layout import partition_dir
 from metastore.models import Mode, PartitionState
-from metastore.warehouse import partition_dir
 from scheduler.config import RollConfig
 from scheduler.roll import Roller
 from tests.fixtures import make_table
@@ -53,9 +54,7 @@ def test_a_standard_partition_is_one_directory_of_exactly_its_rows(catalog) -> N
     directory = Path(table.location) / partition_dir(table, value)
     names = sorted(p.name for p in directory.iterdir())
     assert "_SUCCESS" in names
-    live = {
-        f.path for f in catalog.warehouse.live_files(catalog.warehouse.load(table)) if f.partition == value
-    }
+    live = {f.path for f in live_files(catalog.warehouse.load(table)) if f.partition == value}
     on_disk = {f"{partition_dir(table, value)}/{n}" for n in names if not n.startswith(("_", "."))}
     assert on_disk == live
     # a plain Parquet reader pointed at the directory reads exactly the partition's rows
@@ -70,7 +69,7 @@ def test_compaction_aims_at_the_target_file_size(catalog) -> None:
     w = ChunkWriter(catalog, table)
     for k in range(8):
         w.write(records(range(k * 100, k * 100 + 100)), Format.JSONL)
-    chunk_size = max(f.size for f in catalog.warehouse.live_files(catalog.warehouse.load(table)))
+    chunk_size = max(f.size for f in live_files(catalog.warehouse.load(table)))
     [r] = Roller(catalog, RollConfig(target_file_size=max(1024, chunk_size * 2))).roll_table(
         table, force=True
     )

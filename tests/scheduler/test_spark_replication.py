@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from metastore.delta.layout import partition_dir
 from metastore.replicas import CopyState, replica_table
-from metastore.warehouse import partition_dir
 from scheduler.config import ReplicationConfig
 from scheduler.replication import Replicator
 from tests.fixtures import make_table

@@ -16,9 +16,10 @@ import pytest
 from ingest.chunks import ChunkWriter
 from ingest.formats import Format
 from metastore.catalog import Catalog
+from metastore.delta.files import LiveFile, live_files
+from metastore.delta.layout import partition_dir
 from metastore.errors import UserInputError
 from metastore.models import PartitionState, Table
-from metastore.warehouse import LiveFile, partition_dir
 from scheduler.compacted_names import compacted_version
 from scheduler.config import RollConfig
 from scheduler.errors import RollFailedError
@@ -42,7 +43,7 @@ def live(catalog: Catalog, table: Table, value) -> set[str]:
 
 
 def files(catalog: Catalog, table: Table) -> list[LiveFile]:
-    return catalog.warehouse.live_files(catalog.warehouse.load(table))
+    return live_files(catalog.warehouse.load(table))
 
 
 def test_the_spark_engine_rolls_the_same_rows_into_compacted_names(spark, sqlite_catalog) -> None:

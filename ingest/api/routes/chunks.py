@@ -24,8 +24,8 @@ from ingest.api.errors import ApiError, blame
 from ingest.api.models import ChunkInfo, CommitChunk, CommitInfo, OpenChunk, error_responses
 from ingest.api.uploads import spool_path, stage_upload
 from ingest.formats import Format
+from metastore.delta.errors import storage_errors
 from metastore.models import Chunk, ChunkState, Permission, Table
-from metastore.warehouse import storage_errors
 
 router = APIRouter(tags=["chunks"])
 

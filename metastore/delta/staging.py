@@ -25,9 +25,10 @@ from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 
+from metastore.delta.errors import storage_errors
+from metastore.delta.files import remove_file
+from metastore.delta.layout import STAGING_DIR, staged_dir
 from metastore.models import Table
-from metastore.partition_names import STAGING_DIR, staged_dir
-from metastore.warehouse import Warehouse, storage_errors
 
 
 def place(table: Table, relative: str, value: datetime) -> str:
@@ -65,13 +66,13 @@ def unstage(table: Table, relative: str) -> None:
         (Path(table.location) / relative).unlink(missing_ok=True)
 
 
-def remove(warehouse: Warehouse, table: Table, relative: str) -> None:
+def remove(table: Table, relative: str) -> None:
     """Delete a staged file and every link :func:`place` made to it (an aborted chunk's)."""
     name = relative.rsplit("/", 1)[-1]
     staging = Path(table.location) / STAGING_DIR
     for link in staging.glob(f"{glob.escape(table.partition_column)}=*/{glob.escape(name)}"):
-        warehouse.remove_file(table, link.relative_to(table.location).as_posix())
-    warehouse.remove_file(table, relative)
+        remove_file(table, link.relative_to(table.location).as_posix())
+    remove_file(table, relative)
 
 
 def files(table: Table) -> Iterator[Path]:

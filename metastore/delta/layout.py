@@ -1,4 +1,22 @@
-"""How a partition's value is written: in the Delta log, as a directory, and for a person.
+"""Where a table's files live, and how a partition's value is written: in the Delta log, as a
+directory, and for a person.
+
+Layout of a table ``ns.t`` (a standard Delta table any Delta reader can open)::
+
+    <warehouse>/ns/t/_delta_log/                 the Delta transaction log
+    <warehouse>/ns/t/_staging/<chunk>-<k>.parquet chunk files as staged, before their commit
+    <warehouse>/ns/t/_staging/<pcol>=<value>/…    committed chunk files of a streaming partition
+    <warehouse>/ns/t/<pcol>=<value>/part-*.parquet a standard partition: exactly its live files
+    <warehouse>/ns/t/<pcol>=<value>/_SUCCESS      completeness marker, written after the roll
+
+Names starting with ``_`` are hidden from Hive and Spark Parquet readers, so a plain reader
+of the table directory sees standard partitions only, and one pointed at a partition
+directory sees exactly that partition's rows. Every file the log lists is under a
+``<pcol>=<value>/`` directory naming its partition, as the log's ``partitionValues`` do:
+readers that take the value from the path (polars' native Delta reader) find it there. A
+chunk's file is staged before its partition is known (arrival mode: the partition open when it
+commits); its commit adds a hard link to it in its partition's staging directory
+(``metastore/delta/staging.py``).
 
 A partition's value is a UTC timestamp: the start of its period (or, in arrival mode after a
 forced roll, the whole second the roll happened in). It appears in three places, which every
@@ -35,6 +53,23 @@ from metastore.durations import format_duration
 from metastore.models import Mode, Table, utc
 
 STAGING_DIR = "_staging"
+SUCCESS_MARKER = "_SUCCESS"
+
+# Staged files are named ``<chunk id>-<k>.parquet`` (or ``<chunk id>-<task>-<k>.parquet`` when
+# Spark tasks stage them, ``<chunk id>-<attempt>-<batch>-<k>.parquet`` for HTTP uploads), and
+# chunk ids are UUIDs in their 36-character text form. Files being written are hidden: a ``.``
+# before the same name.
+CHUNK_ID_LENGTH = 36
+
+
+def staging_path(prefix: str, k: int) -> str:
+    """The path of a chunk's ``k``-th staged file; ``prefix`` starts with the chunk id."""
+    return f"{STAGING_DIR}/{prefix}-{k}.parquet"
+
+
+def chunk_of_staged(name: str) -> str:
+    """The id of the chunk whose staged (or hidden, half-written) file is named ``name``."""
+    return name.removeprefix(".")[:CHUNK_ID_LENGTH]
 
 
 def partition_value_text(value: datetime) -> str:

@@ -13,19 +13,29 @@ honours them, not only streampart:
   log directory every load lists stays small. Time travel reaches back this far, no further.
 
 ``streampart table create|alter --checkpoint-interval N --log-retention DURATION`` set them.
+After a commit streampart writes itself, :class:`BackgroundCheckpoints` checkpoints as delta-rs
+would have.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
+import logging
 import os
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from metastore.delta.errors import first_line
 from metastore.durations import format_duration, parse_duration
 from metastore.errors import UserInputError
+from metastore.models import Table
+
+log = logging.getLogger("streampart.warehouse")
 
 CHECKPOINT_INTERVAL = "delta.checkpointInterval"
 LOG_RETENTION = "delta.logRetentionDuration"
@@ -137,3 +147,49 @@ def set_log_settings(
 def log_entries(location: str) -> int:
     """How many entries the table's ``_delta_log`` directory holds (what every load lists)."""
     return sum(1 for _ in os.scandir(Path(location) / "_delta_log"))
+
+
+def last_checkpoint_version(table: Table) -> int:
+    """The version of the table's newest Delta checkpoint (-1: none yet)."""
+    path = Path(table.location) / "_delta_log" / "_last_checkpoint"
+    try:
+        return int(json.loads(path.read_text())["version"])
+    except (FileNotFoundError, KeyError, ValueError):
+        return -1
+
+
+class BackgroundCheckpoints:
+    """Checkpoints of the tables this process commits to, written off the commit path."""
+
+    def __init__(self) -> None:
+        self._every: dict[str, int] = {}  # per table location: its delta.checkpointInterval
+        self._running: set[str] = set()
+
+    def learn(self, table: Table, dt: Any) -> None:
+        """Note the table's checkpoint interval from ``dt``, a snapshot of it."""
+        every = dt.metadata().configuration.get(CHECKPOINT_INTERVAL)
+        self._every[table.location] = int(every or DEFAULT_CHECKPOINT_INTERVAL)
+
+    def after_commit(self, table: Table, version: int, load: Callable[[], Any]) -> None:
+        """Checkpoint the log (and clean up expired log files) every ``delta.checkpointInterval``
+        versions, as delta-rs does after its own commits; in the background, off the commit path.
+
+        ``load``: opens the table at ``version``.
+        """
+        every = self._every.get(table.location, DEFAULT_CHECKPOINT_INTERVAL)
+        if version % every or table.location in self._running:
+            return
+        self._running.add(table.location)
+
+        def run() -> None:
+            try:
+                dt = load()
+                dt.create_checkpoint()
+                dt.cleanup_metadata()
+            except Exception as exc:  # the next one (or housekeeping) checkpoints instead
+                log.warning("checkpoint of %s at version %d failed: %s", table.name, version, first_line(exc))
+            finally:
+                self._running.discard(table.location)
+
+        # not a daemon: the interpreter waits for it at exit rather than stop it inside delta-rs
+        threading.Thread(target=run, name=f"checkpoint-{table.name}").start()

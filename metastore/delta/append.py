@@ -23,24 +23,12 @@ import os
 import urllib.parse
 import uuid
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Any
 
+from metastore.delta.log import ACTIONS_KEY, commit_file, log_dir
 from metastore.errors import ConflictError
 
 ENGINE = "streampart"
-# In a commit's commitInfo: how many add and remove actions the commit holds. A commit file cut
-# at a line boundary (its commitInfo kept, later lines lost) still parses; this count is how its
-# readers see that it was cut (``Warehouse.commit_file_damaged``).
-ACTIONS_KEY = "streampart.actions"
-
-
-def log_dir(location: str) -> Path:
-    return Path(location) / "_delta_log"
-
-
-def commit_file(location: str, version: int) -> Path:
-    return log_dir(location) / f"{version:020d}.json"
 
 
 def plain_appends(dt: Any) -> bool:
@@ -51,20 +39,6 @@ def plain_appends(dt: Any) -> bool:
     """
     protocol = dt.protocol()
     return int(protocol.min_writer_version) <= 2 and not getattr(protocol, "writer_features", None)
-
-
-def newest_version(location: str, known: int) -> int | None:
-    """The newest version of the log, looked for after ``known``, a version seen in it.
-
-    None when ``known``'s commit file is gone (log cleanup removed it): load the table instead.
-    Log cleanup removes a prefix of the log, so if ``known`` is there, so is all that follows.
-    """
-    if not commit_file(location, known).exists():
-        return None
-    version = known
-    while commit_file(location, version + 1).exists():
-        version += 1
-    return version
 
 
 def log_path(path: str) -> str:

@@ -7,7 +7,7 @@ seal and sweep name the roll (``streampart.roll``, ``streampart.sweep``).
 
 Time travel reaches back as far as the log does: commit files past the table's
 ``delta.logRetentionDuration`` are deleted once a checkpoint covers them
-(:mod:`metastore.delta_log`), and a version older than the oldest checkpoint left cannot be
+(:mod:`metastore.delta.checkpoints`), and a version older than the oldest checkpoint left cannot be
 loaded. :func:`check_readable` says so in one error, instead of delta-rs' missing-file one.
 """
 
@@ -18,9 +18,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from metastore.delta.log import ROLL_KEY, SWEEP_KEY, commit_chunks, commit_info
 from metastore.errors import UserInputError
 from metastore.models import Table, iso
-from metastore.warehouse import ROLL_KEY, SWEEP_KEY, Warehouse, commit_chunks
 
 __all__ = ["VersionInfo", "check_readable", "commit_time", "history", "oldest_readable_version"]
 
@@ -47,9 +47,9 @@ class VersionInfo:
         }
 
 
-def version_info(warehouse: Warehouse, table: Table, version: int) -> VersionInfo:
+def version_info(table: Table, version: int) -> VersionInfo:
     """What the commit file of ``version`` says (kind ``unavailable``: the file is gone)."""
-    info = warehouse.commit_info(table, version)
+    info = commit_info(table, version)
     if info is None:
         return VersionInfo(version, None, None, kind="unavailable")
     chunks = tuple(commit_chunks(info))
@@ -68,16 +68,16 @@ def version_info(warehouse: Warehouse, table: Table, version: int) -> VersionInf
     return VersionInfo(version, _instant(info.get("timestamp")), info.get("operation"), chunks, roll, kind)
 
 
-def history(warehouse: Warehouse, table: Table, newest: int, limit: int | None = None) -> list[VersionInfo]:
+def history(table: Table, newest: int, limit: int | None = None) -> list[VersionInfo]:
     """Versions ``newest`` down to the oldest the log still holds, at most ``limit`` of them."""
     oldest = oldest_readable_version(table)
     stop = oldest if limit is None else max(oldest, newest - limit + 1)
-    return [version_info(warehouse, table, v) for v in range(newest, stop - 1, -1)]
+    return [version_info(table, v) for v in range(newest, stop - 1, -1)]
 
 
-def commit_time(warehouse: Warehouse, table: Table, version: int) -> datetime | None:
+def commit_time(table: Table, version: int) -> datetime | None:
     """When ``version`` was committed (None: its commit file is gone, past the log retention)."""
-    info = warehouse.commit_info(table, version)
+    info = commit_info(table, version)
     return _instant(info.get("timestamp")) if info else None
 
 

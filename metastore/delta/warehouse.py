@@ -1,0 +1,295 @@
+"""The warehouse: one root directory of Delta tables, one per streampart table, and every commit to them.
+
+A table's layout is in ``metastore/delta/layout.py``; reading its log in ``log.py``, its files in
+``files.py``. Here: creating and opening a table, and committing to it. A chunk commit is
+written straight to the log when the table's protocol allows (``append.py``: the cost of one
+small file, not of the table's size), through delta-rs otherwise; a roll's seal and sweep go
+through delta-rs. Every commit's failure is reported as ``errors.py`` decides, and a commit
+that returned is found in the log by the unique key its commitInfo carries.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from metastore import clock
+from metastore.delta import append
+from metastore.delta.arrow import table_schema
+from metastore.delta.checkpoints import (
+    CHECKPOINT_INTERVAL,
+    DEFAULT_CHECKPOINT_INTERVAL,
+    BackgroundCheckpoints,
+)
+from metastore.delta.errors import commit_errors, log_errors, storage_errors
+from metastore.delta.files import LiveFile
+from metastore.delta.layout import STAGING_DIR, partition_value_text
+from metastore.delta.log import ACTIONS_KEY, ROLL_KEY, SEAL_PROPERTY, commit_chunks, commit_info
+from metastore.errors import CommitStateUnknownError, ConflictError
+from metastore.models import Table, TableName
+
+# Why 100: delta-rs retries a commit whose version was taken by a concurrent writer, re-running
+# its conflict check each time. Under many concurrent writers (tests run 4+ processes plus a
+# roller) a commit may lose that race several times in a row; conflicts that matter (a seal)
+# are not retried by delta-rs and reach us at once.
+MAX_COMMIT_RETRIES = 100
+
+
+class Warehouse:
+    """One warehouse root (a local directory) holding one Delta table per streampart table."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root).resolve()
+        # per table location: whether commits may be written straight to the log (see commit_files)
+        self._plain: dict[str, bool] = {}
+        self._checkpoints = BackgroundCheckpoints()
+        # Commits to one table from threads of this process take turns (see _transact).
+        self._commit_locks: dict[str, threading.Lock] = {}
+        self._locks_guard = threading.Lock()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Spark tasks get a warehouse by pickle; the commit locks stay behind.
+        return (Warehouse, (str(self.root),))
+
+    def location(self, name: TableName) -> str:
+        return str(self.root / name.namespace / name.table)
+
+    # -- table life ------------------------------------------------------------------------
+    def create(self, table: Table) -> None:
+        from deltalake import DeltaTable
+
+        location = Path(table.location)
+        (location / STAGING_DIR).mkdir(parents=True, exist_ok=True)
+        if (location / "_delta_log").is_dir():
+            return  # created by an earlier attempt that crashed before the metastore noticed
+        DeltaTable.create(
+            str(location),
+            schema=table_schema(table),
+            partition_by=[table.partition_column],
+            name=str(table.name),
+            description=f"streampart {table.mode.value} table, rolls every {table.roll_every}",
+            configuration={CHECKPOINT_INTERVAL: str(DEFAULT_CHECKPOINT_INTERVAL)},
+        )
+
+    def load(self, table: Table, version: int | None = None) -> Any:
+        """A new DeltaTable at ``version`` (default: the newest); the caller owns it.
+
+        Raises:
+            TableIntegrityError: the Delta log cannot be read (a gap, a truncated or corrupt
+                commit file), naming the table and what to do.
+        """
+        from deltalake import DeltaTable
+
+        with log_errors(table):
+            if version is None:
+                return DeltaTable(table.location)
+            return DeltaTable(table.location, version=version)
+
+    def _add_action(
+        self, table: Table, relative: str, partition: datetime, rows: int, data_change: bool
+    ) -> Any:
+        from deltalake.transaction import AddAction
+
+        st = (Path(table.location) / relative).stat()
+        return AddAction(
+            relative,
+            st.st_size,
+            {table.partition_column: partition_value_text(partition)},
+            int(st.st_mtime * 1000),
+            data_change,
+            json.dumps({"numRecords": rows}),
+        )
+
+    def commit_files(
+        self,
+        table: Table,
+        read_version: int,
+        files: Iterable[tuple[str, datetime, int]],
+        metadata: dict[str, str],
+        app_id: str | None = None,
+        fence: Callable[[], None] | None = None,
+    ) -> int:
+        """Append ``(path, partition, rows)`` files in one Delta commit after version ``read_version``.
+
+        Written straight to the log (``metastore/delta/append.py``: the cost of one small file, not of
+        the table's size), unless the table's protocol asks more of a writer than an append
+        gives: then through delta-rs. With ``app_id``, the commit also records that Delta
+        application transaction (``txn``, version 1): a concurrent commit with the same id then
+        conflicts, so it lands at most once. ``fence``: called just before the commit is written
+        (a writer's check that it may still commit); what it raises stops the commit.
+
+        Returns:
+            The version of the new commit.
+
+        Raises:
+            ConflictError: a commit since ``read_version`` (a roll's seal) changed the table's
+                metadata; read the newest version and decide again.
+            CommitStateUnknownError: the commit may have landed (an I/O error): look it up.
+            StorageFullError: no space for the commit file; it did not land.
+        """
+        files = list(files)
+        if not self._plain_appends(table):
+            dt = self.load(table, read_version)
+            actions = [self._add_action(table, p, part, rows, True) for p, part, rows in files]
+            counted = {**metadata, ACTIONS_KEY: str(len(actions))}
+            if fence is not None:
+                fence()
+            return self._transact(dt, table, actions, counted, "Delta commit", app_id)
+        with storage_errors(f"reading the files to commit to {table.name}"):
+            entries = []
+            for path, part, rows in files:
+                st = (Path(table.location) / path).stat()
+                entries.append((path, partition_value_text(part), rows, st.st_size, int(st.st_mtime * 1000)))
+        body = append.append_actions(
+            table.partition_column, entries, metadata, int(time.time() * 1000), app_id
+        )
+        with self._commit_lock(table):
+            if fence is not None:
+                fence()
+            try:
+                with commit_errors(table, "Delta commit"):  # an OSError: full, or state unknown
+                    version = append.publish(table.location, body, read_version, MAX_COMMIT_RETRIES, app_id)
+            except ConflictError as exc:
+                self._plain.pop(table.location, None)  # a metadata change: look at the protocol again
+                raise ConflictError(f"Delta commit to {table.name} conflicted: {exc}") from None
+        self._checkpoints.after_commit(table, version, lambda: self.load(table, version))
+        return version
+
+    def _plain_appends(self, table: Table) -> bool:
+        """Whether :meth:`commit_files` may write the table's commits itself (learnt once per table)."""
+        plain = self._plain.get(table.location)
+        if plain is None:
+            dt = self.load(table)
+            plain = self._plain[table.location] = append.plain_appends(dt)
+            self._checkpoints.learn(table, dt)
+        return plain
+
+    def seal(self, table: Table, roll_id: str) -> int:
+        """Change the table's metadata so every commit prepared on an older snapshot fails.
+
+        Returns:
+            The version of the seal commit.
+        """
+        from deltalake.transaction import CommitProperties
+
+        dt = self.load(table)
+        read_version = int(dt.version())
+        metadata = {ROLL_KEY: roll_id, SEAL_PROPERTY: f"{roll_id}/{uuid.uuid4().hex}"}
+        with commit_errors(table, "seal"):
+            dt.alter.set_table_properties(
+                {SEAL_PROPERTY: metadata[SEAL_PROPERTY]},
+                raise_if_not_exists=False,
+                commit_properties=CommitProperties(
+                    custom_metadata=metadata, max_commit_retries=MAX_COMMIT_RETRIES
+                ),
+            )
+        return self._committed_version(table, metadata, read_version)
+
+    def replace_files(
+        self,
+        dt: Any,
+        table: Table,
+        removes: Sequence[LiveFile],
+        adds: Sequence[tuple[str, datetime, int]],
+        metadata: dict[str, str],
+    ) -> int:
+        """Swap files in one commit without changing data (``dataChange=false``): the sweep."""
+        from deltalake.transaction import RemoveAction
+
+        now_ms = int(clock.now().timestamp() * 1000)
+        actions: list[Any] = [
+            RemoveAction(
+                f.path,
+                False,
+                now_ms,
+                f.size,
+                {table.partition_column: partition_value_text(f.partition)},
+            )
+            for f in removes
+        ]
+        actions += [self._add_action(table, p, part, rows, False) for p, part, rows in adds]
+        counted = {**metadata, ACTIONS_KEY: str(len(actions))}
+        return self._transact(dt, table, actions, counted, "sweep commit")
+
+    def _transact(
+        self,
+        dt: Any,
+        table: Table,
+        actions: list[Any],
+        metadata: dict[str, str],
+        what: str,
+        app_id: str | None = None,
+    ) -> int:
+        """Commit ``actions`` on top of ``dt``'s snapshot (errors as ``errors.commit_errors`` says)."""
+        from deltalake.transaction import CommitProperties, Transaction
+
+        read_version = int(dt.version())
+        # Delta commits are optimistic: concurrent committers race for the next version and
+        # the losers re-check and retry. Threads of one process (the HTTP server's request
+        # threads) need not race each other; taking turns here leaves delta-rs' retries to
+        # commits from other processes. The snapshot is not refreshed inside the lock: it
+        # must stay the one taken before the partition states were read (the fencing).
+        with self._commit_lock(table), commit_errors(table, what):
+            dt.create_write_transaction(
+                actions,
+                "append",
+                dt.schema(),
+                [table.partition_column],
+                commit_properties=CommitProperties(
+                    custom_metadata=metadata,
+                    max_commit_retries=MAX_COMMIT_RETRIES,
+                    app_transactions=[Transaction(app_id, 1)] if app_id is not None else None,
+                ),
+            )
+        return self._committed_version(table, metadata, read_version)
+
+    def _commit_lock(self, table: Table) -> threading.Lock:
+        with self._locks_guard:
+            return self._commit_locks.setdefault(table.location, threading.Lock())
+
+    def _committed_version(self, table: Table, metadata: dict[str, str], read_version: int) -> int:
+        # delta-rs does not report the version it committed; every commit of ours carries a
+        # unique key in its commit info, so look it up among the commits after our snapshot.
+        # It landed after read_version, so scan forward through the commit files from there:
+        # cheaper than reloading the table to learn its newest version.
+        key, value = next(iter(metadata.items()))
+        version, info = read_version + 1, commit_info(table, read_version + 1)
+        while info is not None and info.get(key) != value:
+            version += 1
+            info = commit_info(table, version)
+        if info is not None:
+            return version
+        found = self.find_commit(table, key, value, read_version)
+        if found is None:
+            raise CommitStateUnknownError(
+                f"commit {key}={value} to {table.name} returned but is not in the Delta log"
+            )
+        return found
+
+    def find_commit(self, table: Table, key: str, value: str, since_version: int) -> int | None:
+        """The version of the commit after ``since_version`` whose commit info has ``key == value``.
+
+        Reads the commit files themselves: ``_delta_log/<version>.json`` *is* that version by
+        the Delta protocol. (delta-rs' ``history()`` numbers its entries by counting from the
+        loaded snapshot while reading a re-listed log, so under concurrent commits its version
+        numbers can be off by the commits that landed in between.)
+        """
+        return self._find(table, since_version, lambda info: info.get(key) == value)
+
+    def find_chunk_commit(self, table: Table, chunk_id: str, since_version: int) -> int | None:
+        """The version of the commit after ``since_version`` that added chunk ``chunk_id``, if any."""
+        return self._find(table, since_version, lambda info: chunk_id in commit_chunks(info))
+
+    def _find(self, table: Table, since_version: int, match: Callable[[dict[str, Any]], bool]) -> int | None:
+        latest = int(self.load(table).version())
+        for version in range(latest, since_version, -1):
+            info = commit_info(table, version)
+            if info is not None and match(info):
+                return version
+        return None
