@@ -9,12 +9,15 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import pyarrow as pa
 
 from metastore.models import Table
 from metastore.progress import Progress
+
+if TYPE_CHECKING:
+    from metastore.catalog import Catalog
 
 T = TypeVar("T")
 
@@ -55,8 +58,8 @@ ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
 
 
 def worker_call(
-    catalog, table, *args: str, crashpoint: str | None = None, pausepoint: str | None = None
-) -> dict:
+    catalog: Catalog, table: Table, *args: str, crashpoint: str | None = None, pausepoint: str | None = None
+) -> dict[str, Any]:
     """Arguments for ``subprocess.run``/``Popen`` of ``python -m tests.workers`` on ``table``.
 
     ``crashpoint``: where it SIGKILLs itself; ``pausepoint``: ``STEP:SECONDS`` where a roll dwells.
@@ -77,9 +80,15 @@ def worker_call(
 
 
 def wait_for(
-    cond: Callable[[], T], what: str = "the condition", timeout: float = 30.0, interval: float = 0.1
+    cond: Callable[[], T | Literal[False] | None],
+    what: str = "the condition",
+    timeout: float = 30.0,
+    interval: float = 0.1,
 ) -> T:
-    """Poll ``cond`` until it returns something truthy (returned), or fail after ``timeout`` seconds."""
+    """Poll ``cond`` until it returns something truthy (returned), or fail after ``timeout`` seconds.
+
+    What it returns is truthy, so never ``False`` or ``None``: ``wait_for(lambda: ok() and value)``
+    is typed as ``value``'s type."""
     deadline = time.monotonic() + timeout
     while True:
         value = cond()

@@ -141,7 +141,7 @@ class StandaloneCluster:
         while True:
             dead = [p.args for p in self._procs if p.poll() is not None]
             if dead:
-                raise RuntimeError(f"Spark standalone: {dead[0]} exited waiting for {what}: {self.logs()}")
+                raise RuntimeError(f"Spark standalone: {dead[0]!r} exited waiting for {what}: {self.logs()}")
             if ready(self.state()):
                 return
             if time.monotonic() > deadline:

@@ -46,7 +46,7 @@ def test_help_shows_names_types_and_defaults(path: tuple[str, ...], command: typ
         assert label not in shown, f"streampart {' '.join(path)} --help shows {label}:\n{shown}"
     assert "{" not in usage, usage
     for param in command.params:
-        if param.hidden:
+        if getattr(param, "hidden", False):  # typer's options and arguments have it, click's Parameter not
             continue
         if param.param_type_name == "argument":
             name = (param.name or "").upper()

@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -64,14 +65,15 @@ def test_table_list_never_cuts_a_name(warehouse: tuple[Path, str, str], columns:
         assert kind in shown
 
 
-def _printed(table_width: int, headers: tuple[str, ...], rows: list[tuple[str, ...]], **kw: object) -> str:
+def _printed(table_width: int, headers: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> str:
     out = TextOutput()
-    out.console = Console(file=io.StringIO(), width=table_width, soft_wrap=True, color_system=None)
-    grid = listing(*headers, **kw)  # type: ignore[arg-type]
+    printed = io.StringIO()
+    out.console = Console(file=printed, width=table_width, soft_wrap=True, color_system=None)
+    grid = listing(*headers)
     for row in rows:
         grid.add_row(*row)
     out.table(grid)
-    return out.console.file.getvalue()  # type: ignore[attr-defined]
+    return printed.getvalue()
 
 
 @pytest.mark.parametrize("width", [160, 100, 80, 60, 40, 20])

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from ingest.chunks import ChunkWriter
 from ingest.formats import Format
@@ -28,7 +29,7 @@ def _write(e: Env, ids: range, key: str | None = None) -> int:
     return result.version
 
 
-def _lines(out: str) -> list[dict[str, object]]:
+def _lines(out: str) -> list[dict[str, Any]]:  # JSON lines: values of any JSON type
     return [json.loads(line) for line in out.splitlines() if line]
 
 

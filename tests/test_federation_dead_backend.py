@@ -23,6 +23,7 @@ import signal
 import subprocess
 import sys
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -80,6 +81,16 @@ def _standard(catalog: Catalog, table: Table) -> int:
         return -1
 
 
+def _committed(writer: Writer, at_least: int) -> Callable[[], bool]:
+    """For ``wait_for``: the writer has at least ``at_least`` acknowledged chunks."""
+    return lambda: len(writer.acks()) >= at_least
+
+
+def _rolled(catalog: Catalog, table: Table, at_least: int) -> Callable[[], bool]:
+    """For ``wait_for``: the table has at least ``at_least`` standard partitions."""
+    return lambda: _standard(catalog, table) >= at_least
+
+
 def test_a_dead_metastore_stops_only_its_namespaces_and_everything_resumes_when_it_returns(
     catalog: Catalog, private_pg: Any, tmp_path: Path
 ) -> None:
@@ -105,8 +116,8 @@ def test_a_dead_metastore_stops_only_its_namespaces_and_everything_resumes_when_
     try:
         # 1. all up: every table is written and rolled
         for ns, w in writers.items():
-            wait_for(lambda w=w: len(w.acks()) >= 3, f"{ns}'s writer to commit", timeout=STARTUP_S)
-            wait_for(lambda ns=ns: _standard(catalog, tables[ns]) >= 1, f"{ns}.t to roll", timeout=STARTUP_S)
+            wait_for(_committed(w, 3), f"{ns}'s writer to commit", timeout=STARTUP_S)
+            wait_for(_rolled(catalog, tables[ns], 1), f"{ns}.t to roll", timeout=STARTUP_S)
 
         # 2. m_dead dies: only its namespace fails, fast and clearly; the others go on
         at_stop = {ns: (len(w.acks()), _standard(catalog, tables[ns])) for ns, w in writers.items()}
@@ -130,25 +141,17 @@ def test_a_dead_metastore_stops_only_its_namespaces_and_everything_resumes_when_
         assert cli.returncode == 1 and "m_dead" in cli.stderr and "Traceback" not in cli.stderr, cli.stderr
         for ns in ("ns_p", "ns_3"):
             acked, rolled = at_stop[ns]
-            wait_for(
-                lambda ns=ns, acked=acked: len(writers[ns].acks()) >= acked + 5,
-                f"{ns} to keep committing",
-                timeout=STEP_S,
-            )
-            wait_for(lambda ns=ns, rolled=rolled: _standard(catalog, tables[ns]) >= rolled + 2,
-                     f"{ns}.t to keep rolling", timeout=STEP_S)  # fmt: skip
+            wait_for(_committed(writers[ns], acked + 5), f"{ns} to keep committing", timeout=STEP_S)
+            wait_for(_rolled(catalog, tables[ns], rolled + 2), f"{ns}.t to keep rolling", timeout=STEP_S)
         # its writer retries the same chunk, never acknowledged while the metastore is down
         assert len(writers["ns_d"].acks()) == down_acks
         assert daemon.poll() is None, daemon_log.read_text()
 
         # 3. it comes back (same port): its writer and its rolls resume, nothing restarted
         private_pg.start()
-        wait_for(
-            lambda: len(writers["ns_d"].acks()) >= down_acks + 5, "ns_d's writer to recover", timeout=STEP_S
-        )
+        wait_for(_committed(writers["ns_d"], down_acks + 5), "ns_d's writer to recover", timeout=STEP_S)
         rolled_dead = at_stop["ns_d"][1]
-        wait_for(lambda: _standard(catalog, tables["ns_d"]) >= rolled_dead + 2,
-                 "ns_d.t to roll again", timeout=STEP_S)  # fmt: skip
+        wait_for(_rolled(catalog, tables["ns_d"], rolled_dead + 2), "ns_d.t to roll again", timeout=STEP_S)
         assert daemon.poll() is None and all(w.proc.poll() is None for w in writers.values())
     finally:
         stop.touch()
@@ -170,8 +173,8 @@ def test_a_dead_metastore_stops_only_its_namespaces_and_everything_resumes_when_
         table = catalog.table(f"{ns}.t")
         ids = all_ids(table)
         assert not duplicates(ids), f"{ns}.t: a row is there twice"
-        acked = sorted(i for a in w.acks() for i in range(a["first"], a["first"] + a["rows"]))
-        assert sorted(ids) == acked, f"{ns}.t holds other rows than its acknowledged chunks"
+        acked_ids = sorted(i for a in w.acks() for i in range(a["first"], a["first"] + a["rows"]))
+        assert sorted(ids) == acked_ids, f"{ns}.t holds other rows than its acknowledged chunks"
         assert len({a["token"] for a in w.acks()}) == len(w.acks()), f"{ns}: a token acknowledged twice"
     catalog.close()
     private_pg.drop_database(dead_db)

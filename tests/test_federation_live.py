@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 import httpx
 import pytest
@@ -43,7 +43,7 @@ REFRESH = {"STREAMPART_FEDERATION__REFRESH_INTERVAL": "1s"}
 DEADLINE_S = 30  # the refresh interval is 1 s; this only bounds a hung test
 
 
-def _until(what: str, probe: Callable[[], T | None]) -> T:
+def _until(what: str, probe: Callable[[], T | Literal[False] | None]) -> T:
     """The first truthy answer of ``probe``, polled until the deadline."""
     deadline = time.monotonic() + DEADLINE_S
     while True:
@@ -63,7 +63,7 @@ def processes(metastore_url: str, tmp_path: Path) -> Iterator[tuple[Catalog, Ser
     catalog.add_metastore("m1", f"sqlite:///{tmp_path / 'm1.sqlite'}", "read-write-create")
     make_table(catalog, "ns.events")
     server = Server(wh, metastore_url, tmp_path, env_extra=dict(REFRESH))
-    server.admin = server.token("admin", "admin:*")  # type: ignore[attr-defined]
+    server.admin = server.token("admin", "admin:*")
     server.start()
     env = {**daemon_env(catalog, housekeeping={"enabled": True, "interval": "0.5s"}), **REFRESH}
     log = tmp_path / "daemon.log"
@@ -117,7 +117,7 @@ def test_route_registry_and_access_changes_reach_a_running_server_and_daemon(
     processes: tuple[Catalog, Server, subprocess.Popen[str]], tmp_path: Path
 ) -> None:
     catalog, server, daemon = processes
-    http = httpx.Client(base_url=server.url, headers=auth(server.admin), timeout=30)  # type: ignore[attr-defined]
+    http = httpx.Client(base_url=server.url, headers=auth(server.admin), timeout=30)
     m1 = Metastore(f"sqlite:///{tmp_path / 'm1.sqlite'}")
 
     # (a) a route change: web is in both the primary and m1, told apart by their descriptions

@@ -204,6 +204,7 @@ def test_tables_of_several_metastores_are_never_taken_for_one_another(spark, tmp
     """Issue 25: row ids repeat across metastores; snapshots were keyed by them (12/12/12 for 12/4/2)."""
     from metastore.catalog import Catalog
     from streampart.query_plan import plan, run
+    from streampart.query_writes import WriteResult
 
     cat = Catalog.open(tmp_path / "warehouse", f"sqlite:///{tmp_path / 'primary.sqlite'}")
     for name in ("m1", "m2"):
@@ -222,7 +223,9 @@ def test_tables_of_several_metastores_are_never_taken_for_one_another(spark, tmp
     )
     [row] = run_sql(spark, cat, sql).collect()
     assert (row["a"], row["b"], row["c"]) == (12, 4, 2)
-    [row] = run(spark, cat, plan(cat, sql)).collect()  # the CLI's planner (copies, cluster choice)
+    rows = run(spark, cat, plan(cat, sql))  # the CLI's planner (copies, cluster choice)
+    assert not isinstance(rows, WriteResult)  # a query: its rows
+    [row] = rows.collect()
     assert (row["a"], row["b"], row["c"]) == (12, 4, 2)
     joined = "SELECT count(*) AS n FROM shop.orders s JOIN sales.orders o USING (id)"
     assert run_sql(spark, cat, joined).collect()[0]["n"] == 4

@@ -13,7 +13,9 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import pyspark
 import pytest
 
 from ingest.api.auth import hash_token, new_token
@@ -26,7 +28,7 @@ from tests.fixtures import make_table
 from tests.helpers import ROOT, all_ids, records, sql_server, wait_for, worker_call
 from tests.private_pg import free_port
 
-PYSPARK_BIN = Path(__import__("pyspark").__file__).parent / "bin"
+PYSPARK_BIN = Path(pyspark.__file__).parent / "bin"
 
 
 @dataclass
@@ -119,7 +121,7 @@ def test_every_answer_is_one_snapshot_while_writers_commit_and_partitions_roll(
     stop (freshness 1 s)."""
     table = served.catalog.table("shop.events")
     stop = tmp_path / "stop"
-    common = {"stdout": subprocess.DEVNULL, "stderr": subprocess.PIPE}
+    common: dict[str, Any] = {"stdout": subprocess.DEVNULL, "stderr": subprocess.PIPE}
     writer = subprocess.Popen(
         **worker_call(
             served.catalog, table, "writer", "--rows", "5", "--until", str(stop), "--interval", "0.2"

@@ -98,7 +98,7 @@ def assert_landed_once(catalog: Catalog, table: Table, records: int, batches: in
     ids = all_ids(table)
     assert duplicates(ids) == [] and sorted(ids) == list(range(records))
     chunks = catalog.store.list_chunks(table.id, [ChunkState.COMMITTED])
-    assert len(chunks) == batches and all(c.idempotency_key.startswith("kafka:") for c in chunks)
+    assert len(chunks) == batches and all((c.idempotency_key or "").startswith("kafka:") for c in chunks)
     states = Counter(c.state for c in catalog.store.list_chunks(table.id))
     assert set(states) <= {ChunkState.COMMITTED, ChunkState.RESERVED}, states
 

@@ -119,7 +119,8 @@ def test_a_roll_on_a_full_disk_says_why_cleans_up_and_resumes_at_once(
     filler.unlink()
     [done] = Roller(catalog_on).roll_table(table)  # … and another roller resumes it at once
     assert done.resumed and done.rows == 16_000
-    assert catalog_on.store.get_partition(table.id, value).state is PartitionState.STANDARD
+    rolled = catalog_on.store.get_partition(table.id, value)
+    assert rolled is not None and rolled.state is PartitionState.STANDARD
     assert sorted(all_ids(table)) == list(range(16_000))
 
 

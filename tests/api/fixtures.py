@@ -47,6 +47,7 @@ class Server:
     proc: subprocess.Popen[bytes] | None = None
     starts: int = 0
     _catalog: Catalog | None = None
+    admin: str = ""  # an admin:* token, which the fixtures record (see server)
 
     @property
     def url(self) -> str:
@@ -141,7 +142,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     tmp = tmp_path_factory.mktemp("api")
     srv = Server(tmp / "warehouse", f"sqlite:///{tmp / 'warehouse' / '_metastore.sqlite'}", tmp)
     make_table(srv.catalog, "ns.events")
-    srv.admin = srv.token("admin", "admin:*")  # type: ignore[attr-defined]
+    srv.admin = srv.token("admin", "admin:*")
     srv.start()
     yield srv
     srv.close()
@@ -152,7 +153,7 @@ def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     url = fresh_metastore_url("postgresql", tmp)
     srv = Server(tmp / "warehouse", url, tmp)
     make_table(srv.catalog, "ns.events")
-    srv.admin = srv.token("admin", "admin:*")  # type: ignore[attr-defined]
+    srv.admin = srv.token("admin", "admin:*")
     srv.start()
     yield srv
     srv.close()

@@ -76,7 +76,7 @@ def test_table_listing_shows_only_readable_namespaces(server: Server, tokens: di
 
 
 def test_chunks_of_another_namespace_are_forbidden(server: Server, tokens: dict[str, str]) -> None:
-    chunk = _open(server, server.admin, "other/things").json()  # type: ignore[attr-defined]
+    chunk = _open(server, server.admin, "other/things").json()
     for method, path in [("PUT", "/data"), ("POST", "/commit"), ("DELETE", ""), ("GET", "")]:
         url = f"{server.url}/v1/chunks/{chunk['id']}{path}"
         r = httpx.request(method, url, headers=auth(tokens["writer"]))
@@ -127,12 +127,13 @@ def test_a_name_in_another_case_never_tells_another_namespace_s_tables_apart(
     NS.events."""
     upper = server.token("upper", "read:OTHER", "write:OTHER")
     refusals = []
+    requests: list[tuple[str, str, Any]] = [  # method, path after the table, JSON body
+        ("GET", "", None),
+        ("POST", "/chunks", {}),
+        ("POST", "/events", [{"id": 1, "ts": "2026-11-21T10:00:00Z"}]),
+    ]
     for name in ("things", "nope", "THINGS"):
-        for method, suffix, body in [
-            ("GET", "", None),
-            ("POST", "/chunks", {}),
-            ("POST", "/events", [{"id": 1, "ts": "2026-11-21T10:00:00Z"}]),
-        ]:
+        for method, suffix, body in requests:
             r = httpx.request(method, f"{server.url}/v1/tables/OTHER/{name}{suffix}", json=body,
                               headers=auth(upper))  # fmt: skip
             assert r.status_code == 403, (method, name, suffix, r.text)
@@ -227,7 +228,7 @@ NDJSON = {"Content-Type": "application/x-ndjson"}
 def _scenarios(server: Server) -> list[tuple[str, Any, int, str, str | None]]:
     """(what, request thunk, status, error code, field) — each one a client's mistake."""
     url = server.url
-    h = auth(server.admin)  # type: ignore[attr-defined]
+    h = auth(server.admin)
 
     def chunk() -> str:
         return httpx.post(f"{url}/v1/tables/ns/events/chunks", json={}, headers=h).json()["id"]
@@ -313,10 +314,10 @@ def test_every_client_mistake_is_a_4xx_json_naming_the_field(
     srv = Server(tmp / "wh", f"sqlite:///{tmp / 'wh' / '_metastore.sqlite'}", tmp)
     try:
         table = make_table(srv.catalog, "ns.events")
-        srv.admin = srv.token("admin", "admin:*")  # type: ignore[attr-defined]
+        srv.admin = srv.token("admin", "admin:*")
         srv.start(STREAMPART_SERVER__MAX_UPLOAD_BYTES="2000", STREAMPART_SERVER__MAX_EVENTS_BYTES="2000")
         httpx.post(f"{srv.url}/v1/tables/ns/events/events", json=[{"id": 1, "ts": "2026-11-21T10:00:00Z"}],
-                   headers=auth(srv.admin))  # type: ignore[attr-defined]  # fmt: skip
+                   headers=auth(srv.admin))  # fmt: skip
         before = sorted(all_ids(table))
         failures = []
         for what, call, status, code, field in _scenarios(srv):
@@ -327,7 +328,7 @@ def test_every_client_mistake_is_a_4xx_json_naming_the_field(
                 failures.append(f"{what}: expected {(status, code, field)}, got {got}: {body}")
         assert not failures, "\n".join(failures)
         # the malformed upload names its line
-        h = auth(srv.admin)  # type: ignore[attr-defined]
+        h = auth(srv.admin)
         cid = httpx.post(f"{srv.url}/v1/tables/ns/events/chunks", json={}, headers=h).json()["id"]
         r = httpx.put(f"{srv.url}/v1/chunks/{cid}/data", headers={**h, **NDJSON},
                       content=records(range(3)) + b'{"id": 1, "ts": "not a time"}\n')  # fmt: skip

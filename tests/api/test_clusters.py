@@ -20,7 +20,7 @@ def test_a_chunk_opened_for_a_secondary_is_a_409_secondary_cluster(server: Serve
                   time_column="ts", roll_every=parse_duration("1h"), cluster="c1"),
         replicate_to=["c2"],
     )  # fmt: skip
-    hdr = auth(server.admin)  # type: ignore[attr-defined]
+    hdr = auth(server.admin)
     opened = httpx.post(f"{server.url}/v1/tables/ns/replicated/chunks", json={"cluster": "c2"}, headers=hdr)
     assert opened.status_code == 409 and opened.json()["error"] == "secondary_cluster", opened.text
     assert opened.json()["field"] == "cluster" and "primary cluster c1" in opened.json()["message"]

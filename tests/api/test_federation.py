@@ -45,7 +45,7 @@ def fed(tmp_path: Path, private_pg: Any) -> Iterator[tuple[Server, Any]]:
     srv.catalog.create_namespace("gone", metastore="m_dead")
     make_table(srv.catalog, "ok.t")
     make_table(srv.catalog, "gone.t")
-    srv.admin = srv.token("admin", "admin:*")  # type: ignore[attr-defined]
+    srv.admin = srv.token("admin", "admin:*")
     srv.start()
     yield srv, private_pg
     srv.close()
@@ -54,7 +54,7 @@ def fed(tmp_path: Path, private_pg: Any) -> Iterator[tuple[Server, Any]]:
 
 
 def _metrics(srv: Server) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    text = httpx.get(f"{srv.url}/metrics", headers=auth(srv.admin), timeout=30).text  # type: ignore[attr-defined]
+    text = httpx.get(f"{srv.url}/metrics", headers=auth(srv.admin), timeout=30).text
     return {
         (s.name, tuple(sorted(s.labels.items()))): s.value
         for family in text_string_to_metric_families(text)
@@ -66,7 +66,7 @@ def test_a_dead_metastore_answers_503_with_retry_after_and_the_others_answer_200
     fed: tuple[Server, Any],
 ) -> None:
     srv, pg = fed
-    headers = auth(srv.admin)  # type: ignore[attr-defined]
+    headers = auth(srv.admin)
     with httpx.Client(base_url=srv.url, headers=headers, timeout=30) as http:
         assert http.get("/v1/tables/gone/t").status_code == 200
         pg.stop("immediate")
@@ -123,7 +123,7 @@ def test_a_write_its_metastore_does_not_allow_answers_403(fed: tuple[Server, Any
         other.close()
     srv.catalog.add_metastore("ro", f"sqlite:///{theirs}", "read-only", routes={})
     srv.catalog.set_route("archive", "ro")
-    headers = auth(srv.admin)  # type: ignore[attr-defined]
+    headers = auth(srv.admin)
     with httpx.Client(base_url=srv.url, headers=headers, timeout=30) as http:
         # the server sees the new metastore and route within its refresh interval
         wait_for(lambda: http.get("/v1/tables/archive/t").status_code == 200, "the route to reach the server")

@@ -32,7 +32,7 @@ def srv(request: pytest.FixtureRequest) -> Server:
 
 
 def _http(s: Server, token: str | None = None) -> httpx.Client:
-    return httpx.Client(base_url=s.url, headers=auth(token or s.admin), timeout=60)  # type: ignore[attr-defined]
+    return httpx.Client(base_url=s.url, headers=auth(token or s.admin), timeout=60)
 
 
 def _commit(http: httpx.Client, table: str, ids: range) -> httpx.Response:

@@ -12,7 +12,7 @@ from tests.helpers import all_ids, records
 def test_a_commit_to_a_namespace_being_moved_is_a_retriable_503(server: Server) -> None:  # noqa: F811
     table = server.catalog.table("ns.events")
     ids = range(7000, 7010)
-    with httpx.Client(base_url=server.url, headers=auth(server.admin), timeout=30) as http:  # type: ignore[attr-defined]
+    with httpx.Client(base_url=server.url, headers=auth(server.admin), timeout=30) as http:
         chunk = http.post("/v1/tables/ns/events/chunks", json={}).json()
         up = http.put(
             f"/v1/chunks/{chunk['id']}/data",

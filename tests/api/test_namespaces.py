@@ -40,7 +40,7 @@ def srv(request: pytest.FixtureRequest) -> Server:
 
 
 def _admin(s: Server) -> str:
-    return s.admin  # type: ignore[attr-defined]
+    return s.admin
 
 
 def _commit(s: Server, table: str, ids: range, token: str | None = None) -> httpx.Response:
@@ -327,7 +327,7 @@ def fresh(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
     tmp = tmp_path_factory.mktemp(f"metrics-{request.param}")
     url = fresh_metastore_url(request.param, tmp)
     s = Server(tmp / "warehouse", url, tmp)
-    s.admin = s.token("admin", "admin:*")  # type: ignore[attr-defined]
+    s.admin = s.token("admin", "admin:*")
     yield s
     s.close()
     drop_scratch_schema(url)

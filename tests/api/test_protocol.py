@@ -35,7 +35,7 @@ def pg(tmp_path_factory: pytest.TempPathFactory):
 def _protocol(srv: Server, table_name: str, ids: range) -> None:
     table = srv.catalog.table(table_name)
     ns, name = table_name.split(".")
-    with httpx.Client(base_url=srv.url, headers=auth(srv.admin), timeout=30) as http:  # type: ignore[attr-defined]
+    with httpx.Client(base_url=srv.url, headers=auth(srv.admin), timeout=30) as http:
         opened = http.post(f"/v1/tables/{ns}/{name}/chunks", json={})
         assert opened.status_code == 201, opened.text
         chunk = opened.json()
@@ -68,7 +68,7 @@ def test_committed_rows_are_what_streampart_query_reads(server: Server, spark) -
     from streampart.query import run_sql
 
     make_table(server.catalog, "ns.queried")
-    with Client(server.url, server.admin) as api:  # type: ignore[attr-defined]
+    with Client(server.url, server.admin) as api:
         api.write("ns.queried", records(range(1000, 1010)))
     rows = run_sql(spark, server.catalog, "SELECT id FROM ns.queried ORDER BY id").collect()
     assert [r.id for r in rows] == list(range(1000, 1010))
@@ -76,7 +76,7 @@ def test_committed_rows_are_what_streampart_query_reads(server: Server, spark) -
 
 def test_an_aborted_chunk_is_never_visible_and_its_files_go(server: Server) -> None:
     table = server.catalog.table("ns.events")
-    with Client(server.url, server.admin) as api:  # type: ignore[attr-defined]
+    with Client(server.url, server.admin) as api:
         chunk = api.open_chunk("ns.events")
         api.upload(chunk["id"], records(range(100, 120)))
         staged = server.catalog.store.get_chunk(chunk["id"]).files
@@ -94,7 +94,7 @@ def test_a_commit_whose_response_was_lost_is_retried_by_the_client_and_lands_onc
     table = server.catalog.table("ns.events")
     proxy = LossyProxy(server.port, b"/commit")
     try:
-        with Client(proxy.url, server.admin, backoff=0.05) as api:  # type: ignore[attr-defined]
+        with Client(proxy.url, server.admin, backoff=0.05) as api:
             proxy.drop = 1
             result = api.write("ns.events", records(range(200, 230)), idempotency_key="lost-1")
             assert proxy.dropped == 1  # the first commit landed, its answer was lost, the client retried
@@ -109,14 +109,14 @@ def test_a_commit_whose_response_was_lost_is_retried_by_the_client_and_lands_onc
 
 def test_a_commit_request_whose_caller_vanished_lands_and_a_retry_answers_with_it(server: Server) -> None:
     table = server.catalog.table("ns.events")
-    with Client(server.url, server.admin) as api:  # type: ignore[attr-defined]
+    with Client(server.url, server.admin) as api:
         chunk = api.open_chunk("ns.events", idempotency_key="vanish-1")
         api.upload(chunk["id"], records(range(300, 310)))
         # send the commit and hang up without reading the answer
         raw = socket.create_connection(("127.0.0.1", server.port))
         raw.sendall(
             f"POST /v1/chunks/{chunk['id']}/commit HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
-            f"{server.admin}\r\nContent-Length: 0\r\n\r\n".encode()  # type: ignore[attr-defined]
+            f"{server.admin}\r\nContent-Length: 0\r\n\r\n".encode()
         )
         raw.close()
         wait_for(lambda: server.catalog.store.get_chunk(chunk["id"]).state is ChunkState.COMMITTED)
@@ -129,7 +129,7 @@ def test_a_commit_request_whose_caller_vanished_lands_and_a_retry_answers_with_i
 
 
 def test_open_with_the_same_idempotency_key_returns_the_same_chunk(server: Server) -> None:
-    with httpx.Client(base_url=server.url, headers=auth(server.admin)) as http:  # type: ignore[attr-defined]
+    with httpx.Client(base_url=server.url, headers=auth(server.admin)) as http:
         first = http.post("/v1/tables/ns/events/chunks", json={"idempotency_key": "same"})
         second = http.post("/v1/tables/ns/events/chunks", json={"idempotency_key": "same"})
     assert (first.status_code, second.status_code) == (201, 200)
@@ -142,7 +142,7 @@ def test_an_idempotency_key_reused_for_other_data_is_a_409_and_adds_nothing(
     table = server.catalog.table("ns.events")
     data = tmp_path / "batch.jsonl"
     data.write_bytes(records(range(9600, 9610)))
-    with Client(server.url, server.admin) as api:  # type: ignore[attr-defined]
+    with Client(server.url, server.admin) as api:
         first = api.write("ns.events", data, idempotency_key="reused")
         retry = api.write("ns.events", records(range(9600, 9610)), idempotency_key="reused")
         assert retry == first
@@ -169,7 +169,7 @@ def test_flume_events_commit_as_one_chunk_exactly_once_per_key(server: Server) -
         {"headers": {"host": "a"}, "body": json.dumps({"id": i, "ts": "2026-11-21T10:00:00Z", "msg": "f"})}
         for i in range(400, 420)
     ]
-    with Client(server.url, server.admin) as api:  # type: ignore[attr-defined]
+    with Client(server.url, server.admin) as api:
         first = api.events("ns.events", events, idempotency_key="flume-1")
         again = api.events("ns.events", events, idempotency_key="flume-1")
     assert first == again and first["rows"] == 20
@@ -180,7 +180,7 @@ def test_flume_events_commit_as_one_chunk_exactly_once_per_key(server: Server) -
 def test_a_plain_json_array_of_records_is_one_chunk(server: Server) -> None:
     table = server.catalog.table("ns.events")
     rows = [{"id": i, "ts": "2026-11-21T10:00:00Z"} for i in range(500, 505)]
-    with Client(server.url, server.admin) as api:  # type: ignore[attr-defined]
+    with Client(server.url, server.admin) as api:
         result = api.events("ns.events", rows)
     assert result["rows"] == 5 and len(server.catalog.store.get_chunk(result["chunk"]).files) == 1
     assert sorted(i for i in all_ids(table) if 500 <= i < 505) == list(range(500, 505))
@@ -189,7 +189,7 @@ def test_a_plain_json_array_of_records_is_one_chunk(server: Server) -> None:
 def test_bad_events_go_to_the_dead_letter_table_when_it_has_one(server: Server) -> None:
     make_table(server.catalog, "ns.dl", dead_letter=True)
     events = [{"id": 1, "ts": "2026-11-21T10:00:00Z"}, {"id": "x", "ts": "2026-11-21T10:00:00Z"}]
-    with Client(server.url, server.admin) as api:  # type: ignore[attr-defined]
+    with Client(server.url, server.admin) as api:
         result = api.events("ns.dl", events)
     assert (result["rows"], result["dead_letter_rows"]) == (1, 1)
     from tests.helpers import delta_rows
@@ -222,7 +222,7 @@ def _parquet(ids: range) -> bytes:
     ],
 )
 def test_each_upload_format(server: Server, fmt: str, content: bytes, ids: list[int]) -> None:
-    with Client(server.url, server.admin) as api:  # type: ignore[attr-defined]
+    with Client(server.url, server.admin) as api:
         result = api.write("ns.events", content, fmt)
     assert result["rows"] == len(ids)
     assert sorted(i for i in all_ids(server.catalog.table("ns.events")) if i in ids) == ids
@@ -258,7 +258,7 @@ def test_large_jsonl_uploads_are_staged_in_batches_and_commit_whole(
 
 # -- reading state --------------------------------------------------------------------------
 def test_tables_have_the_shape_of_describe_json(server: Server) -> None:
-    with Client(server.url, server.admin) as api:  # type: ignore[attr-defined]
+    with Client(server.url, server.admin) as api:
         one = api.table("ns.events")
         every = api.tables()
     proc = subprocess.run(
@@ -291,7 +291,7 @@ def test_streampart_write_url_uses_the_api(server: Server, tmp_path: Path) -> No
     path = tmp_path / "rows.jsonl"
     path.write_bytes(records(range(700, 704)))
     argv = [*COMMAND, "write", "ns.events", str(path), "--url", server.url, "--token", "cli-1", "--json"]
-    env = {"STREAMPART_API_TOKEN": server.admin, "PATH": "/usr/bin:/bin"}  # type: ignore[attr-defined]
+    env = {"STREAMPART_API_TOKEN": server.admin, "PATH": "/usr/bin:/bin"}
     first = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, env=env, timeout=60)
     second = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, env=env, timeout=60)
     assert first.returncode == 0, first.stderr
@@ -333,7 +333,7 @@ POISON_UPLOADS = [
 
 @pytest.mark.parametrize("fmt, content, says", POISON_UPLOADS, ids=[p[0] for p in POISON_UPLOADS])
 def test_poison_uploads_are_clear_400s(server: Server, fmt: str, content: bytes, says: str) -> None:
-    with httpx.Client(base_url=server.url, headers=auth(server.admin), timeout=60) as http:  # type: ignore[attr-defined]
+    with httpx.Client(base_url=server.url, headers=auth(server.admin), timeout=60) as http:
         chunk = http.post("/v1/tables/ns/events/chunks", json={}).json()
         up = http.put(f"/v1/chunks/{chunk['id']}/data", content=content, params={"format": fmt})
         assert up.status_code == 400, up.text
@@ -375,7 +375,7 @@ def guarded(tmp_path: Path):
     """A server whose /metrics wants a token and whose request heads must arrive within 1 s."""
     srv = Server(tmp_path / "wh", f"sqlite:///{tmp_path / 'wh' / '_metastore.sqlite'}", tmp_path)
     make_table(srv.catalog, "ns.events")
-    srv.admin = srv.token("admin", "read:ns")  # type: ignore[attr-defined]
+    srv.admin = srv.token("admin", "read:ns")
     srv.start(STREAMPART_SERVER__METRICS_REQUIRE_TOKEN="true", STREAMPART_SERVER__HEADER_TIMEOUT="1s")
     yield srv
     srv.close()
@@ -383,7 +383,7 @@ def guarded(tmp_path: Path):
 
 def test_metrics_can_require_a_token(guarded: Server) -> None:
     assert httpx.get(f"{guarded.url}/metrics").status_code == 401
-    with_token = httpx.get(f"{guarded.url}/metrics", headers=auth(guarded.admin))  # type: ignore[attr-defined]
+    with_token = httpx.get(f"{guarded.url}/metrics", headers=auth(guarded.admin))
     assert with_token.status_code == 200 and "streampart_http_requests_total" in with_token.text
 
 
@@ -421,7 +421,7 @@ def test_a_request_head_trickled_in_is_cut_off(guarded: Server) -> None:
 
 def test_uploads_and_events_report_fields_the_table_lacks(server: Server) -> None:
     rows = [{"id": i, "ts": "2026-11-21T10:00:00Z", "colour": "red"} for i in range(9900, 9903)]
-    with httpx.Client(base_url=server.url, headers=auth(server.admin), timeout=30) as http:  # type: ignore[attr-defined]
+    with httpx.Client(base_url=server.url, headers=auth(server.admin), timeout=30) as http:
         chunk = http.post("/v1/tables/ns/events/chunks", json={}).json()
         up = http.put(f"/v1/chunks/{chunk['id']}/data", content=jsonl_bytes(rows),
                       headers={"Content-Type": "application/x-ndjson"})  # fmt: skip
@@ -448,7 +448,7 @@ def test_events_nested_too_deep_or_with_a_number_too_long_are_400s_naming_the_fa
     ]  # fmt: skip
     table = server.catalog.table("ns.events")
     before, logged = sorted(all_ids(table)), len(server.log.read_text())
-    with httpx.Client(base_url=server.url, headers=auth(server.admin), timeout=60) as http:  # type: ignore[attr-defined]
+    with httpx.Client(base_url=server.url, headers=auth(server.admin), timeout=60) as http:
         for body, field, says in cases:
             r = http.post("/v1/tables/ns/events/events", content=body.encode(),
                           headers={"Content-Type": "application/json"})  # fmt: skip
@@ -467,7 +467,7 @@ def test_events_nested_too_deep_or_with_a_number_too_long_are_400s_naming_the_fa
 def test_uploads_and_events_report_decimals_they_rounded(server: Server) -> None:
     make_table(server.catalog, "ns.prices", schema="id BIGINT, ts TIMESTAMP, amount DECIMAL(10,2)")
     rows = [{"id": i, "ts": "2026-11-21T10:00:00Z", "amount": a} for i, a in enumerate([9.999, 1.5, "2.345"])]
-    with httpx.Client(base_url=server.url, headers=auth(server.admin), timeout=30) as http:  # type: ignore[attr-defined]
+    with httpx.Client(base_url=server.url, headers=auth(server.admin), timeout=30) as http:
         chunk = http.post("/v1/tables/ns/prices/chunks", json={}).json()
         up = http.put(f"/v1/chunks/{chunk['id']}/data", content=jsonl_bytes(rows),
                       headers={"Content-Type": "application/x-ndjson"})  # fmt: skip

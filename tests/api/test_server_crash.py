@@ -33,7 +33,7 @@ FAST = {"STREAMPART_CHUNK__COMMIT_TIMEOUT": "PT0.5S"}
 def srv(tmp_path: Path) -> Iterator[Server]:
     s = Server(tmp_path / "wh", f"sqlite:///{tmp_path / 'wh' / '_metastore.sqlite'}", tmp_path, FAST)
     make_table(s.catalog, "ns.events")
-    s.admin = s.token("admin", "admin:*")  # type: ignore[attr-defined]
+    s.admin = s.token("admin", "admin:*")
     yield s
     s.close()
 
@@ -71,7 +71,7 @@ def test_server_killed_mid_commit_then_restarted_the_retry_lands_once(
 ) -> None:
     table = srv.catalog.table("ns.events")
     srv.start(crashpoint=f"{point}@3")
-    api = Client(srv.url, srv.admin, backoff=0.05, max_backoff=0.3)  # type: ignore[attr-defined]
+    api = Client(srv.url, srv.admin, backoff=0.05, max_backoff=0.3)
     acked = [api.write("ns.events", records(_ids(k)), idempotency_key=f"k{k}") for k in (0, 1)]
     thread, box = _run(lambda: api.write("ns.events", records(_ids(2)), idempotency_key="k2"))
     assert srv.proc is not None
@@ -98,7 +98,7 @@ def test_server_killed_mid_commit_then_restarted_the_retry_lands_once(
 def test_server_killed_mid_upload_then_restarted_the_retry_lands_once(srv: Server) -> None:
     table = srv.catalog.table("ns.events")
     srv.start()
-    api = Client(srv.url, srv.admin, backoff=0.05, max_backoff=0.3)  # type: ignore[attr-defined]
+    api = Client(srv.url, srv.admin, backoff=0.05, max_backoff=0.3)
     acked = api.write("ns.events", records(_ids(0)), idempotency_key="before")
     content = records(_ids(1))
     attempts: list[int] = []
@@ -139,7 +139,7 @@ def test_kill_9_at_a_random_instant_under_concurrent_producers(srv: Server) -> N
     lock = threading.Lock()
 
     def producer(p: int) -> None:
-        api = Client(srv.url, srv.admin, backoff=0.05, max_backoff=0.3)  # type: ignore[attr-defined]
+        api = Client(srv.url, srv.admin, backoff=0.05, max_backoff=0.3)
         k = 0
         while not stop.is_set():
             n = p * 1000 + k
@@ -168,6 +168,7 @@ def test_kill_9_at_a_random_instant_under_concurrent_producers(srv: Server) -> N
     # every chunk the server ever opened is wholly there (committed) or not at all
     present = set(ids)
     for chunk in srv.catalog.store.list_chunks(table.id):
+        assert chunk.idempotency_key is not None  # the producers name every chunk they open
         who, k = chunk.idempotency_key.split("-")
         rows = set(_ids(int(who[1:]) * 1000 + int(k)))
         if chunk.state is ChunkState.COMMITTED:
@@ -184,7 +185,7 @@ def test_an_upload_retried_while_the_chunk_commits_leaves_the_commit_whole(srv: 
     """
     table = srv.catalog.table("ns.events")
     srv.start(STREAMPART_PAUSEPOINT="chunk-before-record-files@2:4")  # the second upload stalls
-    headers = {"Authorization": f"Bearer {srv.admin}"}  # type: ignore[attr-defined]
+    headers = {"Authorization": f"Bearer {srv.admin}"}
     ndjson = {**headers, "content-type": "application/x-ndjson"}
 
     def put(ids: range) -> httpx.Response:

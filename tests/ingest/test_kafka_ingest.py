@@ -347,12 +347,12 @@ def test_ingest_killed_again_and_again_lands_every_record_once(
         stop.set()
         producer.join()
     # a final clean run drains the topic
-    proc = subprocess.run(
+    final = subprocess.run(
         ingest_cmd(sqlite_catalog, kafka_broker.bootstrap, topic, checkpoint, "--available-now"),
         capture_output=True,
         timeout=300,
     )
-    assert proc.returncode == 0, proc.stderr.decode()[-2000:]
+    assert final.returncode == 0, final.stderr.decode()[-2000:]
     ids = all_ids(table)
     assert duplicates(ids) == []
     assert set(ids) == set(produced), (len(ids), len(produced), outcomes)

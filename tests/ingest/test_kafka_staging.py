@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import pyarrow as pa
@@ -19,7 +20,7 @@ from tests.fixtures import make_table
 SCHEMA = "id BIGINT, ts TIMESTAMP, msg STRING, n INT, x DOUBLE, ok BOOLEAN"
 
 
-def batch(values: list[bytes | None]) -> pa.RecordBatch:
+def batch(values: Sequence[bytes | None]) -> pa.RecordBatch:
     n = len(values)
     return pa.RecordBatch.from_pydict(
         {

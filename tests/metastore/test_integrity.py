@@ -60,7 +60,7 @@ def _garble(path: Path) -> None:
 
 
 # (case, damage, what a read of the newest snapshot says, what check reports)
-LOG_CASES: list[tuple[str, Callable[[Table], None], str, str]] = [
+LOG_CASES: list[tuple[str, Callable[[Table], object], str, str]] = [
     # the newest commit file deleted: delta-rs alone silently serves version 2
     ("newest-deleted", lambda t: _commit(t, 3).unlink(), "ends at version 2", "log_behind"),
     # the newest commit file emptied: delta-rs alone serves "version 3" without its rows

@@ -88,6 +88,7 @@ def test_of_many_racing_contenders_exactly_one_wins(metastore_url: str, contende
                 t.join()
             assert len(won) == 1, won
             lease = stores[0].get_lease("race")
+            assert lease is not None
             assert (lease.holder, lease.epoch) == (won[0], round_ + 1)
     finally:
         for st in stores:
@@ -208,7 +209,8 @@ def test_migrating_a_metastore_from_0001_keeps_its_data(metastore_url: str) -> N
         table = new.get_table("ns.old")
         assert table.id == table_id and table.max_future == timedelta(days=1) and table.max_age is None
         assert [p.value for p in new.list_partitions(table.id)] == [T0]
-        assert new.acquire_lease("roll", "a", TTL, now=T0).epoch == 1
+        lease = new.acquire_lease("roll", "a", TTL, now=T0)
+        assert lease is not None and lease.epoch == 1
         with new.tx() as conn:
             assert {"sp_leases", "sp_roll_attempts", "sp_chunk_summaries"} <= set(
                 sa.inspect(conn).get_table_names()

@@ -114,9 +114,11 @@ def test_migrating_from_0002_adds_the_tokens_table_and_keeps_data(metastore_url:
     old.close()
     new = Metastore(metastore_url)  # migrates to head
     try:
-        assert new.get_lease("roll").holder == "a"
+        lease = new.get_lease("roll")
+        assert lease is not None and lease.holder == "a"
         new.create_token("t", digest("t"), [Scope.parse("admin:*")])
-        assert new.find_token_by_hash(digest("t")).allows(Permission.WRITE, "ns")
+        token = new.find_token_by_hash(digest("t"))
+        assert token is not None and token.allows(Permission.WRITE, "ns")
     finally:
         new.close()
 

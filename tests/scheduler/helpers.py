@@ -73,10 +73,12 @@ def standard(catalog: Catalog, table: Table) -> list[Any]:
     return catalog.store.list_partitions(table.id, [PartitionState.STANDARD])
 
 
-def metrics_samples(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    """The daemon's /metrics as ``{(name, sorted labels): value}``."""
+def metrics_samples(port: int | None) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """The daemon's /metrics as ``{(name, sorted labels): value}``; ``port``: its ``metrics_port``,
+    which a daemon serving metrics has set (None: it serves none, a test's mistake)."""
     from prometheus_client.parser import text_string_to_metric_families
 
+    assert port is not None, "the daemon serves no /metrics"
     text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
     return {
         (s.name, tuple(sorted(s.labels.items()))): s.value

@@ -66,8 +66,10 @@ def test_tables_roll_on_time_each_by_its_own_schedule_and_mode(catalog) -> None:
             # a roll counts in the metrics just after the metastore says STANDARD: wait for both
             samples = wait_for(
                 lambda: (
-                    (m := metrics_samples(daemon.metrics_port)).get(
-                        ("streampart_partitions_open", (("table", "ns.fast"),))
+                    bool(
+                        (m := metrics_samples(daemon.metrics_port)).get(
+                            ("streampart_partitions_open", (("table", "ns.fast"),))
+                        )
                     )
                     and m.get(("streampart_rolls_total", (("outcome", "done"), ("table", "ns.fast"))), 0) >= 3
                     and m

@@ -8,6 +8,7 @@ import signal
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 
@@ -25,6 +26,11 @@ from tests.scheduler.helpers import (
     standard,
     start_daemon,
 )
+
+
+def _says(log: Path, text: str) -> Callable[[], bool]:
+    """For ``wait_for``: the log holds ``text``."""
+    return lambda: text in log.read_text()
 
 
 def _setup(catalog: Catalog, tmp_path: Path, roll_every: str = "2s") -> tuple[Table, Replica]:
@@ -74,7 +80,8 @@ class Reader(threading.Thread):
     def __init__(self, catalog: Catalog, table: Table, replica: Replica) -> None:
         super().__init__(daemon=True)
         self.catalog, self.table, self.copy = catalog, table, replica_table(table, replica)
-        self.reads, self.partial = 0, []  # type: ignore[var-annotated]
+        self.reads = 0
+        self.partial: list[tuple[datetime, int, int]] = []  # (partition, rows seen on C2, rows on C1)
         self._halt = threading.Event()
 
     def run(self) -> None:
@@ -148,11 +155,7 @@ def test_replication_under_load_survives_the_leader_killed_mid_copy(catalog: Cat
             # the second file it copies dwells before the next step: one copy done, the kill lands mid-copy
             proc = start_daemon(catalog, log, pausepoint="replica-after-file@2:2")
             try:
-                wait_for(
-                    lambda log=log: "pausepoint replica-after-file" in log.read_text(),
-                    "a copy under way",
-                    timeout=90,
-                )
+                wait_for(_says(log, "pausepoint replica-after-file"), "a copy under way", timeout=90)
             finally:
                 proc.send_signal(signal.SIGKILL)
                 proc.wait(timeout=30)

@@ -4,10 +4,12 @@ a partition's files, each verified as the local engine does; the protocol around
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from metastore.delta.layout import partition_dir
+from metastore.models import Table
 from metastore.replicas import CopyState, replica_table
 from scheduler.config import ReplicationConfig
 from scheduler.replication import Replicator
@@ -26,8 +28,13 @@ def test_spark_tasks_copy_a_partition_verified_and_committed_once(spark, sqlite_
     table = make_table(catalog, cluster="c1", replicate_to=("c2",))
     ids = _rolled(catalog, table, 2)
     [replica] = catalog.replicas(table)
-    jobs = []
-    r = Replicator.configured(catalog, SPARK, spark=lambda t: jobs.append(t) or spark)
+    jobs: list[Table] = []
+
+    def spark_for(t: Table) -> Any:  # the session, counting the Spark jobs asked for
+        jobs.append(t)
+        return spark
+
+    r = Replicator.configured(catalog, SPARK, spark=spark_for)
     report = r.replicate(table)
     assert len(report.copied) == 2 and len(jobs) == 2 and report.bytes > 0  # one Spark job a partition
     assert sorted(all_ids(replica_table(table, replica))) == ids

@@ -27,7 +27,8 @@ import httpx
 import pytest
 
 from ingest.client import Client
-from metastore.models import LateDataPolicy, Mode, RollOutcome, parse_instant
+from metastore.catalog import Catalog
+from metastore.models import LateDataPolicy, Mode, RollOutcome, Table, parse_instant
 from scheduler.replication import Replicator
 from scheduler.roll import Roller
 from tests.api.fixtures import Server
@@ -61,6 +62,17 @@ MISSING = (
 class Fleet:
     """The server, the two daemons and the tokens the tests open the page with."""
 
+    # made by the fixture (fleet): the tables the tests look at, and the tokens
+    events: Table
+    clicks: Table
+    broken: Table
+    metrics: Table
+    orders: Table
+    admin: str
+    reader: str
+    analyst: str
+    writer: str
+
     def __init__(self, tmp: Path) -> None:
         self.server = Server(tmp / "warehouse", f"sqlite:///{tmp / 'warehouse' / '_metastore.sqlite'}", tmp)
         self.tmp = tmp
@@ -68,7 +80,7 @@ class Fleet:
         self.daemon_ports: list[int] = []
 
     @property
-    def catalog(self) -> Any:
+    def catalog(self) -> Catalog:
         return self.server.catalog
 
     def start_daemon(self, n: int) -> None:
@@ -117,47 +129,47 @@ class Fleet:
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     f = Fleet(tmp_path_factory.mktemp("ui"))
     cat = f.catalog
-    f.events = make_table(cat, "ns.events")  # type: ignore[attr-defined]
-    f.clicks = make_table(cat, "ns.clicks", dead_letter=True)  # type: ignore[attr-defined]
-    f.broken = make_table(cat, "ns.broken", roll_every="2s")  # type: ignore[attr-defined]
+    f.events = make_table(cat, "ns.events")
+    f.clicks = make_table(cat, "ns.clicks", dead_letter=True)
+    f.broken = make_table(cat, "ns.broken", roll_every="2s")
     make_table(cat, "secret.payroll")
-    f.metrics = make_table(cat, "ns.metrics", roll_every="3s")  # type: ignore[attr-defined]
+    f.metrics = make_table(cat, "ns.metrics", roll_every="3s")
     (f.tmp / "c2").mkdir()
     cat.add_cluster("c2", str(f.tmp / "c2"), "local[2]")
     # event time, late rows diverted to ns.orders__late, a replica on c2
-    f.orders = make_table(  # type: ignore[attr-defined]
+    f.orders = make_table(
         cat, "ns.orders", mode=Mode.EVENT_TIME, late_data=LateDataPolicy.DIVERT, replicate_to=("c2",)
     )
-    f.admin = f.server.token("admin", "admin:*")  # type: ignore[attr-defined]
-    f.reader = f.server.token("oncall", "read:ns")  # type: ignore[attr-defined]
-    f.analyst = f.server.token("analyst", "read:ns", "read:analytics")  # type: ignore[attr-defined]
-    f.writer = f.server.token("producer", "write:ns", "write:secret")  # type: ignore[attr-defined]
+    f.admin = f.server.token("admin", "admin:*")
+    f.reader = f.server.token("oncall", "read:ns")
+    f.analyst = f.server.token("analyst", "read:ns", "read:analytics")
+    f.writer = f.server.token("producer", "write:ns", "write:secret")
     f.server.start(STREAMPART_SCHEDULER__STATUS_REFRESH="1s")
     rows = [{"id": i, "ts": "2026-11-21T10:15:00Z", "msg": f"m{i}"} for i in range(5)]
-    with Client(f.server.url, f.admin) as api:  # type: ignore[attr-defined]
+    with Client(f.server.url, f.admin) as api:
         for _ in range(3):
             api.events("ns.events", rows)
         api.events("ns.clicks", [*rows, {"id": "not a number", "ts": "2026-11-21T10:15:00Z"}])
         api.events("ns.broken", rows)
         api.events("secret.payroll", rows)
-    Roller(cat).roll_table(f.events, force=True)  # type: ignore[attr-defined]
-    with Client(f.server.url, f.admin) as api:  # type: ignore[attr-defined]
+    Roller(cat).roll_table(f.events, force=True)
+    with Client(f.server.url, f.admin) as api:
         api.events("ns.events", rows)  # into the partition opened by the roll
     # ns.orders: the 10:00 partition rolled and copied to c2, the 11:00 one rolled and not copied
     # (the daemons do not replicate here), then a row for 10:00 arrives late: to ns.orders__late
-    with Client(f.server.url, f.admin) as api:  # type: ignore[attr-defined]
+    with Client(f.server.url, f.admin) as api:
         api.events("ns.orders", rows)
-        Roller(cat).roll_table(f.orders, force=True)  # type: ignore[attr-defined]
-        assert len(Replicator(cat).replicate(f.orders).copied) == 1  # type: ignore[attr-defined]
+        Roller(cat).roll_table(f.orders, force=True)
+        assert len(Replicator(cat).replicate(f.orders).copied) == 1
         api.events("ns.orders", [{**r, "ts": "2026-11-21T11:15:00Z"} for r in rows])
-        Roller(cat).roll_table(f.orders, force=True)  # type: ignore[attr-defined]
+        Roller(cat).roll_table(f.orders, force=True)
         api.events("ns.orders", [{"id": 99, "ts": "2026-11-21T10:20:00Z", "msg": "late"}])
     subprocess.run(
         [sys.executable, "-m", "streampart.cli", "link", "create", "analytics.orders", "--to", "ns.orders"],
         cwd=ROOT, env=daemon_env(cat), check=True, capture_output=True, text=True,
     )  # fmt: skip
     # ns.broken cannot roll: its directory is a file (root ignores permissions)
-    location = Path(f.broken.location)  # type: ignore[attr-defined]
+    location = Path(f.broken.location)
     shutil.rmtree(location)
     location.write_text("not a directory")
     try:
@@ -165,7 +177,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
         f.start_daemon(2)
         wait_for(
             lambda: (
-                len([a for a in cat.store.list_roll_attempts(f.broken.id) if a.outcome is RollOutcome.FAILED])  # type: ignore[attr-defined]
+                len([a for a in cat.store.list_roll_attempts(f.broken.id) if a.outcome is RollOutcome.FAILED])
                 >= 2
             ),
             "two failed rolls of ns.broken",
@@ -225,7 +237,7 @@ def test_without_a_known_token_the_page_asks_for_one_and_shows_nothing(fleet: Fl
 
 
 def test_a_token_without_read_scope_sees_no_table(fleet: Fleet, browser: Any) -> None:
-    page = _open(browser, fleet.server.url, fleet.writer)  # type: ignore[attr-defined]
+    page = _open(browser, fleet.server.url, fleet.writer)
     assert page.locator("[data-field='viewer']").inner_text() == "producer"
     assert page.locator("[data-field='no-tables']").is_visible()
     assert page.locator("[data-table]").count() == 0
@@ -241,7 +253,7 @@ def test_a_token_without_read_scope_sees_no_table(fleet: Fleet, browser: Any) ->
 
 def test_the_page_shows_tables_rolls_failures_and_daemons(fleet: Fleet, browser: Any) -> None:
     cat = fleet.catalog
-    page = _open(browser, fleet.server.url, fleet.reader)  # type: ignore[attr-defined]
+    page = _open(browser, fleet.server.url, fleet.reader)
     cookie = {c["name"]: c for c in page.context.cookies()}["streampart_ui_token"]
     assert cookie["httpOnly"] and cookie["sameSite"] == "Strict" and cookie["path"] == "/ui"
     shown = {
@@ -264,7 +276,7 @@ def test_the_page_shows_tables_rolls_failures_and_daemons(fleet: Fleet, browser:
     assert _cell(page, "ns.broken", "health").startswith("failing ×")
     broken = page.locator("article[data-table='ns.broken']")
     shown_error = broken.locator("[data-field='last_error']").inner_text()
-    failed = [a for a in cat.store.list_roll_attempts(fleet.broken.id) if a.outcome is RollOutcome.FAILED]  # type: ignore[attr-defined]
+    failed = [a for a in cat.store.list_roll_attempts(fleet.broken.id) if a.outcome is RollOutcome.FAILED]
     assert failed[0].error is not None and "ns.broken" in shown_error
     assert failed[0].error.split(":")[0] in shown_error, "the last error is not the daemon's"
     late = broken.locator(".row[data-late='true']")
@@ -277,6 +289,7 @@ def test_the_page_shows_tables_rolls_failures_and_daemons(fleet: Fleet, browser:
     assert "rolled " in events.locator(".row[data-state='standard']").inner_text()
     # the daemons: the lease's holder and epoch, the other one standing by, housekeeping's last pass
     lease = cat.store.get_lease("roll-daemon")
+    assert lease is not None  # a daemon leads
     wait_for(
         lambda: page.locator("[data-field='standbys']").inner_text() != "none", "the standby on the page"
     )
@@ -292,11 +305,11 @@ def test_the_page_shows_tables_rolls_failures_and_daemons(fleet: Fleet, browser:
 
 def test_the_page_updates_after_a_roll_without_a_reload(fleet: Fleet, browser: Any) -> None:
     # as the analyst: the screenshot shows the link too
-    page = _open(browser, fleet.server.url, fleet.analyst)  # type: ignore[attr-defined]
+    page = _open(browser, fleet.server.url, fleet.analyst)
     events = page.locator("article[data-table='ns.events']")
     before = events.locator(".row[data-state='standard']").count()
     page.evaluate("window.__not_reloaded = true")
-    [result] = Roller(fleet.catalog).roll_table(fleet.events, force=True)  # type: ignore[attr-defined]
+    [result] = Roller(fleet.catalog).roll_table(fleet.events, force=True)
     assert result.state == "done"
     page.wait_for_function(f"{_STANDARD_ROWS % 'ns.events'} == {before + 1}")
     assert page.evaluate("window.__not_reloaded") is True, "the page reloaded instead of refreshing"
@@ -308,7 +321,7 @@ def test_the_page_updates_after_a_roll_without_a_reload(fleet: Fleet, browser: A
 
 
 def test_on_a_narrow_screen_nothing_runs_off_the_side(fleet: Fleet, browser: Any) -> None:
-    page = _open(browser, fleet.server.url, fleet.analyst, width=400)  # type: ignore[attr-defined]
+    page = _open(browser, fleet.server.url, fleet.analyst, width=400)
     assert page.locator("tr[data-table='ns.broken']").is_visible()
     assert page.locator("tr[data-table='ns.clicks__dead_letter']").is_visible()
     assert page.locator("[data-field='replica']").is_visible()
@@ -323,7 +336,7 @@ def test_on_a_narrow_screen_nothing_runs_off_the_side(fleet: Fleet, browser: Any
 
 def test_the_daemon_serves_the_page_too(fleet: Fleet, browser: Any) -> None:
     url = f"http://127.0.0.1:{fleet.daemon_ports[0]}"
-    page = _open(browser, url, fleet.reader)  # type: ignore[attr-defined]
+    page = _open(browser, url, fleet.reader)
     assert "served by the roll daemon" in page.locator("header").inner_text()
     assert page.locator("tr[data-table='ns.broken']").is_visible()
     assert page.locator("tr[data-table='secret.payroll']").count() == 0
@@ -332,7 +345,7 @@ def test_the_daemon_serves_the_page_too(fleet: Fleet, browser: Any) -> None:
         assert httpx.get(f"http://127.0.0.1:{port}/ui/status.json", timeout=30).status_code == 401
         answer = httpx.get(
             f"http://127.0.0.1:{port}/ui/status.json",
-            headers={"Authorization": f"Bearer {fleet.reader}"},  # type: ignore[attr-defined]
+            headers={"Authorization": f"Bearer {fleet.reader}"},
             timeout=30,
         )
         assert "ns.broken" in {t["table"] for t in answer.json()["tables"]}
@@ -361,7 +374,7 @@ def test_with_auth_off_the_page_shows_every_namespace(fleet: Fleet) -> None:
 
 
 def test_companion_tables_show_with_their_main_table(fleet: Fleet, browser: Any) -> None:
-    page = _open(browser, fleet.server.url, fleet.reader)  # type: ignore[attr-defined]
+    page = _open(browser, fleet.server.url, fleet.reader)
     grid = page.locator("tr[data-table]")
     order = [grid.nth(i).get_attribute("data-table") for i in range(grid.count())]
     # each right under its main table, marked as what it holds
@@ -407,14 +420,14 @@ def test_replicas_and_links_show_with_their_table_to_those_who_may_read_them(
 ) -> None:
     """Last in the module: it copies ns.orders' missing partition to c2."""
     cat = fleet.catalog
-    page = _open(browser, fleet.server.url, fleet.analyst)  # type: ignore[attr-defined]
+    page = _open(browser, fleet.server.url, fleet.analyst)
     orders = page.locator("article[data-table='ns.orders']")
     replica = orders.locator("[data-field='replica'][data-cluster='c2']")
     text = replica.inner_text()
     assert text.startswith("replica on c2: 1 partition missing, lag "), text
     # the lag: how long ago the partition that is not on c2 rolled (seconds or minutes here)
-    [missing] = [p for p in cat.store.list_partitions(fleet.orders.id) if p.value.hour == 11]  # type: ignore[attr-defined]
-    assert missing.value not in cat.store.present_values(fleet.orders.id, "c2")  # type: ignore[attr-defined]
+    [missing] = [p for p in cat.store.list_partitions(fleet.orders.id) if p.value.hour == 11]
+    assert missing.value not in cat.store.present_values(fleet.orders.id, "c2")
     assert text.rsplit("lag ", 1)[1].endswith("s")
     answer = httpx.get(
         f"{fleet.server.url}/ui/status.json", headers={"Authorization": f"Bearer {fleet.analyst}"}, timeout=30
@@ -437,14 +450,14 @@ def test_replicas_and_links_show_with_their_table_to_those_who_may_read_them(
     assert link.locator("[data-field='source']").inner_text() == "ns.orders"
     assert link.locator("[data-field='mode']").inner_text() == "dynamic"
     # once the partition is copied, the page says so at its next refresh
-    assert len(Replicator(cat).replicate(fleet.orders).copied) == 1  # type: ignore[attr-defined]
+    assert len(Replicator(cat).replicate(fleet.orders).copied) == 1
     page.wait_for_function(
         "document.querySelector(\"article[data-table='ns.orders'] [data-field='replica']\").innerText"
         " == 'replica on c2: every standard partition copied'"
     )
     page.context.close()
     # a token that may read ns but not analytics: the replica, but no sign of the link
-    page = _open(browser, fleet.server.url, fleet.reader)  # type: ignore[attr-defined]
+    page = _open(browser, fleet.server.url, fleet.reader)
     assert page.locator("article[data-table='ns.orders'] [data-field='replica']").count() == 1
     assert page.locator("[data-link]").count() == 0
     assert page.locator("[data-field='linked_as']").count() == 0
