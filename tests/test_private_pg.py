@@ -13,7 +13,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.exc import OperationalError
 
-from tests.private_pg import PrivatePostgres
+from tests.private_pg import PrivatePostgres, StopMode
 
 # Why 3 s: connecting to a closed loopback port is refused at once; a hang (the timeout's doing)
 # would mean the server is not really down.
@@ -51,7 +51,7 @@ def test_private_instance_is_not_the_shared_server(private_pg: PrivatePostgres) 
 
 @pytest.mark.parametrize("mode", ["immediate", "fast"])
 def test_stopped_refuses_at_once_and_restart_keeps_port_and_data(
-    private_pg: PrivatePostgres, mode: str
+    private_pg: PrivatePostgres, mode: StopMode
 ) -> None:
     _, url = _database(private_pg)
     with _engine(url).begin() as conn:
@@ -61,7 +61,7 @@ def test_stopped_refuses_at_once_and_restart_keeps_port_and_data(
     # A connection held open across the stop: its next use fails too (the backend is gone).
     held = _engine(url).connect()
 
-    private_pg.stop(mode)  # type: ignore[arg-type]
+    private_pg.stop(mode)
     assert not private_pg.running
     t0 = time.perf_counter()
     with pytest.raises(OperationalError, match=r"(?i)refused|could not connect"):

@@ -247,9 +247,9 @@ def test_large_jsonl_uploads_are_staged_in_batches_and_commit_whole(
         bad = records(range(2500)) + b'{"id": "x", "ts": "2026-11-21T10:00:00Z"}\n'
         with Client(srv.url) as api:
             chunk = api.open_chunk("ns.big")
-            with pytest.raises(Exception, match="line 2501: column 'id'") as info:
+            with pytest.raises(ApiRequestError, match="line 2501: column 'id'") as info:
                 api.upload(chunk["id"], bad)
-            assert info.value.line == 2501 and info.value.field == "body"  # type: ignore[attr-defined]
+            assert info.value.line == 2501 and info.value.field == "body"
             assert api.chunk(chunk["id"])["state"] == "reserved" and api.chunk(chunk["id"])["rows"] == 0
         assert list((Path(table.location) / "_staging").glob(f"{chunk['id']}*")) == []
     finally:

@@ -17,6 +17,7 @@ first() without an order, a LIMIT only after an ORDER BY on a unique key, TABLES
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypedDict
 
 
 @dataclass(frozen=True)
@@ -30,8 +31,15 @@ class Case:
     known_failure: str | None = None
 
 
+class _Options(TypedDict, total=False):
+    """What a statement's entry may say besides its text (a :class:`Case`'s fields)."""
+
+    ordered: bool
+    known_failure: str
+
+
 # (category prefix, statements); an entry is a statement, or (statement, {"ordered": True, …})
-_GROUPS: list[tuple[str, list[str | tuple[str, dict[str, object]]]]] = [
+_GROUPS: list[tuple[str, list[str | tuple[str, _Options]]]] = [
     (
         "basic",
         [
@@ -601,8 +609,8 @@ def _cases() -> list[Case]:
     out: list[Case] = []
     for prefix, statements in _GROUPS:
         for n, entry in enumerate(statements, start=1):
-            sql, options = (entry, {}) if isinstance(entry, str) else entry
-            out.append(Case(f"{prefix}-{n:02d}", sql, **options))  # type: ignore[arg-type]
+            sql, options = (entry, _Options()) if isinstance(entry, str) else entry
+            out.append(Case(f"{prefix}-{n:02d}", sql, **options))
     return out
 
 

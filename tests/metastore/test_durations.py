@@ -44,9 +44,9 @@ def test_parse_duration_errors(text: str) -> None:
 
 
 @pytest.mark.parametrize("value", ["-5m", -1, timedelta(seconds=-1)])
-def test_a_negative_duration_is_refused(value: object) -> None:
+def test_a_negative_duration_is_refused(value: str | float | timedelta) -> None:
     with pytest.raises(UserInputError, match=r"negative"):
-        parse_duration(value, "--lateness")  # type: ignore[arg-type]
+        parse_duration(value, "--lateness")
 
 
 @pytest.mark.parametrize("text", ["36501d", "1" * 5000 + "s", "99999999999999999999h", "1e400"])

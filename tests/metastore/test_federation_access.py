@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -136,7 +137,7 @@ def test_alter_changes_access_whitelist_and_prefix_and_bumps_the_route_version(
     assert catalog.table("eu_north.t").metastore == "m"
 
     before = (catalog.metastores(), catalog.primary.route_version())
-    bad: list[tuple[dict[str, object], type[Exception], str]] = [
+    bad: list[tuple[dict[str, Any], type[Exception], str]] = [  # alter_metastore's keyword arguments
         ({}, UserInputError, "nothing to alter for metastore m: give --access, --writable, --prefix or"),
         ({"access": "all"}, UserInputError, "access 'all' is not one of read-only"),
         ({"access": "read-write-whitelist"}, UserInputError, "give at least one --writable PATTERN"),
@@ -151,7 +152,7 @@ def test_alter_changes_access_whitelist_and_prefix_and_bumps_the_route_version(
     ]  # fmt: skip
     for kwargs, error, says in bad:
         with pytest.raises(error, match=says.replace("(", r"\(").replace(")", r"\)").replace("*", r"\*")):
-            catalog.alter_metastore("m", **kwargs)  # type: ignore[arg-type]
+            catalog.alter_metastore("m", **kwargs)
         assert (catalog.metastores(), catalog.primary.route_version()) == before, kwargs
     with pytest.raises(NotFoundError, match="metastore nope does not exist"):
         catalog.alter_metastore("nope", access="read-only")

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -43,7 +44,7 @@ def hold_write_lock(path: Path) -> sqlite3.Connection:
 def test_reads_do_not_wait_for_a_writer(sqlite_file: Path, tmp_path: Path) -> None:
     catalog = Catalog.open(tmp_path / "wh", f"sqlite:///{sqlite_file}")
     make_table(catalog, "ns.a")
-    done: dict[str, object] = {}
+    done: dict[str, Any] = {}
 
     def read() -> None:
         try:
@@ -60,7 +61,7 @@ def test_reads_do_not_wait_for_a_writer(sqlite_file: Path, tmp_path: Path) -> No
         reader.join(timeout=5)  # the busy timeout is 30 s: a read that waits for the lock shows here
         assert not reader.is_alive(), "a read waited for another connection's write transaction"
         assert "error" not in done, done.get("error")
-        assert [str(t.name) for t in done["tables"]] == ["ns.a"]  # type: ignore[attr-defined]
+        assert [str(t.name) for t in done["tables"]] == ["ns.a"]
         assert time.monotonic() - started < 5
     finally:
         writer.rollback()

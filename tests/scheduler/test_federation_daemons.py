@@ -106,7 +106,8 @@ def test_a_daemon_per_writable_metastore_each_leading_in_its_own(federation: Cat
         assert not m2_daemon.is_leader
         left = Metastore(f"sqlite:///{m2}")
         try:  # it let its lease go as it stopped
-            assert left.get_lease("roll-daemon").holder is None  # type: ignore[union-attr]
+            lease = left.get_lease("roll-daemon")
+            assert lease is not None and lease.holder is None
         finally:
             left.close()
         assert set(daemons.daemons) == {PRIMARY, "m1", "wl"}  # the others never stopped
@@ -131,8 +132,10 @@ def test_housekeeping_in_a_whitelisted_metastore_touches_only_its_writable_names
     later = datetime.now(UTC) + timedelta(hours=1)
     report = Housekeeper(wl, may_touch=may_touch).run(now=later)
     assert report.expired == 1 and not report.errors
-    assert wl.store.find_chunk_by_key(ok.id, "stuck").state is ChunkState.EXPIRED  # type: ignore[union-attr]
-    assert wl.store.find_chunk_by_key(other.id, "stuck").state is ChunkState.RESERVED  # type: ignore[union-attr]
+    expired = wl.store.find_chunk_by_key(ok.id, "stuck")
+    assert expired is not None and expired.state is ChunkState.EXPIRED
+    kept = wl.store.find_chunk_by_key(other.id, "stuck")
+    assert kept is not None and kept.state is ChunkState.RESERVED
 
 
 def test_a_metastore_dead_at_start_gets_its_daemon_once_it_answers(catalog: Catalog, private_pg: Any) -> None:

@@ -193,7 +193,7 @@ def test_a_failing_copy_is_recorded_retried_after_backoff_and_then_lands(
     assert "copy of ns.events partition" in str(report.failed[0]) and report.failed[0].cluster == "c2"
     [copy] = catalog.store.list_copies(table.id)
     assert copy.state is CopyState.COPYING and copy.attempts == 1 and copy.error
-    assert copy.retry_at is not None and copy.retry_at > copy.started_at  # type: ignore[operator]
+    assert copy.retry_at is not None and copy.started_at is not None and copy.retry_at > copy.started_at
     assert r.replicate(table).failed == []  # waits for its retry time
     assert catalog.describe(table)["replicas"][0]["failing"][0]["attempts"] == 1
     blocker.unlink()
@@ -223,7 +223,8 @@ def test_a_stale_copier_that_lost_its_claim_commits_nothing_twice(catalog: Catal
         def lapsed() -> bool:
             copies = catalog.store.list_copies(table.id)
             copied = list(Path(replica.location).glob("*/part-*.parquet"))
-            return bool(copies and copied and copies[0].lease_until < datetime.now(UTC))  # type: ignore[operator]
+            lease_until = copies[0].lease_until if copies else None
+            return bool(copied and lease_until is not None and lease_until < datetime.now(UTC))
 
         wait_for(lapsed, "the stale copier's files copied and its lease lapsed", timeout=60)
         report = Replicator(catalog).replicate(table)
@@ -331,8 +332,10 @@ def test_the_heartbeat_renews_live_claims_only(catalog: Catalog, tmp_path: Path)
     catalog.store.release_copy(released, "daemon-a", error="disk full", retry_at=datetime.now(UTC))
     assert catalog.store.renew_roll_and_copy_leases("daemon-a", timedelta(hours=1)) == (0, 1)
     by_partition = {c.partition_id: c for c in catalog.store.list_copies(table.id)}
-    assert by_partition[held.partition_id].lease_until > datetime.now(UTC) + timedelta(minutes=59)  # type: ignore[operator]
-    assert by_partition[released.partition_id].lease_until <= datetime.now(UTC)  # type: ignore[operator]
+    renewed = by_partition[held.partition_id].lease_until
+    assert renewed is not None and renewed > datetime.now(UTC) + timedelta(minutes=59)
+    not_renewed = by_partition[released.partition_id].lease_until
+    assert not_renewed is not None and not_renewed <= datetime.now(UTC)
     assert catalog.store.renew_roll_and_copy_leases("daemon-b", timedelta(hours=1)) == (0, 0)
 
 
