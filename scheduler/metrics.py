@@ -19,7 +19,23 @@ disable_created_metrics()
 class SchedulerMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
-        r = self.registry
+        # registered in this order, which is the order /metrics lists them in
+        self._roll_series(self.registry)
+        self._table_series(self.registry)
+        self._leadership_series(self.registry)
+        self._housekeeping_series(self.registry)
+        self._replication_series(self.registry)
+        self._replicas: set[tuple[str, str]] = set()
+        self._tables: set[str] = set()
+        self._table_gauges: list[Any] = [
+            self.partitions_open,
+            self.partitions_rolling,
+            self.chunks_pending,
+            self.due_lag,
+            self.failures,
+        ]
+
+    def _roll_series(self, r: CollectorRegistry) -> None:
         self.rolls = Counter(
             "streampart_rolls",
             "Roll attempts by outcome (done, failed, abandoned).",
@@ -33,6 +49,9 @@ class SchedulerMetrics:
             buckets=(0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800),
             registry=r,
         )
+
+    def _table_series(self, r: CollectorRegistry) -> None:
+        """The per-table gauges, set by the leader only (:meth:`set_tables`)."""
         self.partitions_open = Gauge(
             "streampart_partitions_open", "Streaming partitions (open for writes).", ["table"], registry=r
         )
@@ -60,12 +79,16 @@ class SchedulerMetrics:
             ["table"],
             registry=r,
         )
+
+    def _leadership_series(self, r: CollectorRegistry) -> None:
         self.leader = Gauge(
             "streampart_scheduler_leader", "1 while this daemon holds the leadership lease.", registry=r
         )
         self.epoch = Gauge(
             "streampart_scheduler_lease_epoch", "Fencing epoch of the lease this daemon holds.", registry=r
         )
+
+    def _housekeeping_series(self, r: CollectorRegistry) -> None:
         self.housekeeping = Counter(
             "streampart_housekeeping_runs",
             "Housekeeping runs by outcome (ok, failed).",
@@ -84,6 +107,8 @@ class SchedulerMetrics:
         self.checkpoints = Counter(
             "streampart_housekeeping_checkpoints", "Delta checkpoints written.", registry=r
         )
+
+    def _replication_series(self, r: CollectorRegistry) -> None:
         self.copies = Counter(
             "streampart_replication_copies",
             "Copies of standard partitions to secondary clusters, by outcome (done, failed).",
@@ -108,15 +133,6 @@ class SchedulerMetrics:
             ["table", "cluster"],
             registry=r,
         )
-        self._replicas: set[tuple[str, str]] = set()
-        self._tables: set[str] = set()
-        self._table_gauges: list[Any] = [
-            self.partitions_open,
-            self.partitions_rolling,
-            self.chunks_pending,
-            self.due_lag,
-            self.failures,
-        ]
 
     def set_tables(self, values: dict[str, dict[str, float]]) -> None:
         """Set the per-table gauges to ``{table: {gauge: value}}``; tables not given are dropped."""

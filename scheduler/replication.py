@@ -262,59 +262,28 @@ class Replicator:
         resumed: bool,
         progress: Callable[[int], None] | None,
     ) -> CopyResult:
-        wh = self.catalog.warehouse
+        """The claimed copy's steps: files copied and committed (or, if committed already, checked
+        again), the success marker written, the copy recorded present."""
         target = replica_table(table, replica)
-        value = partition.value
-        pdir = partition_dir(table, value)
+        pdir = partition_dir(table, partition.value)
         self._step("replica-after-claim")
-        files = self._source_files(table, value)
-        secondary = wh.load(target)
-        committed = secondary.transaction_version(app_id(pdir)) is not None
-        digests: dict[str, str] = {}
-        written = 0
+        files = self._source_files(table, partition.value)
+        secondary = self.catalog.warehouse.load(target)
         attempt = uuid.uuid4().hex[:8]
-        if not committed:
-            if self._by_spark(files):
-                digests, written = self._copy_files_with_spark(table, target, files, attempt, progress)
-                self._step("replica-after-file")
-                copy = self._claim(partition, replica)
-            else:
-                for f in files:
-                    _, digests[f.path], copied = self._copy_file(table, target, f, attempt, progress)
-                    written += copied
-                    self._step("replica-after-file")
-                    copy = self._claim(partition, replica)  # renewed: still ours (and still the leader's)
+        if secondary.transaction_version(app_id(pdir)) is None:
+            copy, digests, written = self._copy_files(
+                table, partition, replica, copy, target, files, attempt, progress
+            )
             self._step("replica-before-commit")
-            try:
-                version = wh.commit_files(
-                    target,
-                    int(secondary.version()),
-                    [(f.path, value, f.rows) for f in files],
-                    {REPLICA_KEY: pdir},
-                    app_id(pdir),
-                )
-            except ConflictError:  # another copier's commit of the same partition won the race
-                if wh.load(target).transaction_version(app_id(pdir)) is None:
-                    raise
-                version = self._committed(target, pdir)
+            version = self._commit(target, int(secondary.version()), files, partition.value, pdir)
             self._step("replica-after-commit")
         else:
             version = self._committed(target, pdir)
+            digests, written = {}, 0
             for f in files:  # verified against the source again; a copy that differs is replaced
                 _, digests[f.path], copied = self._copy_file(table, target, f, attempt, progress)
                 written += copied
-        checksum = partition_checksum(files, digests)
-        write_success_marker(
-            target,
-            value,
-            {
-                "table": str(table.name),
-                "partition": iso(value),
-                "cluster": replica.cluster,
-                "sha256": checksum,
-            },
-        )
-        self._remove_temporaries(target, value)
+        checksum = self._mark_success(table, partition.value, replica, target, files, digests)
         size = sum(f.size for f in files)
         self.catalog.store.finish_copy(
             copy,
@@ -327,7 +296,7 @@ class Replicator:
         )
         result = CopyResult(
             table=str(table.name),
-            partition=iso(value),
+            partition=iso(partition.value),
             cluster=replica.cluster,
             files=len(files),
             bytes=size,
@@ -338,6 +307,68 @@ class Replicator:
         )
         event(log, logging.INFO, "replica.copied", "partition copied to a secondary", **result.to_json())
         return result
+
+    def _copy_files(
+        self,
+        table: Table,
+        partition: Partition,
+        replica: Replica,
+        copy: PartitionCopy,
+        target: Table,
+        files: list[LiveFile],
+        attempt: str,
+        progress: Callable[[int], None] | None,
+    ) -> tuple[PartitionCopy, dict[str, str], int]:
+        """Copy the partition's files to the secondary, the claim renewed after each (after the
+        one Spark job); the claim, each file's SHA-256 and the bytes written."""
+        digests: dict[str, str] = {}
+        written = 0
+        if self._by_spark(files):
+            digests, written = self._copy_files_with_spark(table, target, files, attempt, progress)
+            self._step("replica-after-file")
+            return self._claim(partition, replica), digests, written
+        for f in files:
+            _, digests[f.path], copied = self._copy_file(table, target, f, attempt, progress)
+            written += copied
+            self._step("replica-after-file")
+            copy = self._claim(partition, replica)  # renewed: still ours (and still the leader's)
+        return copy, digests, written
+
+    def _commit(self, target: Table, base: int, files: list[LiveFile], value: datetime, pdir: str) -> int:
+        """Commit the copied files to the secondary's Delta log, once per partition; its version."""
+        wh = self.catalog.warehouse
+        try:
+            return wh.commit_files(
+                target, base, [(f.path, value, f.rows) for f in files], {REPLICA_KEY: pdir}, app_id(pdir)
+            )
+        except ConflictError:  # another copier's commit of the same partition won the race
+            if wh.load(target).transaction_version(app_id(pdir)) is None:
+                raise
+            return self._committed(target, pdir)
+
+    def _mark_success(
+        self,
+        table: Table,
+        value: datetime,
+        replica: Replica,
+        target: Table,
+        files: list[LiveFile],
+        digests: dict[str, str],
+    ) -> str:
+        """Write the partition's ``_SUCCESS`` marker on the secondary (and drop temporaries); its checksum."""
+        checksum = partition_checksum(files, digests)
+        write_success_marker(
+            target,
+            value,
+            {
+                "table": str(table.name),
+                "partition": iso(value),
+                "cluster": replica.cluster,
+                "sha256": checksum,
+            },
+        )
+        self._remove_temporaries(target, value)
+        return checksum
 
     def _source_files(self, table: Table, value: datetime) -> list[LiveFile]:
         files = [f for f in live_files(self.catalog.load(table)) if f.partition == value]

@@ -408,66 +408,90 @@ class Roller:
             )  # fmt: skip
             self.progress.advance(sum(f.size for f in files))  # one Spark job: all at once
             return done
-        directory = Path(table.location) / partition_dir(table, value)
-        directory.mkdir(parents=True, exist_ok=True)
-        schema = data_schema(table.columns)
-        out: list[tuple[str, datetime, int]] = []
-        writer: pq.ParquetWriter | None = None
-        tmp = final = None
-        rows = written = 0
-        # Rows read but not yet written: they go out as one row group (see ROW_GROUP_ROWS), not
-        # as one row group per chunk file, which would leave 100-row row groups behind.
-        pending: list[pa.Table] = []
-        pending_rows = pending_bytes = 0
-
-        def flush() -> None:
-            nonlocal pending_rows, pending_bytes
-            assert writer is not None
-            if pending:
-                writer.write_table(pa.concat_tables(pending), row_group_size=ROW_GROUP_ROWS)
-                pending.clear()
-                pending_rows = pending_bytes = 0
-
-        def close() -> None:
-            nonlocal writer, rows, written
-            assert writer is not None and tmp is not None and final is not None
-            flush()
-            writer.close()
-            writer = None
-            os.replace(tmp, final)
-            out.append((f"{partition_dir(table, value)}/{final.name}", value, rows))
-            rows, written = 0, 0
-
+        compacted = _CompactedFiles(
+            table,
+            value,
+            lambda n: compacted_name(roll_id, base_version, attempt, n),
+            self.config.target_file_size,
+        )
         try:
             for f in sorted(files, key=lambda f: f.path):
-                if writer is None:
-                    final = directory / compacted_name(roll_id, base_version, attempt, len(out))
-                    tmp = directory / f".{final.name}.tmp"
-                    writer = pq.ParquetWriter(tmp, schema, compression=COMPRESSION)
-                source = pq.ParquetFile(Path(table.location) / f.path)
-                for group in range(source.num_row_groups):  # a row group at a time: memory stays bounded
-                    data = source.read_row_group(group)
-                    pending.append(data.cast(schema) if data.schema != schema else data)
-                    pending_rows += data.num_rows
-                    pending_bytes += data.nbytes
-                    rows += data.num_rows
-                    if pending_rows >= ROW_GROUP_ROWS or pending_bytes >= ROW_GROUP_BYTES:
-                        flush()
-                written += f.size
-                if written >= self.config.target_file_size:
-                    close()
+                compacted.add(f)
                 self.progress.advance(f.size)
-            if writer is not None:
-                close()
+            compacted.close()
         except BaseException as exc:
-            if writer is not None:
-                with contextlib.suppress(Exception):
-                    writer.close()
-            if tmp is not None:
-                tmp.unlink(missing_ok=True)
-            for path, _, _ in out:
+            compacted.discard_open()
+            for path, _, _ in compacted.out:
                 remove_file(table, path)
             if isinstance(exc, OSError):  # a full disk, say: say so
                 raise storage_error(exc, f"compacting partition {iso(value)} of table {table.name}") from exc
             raise
-        return out
+        return compacted.out
+
+
+class _CompactedFiles:
+    """A partition's compacted files as they are written: rows batched into row groups of about
+    :data:`ROW_GROUP_ROWS`, a file finished once the sources it took reach ``target_size`` bytes."""
+
+    def __init__(self, table: Table, value: datetime, name: Callable[[int], str], target_size: int) -> None:
+        self.table, self.value, self._name, self._target_size = table, value, name, target_size
+        self.directory = Path(table.location) / partition_dir(table, value)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.schema = data_schema(table.columns)
+        self.out: list[tuple[str, datetime, int]] = []  # the finished files: path, value, rows
+        self._writer: pq.ParquetWriter | None = None
+        self._tmp: Path | None = None
+        self._final: Path | None = None
+        self._rows = self._written = 0
+        # Rows read but not yet written: they go out as one row group (see ROW_GROUP_ROWS), not
+        # as one row group per chunk file, which would leave 100-row row groups behind.
+        self._pending: list[pa.Table] = []
+        self._pending_rows = self._pending_bytes = 0
+
+    def add(self, f: LiveFile) -> None:
+        """Append one source file's rows (finishing the file being written once it is big enough)."""
+        if self._writer is None:
+            self._final = self.directory / self._name(len(self.out))
+            self._tmp = self.directory / f".{self._final.name}.tmp"
+            self._writer = pq.ParquetWriter(self._tmp, self.schema, compression=COMPRESSION)
+        source = pq.ParquetFile(Path(self.table.location) / f.path)
+        for group in range(source.num_row_groups):  # a row group at a time: memory stays bounded
+            data = source.read_row_group(group)
+            self._pending.append(data.cast(self.schema) if data.schema != self.schema else data)
+            self._pending_rows += data.num_rows
+            self._pending_bytes += data.nbytes
+            self._rows += data.num_rows
+            if self._pending_rows >= ROW_GROUP_ROWS or self._pending_bytes >= ROW_GROUP_BYTES:
+                self._flush()
+        self._written += f.size
+        if self._written >= self._target_size:
+            self.close()
+
+    def close(self) -> None:
+        """Finish the file being written, if any: its last rows written, renamed into place."""
+        if self._writer is None:
+            return
+        assert self._tmp is not None and self._final is not None
+        self._flush()
+        self._writer.close()
+        self._writer = None
+        os.replace(self._tmp, self._final)
+        self.out.append(
+            (f"{partition_dir(self.table, self.value)}/{self._final.name}", self.value, self._rows)
+        )
+        self._rows, self._written = 0, 0
+
+    def discard_open(self) -> None:
+        """After a failure: close and delete the file being written (the finished ones are in ``out``)."""
+        if self._writer is not None:
+            with contextlib.suppress(Exception):
+                self._writer.close()
+        if self._tmp is not None:
+            self._tmp.unlink(missing_ok=True)
+
+    def _flush(self) -> None:
+        assert self._writer is not None
+        if self._pending:
+            self._writer.write_table(pa.concat_tables(self._pending), row_group_size=ROW_GROUP_ROWS)
+            self._pending.clear()
+            self._pending_rows = self._pending_bytes = 0

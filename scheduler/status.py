@@ -16,7 +16,7 @@ main table under ``companion_of`` (the page shows it with that table).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -26,9 +26,12 @@ from metastore.durations import format_duration
 from metastore.models import (
     COMPANION_SUFFIX,
     PRIMARY,
+    DaemonBeat,
+    Lease,
     Partition,
     PartitionState,
     Roll,
+    RollAttempt,
     RollOutcome,
     RollState,
     Table,
@@ -112,44 +115,9 @@ def _one(
     """The leader, daemons, tables and recent rolls of the metastore ``catalog`` is bound to."""
     store = catalog.store
     readable_ns = may_read or (lambda _namespace: True)
-    lease = store.get_lease(config.lease_name)
-    leader = None
-    if lease is not None:
-        leader = {
-            "holder": lease.holder,
-            "live": lease.live(now),
-            "epoch": lease.epoch,
-            "since": _iso(lease.acquired_at),
-            "renewed_at": _iso(lease.renewed_at),
-            "expires_at": _iso(lease.expires_at),
-            "host": lease.info.get("host"),
-            "pid": lease.info.get("pid"),
-            "metrics": lease.info.get("metrics"),
-        }
+    leader = _leader(store.get_lease(config.lease_name), now)
     beats = store.list_daemons(config.lease_name)
-    daemons = [
-        {
-            "holder": d.holder,
-            "role": _role(d.holder, d.heartbeat_at, leader, config, now),
-            "heartbeat_at": iso(d.heartbeat_at),
-            "heartbeat_age_seconds": _seconds(d.heartbeat_at, now),
-            "host": d.info.get("host"),
-            "pid": d.info.get("pid"),
-            "housekeeping_at": _iso(d.housekeeping_at),
-            "housekeeping_outcome": d.housekeeping_outcome,
-        }
-        for d in beats
-    ]
-    passes = [(d.housekeeping_at, d) for d in beats if d.housekeeping_at is not None]
-    housekeeping = None
-    if passes:  # the newest pass, whichever daemon led then
-        at, by = max(passes, key=lambda p: p[0])
-        housekeeping = {"at": iso(at), "outcome": by.housekeeping_outcome, "by": by.holder}
-    latest = store.latest_roll_attempts()
     readable = [t for t in store.list_tables() if readable_ns(t.name.namespace)]
-    activity = store.table_activity(
-        [t.id for t in readable], now - COMMIT_RATE_WINDOW, now - DEAD_LETTER_WINDOW
-    )
     replicas: dict[int, list[str]] = {}
     for replica in store.list_replicas() if readable else []:
         replicas.setdefault(replica.table_id, []).append(replica.cluster)
@@ -158,23 +126,87 @@ def _one(
     for link in all_links:
         if link.source_table_id is not None and readable_ns(link.name.namespace):
             links_to.setdefault(link.source_table_id, []).append(str(link.name))
-    names: dict[int, str] = {}
+    tables = _tables(catalog, readable, now, replicas, links_to, timeline)
+    names = {table.id: str(table.name) for table in readable}
+    return {
+        "leader": leader,
+        "daemons": [_daemon(d, leader, config, now) for d in beats],
+        "housekeeping": _housekeeping(beats),
+        "tables": tables,
+        "links": [
+            {"link": str(link.name), "source": str(link.source), "mode": link.mode.value}
+            for link in all_links
+            if readable_ns(link.name.namespace)
+        ],
+        "recent_rolls": _recent_rolls(store, names, limit, filtered=may_read is not None),
+    }
+
+
+def _leader(lease: Lease | None, now: datetime) -> dict[str, Any] | None:
+    """The leadership lease as the status shows it (None: never taken)."""
+    if lease is None:
+        return None
+    return {
+        "holder": lease.holder,
+        "live": lease.live(now),
+        "epoch": lease.epoch,
+        "since": _iso(lease.acquired_at),
+        "renewed_at": _iso(lease.renewed_at),
+        "expires_at": _iso(lease.expires_at),
+        "host": lease.info.get("host"),
+        "pid": lease.info.get("pid"),
+        "metrics": lease.info.get("metrics"),
+    }
+
+
+def _daemon(
+    d: DaemonBeat, leader: dict[str, Any] | None, config: SchedulerConfig, now: datetime
+) -> dict[str, Any]:
+    """One daemon (leader or standby) as its heartbeats show it."""
+    return {
+        "holder": d.holder,
+        "role": _role(d.holder, d.heartbeat_at, leader, config, now),
+        "heartbeat_at": iso(d.heartbeat_at),
+        "heartbeat_age_seconds": _seconds(d.heartbeat_at, now),
+        "host": d.info.get("host"),
+        "pid": d.info.get("pid"),
+        "housekeeping_at": _iso(d.housekeeping_at),
+        "housekeeping_outcome": d.housekeeping_outcome,
+    }
+
+
+def _housekeeping(beats: list[DaemonBeat]) -> dict[str, Any] | None:
+    """The newest housekeeping pass, whichever daemon led then (None: none yet)."""
+    passes = [(d.housekeeping_at, d) for d in beats if d.housekeeping_at is not None]
+    if not passes:
+        return None
+    at, by = max(passes, key=lambda p: p[0])
+    return {"at": iso(at), "outcome": by.housekeeping_outcome, "by": by.holder}
+
+
+def _tables(
+    catalog: Catalog,
+    readable: list[Table],
+    now: datetime,
+    replicas: dict[int, list[str]],
+    links_to: dict[int, list[str]],
+    timeline: int,
+) -> list[dict[str, Any]]:
+    """Each readable table: its next roll, rolls in progress, failures, traffic, replicas, links."""
+    store = catalog.store
+    latest = store.latest_roll_attempts()
+    activity = store.table_activity(
+        [t.id for t in readable], now - COMMIT_RATE_WINDOW, now - DEAD_LETTER_WINDOW
+    )
     tables = []
     for table in readable:
-        names[table.id] = str(table.name)
         traffic = activity[table.id]
         parts = store.list_partitions(table.id, [PartitionState.STREAMING, PartitionState.ROLLING])
         rolls = {r.partition_id: r for r in store.list_rolls(table.id, unfinished=True)}
         streaming = [p for p in parts if p.state is PartitionState.STREAMING]
         due = sorted((due_time(table, p), p) for p in streaming)
         last = latest.get(table.id)
-        failing = last is not None and last.outcome is RollOutcome.FAILED
-        next_roll = due[0][0] if due else None
-        if failing and last is not None and last.retry_at is not None:
-            next_roll = last.retry_at if next_roll is None else max(next_roll, last.retry_at)
-        for r in rolls.values():  # in progress, or resumed once its lease lapses
-            resume = max(now, r.lease_until or now)
-            next_roll = resume if next_roll is None else min(next_roll, resume)
+        failed = last if last is not None and last.outcome is RollOutcome.FAILED else None
         tables.append(
             {
                 "table": str(table.name),
@@ -184,24 +216,14 @@ def _one(
                 "roll_every": format_duration(table.roll_every),
                 "lateness": format_duration(table.lateness),
                 "open_partitions": [iso(p.value) for p in streaming],
-                "next_roll": _iso(next_roll),
+                "next_roll": _iso(_next_roll(due[0][0] if due else None, failed, rolls.values(), now)),
                 "next_partition": iso(due[0][1].value) if due else None,
                 "overdue_seconds": round(max(0.0, (now - due[0][0]).total_seconds()), 3) if due else 0.0,
-                "rolling": [
-                    {
-                        "partition": iso(p.value),
-                        "roll": rolls[p.id].id if p.id in rolls else None,
-                        "step": rolls[p.id].state.value if p.id in rolls else None,
-                        "owner": rolls[p.id].owner if p.id in rolls else None,
-                        "lease_until": _iso(rolls[p.id].lease_until) if p.id in rolls else None,
-                    }
-                    for p in parts
-                    if p.state is PartitionState.ROLLING
-                ],
-                "failures": last.failures if failing and last is not None else 0,
-                "last_error": last.error if failing and last is not None else None,
-                "retry_at": _iso(last.retry_at) if failing and last is not None else None,
-                "failed_partition": _iso(last.partition_value) if failing and last is not None else None,
+                "rolling": [_rolling(p, rolls.get(p.id)) for p in parts if p.state is PartitionState.ROLLING],
+                "failures": failed.failures if failed is not None else 0,
+                "last_error": failed.error if failed is not None else None,
+                "retry_at": _iso(failed.retry_at) if failed is not None else None,
+                "failed_partition": _iso(failed.partition_value) if failed is not None else None,
                 "newest_commit": _iso(traffic.newest_commit),
                 "freshness_seconds": _seconds(traffic.newest_commit, now),
                 "commits_per_minute": round(
@@ -222,7 +244,37 @@ def _one(
         )
         if timeline:
             tables[-1]["partitions"] = _timeline(store, table, now, timeline, replicas.get(table.id, []))
-    recent = [
+    return tables
+
+
+def _next_roll(
+    due: datetime | None, failed: RollAttempt | None, rolls: Iterable[Roll], now: datetime
+) -> datetime | None:
+    """When the table's next roll starts: its first due partition's time, not before a failed
+    roll's retry time; sooner if a roll is in progress, or resumes once its lease lapses."""
+    next_roll = due
+    if failed is not None and failed.retry_at is not None:
+        next_roll = failed.retry_at if next_roll is None else max(next_roll, failed.retry_at)
+    for r in rolls:  # in progress, or resumed once its lease lapses
+        resume = max(now, r.lease_until or now)
+        next_roll = resume if next_roll is None else min(next_roll, resume)
+    return next_roll
+
+
+def _rolling(p: Partition, roll: Roll | None) -> dict[str, Any]:
+    """A partition being rolled, and its roll's step and owner (if its roll was found)."""
+    return {
+        "partition": iso(p.value),
+        "roll": roll.id if roll is not None else None,
+        "step": roll.state.value if roll is not None else None,
+        "owner": roll.owner if roll is not None else None,
+        "lease_until": _iso(roll.lease_until) if roll is not None else None,
+    }
+
+
+def _recent_rolls(store: Any, names: dict[int, str], limit: int, filtered: bool) -> list[dict[str, Any]]:
+    """The newest roll attempts (``filtered``: of the readable tables, ``names``, only)."""
+    return [
         {
             "table": names.get(a.table_id, f"#{a.table_id}"),
             "metastore": store.name,
@@ -239,22 +291,9 @@ def _one(
             "retry_at": _iso(a.retry_at),
         }
         # filtered: a reader sees the attempts of its tables only (up to ``limit`` of the newest)
-        for a in store.list_roll_attempts(limit=limit if may_read is None else 10 * limit)
-        if may_read is None or a.table_id in names
+        for a in store.list_roll_attempts(limit=10 * limit if filtered else limit)
+        if not filtered or a.table_id in names
     ][:limit]
-    links = [
-        {"link": str(link.name), "source": str(link.source), "mode": link.mode.value}
-        for link in all_links
-        if readable_ns(link.name.namespace)
-    ]
-    return {
-        "leader": leader,
-        "daemons": daemons,
-        "housekeeping": housekeeping,
-        "tables": tables,
-        "links": links,
-        "recent_rolls": recent,
-    }
 
 
 def _main_table(table: Table) -> str | None:
