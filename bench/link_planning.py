@@ -120,7 +120,7 @@ def build_source(catalog: Any, files: int, rolled: int, files_per_chunk: int) ->
                 bar.advance(task, n)
             if p < rolled:
                 roller.roll_table(table, force=True)
-    link = catalog.create_link(
+    link = catalog.links.create(
         LinkSpec(name=TableName.parse(LINK), source=TableName.parse(SOURCE), include_streaming=True)
     )
     return {"table": table, "link": link, "rows": next_id}

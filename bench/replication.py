@@ -95,7 +95,7 @@ def run(scale: dict[str, Any]) -> BenchResult:
             (tmp / name).mkdir()
         catalog = Catalog.open(tmp / "warehouse")
         for name in ("c1", "c2"):
-            catalog.add_cluster(name, str(tmp / name), "local[2]")
+            catalog.clusters.add(name, str(tmp / name), "local[2]")
         table = catalog.create_table(
             TableSpec(
                 name=TableName.parse("bench.copies"),
@@ -115,15 +115,15 @@ def run(scale: dict[str, Any]) -> BenchResult:
         total = sum(f.size for f in files)
         ours, plain, synced = [], [], []
         for i in range(reps):
-            replica = catalog.replica(table, "c2")
+            replica = catalog.replicas.get(table, "c2")
             os.sync()  # every run starts with no dirty pages to write back (the build left many)
             t0 = time.perf_counter()
             copied = Replicator(catalog).copy(table, partition, replica)
             ours.append(time.perf_counter() - t0)
             if copied is None or copied.bytes != total:
                 result.notes.append(f"run {i}: the copy did not copy the partition ({copied})")
-            catalog.drop_replica(table, "c2")
-            catalog.add_replica(table, "c2")
+            catalog.replicas.drop(table, "c2")
+            catalog.replicas.add(table, "c2")
             os.sync()
             plain.append(_plain_copy(paths, tmp / f"plain-{i}", fsync=False))
             os.sync()

@@ -72,7 +72,7 @@ def run(scale: dict[str, Any]) -> BenchResult:
         routed = direct = None
         try:
             routed = Catalog.open(tmp / "warehouse", primary_url)
-            routed.add_metastore("m1", m_url, "read-write-create", prefix="fed_")
+            routed.federation.add("m1", m_url, "read-write-create", prefix="fed_")
             table = create_table(routed, TABLE)
             if table.metastore != "m1":
                 result.notes.append(f"check failed: the table landed in {table.metastore}, not m1")

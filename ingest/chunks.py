@@ -202,7 +202,7 @@ class ChunkWriter:
 
     def __post_init__(self) -> None:
         # The table's own metastore (its ids are that one's), if its access type lets it be written.
-        self.catalog = self.catalog.for_write(self.table)
+        self.catalog = self.catalog.home(self.table, write=True)
 
     @property
     def store(self) -> Any:
@@ -234,7 +234,7 @@ class ChunkWriter:
         if found.metastore == self.table.metastore and found.id == self.table.id:
             return False
         self.table = found
-        self.catalog = self.catalog.for_write(found)
+        self.catalog = self.catalog.home(found, write=True)
         return True
 
     # -- reserve / write -------------------------------------------------------------------

@@ -126,8 +126,8 @@ def replica_info(
 def link_info(link: Link, *, dangling: bool) -> dict[str, Any]:
     """A link's own settings, as ``link describe --json`` and ``table describe --json`` show them.
 
-    ``dangling``: its source was dropped, as :meth:`Catalog.is_dangling` tells (the link's row alone
-    cannot: a source in another metastore has no row id here, dropped or not).
+    ``dangling``: its source was dropped, as ``catalog.links.is_dangling`` tells (the link's row
+    alone cannot: a source in another metastore has no row id here, dropped or not).
     """
     return {
         "name": str(link.name),

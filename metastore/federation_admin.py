@@ -1,8 +1,8 @@
 """The federation's administration: register, list, probe, alter and remove metastores, route namespaces.
 
 What ``streampart federation …`` (and its HTTP twin) does, over the registry and the route table
-in the primary. Routing itself is the :class:`~metastore.router.Router`'s; the catalog exposes
-these as ``catalog.add_metastore`` and the like.
+in the primary. Routing itself is the :class:`~metastore.router.Router`'s; a catalog reaches
+this as ``catalog.federation`` (``catalog.federation.add(…)``, ``.route(…)`` and the like).
 """
 
 from __future__ import annotations

@@ -71,8 +71,8 @@ def check_table(catalog: Catalog, table: Table) -> list[Problem]:
     name = str(table.name)
     wh = catalog.warehouse
     problems: list[Problem] = []
-    recorded = catalog.of(table).store.newest_version(table.id)  # before the log: see Catalog.load
-    committed = catalog.of(table).store.committed_at(table.id, since=last_checkpoint_version(table))
+    recorded = catalog.home(table).store.newest_version(table.id)  # before the log: see Catalog.load
+    committed = catalog.home(table).store.committed_at(table.id, since=last_checkpoint_version(table))
     problems += _log_files(wh, table)
     problems += _recorded_commits(wh, table, committed, {p.version for p in problems})
     try:
@@ -101,7 +101,7 @@ def check_table(catalog: Catalog, table: Table) -> list[Problem]:
     live_paths = {f.path for f in files}
     for f in files:
         live_rows[f.partition] = live_rows.get(f.partition, 0) + f.rows
-    for p in catalog.of(table).store.list_partitions(table.id, [PartitionState.STANDARD]):
+    for p in catalog.partitions(table, [PartitionState.STANDARD]):
         directory = Path(table.location) / partition_dir(table, p.value)
         where = f"standard partition {iso(p.value)}"
         if not (directory / SUCCESS_MARKER).is_file():
@@ -129,7 +129,7 @@ def check_table(catalog: Catalog, table: Table) -> list[Problem]:
                         path=path,
                     )
                 )
-    for replica in catalog.replicas(table):
+    for replica in catalog.replicas.list(table):
         problems += _replica_problems(catalog, table, replica, files)
     return problems
 
@@ -147,7 +147,7 @@ def _replica_problems(catalog: Catalog, table: Table, replica: Replica, primary:
     except TableIntegrityError as exc:
         return [Problem(name, "replica_unreadable", f"replica on {replica.cluster}: {exc}; {redo}")]
     problems = []
-    copies = catalog.of(table).store.list_copies(table.id, replica.cluster, CopyState.PRESENT)
+    copies = catalog.home(table).store.list_copies(table.id, replica.cluster, CopyState.PRESENT)
     present = {c.partition_value for c in copies}
     by_value = {c.partition_value: c for c in copies}
     theirs: dict[Any, set[str]] = {}
@@ -199,7 +199,7 @@ _NEVER_COMMITTED = (ChunkState.RESERVED, ChunkState.ABORTED, ChunkState.EXPIRED)
 
 def _log_ahead(catalog: Catalog, table: Table, recorded: int, latest: int) -> list[Problem]:
     """Commits after the metastore's newest recorded one that it cannot account for (see above)."""
-    store = catalog.of(table).store
+    store = catalog.home(table).store
     unknown: list[str] = []
     for version in range(recorded + 1, latest + 1):
         try:
@@ -329,7 +329,7 @@ def _made_absent(catalog: Catalog, table: Table, copy: PartitionCopy, problem: P
     """Make a present copy whose file changed absent on its secondary (queries stop reading it there,
     and the next copy pass copies it again); ``problem`` says so, or how to copy it by hand."""
     try:
-        catalog.of(table).store.invalidate_copy(copy, problem.message)
+        catalog.home(table).store.invalidate_copy(copy, problem.message)
     except StreampartError as exc:
         return replace(problem, message=f"{problem.message}; {redo} (it could not be made absent: {exc})")
     return replace(

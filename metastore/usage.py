@@ -38,7 +38,7 @@ def holding(name: str, kind: str, version: int, files: Iterable[LiveFile]) -> Ho
 
 def namespace_usage(catalog: Catalog, namespace: str, now: datetime | None = None) -> Usage:
     """The usage of ``namespace`` (NotFoundError if it does not exist)."""
-    home = catalog.routed(namespace).store
+    home = catalog.home(namespace).store
     ns = home.get_namespace(namespace)
     now = now or clock.now()
     usage = Usage(namespace=ns.name, quota_bytes=ns.quota_bytes)
@@ -53,7 +53,7 @@ def namespace_usage(catalog: Catalog, namespace: str, now: datetime | None = Non
         usage.owned.append(holding(str(table.name), table.kind.value, int(dt.version()), live_files(dt)))
     for link in home.list_links(ns.name):
         try:
-            source = catalog.link_source(link)
+            source = catalog.links.source(link)
             dt = catalog.load(source)
             files = link.filter(live_files(dt), source, now)
         except StreampartError as exc:  # a dangling or damaged source stops only its own figure

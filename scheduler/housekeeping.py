@@ -119,7 +119,7 @@ class Housekeeper:
                 if gone:
                     report.log_files_removed[str(table.name)] = gone
                 report.chunks_pruned += self.prune(table, now)
-                if self.catalog.replicas(table):
+                if self.catalog.replicas.list(table):
                     verified, damaged = scrub(self.catalog, table, now - SCRUB_EVERY, SCRUB_COPIES)
                     report.replicas_verified += verified
                     report.replicas_damaged += [d.error for d in damaged]

@@ -189,9 +189,9 @@ class Replicator:
         a full or unmounted disk — is most likely shared); other clusters go on.
         """
         report = ReplicationReport()
-        replicas = self.catalog.replicas(table)
+        replicas = self.catalog.replicas.list(table)
         if clusters is not None:
-            replicas = [self.catalog.replica(table, c) for c in clusters]
+            replicas = [self.catalog.replicas.get(table, c) for c in clusters]
         for replica in replicas:
             for partition in self.pending(table, replica, within, include_waiting=include_waiting):
                 try:
@@ -500,9 +500,9 @@ def scrub(
     made before digests were recorded is compared with the primary's files, and its digests
     recorded. Returns how many copies were verified, and what was found.
     """
-    store = catalog.of(table).store
+    store = catalog.home(table).store
     verified_before = verified_before or clock.now() - timedelta(days=1)
-    replicas = {r.cluster: r for r in catalog.replicas(table)}
+    replicas = {r.cluster: r for r in catalog.replicas.list(table)}
     checked, found = 0, []
     for copy in store.copies_to_verify(table.id, verified_before, limit):
         replica = replicas.get(copy.cluster)
@@ -556,7 +556,7 @@ def backlog(catalog: Catalog, table: Table, now: datetime | None = None) -> dict
     """Per secondary of ``table``: how long its oldest missing standard partition has been rolled
     (seconds; 0 when none is missing), and how many are missing."""
     now = now or clock.now()
-    replicas = catalog.replicas(table)
+    replicas = catalog.replicas.list(table)
     if not replicas:
         return {}
     standard = catalog.store.list_partitions(table.id, [PartitionState.STANDARD])

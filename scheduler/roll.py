@@ -169,7 +169,7 @@ class Roller:
         read and write that metastore, never the primary (where the same id is another table).
         FederationAccessError if the metastore's access type does not let the table be written.
         """
-        home = self.catalog.for_write(table)
+        home = self.catalog.home(table, write=True)
         return None if home is self.catalog else replace(self, catalog=home)
 
     def roll_table(self, table: Table, now: datetime | None = None, force: bool = False) -> list[RollResult]:

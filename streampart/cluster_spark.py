@@ -28,7 +28,7 @@ class ClusterSpark:
 
     def config(self, table: Table) -> SparkConfig:
         """The Spark settings of jobs on ``table``'s cluster."""
-        return self.settings.spark_for(self.catalog.cluster(table.cluster))
+        return self.settings.spark_for(self.catalog.clusters.get(table.cluster))
 
     def __call__(self, table: Table) -> SparkSession:
         """The process's session, started on ``table``'s cluster on first use.

@@ -55,10 +55,10 @@ def _partitions(console: Console, catalog: Catalog, name: TableName) -> None:
 def _drop(catalog: Catalog, name: TableName) -> None:
     """Drop a demo table and its dead-letter table, if they exist (and the demo's links to them)."""
     for each in (name, companion_name(name, TableKind.DEAD_LETTER)):
-        existing = catalog.routed(each.namespace).store.find_table(each)
+        existing = catalog.find_table(each)
         if existing is not None:
-            for link in catalog.links_to(existing).merged():
-                catalog.routed(link.name.namespace).store.drop_link(link)
+            for link in catalog.links.to(existing).merged():
+                catalog.home(link.name.namespace).store.drop_link(link)
             catalog.drop_table(existing)
 
 
@@ -71,12 +71,12 @@ def run_links_demo(catalog: Catalog, console: Console, spark: Any) -> None:
     from streampart.query import run_sql
 
     link_name = TableName(namespace=REPORTS, table="events")
-    found = catalog.routed(REPORTS).store.find_link(link_name)
+    found = catalog.links.find(link_name)
     if found is not None:
-        catalog.drop_link(found)
-    if catalog.routed(REPORTS).store.find_namespace(REPORTS) is None:
-        catalog.create_namespace(REPORTS, isolated=True, description="the reporting team (demo)")
-    catalog.create_link(LinkSpec(name=link_name, source=DEMO))
+        catalog.links.drop(found)
+    if catalog.namespaces.find(REPORTS) is None:
+        catalog.namespaces.create(REPORTS, isolated=True, description="the reporting team (demo)")
+    catalog.links.create(LinkSpec(name=link_name, source=DEMO))
     console.print(
         f"15. namespace {REPORTS} (isolated) links {DEMO} as {link_name}: a dynamic link, which shows "
         "each partition of demo.events from the roll that makes it standard; nothing is copied"
@@ -106,12 +106,12 @@ def run_clusters_demo(catalog: Catalog, console: Console) -> None:
     from scheduler.replication import Replicator
 
     _drop(catalog, CLUSTERS_DEMO)
-    registered = {c.name for c in catalog.clusters()}
+    registered = {c.name for c in catalog.clusters.list()}
     for name in ("dc1", "dc2"):  # two storage roots (in a deployment: two data centres' file systems)
         storage = catalog.warehouse.root / "_demo_clusters" / name
         storage.mkdir(parents=True, exist_ok=True)
         if name not in registered:
-            catalog.add_cluster(name, str(storage), "local[2]")
+            catalog.clusters.add(name, str(storage), "local[2]")
     table = catalog.create_table(
         TableSpec(
             name=CLUSTERS_DEMO,
@@ -129,7 +129,7 @@ def run_clusters_demo(catalog: Catalog, console: Console) -> None:
     writer.write(_records(0, 2000, datetime.now(UTC)), Format.JSONL, key="orders-0")
     Roller(catalog).roll_table(table, force=True)
     [copied] = Replicator(catalog).replicate(table).copied
-    rows = replica_table(table, catalog.replica(table, "dc2"))
+    rows = replica_table(table, catalog.replicas.get(table, "dc2"))
     from deltalake import DeltaTable
 
     on_dc2 = DeltaTable(rows.location).to_pyarrow_table(columns=["id"]).num_rows
@@ -277,7 +277,7 @@ def _demo_table(catalog: Catalog, console: Console, fresh: bool) -> Table:
     """Step 1: demo.events, made anew (``fresh``) or found from an earlier run."""
     if fresh:
         _drop(catalog, DEMO)
-    if catalog.routed(DEMO.namespace).store.find_table(DEMO) is None:
+    if catalog.find_table(DEMO) is None:
         catalog.create_table(
             TableSpec(
                 name=DEMO,

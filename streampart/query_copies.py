@@ -81,9 +81,9 @@ def locate(catalog: Catalog, refs: Iterable[TableRef]) -> dict[TableRef, Located
     for ref, (resolved, snap) in pin_snapshots(catalog, refs, check=False).items():
         table = resolved.table
         if identity(table) not in found:
-            states = {p.value: p.state for p in catalog.of(table).store.list_partitions(table.id)}
-            replicas = catalog.replicas(table)
-            present = {r.cluster: catalog.present_on(table, r.cluster) for r in replicas}
+            states = {p.value: p.state for p in catalog.partitions(table)}
+            replicas = catalog.replicas.list(table)
+            present = {r.cluster: catalog.replicas.present_on(table, r.cluster) for r in replicas}
             found[identity(table)] = (states, replicas, present)
         states, replicas, present = found[identity(table)]
         read = tuple(sorted({f.partition for f in snap.files}))

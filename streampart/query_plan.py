@@ -88,9 +88,9 @@ def plan(
     """
     session = split_use(sql, namespace, cluster)
     if session.namespace is not None:
-        catalog.namespace(session.namespace)
+        catalog.namespaces.get(session.namespace)
     if session.cluster is not None:
-        catalog.cluster(session.cluster)  # an unknown cluster: NotFoundError
+        catalog.clusters.get(session.cluster)  # an unknown cluster: NotFoundError
     prepared = prepare(session.sql, catalog_resolver(catalog, session.namespace))
     name, table = (None, None)
     if prepared.output is not None:

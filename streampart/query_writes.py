@@ -322,7 +322,7 @@ def create_table_as(
         return catalog.create_table(spec, create_namespace=create_namespace, first_chunk=(key, config.ttl))
     except AlreadyExistsError:
         table = catalog.table(spec.name)
-        if catalog.of(table).store.find_chunk_by_key(table.id, key) is None:
+        if catalog.home(table).store.find_chunk_by_key(table.id, key) is None:
             raise _exists(spec.name) from None
         return table  # made by an earlier run of this statement: finish or answer it
 
@@ -364,7 +364,7 @@ def write_result(
     if output.create:
         spec = table_spec(name, given, output.properties, cluster)
         if table is not None:  # made by an earlier run under this key, or a clash
-            if catalog.of(table).store.find_chunk_by_key(table.id, key) is None:
+            if catalog.home(table).store.find_chunk_by_key(table.id, key) is None:
                 raise _exists(name)
             check_fits("CREATE TABLE", table, given)
     else:

@@ -71,7 +71,7 @@ def refuse_unreadable(
     asked = ref.namespace or namespace
     if asked is None or ref.via is not None:  # a link of the session's namespace: checked once resolved
         return
-    asked = catalog.namespace_named(asked)
+    asked = catalog.namespaces.named(asked)
     if not may_read(asked):
         raise QueryRefusedError(f"{who} may not read namespace {asked!r} (needs read:{asked})")
 
@@ -84,7 +84,7 @@ def _readable(catalog: Catalog, may_read: Callable[[str], bool]) -> list[tuple[s
     ]
     for link in catalog.router.fan_out(lambda store: store.list_links()).merged():
         name: TableName = link.name
-        if may_read(name.namespace) and not catalog.is_dangling(link):
+        if may_read(name.namespace) and not catalog.links.is_dangling(link):
             out.append((name.namespace, name.table, "link"))
     return out
 

@@ -252,7 +252,7 @@ class SqlGate:
 
     def _namespace(self, namespace: str, may_read: Callable[[str], bool]) -> str:
         """``USE namespace``: a namespace the client may read (as it is named in the catalog)."""
-        name = self.catalog.namespace_named(check_namespace(namespace))
+        name = self.catalog.namespaces.named(check_namespace(namespace))
         if not may_read(name):
             raise QueryRefusedError(f"the token may not read namespace {name!r} (needs read:{name})")
         return name

@@ -32,7 +32,7 @@ def mixed_federation(source: str, tmp_path: Path) -> Iterator[Catalog]:
     m2 = scratch_schema_url("sp_move") if source == "sqlite" else f"sqlite:///{tmp_path / 'm2.sqlite'}"
     catalog = Catalog.open(tmp_path / "warehouse", primary_url)
     try:
-        catalog.add_metastore("m2", m2, "read-write-create")
+        catalog.federation.add("m2", m2, "read-write-create")
         yield catalog
     finally:
         catalog.close()
@@ -84,15 +84,15 @@ def federate(catalog: Catalog, tmp_path: Path) -> list[str]:
     made = [scratch_schema_url("sp_fed"), scratch_schema_url("sp_fed")]
     urls = {"m1": made[0], "m2": made[1], "m3": f"sqlite:///{tmp_path / 'm3.sqlite'}"}
     for name, url in urls.items():
-        catalog.add_metastore(name, url, "read-write-create", prefix=FEDERATED_PREFIXES.get(name))
+        catalog.federation.add(name, url, "read-write-create", prefix=FEDERATED_PREFIXES.get(name))
     for namespace, name in FEDERATED_ROUTES.items():
-        catalog.set_route(namespace, name)
+        catalog.federation.set_route(namespace, name)
     return made
 
 
 def home(catalog: Catalog, namespace: str = "ns") -> Metastore:
     """The metastore ``namespace`` lives in, as ``catalog``'s router places it (its primary, unfederated)."""
-    return catalog.routed(namespace).store
+    return catalog.home(namespace).store
 
 
 @pytest.fixture

@@ -36,7 +36,7 @@ def env(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_namespace_move_answers_and_refusals(tmp_path: Path) -> None:
     wh, primary = tmp_path / "wh", f"sqlite:///{tmp_path / 'primary.sqlite'}"
     catalog = Catalog.open(wh, primary)
-    catalog.add_metastore("m2", f"sqlite:///{tmp_path / 'm2.sqlite'}", "read-write-create")
+    catalog.federation.add("m2", f"sqlite:///{tmp_path / 'm2.sqlite'}", "read-write-create")
     make_table(catalog, "shop.orders", dead_letter=True)
     catalog.close()
     refusals = [

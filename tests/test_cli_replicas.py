@@ -77,7 +77,7 @@ def test_a_table_on_clusters_from_the_command_line(wh: Path, tmp_path: Path) -> 
     catalog = Catalog.open(wh)
     try:
         table = catalog.table("ns.t")
-        assert sorted(all_ids(replica_table(table, catalog.replica(table, "c2")))) == list(range(10))
+        assert sorted(all_ids(replica_table(table, catalog.replicas.get(table, "c2")))) == list(range(10))
     finally:
         catalog.close()
     code, out = _cli(wh, "cluster", "describe", "c2", "--json")

@@ -76,7 +76,7 @@ class Writer:
 def _standard(catalog: Catalog, table: Table) -> int:
     """The table's standard partitions (-1 while its metastore does not answer this process)."""
     try:
-        return len(catalog.of(table).store.list_partitions(table.id, [PartitionState.STANDARD]))
+        return len(catalog.partitions(table, [PartitionState.STANDARD]))
     except MetastoreUnavailableError:
         return -1
 
@@ -96,11 +96,11 @@ def test_a_dead_metastore_stops_only_its_namespaces_and_everything_resumes_when_
 ) -> None:
     dead_db = f"m_dead_{uuid.uuid4().hex[:8]}"
     dead_url = private_pg.create_database(dead_db)
-    catalog.add_metastore("m_dead", dead_url, "read-write-create")
-    catalog.add_metastore("m3", f"sqlite:///{tmp_path / 'm3.sqlite'}", "read-write-create")
+    catalog.federation.add("m_dead", dead_url, "read-write-create")
+    catalog.federation.add("m3", f"sqlite:///{tmp_path / 'm3.sqlite'}", "read-write-create")
     tables: dict[str, Table] = {}
     for ns, home in NAMESPACES.items():
-        catalog.create_namespace(ns, metastore=home)
+        catalog.namespaces.create(ns, metastore=home)
         tables[ns] = make_table(catalog, f"{ns}.t", roll_every="2s")
         assert tables[ns].metastore == home
     stop = tmp_path / "stop-writers"

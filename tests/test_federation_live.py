@@ -60,7 +60,7 @@ def processes(metastore_url: str, tmp_path: Path) -> Iterator[tuple[Catalog, Ser
     """The test's catalog, a running server and a running roll daemon, all on the same primary."""
     wh = tmp_path / "warehouse"
     catalog = Catalog.open(wh, metastore_url, refresh_s=0)
-    catalog.add_metastore("m1", f"sqlite:///{tmp_path / 'm1.sqlite'}", "read-write-create")
+    catalog.federation.add("m1", f"sqlite:///{tmp_path / 'm1.sqlite'}", "read-write-create")
     make_table(catalog, "ns.events")
     server = Server(wh, metastore_url, tmp_path, env_extra=dict(REFRESH))
     server.admin = server.token("admin", "admin:*")
@@ -121,7 +121,7 @@ def test_route_registry_and_access_changes_reach_a_running_server_and_daemon(
     m1 = Metastore(f"sqlite:///{tmp_path / 'm1.sqlite'}")
 
     # (a) a route change: web is in both the primary and m1, told apart by their descriptions
-    catalog.create_namespace("web", description="in the primary")
+    catalog.namespaces.create("web", description="in the primary")
     m1.create_namespace("web", description="in m1")
     assert http.get("/v1/namespaces/web").json()["description"] == "in the primary"
     _cli(catalog, "federation", "route", "web", "--to", "m1")

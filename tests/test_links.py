@@ -40,7 +40,7 @@ FEDERATED = pytest.mark.parametrize("sqlite_catalog", ["single", "federated"], i
 
 
 def link(catalog: Catalog, name: str, to: str, **kw: object) -> None:
-    catalog.create_link(LinkSpec(name=TableName.parse(name), source=TableName.parse(to), **kw))
+    catalog.links.create(LinkSpec(name=TableName.parse(name), source=TableName.parse(to), **kw))
 
 
 def ids_at(location: str, version: int, standard_only: bool) -> list[int]:
@@ -74,7 +74,7 @@ def test_a_dynamic_link_shows_a_partition_from_the_version_that_swept_it(spark, 
     for k in range(3):
         w.write(records(range(k * 10, k * 10 + 10)), Format.JSONL, key=f"before-{k}")
     Roller(cat).roll_table(source, force=True)
-    [rolled] = cat.of(source).store.list_rolls(source.id)
+    [rolled] = cat.home(source).store.list_rolls(source.id)
     for k in range(2):
         w.write(records(range(100 + k * 10, 110 + k * 10)), Format.JSONL, key=f"after-{k}")
     newest = int(cat.load(source).version())
@@ -178,12 +178,12 @@ def test_static_links_retention_and_partitions_added_and_dropped(spark, sqlite_c
             w.write(records(range(k * 10, k * 10 + 10)), Format.JSONL, key=f"p{k}")
         with clock.use(at(start + (k + 1) * hour)):
             roller.roll_table(source)
-    parts = [p.value for p in cat.of(source).store.list_partitions(source.id)]
+    parts = [p.value for p in cat.partitions(source)]
     assert [p.hour for p in parts] == [10, 11, 12, 13]
     link(cat, "a.st", "b.t", mode=LinkMode.STATIC, partitions=(parts[0], parts[2], parts[3]))
     assert ids(read_table(spark, cat, "a.st")) == list(range(10)) + list(range(20, 30))  # 13:00 streams
-    cat.set_link_partitions(
-        cat.routed("a").store.get_link(TableName.parse("a.st")), add=[parts[1]], drop=[parts[0]]
+    cat.links.set_partitions(
+        cat.home("a").store.get_link(TableName.parse("a.st")), add=[parts[1]], drop=[parts[0]]
     )
     assert ids(read_table(spark, cat, "a.st")) == list(range(10, 30))
     # retention 90 minutes: at 13:01 the partitions that ended after 11:31 show (11:00 and 12:00)
@@ -201,7 +201,7 @@ def test_an_isolated_namespace_reads_its_own_tables_and_links_only(spark, sqlite
     ChunkWriter(cat, b).write(records(range(5)), Format.JSONL, key="x")
     own = make_table(cat, "a.own")
     ChunkWriter(cat, own).write(records(range(100, 103)), Format.JSONL, key="y")
-    cat.create_namespace("iso", isolated=True)
+    cat.namespaces.create("iso", isolated=True)
     make_table(cat, "iso.mine")
     link(cat, "iso.l", "b.t", include_streaming=True)
     with pytest.raises(IsolationError, match=r"namespace iso is isolated.*link create iso\.t --to b\.t"):

@@ -56,7 +56,7 @@ def whole_in_one_metastore(catalog: Catalog, home: str) -> None:
     """The namespace is wholly in ``home``, which its route names, and nothing of it elsewhere shows."""
     catalog.router.refresh(force=True)
     assert catalog.router.metastore_of("shop") == home
-    there = catalog.routed("shop").store
+    there = catalog.home("shop").store
     assert sorted(str(t.name) for t in there.list_tables() if t.name.namespace == "shop") == [
         "shop.orders", "shop.orders__dead_letter"
     ]  # fmt: skip
@@ -105,8 +105,8 @@ def setup_namespace(catalog: Catalog) -> tuple[Table, Table]:
     """``shop.orders`` (with its dead-letter table), ``other.src``, and a link each way."""
     table = make_table(catalog, "shop.orders", dead_letter=True)
     src = make_table(catalog, "other.src")
-    catalog.create_link(LinkSpec(name=TableName.parse("shop.src"), source=src.name))
-    catalog.create_link(LinkSpec(name=TableName.parse("other.orders"), source=table.name))
+    catalog.links.create(LinkSpec(name=TableName.parse("shop.src"), source=src.name))
+    catalog.links.create(LinkSpec(name=TableName.parse("other.orders"), source=table.name))
     ChunkWriter(catalog, src).write(records(range(5)), Format.JSONL, key="src-0")
     return table, src
 
@@ -139,7 +139,7 @@ def stop_and_check(
     whole_in_one_metastore(catalog, final)
     other = "m2" if final == PRIMARY else PRIMARY
     assert not catalog.on(other).store.holds_namespace("shop")
-    assert catalog.primary.list_moves() == [] and catalog.namespace("shop").moving_to is None
+    assert catalog.primary.list_moves() == [] and catalog.namespaces.get("shop").moving_to is None
     # every acknowledged chunk exactly once (delta-rs reads the table), with its id and key there
     moved = catalog.table("shop.orders")
     assert moved.metastore == final and moved.uid == table.uid and moved.location == table.location
@@ -151,7 +151,7 @@ def stop_and_check(
         chunk = store.find_chunk_by_key(moved.id, a["token"])
         assert chunk is not None and chunk.id == a["chunk"] and chunk.state is ChunkState.COMMITTED
     # the links out of the namespace and into it still resolve
-    assert catalog.link_source(catalog.resolve("shop.src").link).uid == src.uid  # type: ignore[arg-type]
+    assert catalog.links.source(catalog.resolve("shop.src").link).uid == src.uid  # type: ignore[arg-type]
     assert catalog.resolve("other.orders").table.metastore == final
     assert sorted(all_ids(catalog.resolve("other.orders").table)) == sorted(ids)
 

@@ -208,9 +208,9 @@ def test_tables_of_several_metastores_are_never_taken_for_one_another(spark, tmp
 
     cat = Catalog.open(tmp_path / "warehouse", f"sqlite:///{tmp_path / 'primary.sqlite'}")
     for name in ("m1", "m2"):
-        cat.add_metastore(name, f"sqlite:///{tmp_path / name}.sqlite", "read-write-create")
-    cat.set_route("sales", "m1")
-    cat.set_route("sales_eu", "m2")
+        cat.federation.add(name, f"sqlite:///{tmp_path / name}.sqlite", "read-write-create")
+    cat.federation.set_route("sales", "m1")
+    cat.federation.set_route("sales_eu", "m2")
     counts = {"shop.orders": 12, "sales.orders": 4, "sales_eu.orders": 2}
     for name, n in counts.items():
         table = make_table(cat, name)

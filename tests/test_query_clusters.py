@@ -61,7 +61,7 @@ def seed(catalog: Catalog, tmp_path: Path) -> Catalog:
     """The seed's world: T11, T12 on C1, T21 on C2, T31 on C3; T11 replicated whole to C2."""
     for name in ("C1", "C2", "C3"):
         (tmp_path / name).mkdir()
-        catalog.add_cluster(name, str(tmp_path / name), "local[2]")
+        catalog.clusters.add(name, str(tmp_path / name), "local[2]")
     for name, cluster, first in (
         ("ns.t11", "C1", 0),
         ("ns.t12", "C1", 100),

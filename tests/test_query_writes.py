@@ -220,7 +220,7 @@ def test_other_statements_stay_refused(spark, source: Catalog) -> None:
 def test_writes_follow_the_rules_of_links_companions_and_isolation(spark, catalog: Catalog) -> None:
     make_table(catalog, "b.t")
     ChunkWriter(catalog, catalog.table("b.t")).write(records(range(3)), Format.JSONL)
-    catalog.create_link(
+    catalog.links.create(
         LinkSpec(name=TableName.parse("a.l"), source=TableName.parse("b.t"), include_streaming=True)
     )
     make_table(catalog, "a.own", dead_letter=True)

@@ -70,7 +70,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     make_table(catalog, "shop.events", roll_every="2s")
     quiet = make_table(catalog, "shop.quiet")
     make_table(catalog, "hr.pay")
-    catalog.create_link(
+    catalog.links.create(
         LinkSpec(
             name=TableName.parse("mirror.events"),
             source=TableName.parse("shop.events"),

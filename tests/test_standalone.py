@@ -110,7 +110,7 @@ def test_ingest_and_a_spark_roll_on_the_standalone_cluster(
     # get no --spark-master (spark.master stays local[2]): the table's cluster decides.
     cluster, catalog = spark_standalone, sqlite_catalog
     (tmp_path / "c1").mkdir()
-    catalog.add_cluster("c1", str(tmp_path / "c1"), cluster.url)
+    catalog.clusters.add("c1", str(tmp_path / "c1"), cluster.url)
     table = make_table(catalog, dead_letter=True, cluster="c1")
     assert table.location.startswith(str(tmp_path / "c1"))
     value = catalog.store.streaming_partition(table.id).value
@@ -153,14 +153,14 @@ def test_ingest_and_a_spark_roll_on_the_standalone_cluster(
 
     # and its copy to a secondary, by Spark tasks on the workers (replication engine = spark)
     (tmp_path / "c2").mkdir()
-    catalog.add_cluster("c2", str(tmp_path / "c2"), "local[2]")
-    replica = catalog.add_replica(table, "c2")
+    catalog.clusters.add("c2", str(tmp_path / "c2"), "local[2]")
+    replica = catalog.replicas.add(table, "c2")
     spark_copies = {"STREAMPART_SCHEDULER__REPLICATION__ENGINE": "spark",
                     "STREAMPART_SCHEDULER__REPLICATION__SPARK_MIN_BYTES": "0"}  # fmt: skip
     ok(streampart(catalog, None, "table", "replicate", "ns.events", "--json", env=spark_copies))
     assert apps(cluster) == before + 5
     assert sorted(all_ids(replica_table(table, replica))) == list(range(600))
-    assert catalog.present_on(table, "c2") == {value}
+    assert catalog.replicas.present_on(table, "c2") == {value}
 
 
 @pytest.mark.slow

@@ -118,7 +118,7 @@ def roller(cat: Catalog, args: argparse.Namespace) -> None:
             r = rollers.get(table.metastore)
             if r is None:
                 r = rollers[table.metastore] = Roller(
-                    cat.for_write(table), RollConfig(lease=timedelta(seconds=args.lease))
+                    cat.home(table, write=True), RollConfig(lease=timedelta(seconds=args.lease))
                 )
             for res in r.roll_table(table, force=args.force):
                 say(**res.to_json())

@@ -173,7 +173,7 @@ def _figures(catalog: Catalog, store: Metastore) -> list[NamespaceFigures]:
         linked = 0
         for link in (x for x in links if x.name.namespace == ns.name):
             try:
-                source = catalog.link_source(link)
+                source = catalog.links.source(link)
                 if source.uid not in snapshots:
                     snapshots[source.uid] = live_files(catalog.load(source))
             except StreampartError as exc:  # a dangling or damaged source stops only its own figure

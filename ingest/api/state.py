@@ -124,7 +124,7 @@ class ApiState:
         """The namespace ``namespace`` names in any case (itself when ambiguous: a refusal then must
         not tell which namespaces exist)."""
         try:
-            return self.catalog.namespace_named(namespace)
+            return self.catalog.namespaces.named(namespace)
         except UserInputError:
             return namespace
 
@@ -135,7 +135,7 @@ class ApiState:
             check_namespace(namespace)
         require(who, permission, namespace)
         with blame("namespace"):
-            return self.catalog.namespace(namespace)
+            return self.catalog.namespaces.get(namespace)
 
     def link_of(self, who: Principal, permission: Permission, namespace: str, name: str) -> Link:
         """The link ``namespace.name`` named in the path, once ``who`` may use it so."""
@@ -146,10 +146,9 @@ class ApiState:
         require(who, permission, namespace)
         qualified = TableName(namespace=namespace, table=name)
         with blame("name"):
-            home = self.catalog.routed(namespace).store
-            link = home.find_link(qualified)
+            link = self.catalog.links.find(qualified)
             if link is None:
-                if home.find_table(qualified) is not None:
+                if self.catalog.find_table(qualified) is not None:
                     raise NotFoundError(
                         f"{qualified} is a table, not a link (see GET /v1/tables/{namespace}/{name})"
                     )
@@ -173,7 +172,7 @@ class ApiState:
             with blame("id"):
                 table = self.lookups.table(name)
             try:
-                chunk = self.catalog.of(table).store.get_chunk(chunk_id)
+                chunk = self.catalog.home(table).store.get_chunk(chunk_id)
             except NotFoundError:
                 chunk = None  # gone, or its table moved or was re-created since: see below
             if chunk is not None and chunk.table_id == table.id:

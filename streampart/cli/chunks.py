@@ -96,7 +96,7 @@ def chunk_list(
             f"the chunks are {resolved.table.name}'s (streampart chunk list {resolved.table.name})"
         )
     table = resolved.table
-    chunks = catalog.of(table).store.list_chunks(table.id, states, limit=limit, newest_first=True)
+    chunks = catalog.home(table).store.list_chunks(table.id, states, limit=limit, newest_first=True)
     times: dict[int, Any] = {}
     cli.output.result([chunk_json(catalog, table, c, times) for c in chunks], _print_list)
 

@@ -57,7 +57,7 @@ def cluster_add(
 
     cli = cli_context(ctx)
     catalog = cli.catalog(create=True)
-    cluster = catalog.add_cluster(name, storage, spark_master, parse_conf(conf or []))
+    cluster = catalog.clusters.add(name, storage, spark_master, parse_conf(conf or []))
     cli.output.result(_cluster_json(cli, cluster, []), _print_added)
 
 
@@ -73,14 +73,14 @@ def cluster_list(ctx: typer.Context, _json: JsonFlag = False) -> None:
     """List the clusters (``default`` is this process's --warehouse and spark.master)."""
     cli = cli_context(ctx)
     catalog = cli.catalog()
-    rows = [_cluster_json(cli, c, *_users(cli, catalog, c.name)) for c in catalog.clusters()]
+    rows = [_cluster_json(cli, c, *_users(cli, catalog, c.name)) for c in catalog.clusters.list()]
     cli.output.result(rows, _print_list)
 
 
 def _users(cli: CliContext, catalog: Catalog, name: str) -> tuple[list[str], list[str]]:
     """The tables on cluster ``name`` and those replicating to it, over the federation (a warning
     names the metastores that did not answer)."""
-    users = catalog.cluster_users(name)
+    users = catalog.clusters.users(name)
     if users.warning():
         cli.output.warn(str(users.warning()))
     tables = sorted(t for found, _ in users.answers.values() for t in found)
@@ -104,7 +104,7 @@ def cluster_describe(
     """Show a cluster: storage, Spark master (registered, and this host's), settings, its tables."""
     cli = cli_context(ctx)
     catalog = cli.catalog()
-    info = _cluster_json(cli, catalog.cluster(name), *_users(cli, catalog, name))
+    info = _cluster_json(cli, catalog.clusters.get(name), *_users(cli, catalog, name))
     cli.output.result(info, _print_described)
 
 
@@ -131,5 +131,5 @@ def cluster_remove(ctx: typer.Context, name: Annotated[str, typer.Argument(help=
     from metastore.clusters import check_cluster_name
 
     cli = cli_context(ctx)
-    cli.catalog().remove_cluster(check_cluster_name(name))
+    cli.catalog().clusters.remove(check_cluster_name(name))
     cli.output.note(f"removed cluster {name}")

@@ -68,7 +68,7 @@ def federation_add(
     """Register a metastore: reached, migrated, checked for name clashes, then recorded in the primary."""
     cli = cli_context(ctx)
     catalog = cli.catalog(create=True)
-    metastore = catalog.add_metastore(name, url, access, writable or [], prefix, _routes_option(route or []))
+    metastore = catalog.federation.add(name, url, access, writable or [], prefix, _routes_option(route or []))
     from metastore.federation_admin import metastore_info
 
     cli.output.result(metastore_info(metastore, catalog.primary.routes(), None), _print_added)
@@ -153,7 +153,7 @@ def federation_alter(
     refresh interval, without a restart."""
     cli = cli_context(ctx)
     catalog = cli.catalog()
-    metastore = catalog.alter_metastore(
+    metastore = catalog.federation.alter(
         name, access=access, writable=writable, prefix=prefix, no_prefix=no_prefix
     )
     from metastore.federation_admin import metastore_info
@@ -184,7 +184,7 @@ def federation_route(
     A route moves nothing: to move a namespace's tables to another metastore, use ``namespace move``.
     """
     cli = cli_context(ctx)
-    before = cli.catalog().route_namespace(namespace, to, force=force)
+    before = cli.catalog().federation.route(namespace, to, force=force)
     cli.output.note(
         f"namespace {namespace} routes to metastore {to}"
         + (f" (it routed to {before})" if before != to else " (unchanged)")
@@ -196,5 +196,5 @@ def federation_remove(ctx: typer.Context, name: Annotated[str, typer.Argument(he
     """Remove a metastore from the registry (refused while namespaces are placed there; its database is
     untouched)."""
     cli = cli_context(ctx)
-    cli.catalog().remove_metastore(name)
+    cli.catalog().federation.remove(name)
     cli.output.note(f"removed metastore {name}")

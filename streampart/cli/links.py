@@ -29,11 +29,10 @@ def _get_link(catalog: Catalog, name: str) -> Link:
     from metastore.models import TableName
 
     qualified = TableName.parse(name)
-    home = catalog.routed(qualified.namespace).store
-    link = home.find_link(qualified)
+    link = catalog.links.find(qualified)
     if link is not None:
         return link
-    if home.find_table(qualified) is not None:
+    if catalog.find_table(qualified) is not None:
         raise UserInputError(f"{qualified} is a table, not a link")
     raise NotFoundError(f"link {qualified} does not exist")
 
@@ -95,8 +94,8 @@ def link_create(
     cli = cli_context(ctx)
     settings = cli.settings()
     catalog = cli.catalog(settings)
-    link = catalog.create_link(spec, create_namespace=not settings.namespaces.require_explicit)
-    cli.output.result(catalog.link_info(link), _print_created)
+    link = catalog.links.create(spec, create_namespace=not settings.namespaces.require_explicit)
+    cli.output.result(catalog.links.info(link), _print_created)
 
 
 def _print_created(out: TextOutput, info: dict[str, Any]) -> None:
@@ -117,8 +116,8 @@ def link_add_partition(
 
     cli = cli_context(ctx)
     catalog = cli.catalog()
-    link = catalog.set_link_partitions(_get_link(catalog, name), add=_values(values, "partition value"))
-    cli.output.result(catalog.link_info(link), _print_partitions)
+    link = catalog.links.set_partitions(_get_link(catalog, name), add=_values(values, "partition value"))
+    cli.output.result(catalog.links.info(link), _print_partitions)
 
 
 @link_app.command("drop-partition")
@@ -133,8 +132,8 @@ def link_drop_partition(
     cli = cli_context(ctx)
     catalog = cli.catalog()
     link = _get_link(catalog, name)
-    link = catalog.set_link_partitions(link, drop=_values(values, "partition value"))
-    cli.output.result(catalog.link_info(link), _print_partitions)
+    link = catalog.links.set_partitions(link, drop=_values(values, "partition value"))
+    cli.output.result(catalog.links.info(link), _print_partitions)
 
 
 def _print_partitions(out: TextOutput, info: dict[str, Any]) -> None:
@@ -155,7 +154,7 @@ def link_drop(
     cli = cli_context(ctx)
     catalog = cli.catalog()
     link = _get_link(catalog, name)
-    catalog.drop_link(link)
+    catalog.links.drop(link)
     cli.output.note(f"dropped link {link.name} (its source {link.source} is untouched)")
 
 
@@ -170,14 +169,14 @@ def link_list(
     cli = cli_context(ctx)
     catalog = cli.catalog()
     if namespace is not None:
-        catalog.namespace(namespace)  # a clear error for a namespace that does not exist
-        links = catalog.links(namespace)
+        catalog.namespaces.get(namespace)  # a clear error for a namespace that does not exist
+        links = catalog.links.list(namespace)
     else:
         listed = catalog.router.fan_out(lambda store: store.list_links())
         if listed.warning():
             cli.output.warn(str(listed.warning()))
         links = sorted(listed.merged(), key=lambda x: str(x.name))
-    cli.output.result([catalog.link_info(link) for link in links], _print_list)
+    cli.output.result([catalog.links.info(link) for link in links], _print_list)
 
 
 def _print_list(out: TextOutput, rows: list[dict[str, Any]]) -> None:
@@ -212,7 +211,7 @@ def link_describe(
     catalog = cli.catalog()
     link = _get_link(catalog, name)
     described = catalog.describe(catalog.resolve(str(link.name)))  # DanglingLinkError if the source is gone
-    info = catalog.link_info(link) | {"version": described["version"], "exposed": described["partitions"]}
+    info = catalog.links.info(link) | {"version": described["version"], "exposed": described["partitions"]}
     cli.output.result(info, _print_described)
 
 

@@ -80,7 +80,7 @@ def namespace_create(
 
     quota_bytes = parse_size(quota, "--quota") if quota is not None else None
     cli = cli_context(ctx)
-    ns = cli.catalog(create=True).create_namespace(
+    ns = cli.catalog(create=True).namespaces.create(
         name, metastore=metastore, isolated=isolated, quota_bytes=quota_bytes, description=description
     )
     cli.output.result(_namespace_json(ns) | {"metastore": metastore}, _print_created)
@@ -150,7 +150,7 @@ def namespace_describe(
     """Show a namespace: its settings, its tables and links, its committed bytes against its quota."""
     cli = cli_context(ctx)
     catalog = cli.catalog()
-    store = catalog.routed(name).store
+    store = catalog.home(name).store
     ns = store.get_namespace(name)
     tables, _ = store.namespace_members(ns.name)
     used = store.committed_bytes(ns.name)
@@ -162,7 +162,7 @@ def namespace_describe(
                 "source": str(link.source),
                 "mode": link.mode.value,
                 "include_streaming": link.include_streaming,
-                "dangling": catalog.is_dangling(link),
+                "dangling": catalog.links.is_dangling(link),
             }
             for link in store.list_links(ns.name)
         ],
@@ -225,7 +225,7 @@ def namespace_alter(
     if quota is not None:  # not given: unchanged; "none": removed
         changes["quota_bytes"] = _quota(quota)
     cli = cli_context(ctx)
-    ns = cli.catalog().alter_namespace(name, **changes)
+    ns = cli.catalog().namespaces.alter(name, **changes)
     cli.output.result(_namespace_json(ns), _print_altered)
 
 
@@ -263,7 +263,7 @@ def namespace_drop(
         raise UserInputError("--force applies to --cascade only (it drops tables other namespaces link to)")
     cli = cli_context(ctx)
     catalog = cli.catalog()
-    store = catalog.writable(name).store
+    store = catalog.home(name, write=True).store
     store.get_namespace(name)
     tables, links = store.namespace_members(name)
     if (tables or links) and not cascade:
@@ -278,24 +278,23 @@ def namespace_drop(
         )
     if cascade:
         _drop_members(catalog, name, force)
-    catalog.drop_namespace(name)
+    catalog.namespaces.drop(name)
     dropped = f" with {len(tables)} table(s) and {len(links)} link(s)" if tables or links else ""
     cli.output.note(f"dropped namespace {name}{dropped}")
 
 
 def _drop_members(catalog: Catalog, name: str, force: bool) -> None:
     """Drop the namespace's links, then its tables; refused before anything is dropped if others link them."""
-    home = catalog.routed(name)
-    owned = [t for t in home.store.list_tables() if t.name.namespace == name]
+    owned = [t for t in catalog.home(name).store.list_tables() if t.name.namespace == name]
     if not force:
-        linked_by = [str(link.name) for t in owned for link in catalog.links_to(t).merged()]
+        linked_by = [str(link.name) for t in owned for link in catalog.links.to(t).merged()]
         if linked_by:
             raise UserInputError(
                 f"namespace {name}: its tables are linked by {', '.join(linked_by)}; drop those links "
                 "first, or add --force to leave them dangling (every read of them then fails)"
             )
-    for link in catalog.links(name):
-        catalog.drop_link(link)
+    for link in catalog.links.list(name):
+        catalog.links.drop(link)
     for table in owned:
         catalog.drop_table(table, force=force)
 
@@ -422,7 +421,7 @@ def namespace_move(
             def step(self, text: str) -> None:
                 progress.step(text)
 
-        mover = catalog.mover(
+        mover = catalog.namespaces.mover(
             resolve=resolve,
             drain_timeout_s=drain_timeout,
             grace_s=settings.federation.refresh_interval.total_seconds() if grace is None else grace,

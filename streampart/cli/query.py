@@ -129,7 +129,7 @@ def _run_here(
             "--idempotency-key names the chunk that INSERT INTO or CREATE TABLE … AS commits; "
             "this statement only reads"
         )
-    spark_config = settings.spark_for(catalog.cluster(planned.cluster))
+    spark_config = settings.spark_for(catalog.clusters.get(planned.cluster))
     if explain:
         cli.output.result({**planned.explain(), "spark_master": spark_config.master}, _print_explain)
         return

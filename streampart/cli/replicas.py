@@ -59,19 +59,19 @@ def table_alter(
     catalog = cli.catalog()
     table = catalog.table(name)
     for cluster in drop_replica or ():  # all checked first, so a typo changes nothing
-        catalog.replica(table, cluster)
+        catalog.replicas.get(table, cluster)
     for cluster in add_replica or ():
-        catalog.check_replica(table, cluster)
+        catalog.replicas.check(table, cluster)
     for cluster in drop_replica or ():
-        catalog.drop_replica(table, cluster)
+        catalog.replicas.drop(table, cluster)
     for cluster in add_replica or ():
-        catalog.add_replica(table, cluster)
+        catalog.replicas.add(table, cluster)
     if log_change:
         set_log_settings(catalog.load(table), checkpoint_interval, retention)
     info = {
         "table": str(table.name),
         "cluster": table.cluster,
-        "replicas": [r.cluster for r in catalog.replicas(table)],
+        "replicas": [r.cluster for r in catalog.replicas.list(table)],
         "added": list(add_replica or ()),
         "dropped": list(drop_replica or ()),
         "delta_log": log_settings(catalog.load(table)).to_json(),
@@ -124,17 +124,17 @@ def table_replicate(
     settings = cli.settings()
     catalog = cli.catalog(settings)
     table = catalog.table(name)
-    catalog = catalog.for_write(table)  # the table's own metastore (copies are recorded there)
+    catalog = catalog.home(table, write=True)  # the table's own metastore (copies are recorded there)
     within = PartitionRange.parse(partitions) if partitions else None
     for cluster in to or ():
         if cluster == table.cluster:
-            secondaries = ", ".join(r.cluster for r in catalog.replicas(table)) or "none yet"
+            secondaries = ", ".join(r.cluster for r in catalog.replicas.list(table)) or "none yet"
             raise UserInputError(
                 f"{cluster} is the primary cluster of {table.name}: it holds all the data already; "
                 f"replicate to a secondary ({secondaries})"
             )
-        catalog.replica(table, cluster)
-    clusters = list(to) if to else [r.cluster for r in catalog.replicas(table)]
+        catalog.replicas.get(table, cluster)
+    clusters = list(to) if to else [r.cluster for r in catalog.replicas.list(table)]
     if not clusters:
         raise UserInputError(
             f"{table.name} has no secondary clusters; add one: streampart table alter {table.name} "
@@ -146,7 +146,9 @@ def table_replicate(
         lease=settings.roll.lease,
         spark=ClusterSpark(settings, catalog),
     )
-    pending = {c: r.pending(table, catalog.replica(table, c), within, include_waiting=True) for c in clusters}
+    pending = {
+        c: r.pending(table, catalog.replicas.get(table, c), within, include_waiting=True) for c in clusters
+    }
     total = sum(p.bytes or 0 for parts in pending.values() for p in parts)
     with progress_bars(cli.output) as progress:
         count = sum(map(len, pending.values()))

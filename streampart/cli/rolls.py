@@ -30,7 +30,7 @@ def roll(
     settings = cli.settings()
     catalog = cli.catalog()
     table = catalog.table(name)
-    catalog = catalog.for_write(table)  # the table's own metastore (rolling writes it)
+    catalog = catalog.home(table, write=True)  # the table's own metastore (rolling writes it)
     at = parse_instant(now, "--now") if now else None
     with progress_bars(cli.output) as progress:
         roller = Roller(catalog, settings.roll, spark=ClusterSpark(settings, catalog), progress=progress)

@@ -51,7 +51,7 @@ def sql_server(
     catalog = cli.catalog(settings)
     server = SqlServer(
         catalog,
-        settings.spark_for(catalog.cluster("default")),
+        settings.spark_for(catalog.clusters.get("default")),
         config.host,
         config.port,
         config.freshness,

@@ -195,7 +195,7 @@ def table_list(ctx: typer.Context, _json: JsonFlag = False) -> None:
     if listed.warning():
         cli.output.warn(str(listed.warning()))
     for t in listed.merged():
-        parts = catalog.of(t).store.list_partitions(t.id)
+        parts = catalog.partitions(t)
         rows.append(
             {
                 "table": str(t.name),
@@ -218,7 +218,7 @@ def table_list(ctx: typer.Context, _json: JsonFlag = False) -> None:
             "streaming": None,
         }
         try:
-            source = catalog.link_source(link)
+            source = catalog.links.source(link)
         except DanglingLinkError:  # its source was dropped (--force): listed, marked
             rows.append(row | {"dangling": True, "mode": None, "roll_every": None, "location": None})
             continue

@@ -14,7 +14,7 @@ from tests.api.fixtures import Server, auth
 def test_a_chunk_opened_for_a_secondary_is_a_409_secondary_cluster(server: Server, tmp_path: Path) -> None:
     for name in ("c1", "c2"):
         (tmp_path / name).mkdir()
-        server.catalog.add_cluster(name, str(tmp_path / name), "local[2]")
+        server.catalog.clusters.add(name, str(tmp_path / name), "local[2]")
     server.catalog.create_table(
         TableSpec(name=TableName.parse("ns.replicated"), columns=parse_schema("id BIGINT, ts TIMESTAMP"),
                   time_column="ts", roll_every=parse_duration("1h"), cluster="c1"),

@@ -41,8 +41,8 @@ def fed(tmp_path: Path, private_pg: Any) -> Iterator[tuple[Server, Any]]:
     srv = Server(
         tmp_path / "wh", f"sqlite:///{tmp_path / 'wh' / '_metastore.sqlite'}", tmp_path, FEDERATION_ENV
     )
-    srv.catalog.add_metastore("m_dead", private_pg.create_database(db), "read-write-create")
-    srv.catalog.create_namespace("gone", metastore="m_dead")
+    srv.catalog.federation.add("m_dead", private_pg.create_database(db), "read-write-create")
+    srv.catalog.namespaces.create("gone", metastore="m_dead")
     make_table(srv.catalog, "ok.t")
     make_table(srv.catalog, "gone.t")
     srv.admin = srv.token("admin", "admin:*")
@@ -121,8 +121,8 @@ def test_a_write_its_metastore_does_not_allow_answers_403(fed: tuple[Server, Any
         make_table(other, "archive.t")
     finally:
         other.close()
-    srv.catalog.add_metastore("ro", f"sqlite:///{theirs}", "read-only", routes={})
-    srv.catalog.set_route("archive", "ro")
+    srv.catalog.federation.add("ro", f"sqlite:///{theirs}", "read-only", routes={})
+    srv.catalog.federation.set_route("archive", "ro")
     headers = auth(srv.admin)
     with httpx.Client(base_url=srv.url, headers=headers, timeout=30) as http:
         # the server sees the new metastore and route within its refresh interval

@@ -157,10 +157,10 @@ def build(root: Path) -> Warehouse:
     wh = Warehouse(catalog, root / "warehouse")
     m1 = scratch_schema_url("sp_diff")
     wh.made_schemas.append(m1)
-    catalog.add_metastore("m1", m1, "read-write-create")
-    catalog.add_metastore("m2", f"sqlite:///{root / 'm2.sqlite'}", "read-write-create")
-    catalog.set_route("sales", "m1")
-    catalog.set_route("sales_eu", "m2")
+    catalog.federation.add("m1", m1, "read-write-create")
+    catalog.federation.add("m2", f"sqlite:///{root / 'm2.sqlite'}", "read-write-create")
+    catalog.federation.set_route("sales", "m1")
+    catalog.federation.set_route("sales_eu", "m2")
     # each the first table of its metastore: the same row id in all three
     shop = make_table(catalog, "shop.orders", schema=ORDERS)
     sales = make_table(catalog, "sales.orders", schema=ORDERS)
@@ -188,7 +188,7 @@ def build(root: Path) -> Warehouse:
         ("mirror.clients", "shop.customers"),
         ("sales.shop_items", "shop.items"),
     ):
-        catalog.create_link(
+        catalog.links.create(
             LinkSpec(name=TableName.parse(name), source=TableName.parse(source), include_streaming=True)
         )
         wh.sources[name] = wh.sources[source]

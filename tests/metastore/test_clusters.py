@@ -25,19 +25,19 @@ from tests.fixtures import make_table
 def test_clusters_are_registered_listed_and_removed(catalog: Catalog, tmp_path: Path) -> None:
     storage = tmp_path / "c1"
     storage.mkdir()
-    c1 = catalog.add_cluster("c1", str(storage), "spark://gw1:7077", {"spark.executor.memory": "4g"})
+    c1 = catalog.clusters.add("c1", str(storage), "spark://gw1:7077", {"spark.executor.memory": "4g"})
     assert (c1.storage, c1.spark_master, c1.conf) == (
         str(storage.resolve()),
         "spark://gw1:7077",
         {"spark.executor.memory": "4g"},
     )
-    assert [c.name for c in catalog.clusters()] == [DEFAULT_CLUSTER, "c1"]
-    assert catalog.cluster(DEFAULT_CLUSTER).storage == str(catalog.warehouse.root)
+    assert [c.name for c in catalog.clusters.list()] == [DEFAULT_CLUSTER, "c1"]
+    assert catalog.clusters.get(DEFAULT_CLUSTER).storage == str(catalog.warehouse.root)
     with pytest.raises(AlreadyExistsError, match="cluster c1 exists"):
-        catalog.add_cluster("c1", str(storage), "spark://gw1:7077")
+        catalog.clusters.add("c1", str(storage), "spark://gw1:7077")
     catalog.store.remove_cluster("c1")
     with pytest.raises(NotFoundError, match="cluster c1 does not exist"):
-        catalog.cluster("c1")
+        catalog.clusters.get("c1")
 
 
 def test_a_cluster_in_use_is_not_removed(catalog: Catalog) -> None:
@@ -69,7 +69,7 @@ def test_bad_clusters_are_refused_and_change_nothing(catalog: Catalog, tmp_path:
     (tmp_path / "ok").mkdir()
     (tmp_path / "file").write_text("x")
     with pytest.raises(UserInputError, match=says):
-        catalog.add_cluster(
+        catalog.clusters.add(
             bad["name"], str(tmp_path / bad.get("storage", "ok")), bad.get("master", "spark://gw:7077")
         )
     assert catalog.store.list_clusters() == []

@@ -128,12 +128,12 @@ def _state(catalog: Catalog) -> tuple[list[str], dict[str, str], int]:
 
 def test_metastores_are_registered_listed_and_removed(catalog: Catalog, other_url: str) -> None:
     v0 = catalog.store.route_version()
-    m1 = catalog.add_metastore("m1", other_url, "read-write-create-whitelist", ["sales_*"], prefix="sales_")
+    m1 = catalog.federation.add("m1", other_url, "read-write-create-whitelist", ["sales_*"], prefix="sales_")
     assert (m1.url, m1.access, m1.writable, m1.prefix) == (other_url, C, ("sales_*",), "sales_")
-    assert [m.name for m in catalog.metastores()] == [PRIMARY, "m1"]
-    assert catalog.metastore(PRIMARY).access is RWC
-    assert catalog.metastore_health(m1) is None
-    assert catalog.metastore_health(catalog.metastore(PRIMARY)) is None
+    assert [m.name for m in catalog.federation.list()] == [PRIMARY, "m1"]
+    assert catalog.federation.get(PRIMARY).access is RWC
+    assert catalog.federation.health(m1) is None
+    assert catalog.federation.health(catalog.federation.get(PRIMARY)) is None
     new = Metastore(other_url, migrate=False)  # the federated database was migrated to head
     try:
         assert new.route_version() == 0 and new.list_namespaces() == []
@@ -143,41 +143,41 @@ def test_metastores_are_registered_listed_and_removed(catalog: Catalog, other_ur
     catalog.store.set_route("sales_eu", "m1")
     assert catalog.store.routes() == {"sales_eu": "m1"} and catalog.store.route_version() == v0 + 2
     with pytest.raises(UserInputError, match="metastore m1 is in use: namespaces sales_eu are routed there"):
-        catalog.remove_metastore("m1")
+        catalog.federation.remove("m1")
     catalog.store.set_route("sales_eu", PRIMARY)
-    catalog.remove_metastore("m1")
+    catalog.federation.remove("m1")
     assert catalog.store.route_version() == v0 + 4
     with pytest.raises(NotFoundError, match=r"metastore m1 does not exist \(streampart federation list"):
-        catalog.metastore("m1")
+        catalog.federation.get("m1")
 
 
 def test_a_prefix_claims_namespaces_and_keeps_its_metastore_in_use(catalog: Catalog, other_url: str) -> None:
-    catalog.add_metastore("m1", other_url, "read-write-create", prefix="fin_")
-    catalog.create_namespace("fin_ledger")  # placed in m1 by the prefix
+    catalog.federation.add("m1", other_url, "read-write-create", prefix="fin_")
+    catalog.namespaces.create("fin_ledger")  # placed in m1 by the prefix
     assert catalog.store.find_namespace("fin_ledger") is None
     assert catalog.on("m1").store.find_namespace("fin_ledger") is not None
     with pytest.raises(UserInputError, match="namespaces fin_ledger have its prefix fin_"):
-        catalog.remove_metastore("m1")
-    catalog.drop_namespace("fin_ledger")
-    catalog.remove_metastore("m1")
+        catalog.federation.remove("m1")
+    catalog.namespaces.drop("fin_ledger")
+    catalog.federation.remove("m1")
 
 
 def test_namespace_create_on_a_metastore_records_its_route(catalog: Catalog, other_url: str) -> None:
-    catalog.add_metastore("m1", other_url, "read-write-create-whitelist", ["sales_*"])
-    ns = catalog.create_namespace("sales_eu", metastore="m1", description="EU sales")
+    catalog.federation.add("m1", other_url, "read-write-create-whitelist", ["sales_*"])
+    ns = catalog.namespaces.create("sales_eu", metastore="m1", description="EU sales")
     assert ns.description == "EU sales" and catalog.store.routes() == {"sales_eu": "m1"}
     before = _state(catalog)
     with pytest.raises(FederationAccessError, match=r"creates only namespaces of its whitelist \(sales_\*\)"):
-        catalog.create_namespace("hr", metastore="m1")
+        catalog.namespaces.create("hr", metastore="m1")
     with pytest.raises(NotFoundError, match="metastore nope does not exist"):
-        catalog.create_namespace("hr", metastore="nope")
+        catalog.namespaces.create("hr", metastore="nope")
     assert _state(catalog) == before and catalog.store.find_namespace("hr") is None
 
 
 def test_name_clashes_are_refused_unless_routed(catalog: Catalog, other_url: str) -> None:
     make_table(catalog, "default.t")
-    catalog.create_namespace("sales")
-    catalog.create_namespace("hr")
+    catalog.namespaces.create("sales")
+    catalog.namespaces.create("hr")
     theirs = Metastore(other_url)
     try:
         theirs.create_namespace("default")
@@ -187,12 +187,12 @@ def test_name_clashes_are_refused_unless_routed(catalog: Catalog, other_url: str
     before = _state(catalog)
     clash = r"namespaces default, sales exist both in the primary and in m1"
     with pytest.raises(UserInputError, match=clash) as e:
-        catalog.add_metastore("m1", other_url, "read-only")
+        catalog.federation.add("m1", other_url, "read-only")
     assert "--route default=primary or --route default=m1" in str(e.value)
     with pytest.raises(UserInputError, match=r"namespaces sales exist both"):
-        catalog.add_metastore("m1", other_url, "read-only", routes={"default": PRIMARY})
+        catalog.federation.add("m1", other_url, "read-only", routes={"default": PRIMARY})
     assert _state(catalog) == before
-    catalog.add_metastore("m1", other_url, "read-only", routes={"default": PRIMARY, "sales": "m1"})
+    catalog.federation.add("m1", other_url, "read-only", routes={"default": PRIMARY, "sales": "m1"})
     assert catalog.store.routes() == {"default": PRIMARY, "sales": "m1"}
 
 
@@ -218,11 +218,11 @@ BAD = [
 def test_bad_metastores_are_refused_and_change_nothing(
     catalog: Catalog, other_url: str, metastore_url: str, bad, says
 ) -> None:
-    catalog.create_namespace("sales")
+    catalog.namespaces.create("sales")
     before = _state(catalog)
     url = bad.get("url", other_url)
     with pytest.raises(UserInputError, match=says):
-        catalog.add_metastore(
+        catalog.federation.add(
             bad.get("name", "m1"),
             metastore_url if url == "PRIMARY" else url,
             bad.get("access", "read-only"),
@@ -234,18 +234,18 @@ def test_bad_metastores_are_refused_and_change_nothing(
 
 
 def test_duplicates_are_refused(catalog: Catalog, other_url: str, tmp_path: Path) -> None:
-    catalog.add_metastore("m1", other_url, "read-only", prefix="fin_")
+    catalog.federation.add("m1", other_url, "read-only", prefix="fin_")
     before = _state(catalog)
     with pytest.raises(AlreadyExistsError, match="metastore m1 exists already"):
-        catalog.add_metastore("m1", f"sqlite:///{tmp_path / 'third.sqlite'}", "read-only")
+        catalog.federation.add("m1", f"sqlite:///{tmp_path / 'third.sqlite'}", "read-only")
     with pytest.raises(UserInputError, match="metastore m1 has that database already"):
-        catalog.add_metastore("m2", other_url, "read-only")
+        catalog.federation.add("m2", other_url, "read-only")
     with pytest.raises(UserInputError, match="prefix fin_eu_ overlaps the prefix fin_ of metastore m1"):
-        catalog.add_metastore("m2", f"sqlite:///{tmp_path / 'third.sqlite'}", "read-only", prefix="fin_eu_")
+        catalog.federation.add("m2", f"sqlite:///{tmp_path / 'third.sqlite'}", "read-only", prefix="fin_eu_")
     with pytest.raises(NotFoundError, match="metastore m2 does not exist"):
         catalog.store.set_route("x", "m2")
     with pytest.raises(NotFoundError, match="metastore m2 does not exist"):
-        catalog.remove_metastore("m2")
+        catalog.federation.remove("m2")
     assert _state(catalog) == before
 
 
@@ -258,10 +258,10 @@ def test_a_url_naming_secrets_is_stored_as_given(metastore_url: str, other_url: 
         secrets, value = {"FED_PW": "s3cret-value"}, "s3cret-value"
     catalog = Catalog.open(tmp_path / "wh", metastore_url, secrets=secrets)
     try:
-        m1 = catalog.add_metastore("m1", stored, "read-only")
+        m1 = catalog.federation.add("m1", stored, "read-only")
         assert m1.url == stored and value not in catalog.store.get_metastore("m1").url
-        assert catalog.metastore_health(m1) is None
-        assert "secret FED" in str(Catalog(catalog.store, catalog.warehouse).metastore_health(m1))
+        assert catalog.federation.health(m1) is None
+        assert "secret FED" in str(Catalog(catalog.store, catalog.warehouse).federation.health(m1))
     finally:
         catalog.close()
 
@@ -289,21 +289,21 @@ def test_migration_0008_on_a_real_metastore(metastore_url: str, tmp_path: Path) 
 
 
 def test_dropping_a_namespace_drops_its_route(catalog: Catalog, other_url: str) -> None:
-    catalog.add_metastore("m1", other_url, "read-write-create")
-    catalog.create_namespace("ops", metastore="m1")
+    catalog.federation.add("m1", other_url, "read-write-create")
+    catalog.namespaces.create("ops", metastore="m1")
     version = catalog.store.route_version()
     with pytest.raises(UserInputError, match="namespaces ops are routed there"):
-        catalog.remove_metastore("m1")
+        catalog.federation.remove("m1")
     assert catalog.on("m1").store.find_namespace("ops") is not None  # it lives there
-    catalog.drop_namespace("ops")
+    catalog.namespaces.drop("ops")
     assert catalog.store.routes() == {} and catalog.store.route_version() == version + 1
-    catalog.remove_metastore("m1")
+    catalog.federation.remove("m1")
 
 
 def test_a_sqlite_file_that_is_gone_is_down_and_not_remade(catalog: Catalog, tmp_path: Path) -> None:
     path = tmp_path / "fed" / "m.sqlite"
     path.parent.mkdir()
-    m1 = catalog.add_metastore("m1", f"sqlite:///{path}", "read-only")
-    assert path.is_file() and catalog.metastore_health(m1) is None
+    m1 = catalog.federation.add("m1", f"sqlite:///{path}", "read-only")
+    assert path.is_file() and catalog.federation.health(m1) is None
     path.unlink()
-    assert catalog.metastore_health(m1) == f"file {path} does not exist" and not path.exists()
+    assert catalog.federation.health(m1) == f"file {path} does not exist" and not path.exists()

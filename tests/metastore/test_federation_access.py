@@ -53,9 +53,9 @@ CASES: list[tuple[str, str, set[AccessType], str]] = [
 
 @pytest.fixture
 def federation(catalog: Catalog, tmp_path: Path) -> Iterator[Catalog]:
-    catalog.add_metastore("m", f"sqlite:///{tmp_path / 'm.sqlite'}", "read-write-create")
+    catalog.federation.add("m", f"sqlite:///{tmp_path / 'm.sqlite'}", "read-write-create")
     for ns in ("sales_eu", "hr"):
-        catalog.create_namespace(ns, metastore="m")
+        catalog.namespaces.create(ns, metastore="m")
         make_table(catalog, f"{ns}.t")
     yield catalog
 
@@ -78,9 +78,9 @@ def _do(catalog: Catalog, op: str, namespace: str) -> None:
     elif op == "write":
         ChunkWriter(catalog, catalog.table(f"{namespace}.t")).write_table(_batch(), key=f"k-{namespace}")
     elif op == "route":
-        catalog.route_namespace(namespace, "m")
+        catalog.federation.route(namespace, "m")
     else:
-        catalog.create_namespace(namespace, metastore="m")
+        catalog.namespaces.create(namespace, metastore="m")
 
 
 def _state(catalog: Catalog) -> tuple[object, ...]:
@@ -95,7 +95,7 @@ def test_each_access_type_reads_writes_and_creates_as_its_rule_says(
     federation: Catalog, access: AccessType
 ) -> None:
     catalog = federation
-    catalog.alter_metastore("m", access=access, writable=WHITELIST if access.whitelisted else None)
+    catalog.federation.alter("m", access=access, writable=WHITELIST if access.whitelisted else None)
     for op, namespace, allowed, refusal in CASES:
         if access in allowed:
             _do(catalog, op, namespace)
@@ -118,25 +118,25 @@ def test_alter_changes_access_whitelist_and_prefix_and_bumps_the_route_version(
 ) -> None:
     catalog = federation
     version = catalog.primary.route_version()
-    m = catalog.alter_metastore("m", access="read-write-create-whitelist", writable=["sales_*", "ops"])
+    m = catalog.federation.alter("m", access="read-write-create-whitelist", writable=["sales_*", "ops"])
     assert (m.access, m.writable, m.prefix) == (
         AccessType.READ_WRITE_CREATE_WHITELIST,
         ("sales_*", "ops"),
         None,
     )
-    m = catalog.alter_metastore("m", access="read-write-whitelist")  # the whitelist stays
+    m = catalog.federation.alter("m", access="read-write-whitelist")  # the whitelist stays
     assert (m.access, m.writable) == (AccessType.READ_WRITE_WHITELIST, ("sales_*", "ops"))
-    m = catalog.alter_metastore("m", access="read-only")  # it has no whitelist now
+    m = catalog.federation.alter("m", access="read-only")  # it has no whitelist now
     assert (m.access, m.writable) == (AccessType.READ_ONLY, ())
-    m = catalog.alter_metastore("m", prefix="eu_")
+    m = catalog.federation.alter("m", prefix="eu_")
     assert m.prefix == "eu_" and catalog.router.metastore_of("eu_x") == "m"
     assert catalog.primary.route_version() == version + 4
     make_table(catalog, "euro.t")  # on the primary: no prefix may claim it
-    catalog.alter_metastore("m", access="read-write-create")
+    catalog.federation.alter("m", access="read-write-create")
     make_table(catalog, "eu_north.t")  # placed in m by its prefix
     assert catalog.table("eu_north.t").metastore == "m"
 
-    before = (catalog.metastores(), catalog.primary.route_version())
+    before = (catalog.federation.list(), catalog.primary.route_version())
     bad: list[tuple[dict[str, Any], type[Exception], str]] = [  # alter_metastore's keyword arguments
         ({}, UserInputError, "nothing to alter for metastore m: give --access, --writable, --prefix or"),
         ({"access": "all"}, UserInputError, "access 'all' is not one of read-only"),
@@ -152,17 +152,17 @@ def test_alter_changes_access_whitelist_and_prefix_and_bumps_the_route_version(
     ]  # fmt: skip
     for kwargs, error, says in bad:
         with pytest.raises(error, match=says.replace("(", r"\(").replace(")", r"\)").replace("*", r"\*")):
-            catalog.alter_metastore("m", **kwargs)
-        assert (catalog.metastores(), catalog.primary.route_version()) == before, kwargs
+            catalog.federation.alter("m", **kwargs)
+        assert (catalog.federation.list(), catalog.primary.route_version()) == before, kwargs
     with pytest.raises(NotFoundError, match="metastore nope does not exist"):
-        catalog.alter_metastore("nope", access="read-only")
+        catalog.federation.alter("nope", access="read-only")
     with pytest.raises(UserInputError, match="has no access type, whitelist or prefix to alter"):
-        catalog.alter_metastore("primary", access="read-only")
+        catalog.federation.alter("primary", access="read-only")
 
-    catalog.route_namespace("eu_north", "m")  # pinned: now the prefix may go
-    catalog.add_metastore("m2", f"sqlite:///{tmp_path / 'm2.sqlite'}", "read-only", prefix="zz_")
+    catalog.federation.route("eu_north", "m")  # pinned: now the prefix may go
+    catalog.federation.add("m2", f"sqlite:///{tmp_path / 'm2.sqlite'}", "read-only", prefix="zz_")
     with pytest.raises(UserInputError, match="prefix zz overlaps the prefix zz_ of metastore m2"):
-        catalog.alter_metastore("m", prefix="zz")
-    assert catalog.alter_metastore("m", no_prefix=True).prefix is None
+        catalog.federation.alter("m", prefix="zz")
+    assert catalog.federation.alter("m", no_prefix=True).prefix is None
     assert catalog.table("eu_north.t").metastore == "m"
     assert catalog.table(TableName.parse("euro.t")).metastore == "primary"

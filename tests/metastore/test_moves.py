@@ -111,7 +111,7 @@ def _fill(catalog: Catalog, tmp_path: Path) -> None:
     make_table(catalog.on("m2"), "noise.a")
     make_table(catalog.on("m2"), "noise.b")
     (tmp_path / "c2").mkdir()
-    catalog.add_cluster("c2", str(tmp_path / "c2"), "spark://c2:7077")
+    catalog.clusters.add("c2", str(tmp_path / "c2"), "spark://c2:7077")
     orders = make_table(catalog, "shop.orders", dead_letter=True, replicate_to=("c2",))
     make_table(catalog, "shop.clicks", mode=Mode.EVENT_TIME, lateness="10m")
     w = ChunkWriter(catalog, orders)
@@ -132,13 +132,13 @@ def _fill(catalog: Catalog, tmp_path: Path) -> None:
     )  # fmt: skip
     assert store.prune_chunks(orders.id, before=now + timedelta(seconds=1)) == 4  # into a summary
     src = make_table(catalog, "other.src")
-    catalog.create_link(LinkSpec(name=TableName.parse("shop.dyn"), source=src.name, include_streaming=True))
+    catalog.links.create(LinkSpec(name=TableName.parse("shop.dyn"), source=src.name, include_streaming=True))
     static = LinkSpec(name=TableName.parse("shop.stat"), source=src.name, mode=LinkMode.STATIC)
-    catalog.create_link(
+    catalog.links.create(
         static.model_copy(update={"partitions": (catalog.store.streaming_partition(src.id).value,)})
     )
-    catalog.create_link(LinkSpec(name=TableName.parse("other.orders"), source=orders.name))
-    catalog.alter_namespace("shop", quota_bytes=10**9, description="the shop")
+    catalog.links.create(LinkSpec(name=TableName.parse("other.orders"), source=orders.name))
+    catalog.namespaces.alter("shop", quota_bytes=10**9, description="the shop")
 
 
 def test_the_copy_holds_every_row_with_new_ids_and_the_source_none(
@@ -149,7 +149,7 @@ def test_the_copy_holds_every_row_with_new_ids_and_the_source_none(
     before = held(catalog.store, "shop")
     assert all(before[k] for k in before), [k for k in before if not before[k]]  # every kind of row
     old_ids = {t.name: t.id for t in catalog.store.list_tables() if t.name.namespace == "shop"}
-    report = catalog.mover(grace_s=0).move("shop", "m2")
+    report = catalog.namespaces.mover(grace_s=0).move("shop", "m2")
     assert report.links == 2 and set(report.tables) == {
         "shop.orders", "shop.orders__dead_letter", "shop.clicks"
     }  # fmt: skip
@@ -164,10 +164,10 @@ def test_the_copy_holds_every_row_with_new_ids_and_the_source_none(
     assert catalog.router.metastore_of("shop") == "m2" and catalog.primary.list_moves() == []
     assert m2.get_namespace("shop").moving_to is None and m2.committed_bytes("shop") > 0
     # links out of the moved namespace and into it still resolve, to the right metastore
-    assert catalog.link_source(m2.get_link(TableName.parse("shop.dyn"))).metastore == PRIMARY
+    assert catalog.links.source(m2.get_link(TableName.parse("shop.dyn"))).metastore == PRIMARY
     into = catalog.store.get_link(TableName.parse("other.orders"))
-    assert catalog.link_source(into).metastore == "m2"
-    assert [str(x.name) for x in catalog.links_to(catalog.table("shop.orders")).merged()] == ["other.orders"]
+    assert catalog.links.source(into).metastore == "m2"
+    assert [str(x.name) for x in catalog.links.to(catalog.table("shop.orders")).merged()] == ["other.orders"]
 
 
 def test_a_writer_holding_the_old_table_carries_on_in_the_new_metastore(federation: Catalog) -> None:
@@ -177,7 +177,7 @@ def test_a_writer_holding_the_old_table_carries_on_in_the_new_metastore(federati
     first = w.write(records(range(10)), Format.JSONL, key="k0")
     staged = w.reserve("k1")  # reserved before the move, committed after it
     w.stage(staged, records(range(10, 20)), Format.JSONL)
-    catalog.mover(grace_s=0).move("shop", "m2")
+    catalog.namespaces.mover(grace_s=0).move("shop", "m2")
     again = w.write(records(range(10)), Format.JSONL, key="k0")  # the same key: the same chunk, once
     assert (again.chunk, again.version) == (first.chunk, first.version) and w.table.metastore == "m2"
     stale = ChunkWriter(catalog, table)  # still names the primary's row
@@ -200,8 +200,8 @@ def test_every_write_is_fenced_while_the_namespace_moves(federation: Catalog) ->
         ("chunk staging", lambda: w.stage(reserved, records(range(10, 20)), Format.JSONL)),
         ("roll", lambda: Roller(catalog).roll_table(table, force=True)),
         ("table create", lambda: make_table(catalog, "shop.more")),
-        ("link create", lambda: catalog.create_link(link)),
-        ("namespace alter", lambda: catalog.alter_namespace("shop", description="x")),
+        ("link create", lambda: catalog.links.create(link)),
+        ("namespace alter", lambda: catalog.namespaces.alter("shop", description="x")),
     ]
     for what, call in refused:
         with pytest.raises(NamespaceMovingError, match="namespace shop is moving to metastore m2"):
@@ -228,8 +228,8 @@ def test_a_move_that_cannot_be_made_is_refused_and_changes_nothing(
     federation: Catalog, tmp_path: Path
 ) -> None:
     catalog = federation
-    catalog.add_metastore("ro", f"sqlite:///{tmp_path / 'ro.sqlite'}", "read-only")
-    catalog.add_metastore(
+    catalog.federation.add("ro", f"sqlite:///{tmp_path / 'ro.sqlite'}", "read-only")
+    catalog.federation.add(
         "wl", f"sqlite:///{tmp_path / 'wl.sqlite'}", "read-write-create-whitelist", writable=["sales_*"]
     )
     make_table(catalog, "shop.orders")
@@ -238,7 +238,7 @@ def test_a_move_that_cannot_be_made_is_refused_and_changes_nothing(
     before = {ns: held(catalog.store, ns) for ns in ("shop", "taken")}
     for namespace, target, error, message in REFUSALS:
         with pytest.raises(error, match=message):
-            catalog.mover(grace_s=0).move(namespace, target)
+            catalog.namespaces.mover(grace_s=0).move(namespace, target)
         assert {ns: held(catalog.store, ns) for ns in ("shop", "taken")} == before, namespace
         assert catalog.primary.list_moves() == [] and catalog.router.metastore_of("shop") == PRIMARY
 
@@ -248,7 +248,7 @@ def test_an_unflipped_move_is_rolled_back_and_another_target_refused(federation:
     table = make_table(catalog, "shop.orders")
     ChunkWriter(catalog, table).write(records(range(10)), Format.JSONL, key="k0")
     before = held(catalog.store, "shop")
-    mover = catalog.mover(grace_s=0)
+    mover = catalog.namespaces.mover(grace_s=0)
     # a move that stopped after its copy (as a crash before the flip leaves it)
     move = catalog.primary.begin_move("shop", PRIMARY, "m2", mover.owner)
     catalog.store.fence_namespace_for_move("shop", "m2")
@@ -269,7 +269,7 @@ def test_an_unflipped_move_is_rolled_back_and_another_target_refused(federation:
 def test_a_flipped_move_cannot_be_rolled_back_only_finished(federation: Catalog) -> None:
     catalog = federation
     make_table(catalog, "shop.orders")
-    mover = catalog.mover(grace_s=0)
+    mover = catalog.namespaces.mover(grace_s=0)
     move = catalog.primary.begin_move("shop", PRIMARY, "m2", mover.owner)
     catalog.store.fence_namespace_for_move("shop", "m2")
     move = catalog.primary.advance_move(move, MoveStep.COPYING)
@@ -298,7 +298,7 @@ def test_a_commit_in_flight_is_drained_before_the_copy_or_the_move_rolls_back(fe
     stuck = _stuck_commit(catalog, table, "k1", range(10, 20))
     # nobody finishes it: the drain gives up, and the move is rolled back whole
     with pytest.raises(NamespaceMovingError, match=f"rolled back: chunk {stuck}"):
-        catalog.mover(grace_s=0, drain_timeout_s=0.3).move("shop", "m2")
+        catalog.namespaces.mover(grace_s=0, drain_timeout_s=0.3).move("shop", "m2")
     assert catalog.primary.list_moves() == [] and catalog.store.get_namespace("shop").moving_to is None
     assert not catalog.on("m2").store.holds_namespace("shop")
     # with a resolver (the CLI's rolls a dead writer's commit forward), it lands once, then moves
@@ -309,7 +309,7 @@ def test_a_commit_in_flight_is_drained_before_the_copy_or_the_move_rolls_back(fe
         home = catalog.on(metastore)
         ChunkWriter(home, home.store.get_table_by_id(chunk.table_id)).commit(chunk.id, owner_is_dead=True)
 
-    catalog.mover(grace_s=0, resolve=resolve).move("shop", "m2")
+    catalog.namespaces.mover(grace_s=0, resolve=resolve).move("shop", "m2")
     assert resolved == [stuck]
     moved = catalog.table("shop.orders")
     assert catalog.on("m2").store.get_chunk(stuck).state.value == "committed"
@@ -328,14 +328,14 @@ def test_one_mover_at_a_time_and_a_dead_ones_move_is_taken_over(federation: Cata
     # a mover on another host, seen just now: refused (it may be alive)
     catalog.primary.begin_move("shop", PRIMARY, "m2", "elsewhere:4242:abcd")
     with pytest.raises(MoveBusyError, match="run by another mover \\(elsewhere:4242:abcd"):
-        catalog.mover(grace_s=0).move("shop", "m2")
+        catalog.namespaces.mover(grace_s=0).move("shop", "m2")
     with pytest.raises(MoveBusyError):
-        catalog.mover(grace_s=0).abort("shop")
+        catalog.namespaces.mover(grace_s=0).abort("shop")
     # a mover of this host whose process is gone (SIGKILLed, say): taken over at once
     move = catalog.primary.find_move("shop")
     assert move is not None
     catalog.primary.claim_move(
         move, f"{socket.gethostname()}:{dead_pid.pid}:dead", stale_before=clock.now(), dead=move.owner
     )
-    report = catalog.mover(grace_s=0).move("shop", "m2")
+    report = catalog.namespaces.mover(grace_s=0).move("shop", "m2")
     assert report.resumed_at == "fencing" and catalog.table("shop.orders").metastore == "m2"

@@ -46,7 +46,7 @@ def _links(store: Metastore) -> list[Link]:
 
 
 def link(catalog: Catalog, name: str, to: str, **kw: object) -> Link:
-    return catalog.create_link(LinkSpec(name=TableName.parse(name), source=TableName.parse(to), **kw))
+    return catalog.links.create(LinkSpec(name=TableName.parse(name), source=TableName.parse(to), **kw))
 
 
 def delta_bytes(location: str) -> tuple[int, int]:
@@ -188,13 +188,13 @@ def test_static_links_list_period_starts_only(catalog) -> None:
     s = link(catalog, "a.s", "b.t", mode=LinkMode.STATIC, partitions=(T0,),
              range=PartitionRange.parse("2026-11-21T12:00Z..2026-11-21T14:00Z"))  # fmt: skip
     assert s.partitions == (T0, T0 + 2 * H, T0 + 3 * H) and s.range is None
-    s = catalog.set_link_partitions(s, add=[T0 + 5 * H], drop=[T0])
+    s = catalog.links.set_partitions(s, add=[T0 + 5 * H], drop=[T0])
     assert s.partitions == (T0 + 2 * H, T0 + 3 * H, T0 + 5 * H)
     with pytest.raises(UserInputError, match="is not the start"):
-        catalog.set_link_partitions(s, add=[T0 + timedelta(minutes=1)])
+        catalog.links.set_partitions(s, add=[T0 + timedelta(minutes=1)])
     dynamic = link(catalog, "a.d", "b.t")
     with pytest.raises(UserInputError, match="is dynamic"):
-        catalog.set_link_partitions(dynamic, add=[T0])
+        catalog.links.set_partitions(dynamic, add=[T0])
 
 
 def test_links_are_read_only_and_a_linked_source_is_dropped_only_with_force(catalog) -> None:
@@ -208,13 +208,13 @@ def test_links_are_read_only_and_a_linked_source_is_dropped_only_with_force(cata
     assert resolved.table.id == source.id and resolved.table.uid == source.uid
     assert resolved.table.metastore == catalog.router.metastore_of("b")  # federated: m2, the link in m1
     assert catalog.describe(resolved)["link"]["source"] == "b.t"
-    assert resolved.link is not None and catalog.link_info(resolved.link)["dangling"] is False
+    assert resolved.link is not None and catalog.links.info(resolved.link)["dangling"] is False
     catalog.drop_table(source, force=True)
     make_table(catalog, "b.t")  # a new table of the same name is not the link's source
     with pytest.raises(DanglingLinkError, match=r"link a\.l: its source b\.t was dropped"):
         catalog.resolve("a.l")
     left = home(catalog, "a").get_link(TableName.parse("a.l"))
-    assert left.source_table_id is None and catalog.link_info(left)["dangling"] is True
+    assert left.source_table_id is None and catalog.links.info(left)["dangling"] is True
 
 
 # -- resolution ------------------------------------------------------------------------------

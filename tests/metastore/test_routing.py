@@ -30,8 +30,8 @@ def federation(catalog: Catalog, tmp_path: Path) -> Iterator[Catalog]:
     """The primary, plus m1 (a SQLite file; namespaces placed explicitly) and m2 (a PostgreSQL schema;
     namespaces named ``fin_…`` by its prefix)."""
     m2 = scratch_schema_url("sp_route")
-    catalog.add_metastore("m1", f"sqlite:///{tmp_path / 'm1.sqlite'}", "read-write-create")
-    catalog.add_metastore("m2", m2, "read-write-create", prefix="fin_")
+    catalog.federation.add("m1", f"sqlite:///{tmp_path / 'm1.sqlite'}", "read-write-create")
+    catalog.federation.add("m2", m2, "read-write-create", prefix="fin_")
     yield catalog
     catalog.close()
     drop_scratch_schema(m2)
@@ -57,7 +57,7 @@ def _batch(n: int) -> pa.Table:
 
 def test_each_namespace_lives_in_its_metastore_and_every_call_goes_there(federation: Catalog) -> None:
     catalog = federation
-    catalog.create_namespace("ops", metastore="m1")
+    catalog.namespaces.create("ops", metastore="m1")
     homes = {"ops": "m1", "fin_ledger": "m2", "web": PRIMARY}
     for ns, home in homes.items():
         assert catalog.router.metastore_of(ns) == home
@@ -77,7 +77,7 @@ def test_each_namespace_lives_in_its_metastore_and_every_call_goes_there(federat
     assert sorted(str(t.name) for t in listed.merged()) == sorted(
         f"{ns}.{t}" for ns in homes for t in ("events", "events__dead_letter")
     )
-    assert [n.name for n in catalog.list_namespaces().merged()] == ["web", "ops", "fin_ledger"]
+    assert [n.name for n in catalog.namespaces.list().merged()] == ["web", "ops", "fin_ledger"]
 
 
 def test_a_write_is_checked_against_the_access_type_of_its_metastore(
@@ -90,28 +90,28 @@ def test_a_write_is_checked_against_the_access_type_of_its_metastore(
         theirs.create_namespace("archive")
     finally:
         theirs.close()
-    catalog.add_metastore("ro", f"sqlite:///{ro}", "read-only", routes={})
-    catalog.set_route("archive", "ro")
-    assert catalog.namespace("archive").name == "archive"  # reads go there
+    catalog.federation.add("ro", f"sqlite:///{ro}", "read-only", routes={})
+    catalog.federation.set_route("archive", "ro")
+    assert catalog.namespaces.get("archive").name == "archive"  # reads go there
     with pytest.raises(
         FederationAccessError, match="namespace archive is on metastore ro, which is read-only"
     ):
         make_table(catalog, "archive.t")
     with pytest.raises(FederationAccessError, match="metastore ro is read-only: no namespace is created"):
-        catalog.create_namespace("more", metastore="ro")
+        catalog.namespaces.create("more", metastore="ro")
     assert catalog.on("ro").store.list_tables() == []
 
 
 def test_links_read_across_metastores_and_dangle_when_the_source_goes(federation: Catalog) -> None:
     catalog = federation
-    catalog.create_namespace("ops", metastore="m1")
+    catalog.namespaces.create("ops", metastore="m1")
     source = make_table(catalog, "fin_ledger.entries")
     ChunkWriter(catalog, source).write_table(_batch(5), key="k")
-    link = catalog.create_link(LinkSpec(name=TableName.parse("ops.entries"), source=source.name))
+    link = catalog.links.create(LinkSpec(name=TableName.parse("ops.entries"), source=source.name))
     assert link.source_uid == source.uid and link.source_table_id is None  # the source is in m2
     resolved = catalog.resolve("ops.entries")
     assert resolved.table.uid == source.uid and resolved.table.metastore == "m2"
-    assert [str(x.name) for x in catalog.links_to(source).merged()] == ["ops.entries"]
+    assert [str(x.name) for x in catalog.links.to(source).merged()] == ["ops.entries"]
     with pytest.raises(UserInputError, match=r"linked by ops\.entries"):
         catalog.drop_table(source)
     catalog.drop_table(source, force=True)
@@ -126,10 +126,10 @@ def test_a_route_change_reaches_another_process_within_its_refresh_interval(
     other = Catalog.open(tmp_path / "warehouse", metastore_url, refresh_s=0)
     try:
         assert other.router.metastore_of("sales") == PRIMARY
-        federation.route_namespace("sales", "m1")  # no tables yet: nothing is hidden
+        federation.federation.route("sales", "m1")  # no tables yet: nothing is hidden
         assert other.router.metastore_of("sales") == "m1"  # refresh_s=0: read on every call
         version = other.router.version
-        federation.create_namespace("fin_x")
+        federation.namespaces.create("fin_x")
         assert other.router.version == version  # creating by prefix changes no route
     finally:
         other.close()
@@ -146,7 +146,7 @@ def test_a_metastore_that_does_not_answer_is_named_and_fails_fast(
     assert host in real
     with pytest.MonkeyPatch.context() as env:
         env.setenv("STREAMPART_SECRET_M3_HOST", host)
-        catalog.add_metastore("m3", real.replace(host, "${M3_HOST}"), "read-write-create", prefix="m3_")
+        catalog.federation.add("m3", real.replace(host, "${M3_HOST}"), "read-write-create", prefix="m3_")
         make_table(catalog, "m3_ns.t")
     make_table(catalog, "web.t")
     cut_off = Catalog.open(
@@ -168,13 +168,13 @@ def test_a_metastore_that_does_not_answer_is_named_and_fails_fast(
 def test_a_federated_sqlite_file_that_is_gone_is_down_and_not_made_anew(
     federation: Catalog, metastore_url: str, tmp_path: Path
 ) -> None:
-    federation.create_namespace("ops", metastore="m1")
+    federation.namespaces.create("ops", metastore="m1")
     path = tmp_path / "m1.sqlite"
     for leftover in tmp_path.glob("m1.sqlite*"):
         leftover.unlink()
     fresh = Catalog.open(tmp_path / "warehouse", metastore_url)
     try:
-        listed = fresh.list_namespaces()
+        listed = fresh.namespaces.list()
         assert list(listed.missing) == ["m1"] and f"file {path} does not exist" in listed.missing["m1"]
         assert not path.exists()  # an empty database would make ops seem dropped
     finally:

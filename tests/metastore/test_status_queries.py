@@ -40,7 +40,7 @@ def test_activity_counts_committed_chunks_by_commit_time(catalog) -> None:
     w = ChunkWriter(catalog, busy)
     w.write(records(range(3)), Format.JSONL)
     w.write(records(range(3, 5)) + b"not json\n" + jsonl([{"id": 9}]), Format.JSONL)
-    store = catalog.for_write(busy).store
+    store = catalog.home(busy, write=True).store
     now = datetime.now(UTC)
     activity = store.table_activity([busy.id, quiet.id], now - timedelta(minutes=5), now - timedelta(hours=1))
     assert activity[busy.id].recent_commits == 2
@@ -56,7 +56,7 @@ def test_activity_counts_committed_chunks_by_commit_time(catalog) -> None:
 
 def test_the_newest_partitions_and_their_rolls(catalog) -> None:
     table = make_table(catalog, "ns.t")
-    store = catalog.for_write(table).store
+    store = catalog.home(table, write=True).store
     for _ in range(3):
         ChunkWriter(catalog, table).write(records(range(2)), Format.JSONL)
         Roller(catalog).roll_table(table, force=True)

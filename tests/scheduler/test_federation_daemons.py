@@ -32,26 +32,26 @@ from tests.scheduler.helpers import fast_config, fast_roll_config, metrics_sampl
 
 def _standard(catalog: Catalog, name: str) -> int:
     table = catalog.table(name)
-    return len(catalog.of(table).store.list_partitions(table.id, [PartitionState.STANDARD]))
+    return len(catalog.partitions(table, [PartitionState.STANDARD]))
 
 
 @pytest.fixture
 def federation(catalog: Catalog, tmp_path: Path) -> Iterator[Catalog]:
     catalog.router.refresh_s = 0.5  # registry changes reach the supervisor within half a second
-    catalog.add_metastore("m1", f"sqlite:///{tmp_path / 'm1.sqlite'}", "read-write-create")
+    catalog.federation.add("m1", f"sqlite:///{tmp_path / 'm1.sqlite'}", "read-write-create")
     wl = f"sqlite:///{tmp_path / 'wl.sqlite'}"
     other = Catalog.open(catalog.warehouse.root, wl)  # wl_other was made before wl joined, by its owner
     try:
         make_table(other, "wl_other.t", roll_every="2s")
     finally:
         other.close()
-    catalog.add_metastore("wl", wl, "read-write-create-whitelist", writable=["wl_ok*"], routes={})
-    catalog.set_route("wl_other", "wl")
-    catalog.create_namespace("wl_ok", metastore="wl")
+    catalog.federation.add("wl", wl, "read-write-create-whitelist", writable=["wl_ok*"], routes={})
+    catalog.federation.set_route("wl_other", "wl")
+    catalog.namespaces.create("wl_ok", metastore="wl")
     ro = f"sqlite:///{tmp_path / 'ro.sqlite'}"
     Catalog.open(catalog.warehouse.root, ro).close()
-    catalog.add_metastore("ro", ro, "read-only", routes={})
-    catalog.create_namespace("ops", metastore="m1")
+    catalog.federation.add("ro", ro, "read-only", routes={})
+    catalog.namespaces.create("ops", metastore="m1")
     for name in ("web.t", "ops.t", "wl_ok.t"):
         table = make_table(catalog, name, roll_every="2s")
         ChunkWriter(catalog, table).write(records(range(5)), Format.JSONL, key=f"{name}-0")
@@ -97,10 +97,10 @@ def test_a_daemon_per_writable_metastore_each_leading_in_its_own(federation: Cat
 
         # the registry changes under it: a new metastore gets a daemon, a removed one loses it
         m2 = Path(catalog.warehouse.root).parent / "m2.sqlite"
-        catalog.add_metastore("m2", f"sqlite:///{m2}", "read-write-create")
+        catalog.federation.add("m2", f"sqlite:///{m2}", "read-write-create")
         wait_for(lambda: daemons.leaders.get("m2"), "a daemon to lead in the new metastore m2")
         m2_daemon = daemons.daemons["m2"]
-        catalog.remove_metastore("m2")
+        catalog.federation.remove("m2")
         wait_for(lambda: "m2" not in daemons.daemons, "the supervisor to drop the removed metastore m2")
         wait_for(lambda: not m2_daemon.scheduler.running, "the daemon of m2 to stop")
         assert not m2_daemon.is_leader
@@ -142,8 +142,8 @@ def test_a_metastore_dead_at_start_gets_its_daemon_once_it_answers(catalog: Cata
     """The others' daemons start at once; the dead one's starts when it comes back, no restart."""
     catalog.router.refresh_s = 0.5
     db = f"fd_dead_{uuid.uuid4().hex[:8]}"
-    catalog.add_metastore("m_dead", private_pg.create_database(db), "read-write-create")
-    catalog.create_namespace("far", metastore="m_dead")
+    catalog.federation.add("m_dead", private_pg.create_database(db), "read-write-create")
+    catalog.namespaces.create("far", metastore="m_dead")
     far = make_table(catalog, "far.t", roll_every="2s")
     private_pg.stop("immediate")
     # a process of its own, as `scheduler run` is: it has never reached m_dead

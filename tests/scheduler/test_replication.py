@@ -35,7 +35,7 @@ from tests.helpers import all_ids, downgraded, ids_by_partition, records, worker
 def _clusters(catalog: Catalog, tmp_path: Path, *names: str) -> None:
     for name in names:
         (tmp_path / name).mkdir()
-        catalog.add_cluster(name, str(tmp_path / name), "local[2]")
+        catalog.clusters.add(name, str(tmp_path / name), "local[2]")
 
 
 def _table(
@@ -73,7 +73,7 @@ def test_a_table_lives_on_its_primary_and_copies_standard_partitions_to_its_seco
     _clusters(catalog, tmp_path, "c1", "c2")
     table = _table(catalog)
     assert table.location == str((tmp_path / "c1").resolve() / "ns" / "events")
-    [replica] = catalog.replicas(table)
+    [replica] = catalog.replicas.list(table)
     assert replica.location == str((tmp_path / "c2").resolve() / "ns" / "events")
     ids = _rolled(catalog, table, 3)
     ChunkWriter(catalog, table).write(records(range(9000, 9005)), Format.JSONL)  # streaming: never copied
@@ -85,8 +85,10 @@ def test_a_table_lives_on_its_primary_and_copies_standard_partitions_to_its_seco
     standard = {p.value for p in catalog.store.list_partitions(table.id) if p.state.value == "standard"}
     assert ids_by_partition(copy) == {v: primary[v] for v in standard}
     assert sorted(all_ids(copy)) == ids
-    assert catalog.present_on(table, "c2") == standard
-    assert catalog.present_on(table, "c1") == {p.value for p in catalog.store.list_partitions(table.id)}
+    assert catalog.replicas.present_on(table, "c2") == standard
+    assert catalog.replicas.present_on(table, "c1") == {
+        p.value for p in catalog.store.list_partitions(table.id)
+    }
     for value in standard:
         assert (Path(replica.location) / partition_dir(table, value) / "_SUCCESS").is_file()
     # each partition once in the secondary's log; a second pass copies nothing
@@ -108,7 +110,7 @@ def test_a_replica_added_later_is_backfilled_and_a_dropped_one_leaves_nothing(
     _clusters(catalog, tmp_path, "c1", "c2", "c3")
     table = _table(catalog, replicate_to=())
     _rolled(catalog, table, 2)
-    replica = catalog.add_replica(table, "c3")
+    replica = catalog.replicas.add(table, "c3")
     values = sorted(p.value for p in catalog.store.list_partitions(table.id) if p.state.value == "standard")
     r = Replicator(catalog)
     assert [p.value for p in r.pending(table, replica)] == values
@@ -116,12 +118,12 @@ def test_a_replica_added_later_is_backfilled_and_a_dropped_one_leaves_nothing(
 
     report = r.replicate(table, ["c3"], within=PartitionRange(start=values[0], end=values[1]))
     assert [c.partition for c in report.copied] == [values[0].isoformat().replace("+00:00", "Z")]
-    assert catalog.present_on(table, "c3") == {values[0]}
+    assert catalog.replicas.present_on(table, "c3") == {values[0]}
     r.replicate(table)
-    assert catalog.present_on(table, "c3") == set(values)
-    catalog.drop_replica(table, "c3")
+    assert catalog.replicas.present_on(table, "c3") == set(values)
+    catalog.replicas.drop(table, "c3")
     assert not Path(replica.location).exists()
-    assert catalog.replicas(table) == [] and catalog.store.list_copies(table.id) == []
+    assert catalog.replicas.list(table) == [] and catalog.store.list_copies(table.id) == []
     catalog.store.remove_cluster("c3")  # nothing holds it now
 
 
@@ -130,7 +132,7 @@ def test_dropping_a_table_removes_its_replicas(catalog: Catalog, tmp_path: Path)
     table = _table(catalog)
     _rolled(catalog, table, 1)
     Replicator(catalog).replicate(table)
-    [replica] = catalog.replicas(table)
+    [replica] = catalog.replicas.list(table)
     catalog.drop_table(table)
     assert not Path(replica.location).exists() and not Path(table.location).exists()
     assert catalog.store.list_replicas() == []
@@ -149,7 +151,7 @@ def test_bad_replicas_are_refused_and_nothing_is_made(
     catalog: Catalog, tmp_path: Path, make, says, error
 ) -> None:
     _clusters(catalog, tmp_path, "c1")
-    catalog.add_cluster("twin", str(tmp_path / "c1"), "local[2]")
+    catalog.clusters.add("twin", str(tmp_path / "c1"), "local[2]")
     with pytest.raises(error, match=says):
         make(catalog)
     assert catalog.list_tables().merged() == [] and catalog.store.list_replicas() == []
@@ -161,20 +163,20 @@ def test_replica_commands_refuse_what_makes_no_sense(catalog: Catalog, tmp_path:
     (tmp_path / "c3").mkdir()
     table = _table(catalog)
     with pytest.raises(AlreadyExistsError, match="replicates to c2 already"):
-        catalog.add_replica(table, "c2")
+        catalog.replicas.add(table, "c2")
     with pytest.raises(NotFoundError, match=r"no replica on c1 \(its replicas: c2\)"):
-        catalog.drop_replica(table, "c1")
+        catalog.replicas.drop(table, "c1")
     with pytest.raises(UserInputError, match=r"cluster c2 is in use: it holds replicas of ns\.events"):
         catalog.store.remove_cluster("c2")
     with pytest.raises(UserInputError, match=r"cluster c1 is in use: tables ns\.events"):
         catalog.store.remove_cluster("c1")
-    assert [r.cluster for r in catalog.replicas(table)] == ["c2"]
+    assert [r.cluster for r in catalog.replicas.list(table)] == ["c2"]
     (tmp_path / "c3" / "ns" / "events").mkdir(parents=True)
     (tmp_path / "c3" / "ns" / "events" / "left-over.parquet").write_bytes(b"x")
-    catalog.add_cluster("c3", str(tmp_path / "c3"), "local[2]")
+    catalog.clusters.add("c3", str(tmp_path / "c3"), "local[2]")
     with pytest.raises(UserInputError, match="exists already and is not empty"):
-        catalog.add_replica(table, "c3")
-    assert [r.cluster for r in catalog.replicas(table)] == ["c2"]
+        catalog.replicas.add(table, "c3")
+    assert [r.cluster for r in catalog.replicas.list(table)] == ["c2"]
 
 
 def test_a_failing_copy_is_recorded_retried_after_backoff_and_then_lands(
@@ -183,8 +185,8 @@ def test_a_failing_copy_is_recorded_retried_after_backoff_and_then_lands(
     _clusters(catalog, tmp_path, "c1", "c2")
     table = _table(catalog)
     _rolled(catalog, table, 1)
-    [replica] = catalog.replicas(table)
-    [value] = catalog.present_on(table, "c1") - {catalog.store.streaming_partition(table.id).value}
+    [replica] = catalog.replicas.list(table)
+    [value] = catalog.replicas.present_on(table, "c1") - {catalog.store.streaming_partition(table.id).value}
     blocker = Path(replica.location) / partition_dir(table, value)
     blocker.write_text("not a directory")  # the copy cannot make its directory
     r = Replicator(catalog, retry_base=timedelta(hours=1))
@@ -208,7 +210,7 @@ def test_a_stale_copier_that_lost_its_claim_commits_nothing_twice(catalog: Catal
     _clusters(catalog, tmp_path, "c1", "c2")
     table = _table(catalog)
     _rolled(catalog, table, 1)
-    [replica] = catalog.replicas(table)
+    [replica] = catalog.replicas.list(table)
     stale = subprocess.Popen(
         **worker_call(
             catalog, table, "replicator", "--count", "1", "--lease", "1", pausepoint="replica-before-commit:6"
@@ -249,14 +251,14 @@ def test_a_copier_killed_at_each_step_is_resumed_and_copies_once(
     _clusters(catalog, tmp_path, "c1", "c2")
     table = _table(catalog)
     ids = _rolled(catalog, table, 2)
-    [replica] = catalog.replicas(table)
+    [replica] = catalog.replicas.list(table)
     killed = subprocess.run(
         **worker_call(catalog, table, "replicator", "--count", "1", "--lease", "1", crashpoint=point),
         capture_output=True,
         timeout=120,
     )
     assert killed.returncode == -9, killed.stderr
-    assert catalog.present_on(table, "c2") == set()  # nothing recorded as present yet
+    assert catalog.replicas.present_on(table, "c2") == set()  # nothing recorded as present yet
     import time
 
     time.sleep(1.2)  # the dead copier's lease lapses
@@ -285,8 +287,8 @@ def test_a_metastore_from_before_replicas_upgrades_unchanged(metastore_url: str,
     catalog = Catalog.open(tmp_path / "wh", metastore_url)  # migrates to head
     try:
         table = catalog.table("ns.events")
-        assert catalog.store.list_partitions(table.id) == before and catalog.replicas(table) == []
-        replica = catalog.add_replica(table, "c2")
+        assert catalog.store.list_partitions(table.id) == before and catalog.replicas.list(table) == []
+        replica = catalog.replicas.add(table, "c2")
         assert len(Replicator(catalog).replicate(table).copied) == 2
         assert sorted(all_ids(replica_table(table, replica))) == ids
     finally:
@@ -301,7 +303,7 @@ def test_check_finds_a_damaged_or_incomplete_replica(catalog: Catalog, tmp_path:
     _rolled(catalog, table, 2)
     Replicator(catalog).replicate(table)
     assert check_table(catalog, table) == []
-    [replica] = catalog.replicas(table)
+    [replica] = catalog.replicas.list(table)
     first, second = sorted(Path(replica.location).glob("*/part-*.parquet"))
     first.write_bytes(b"garbage")  # a damaged copy
     copies = catalog.store.list_copies(table.id)
@@ -371,7 +373,7 @@ def test_a_replica_file_changed_in_place_is_found_no_longer_read_and_copied_agai
     copies = catalog.store.list_copies(table.id, "c2")
     assert all(c.file_digests and c.verified_at for c in copies) and len(copies) == 2
     assert check_table(catalog, table) == []
-    [replica] = catalog.replicas(table)
+    [replica] = catalog.replicas.list(table)
     damaged = sorted(Path(replica.location).glob("*/part-*.parquet"))[0]
     path = str(damaged.relative_to(replica.location))
     source = Path(table.location) / path
@@ -379,7 +381,7 @@ def test_a_replica_file_changed_in_place_is_found_no_longer_read_and_copied_agai
     damage(damaged)
     assert damaged.stat().st_size == size and damaged.read_bytes() != source.read_bytes()
     value = next(c.partition_value for c in copies if path in (c.file_digests or {}))
-    assert value in catalog.present_on(table, "c2")
+    assert value in catalog.replicas.present_on(table, "c2")
     if finder == "check":
         [problem] = check_table(catalog, table)
         assert (problem.kind, problem.severity, problem.path) == ("replica_file_digest", "error", path)
@@ -389,9 +391,9 @@ def test_a_replica_file_changed_in_place_is_found_no_longer_read_and_copied_agai
         report = Housekeeper(catalog).run(now=clock.now() + timedelta(days=2))
         assert report.replicas_verified == 2 and len(report.replicas_damaged) == 1
         assert path in report.replicas_damaged[0] and report.errors == {}
-    assert value not in catalog.present_on(table, "c2")  # queries on c2 no longer read it
-    assert len(catalog.present_on(table, "c2")) == 1
+    assert value not in catalog.replicas.present_on(table, "c2")  # queries on c2 no longer read it
+    assert len(catalog.replicas.present_on(table, "c2")) == 1
     again = Replicator(catalog).replicate(table)
     assert [c.partition for c in again.copied] == [iso(value)] and again.copied[0].copied_bytes == size
     assert damaged.read_bytes() == source.read_bytes()
-    assert value in catalog.present_on(table, "c2") and check_table(catalog, table) == []
+    assert value in catalog.replicas.present_on(table, "c2") and check_table(catalog, table) == []

@@ -36,7 +36,7 @@ def _says(log: Path, text: str) -> Callable[[], bool]:
 def _setup(catalog: Catalog, tmp_path: Path, roll_every: str = "2s") -> tuple[Table, Replica]:
     for name in ("c1", "c2"):
         (tmp_path / name).mkdir()
-        catalog.add_cluster(name, str(tmp_path / name), "local[2]")
+        catalog.clusters.add(name, str(tmp_path / name), "local[2]")
     spec = TableSpec(
         name=TableName.parse("ns.clicks"),
         columns=parse_schema("id BIGINT, ts TIMESTAMP, msg STRING"),
@@ -45,7 +45,7 @@ def _setup(catalog: Catalog, tmp_path: Path, roll_every: str = "2s") -> tuple[Ta
         cluster="c1",
     )
     table = catalog.create_table(spec, replicate_to=["c2"])
-    [replica] = catalog.replicas(table)
+    [replica] = catalog.replicas.list(table)
     return table, replica
 
 
@@ -61,7 +61,7 @@ def _commits(replica: Replica) -> Counter[str]:
 
 def _all_copied(catalog: Catalog, table: Table, at_least: int) -> bool:
     values = {p.value for p in standard(catalog, table)}
-    return len(values) >= at_least and values <= catalog.present_on(table, "c2")
+    return len(values) >= at_least and values <= catalog.replicas.present_on(table, "c2")
 
 
 def _same_rows(catalog: Catalog, table: Table, replica: Replica) -> None:
@@ -178,7 +178,7 @@ def test_replication_under_load_survives_the_leader_killed_mid_copy(catalog: Cat
     # (once the stopped daemon's claim on it, if it held one, has lapsed: 1.5 s)
     def caught_up() -> bool:
         Replicator(catalog).replicate(table, include_waiting=True)
-        return catalog.present_on(table, "c2") == {p.value for p in standard(catalog, table)}
+        return catalog.replicas.present_on(table, "c2") == {p.value for p in standard(catalog, table)}
 
     wait_for(caught_up, "the last rolled partitions copied", timeout=30, interval=0.5)
     assert reader.reads > 10 and reader.partial == [], reader.partial[:5]

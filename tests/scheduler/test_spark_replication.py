@@ -27,7 +27,7 @@ def test_spark_tasks_copy_a_partition_verified_and_committed_once(spark, sqlite_
     _clusters(catalog, tmp_path, "c1", "c2")
     table = make_table(catalog, cluster="c1", replicate_to=("c2",))
     ids = _rolled(catalog, table, 2)
-    [replica] = catalog.replicas(table)
+    [replica] = catalog.replicas.list(table)
     jobs: list[Table] = []
 
     def spark_for(t: Table) -> Any:  # the session, counting the Spark jobs asked for
@@ -48,7 +48,7 @@ def test_a_failing_spark_copy_is_one_error_and_retried(spark, sqlite_catalog, tm
     _clusters(catalog, tmp_path, "c1", "c2")
     table = make_table(catalog, cluster="c1", replicate_to=("c2",))
     _rolled(catalog, table, 1)
-    [replica] = catalog.replicas(table)
+    [replica] = catalog.replicas.list(table)
     [value] = [p.value for p in catalog.store.list_partitions(table.id) if p.state.value == "standard"]
     blocker = Path(replica.location) / partition_dir(table, value)
     blocker.write_text("not a directory")

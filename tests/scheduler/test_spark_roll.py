@@ -124,7 +124,7 @@ def test_one_process_runs_spark_on_one_master(spark, sqlite_catalog, tmp_path) -
 
     storage = tmp_path / "c1"
     storage.mkdir()
-    sqlite_catalog.add_cluster("c1", str(storage), "spark://127.0.0.1:7077", {})
+    sqlite_catalog.clusters.add("c1", str(storage), "spark://127.0.0.1:7077", {})
     settings = load_settings(
         warehouse=sqlite_catalog.warehouse.root, spark={"master": "local[2]", "shuffle_partitions": 2}
     )

@@ -135,7 +135,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     make_table(cat, "secret.payroll")
     f.metrics = make_table(cat, "ns.metrics", roll_every="3s")
     (f.tmp / "c2").mkdir()
-    cat.add_cluster("c2", str(f.tmp / "c2"), "local[2]")
+    cat.clusters.add("c2", str(f.tmp / "c2"), "local[2]")
     # event time, late rows diverted to ns.orders__late, a replica on c2
     f.orders = make_table(
         cat, "ns.orders", mode=Mode.EVENT_TIME, late_data=LateDataPolicy.DIVERT, replicate_to=("c2",)

@@ -86,7 +86,7 @@ def add_metastore(body: AddMetastore, who: Caller, st: State) -> dict[str, Any]:
     Nothing is recorded when it fails."""
     require_global_admin(who)
     with blame("body"):
-        added = st.catalog.add_metastore(
+        added = st.catalog.federation.add(
             body.name, body.url, body.access, body.writable, body.prefix, body.routes
         )
     return metastore_info(added, st.catalog.primary.routes(), None)
@@ -105,7 +105,7 @@ def alter_metastore(name: str, body: AlterMetastore, who: Caller, st: State) -> 
     require_global_admin(who)
     given = body.model_fields_set
     with blame("body"):
-        altered = st.catalog.alter_metastore(
+        altered = st.catalog.federation.alter(
             name,
             access=body.access,
             writable=body.writable,
@@ -126,7 +126,7 @@ def remove_metastore(name: str, who: Caller, st: State) -> Response:
     database is untouched."""
     require_global_admin(who)
     with blame("name"):
-        st.catalog.remove_metastore(name)
+        st.catalog.federation.remove(name)
     return Response(status_code=204)
 
 
@@ -157,7 +157,7 @@ def route_namespace(namespace: str, body: RouteNamespace, who: Caller, st: State
     with blame("namespace"):
         check_namespace(namespace)
     with blame("metastore"):
-        previous = st.catalog.route_namespace(namespace, body.metastore, force=body.force)
+        previous = st.catalog.federation.route(namespace, body.metastore, force=body.force)
     return {
         "namespace": namespace,
         "metastore": body.metastore,

@@ -49,7 +49,7 @@ def list_namespaces(who: Caller, st: State) -> list[NamespaceInfo]:
     """Every namespace the token has ``read`` (or ``admin``) scope on."""
     return [
         NamespaceInfo.of(ns)
-        for ns in st.catalog.list_namespaces().merged()
+        for ns in st.catalog.namespaces.list().merged()
         if who.allows(Permission.READ, ns.name)
     ]
 
@@ -89,7 +89,7 @@ def get_usage(namespace: str, who: Caller, st: State) -> dict[str, Any]:
 def list_links(namespace: str, who: Caller, st: State) -> list[dict[str, Any]]:
     """Each link's settings (no scope on the sources' namespaces is needed)."""
     ns = st.namespace_of(who, Permission.READ, namespace)
-    return [st.catalog.link_info(x) for x in st.catalog.links(ns.name)]
+    return [st.catalog.links.info(x) for x in st.catalog.links.list(ns.name)]
 
 
 @router.get(
@@ -104,7 +104,7 @@ def describe_link(namespace: str, name: str, who: Caller, st: State) -> dict[str
     exposed."""
     link = st.link_of(who, Permission.READ, namespace, name)
     try:
-        info = st.catalog.describe(Resolved(link.name, st.catalog.link_source(link), link))
+        info = st.catalog.describe(Resolved(link.name, st.catalog.links.source(link), link))
     except DanglingLinkError:
         return link_info(link, dangling=True) | {"version": None, "exposed": []}
     return link_info(link, dangling=False) | {"version": info["version"], "exposed": info["partitions"]}
@@ -140,13 +140,13 @@ def create_link(namespace: str, body: CreateLink, who: Caller, st: State) -> dic
     with blame("retention"):
         retention = parse_duration(body.retention, "retention") if body.retention is not None else None
     with blame("to"):
-        source = st.catalog.link_source_for(name, source_name)
+        source = st.catalog.links.source_for(name, source_name)
     if body.static:  # each value named by its own field (the catalog checks them again, as a whole)
         with blame("partitions"):
             if rng is not None:
                 rng.values(source)
         with blame("values"):
-            st.catalog.static_link_values(source, values)
+            st.catalog.links.static_values(source, values)
     spec = LinkSpec(
         name=name,
         source=source_name,
@@ -157,7 +157,7 @@ def create_link(namespace: str, body: CreateLink, who: Caller, st: State) -> dic
         partitions=tuple(values),
     )
     with blame("name"):
-        return st.catalog.link_info(st.catalog.create_link(spec, create_namespace=False))
+        return st.catalog.links.info(st.catalog.links.create(spec, create_namespace=False))
 
 
 @router.post(
@@ -176,7 +176,7 @@ def add_link_partitions(
     require(who, Permission.READ, link.source.namespace)
     values = _instants(body.values)
     with blame("values"):
-        return st.catalog.link_info(st.catalog.set_link_partitions(link, add=values))
+        return st.catalog.links.info(st.catalog.links.set_partitions(link, add=values))
 
 
 @router.delete(
@@ -193,7 +193,7 @@ def drop_link_partitions(
     link = st.link_of(who, Permission.ADMIN, namespace, name)
     values = _instants(body.values)
     with blame("values"):
-        return st.catalog.link_info(st.catalog.set_link_partitions(link, drop=values))
+        return st.catalog.links.info(st.catalog.links.set_partitions(link, drop=values))
 
 
 @router.delete(
@@ -206,8 +206,8 @@ def drop_link(namespace: str, name: str, who: Caller, st: State) -> dict[str, An
     """Remove the link (its source and the source's files are untouched); answers the link as it was.
     Needs ``admin`` on the namespace."""
     link = st.link_of(who, Permission.ADMIN, namespace, name)
-    info = st.catalog.link_info(link)
-    st.catalog.drop_link(link)
+    info = st.catalog.links.info(link)
+    st.catalog.links.drop(link)
     return info
 
 

@@ -33,7 +33,7 @@ def list_tables(who: Caller, st: State) -> list[dict[str, Any]]:
         if who.allows(Permission.READ, t.name.namespace):
             out.append(st.catalog.describe(t))
     for link in st.catalog.router.fan_out(lambda store: store.list_links()).merged():
-        if who.allows(Permission.READ, link.name.namespace) and not st.catalog.is_dangling(link):
+        if who.allows(Permission.READ, link.name.namespace) and not st.catalog.links.is_dangling(link):
             out.append(st.catalog.describe(st.catalog.resolve(link.name)))
     return out
 
