@@ -123,24 +123,30 @@ class Catalog(Routing):
         catalog.router.refresh_s, catalog.router.fail_fast_s = refresh_s, fail_fast_s
         return catalog
 
+    # -- services: a concept's verbs, reached as an attribute -----------------------------
     @property
     def clusters(self) -> Clusters:
+        """Register, look up, list and remove clusters (in the primary)."""
         return Clusters(self)
 
     @property
     def namespaces(self) -> Namespaces:
+        """Create, look up, alter, drop, list and move namespaces (each in its metastore)."""
         return Namespaces(self)
 
     @property
     def links(self) -> Links:
+        """Create, list, change and drop links, and find their sources (each in its metastore)."""
         return Links(self)
 
     @property
     def replicas(self) -> Replicas:
+        """Add, list, look up and drop a table's secondaries (in the table's metastore)."""
         return Replicas(self, self.clusters)
 
     @property
     def federation(self) -> FederationAdmin:
+        """Register, probe, alter and remove metastores; route namespaces (the primary's registry)."""
         return FederationAdmin(self.router)
 
     # -- tables ----------------------------------------------------------------------------
