@@ -1,0 +1,93 @@
+"""The product's nouns: tables, partitions, chunks and rolls, and their lifecycles.
+
+A package, one module per concept: ``lifecycles`` (the state enums and their allowed
+transitions), ``names`` (identifiers, table names), ``periods`` (UTC instants and periods),
+``columns`` (a table's columns and schema text), ``tables`` (TableSpec, Table, modes, kinds,
+companions), ``records`` (partitions, chunks, rolls, leases, moves, status rows) and ``tokens``
+(the HTTP API's tokens). Almost every module of streampart uses these nouns, so this
+``__init__`` exports them all: import them from ``metastore.models``.
+"""
+
+from metastore.models.columns import SQL_TYPES, Column, format_schema, parse_schema
+from metastore.models.lifecycles import ChunkState, MoveStep, PartitionState, RollState, check_transition
+from metastore.models.names import PRIMARY, TableName, check_identifier
+from metastore.models.periods import (
+    EPOCH,
+    MAX_EVENT_TIME,
+    MIN_EVENT_TIME,
+    iso,
+    parse_instant,
+    period_start,
+    saturating_add,
+    utc,
+)
+from metastore.models.records import (
+    Chunk,
+    ChunkSummary,
+    DaemonBeat,
+    Lease,
+    Move,
+    Partition,
+    Roll,
+    RollAttempt,
+    RollOutcome,
+    StagedFile,
+    TableActivity,
+)
+from metastore.models.tables import (
+    COMPANION_SUFFIX,
+    LateDataPolicy,
+    Mode,
+    Table,
+    TableKind,
+    TableSpec,
+    companion_name,
+    default_partition_column,
+)
+from metastore.models.tokens import ApiToken, Permission, Scope, check_token_name
+
+__all__ = [
+    "COMPANION_SUFFIX",
+    "EPOCH",
+    "MAX_EVENT_TIME",
+    "MIN_EVENT_TIME",
+    "PRIMARY",
+    "SQL_TYPES",
+    "ApiToken",
+    "Chunk",
+    "ChunkState",
+    "ChunkSummary",
+    "Column",
+    "DaemonBeat",
+    "LateDataPolicy",
+    "Lease",
+    "Mode",
+    "Move",
+    "MoveStep",
+    "Partition",
+    "PartitionState",
+    "Permission",
+    "Roll",
+    "RollAttempt",
+    "RollOutcome",
+    "RollState",
+    "Scope",
+    "StagedFile",
+    "Table",
+    "TableActivity",
+    "TableKind",
+    "TableName",
+    "TableSpec",
+    "check_identifier",
+    "check_token_name",
+    "check_transition",
+    "companion_name",
+    "default_partition_column",
+    "format_schema",
+    "iso",
+    "parse_instant",
+    "parse_schema",
+    "period_start",
+    "saturating_add",
+    "utc",
+]
