@@ -151,7 +151,8 @@ def stop_and_check(
         chunk = store.find_chunk_by_key(moved.id, a["token"])
         assert chunk is not None and chunk.id == a["chunk"] and chunk.state is ChunkState.COMMITTED
     # the links out of the namespace and into it still resolve
-    assert catalog.links.source(catalog.resolve("shop.src").link).uid == src.uid  # type: ignore[arg-type]
+    link = catalog.resolve("shop.src").link
+    assert link is not None and catalog.links.source(link).uid == src.uid
     assert catalog.resolve("other.orders").table.metastore == final
     assert sorted(all_ids(catalog.resolve("other.orders").table)) == sorted(ids)
 
