@@ -26,8 +26,11 @@ chromium:
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } || \
 		echo "chromium is missing and cannot be installed here: the status page's tests will fail"
 
+# Two workers (pytest-xdist), a test file each at a time: each has its own SparkSession, broker and
+# clusters (session fixtures), and a file's module fixtures stay on one worker. The slowest 25
+# tests and the suite's time are printed last.
 test: setup chromium
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=25
 
 lint: setup
 	$(BIN)/ruff check .

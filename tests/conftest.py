@@ -8,3 +8,5 @@ from tests.fixtures import (  # noqa: F401
     spark_standalone,
     sqlite_catalog,
 )
+
+pytest_plugins = ["tests.markers"]

@@ -173,6 +173,7 @@ MISMATCHES = [
 ]
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("case, first, kind", MISMATCHES, ids=[m[0] for m in MISMATCHES])
 def test_halves_of_a_backup_taken_at_different_moments_are_named_by_check(
     tmp_path: Path, case: str, first: str, kind: str
@@ -200,6 +201,7 @@ def test_halves_of_a_backup_taken_at_different_moments_are_named_by_check(
     assert "backup" in problems[kind]
 
 
+@pytest.mark.process
 def test_the_crash_windows_of_commits_and_rolls_are_not_taken_for_a_log_ahead(tmp_path: Path) -> None:
     """A writer killed after its Delta commit, a roller killed after its sweep: the log is ahead of
     what the metastore recorded, as after every such crash, and check does not call it a mismatch

@@ -28,6 +28,8 @@ from tests.fixtures import make_table
 from tests.helpers import ROOT, all_ids, records, sql_server, wait_for, worker_call
 from tests.private_pg import free_port
 
+pytestmark = pytest.mark.spark  # every test here starts `streampart sql-server` (Spark) or its CLI client
+
 PYSPARK_BIN = Path(pyspark.__file__).parent / "bin"
 
 

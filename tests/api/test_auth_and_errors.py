@@ -165,6 +165,7 @@ def test_a_revoked_token_is_refused_and_the_cli_makes_and_revokes_tokens(server:
     assert gone.returncode == 1 and "does not exist" in gone.stderr
 
 
+@pytest.mark.process
 def test_failed_logins_are_logged_with_the_address_and_lock_it_out(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
@@ -206,6 +207,7 @@ def test_failed_logins_are_logged_with_the_address_and_lock_it_out(
         srv.close()
 
 
+@pytest.mark.process
 def test_insecure_no_auth_says_so_loudly_and_needs_no_token(tmp_path_factory: pytest.TempPathFactory) -> None:
     tmp = tmp_path_factory.mktemp("insecure")
     srv = Server(tmp / "wh", f"sqlite:///{tmp / 'wh' / '_metastore.sqlite'}", tmp)
@@ -307,6 +309,7 @@ def _scenarios(server: Server) -> list[tuple[str, Any, int, str, str | None]]:
     ]  # fmt: skip
 
 
+@pytest.mark.process
 def test_every_client_mistake_is_a_4xx_json_naming_the_field(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:

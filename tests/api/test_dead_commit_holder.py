@@ -21,6 +21,7 @@ from tests.fixtures import make_table
 from tests.helpers import all_ids, duplicates, records
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("point", ["chunk-before-delta-commit", "chunk-after-delta-commit"])
 def test_a_retry_on_another_server_takes_over_a_dead_servers_commit_in_seconds(
     metastore_url: str, tmp_path: Path, point: str

@@ -30,6 +30,7 @@ def paused_server(tmp_path: Path) -> Any:
     srv.close()
 
 
+@pytest.mark.process
 def test_producers_committing_together_share_one_delta_commit_each_answered_with_its_own_chunk(
     paused_server: Any,
 ) -> None:

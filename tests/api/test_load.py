@@ -8,9 +8,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from bench.http_load import load
 
 
+@pytest.mark.process
 def test_concurrent_producers_while_rolls_run_land_every_acknowledged_chunk_once(tmp_path: Path) -> None:
     result = load(tmp_path / "warehouse", None, producers=8, seconds=10, roll_every="3s", log_dir=tmp_path)
     summary = result.summary()

@@ -343,6 +343,7 @@ def _gauges(s: Server) -> dict[str, dict[str, float]]:
     return out
 
 
+@pytest.mark.process
 def test_metrics_have_per_namespace_gauges_of_owned_linked_and_quota_bytes(fresh: Server) -> None:
     src = make_table(fresh.catalog, "b.t")
     fresh.catalog.store.create_namespace("a", quota_bytes=10**9)

@@ -228,6 +228,7 @@ def test_each_upload_format(server: Server, fmt: str, content: bytes, ids: list[
     assert sorted(i for i in all_ids(server.catalog.table("ns.events")) if i in ids) == ids
 
 
+@pytest.mark.process
 def test_large_jsonl_uploads_are_staged_in_batches_and_commit_whole(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
@@ -381,6 +382,7 @@ def guarded(tmp_path: Path):
     srv.close()
 
 
+@pytest.mark.process
 def test_metrics_can_require_a_token(guarded: Server) -> None:
     assert httpx.get(f"{guarded.url}/metrics").status_code == 401
     with_token = httpx.get(f"{guarded.url}/metrics", headers=auth(guarded.admin))
@@ -407,6 +409,7 @@ def _closed_within(sock: socket.socket, seconds: float, trickle: bytes) -> bool:
     return False
 
 
+@pytest.mark.process
 def test_a_request_head_trickled_in_is_cut_off(guarded: Server) -> None:
     host, port = "127.0.0.1", int(guarded.url.rsplit(":", 1)[1])
     slow = b"GET /healthz HTTP/1.1\r\nHost: x\r\n" + b"X-Slow: " + b"a" * 200 + b"\r\n\r\n"

@@ -65,6 +65,7 @@ COMMIT_CRASHES = [
 ]
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("point, landed", COMMIT_CRASHES)
 def test_server_killed_mid_commit_then_restarted_the_retry_lands_once(
     srv: Server, point: str, landed: bool
@@ -95,6 +96,7 @@ def test_server_killed_mid_commit_then_restarted_the_retry_lands_once(
     assert all(srv.catalog.store.get_chunk(a["chunk"]).state is ChunkState.COMMITTED for a in acked)
 
 
+@pytest.mark.process
 def test_server_killed_mid_upload_then_restarted_the_retry_lands_once(srv: Server) -> None:
     table = srv.catalog.table("ns.events")
     srv.start()
@@ -130,6 +132,7 @@ def test_server_killed_mid_upload_then_restarted_the_retry_lands_once(srv: Serve
     assert acked["chunk"] != chunk.id
 
 
+@pytest.mark.process
 def test_kill_9_at_a_random_instant_under_concurrent_producers(srv: Server) -> None:
     """Four producers keep writing; the server dies at a random instant and comes back."""
     table = srv.catalog.table("ns.events")
@@ -177,6 +180,7 @@ def test_kill_9_at_a_random_instant_under_concurrent_producers(srv: Server) -> N
             assert not rows & present
 
 
+@pytest.mark.process
 def test_an_upload_retried_while_the_chunk_commits_leaves_the_commit_whole(srv: Server) -> None:
     """A retried upload passes its state check and stalls; the commit runs; the upload wakes.
 

@@ -463,6 +463,7 @@ def test_sigterm_ends_the_job_quietly_and_loses_nothing(
 
 
 # -- broker trouble -------------------------------------------------------------------------
+@pytest.mark.process
 def test_broker_unreachable_at_start_is_a_clear_error(sqlite_catalog, tmp_path) -> None:
     from ingest.kafka.devbroker import free_port
 
@@ -493,6 +494,7 @@ def test_broker_unreachable_at_start_is_a_clear_error(sqlite_catalog, tmp_path) 
         ("no-equals-sign", "--option takes KEY=VALUE"),
     ],
 )
+@pytest.mark.process
 def test_a_bad_source_option_is_one_error_before_spark_starts(
     sqlite_catalog, tmp_path, option, named
 ) -> None:

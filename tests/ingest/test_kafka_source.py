@@ -511,6 +511,7 @@ def test_offsets_json_is_canonical() -> None:
     ]
 
 
+@pytest.mark.process
 def test_embedded_broker_reports_a_failed_start(tmp_path: Path) -> None:
     broker = EmbeddedBroker(binary="/bin/false", log_path=tmp_path / "b.log", ready_timeout=5)
     with pytest.raises(BrokerError, match="exited with code 1"):

@@ -95,6 +95,7 @@ def test_an_all_good_batch_is_one_parquet_file_of_every_record(sqlite_catalog) -
     assert pq.read_table(Path(table.location) / out[0]["path"]).column("id").to_pylist() == list(range(2500))
 
 
+@pytest.mark.process
 def test_what_the_workers_unpickle_imports_no_metastore_nor_pydantic(sqlite_catalog, tmp_path) -> None:
     """Spark's Python workers unpickle the task function of every batch: with PYTHONDONTWRITEBYTECODE
     each fresh worker compiles what it imports, so it must not pull in the metastore's stack."""

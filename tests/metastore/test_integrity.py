@@ -143,6 +143,7 @@ def test_a_healthy_table_has_no_problems_and_a_broken_standard_partition_is_repo
     assert found == {("partition_marker", "error"), ("orphan_file", "warning")}
 
 
+@pytest.mark.process
 def test_a_commit_file_cut_at_a_line_is_refused_by_what_the_metastore_recorded_at_its_version(
     catalog,
 ) -> None:
@@ -179,6 +180,7 @@ def test_a_commit_file_cut_at_a_line_is_refused_by_what_the_metastore_recorded_a
     assert str(_commit(table, 3)) in checked.stdout + checked.stderr
 
 
+@pytest.mark.process
 def test_a_newest_commit_deleted_under_a_running_writer_is_not_taken_again(catalog) -> None:
     """Issue 25: the newest commit file deleted while writers run. This process's writer last saw
     version 2; another process commits version 3 and is acknowledged; version 3's file is deleted.

@@ -316,6 +316,7 @@ def test_a_commit_in_flight_is_drained_before_the_copy_or_the_move_rolls_back(fe
     assert sorted(all_ids(moved)) == list(range(20))
 
 
+@pytest.mark.process
 def test_one_mover_at_a_time_and_a_dead_ones_move_is_taken_over(federation: Catalog) -> None:
     import socket
     import subprocess

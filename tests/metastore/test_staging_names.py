@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import uuid
-
 import pytest
 
 from metastore.delta.layout import STAGING_DIR, chunk_of_staged, staging_path
 
-CHUNK = str(uuid.uuid4())
+CHUNK = (
+    "3b06802e-9f95-4701-8453-5879174330c4"  # fixed: test ids must be the same in every process (pytest-xdist)
+)
 
 
 @pytest.mark.parametrize(

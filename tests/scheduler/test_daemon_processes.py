@@ -38,6 +38,7 @@ def _events(path: Path) -> list[dict]:
     return [json.loads(line) for line in _log(path).splitlines() if line.startswith("{")]
 
 
+@pytest.mark.process
 def test_the_leader_killed_mid_roll_is_replaced_and_the_roll_finishes_exactly_once(catalog, tmp_path) -> None:
     table = make_table(catalog, "ns.t", roll_every="3s")
     w = ChunkWriter(catalog, table)
@@ -109,6 +110,7 @@ def test_the_leader_killed_mid_roll_is_replaced_and_the_roll_finishes_exactly_on
         ("0s", RollOutcome.ABANDONED),
     ],
 )
+@pytest.mark.process
 def test_sigterm_during_a_roll_exits_cleanly_and_leaves_the_partition_correct(
     catalog, tmp_path, grace: str, outcome: RollOutcome
 ) -> None:

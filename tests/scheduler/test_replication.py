@@ -204,6 +204,7 @@ def test_a_failing_copy_is_recorded_retried_after_backoff_and_then_lands(
     assert (copy.state, copy.error, copy.retry_at) == (CopyState.PRESENT, None, None)
 
 
+@pytest.mark.process
 def test_a_stale_copier_that_lost_its_claim_commits_nothing_twice(catalog: Catalog, tmp_path: Path) -> None:
     """A copier paused past its lease: another copies and commits; the first's commit is refused
     by the partition's Delta application transaction, and it records nothing."""
@@ -245,6 +246,7 @@ def test_a_stale_copier_that_lost_its_claim_commits_nothing_twice(catalog: Catal
 @pytest.mark.parametrize(
     "point", ["replica-after-claim", "replica-after-file", "replica-before-commit", "replica-after-commit"]
 )
+@pytest.mark.process
 def test_a_copier_killed_at_each_step_is_resumed_and_copies_once(
     catalog: Catalog, tmp_path: Path, point: str
 ) -> None:
