@@ -372,6 +372,7 @@ def test_query_count(arrival: dict[str, Any]) -> None:
     assert json.loads(lines[0]) == {"p": opened, "n": WRITTEN}
 
 
+@pytest.mark.process
 def test_user_errors(arrival: dict[str, Any]) -> None:
     """Every user mistake: exit 1, one clear message on stderr, no traceback."""
     wh, good = arrival["warehouse"], arrival["good_jsonl"]
@@ -450,12 +451,14 @@ def test_event_time_late_data_diverted(scenarios: dict[str, dict[str, Any]]) -> 
 # -- fixed product bugs (regression tests) ------------------------------------------------------
 
 
+@pytest.mark.process
 def test_huge_roll_interval_is_a_user_error(tmp_path: Path) -> None:
     result = run(tmp_path / "wh", "table", "create", "ns.t", *CREATE[:-1], "9999999999d")
 
     assert_user_error(result, "--roll-every")
 
 
+@pytest.mark.process
 def test_write_a_directory_says_it_is_a_directory(tmp_path: Path) -> None:
     result = run(tmp_path / "wh", "write", "ns.t", tmp_path)
 
@@ -463,6 +466,7 @@ def test_write_a_directory_says_it_is_a_directory(tmp_path: Path) -> None:
     assert "does not exist" not in result.message
 
 
+@pytest.mark.process
 def test_error_is_one_line_neither_wrapped_nor_marked_up(tmp_path: Path) -> None:
     missing = tmp_path / ("a-long-directory-name-" * 6) / "[bold]missing:smile:.jsonl"
 
@@ -472,6 +476,7 @@ def test_error_is_one_line_neither_wrapped_nor_marked_up(tmp_path: Path) -> None
     assert result.stderr == f"error: file {missing} does not exist\n"
 
 
+@pytest.mark.process
 def test_a_table_whose_log_lost_a_commit_is_refused_and_check_names_it(tmp_path: Path) -> None:
     wh = tmp_path / "wh"
     data = write_jsonl(tmp_path / "a.jsonl", {"id": 1, "ts": "2026-01-01T00:00:00Z", "msg": "a"})
@@ -493,6 +498,7 @@ def test_a_table_whose_log_lost_a_commit_is_refused_and_check_names_it(tmp_path:
         assert_user_error(refused, "table ns.t: the Delta log ends at version 1", "version 2", "backup")
 
 
+@pytest.mark.process
 def test_write_warns_of_fields_the_table_lacks(tmp_path: Path) -> None:
     wh = tmp_path / "wh"
     data = write_jsonl(tmp_path / "x.jsonl", {"id": 1, "ts": "2026-01-01T00:00:00Z", "colour": "red"})
@@ -502,6 +508,7 @@ def test_write_warns_of_fields_the_table_lacks(tmp_path: Path) -> None:
     assert "warning: fields not in the table were not written: colour (1 records)" in written.message
 
 
+@pytest.mark.process
 def test_write_warns_of_decimals_it_rounded(tmp_path: Path) -> None:
     wh = tmp_path / "wh"
     data = write_jsonl(
@@ -520,6 +527,7 @@ def test_write_warns_of_decimals_it_rounded(tmp_path: Path) -> None:
     assert run(wh, "write", "ns.t", data, "--json").json()["rounded_values"] == {"amount": 1}
 
 
+@pytest.mark.process
 def test_an_unusable_warehouse_or_spark_master_is_one_clear_error(tmp_path: Path) -> None:
     a_file = tmp_path / "a-file"
     a_file.write_text("not a directory")
@@ -535,6 +543,7 @@ def test_an_unusable_warehouse_or_spark_master_is_one_clear_error(tmp_path: Path
     assert_user_error(bogus.result(), "spark.master: Value error, 'bogus://nowhere' is not a Spark master")
 
 
+@pytest.mark.process
 def test_reading_commands_refuse_a_warehouse_or_metastore_that_does_not_exist(tmp_path: Path) -> None:
     """A mistyped --warehouse or --metastore is one error naming it and how to make one, and
     nothing is made; only creating commands (the tour's first, ``table create``) create."""
@@ -594,6 +603,7 @@ def test_reading_commands_refuse_a_warehouse_or_metastore_that_does_not_exist(tm
     assert run(typo, "table", "list", "--json").json()[0]["table"] == "ns.t"
 
 
+@pytest.mark.process
 def test_a_bad_option_of_a_daemon_is_refused_before_it_starts(tmp_path: Path) -> None:
     """Options are settings, validated as the config file and the environment are (not patched in)."""
     cases = [
@@ -608,6 +618,7 @@ def test_a_bad_option_of_a_daemon_is_refused_before_it_starts(tmp_path: Path) ->
         assert_user_error(result, "invalid configuration", *fragments)
 
 
+@pytest.mark.process
 def test_python_m_streampart_runs_the_cli(tmp_path: Path) -> None:
     environment = {k: v for k, v in os.environ.items() if not k.startswith("STREAMPART_")}
     from metastore.catalog import Catalog

@@ -354,6 +354,7 @@ def test_bad_input_is_one_clear_error_and_changes_nothing(teams: Path, args: lis
     assert state(teams) == before
 
 
+@pytest.mark.process
 def test_writes_rolls_and_drops_through_a_link_are_refused(teams: Path, tmp_path: Path) -> None:
     rows = tmp_path / "one.jsonl"
     rows.write_text('{"id": 1, "ts": "2026-11-21T10:00:00Z"}\n')

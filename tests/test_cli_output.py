@@ -54,6 +54,7 @@ def test_create_names_the_companion_tables_it_made(warehouse: tuple[Path, str, s
     assert companions[0]["location"].endswith("page_views_by_country_and_device__dead_letter")
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("columns", [200, 80, 60, 30])
 def test_table_list_never_cuts_a_name(warehouse: tuple[Path, str, str], columns: int) -> None:
     shown = run(warehouse[0], "table", "list", columns=columns).stdout

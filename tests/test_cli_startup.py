@@ -68,6 +68,7 @@ COMMANDS = [
 ]  # fmt: skip
 
 
+@pytest.mark.process
 def test_commands_without_spark_import_none_of_it(warehouse: tuple[Path, Path], tmp_path: Path) -> None:
     wh, rows = warehouse
     for command in COMMANDS:
@@ -78,6 +79,7 @@ def test_commands_without_spark_import_none_of_it(warehouse: tuple[Path, Path], 
         assert not spark, f"streampart {' '.join(args)} imported {spark[:5]}"
 
 
+@pytest.mark.process
 def test_the_roll_did_roll(warehouse: tuple[Path, Path], tmp_path: Path) -> None:
     # the roll above rolled without Spark (not: found nothing to do)
     done, _ = streampart(warehouse[0], tmp_path, "table", "describe", "ns.t", "--json")
@@ -85,6 +87,7 @@ def test_the_roll_did_roll(warehouse: tuple[Path, Path], tmp_path: Path) -> None
     assert "standard" in states, states
 
 
+@pytest.mark.process
 def test_the_schema_is_checked_without_alembic_when_it_is_current(
     warehouse: tuple[Path, Path], tmp_path: Path
 ) -> None:

@@ -14,6 +14,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from ingest.chunks import ChunkWriter
 from ingest.formats import Format
 from metastore.delta.checkpoints import set_log_settings
@@ -124,6 +126,7 @@ def test_versions_out_of_reach_are_one_clear_error(env: Env) -> None:  # noqa: F
     assert code == 1 and "version must be 0 or more" in said
 
 
+@pytest.mark.process
 def test_history_and_read_import_no_spark(env: Env) -> None:  # noqa: F811
     assert env.cli("table", "create", "ns.t", *CREATE)[0] == 0
     _write(env, range(2))

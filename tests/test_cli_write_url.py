@@ -29,6 +29,7 @@ def test_the_cli_default_is_the_clients() -> None:
     assert parse_duration(RETRY_FOR).total_seconds() == DEFAULT_RETRY_FOR
 
 
+@pytest.mark.process
 def test_write_url_says_at_once_that_it_retries_then_fails_once(tmp_path: Path) -> None:
     rows = tmp_path / "rows.jsonl"
     rows.write_text('{"id": 1, "ts": "2026-11-21T10:00:00Z"}\n')

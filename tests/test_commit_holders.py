@@ -42,6 +42,7 @@ def run_worker(catalog, table, *args: str, crashpoint: str | None = None):
     return proc.returncode, acks, proc.stderr
 
 
+@pytest.mark.process
 def test_a_failed_attempt_that_committed_nothing_releases_its_chunk_at_once(catalog) -> None:
     table = make_table(catalog)
     w = ChunkWriter(catalog, table)
@@ -68,6 +69,7 @@ def test_a_failed_attempt_that_committed_nothing_releases_its_chunk_at_once(cata
     assert sorted(ids) == [*range(20), *range(100, 110), *range(1_000_000, 1_000_010)]
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("point", ["chunk-before-delta-commit", "chunk-after-delta-commit"])
 def test_a_retry_takes_a_commit_over_from_a_killed_holder_within_seconds(catalog, point: str) -> None:
     """The writer dies holding the commit (the default commit timeout: a minute, so a takeover by
@@ -100,6 +102,7 @@ def test_a_retry_takes_a_commit_over_from_a_killed_holder_within_seconds(catalog
     assert report.holders_pruned >= 1 and catalog.store.get_lease(PREFIX + chunk.holder) is None
 
 
+@pytest.mark.process
 def test_housekeeping_finishes_a_dead_holders_commit_once_its_lease_lapsed(catalog) -> None:
     """No producer retries: the daemon's housekeeping rolls the commit forward as soon as the dead
     holder's lease has lapsed, not after 2 × commit_timeout; a live holder's commit it leaves alone."""
@@ -117,6 +120,7 @@ def test_housekeeping_finishes_a_dead_holders_commit_once_its_lease_lapsed(catal
     assert result.version == 1 and sorted(all_ids(table)) == list(range(10))
 
 
+@pytest.mark.process
 def test_a_holder_frozen_past_its_lease_never_commits_after_the_retry_took_over(catalog) -> None:
     """A frozen VM: the writer is SIGSTOPped in the middle of its commit (just before its Delta
     commit) for longer than its lease; a retry here takes the commit over and lands it. When the

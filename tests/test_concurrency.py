@@ -12,6 +12,8 @@ import json
 import subprocess
 import time
 
+import pytest
+
 from ingest.chunks import ChunkWriter
 from ingest.formats import Format
 from metastore.delta.files import file_exists, live_files
@@ -30,6 +32,7 @@ def spawn(catalog, table, *args: str, pausepoint: str | None = None) -> subproce
     )
 
 
+@pytest.mark.process
 def test_writers_rollers_and_readers_at_once(catalog) -> None:
     table = make_table(catalog)
     writers = [
@@ -80,6 +83,7 @@ def test_writers_rollers_and_readers_at_once(catalog) -> None:
         assert p.rows == len(expected.get(key, ())), key
 
 
+@pytest.mark.process
 def test_concurrent_writers_never_pass_a_namespace_quota(catalog) -> None:
     """Writer processes race into a namespace a few chunks short of its quota (invariant 7 and
     issue 10's quota): the committed bytes never pass it, every acknowledged chunk is there,

@@ -47,6 +47,7 @@ WRITER_CRASHES = [
 ]
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("point", WRITER_CRASHES)
 def test_writer_killed_at_each_step_then_retried_lands_once(catalog, point: str) -> None:
     table = make_table(catalog)
@@ -68,6 +69,7 @@ def test_writer_killed_at_each_step_then_retried_lands_once(catalog, point: str)
     assert chunk.state is ChunkState.COMMITTED and acks[0]["chunk"] == chunk.id
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("point", ["chunk-before-delta-commit", "chunk-after-delta-commit"])
 def test_a_process_killed_in_a_group_commit_then_retried_lands_each_chunk_once(catalog, point: str) -> None:
     """Four writer threads of one process: the first group dwells, the next holds the others' chunks.
@@ -126,6 +128,7 @@ def test_a_process_killed_in_a_group_commit_then_retried_lands_each_chunk_once(c
         assert {versions[f"w0-{k}"] for k in range(4) if f"w0-{k}" not in acked} == {landed}
 
 
+@pytest.mark.process
 def test_a_writer_killed_before_commit_and_never_retried_leaves_nothing(catalog) -> None:
     table = make_table(catalog)
     code, _, _ = run_worker(catalog, table, "writer", "--count", "1", crashpoint="chunk-after-write")
@@ -149,6 +152,7 @@ ROLL_CRASHES = [
 ]
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("point", ROLL_CRASHES)
 def test_roller_killed_at_each_step_then_resumed_rolls_once(catalog, point: str) -> None:
     table = make_table(catalog)
@@ -212,6 +216,7 @@ STALE_ROLLER_CASES = [
 ]
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("case", STALE_ROLLER_CASES)
 def test_a_stale_roller_never_deletes_the_new_owners_files(catalog, case: str) -> None:
     table = make_table(catalog)

@@ -55,6 +55,7 @@ def test_the_stack_has_every_part_and_our_services_share_image_volume_and_metast
     assert services["api"]["ports"] == ["8080:8080"]
 
 
+@pytest.mark.process
 def test_every_streampart_command_of_the_stack_is_one_the_cli_accepts() -> None:
     commands = [_dockerfile_instruction("CMD")]  # the image's default: the API
     assert _dockerfile_instruction("ENTRYPOINT") == ["streampart"]
@@ -81,6 +82,7 @@ def test_every_streampart_command_of_the_stack_is_one_the_cli_accepts() -> None:
         assert "Usage: streampart" in r.stdout
 
 
+@pytest.mark.process
 def test_an_unknown_option_would_be_caught() -> None:
     r = subprocess.run(
         [*STREAMPART, "serve", "--no-such-option", "--help"], capture_output=True, text=True, timeout=120
@@ -88,6 +90,7 @@ def test_an_unknown_option_would_be_caught() -> None:
     assert r.returncode != 0
 
 
+@pytest.mark.process
 def test_the_dockerfile_passes_hadolint() -> None:
     hadolint = shutil.which("hadolint") or str(_BIN / "hadolint")
     if not Path(hadolint).is_file():

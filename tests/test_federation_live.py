@@ -113,6 +113,7 @@ def _commit(http: httpx.Client, table: str, ids: range) -> httpx.Response:
     return http.post(f"/v1/chunks/{chunk}/commit")
 
 
+@pytest.mark.process
 def test_route_registry_and_access_changes_reach_a_running_server_and_daemon(
     processes: tuple[Catalog, Server, subprocess.Popen[str]], tmp_path: Path
 ) -> None:

@@ -171,6 +171,7 @@ CHAIN = [
 ]
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("federation", ["sqlite"], indirect=True)
 def test_a_move_killed_at_every_step_in_turn_under_writes_and_rolls(
     federation: Catalog, tmp_path: Path

@@ -12,6 +12,7 @@ import subprocess
 import uuid
 from pathlib import Path
 
+import pytest
 import sqlalchemy as sa
 
 from ingest.chunks import ChunkWriter
@@ -44,6 +45,7 @@ def _psql(url: sa.URL, sql: str) -> None:
     assert proc.returncode == 0, proc.stderr
 
 
+@pytest.mark.process
 def test_the_owner_migrates_and_a_runtime_role_with_table_privileges_runs_the_rest(tmp_path: Path) -> None:
     suffix = uuid.uuid4().hex[:8]
     names = {"owner": f"sp_owner_{suffix}", "app": f"sp_app_{suffix}", "db": f"sp_roles_{suffix}"}

@@ -76,6 +76,7 @@ def test_stopped_refuses_at_once_and_restart_keeps_port_and_data(
     assert _scalar(url, "SELECT count(*) FROM kept") == 2  # committed rows survive even a crash
 
 
+@pytest.mark.process
 def test_restart_and_context_manager_clean_up(tmp_path) -> None:
     """A second instance beside the session's: its own port; leaving ``with`` stops it and removes
     its directory (no postgres process of it is left)."""
@@ -91,6 +92,7 @@ def test_restart_and_context_manager_clean_up(tmp_path) -> None:
     assert str(data) not in ps
 
 
+@pytest.mark.process
 def test_watchdog_stops_the_server_when_its_owner_dies(tmp_path) -> None:
     """An owner killed with SIGKILL runs no clean-up of its own: the watchdog stops the server."""
     script = (

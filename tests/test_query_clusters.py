@@ -176,6 +176,7 @@ def test_replicated_only_reads_one_consistent_cut_on_a_secondary(spark, seed: Ca
     assert cli(cat, "SELECT count(*) AS n FROM ns.t11", "--replicated-only")[0] == {"n": 15}
 
 
+@pytest.mark.process
 def test_no_cluster_is_one_clear_error_from_the_real_command(seed: Catalog) -> None:
     # before Spark starts: the plan needs the metastore and the Delta logs only
     import os

@@ -181,6 +181,7 @@ def test_ingest_on_the_cluster_killed_mid_batch_then_restarted_lands_every_recor
     assert_landed_once(catalog, table, records=600, batches=3)
 
 
+@pytest.mark.process
 def test_an_unreachable_standalone_master_is_one_clear_error(sqlite_catalog) -> None:
     table = make_table(sqlite_catalog, dead_letter=True)
     ChunkWriter(sqlite_catalog, table).write(records(range(5)), Format.JSONL)

@@ -77,6 +77,7 @@ def catalog_on(small_disk: Path, tmp_path: Path) -> Iterator[Catalog]:
     cat.close()
 
 
+@pytest.mark.process
 def test_a_write_to_a_full_disk_is_retriable_and_lands_once_after_space_is_freed(catalog_on: Catalog) -> None:
     table = make_table(catalog_on)
     w = ChunkWriter(catalog_on, table)
@@ -99,6 +100,7 @@ ROLL_CASES = [
 ]
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("step, leave", ROLL_CASES, ids=[c[0] for c in ROLL_CASES])
 def test_a_roll_on_a_full_disk_says_why_cleans_up_and_resumes_at_once(
     catalog_on: Catalog, step: str, leave: int
@@ -124,6 +126,7 @@ def test_a_roll_on_a_full_disk_says_why_cleans_up_and_resumes_at_once(
     assert sorted(all_ids(table)) == list(range(16_000))
 
 
+@pytest.mark.process
 def test_an_upload_to_a_full_disk_is_507_with_retry_after(small_disk: Path, tmp_path: Path) -> None:
     srv = Server(small_disk / "wh", f"sqlite:///{tmp_path / 'metastore.sqlite'}", tmp_path)
     make_table(srv.catalog, "ns.events")
@@ -147,6 +150,7 @@ def test_an_upload_to_a_full_disk_is_507_with_retry_after(small_disk: Path, tmp_
         srv.close()
 
 
+@pytest.mark.process
 def test_a_commit_file_that_does_not_fit_releases_its_chunk_and_the_retry_lands_at_once(
     catalog_on: Catalog,
 ) -> None:

@@ -288,6 +288,7 @@ CRASHES = [
 ]
 
 
+@pytest.mark.spark
 def test_ingest_killed_again_and_again_lands_every_record_once(
     sqlite_catalog, kafka_broker, tmp_path
 ) -> None:
@@ -413,6 +414,7 @@ def test_metrics_port_and_consumer_group_show_offsets_and_lag(spark, sqlite_cata
 
 # SIGTERM to the job's own process (docker stop, Kubernetes), and to its whole process group
 # (a service manager, `timeout`, `kill -- -PGID`), which reaches Spark's JVM unless it is shielded.
+@pytest.mark.spark
 @pytest.mark.parametrize("to_group", [False, True], ids=["process", "process-group"])
 def test_sigterm_ends_the_job_quietly_and_loses_nothing(
     sqlite_catalog, kafka_broker, tmp_path, to_group
@@ -463,6 +465,7 @@ def test_sigterm_ends_the_job_quietly_and_loses_nothing(
 
 
 # -- broker trouble -------------------------------------------------------------------------
+@pytest.mark.spark
 @pytest.mark.process
 def test_broker_unreachable_at_start_is_a_clear_error(sqlite_catalog, tmp_path) -> None:
     from ingest.kafka.devbroker import free_port

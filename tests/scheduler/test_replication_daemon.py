@@ -12,6 +12,8 @@ from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 
+import pytest
+
 from metastore.catalog import Catalog
 from metastore.durations import parse_duration
 from metastore.models import Table, TableName, TableSpec, parse_schema
@@ -99,6 +101,7 @@ class Reader(threading.Thread):
         self.join(timeout=30)
 
 
+@pytest.mark.process
 def test_the_daemon_copies_each_rolled_partition_and_reports_lag_and_bytes(
     catalog: Catalog, tmp_path: Path
 ) -> None:
@@ -139,6 +142,7 @@ def test_the_daemon_copies_each_rolled_partition_and_reports_lag_and_bytes(
     assert set(_commits(replica).values()) == {1}
 
 
+@pytest.mark.process
 def test_replication_under_load_survives_the_leader_killed_mid_copy(catalog: Catalog, tmp_path: Path) -> None:
     """Writers commit and the daemon rolls every 2 s on C1 while it copies to C2; the daemon is
     SIGKILLed in the middle of copies three times. In the end every standard partition on C2
