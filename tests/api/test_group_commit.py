@@ -1,5 +1,5 @@
 """Group commit through a real ``streampart serve``: producers' commits that arrive together land
-in one Delta commit, each answered with its own chunk (see ingest/group_commit.py)."""
+in one Delta commit, each answered with its own chunk (see ingest/chunks/group_commit.py)."""
 
 from __future__ import annotations
 

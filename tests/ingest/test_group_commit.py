@@ -18,10 +18,10 @@ from typing import Any
 import pytest
 
 from ingest.chunks import ChunkWriter, CommitResult
+from ingest.chunks.group_commit import CommitGroups, Member, UnsettledError
 from ingest.config import ChunkConfig
 from ingest.errors import ChunkBusyError, ChunkStateError, LateDataError
 from ingest.formats import Format
-from ingest.group_commit import CommitGroups, Member, UnsettledError
 from metastore import crashpoints
 from metastore.delta.log import commit_chunks, commit_info
 from metastore.models import Chunk, ChunkState, Mode, PartitionState

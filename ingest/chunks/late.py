@@ -1,0 +1,133 @@
+"""Where the rows a table cannot take go: bad records to its dead-letter table, late rows per its policy.
+
+Dead letters: the records of a chunk that fail validation are staged as a chunk of the table's
+``__dead_letter`` companion (one per idempotency key, ``dead-letter:<chunk>``), committed just
+before the chunk itself and aborted with it.
+
+Late rows (event-time tables): rows whose partition is sealed, or whose period ended more than
+the table's max-age ago, are found by the group commit's planning. A table that rejects late
+data fails the whole chunk (``LateDataError``) — or, for a stream that cannot answer "rejected"
+(``ChunkWriter.late_rows_to_dead_letter``), sends them to its dead-letter table; a table that
+diverts late data commits them to its ``__late`` companion. Either way one companion chunk per
+late file, keyed by the file, so a retry that finds more late files adds only those.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ingest.chunks.base import DeadLetter, Writer, remove_staged
+from ingest.errors import ChunkBusyError, LateDataError
+from ingest.formats import Parsed
+from metastore import clock
+from metastore.durations import format_duration
+from metastore.errors import ConflictError
+from metastore.models import Chunk, ChunkState, LateDataPolicy, StagedFile, TableKind, iso
+
+
+def stage_dead_letters(
+    writer: Writer, chunk: Chunk, bad: Sequence[DeadLetter], key: str | None = None
+) -> tuple[Writer, Chunk]:
+    """Stage ``bad`` as a dead-letter chunk (once per idempotency key); returns its writer and chunk."""
+    dlq = writer.catalog.companion(writer.table, TableKind.DEAD_LETTER)
+    dlq_writer = writer.writer_for(dlq)
+    dlq_chunk = dlq_writer.reserve(key or f"dead-letter:{chunk.id}")
+    if dlq_chunk.state is not ChunkState.RESERVED:
+        return dlq_writer, dlq_chunk  # staged and committed by an earlier attempt
+    now = clock.now()
+    rows = pa.table(
+        {
+            "chunk": [chunk.id] * len(bad),
+            "source": [b.source for b in bad],
+            "position": [b.position for b in bad],
+            "reason": [b.reason for b in bad],
+            "raw": [b.raw for b in bad],
+            "received_at": [now] * len(bad),
+        },
+        schema=dlq_writer.validator().schema,
+    )
+    return dlq_writer, dlq_writer.stage_parsed(dlq_chunk, Parsed(rows, []))
+
+
+def commit_dead_letters(writer: Writer, chunk: Chunk) -> None:
+    """Commit the dead-letter chunk staged with ``chunk``, if there is one (before ``chunk`` itself)."""
+    dlq = writer.catalog.companion(writer.table, TableKind.DEAD_LETTER)
+    dlq_writer = writer.writer_for(dlq)
+    found = writer.store.find_chunk_by_key(dlq.id, f"dead-letter:{chunk.id}")
+    if found is not None:
+        dlq_writer.commit(found.id)
+
+
+def abort_dead_letters(writer: Writer, chunk: Chunk, reason: str) -> None:
+    """Abort the dead-letter chunk staged with the aborted ``chunk``, if it is still reserved."""
+    dlq = writer.catalog.companion(writer.table, TableKind.DEAD_LETTER)
+    found = writer.store.find_chunk_by_key(dlq.id, f"dead-letter:{chunk.id}")
+    if found is not None and found.state is ChunkState.RESERVED:
+        writer.writer_for(dlq).abort(found.id, reason)
+
+
+def route_late(writer: Writer, chunk: Chunk, late: Sequence[StagedFile]) -> int:
+    """Send the ``late`` files of the COMMITTING ``chunk`` where its table's policy says; their rows.
+
+    Raises:
+        LateDataError: the table rejects late data (the chunk is aborted, its files removed).
+        ChunkBusyError: another attempt took the chunk over meanwhile.
+    """
+    if not late:
+        return 0
+    table = writer.table
+    if table.late_data is LateDataPolicy.REJECT and writer.late_rows_to_dead_letter:
+        return _late_to_dead_letter(writer, chunk, late)
+    if table.late_data is LateDataPolicy.REJECT:
+        periods = ", ".join(sorted({iso(f.period) for f in late if f.period}))
+        message = (
+            f"{sum(f.rows for f in late)} rows are late: their partition(s) {periods} are "
+            f"{_late_because(writer)}, and table {table.name} rejects late data; "
+            "the chunk was not committed"
+        )
+        try:
+            writer.store.abort_chunk(chunk, error=message)
+        except ConflictError:  # taken over by another attempt: its outcome stands, its files stay
+            raise ChunkBusyError(f"chunk {chunk.id} was taken over by another commit attempt") from None
+        remove_staged(writer, chunk)
+        raise LateDataError(message)
+    late_writer = writer.writer_for(writer.catalog.companion(table, TableKind.LATE))
+    for f in late:
+        late_chunk = late_writer.reserve(f"late:{chunk.id}:{f.path}")
+        if late_chunk.state is ChunkState.RESERVED:
+            data = pq.read_table(Path(table.location) / f.path)
+            late_writer.stage_parsed(late_chunk, Parsed(data, []))
+        late_writer.commit(late_chunk.id)
+    return sum(f.rows for f in late)
+
+
+def _late_because(writer: Writer) -> str:
+    if writer.table.max_age is None:
+        return "sealed"
+    return f"sealed, or ended more than {format_duration(writer.table.max_age)} ago (max-age)"
+
+
+def _late_to_dead_letter(writer: Writer, chunk: Chunk, late: Sequence[StagedFile]) -> int:
+    # One dead-letter chunk per late file, like the divert policy's late-table chunks: a
+    # retry that finds more late files (another roll meanwhile) adds only those.
+    table = writer.table
+    for f in late:
+        data = pq.read_table(Path(table.location) / f.path)
+        reason = (
+            f"late: partition {iso(f.period) if f.period else '?'} of {table.name} is "
+            f"{_late_because(writer)}, and the table rejects late data"
+        )
+        letters = [
+            DeadLetter(None, reason, json.dumps(row, default=str).encode(), "late")
+            for row in data.to_pylist()
+        ]
+        dlq_writer, dlq_chunk = stage_dead_letters(
+            writer, chunk, letters, f"late-dead-letter:{chunk.id}:{f.path}"
+        )
+        dlq_writer.commit(dlq_chunk.id)
+    return sum(f.rows for f in late)
