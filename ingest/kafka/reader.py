@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from typing import Any
 
 import pyarrow as pa
@@ -134,7 +134,6 @@ def read_range(
     No progress for ``kafkaConsumer.pollTimeoutMs`` raises :class:`KafkaReadTimeoutError`.
     """
     from kafka import TopicPartition
-    from kafka.errors import OffsetOutOfRangeError
 
     if rng.end <= rng.start:
         return
@@ -156,82 +155,7 @@ def read_range(
     tp = TopicPartition(rng.topic, rng.partition)
     timeout = int(opts.kafka_config().get("request_timeout_ms", 30_000))
     try:
-        consumer.assign([tp])
-        consumer.seek(tp, rng.start)
-        expected = rng.start  # next offset this range still needs
-        fresh_seek = True
-        last_progress = time.monotonic()
-        batch = _Batch(rng.topic, rng.partition)
-        while expected < rng.end:
-            try:
-                polled = consumer.poll(
-                    timeout_ms=500, max_records=max(1, min(batch_rows, rng.end - expected))
-                )
-            except OffsetOutOfRangeError:
-                earliest = consumer.beginning_offsets([tp], timeout_ms=timeout)[tp]
-                latest = consumer.end_offsets([tp], timeout_ms=timeout)[tp]
-                if expected < earliest:
-                    report_data_loss(
-                        opts,
-                        f"cannot read {where}: offsets [{expected}, {min(earliest, rng.end)}) "
-                        f"were deleted (the partition now starts at {earliest})",
-                    )
-                    expected = earliest
-                elif expected >= latest:
-                    report_data_loss(
-                        opts,
-                        f"cannot read {where}: the partition now ends at {latest}, "
-                        f"before offset {expected} (topic deleted and re-created?)",
-                    )
-                    break
-                if expected < rng.end:
-                    consumer.seek(tp, expected)
-                    fresh_seek = True
-                last_progress = time.monotonic()
-                continue
-            progressed = False
-            for record in polled.get(tp, ()):
-                if record.offset < expected:
-                    continue
-                if record.offset >= rng.end:
-                    break
-                if record.offset > expected and fresh_seek:
-                    earliest = consumer.beginning_offsets([tp], timeout_ms=timeout)[tp]
-                    if earliest > expected:
-                        report_data_loss(
-                            opts,
-                            f"while reading {where}: offsets [{expected}, {record.offset}) "
-                            f"were deleted (the partition now starts at {earliest})",
-                        )
-                fresh_seek = False
-                batch.add(record)
-                expected = record.offset + 1
-                progressed = True
-                if len(batch) >= batch_rows:
-                    yield batch.to_arrow()
-            position = consumer.position(tp)
-            if position is not None and position > expected:
-                # Past offsets that hold no record (transaction markers, compacted away).
-                expected = min(int(position), rng.end)
-                progressed = True
-            if progressed:
-                last_progress = time.monotonic()
-                continue
-            if (time.monotonic() - last_progress) * 1000 >= opts.poll_timeout_ms:
-                latest = consumer.end_offsets([tp], timeout_ms=timeout)[tp]
-                if latest < rng.end and expected >= latest:
-                    report_data_loss(
-                        opts,
-                        f"cannot read {where}: the partition now ends at {latest} "
-                        f"(topic deleted and re-created?)",
-                    )
-                    break
-                raise KafkaReadTimeoutError(
-                    f"no progress reading {where} from Kafka brokers at {opts.bootstrap_servers} for "
-                    f"{opts.poll_timeout_ms} ms (kafkaConsumer.pollTimeoutMs); stopped at offset {expected}"
-                )
-        if len(batch):
-            yield batch.to_arrow()
+        yield from _RangeRead(rng, opts, consumer, tp, where, timeout, batch_rows).batches()
     except KafkaSourceError:
         raise
     except Exception as exc:
@@ -243,3 +167,124 @@ def read_range(
         raise
     finally:
         drop()
+
+
+class _RangeRead:
+    """One range being read by its consumer: the next offset it still needs, whether the consumer
+    was just sought there, when the read last progressed, and the batch being filled."""
+
+    def __init__(
+        self,
+        rng: KafkaRange,
+        opts: KafkaSourceOptions,
+        consumer: Any,
+        tp: Any,
+        where: str,
+        timeout: int,
+        batch_rows: int,
+    ) -> None:
+        self.rng, self.opts, self.consumer, self.tp = rng, opts, consumer, tp
+        self.where, self.timeout, self.batch_rows = where, timeout, batch_rows
+        self.expected = rng.start  # next offset this range still needs
+        self.fresh_seek = True
+        self.last_progress = 0.0
+        self.batch = _Batch(rng.topic, rng.partition)
+
+    def batches(self) -> Iterator[pa.RecordBatch]:
+        from kafka.errors import OffsetOutOfRangeError
+
+        consumer, tp, end = self.consumer, self.tp, self.rng.end
+        consumer.assign([tp])
+        consumer.seek(tp, self.rng.start)
+        self.last_progress = time.monotonic()
+        while self.expected < end:
+            try:
+                polled = consumer.poll(
+                    timeout_ms=500, max_records=max(1, min(self.batch_rows, end - self.expected))
+                )
+            except OffsetOutOfRangeError:
+                if self._seek_after_out_of_range():
+                    continue
+                break
+            progressed = yield from self._take(polled)
+            position = consumer.position(tp)
+            if position is not None and position > self.expected:
+                # Past offsets that hold no record (transaction markers, compacted away).
+                self.expected = min(int(position), end)
+                progressed = True
+            if progressed:
+                self.last_progress = time.monotonic()
+                continue
+            if self._partition_ended_while_stalled():
+                break
+        if len(self.batch):
+            yield self.batch.to_arrow()
+
+    def _seek_after_out_of_range(self) -> bool:
+        """After the broker refused the position: report the offsets lost and seek past them;
+        whether the range reads on (not if the partition now ends before the next offset)."""
+        consumer, tp, where = self.consumer, self.tp, self.where
+        earliest = consumer.beginning_offsets([tp], timeout_ms=self.timeout)[tp]
+        latest = consumer.end_offsets([tp], timeout_ms=self.timeout)[tp]
+        if self.expected < earliest:
+            report_data_loss(
+                self.opts,
+                f"cannot read {where}: offsets [{self.expected}, {min(earliest, self.rng.end)}) "
+                f"were deleted (the partition now starts at {earliest})",
+            )
+            self.expected = earliest
+        elif self.expected >= latest:
+            report_data_loss(
+                self.opts,
+                f"cannot read {where}: the partition now ends at {latest}, "
+                f"before offset {self.expected} (topic deleted and re-created?)",
+            )
+            return False
+        if self.expected < self.rng.end:
+            consumer.seek(tp, self.expected)
+            self.fresh_seek = True
+        self.last_progress = time.monotonic()
+        return True
+
+    def _take(self, polled: dict[Any, Any]) -> Generator[pa.RecordBatch, None, bool]:
+        """Add the polled records of the range to the batch, yielding each full batch; whether any was."""
+        progressed = False
+        for record in polled.get(self.tp, ()):
+            if record.offset < self.expected:
+                continue
+            if record.offset >= self.rng.end:
+                break
+            if record.offset > self.expected and self.fresh_seek:
+                earliest = self.consumer.beginning_offsets([self.tp], timeout_ms=self.timeout)[self.tp]
+                if earliest > self.expected:
+                    report_data_loss(
+                        self.opts,
+                        f"while reading {self.where}: offsets [{self.expected}, {record.offset}) "
+                        f"were deleted (the partition now starts at {earliest})",
+                    )
+            self.fresh_seek = False
+            self.batch.add(record)
+            self.expected = record.offset + 1
+            progressed = True
+            if len(self.batch) >= self.batch_rows:
+                yield self.batch.to_arrow()
+        return progressed
+
+    def _partition_ended_while_stalled(self) -> bool:
+        """A poll without progress: after ``pollTimeoutMs`` of them, the partition ended before the
+        range (data loss: True, the read stops) or :class:`KafkaReadTimeoutError`."""
+        opts = self.opts
+        if (time.monotonic() - self.last_progress) * 1000 < opts.poll_timeout_ms:
+            return False
+        latest = self.consumer.end_offsets([self.tp], timeout_ms=self.timeout)[self.tp]
+        if latest < self.rng.end and self.expected >= latest:
+            report_data_loss(
+                opts,
+                f"cannot read {self.where}: the partition now ends at {latest} "
+                f"(topic deleted and re-created?)",
+            )
+            return True
+        raise KafkaReadTimeoutError(
+            f"no progress reading {self.where} from Kafka brokers at {opts.bootstrap_servers} for "
+            f"{opts.poll_timeout_ms} ms (kafkaConsumer.pollTimeoutMs); stopped at offset {self.expected}"
+        )
