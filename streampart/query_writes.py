@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from ingest.chunks import ChunkWriter, CommitResult
 from ingest.config import ChunkConfig
-from ingest.formats import column_mismatches
+from ingest.records import column_mismatches
 from metastore.catalog import Catalog
 from metastore.crashpoints import crashpoint
 from metastore.durations import parse_duration

@@ -19,7 +19,8 @@ from typing import Any
 
 from ingest.api.errors import BodyError
 from ingest.chunks import ChunkWriter, DeadLetter, write_staged_files
-from ingest.formats import Format, Parsed, loads_json
+from ingest.formats import Format, loads_json
+from ingest.records import Parsed
 from metastore.delta.files import remove_file
 from metastore.delta.layout import STAGING_DIR
 from metastore.models import Chunk, StagedFile

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ingest.config import ChunkConfig
-from ingest.formats import Parsed, RecordValidator
+from ingest.records import Parsed, RecordValidator
 from metastore.catalog import Catalog
 from metastore.delta import staging
 from metastore.models import Chunk, Table

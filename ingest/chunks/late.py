@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 
 from ingest.chunks.base import DeadLetter, Writer, remove_staged
 from ingest.errors import ChunkBusyError, LateDataError
-from ingest.formats import Parsed
+from ingest.records import Parsed
 from metastore import clock
 from metastore.durations import format_duration
 from metastore.errors import ConflictError

@@ -31,7 +31,8 @@ from ingest.errors import (
     IdempotencyConflictError,
     MalformedChunkError,
 )
-from ingest.formats import BadRecord, Format, Parsed, RecordValidator, TimeBounds, parse, parse_arrow
+from ingest.formats import Format, parse, parse_arrow
+from ingest.records import BadRecord, Parsed, RecordValidator, TimeBounds
 from metastore import clock
 from metastore.catalog import Catalog
 from metastore.crashpoints import crashpoint, pausepoint

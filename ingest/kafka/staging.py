@@ -13,7 +13,7 @@ Two paths, the same result:
   record batch are framed as newline-delimited JSON in one buffer (no Python object per
   record), parsed by Arrow's JSON reader straight into the table's columns, checked as Arrow
   arrays (required columns, string sizes) and written as one Parquet file per task.
-* **Row-wise** (:class:`ingest.formats.RecordValidator`): a batch the Arrow path cannot take
+* **Row-wise** (:class:`ingest.records.RecordValidator`): a batch the Arrow path cannot take
   whole — a malformed record, a value with a raw newline, a type Arrow converts differently,
   CSV, an event-time table — goes record by record, so each bad record gets its own reason
   in the dead-letter table.
@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 if TYPE_CHECKING:
-    from ingest.formats import RecordValidator, TimeBounds
+    from ingest.records import RecordValidator, TimeBounds
     from metastore.delta.warehouse import Warehouse
     from metastore.models import Table
 
@@ -227,10 +227,10 @@ def _arrow_json(spec: StageSpec, values: pa.Array) -> pa.Table | None:
 
 
 class _RowWise:
-    """The row-wise path: every record checked by :class:`ingest.formats.RecordValidator`."""
+    """The row-wise path: every record checked by :class:`ingest.records.RecordValidator`."""
 
     def __init__(self, spec: StageSpec) -> None:
-        from ingest.formats import RecordValidator
+        from ingest.records import RecordValidator
 
         self.spec = spec
         self.warehouse, self.table, bounds = pickle.loads(spec.row_wise)
@@ -273,7 +273,7 @@ def parse_value(v: RecordValidator, fmt: str, position: int, value: bytes | None
     Never raises for a record, whatever it holds: an exception here would fail the batch, and
     every restart would replay the same offsets into the same exception, stopping the stream.
     """
-    from ingest.formats import unexpected
+    from ingest.records import unexpected
 
     try:
         return _parse_value(v, fmt, position, value)

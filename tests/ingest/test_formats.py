@@ -1,4 +1,5 @@
-"""Unit tests of chunk parsing and validation (ingest/formats.py) and of the metastore's parsing helpers."""
+"""Unit tests of chunk parsing and validation (ingest/formats.py, ingest/records.py) and of the
+metastore's parsing helpers."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from ingest.errors import MalformedChunkError
-from ingest.formats import BadRecord, Format, Parsed, RecordValidator, parse
+from ingest.formats import Format, parse
+from ingest.records import BadRecord, Parsed, RecordValidator
 from metastore.delta.arrow import data_schema
 from metastore.durations import parse_duration
 from metastore.errors import IllegalTransitionError, UserInputError

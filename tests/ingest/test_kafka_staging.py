@@ -104,7 +104,16 @@ def test_what_the_workers_unpickle_imports_no_metastore_nor_pydantic(sqlite_cata
     table = make_table(sqlite_catalog, dead_letter=True, schema=SCHEMA)
     spec = stage_spec(sqlite_catalog.warehouse, table, "c4", "json", 1 << 20, None)
     (tmp_path / "task.pickle").write_bytes(cloudpickle.dumps(stage_task(spec)))
-    heavy = ("pydantic", "sqlalchemy", "metastore", "deltalake", "pandas", "orjson", "ingest.formats")
+    heavy = (
+        "pydantic",
+        "sqlalchemy",
+        "metastore",
+        "deltalake",
+        "pandas",
+        "orjson",
+        "ingest.formats",
+        "ingest.records",
+    )
     code = (
         "import pickle, sys\n"
         f"fn = pickle.loads(open({str(tmp_path / 'task.pickle')!r}, 'rb').read())\n"

@@ -1,0 +1,467 @@
+"""Records checked against a table's schema: each value converted to its column's type, or a bad record.
+
+:class:`RecordValidator` turns records (mappings of column → value, from any format) into Arrow
+columns of the table's schema; a record that cannot be written yields a :class:`BadRecord`
+naming its position (line or row number, 1-based) and the fault, so the caller can fail the
+chunk with that message or send the record to the dead-letter table. Arrow data is checked a
+batch at a time as Arrow arrays where it fits as it is (:func:`validate_batches`), row by row
+where it does not. The formats that produce the records: ``ingest/formats.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime
+from decimal import ROUND_HALF_EVEN, Context, Decimal, InvalidOperation
+from typing import Any
+
+import pyarrow as pa
+
+from ingest.errors import MalformedChunkError
+from metastore.delta.arrow import arrow_type, data_schema
+from metastore.models import Column, iso
+
+
+@dataclass(frozen=True)
+class BadRecord:
+    position: int  # 1-based line (JSON lines, CSV) or row (Parquet)
+    reason: str
+    raw: str
+
+
+@dataclass(frozen=True)
+class Parsed:
+    good: pa.Table
+    bad: list[BadRecord]
+    # fields of the records that the table has no column for: field → how many records had it
+    # (they are not written; the caller says so rather than dropping them in silence)
+    ignored: dict[str, int] = field(default_factory=dict)
+    # DECIMAL(p,s) columns → how many written values had more decimals than s and were rounded
+    # (half to even, as Spark's cast); the caller says so, as for ignored fields
+    rounded: dict[str, int] = field(default_factory=dict)
+
+
+class _FieldError(ValueError):
+    pass
+
+
+_INT_RANGES = {
+    "byte": (-(2**7), 2**7 - 1),
+    "short": (-(2**15), 2**15 - 1),
+    "integer": (-(2**31), 2**31 - 1),
+    "long": (-(2**63), 2**63 - 1),
+}
+
+
+def _to_int(kind: str) -> Callable[[Any], int]:
+    lo, hi = _INT_RANGES[kind]
+
+    def convert(v: Any) -> int:
+        if isinstance(v, bool):
+            raise _FieldError(f"expected an integer, got {json.dumps(v)}")
+        if isinstance(v, float):
+            if not v.is_integer():
+                raise _FieldError(f"expected an integer, got {v!r}")
+            v = int(v)
+        elif isinstance(v, str):
+            try:
+                v = int(v.strip())
+            except ValueError:
+                raise _FieldError(f"expected an integer, got {v!r}") from None
+        elif not isinstance(v, int):
+            raise _FieldError(f"expected an integer, got {type(v).__name__}")
+        if not lo <= v <= hi:
+            raise _FieldError(f"{v} is out of range for {kind}")
+        return v
+
+    return convert
+
+
+def _to_float(v: Any) -> float:
+    if isinstance(v, bool):
+        raise _FieldError(f"expected a number, got {json.dumps(v)}")
+    if isinstance(v, int | float):
+        return float(v)
+    if isinstance(v, str):
+        try:
+            return float(v)
+        except ValueError:
+            raise _FieldError(f"expected a number, got {v!r}") from None
+    raise _FieldError(f"expected a number, got {type(v).__name__}")
+
+
+def _to_bool(v: Any) -> bool:
+    if isinstance(v, bool):
+        return v
+    if isinstance(v, str) and v.strip().lower() in ("true", "false"):
+        return v.strip().lower() == "true"
+    raise _FieldError(f"expected true or false, got {v!r}")
+
+
+def _to_str(v: Any) -> str:
+    if isinstance(v, str):
+        return v
+    if isinstance(v, int | float) and not isinstance(v, bool):
+        return json.dumps(v)
+    raise _FieldError(f"expected a string, got {type(v).__name__}")
+
+
+def _to_binary(v: Any) -> bytes:
+    if isinstance(v, bytes):
+        return v
+    if isinstance(v, str):
+        return v.encode()
+    raise _FieldError(f"expected a string, got {type(v).__name__}")
+
+
+def _to_timestamp(v: Any) -> datetime:
+    if isinstance(v, datetime):
+        return v if v.tzinfo else v.replace(tzinfo=UTC)
+    if isinstance(v, int | float) and not isinstance(v, bool):
+        if not math.isfinite(v):
+            raise _FieldError(f"{v!r} is not a time")
+        return datetime.fromtimestamp(v, UTC)
+    if isinstance(v, str):
+        try:
+            ts = datetime.fromisoformat(v.strip().replace("Z", "+00:00"))
+        except ValueError:
+            if _JSON_NUMBER.fullmatch(v.strip()):  # epoch seconds as text (CSV): as a JSON number
+                return _to_timestamp(json.loads(v))
+            raise _FieldError(f"expected an ISO-8601 timestamp, got {v!r}") from None
+        return ts if ts.tzinfo else ts.replace(tzinfo=UTC)
+    raise _FieldError(f"expected an ISO-8601 timestamp, got {type(v).__name__}")
+
+
+_JSON_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
+
+
+def _to_date(v: Any) -> date:
+    if isinstance(v, date) and not isinstance(v, datetime):
+        return v
+    if isinstance(v, str):
+        try:
+            return date.fromisoformat(v.strip())
+        except ValueError:
+            raise _FieldError(f"expected an ISO-8601 date, got {v!r}") from None
+    raise _FieldError(f"expected an ISO-8601 date, got {type(v).__name__}")
+
+
+# Quantizing needs the digits of DECIMAL(38,s), not the default context's 28.
+_DECIMAL_CONTEXT = Context(prec=38, rounding=ROUND_HALF_EVEN)
+
+
+def _to_decimal(
+    precision: int, scale: int, rounded: Callable[[], None] | None = None
+) -> Callable[[Any], Decimal]:
+    """Values as DECIMAL(precision, scale): more decimals than ``scale`` are rounded half to even
+    (as Spark's cast does), and ``rounded`` is called for each value whose value that changed."""
+    quantum = Decimal(1).scaleb(-scale)
+
+    def convert(v: Any) -> Decimal:
+        if isinstance(v, bool) or not isinstance(v, int | float | str | Decimal):
+            raise _FieldError(f"expected a decimal number, got {type(v).__name__}")
+        try:
+            d = Decimal(str(v))
+        except InvalidOperation:
+            raise _FieldError(f"expected a decimal number, got {v!r}") from None
+        if not d.is_finite():
+            raise _FieldError(f"expected a finite decimal number, got {v!r}")
+        try:
+            q = d.quantize(quantum, context=_DECIMAL_CONTEXT)
+        except InvalidOperation:  # more digits than any decimal holds
+            raise _FieldError(f"{v} does not fit DECIMAL({precision},{scale})") from None
+        if len(q.as_tuple().digits) > precision:
+            raise _FieldError(f"{v} does not fit DECIMAL({precision},{scale})")
+        if rounded is not None and q != d:
+            rounded()
+        return q
+
+    return convert
+
+
+def converter(column: Column, rounded: Callable[[], None] | None = None) -> Callable[[Any], Any]:
+    """The function that checks and converts a value for ``column`` (``rounded``: see _to_decimal)."""
+    t = column.type
+    if t in _INT_RANGES:
+        return _to_int(t)
+    if t.startswith("decimal("):
+        p, sc = t[len("decimal(") : -1].split(",")
+        return _to_decimal(int(p), int(sc), rounded)
+    return {
+        "float": _to_float,
+        "double": _to_float,
+        "boolean": _to_bool,
+        "string": _to_str,
+        "binary": _to_binary,
+        "timestamp": _to_timestamp,
+        "date": _to_date,
+    }[t]
+
+
+def _byte_size(value: Any) -> int:
+    """UTF-8 size of a string or binary value (0 for other values)."""
+    if isinstance(value, bytes):
+        return len(value)
+    if isinstance(value, str):
+        if value.isascii():  # one byte per character, without encoding a copy
+            return len(value)
+        try:
+            return len(value.encode("utf-8"))
+        except UnicodeEncodeError as exc:  # a lone surrogate, e.g. from a JSON "\ud800" escape
+            raise _FieldError(f"not valid Unicode: unpaired surrogate at character {exc.start + 1}") from None
+    return 0
+
+
+@dataclass(frozen=True)
+class TimeBounds:
+    """The event times a column may hold (an event-time table's time column): outside, a bad record."""
+
+    column: str
+    earliest: datetime
+    latest: datetime
+    why_latest: str = ""  # how the latest bound came about, for the bad record's reason
+
+    def fault(self, value: datetime) -> str | None:
+        if value < self.earliest:
+            return f"event time {iso(value)} is before {iso(self.earliest)}, the earliest accepted"
+        if value > self.latest:
+            because = f" ({self.why_latest})" if self.why_latest else ""
+            return f"event time {iso(value)} is after {iso(self.latest)}, the latest accepted now{because}"
+        return None
+
+
+class RecordValidator:
+    """Turns records (mappings of column → value) into columns of checked Python values.
+
+    Args:
+        columns: the table's data columns.
+        required: extra columns that must not be null (the time column).
+        max_value_bytes: a string or binary value longer than this is a bad record.
+        max_rows: more records than this (good and bad) fail the chunk; None: no limit.
+        time_bounds: the range of event times the time column may hold (event-time tables).
+    """
+
+    def __init__(
+        self,
+        columns: Sequence[Column],
+        required: Sequence[str] = (),
+        max_value_bytes: int = 1 << 20,
+        max_rows: int | None = None,
+        time_bounds: TimeBounds | None = None,
+    ):
+        self.columns = tuple(columns)
+        self.schema = data_schema(self.columns)
+        self._conv = [converter(c, self._rounding(c.name)) for c in self.columns]
+        self._required_names = tuple(required)
+        self._required = [not c.nullable or c.name in required for c in self.columns]
+        self._max = max_value_bytes
+        self.max_rows = max_rows
+        self.time_bounds = time_bounds
+        self._bounded = [time_bounds is not None and c.name == time_bounds.column for c in self.columns]
+        self._values: list[list[Any]] = [[] for _ in self.columns]
+        self.names = frozenset(c.name for c in self.columns)  # the columns' names
+        self.ignored: Counter[str] = Counter()
+        self.rounded: Counter[str] = Counter()  # counted once the record is written
+        self._rounded_here: list[str] = []  # columns of the record being added whose value was rounded
+        self._added = 0
+        self.bad: list[BadRecord] = []
+
+    def _rounding(self, column: str) -> Callable[[], None]:
+        return lambda: self._rounded_here.append(column)
+
+    def fresh(self) -> RecordValidator:
+        """A new, empty validator with the same columns and limits."""
+        return RecordValidator(self.columns, self._required_names, self._max, self.max_rows, self.time_bounds)
+
+    def check_rows(self, rows: int) -> None:
+        """Fail the chunk if it would hold more than ``max_rows`` records."""
+        if self.max_rows is not None and rows > self.max_rows:
+            raise MalformedChunkError(
+                f"the chunk holds {rows} records or more, over the limit of {self.max_rows} "
+                "(chunk.max_rows); split the data into several chunks; nothing was committed"
+            )
+
+    def add(self, position: int, record: Any, raw: str, empty_is_null: bool = False) -> None:
+        self._added += 1
+        self._rounded_here.clear()
+        self.check_rows(self._added)
+        if not isinstance(record, dict):
+            self.bad.append(BadRecord(position, f"expected a JSON object, got {type(record).__name__}", raw))
+            return
+        if not record.keys() <= self.names:
+            self.ignored.update(record.keys() - self.names)
+        row: list[Any] = []
+        for col, conv, required, bounded in zip(
+            self.columns, self._conv, self._required, self._bounded, strict=True
+        ):
+            v = record.get(col.name)
+            if v is None or (empty_is_null and v == "" and col.type != "string"):
+                if required:
+                    self.bad.append(
+                        BadRecord(position, f"column {col.name!r} is required but missing or null", raw)
+                    )
+                    return
+                row.append(None)
+                continue
+            try:
+                value = conv(v)
+                size = _byte_size(value)
+            except _FieldError as exc:
+                self.bad.append(BadRecord(position, f"column {col.name!r}: {exc}", raw))
+                return
+            except (OverflowError, OSError, ValueError) as exc:
+                self.bad.append(BadRecord(position, f"column {col.name!r}: {exc}", raw))
+                return
+            except Exception as exc:  # a poison value must not stop the chunk: see unexpected()
+                self.bad.append(BadRecord(position, f"column {col.name!r}: {unexpected(exc)}", raw))
+                return
+            if bounded:
+                assert self.time_bounds is not None
+                fault = self.time_bounds.fault(value)
+                if fault is not None:
+                    self.bad.append(BadRecord(position, f"column {col.name!r}: {fault}", raw))
+                    return
+            if size > self._max:
+                self.bad.append(
+                    BadRecord(
+                        position,
+                        f"column {col.name!r}: value of {size} bytes exceeds {self._max}",
+                        raw[:1024],
+                    )
+                )
+                return
+            row.append(value)
+        for values, v in zip(self._values, row, strict=True):
+            values.append(v)
+        self.rounded.update(self._rounded_here)
+
+    def result(self) -> Parsed:
+        arrays = [
+            pa.array(values, type=arrow_type(c.type))
+            for values, c in zip(self._values, self.columns, strict=True)
+        ]
+        return Parsed(
+            pa.Table.from_arrays(arrays, schema=self.schema), self.bad, dict(self.ignored), dict(self.rounded)
+        )
+
+
+def unexpected(exc: BaseException) -> str:
+    """The reason of a bad record whose parsing failed in a way nobody foresaw.
+
+    A record that breaks a parser must become a dead letter (or a clear error), never stop the
+    stream or the request: so the record-level parsers catch every exception and name it.
+    """
+    return f"cannot be parsed: {type(exc).__name__}: {str(exc)[:200]}"
+
+
+def validate_batches(
+    batches: Iterator[pa.RecordBatch], v: RecordValidator, ignored: dict[str, int]
+) -> Parsed:
+    """``batches`` checked against the validator's columns: each batch as Arrow arrays if every
+    value fits as it is, row by row (naming each bad row) if not. ``ignored``: see :class:`Parsed`."""
+    parts: list[pa.Table] = []
+    rounded: Counter[str] = Counter()
+    offset = 0
+    for batch in batches:
+        fast = _arrow_batch(batch, v)
+        if fast is None:
+            rows = v.fresh()
+            for n, record in enumerate(batch.to_pylist(), start=offset + 1):
+                rows.add(n, record, json.dumps(record, default=str)[:4096])
+            part = rows.result()
+            v.bad += part.bad
+            rounded.update(part.rounded)
+            fast = part.good
+        parts.append(fast)
+        offset += batch.num_rows
+    good = pa.concat_tables(parts) if parts else v.schema.empty_table()
+    return Parsed(good, v.bad, ignored, dict(rounded))
+
+
+def _arrow_batch(batch: pa.RecordBatch, v: RecordValidator) -> pa.Table | None:
+    """``batch`` in the table's schema if every value fits as it is (Arrow's safe casts only);
+    None if any column needs Python's conversions or holds a bad value (null where required,
+    a value that does not fit, a string over the size limit)."""
+    import pyarrow.compute as pc
+
+    arrays = []
+    names = batch.schema.names
+    for column, required, target in zip(v.columns, v._required, v.schema, strict=True):
+        if column.name not in names:
+            if required:
+                return None
+            arrays.append(pa.nulls(batch.num_rows, target.type))
+            continue
+        array = batch.column(column.name)
+        if array.type != target.type:
+            if not _fast_cast(array.type, target.type):
+                return None
+            try:
+                array = array.cast(target.type, safe=True)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                return None
+        if required and array.null_count:
+            return None
+        if v.time_bounds is not None and column.name == v.time_bounds.column:
+            low, high = pc.min_max(array).values()
+            bounds = v.time_bounds
+            if low.is_valid and (low.as_py() < bounds.earliest or high.as_py() > bounds.latest):
+                return None
+        if column.type in ("string", "binary") and len(array) - array.null_count:
+            longest = pc.max(pc.binary_length(array)).as_py()
+            if longest is not None and longest > v._max:
+                return None
+        arrays.append(array)
+    return pa.Table.from_arrays(arrays, schema=v.schema)
+
+
+def _fast_cast(source: pa.DataType, target: pa.DataType) -> bool:
+    """Whether Arrow's safe cast gives what the row-wise conversions would (or fails instead)."""
+    t = pa.types
+    if t.is_dictionary(source):
+        source = source.value_type
+    if source == target:
+        return True
+    if t.is_integer(target) or t.is_floating(target):
+        return t.is_integer(source) or t.is_floating(source)
+    if t.is_decimal(target):
+        return t.is_integer(source) or t.is_decimal(source)
+    if t.is_timestamp(target):
+        return t.is_timestamp(source)  # naive values are UTC, as in the row-wise path
+    if t.is_string(target):
+        return t.is_string(source) or t.is_large_string(source)
+    if t.is_binary(target):
+        return t.is_binary(source) or t.is_large_binary(source) or t.is_string(source)
+    if t.is_date32(target):
+        return t.is_date(source)
+    return False
+
+
+def column_mismatches(given: Sequence[Column], columns: Sequence[Column]) -> list[str]:
+    """Why data with the columns ``given`` cannot be written to a table of ``columns`` whole, matched
+    by name (case-insensitively): each reason a phrase; none, if it can.
+
+    Stricter than the parsers, which fill a missing nullable column with nulls, ignore extra
+    fields and convert values row by row: a statement's result must name every column of its
+    table, nothing more, each of a type whose values fit as they are (Arrow's safe casts, the
+    parsers' fast path: :func:`_fast_cast`).
+    """
+    by_name = {c.name.lower(): c for c in given}
+    wanted = {c.name.lower() for c in columns}
+    problems = []
+    missing = [c.name for c in columns if c.name.lower() not in by_name]
+    if missing:
+        problems.append(f"it lacks column(s) {', '.join(missing)}")
+    extra = [c.name for c in given if c.name.lower() not in wanted]
+    if extra:
+        problems.append(f"it has column(s) {', '.join(extra)} that the table does not")
+    for column in columns:
+        found = by_name.get(column.name.lower())
+        if found is not None and not _fast_cast(arrow_type(found.type), arrow_type(column.type)):
+            problems.append(f"its column {found.name} is {found.sql_type}, the table's is {column.sql_type}")
+    return problems
