@@ -155,11 +155,12 @@ class ChunkWriter:
             time_bounds(self.table, now or clock.now()),
         )
 
-    def parse(self, content: bytes, fmt: Format) -> Parsed:
+    def parse(self, content: bytes, fmt: Format | str) -> Parsed:
         return parse(content, fmt, self.validator())
 
-    def stage(self, chunk: Chunk, content: bytes, fmt: Format, source: str = "") -> Chunk:
-        """Parse ``content`` and stage it as the chunk's data (replacing an earlier attempt's)."""
+    def stage(self, chunk: Chunk, content: bytes, fmt: Format | str, source: str = "") -> Chunk:
+        """Parse ``content`` and stage it as the chunk's data (replacing an earlier attempt's);
+        ``fmt`` a :class:`Format` or its name (``"jsonl"``), as :func:`ingest.formats.parse` takes it."""
         return self.stage_parsed(chunk, self.parse(content, fmt), source=source, digest=digest_bytes(content))
 
     def stage_parsed(
