@@ -4,7 +4,7 @@
 one routing step every verb goes through; each other concept is a service reached as an
 attribute, with its verbs in a module of its own: ``catalog.clusters`` (``clusters.py``),
 ``catalog.namespaces`` (``namespaces.py``), ``catalog.links`` (``links.py``), ``catalog.replicas``
-(``replicas.py``), and ``catalog.federation`` (:mod:`metastore.federation_admin`).
+(``replicas.py``), and ``catalog.federation`` (:mod:`metastore.catalog.federation`).
 """
 
 from metastore.catalog.core import DEAD_LETTER_COLUMNS, Catalog

@@ -7,7 +7,7 @@ a namespace runs in the metastore that holds it, so callers never pick one), tab
 names stand for. Each other concept is a service reached as an attribute, with its verbs in a
 module of its own beside this one: ``catalog.clusters`` (:mod:`metastore.catalog.clusters`),
 ``catalog.namespaces``, ``catalog.links``, ``catalog.replicas``, and ``catalog.federation``
-(:class:`~metastore.federation_admin.FederationAdmin`).
+(:class:`~metastore.catalog.federation.FederationAdmin`).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from typing import Any
 
 from metastore import description
 from metastore.catalog.clusters import Clusters
+from metastore.catalog.federation import FederationAdmin
 from metastore.catalog.links import Links
 from metastore.catalog.namespaces import Namespaces
 from metastore.catalog.replicas import Replicas
@@ -43,7 +44,6 @@ from metastore.errors import (
     TableIntegrityError,
     UserInputError,
 )
-from metastore.federation_admin import FederationAdmin
 from metastore.links import Reference, Resolved
 from metastore.models import (
     Chunk,

@@ -10,9 +10,9 @@ from __future__ import annotations
 import builtins
 from typing import Any
 
+from metastore.catalog.federation import FederationAdmin
 from metastore.catalog.routing import Routing
 from metastore.errors import AlreadyExistsError, UserInputError
-from metastore.federation_admin import FederationAdmin
 from metastore.moves import NamespaceMover
 from metastore.namespaces import Namespace, check_namespace
 from metastore.router import FanOut

@@ -69,7 +69,7 @@ def federation_add(
     cli = cli_context(ctx)
     catalog = cli.catalog(create=True)
     metastore = catalog.federation.add(name, url, access, writable or [], prefix, _routes_option(route or []))
-    from metastore.federation_admin import metastore_info
+    from metastore.catalog.federation import metastore_info
 
     cli.output.result(metastore_info(metastore, catalog.primary.routes(), None), _print_added)
 
@@ -156,7 +156,7 @@ def federation_alter(
     metastore = catalog.federation.alter(
         name, access=access, writable=writable, prefix=prefix, no_prefix=no_prefix
     )
-    from metastore.federation_admin import metastore_info
+    from metastore.catalog.federation import metastore_info
 
     cli.output.result(metastore_info(metastore, catalog.primary.routes()), _print_altered)
 

@@ -25,7 +25,7 @@ from ingest.api.models import (
     RoutesInfo,
     error_responses,
 )
-from metastore.federation_admin import metastore_info
+from metastore.catalog.federation import metastore_info
 from metastore.models import Permission
 from metastore.namespaces import check_namespace
 
