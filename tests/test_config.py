@@ -147,6 +147,7 @@ def test_the_shipped_config_file_holds_the_defaults() -> None:
     assert load_settings(ROOT / "conf" / "streampart.toml") == load_settings()
 
 
+@pytest.mark.process
 def test_the_cli_refuses_an_unknown_key_in_one_line(tmp_path: Path) -> None:
     config = tmp_path / "streampart.toml"
     config.write_text("[scheduler.housekeeping]\nenabeld = false\n")
