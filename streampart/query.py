@@ -27,6 +27,7 @@ from metastore.links import Resolved
 from metastore.models import Table, TableName
 from metastore.namespaces import check_namespace
 from streampart import query_policy
+from streampart.class_archive import java_options
 from streampart.errors import QueryError, QueryRefusedError
 from streampart.query_policy import Output, Read, Resolver, TableRef
 from streampart.snapshots import Snapshot, pin, view_of
@@ -67,7 +68,10 @@ def spark_session(config: SparkConfig | None = None) -> SparkSession:
         .config("spark.sql.shuffle.partitions", str(config.shuffle_partitions))
         .config("spark.driver.memory", config.driver_memory)
         .config("spark.sql.sources.parallelPartitionDiscovery.parallelism", "8")
-        .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{log4j}")
+        .config(
+            "spark.driver.extraJavaOptions",
+            " ".join([f"-Dlog4j2.configurationFile=file:{log4j}", *java_options(config.class_archive)]),
+        )
         # no `SELECT … FROM parquet.`/any/path``: queries read streampart snapshots only
         .config("spark.sql.runSQLOnFiles", "false")
         # no `${var}` in statements: Spark would substitute it after the statement was checked

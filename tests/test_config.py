@@ -97,7 +97,7 @@ FILE_TYPOS = [
     ('warehuose = "/data"\n', "unknown key warehuose in {file} (did you mean warehouse?)"),
     ("[spark]\nexecutors = 2\n",  # nothing near: the section's keys
      "unknown key spark.executors in {file} "
-     "(valid keys there: master, shuffle_partitions, driver_memory, conf)"),
+     "(valid keys there: master, shuffle_partitions, driver_memory, conf, class_archive)"),
 ]  # fmt: skip
 
 
