@@ -32,7 +32,7 @@ chromium:
 # clusters (session fixtures), and a file's module fixtures stay on one worker. The slowest 25
 # tests and the suite's time are printed last.
 test: setup chromium
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=25
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=25
 
 lint: setup
 	$(BIN)/ruff check .
