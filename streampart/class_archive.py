@@ -24,6 +24,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -99,15 +100,18 @@ def verify(archive: Path, timeout: float = 300) -> bool:
 def _run_workload(step: str, timeout: float) -> bool:
     """Run the workload (:mod:`streampart.class_archive_workload`) in a child whose driver JVM does
     ``step``; True once that JVM exited well."""
-    child = subprocess.run(
-        [sys.executable, "-m", "streampart.class_archive_workload"],
-        env={**os.environ, BUILDING: step},
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        stdin=subprocess.DEVNULL,
-        check=False,
-    )
+    # in a directory of its own: a JVM that crashes on a broken archive writes hs_err_PID.log there
+    with tempfile.TemporaryDirectory(prefix="class-archive-") as cwd:
+        child = subprocess.run(
+            [sys.executable, "-m", "streampart.class_archive_workload"],
+            env={**os.environ, BUILDING: step},
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+            check=False,
+        )
     pid = (child.stdout.strip().splitlines() or [""])[-1]
     if child.returncode != 0 or not pid.isdigit():
         return False

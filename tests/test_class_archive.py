@@ -69,5 +69,7 @@ def test_a_truncated_archive_is_refused_before_it_could_take_the_archives_place(
 ) -> None:
     truncated = tmp_path / "truncated.jsa"
     truncated.write_bytes(archive.read_bytes()[: 1 << 20])
+    crash_logs = set(Path.cwd().glob("hs_err_pid*.log"))
     assert class_archive.verify(truncated, timeout=120) is False  # mapped, it crashes the JVM (SIGBUS)
+    assert set(Path.cwd().glob("hs_err_pid*.log")) == crash_logs  # its crash report is not left here
     assert class_archive.verify(archive, timeout=120) is True
