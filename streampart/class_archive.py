@@ -40,14 +40,18 @@ BUILDING = "_STREAMPART_CLASS_ARCHIVE"
 
 
 def archive_path() -> Path:
-    """Where the archive for this pyspark, these hooks and this ``java`` lives (it may not exist)."""
+    """Where the archive for this pyspark installation, these hooks and this ``java`` lives (it may
+    not exist). Named ``spark-classes-<where>-<what>.jsa``: ``where`` is the pyspark installation (the
+    JVM's class path names its jars, so each virtualenv has its own archive), ``what`` its version,
+    the hooks and the JDK."""
     import pyspark
 
     java = _java()
-    digest = hashlib.sha256(pyspark.__version__.encode())
-    digest.update(compile_hooks().name.encode())
-    digest.update(f"{java}:{java.stat().st_mtime_ns if java.exists() else 0}".encode())
-    return cache_dir() / f"spark-classes-{digest.hexdigest()[:16]}.jsa"
+    where = hashlib.sha256(str(Path(pyspark.__file__).resolve().parent).encode()).hexdigest()[:12]
+    what = hashlib.sha256(pyspark.__version__.encode())
+    what.update(compile_hooks().name.encode())
+    what.update(f"{java}:{java.stat().st_mtime_ns if java.exists() else 0}".encode())
+    return cache_dir() / f"spark-classes-{where}-{what.hexdigest()[:12]}.jsa"
 
 
 def java_options(use: bool = True) -> list[str]:
@@ -71,7 +75,8 @@ def build(force: bool = False, timeout: float = 300) -> Path | None:
 
     The archive is written under a temporary name, then a second JVM must start Spark from it
     (``-Xshare:on``) before it takes its place: a truncated archive (a full disk) would crash every
-    JVM that maps it. Archives of other Spark, hooks or JDK builds are removed (each is ~170 MB).
+    JVM that maps it. This installation's archives of other Spark, hooks or JDK builds are removed
+    (each is ~170 MB).
     """
     target = archive_path()
     if target.is_file() and not force:
@@ -86,7 +91,8 @@ def build(force: bool = False, timeout: float = 300) -> Path | None:
         tmp.replace(target)
     finally:
         tmp.unlink(missing_ok=True)
-    for old in target.parent.glob("spark-classes-*.jsa"):
+    where = target.name.split("-")[2]  # this installation's older archives (other versions) go
+    for old in target.parent.glob(f"spark-classes-{where}-*.jsa"):
         if old != target:
             old.unlink(missing_ok=True)
     return target
