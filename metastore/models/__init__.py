@@ -2,13 +2,21 @@
 
 A package, one module per concept: ``lifecycles`` (the state enums and their allowed
 transitions), ``names`` (identifiers, table names), ``periods`` (UTC instants and periods),
-``columns`` (a table's columns and schema text), ``tables`` (TableSpec, Table, modes, kinds,
+``columns`` (a table's columns and schema text), ``evolution`` (schema changes: which types
+widen in place, the checks of an ALTER), ``tables`` (TableSpec, Table, modes, kinds,
 companions), ``records`` (partitions, chunks, rolls, leases, moves, status rows) and ``tokens``
 (the HTTP API's tokens). Almost every module of streampart uses these nouns, so this
 ``__init__`` exports them all: import them from ``metastore.models``.
 """
 
 from metastore.models.columns import SQL_TYPES, Column, format_schema, parse_schema
+from metastore.models.evolution import (
+    SchemaChange,
+    SchemaEvolution,
+    parse_column_change,
+    plan_alter,
+    widening_refusal,
+)
 from metastore.models.lifecycles import ChunkState, MoveStep, PartitionState, RollState, check_transition
 from metastore.models.names import PRIMARY, TableName, check_identifier
 from metastore.models.periods import (
@@ -71,6 +79,8 @@ __all__ = [
     "RollAttempt",
     "RollOutcome",
     "RollState",
+    "SchemaChange",
+    "SchemaEvolution",
     "Scope",
     "StagedFile",
     "Table",
@@ -85,9 +95,12 @@ __all__ = [
     "default_partition_column",
     "format_schema",
     "iso",
+    "parse_column_change",
     "parse_instant",
     "parse_schema",
     "period_start",
+    "plan_alter",
     "saturating_add",
     "utc",
+    "widening_refusal",
 ]

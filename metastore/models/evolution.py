@@ -1,0 +1,195 @@
+"""Schema changes: which column types widen in place, and the checks an ALTER passes before it runs.
+
+A table's schema changes by a Delta ``metaData`` commit alone: no data file is rewritten, so every
+file written before the change must still read, exactly, under the new schema, in every reader
+streampart promises (delta-rs, polars, DuckDB, pyarrow, Spark). Measured (docs/design/
+schema-changes.md): adding a nullable column, widening an integer (byte→short→int→long),
+float→double, and a decimal's precision at the same scale all do. A decimal's scale change breaks
+polars, and date→timestamp breaks Spark and polars, so both are refused with the alternative (a
+new column). Rename and drop are refused elsewhere: they need Delta column mapping.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from datetime import datetime
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict
+
+from metastore.errors import UserInputError
+from metastore.models.columns import Column, parse_schema
+from metastore.models.names import check_identifier
+
+
+class SchemaEvolution(StrEnum):
+    """What rows that bring fields the table lacks may change in its schema."""
+
+    NONE = "none"
+    ADD_COLUMNS = "add-columns"
+    ADD_AND_WIDEN = "add-and-widen"
+
+
+class SchemaChange(BaseModel):
+    """One schema change in a table's history: the Delta version that made it, and by whom."""
+
+    model_config = ConfigDict(frozen=True)
+
+    version: int
+    change: str
+    source: str
+    at: datetime
+
+
+# Each family widens upwards only; a type of one family never becomes a type of another.
+_INTEGERS = ("byte", "short", "integer", "long")
+_FLOATS = ("float", "double")
+_DECIMAL = re.compile(r"^decimal\((\d+),(\d+)\)$")
+_NEW_COLUMN = "add a new column instead"
+
+
+def _sql(delta_type: str) -> str:
+    return Column(name="_", type=delta_type).sql_type
+
+
+def _decimal(delta_type: str) -> tuple[int, int] | None:
+    m = _DECIMAL.match(delta_type)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def widening_refusal(old: str, new: str) -> str | None:
+    """Why a column of Delta type ``old`` cannot become ``new`` in place (None: it can).
+
+    Allowed: the same type; byte→short→int→long (any step up); float→double; decimal(p,s)→
+    decimal(p',s) with p' >= p and the same scale.
+    """
+    if old == new:
+        return None
+    was, becomes = _sql(old), _sql(new)
+    for family in (_INTEGERS, _FLOATS):
+        if old in family and new in family:
+            if family.index(new) > family.index(old):
+                return None
+            return f"{becomes} is narrower than {was}: values already written may not fit"
+    old_dec, new_dec = _decimal(old), _decimal(new)
+    if old_dec and new_dec:
+        if old_dec[1] != new_dec[1]:
+            return f"{was} to {becomes} changes the scale: polars cannot read the old files; {_NEW_COLUMN}"
+        if new_dec[0] < old_dec[0]:
+            return f"{becomes} is narrower than {was}: values already written may not fit"
+        return None
+    if old == "date" and new == "timestamp":
+        return f"Spark and polars cannot read the old DATE files as TIMESTAMP; {_NEW_COLUMN}"
+    return (
+        f"{was} to {becomes} changes the kind of the column: only integers, FLOAT to DOUBLE and a "
+        f"DECIMAL's precision widen in place; {_NEW_COLUMN}"
+    )
+
+
+def parse_column_change(text: str, what: str) -> Column:
+    """One column of ``ALTER`` text, ``"coupon STRING"`` or ``"qty BIGINT"``; ``what`` names the option.
+
+    Raises:
+        UserInputError: the text is not one ``NAME TYPE [NOT NULL]``.
+    """
+    try:
+        columns = parse_schema(text)
+    except UserInputError as exc:
+        raise UserInputError(f"{what} {text!r}: {exc}") from None
+    if len(columns) != 1:
+        raise UserInputError(f"{what} {text!r}: give one column, 'NAME TYPE'")
+    return columns[0]
+
+
+def _added_problems(
+    add: Sequence[Column], existing: dict[str, Column], time_column: str, partition_column: str
+) -> list[str]:
+    problems: list[str] = []
+    seen: set[str] = set()
+    for c in add:
+        key = c.name.lower()
+        try:
+            check_identifier(c.name, "new column name")
+        except UserInputError as exc:
+            problems.append(str(exc))
+        if key == partition_column.lower():
+            problems.append(f"{c.name!r} is the partition column's name")
+        elif key == time_column.lower():
+            problems.append(f"{c.name!r} is the time column")
+        elif key in existing:
+            old = existing[key].name
+            problems.append(
+                f"column {c.name!r} exists already"
+                if old == c.name
+                else f"{c.name!r} differs from the existing column {old!r} only in case"
+            )
+        if key in seen:
+            problems.append(f"column {c.name!r} is added twice")
+        seen.add(key)
+        if not c.nullable:
+            problems.append(
+                f"{c.name!r} cannot be NOT NULL: new columns are nullable: old rows have no value"
+            )
+    return problems
+
+
+def _widened_problems(
+    widen: Sequence[Column], existing: dict[str, Column], time_column: str, partition_column: str
+) -> list[str]:
+    problems: list[str] = []
+    seen: set[str] = set()
+    for c in widen:
+        key = c.name.lower()
+        if key in seen:
+            problems.append(f"column {c.name!r} is widened twice")
+        seen.add(key)
+        if key == partition_column.lower():
+            problems.append(f"{c.name!r} is the partition column: its type cannot change")
+            continue
+        if key == time_column.lower():
+            problems.append(f"{c.name!r} is the time column: its type cannot change")
+            continue
+        old = existing.get(key)
+        if old is None:
+            problems.append(f"there is no column {c.name!r} to widen")
+            continue
+        reason = widening_refusal(old.type, c.type)
+        if reason:
+            problems.append(f"column {old.name!r}: {reason}")
+        if old.nullable and not c.nullable:
+            problems.append(f"column {old.name!r} cannot become NOT NULL: old rows may hold nulls")
+    return problems
+
+
+def plan_alter(
+    columns: Sequence[Column],
+    time_column: str,
+    partition_column: str,
+    add: Sequence[Column] = (),
+    widen: Sequence[Column] = (),
+) -> tuple[Column, ...]:
+    """The columns after adding ``add`` (at the end) and widening ``widen`` (in place).
+
+    Every problem is found before anything is returned, and all of them are named at once.
+
+    Raises:
+        UserInputError: naming every problem (a name taken, even but for case; the time or
+            partition column; a column to widen that does not exist; a type that does not
+            widen in place; a NOT NULL new column; an invalid name).
+    """
+    existing = {c.name.lower(): c for c in columns}
+    problems = _added_problems(add, existing, time_column, partition_column)
+    problems += _widened_problems(widen, existing, time_column, partition_column)
+    if not add and not widen:
+        problems.append("nothing to change: give a column to add or to widen")
+    if problems:
+        raise UserInputError("schema change refused: " + "; ".join(problems))
+    wider = {c.name.lower(): c for c in widen}
+    changed = [
+        Column(name=c.name, type=wider[c.name.lower()].type, nullable=c.nullable)
+        if c.name.lower() in wider
+        else c
+        for c in columns
+    ]
+    return (*changed, *add)
