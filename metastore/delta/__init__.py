@@ -14,6 +14,7 @@ One module per concept; import from the module that holds what you need:
 - ``files``: the data files a snapshot lists, and writing, checking and removing them on disk.
 - ``staging``: the staging area, where chunk files wait for and are placed by their commit.
 - ``layout``: where a table's files live and how a partition's value names its directory.
-- ``arrow``: a table's columns as Arrow schemas.
+- ``arrow``: a table's columns as Arrow schemas; older data conformed to the columns of now.
+- ``metadata``: the log's schema at a version, and the ``metaData`` action of a schema change.
 - ``errors``: how I/O, log and commit failures become streampart's errors.
 """

@@ -1,4 +1,8 @@
-"""The Arrow schemas of a table: its Delta column types as Arrow types, for its data files and its log."""
+"""The Arrow schemas of a table: its Delta column types as Arrow types, for its data files and its log.
+
+Also :func:`conform`: data written under an older schema (a column added since, a type widened
+since) made to fit the table's columns now.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,8 @@ from collections.abc import Sequence
 
 import pyarrow as pa
 
-from metastore.models import Column, Table
+from metastore.errors import TableIntegrityError
+from metastore.models import Column, Table, widening_refusal
 
 _ARROW: dict[str, pa.DataType] = {
     "boolean": pa.bool_(),
@@ -21,6 +26,9 @@ _ARROW: dict[str, pa.DataType] = {
     "date": pa.date32(),
     "timestamp": pa.timestamp("us", tz="UTC"),
 }
+
+
+_DELTA = {arrow: delta for delta, arrow in _ARROW.items()}
 
 
 def arrow_type(delta_type: str) -> pa.DataType:
@@ -40,3 +48,44 @@ def table_schema(table: Table) -> pa.Schema:
     return data_schema(table.columns).append(
         pa.field(table.partition_column, pa.timestamp("us", tz="UTC"), nullable=False)
     )
+
+
+def _delta_type(arrow: pa.DataType) -> str | None:
+    if pa.types.is_decimal128(arrow):
+        return f"decimal({arrow.precision},{arrow.scale})"
+    return _DELTA.get(arrow)
+
+
+def conform(data: pa.RecordBatch | pa.Table, columns: Sequence[Column]) -> pa.RecordBatch | pa.Table:
+    """``data`` with exactly ``columns``, in their order: absent ones as nulls, widened ones cast.
+
+    Only the widenings of ``metastore/models/evolution.py`` are cast, and safely (exact values);
+    columns of ``data`` that ``columns`` lack are left out.
+
+    Raises:
+        TableIntegrityError: a column ``data`` holds in a type that does not widen to the
+            column's, or a NOT NULL column ``data`` lacks.
+    """
+    schema = data_schema(columns)
+    arrays = []
+    for column, field in zip(columns, schema, strict=True):
+        if column.name not in data.schema.names:
+            if not column.nullable:
+                raise TableIntegrityError(f"column {column.name!r} is NOT NULL and the data lacks it")
+            arrays.append(pa.nulls(data.num_rows, field.type))
+            continue
+        array = data.column(column.name)
+        if array.type != field.type:
+            old = _delta_type(array.type)
+            reason = (
+                f"{array.type} is not a Delta type" if old is None else widening_refusal(old, column.type)
+            )
+            if reason:
+                raise TableIntegrityError(
+                    f"column {column.name!r} cannot be read as {column.sql_type}: {reason}"
+                )
+            array = array.cast(field.type, safe=True)
+        arrays.append(array)
+    if isinstance(data, pa.Table):
+        return pa.Table.from_arrays(arrays, schema=schema)
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
