@@ -108,16 +108,19 @@ def _run_workload(step: str, timeout: float) -> bool:
     ``step``; True once that JVM exited well."""
     # in a directory of its own: a JVM that crashes on a broken archive writes hs_err_PID.log there
     with tempfile.TemporaryDirectory(prefix="class-archive-") as cwd:
-        child = subprocess.run(
-            [sys.executable, "-m", "streampart.class_archive_workload"],
-            env={**os.environ, BUILDING: step},
-            cwd=cwd,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            stdin=subprocess.DEVNULL,
-            check=False,
-        )
+        try:
+            child = subprocess.run(
+                [sys.executable, "-m", "streampart.class_archive_workload"],
+                env={**os.environ, BUILDING: step},
+                cwd=cwd,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                stdin=subprocess.DEVNULL,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:  # a machine too busy to start Spark in time: no archive
+            return False
     pid = (child.stdout.strip().splitlines() or [""])[-1]
     if child.returncode != 0 or not pid.isdigit():
         return False
