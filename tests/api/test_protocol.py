@@ -352,7 +352,7 @@ def test_made_up_methods_and_paths_add_no_metric_series(server: Server) -> None:
             http.request(f"X{k}METHOD", f"/v1/nothing/{k}")
             http.get(f"/v1/chunks/{k}-nope")
         after_some = series()
-        for k in range(40, 400):
+        for k in range(40, 160):
             http.request(f"X{k}METHOD", f"/v1/nothing/{k}")
             http.get(f"/v1/chunks/{k}-nope")
         after_many = series()
