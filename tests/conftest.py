@@ -2,7 +2,7 @@
 
 Every Spark driver the suite starts (the session's own and those of the commands it runs) and the
 standalone cluster's daemons (``tests/standalone.py``) compile with C1 only: tests run Spark for
-seconds on a few rows, where C2's optimising compiler is CPU the other test worker needs (a
+seconds on a few rows, where C2's optimising compiler is CPU the other test workers need (a
 driver's start and first query: about 21 CPU-seconds with C2, 13 with C1 only, on the 2-core build
 machine). Benchmarks (``bench/``) and the product keep the JVM's default.
 """

@@ -1,9 +1,9 @@
 """The order the suite's files start in: the slowest first (a pytest plugin, loaded by conftest).
 
-``make test`` runs two workers (pytest-xdist, ``--dist loadfile --no-loadscope-reorder``), a file
-each at a time, in collection order. Left in path order, the two slowest files (the README's
+``make test`` runs three workers (pytest-xdist, ``--dist loadfile --no-loadscope-reorder``), a
+file each at a time, in collection order. Left in path order, the two slowest files (the README's
 walk-through, the standalone cluster) are collected last and run alone at the end while the other
-worker idles; xdist's own reordering (by number of tests) does the same. Started first, the slow
+workers idle; xdist's own reordering (by number of tests) does the same. Started first, the slow
 files run beside the many quick ones, which fill the gaps (longest processing time first).
 
 :data:`SLOWEST` is measured (``--durations`` and the per-file sums of ``--junitxml`` on the 2-core
