@@ -60,7 +60,7 @@ class StreampartSource(DataSource):
         catalog = Catalog.open(Path(self.WAREHOUSE))
         try:
             table = catalog.table(self.TABLE)
-            return f"{spark_ddl(table)}, `{table.partition_column}` TIMESTAMP"
+            return f"{spark_ddl(table.columns)}, `{table.partition_column}` TIMESTAMP"
         finally:
             catalog.close()
 

@@ -34,7 +34,7 @@ import pyarrow.parquet as pq
 from metastore import clock
 from metastore.catalog import Catalog
 from metastore.crashpoints import crashpoint, pausepoint
-from metastore.delta.arrow import data_schema
+from metastore.delta.arrow import conform, data_schema
 from metastore.delta.errors import first_line, storage_error
 from metastore.delta.files import (
     LiveFile,
@@ -45,8 +45,10 @@ from metastore.delta.files import (
 )
 from metastore.delta.layout import partition_dir
 from metastore.delta.log import SWEEP_KEY
+from metastore.delta.metadata import columns_of
 from metastore.errors import ConflictError, LeaseLostError, StorageError, StreampartError
 from metastore.models import (
+    Column,
     Lease,
     Mode,
     Partition,
@@ -298,7 +300,7 @@ class Roller:
                 sum(f.size for f in files),
                 "bytes",
             )
-            compacted = self._compact(table, value, files, roll.id, int(dt.version()))
+            compacted = self._compact(table, value, files, roll.id, dt)
             try:
                 self._step("roll-after-compact")
             except RollAbandonedError:
@@ -387,29 +389,34 @@ class Roller:
                 remove_file(table, path)
 
     def _compact(
-        self, table: Table, value: datetime, files: list[LiveFile], roll_id: str, base_version: int
+        self, table: Table, value: datetime, files: list[LiveFile], roll_id: str, base: Any
     ) -> list[tuple[str, datetime, int]]:
         """Rewrite ``files`` into the partition's directory, toward the target file size.
 
-        ``base_version`` is the snapshot the sweep commit will be based on; it goes into the
-        file names. On any failure (a full disk, say) the files written so far are deleted:
-        they were never committed, so nobody can see them. ``roll.engine = spark`` hands the
+        ``base`` is the snapshot (a DeltaTable) the sweep commit will be based on: its version
+        goes into the file names, and its columns are the compacted files' (a row of a file
+        written before a column was added gets a null there, a widened column its wider type;
+        a schema change committed after ``base`` is a ``metaData`` commit, which makes the sweep
+        commit conflict as a seal does). On any failure (a full disk, say) the files written so
+        far are deleted: they were never committed, so nobody can see them. ``roll.engine = spark`` hands the
         work to :func:`compact_with_spark`, which keeps the same names and the same promise.
         """
         attempt = uuid.uuid4().hex[:8]
+        base_version, columns = int(base.version()), columns_of(base, f"table {table.name}")
         if self.config.engine == "spark":
             if self.spark is None:
                 raise RollFailedError(
                     "roll.engine is spark, but this roller was given no Spark session (Roller(spark=…))"
                 )
             done = compact_with_spark(
-                self.spark(table), table, value, files, roll_id, base_version, attempt,
+                self.spark(table), table, columns, value, files, roll_id, base_version, attempt,
                 self.config.target_file_size,
             )  # fmt: skip
             self.progress.advance(sum(f.size for f in files))  # one Spark job: all at once
             return done
         compacted = _CompactedFiles(
             table,
+            columns,
             value,
             lambda n: compacted_name(roll_id, base_version, attempt, n),
             self.config.target_file_size,
@@ -431,13 +438,21 @@ class Roller:
 
 class _CompactedFiles:
     """A partition's compacted files as they are written: rows batched into row groups of about
-    :data:`ROW_GROUP_ROWS`, a file finished once the sources it took reach ``target_size`` bytes."""
+    :data:`ROW_GROUP_ROWS`, a file finished once the sources it took reach ``target_size`` bytes;
+    every row group conformed to ``columns`` (the sweep's version's)."""
 
-    def __init__(self, table: Table, value: datetime, name: Callable[[int], str], target_size: int) -> None:
+    def __init__(
+        self,
+        table: Table,
+        columns: tuple[Column, ...],
+        value: datetime,
+        name: Callable[[int], str],
+        target_size: int,
+    ) -> None:
         self.table, self.value, self._name, self._target_size = table, value, name, target_size
         self.directory = Path(table.location) / partition_dir(table, value)
         self.directory.mkdir(parents=True, exist_ok=True)
-        self.schema = data_schema(table.columns)
+        self.columns, self.schema = columns, data_schema(columns)
         self.out: list[tuple[str, datetime, int]] = []  # the finished files: path, value, rows
         self._writer: pq.ParquetWriter | None = None
         self._tmp: Path | None = None
@@ -457,7 +472,7 @@ class _CompactedFiles:
         source = pq.ParquetFile(Path(self.table.location) / f.path)
         for group in range(source.num_row_groups):  # a row group at a time: memory stays bounded
             data = source.read_row_group(group)
-            self._pending.append(data.cast(self.schema) if data.schema != self.schema else data)
+            self._pending.append(data if data.schema == self.schema else conform(data, self.columns))
             self._pending_rows += data.num_rows
             self._pending_bytes += data.nbytes
             self._rows += data.num_rows

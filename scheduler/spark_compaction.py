@@ -37,7 +37,7 @@ from metastore.crashpoints import crashpoint
 from metastore.delta.errors import storage_error
 from metastore.delta.files import LiveFile
 from metastore.delta.layout import partition_dir
-from metastore.models import Table, iso
+from metastore.models import Column, Table, iso
 from scheduler.compacted_names import compacted_name, spark_attempt_dir
 from scheduler.errors import RollFailedError
 
@@ -52,6 +52,7 @@ TIMESTAMP_TYPE = ("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
 def compact_with_spark(
     spark: Any,
     table: Table,
+    columns: Sequence[Column],
     value: datetime,
     files: Sequence[LiveFile],
     roll_id: str,
@@ -60,6 +61,9 @@ def compact_with_spark(
     target_file_size: int,
 ) -> list[tuple[str, datetime, int]]:
     """Rewrite ``files`` into the partition's directory with Spark, toward ``target_file_size``.
+
+    ``columns`` (those of the version the sweep commits on) are Spark's read schema: a column a
+    file lacks is written as nulls, a widened one in its wider type.
 
     Returns:
         ``(path relative to the table, partition value, rows)`` of each compacted file, named
@@ -79,7 +83,7 @@ def compact_with_spark(
         # as many output files as the target size asks for; coalesce keeps Spark from shuffling
         count = max(1, math.ceil(sum(f.size for f in files) / target_file_size))
         paths = [str(Path(table.location) / f.path) for f in sorted(files, key=lambda f: f.path)]
-        ddl = ", ".join(f"`{c.name}` {c.sql_type}" for c in table.columns)
+        ddl = ", ".join(f"`{c.name}` {c.sql_type}" for c in columns)
         with _spark_failures(what):
             spark.conf.set(*TIMESTAMP_TYPE)
             (

@@ -14,7 +14,7 @@ import os
 import re
 import sys
 import warnings
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +24,7 @@ from metastore.catalog import Catalog
 from metastore.delta.log import version_at
 from metastore.errors import UserInputError
 from metastore.links import Resolved
-from metastore.models import Table, TableName
+from metastore.models import Column, Table, TableName
 from metastore.namespaces import check_namespace
 from streampart import query_policy
 from streampart.class_archive import java_options
@@ -108,20 +108,26 @@ def _running_master() -> str | None:
     return running.master if running is not None else None
 
 
-def spark_ddl(table: Table) -> str:
-    return ", ".join(f"`{c.name}` {c.sql_type}" for c in table.columns)
+def spark_ddl(columns: Sequence[Column]) -> str:
+    """Spark's DDL of ``columns`` (a snapshot's: its version's columns, not the metastore's)."""
+    return ", ".join(f"`{c.name}` {c.sql_type}" for c in columns)
 
 
 def snapshot_frame(spark: SparkSession, snap: Snapshot) -> DataFrame:
-    """A DataFrame of exactly the rows of ``snap``, partition column included."""
+    """A DataFrame of exactly the rows of ``snap`` in its version's columns, partition column included.
+
+    Spark's Parquet reader, given the version's columns as the read schema, reads a column a file
+    lacks (added after it was written) as nulls and a widened one in its wider type.
+    """
     from pyspark.sql import functions as F
 
     table = snap.table
     pcol = table.partition_column
+    ddl = spark_ddl(snap.columns)
     if not snap.files:
-        return spark.createDataFrame([], f"{spark_ddl(table)}, `{pcol}` TIMESTAMP")
+        return spark.createDataFrame([], f"{ddl}, `{pcol}` TIMESTAMP")
     paths = [str(Path(table.location) / f.path) for f in snap.files]
-    data = spark.read.schema(spark_ddl(table)).parquet(*paths)
+    data = spark.read.schema(ddl).parquet(*paths)
     names = spark.createDataFrame(
         [(f.name, f.partition) for f in snap.files], f"`__sp_file` STRING, `{pcol}` TIMESTAMP"
     )

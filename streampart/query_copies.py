@@ -26,6 +26,7 @@ from typing import Any
 
 from metastore.catalog import Catalog
 from metastore.delta.files import check_files, live_files
+from metastore.delta.metadata import columns_of
 from metastore.errors import TableIntegrityError
 from metastore.links import Resolved
 from metastore.models import PartitionState, iso
@@ -153,7 +154,7 @@ def snapshots_on(
                 f"{table.name} --to {cluster}` again, or read it on {table.cluster} (--cluster)"
             )
         check_files(on, mine)
-        out[ref] = Snapshot(on, int(dt.version()), mine)
+        out[ref] = Snapshot(on, int(dt.version()), mine, columns_of(dt, f"table {table.name} on {cluster}"))
     return out
 
 

@@ -11,6 +11,7 @@ import re
 from collections.abc import Callable, Sequence
 
 from metastore.catalog import Catalog
+from metastore.delta.metadata import columns_of
 from metastore.links import Reference
 from metastore.models import TableName
 from streampart.errors import QueryRefusedError
@@ -47,8 +48,10 @@ def listing(catalog: Catalog, sql: str, may_read: Callable[[str], bool], namespa
                 f"the token may not read namespace {resolved.name.namespace!r} "
                 f"(needs read:{resolved.name.namespace})"
             )
-        table = resolved.table
-        columns = [(c.name, c.sql_type.lower(), "") for c in table.columns]
+        table = resolved.table  # a link's source: a link shows its source's columns
+        # the newest version's columns, from the log (what a query reads), not the metastore's
+        newest = columns_of(catalog.load(table), f"table {table.name}")
+        columns = [(c.name, c.sql_type.lower(), "") for c in newest]
         columns.append((table.partition_column, "timestamp", f"partition ({table.mode.value} mode)"))
         return _rows(["col_name", "data_type", "comment"], columns)
     return None

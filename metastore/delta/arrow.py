@@ -45,9 +45,12 @@ def data_schema(columns: Sequence[Column]) -> pa.Schema:
 
 def table_schema(table: Table) -> pa.Schema:
     """Arrow schema of the whole table: data columns, then the partition column."""
-    return data_schema(table.columns).append(
-        pa.field(table.partition_column, pa.timestamp("us", tz="UTC"), nullable=False)
-    )
+    return data_schema(table.columns).append(partition_field(table))
+
+
+def partition_field(table: Table) -> pa.Field:
+    """The partition column's Arrow field (its values live in the Delta log, not in data files)."""
+    return pa.field(table.partition_column, pa.timestamp("us", tz="UTC"), nullable=False)
 
 
 def _delta_type(arrow: pa.DataType) -> str | None:

@@ -39,7 +39,19 @@ def schema_at(table_root: Path, version: int | None = None) -> tuple[Column, ...
     Raises:
         TableIntegrityError: a field whose type streampart does not know (a nested type, say).
     """
-    dt = _load(table_root, version)
+    return columns_of(_load(table_root, version), str(table_root))
+
+
+def columns_of(dt: Any, where: str) -> tuple[Column, ...]:
+    """The data columns (the partition column left out) of ``dt``, a DeltaTable already loaded at the
+    version it reads: a reader pinned at a version reads its files with the columns of then.
+
+    Args:
+        where: What the table is, for the error (its location or name).
+
+    Raises:
+        TableIntegrityError: a field whose type streampart does not know (a nested type, say).
+    """
     partition = set(dt.metadata().partition_columns)
     fields = json.loads(dt.schema().to_json())["fields"]
     columns = []
@@ -53,8 +65,7 @@ def schema_at(table_root: Path, version: int | None = None) -> tuple[Column, ...
             arrow_type(kind)  # only the types streampart writes
         except (KeyError, ValueError):
             raise TableIntegrityError(
-                f"{table_root}: column {f['name']!r} has type {json.dumps(kind)}, "
-                "which streampart does not know"
+                f"{where}: column {f['name']!r} has type {json.dumps(kind)}, which streampart does not know"
             ) from None
         columns.append(Column(name=f["name"], type=kind, nullable=bool(f["nullable"])))
     return tuple(columns)

@@ -124,7 +124,7 @@ def table_read(
         + f": {total} row(s)"
         + (f", the first {limit} shown" if limit and total > limit else "")
     )
-    columns = [c.name for c in table.columns] + [table.partition_column]
+    columns = [c.name for c in snap.columns] + [table.partition_column]  # the columns of that version
 
     def rows() -> Any:
         for batch in batches:
