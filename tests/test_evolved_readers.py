@@ -23,7 +23,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from deltalake import DeltaTable, Field
+from deltalake import DeltaTable, Field, write_deltalake
 from deltalake.schema import PrimitiveType
 
 from ingest.chunks import ChunkWriter
@@ -41,7 +41,7 @@ from streampart.query import run_sql
 from streampart.snapshots import pin, read_batches
 from streampart.sql_catalog import listing
 from tests.fixtures import make_table
-from tests.helpers import jsonl
+from tests.helpers import jsonl, records
 from tests.test_cli_chunks import Env, env  # noqa: F401  (the fixture)
 
 SCHEMA = "id BIGINT, ts TIMESTAMP, msg STRING, qty INT, amount DECIMAL(5,2)"
@@ -239,6 +239,47 @@ def test_the_roll_keeps_every_row_in_the_newest_columns(
     assert all(not f.staged for f in live_files(catalog.warehouse.load(table)))
     assert _rows(by_delta_rs(table, newest)) == NEWEST == by_polars(table, newest)
     assert _rows(_ours(catalog, table, None)) == NEWEST
+
+
+def test_a_polars_frame_appended_by_delta_rs_with_a_new_column_reads_and_rolls(
+    sqlite_catalog: Catalog,
+) -> None:
+    """delta-rs' own schema merge on append: the new column and its file in one commit, the file
+    holding its strings as ``string_view`` (polars' layout), outside ``_staging``."""
+    catalog = sqlite_catalog
+    table = make_table(catalog, "ns.t")
+    ChunkWriter(catalog, table).write(records(range(3)), Format.JSONL)
+    part = catalog.store.streaming_partition(table.id).value
+    utc = pl.Datetime("us", "UTC")
+    frame = pl.DataFrame({"id": [10], "ts": [part], "msg": ["x"], "ts_period": [part], "coupon": ["C"]})
+    frame = frame.with_columns(pl.col("ts").cast(utc), pl.col("ts_period").cast(utc))
+    write_deltalake(table.location, frame, mode="append", schema_mode="merge")
+    newest = int(DeltaTable(table.location).version())
+    expected = [(0, None), (1, None), (2, None), (10, "C")]
+
+    def ours() -> list[tuple[Any, ...]]:
+        data = _ours(catalog, table, None)
+        return sorted(zip(data.column("id").to_pylist(), data.column("coupon").to_pylist(), strict=True))
+
+    got = by_delta_rs(table, newest)
+    assert (
+        sorted(zip(got.column("id").to_pylist(), got.column("coupon").to_pylist(), strict=True)) == expected
+    )
+    assert ours() == expected
+    [result] = Roller(catalog).roll_table(table, force=True)
+    assert result.rows == 4
+    # the compacted file (delta-rs wrote its own into the directory the roll writes to: it stays
+    # there, out of the log, and a plain-Parquet read of the directory sees its row twice)
+    [compacted] = [f for f in live_files(catalog.warehouse.load(table)) if f.partition == part]
+    plain = pq.read_table(Path(table.location) / compacted.path)
+    assert plain.schema.field("coupon").type == pa.string()
+    assert (
+        sorted(zip(plain.column("id").to_pylist(), plain.column("coupon").to_pylist(), strict=True))
+        == expected
+    )
+    assert ours() == expected
+    rolled = pl.read_delta(table.location).sort("id")
+    assert list(zip(rolled["id"].to_list(), rolled["coupon"].to_list(), strict=True)) == expected
 
 
 @pytest.mark.spark

@@ -29,6 +29,16 @@ _ARROW: dict[str, pa.DataType] = {
 
 
 _DELTA = {arrow: delta for delta, arrow in _ARROW.items()}
+# Other Arrow layouts of the same Delta type, as pyarrow reads a file that stored them in its
+# Arrow schema: delta-rs appending a polars frame writes ``string_view``, say. Cast, not refused.
+_DELTA.update(
+    {
+        pa.large_string(): "string",
+        pa.string_view(): "string",
+        pa.large_binary(): "binary",
+        pa.binary_view(): "binary",
+    }
+)
 
 
 def arrow_type(delta_type: str) -> pa.DataType:

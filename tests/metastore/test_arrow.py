@@ -99,3 +99,19 @@ def test_a_type_that_is_not_a_delta_type_is_refused() -> None:
     data = pa.table({"id": pa.array([1], pa.uint32())})
     with pytest.raises(TableIntegrityError, match="not a Delta type"):
         conform(data, parse_schema("id BIGINT"))
+
+
+@pytest.mark.parametrize(
+    ("layout", "column"),
+    [
+        (pa.large_string(), "s STRING"),
+        (pa.string_view(), "s STRING"),  # delta-rs appending a polars frame stores this one
+        (pa.large_binary(), "s BINARY"),
+        (pa.binary_view(), "s BINARY"),
+    ],
+)
+def test_another_arrow_layout_of_the_same_delta_type_is_cast(layout: pa.DataType, column: str) -> None:
+    values = ["a", None] if "STRING" in column else [b"a", None]
+    got = conform(pa.table({"s": pa.array(values, layout)}), parse_schema(column))
+    assert got.column("s").type == (pa.string() if "STRING" in column else pa.binary())
+    assert got.column("s").to_pylist() == values
