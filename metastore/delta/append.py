@@ -6,7 +6,7 @@ staged files took a commit from 20 ms to 50-90 ms here) and to the commits since
 checkpoint. An append needs none of that: by the Delta protocol a commit is the file
 ``_delta_log/<version>.json``, created only if absent, and a blind append (it reads nothing and
 removes nothing) conflicts only with a concurrent change of the table's metadata or protocol —
-a roll's seal — or, for an application transaction (``txn``), with another commit of the same
+a roll's seal, a schema change — or, for an application transaction (``txn``), with another commit of the same
 application id. So this module writes the commit file itself: a temp file, then a hard link
 to the version's name, which fails if that version exists (put-if-absent on a POSIX file
 system, as delta-rs does it). A lost race reads the winning commit, refuses on a conflict,
@@ -25,7 +25,7 @@ import uuid
 from collections.abc import Iterable
 from typing import Any
 
-from metastore.delta.log import ACTIONS_KEY, commit_file, log_dir
+from metastore.delta.log import ACTIONS_KEY, SCHEMA_KEY, commit_file, log_dir
 from metastore.errors import ConflictError
 
 ENGINE = "streampart"
@@ -54,21 +54,31 @@ def append_actions(
     metadata: dict[str, str],
     now_ms: int,
     app_id: str | None = None,
+    *,
+    schema_change: dict[str, Any] | None = None,
 ) -> bytes:
-    """The commit file of an append: ``files`` as ``(path, partition value, rows, size, mtime ms)``."""
+    """The commit file of an append: ``files`` as ``(path, partition value, rows, size, mtime ms)``.
+
+    ``schema_change``: a ``metaData`` action (``metastore.delta.metadata.metadata_action``) that the
+    commit carries right after its commitInfo, before its txn and adds, so the rows and the columns
+    they bring land in one version. The commitInfo names it under ``streampart.schema``: the
+    change's key if ``metadata`` gives one there, else how many fields the new schema has.
+    Like a roll's seal, it makes every blind append that planned on an older version conflict.
+    """
     files = list(files)
-    actions: list[dict[str, Any]] = [
-        {
-            "commitInfo": {
-                "timestamp": now_ms,
-                "operation": "WRITE",
-                "operationParameters": {"mode": "Append", "partitionBy": json.dumps([partition_column])},
-                "engineInfo": ENGINE,
-                **metadata,
-                ACTIONS_KEY: str(len(files)),
-            }
-        }
-    ]
+    info: dict[str, Any] = {
+        "timestamp": now_ms,
+        "operation": "WRITE",
+        "operationParameters": {"mode": "Append", "partitionBy": json.dumps([partition_column])},
+        "engineInfo": ENGINE,
+        **metadata,
+        ACTIONS_KEY: str(len(files)),
+    }
+    actions: list[dict[str, Any]] = [{"commitInfo": info}]
+    if schema_change is not None:
+        fields = json.loads(schema_change["schemaString"])["fields"]
+        info.setdefault(SCHEMA_KEY, f"schema of {len(fields)} fields")
+        actions.append({"metaData": schema_change})
     if app_id is not None:
         actions.append({"txn": {"appId": app_id, "version": 1, "lastUpdated": now_ms}})
     for path, value, rows, size, mtime in files:
@@ -124,7 +134,7 @@ def _conflict(location: str, version: int, app_id: str | None) -> str | None:
                 continue
             action = json.loads(line)
             if "metaData" in action or "protocol" in action:
-                return f"version {version} changed the table's metadata (a roll sealed it)"
+                return f"version {version} changed the table's metadata (a roll's seal or a schema change)"
             txn = action.get("txn")
             if app_id is not None and txn is not None and txn.get("appId") == app_id:
                 return f"version {version} committed application transaction {app_id} already"

@@ -37,6 +37,10 @@ SWEEP_KEY = "streampart.sweep"
 # at a line boundary (its commitInfo kept, later lines lost) still parses; this count is how its
 # readers see that it was cut (:func:`commit_file_damaged`).
 ACTIONS_KEY = "streampart.actions"
+# In the commitInfo of a commit that changes the table's schema (a ``metaData`` action right after
+# the commitInfo): the schema change's key, or a short description. A commit file that names one
+# but holds no ``metaData`` was cut short (:func:`commit_file_damaged`).
+SCHEMA_KEY = "streampart.schema"
 
 
 def log_dir(location: str) -> Path:
@@ -91,7 +95,7 @@ def commit_file_damaged(table: Table, version: int) -> bool:
     """Whether the commit file of ``version`` is there but damaged: empty, not JSON lines,
     without commitInfo, or cut short — fewer add and remove actions than its commitInfo
     counts (``streampart.actions``, in every commit streampart writes: a file cut at a line
-    boundary still parses).
+    boundary still parses), or no ``metaData`` where its commitInfo names a schema change.
 
     A missing file is not "damaged" here: old commit files go once a checkpoint covers them.
     """
@@ -103,6 +107,8 @@ def commit_file_damaged(table: Table, version: int) -> bool:
         return False
     infos = [a["commitInfo"] for a in actions if "commitInfo" in a]
     if not infos or not isinstance(infos[0], dict):
+        return True
+    if SCHEMA_KEY in infos[0] and not any("metaData" in a for a in actions):
         return True
     counted = infos[0].get(ACTIONS_KEY)
     if counted is None:

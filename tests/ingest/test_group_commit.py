@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from deltalake import DeltaTable
 
 from ingest.chunks import ChunkWriter, CommitResult
 from ingest.chunks.group_commit import CommitGroups, Member, UnsettledError
@@ -23,8 +24,10 @@ from ingest.config import ChunkConfig
 from ingest.errors import ChunkBusyError, ChunkStateError, LateDataError
 from ingest.formats import Format
 from metastore import crashpoints
-from metastore.delta.log import commit_chunks, commit_info
-from metastore.models import Chunk, ChunkState, Mode, PartitionState
+from metastore.delta import append
+from metastore.delta.log import SCHEMA_KEY, commit_chunks, commit_info
+from metastore.delta.metadata import current_metadata, metadata_action
+from metastore.models import Chunk, ChunkState, Mode, PartitionState, parse_column_change, plan_alter
 from scheduler.roll import Roller
 from tests.fixtures import make_table
 from tests.helpers import all_ids, duplicates, ids_by_partition, records, wait_for
@@ -262,6 +265,40 @@ def test_a_roll_between_grouping_and_commit_sends_the_whole_group_to_the_next_pa
     by_part = ids_by_partition(table)
     assert by_part[old.value] == list(range(10))
     assert sorted(by_part[new]) == list(range(10, 40))
+
+
+def test_a_schema_change_between_planning_and_commit_makes_the_group_plan_again(
+    catalog: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A schema change's ``metaData`` commit that takes the version a group planned for fences the group
+    as a seal does (docs/design/schema-changes.md, invariant 3): the group plans again and lands after
+    it, its files (without the new column) valid under the new schema."""
+    table = make_table(catalog)
+    root = Path(table.location)
+    w = ChunkWriter(catalog, table)
+    chunk = staged(w, 0)
+    paused_before = crashpoints._pauses.get(PAUSE, 0)
+    run = Committers(monkeypatch, pause=1.5)
+    run.start(w, chunk)
+    wait_for(lambda: crashpoints._pauses.get(PAUSE, 0) > paused_before, "the group planned, in its pause")
+    columns = plan_alter(
+        table.columns,
+        table.time_column,
+        table.partition_column,
+        add=[parse_column_change("coupon STRING", "")],
+    )
+    action = metadata_action(current_metadata(root), columns, table.partition_column)
+    body = append.append_actions(
+        table.partition_column, [], {SCHEMA_KEY: "alter-1"}, int(time.time() * 1000), schema_change=action
+    )
+    changed = append.publish(table.location, body, 0, 5)
+    result = run.join()[chunk.id]
+    # planned on version 0, refused by Delta (the metaData at ``changed``), planned again
+    assert crashpoints._pauses[PAUSE] - paused_before == 2
+    assert isinstance(result, CommitResult) and result.version == changed + 1 == 2
+    rows = DeltaTable(str(root)).to_pyarrow_table()
+    assert sorted(rows.column("id").to_pylist()) == list(range(10))
+    assert rows.column("coupon").to_pylist() == [None] * 10
 
 
 def test_threads_writing_one_table_share_commits_and_every_chunk_lands_once(catalog: Any) -> None:
