@@ -63,6 +63,13 @@ class ConflictError(RetriableError):
     """
 
 
+class SchemaConflictError(ConflictError):
+    """A table's columns are not the ones a schema change started from: another change landed first.
+
+    Nothing was changed; read the table's schema (the Delta log's) again and plan the change anew.
+    """
+
+
 class CommitStateUnknownError(RetriableError):
     """A Delta commit failed so that whether it landed is unknown (an I/O error mid-commit).
 

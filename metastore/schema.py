@@ -46,6 +46,10 @@ tables = Table(
     Column("created_at", DateTime, nullable=False),
     # The table's identity across the federation: a namespace move keeps it (not the row id).
     Column("uid", String(36)),
+    # What rows bringing fields the table lacks may change in its schema (a SchemaEvolution), and
+    # how many columns that evolution from data may add to the table in all (migration 0014).
+    Column("schema_evolution", String(16), nullable=False, server_default="none"),
+    Column("max_new_columns", Integer, nullable=False, server_default="100"),
     UniqueConstraint("namespace", "name", name="uq_sp_tables_name"),
     Index("ix_sp_tables_uid", "uid", unique=True),
 )
@@ -358,3 +362,26 @@ daemons = Table(
 # The status page's freshness and commit rate per table (migration 0011): the newest committed
 # chunk is one index probe, the last hour's commits one index range.
 Index("ix_sp_chunks_table_committed", chunks.c.table_id, chunks.c.state, chunks.c.committing_since)
+
+# A table's schema changes (migration 0014, see store/schemas.py): one row per change, recorded
+# ``pending`` before its Delta commit and ``done`` at the version that made it, in the transaction
+# that sets sp_tables.columns to ``after`` (only while they are still ``before``). ``key`` makes a
+# retried change land once; ``change`` lists what changed (``{"op": "add", "column": …, "type": …}``,
+# ``{"op": "widen", "column": …, "from": …, "type": …}``); ``source`` says who or what made it.
+schema_changes = Table(
+    "sp_schema_changes",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("table_id", Integer, ForeignKey("sp_tables.id", ondelete="CASCADE"), nullable=False),
+    Column("key", String(512), nullable=False),
+    Column("version", BigInteger),
+    Column("change", JSON, nullable=False),
+    Column("before", JSON, nullable=False),
+    Column("after", JSON, nullable=False),
+    Column("source", String(256), nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("at", DateTime, nullable=False),
+    Column("done_at", DateTime),
+    UniqueConstraint("table_id", "key", name="uq_sp_schema_changes_key"),
+    Index("ix_sp_schema_changes_state", "state", "table_id"),
+)

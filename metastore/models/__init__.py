@@ -3,10 +3,11 @@
 A package, one module per concept: ``lifecycles`` (the state enums and their allowed
 transitions), ``names`` (identifiers, table names), ``periods`` (UTC instants and periods),
 ``columns`` (a table's columns and schema text), ``evolution`` (schema changes: which types
-widen in place, the checks of an ALTER), ``tables`` (TableSpec, Table, modes, kinds,
-companions), ``records`` (partitions, chunks, rolls, leases, moves, status rows) and ``tokens``
-(the HTTP API's tokens). Almost every module of streampart uses these nouns, so this
-``__init__`` exports them all: import them from ``metastore.models``.
+widen in place, the checks of an ALTER), ``schema_history`` (a table's recorded schema
+changes), ``tables`` (TableSpec, Table, modes, kinds, companions), ``records`` (partitions,
+chunks, rolls, leases, moves, status rows) and ``tokens`` (the HTTP API's tokens). Almost every
+module of streampart uses these nouns, so this ``__init__`` exports them all: import them from
+``metastore.models``.
 """
 
 from metastore.models.columns import SQL_TYPES, Column, format_schema, parse_schema
@@ -17,7 +18,14 @@ from metastore.models.evolution import (
     plan_alter,
     widening_refusal,
 )
-from metastore.models.lifecycles import ChunkState, MoveStep, PartitionState, RollState, check_transition
+from metastore.models.lifecycles import (
+    ChunkState,
+    MoveStep,
+    PartitionState,
+    RollState,
+    SchemaChangeState,
+    check_transition,
+)
 from metastore.models.names import PRIMARY, TableName, check_identifier
 from metastore.models.periods import (
     EPOCH,
@@ -42,8 +50,10 @@ from metastore.models.records import (
     StagedFile,
     TableActivity,
 )
+from metastore.models.schema_history import RecordedSchemaChange, column_changes, describe_changes
 from metastore.models.tables import (
     COMPANION_SUFFIX,
+    DEFAULT_MAX_NEW_COLUMNS,
     LateDataPolicy,
     Mode,
     Table,
@@ -56,6 +66,7 @@ from metastore.models.tokens import ApiToken, Permission, Scope, check_token_nam
 
 __all__ = [
     "COMPANION_SUFFIX",
+    "DEFAULT_MAX_NEW_COLUMNS",
     "EPOCH",
     "MAX_EVENT_TIME",
     "MIN_EVENT_TIME",
@@ -75,11 +86,13 @@ __all__ = [
     "Partition",
     "PartitionState",
     "Permission",
+    "RecordedSchemaChange",
     "Roll",
     "RollAttempt",
     "RollOutcome",
     "RollState",
     "SchemaChange",
+    "SchemaChangeState",
     "SchemaEvolution",
     "Scope",
     "StagedFile",
@@ -91,8 +104,10 @@ __all__ = [
     "check_identifier",
     "check_token_name",
     "check_transition",
+    "column_changes",
     "companion_name",
     "default_partition_column",
+    "describe_changes",
     "format_schema",
     "iso",
     "parse_column_change",

@@ -1,6 +1,6 @@
-"""Lifecycles: partitions, chunks, rolls and namespace moves, each an enum with an explicit table of
-allowed transitions; every state change in the metastore is a conditional update guarded by
-:func:`check_transition`.
+"""Lifecycles: partitions, chunks, rolls, namespace moves and schema changes, each an enum with an
+explicit table of allowed transitions; every state change in the metastore is a conditional update
+guarded by :func:`check_transition`.
 """
 
 from __future__ import annotations
@@ -39,6 +39,13 @@ class MoveStep(StrEnum):
     FLIPPED = "flipped"  # the route names the target; the source's rows being removed
 
 
+class SchemaChangeState(StrEnum):
+    """A recorded schema change (see metastore/store/schemas.py): its Delta commit in flight, or landed."""
+
+    PENDING = "pending"  # recorded; its metaData commit may or may not have landed
+    DONE = "done"  # landed at its version, and the table's columns are its ``after``
+
+
 _TRANSITIONS: dict[type[StrEnum], set[tuple[StrEnum, StrEnum]]] = {
     PartitionState: {
         (PartitionState.STREAMING, PartitionState.ROLLING),
@@ -66,6 +73,9 @@ _TRANSITIONS: dict[type[StrEnum], set[tuple[StrEnum, StrEnum]]] = {
         (MoveStep.COPYING, MoveStep.COPYING),
         (MoveStep.COPYING, MoveStep.COPIED),
         (MoveStep.COPIED, MoveStep.FLIPPED),
+    },
+    SchemaChangeState: {
+        (SchemaChangeState.PENDING, SchemaChangeState.DONE),
     },
 }
 

@@ -11,6 +11,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from metastore.models.columns import Column
+from metastore.models.evolution import SchemaEvolution
 from metastore.models.names import PRIMARY, TableName
 from metastore.models.periods import MAX_EVENT_TIME, MIN_EVENT_TIME, period_start, saturating_add
 
@@ -45,6 +46,13 @@ def companion_name(name: TableName, kind: TableKind) -> TableName:
     return TableName(namespace=name.namespace, table=name.table + COMPANION_SUFFIX[kind])
 
 
+# Why 100: evolution from data adds a column per new field a producer sends; a table of wide
+# events gains dozens over its life, while a producer bug (a map's keys sent as fields, say) would
+# add thousands. 100 lets the first through and stops the second early; the table's setting raises
+# it (Metastore.set_schema_evolution), and columns added by hand (ALTER) do not count against it.
+DEFAULT_MAX_NEW_COLUMNS = 100
+
+
 def default_partition_column(time_column: str) -> str:
     """The partition column of a table whose ``time_column`` is given: ``<time_column>_period``."""
     return f"{time_column}_period"
@@ -74,6 +82,15 @@ class TableSpec(BaseModel):
     dead_letter: bool = False
     kind: TableKind = TableKind.MAIN
     cluster: str = "default"
+    schema_evolution: SchemaEvolution = Field(
+        SchemaEvolution.NONE,
+        description="What rows bringing fields the table lacks may change in its schema (none: ignored).",
+    )
+    max_new_columns: int = Field(
+        DEFAULT_MAX_NEW_COLUMNS,
+        ge=0,
+        description="How many columns evolution from data may add to the table in all (not ALTER's).",
+    )
 
     @property
     def data_columns(self) -> tuple[Column, ...]:

@@ -12,6 +12,7 @@ it (the way dagster splits run, event and schedule storage):
 - ``engine``: the engine, SQLite pragmas, read and write transactions, migrations, errors
 - ``preconditions``: conditional updates that name the precondition that failed
 - ``tables``: tables and partitions
+- ``schemas``: a table's schema changes (pending, finished fenced, its history), its evolution settings
 - ``chunks``: chunks and their commit protocol
 - ``rolls``: rolls and their leases
 - ``leases``: leadership leases and fencing
@@ -41,6 +42,7 @@ from metastore.store.moves import MoveStore
 from metastore.store.namespaces import NamespaceStore
 from metastore.store.replicas import ReplicaStore
 from metastore.store.rolls import RollStore
+from metastore.store.schemas import SchemaStore
 from metastore.store.tables import TableStore
 from metastore.store.tokens import TokenStore
 from metastore.store.transfer import TableRows, TransferStore
@@ -48,6 +50,7 @@ from metastore.store.transfer import TableRows, TransferStore
 
 class Metastore(
     TableStore,
+    SchemaStore,
     ChunkStore,
     RollStore,
     LeaseStore,

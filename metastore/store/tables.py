@@ -27,6 +27,7 @@ from metastore.models import (
     Mode,
     Partition,
     PartitionState,
+    SchemaEvolution,
     Table,
     TableKind,
     TableName,
@@ -63,6 +64,8 @@ def table_from_row(row: Any, metastore: str = PRIMARY) -> Table:
         max_age=None if m["max_age_s"] is None else timedelta(seconds=m["max_age_s"]),
         dead_letter=m["dead_letter"],
         created_at=utc(m["created_at"]),
+        schema_evolution=SchemaEvolution(m["schema_evolution"]),
+        max_new_columns=m["max_new_columns"],
     )
 
 
@@ -141,6 +144,8 @@ class TableStore(Database):
             "dead_letter": spec.dead_letter,
             "created_at": _db(now),
             "uid": str(uuid.uuid4()),
+            "schema_evolution": spec.schema_evolution.value,
+            "max_new_columns": spec.max_new_columns,
         }
         try:
             with self.tx() as conn:

@@ -8,8 +8,9 @@ What ``metastore/moves.py`` does to each of the two metastores of a move, one ca
 - :meth:`TransferStore.export_table` reads one table's rows (one read transaction: one snapshot),
   :meth:`TransferStore.import_table` writes them with **new row ids** (each metastore numbers its
   own rows), remapping every foreign key — partitions of rolls and of partition copies, the table
-  of every row — in one transaction per table; chunk and roll ids (UUIDs) and the table's uid are
-  kept, so an idempotency key retried after the move finds its chunk, and links find the table;
+  of every row (its schema history's too) — in one transaction per table; chunk and roll ids
+  (UUIDs) and the table's uid are kept, so an idempotency key retried after the move finds its
+  chunk, and links find the table;
 - :meth:`TransferStore.copy_namespace_row` and :meth:`TransferStore.import_links` do the same for
   the namespace's row and its links (with the partitions static links list);
 - :meth:`TransferStore.remove_table_rows` and :meth:`TransferStore.remove_namespace_rows` delete
@@ -50,6 +51,7 @@ class TableRows:
     chunk_summaries: list[dict[str, Any]] = field(default_factory=list)
     replicas: list[dict[str, Any]] = field(default_factory=list)
     partition_copies: list[dict[str, Any]] = field(default_factory=list)
+    schema_changes: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def name(self) -> str:
@@ -68,6 +70,7 @@ class TableRows:
                 self.chunk_summaries,
                 self.replicas,
                 self.partition_copies,
+                self.schema_changes,
             )
         )
 
@@ -171,6 +174,7 @@ class TransferStore(Database):
                 chunk_summaries=_rows(conn, s.chunk_summaries, s.chunk_summaries.c.table_id == table_id),
                 replicas=_rows(conn, s.replicas, s.replicas.c.table_id == table_id),
                 partition_copies=_rows(conn, s.partition_copies, s.partition_copies.c.table_id == table_id),
+                schema_changes=_rows(conn, s.schema_changes, s.schema_changes.c.table_id == table_id),
             )
 
     def export_namespace_row(self, namespace: str) -> dict[str, Any]:
@@ -234,6 +238,7 @@ class TransferStore(Database):
             for kind, source in (
                 (s.roll_attempts, rows.roll_attempts),
                 (s.chunk_summaries, rows.chunk_summaries),
+                (s.schema_changes, rows.schema_changes),  # in id order: the history keeps its order
             ):
                 _insert_batches(conn, kind, (_without_id(r, table_id=table_id) for r in source), tick)
             _insert_batches(conn, s.replicas, ({**r, "table_id": table_id} for r in rows.replicas), tick)
@@ -274,6 +279,7 @@ class TransferStore(Database):
                 sa.update(s.links).where(s.links.c.source_table_id == table_id).values(source_table_id=None)
             )
             for kind in (
+                s.schema_changes,
                 s.partition_copies,
                 s.replicas,
                 s.roll_attempts,

@@ -10,6 +10,7 @@ partition by its table and value), so "the same rows with new ids" is compared l
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -23,6 +24,9 @@ from ingest.formats import Format
 from metastore import clock
 from metastore import schema as s
 from metastore.catalog import Catalog
+from metastore.delta import append
+from metastore.delta.log import SCHEMA_KEY, newest_version
+from metastore.delta.metadata import current_metadata, metadata_action
 from metastore.errors import (
     AlreadyExistsError,
     FederationAccessError,
@@ -33,7 +37,7 @@ from metastore.errors import (
 )
 from metastore.federation import PRIMARY
 from metastore.links import LinkMode, LinkSpec
-from metastore.models import Mode, MoveStep, RollOutcome, TableName
+from metastore.models import Mode, MoveStep, RollOutcome, Table, TableName, parse_column_change, plan_alter
 from metastore.moves import MoveReport
 from metastore.store import Metastore
 from scheduler.roll import Roller
@@ -90,6 +94,7 @@ def held(store: Metastore, namespace: str) -> dict[str, Any]:
         out["chunk_summaries"] = mapped(by_table(s.chunk_summaries), ("id",))
         out["replicas"] = mapped(by_table(s.replicas))
         out["partition_copies"] = mapped(by_table(s.partition_copies), ("lease_until",))
+        out["schema_changes"] = mapped(by_table(s.schema_changes), ("id",))
         links = _select(conn, s.links, s.links.c.namespace == namespace)
         # a link names its source by uid; by row id too only where the source lives in the same metastore
         out["links"] = mapped(links, ("id", "source_table_id"))
@@ -103,6 +108,26 @@ def held(store: Metastore, namespace: str) -> dict[str, Any]:
             for v in conn.execute(sa.select(lp.value).where(lp.link_id == x["id"])).scalars()
         )
     return out
+
+
+def _alter(catalog: Catalog, table: Table, key: str, column: str, land: bool = True) -> None:
+    """Add ``column`` to ``table`` as an ALTER will: recorded pending, its ``metaData`` committed to the
+    log, finished (``land``: else it stays pending, as a crash before its Delta commit leaves it)."""
+    store = catalog.store
+    now = store.get_table_by_id(table.id)
+    after = plan_alter(
+        now.columns, now.time_column, now.partition_column, add=[parse_column_change(column, "add")]
+    )
+    store.record_schema_change(table.id, key, now.columns, after, "alter")
+    if not land:
+        return
+    action = metadata_action(current_metadata(Path(table.location)), after, table.partition_column)
+    body = append.append_actions(
+        table.partition_column, [], {SCHEMA_KEY: key}, int(time.time() * 1000), schema_change=action
+    )
+    read = newest_version(table, 0)
+    assert read is not None
+    store.finish_schema_change(table.id, key, append.publish(table.location, body, read, 5))
 
 
 def _fill(catalog: Catalog, tmp_path: Path) -> None:
@@ -131,6 +156,8 @@ def _fill(catalog: Catalog, tmp_path: Path) -> None:
         finished_at=now, outcome=RollOutcome.DONE, roll_id=rolled.roll, rows=31,
     )  # fmt: skip
     assert store.prune_chunks(orders.id, before=now + timedelta(seconds=1)) == 4  # into a summary
+    _alter(catalog, orders, "alter-1", "coupon STRING")  # its schema history: one change done …
+    _alter(catalog, orders, "alter-2", "region STRING", land=False)  # … and one pending
     src = make_table(catalog, "other.src")
     catalog.links.create(LinkSpec(name=TableName.parse("shop.dyn"), source=src.name, include_streaming=True))
     static = LinkSpec(name=TableName.parse("shop.stat"), source=src.name, mode=LinkMode.STATIC)
@@ -159,6 +186,10 @@ def test_the_copy_holds_every_row_with_new_ids_and_the_source_none(
     assert {k: v for k, v in after.items() if k != "link_sources_here"} == before  # every key remapped
     new_ids = {t.name: t.id for t in m2.list_tables() if t.name.namespace == "shop"}
     assert new_ids.keys() == old_ids.keys() and all(new_ids[n] != old_ids[n] for n in new_ids)
+    orders = TableName.parse("shop.orders")
+    history = m2.schema_changes(new_ids[orders])  # the schema history came along, in its order
+    assert [(c.key, c.state.value) for c in history] == [("alter-2", "pending"), ("alter-1", "done")]
+    assert m2.get_table(orders).columns == history[1].after and history[0].before == history[1].after
     assert not catalog.store.holds_namespace("shop")  # nothing left in the source
     assert held(catalog.store, "shop")["chunks"] == []
     assert catalog.router.metastore_of("shop") == "m2" and catalog.primary.list_moves() == []
