@@ -128,8 +128,8 @@ class Warehouse:
             The version of the new commit.
 
         Raises:
-            ConflictError: a commit since ``read_version`` (a roll's seal) changed the table's
-                metadata; read the newest version and decide again.
+            ConflictError: a commit since ``read_version`` (a roll's seal, a schema change) changed
+                the table's metadata; read the newest version and decide again.
             CommitStateUnknownError: the commit may have landed (an I/O error): look it up.
             StorageFullError: no space for the commit file; it did not land.
         """
