@@ -33,6 +33,8 @@ POINTS = (
     "roll-after-sweep",  # sweep committed, no _SUCCESS, partition not STANDARD
     "roll-before-finish",  # _SUCCESS written, partition not STANDARD
     "table-before-log",  # table recorded in the metastore, its Delta log not created
+    "schema-before-log",  # ALTER: change recorded pending in the metastore, its metaData not committed
+    "schema-after-log",  # ALTER: metaData committed to the Delta log, the metastore not finished
     "ctas-after-create",  # CREATE TABLE … AS SELECT: table and first chunk reserved, nothing staged
     "replica-after-claim",  # copy claimed, no file copied
     "replica-after-file",  # a file copied and verified (each file), not committed

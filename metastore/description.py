@@ -14,7 +14,7 @@ from metastore.delta.files import LiveFile, files_stats
 from metastore.delta.layout import naming_text, partition_dir, partition_label, placement_text, staged_dir
 from metastore.durations import format_duration
 from metastore.links import Link, LinkMode, Resolved
-from metastore.models import Partition, PartitionState, iso
+from metastore.models import Partition, PartitionState, SchemaChange, iso
 from metastore.replicas import CopyState, PartitionCopy, Replica, not_present
 
 
@@ -26,10 +26,12 @@ def describe(
     replicas: Sequence[Replica] = (),
     copies: Sequence[PartitionCopy] = (),
     log: LogSettings | None = None,
+    schema_changes: Sequence[SchemaChange] = (),
 ) -> dict[str, Any]:
     """A table (or a link) and its partitions, in the shape of ``streampart table describe --json``,
     from what :meth:`Catalog.describe` read: one Delta ``version`` and its live ``files``, the
-    metastore's partitions, the table's replicas and their copies, and (a table's) Delta log schedule.
+    metastore's partitions, the table's replicas and their copies, (a table's) Delta log schedule, and
+    its recent schema changes, newest first.
 
     A link shows the partitions it exposes now, read from one version of its source; its
     ``link`` entry says what it points at and which partitions it admits.
@@ -86,6 +88,12 @@ def describe(
         "partitioned_by": placement_text(table),
         "partition_names": naming_text(table),
         "schema": ", ".join(f"{c.name} {c.sql_type}" for c in table.columns),
+        "schema_evolution": table.schema_evolution.value,
+        "max_new_columns": table.max_new_columns,
+        "schema_changes": [
+            {"version": c.version, "change": c.change, "source": c.source, "at": iso(c.at)}
+            for c in schema_changes
+        ],
         "location": table.location,
         "cluster": table.cluster,
         "replicas": [replica_info(r, copies, shown) for r in replicas],

@@ -13,6 +13,8 @@ looks for every such problem at once, for ``streampart check``:
   sealing for rolls it has no record of: a metastore restored from an older backup than the
   warehouse (the normal crash windows — a chunk still COMMITTING, a roll's step not yet
   recorded — are not problems: they are finished by housekeeping and the roll's resumption);
+- the schema: the metastore's columns against the log's newest (a schema change whose process died
+  after its Delta commit is finished here, a warning; a difference that stays is an error);
 - data files of the newest snapshot: missing, of another size than the log says, not a
   readable Parquet file, or holding another number of rows;
 - standard partitions: no ``_SUCCESS`` marker, rows that differ from what the roll recorded, and
@@ -45,6 +47,7 @@ from metastore.delta.log import (
     commit_info,
     commit_mismatch,
 )
+from metastore.delta.metadata import columns_of
 from metastore.delta.warehouse import Warehouse
 from metastore.errors import NotFoundError, StreampartError, TableIntegrityError
 from metastore.models import ChunkState, PartitionState, Table, iso
@@ -92,6 +95,7 @@ def check_table(catalog: Catalog, table: Table) -> list[Problem]:
         )
     elif latest > recorded:
         problems += _log_ahead(catalog, table, recorded, latest)
+    problems += _schema_problems(catalog, table, dt)
     files = live_files(dt)
     for f in files:
         problem = _file_problem(table, f.path, f.size, f.rows)
@@ -190,6 +194,50 @@ def _replica_problems(catalog: Catalog, table: Table, replica: Replica, primary:
             )
         )
     return problems
+
+
+def _schema_problems(catalog: Catalog, table: Table, dt: Any) -> list[Problem]:
+    """The metastore's columns against the log's newest. A schema change whose process died after its
+    Delta commit left them apart: it is finished here (``catalog.schemas.recover``, a warning); a
+    difference that stays is an error."""
+    name = str(table.name)
+    try:
+        logged = columns_of(dt, name)
+    except TableIntegrityError as exc:
+        return [Problem(name, "schema_unknown", str(exc))]
+    if logged == table.columns:
+        return []
+    try:
+        finished = catalog.schemas.recover(table)
+    except StreampartError as exc:
+        finished, why = [], f" ({exc})"
+    else:
+        why = ""
+    now = catalog.home(table).store.get_table_by_id(table.id).columns
+    if now == logged:
+        said = ", ".join(f"{c.description} (key {c.key})" for c in finished)
+        return [
+            Problem(
+                name,
+                "schema_finished",
+                f"a schema change was left pending after its Delta commit landed: finished it now: {said}",
+                severity="warning",
+            )
+        ]
+
+    def text(columns: Any) -> str:
+        return ", ".join(f"{c.name} {c.sql_type}" for c in columns)
+
+    return [
+        Problem(
+            name,
+            "schema_mismatch",
+            f"the metastore's columns ({text(now)}) differ from the Delta log's at version {dt.version()} "
+            f"({text(logged)}){why}; writers use the metastore's: run `streampart check` again once any "
+            "running ALTER has finished, or add the log's columns with `streampart table alter`",
+            version=int(dt.version()),
+        )
+    ]
 
 
 # A chunk in these states never had a Delta commit: its commit began after (RESERVED → COMMITTING)

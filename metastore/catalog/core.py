@@ -6,8 +6,8 @@ routing (inherited from :class:`~metastore.catalog.routing.Routing`: every verb 
 a namespace runs in the metastore that holds it, so callers never pick one), tables, and what
 names stand for. Each other concept is a service reached as an attribute, with its verbs in a
 module of its own beside this one: ``catalog.clusters`` (:mod:`metastore.catalog.clusters`),
-``catalog.namespaces``, ``catalog.links``, ``catalog.replicas``, and ``catalog.federation``
-(:class:`~metastore.catalog.federation.FederationAdmin`).
+``catalog.namespaces``, ``catalog.links``, ``catalog.replicas``, ``catalog.schemas``, and
+``catalog.federation`` (:class:`~metastore.catalog.federation.FederationAdmin`).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from metastore.catalog.links import Links
 from metastore.catalog.namespaces import Namespaces
 from metastore.catalog.replicas import Replicas
 from metastore.catalog.routing import Routing
+from metastore.catalog.schemas import Schemas
 from metastore.crashpoints import crashpoint
 from metastore.delta.checkpoints import log_settings
 from metastore.delta.errors import storage_errors
@@ -143,6 +144,11 @@ class Catalog(Routing):
     def replicas(self) -> Replicas:
         """Add, list, look up and drop a table's secondaries (in the table's metastore)."""
         return Replicas(self, self.clusters)
+
+    @property
+    def schemas(self) -> Schemas:
+        """Alter a table's columns, recover a change a crash left pending, set its schema evolution."""
+        return Schemas(self)
 
     @property
     def federation(self) -> FederationAdmin:
@@ -473,6 +479,7 @@ class Catalog(Routing):
             replicas,
             store.list_copies(table.id) if replicas else [],
             log_settings(dt) if resolved.link is None else None,
+            [c for c in (r.summary() for r in store.schema_changes(table.id, limit=10)) if c is not None],
         )
 
 

@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from metastore.delta.log import ROLL_KEY, SWEEP_KEY, commit_chunks, commit_info
+from metastore.delta.log import ROLL_KEY, SCHEMA_KEY, SWEEP_KEY, commit_chunks, commit_info
 from metastore.errors import UserInputError
 from metastore.models import Table, iso
 
@@ -34,7 +34,8 @@ class VersionInfo:
     operation: str | None  # Delta's name for it: WRITE, SET TBLPROPERTIES, …
     chunks: tuple[str, ...] = ()  # the chunks a chunk commit added
     roll: str | None = None  # the roll whose seal or sweep this is
-    kind: str = "other"  # chunks | seal | sweep | create | other | unavailable
+    kind: str = "other"  # chunks | seal | sweep | schema | create | other | unavailable
+    schema_change: bool = False  # it changed the table's schema (a metaData of streampart's)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -44,6 +45,7 @@ class VersionInfo:
             "kind": self.kind,
             "chunks": list(self.chunks),
             "roll": self.roll,
+            "schema_change": self.schema_change,
         }
 
 
@@ -61,11 +63,14 @@ def version_info(table: Table, version: int) -> VersionInfo:
         kind = "seal"
     elif sweep:
         kind = "sweep"
+    elif SCHEMA_KEY in info:
+        kind = "schema"
     elif version == 0:
         kind = "create"
     else:
         kind = "other"
-    return VersionInfo(version, _instant(info.get("timestamp")), info.get("operation"), chunks, roll, kind)
+    at = _instant(info.get("timestamp"))
+    return VersionInfo(version, at, info.get("operation"), chunks, roll, kind, SCHEMA_KEY in info)
 
 
 def history(table: Table, newest: int, limit: int | None = None) -> list[VersionInfo]:

@@ -30,15 +30,20 @@ from metastore.delta.checkpoints import (
 from metastore.delta.errors import commit_errors, log_errors, storage_errors
 from metastore.delta.files import LiveFile
 from metastore.delta.layout import STAGING_DIR, partition_value_text
-from metastore.delta.log import ACTIONS_KEY, ROLL_KEY, SEAL_PROPERTY, commit_chunks, commit_info
-from metastore.errors import CommitStateUnknownError, ConflictError
-from metastore.models import Table, TableName
+from metastore.delta.log import ACTIONS_KEY, ROLL_KEY, SCHEMA_KEY, SEAL_PROPERTY, commit_chunks, commit_info
+from metastore.errors import CommitStateUnknownError, ConflictError, UserInputError
+from metastore.models import Column, Table, TableName
 
 # Why 100: delta-rs retries a commit whose version was taken by a concurrent writer, re-running
 # its conflict check each time. Under many concurrent writers (tests run 4+ processes plus a
 # roller) a commit may lose that race several times in a row; conflicts that matter (a seal)
 # are not retried by delta-rs and reach us at once.
 MAX_COMMIT_RETRIES = 100
+
+WIDEN_WITH_FEATURES = (
+    "table {name} has Delta table features, so its schema changes go through delta-rs, which cannot "
+    "widen a column's type (it lacks the typeWidening feature); add a new column instead"
+)
 
 
 class Warehouse:
@@ -169,6 +174,68 @@ class Warehouse:
             plain = self._plain[table.location] = append.plain_appends(dt)
             self._checkpoints.learn(table, dt)
         return plain
+
+    def takes_plain_appends(self, table: Table) -> bool:
+        """Whether the table's protocol lets streampart write its commits itself (no table features)."""
+        return self._plain_appends(table)
+
+    def commit_schema(
+        self,
+        table: Table,
+        read_version: int,
+        action: dict[str, Any],
+        added: Sequence[Column],
+        widens: bool,
+        key: str,
+    ) -> int:
+        """Commit the ``metaData`` ``action`` alone after ``read_version``, its commitInfo naming ``key``
+        under ``streampart.schema``; the version it became.
+
+        Put-if-absent like every append (``append.publish``): it lands after concurrent appends
+        (their files stay valid under a schema that only adds and widens), and conflicts with a
+        commit that changed the metadata since (a seal, another schema change). A table with Delta
+        table features goes through delta-rs' ``alter.add_columns``, which can only add ``added``.
+
+        Raises:
+            ConflictError: a metadata change since ``read_version``; read the log again and re-plan.
+            UserInputError: the table has table features and the change widens a column.
+            CommitStateUnknownError: the commit may have landed (an I/O error): look it up.
+        """
+        metadata = {SCHEMA_KEY: key}
+        if not self._plain_appends(table):
+            if widens:
+                raise UserInputError(WIDEN_WITH_FEATURES.format(name=table.name))
+            return self._add_columns(table, read_version, added, metadata)
+        body = append.append_actions(
+            table.partition_column, [], metadata, int(time.time() * 1000), schema_change=action
+        )
+        with self._commit_lock(table):
+            try:
+                with commit_errors(table, "schema change"):
+                    version = append.publish(table.location, body, read_version, MAX_COMMIT_RETRIES)
+            except ConflictError as exc:
+                self._plain.pop(table.location, None)
+                raise ConflictError(f"schema change of {table.name} conflicted: {exc}") from None
+        self._checkpoints.after_commit(table, version, lambda: self.load(table, version))
+        return version
+
+    def _add_columns(
+        self, table: Table, read_version: int, added: Sequence[Column], metadata: dict[str, str]
+    ) -> int:
+        from deltalake import Field
+        from deltalake.schema import PrimitiveType
+        from deltalake.transaction import CommitProperties
+
+        dt = self.load(table, read_version)
+        fields = [Field(c.name, PrimitiveType(c.type), nullable=c.nullable) for c in added]
+        with commit_errors(table, "schema change"):
+            dt.alter.add_columns(
+                fields,
+                commit_properties=CommitProperties(
+                    custom_metadata=metadata, max_commit_retries=MAX_COMMIT_RETRIES
+                ),
+            )
+        return self._committed_version(table, metadata, read_version)
 
     def seal(self, table: Table, roll_id: str) -> int:
         """Change the table's metadata so every commit prepared on an older snapshot fails.

@@ -1,6 +1,6 @@
-"""``streampart table alter --add-replica|--drop-replica`` and ``table replicate``: a table's
-secondary clusters, and copying its standard partitions there by hand (the roll daemon does it
-after every roll)."""
+"""``streampart table replicate``: copying a table's standard partitions to its secondary clusters by
+hand (the roll daemon does it after every roll). Adding and dropping secondaries is ``table alter``
+(``streampart/cli/table_alter.py``)."""
 
 from __future__ import annotations
 
@@ -13,88 +13,6 @@ from streampart.cli.context import cli_context
 from streampart.cli.output import TextOutput
 from streampart.cli.params import JsonFlag
 from streampart.cli.progress import progress_bars
-from streampart.cli.tables import CheckpointIntervalOption, LogRetentionOption
-
-
-def table_alter(
-    ctx: typer.Context,
-    name: Annotated[str, typer.Argument(help="NAMESPACE.TABLE")],
-    add_replica: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--add-replica",
-            help="Replicate the table's standard partitions to this cluster (a secondary); the roll daemon "
-            "copies those rolled already too (or `table replicate` at once)",
-        ),
-    ] = None,
-    drop_replica: Annotated[
-        list[str] | None,
-        typer.Option("--drop-replica", help="Stop replicating to this cluster: its copies and records go"),
-    ] = None,
-    checkpoint_interval: CheckpointIntervalOption = None,
-    log_retention: LogRetentionOption = None,
-    _json: JsonFlag = False,
-) -> None:
-    """Change a table's secondary clusters, or its Delta log schedule (checkpoints, log retention)."""
-    from metastore.delta.checkpoints import (
-        check_checkpoint_interval,
-        check_log_retention,
-        log_settings,
-        set_log_settings,
-    )
-
-    log_change = checkpoint_interval is not None or log_retention is not None
-    if not add_replica and not drop_replica and not log_change:
-        raise UserInputError(
-            "nothing to change: give --add-replica CLUSTER, --drop-replica CLUSTER, "
-            "--checkpoint-interval N or --log-retention DURATION"
-        )
-    if checkpoint_interval is not None:
-        check_checkpoint_interval(checkpoint_interval)
-    retention = check_log_retention(log_retention) if log_retention is not None else None
-    both = set(add_replica or ()) & set(drop_replica or ())
-    if both:
-        raise UserInputError(f"--add-replica and --drop-replica both name {', '.join(sorted(both))}")
-    cli = cli_context(ctx)
-    catalog = cli.catalog()
-    table = catalog.table(name)
-    for cluster in drop_replica or ():  # all checked first, so a typo changes nothing
-        catalog.replicas.get(table, cluster)
-    for cluster in add_replica or ():
-        catalog.replicas.check(table, cluster)
-    for cluster in drop_replica or ():
-        catalog.replicas.drop(table, cluster)
-    for cluster in add_replica or ():
-        catalog.replicas.add(table, cluster)
-    if log_change:
-        set_log_settings(catalog.load(table), checkpoint_interval, retention)
-    info = {
-        "table": str(table.name),
-        "cluster": table.cluster,
-        "replicas": [r.cluster for r in catalog.replicas.list(table)],
-        "added": list(add_replica or ()),
-        "dropped": list(drop_replica or ()),
-        "delta_log": log_settings(catalog.load(table)).to_json(),
-    }
-    cli.output.result(info, _print_altered)
-
-
-def _print_altered(out: TextOutput, info: dict[str, Any]) -> None:
-    for cluster in info["dropped"]:
-        out.console.print(f"{info['table']}: dropped its replica on {cluster} (files and records)")
-    for cluster in info["added"]:
-        out.console.print(
-            f"{info['table']}: replicates to {cluster}; the roll daemon copies its standard partitions "
-            f"(now: streampart table replicate {info['table']} --to {cluster})"
-        )
-    out.console.print(
-        f"{info['table']}: primary {info['cluster']}, secondaries {', '.join(info['replicas']) or 'none'}"
-    )
-    log = info["delta_log"]
-    out.console.print(
-        f"{info['table']}: Delta checkpoint every {log['checkpoint_interval']} commits, "
-        f"commit files kept {log['log_retention']}"
-    )
 
 
 def table_replicate(

@@ -23,10 +23,11 @@ from streampart.cli.ingest_jobs import ingest_app
 from streampart.cli.links import link_app
 from streampart.cli.namespaces import namespace_app
 from streampart.cli.query import query
-from streampart.cli.replicas import table_alter, table_replicate
+from streampart.cli.replicas import table_replicate
 from streampart.cli.rolls import housekeep, roll
 from streampart.cli.server import serve
 from streampart.cli.sql import sql, sql_server
+from streampart.cli.table_alter import table_alter
 from streampart.cli.table_versions import table_history, table_read
 from streampart.cli.tables import table_app
 from streampart.cli.tokens import token_app

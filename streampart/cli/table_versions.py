@@ -75,12 +75,16 @@ def _print_history(out: TextOutput, info: dict[str, Any]) -> None:
             what = f"{len(v['chunks'])} chunk(s): {', '.join(v['chunks'])}"
         elif v["kind"] in ("seal", "sweep"):
             what = f"roll {v['roll']} ({'sealed the partition' if v['kind'] == 'seal' else 'swept it'})"
+        elif v["kind"] == "schema":
+            what = "schema changed"
         elif v["kind"] == "create":
             what = "table created"
         elif v["kind"] == "unavailable":
             what = "its commit file is gone (past the log retention; a checkpoint holds it)"
         else:
             what = ""
+        if v.get("schema_change") and v["kind"] != "schema":
+            what += " (schema changed)"
         out.console.print(
             f"{v['version']:>6}  {(v['timestamp'] or '')[:19].replace('T', ' '):19}  "
             f"{v['operation'] or '':<18} {what}",

@@ -32,6 +32,18 @@ LogRetentionOption = Annotated[
     ),
 ]
 
+SchemaEvolutionOption = Annotated[
+    str | None,
+    typer.Option(
+        help="What rows bringing fields the table lacks may change: none (the fields are ignored and "
+        "counted), add-columns, add-and-widen [default: none]"
+    ),
+]
+MaxNewColumnsOption = Annotated[
+    int | None,
+    typer.Option(help="How many columns evolution from data may add to the table in all [default: 100]"),
+]
+
 table_app = typer.Typer(help="Create, list, describe and drop streaming tables.", no_args_is_help=True)
 
 
@@ -104,12 +116,22 @@ def table_create(
     replicate_to: ReplicateToOption = None,
     checkpoint_interval: CheckpointIntervalOption = None,
     log_retention: LogRetentionOption = None,
+    schema_evolution: SchemaEvolutionOption = None,
+    max_new_columns: MaxNewColumnsOption = None,
     _json: JsonFlag = False,
 ) -> None:
     """Create a streaming table partitioned by one timestamp column."""
     from metastore.delta.checkpoints import check_checkpoint_interval, check_log_retention
     from metastore.durations import parse_duration
-    from metastore.models import LateDataPolicy, Mode, TableName, TableSpec, parse_schema
+    from metastore.models import (
+        DEFAULT_MAX_NEW_COLUMNS,
+        LateDataPolicy,
+        Mode,
+        SchemaEvolution,
+        TableName,
+        TableSpec,
+        parse_schema,
+    )
 
     # checked before anything is made: a bad value creates no table
     if checkpoint_interval is not None:
@@ -129,6 +151,8 @@ def table_create(
         max_age=parse_duration(max_age, "--max-age") if max_age is not None else None,
         dead_letter=dead_letter,
         cluster=cluster,
+        schema_evolution=choice(SchemaEvolution, schema_evolution or "none", "--schema-evolution"),
+        max_new_columns=check_max_new_columns(max_new_columns, DEFAULT_MAX_NEW_COLUMNS),
     )
     secondaries = [c.strip() for c in (replicate_to or "").split(",") if c.strip()]
     cli = cli_context(ctx)
@@ -142,6 +166,15 @@ def table_create(
 
         set_log_settings(catalog.load(table), checkpoint_interval, retention)
     cli.output.result(_created(catalog, table, spec), _print_created)
+
+
+def check_max_new_columns(value: int | None, default: int) -> int:
+    """``--max-new-columns``, or ``default`` when not given (UserInputError if negative)."""
+    if value is None:
+        return default
+    if value < 0:
+        raise UserInputError(f"--max-new-columns must be 0 or more; got {value}")
+    return value
 
 
 def _created(catalog: Catalog, table: Table, spec: TableSpec) -> dict[str, Any]:
@@ -297,6 +330,18 @@ def _print_described(out: TextOutput, info: dict[str, Any]) -> None:
             else ""
         )
     )
+    if "schema_evolution" in info:
+        out.console.print(
+            f"schema evolution: {info['schema_evolution']}, at most {info['max_new_columns']} new columns "
+            "from data",
+            highlight=False,
+        )
+    for c in info.get("schema_changes") or []:
+        out.console.print(
+            f"  version {c['version']}: {c['change']} (by {c['source']}, {c['at'][:19].replace('T', ' ')})",
+            highlight=False,
+            markup=False,
+        )
     replicas = info.get("replicas") or []
     if replicas:
         out.console.print(f"primary cluster: {info['cluster']}")
