@@ -77,9 +77,11 @@ def test_add_and_widen_by_cli_then_every_reader_and_new_chunks(catalog: Catalog)
     assert frame["coupon"].to_list() == [None, None, None, "SAVE", "SAVE"]
     assert frame["qty"].to_list() == [0, 1, 2, 2**40, 2**40]
     files = [str(Path(table.location) / f.path) for f in live_files(DeltaTable(table.location))]
-    duck = duckdb.sql(
-        f"SELECT id, qty, coupon FROM read_parquet({files!r}, union_by_name=true) ORDER BY id"
-    ).fetchall()
+    duck = (
+        duckdb.connect()
+        .execute(f"SELECT id, qty, coupon FROM read_parquet({files!r}, union_by_name=true) ORDER BY id")
+        .fetchall()
+    )
     assert duck == [(0, 0, None), (1, 1, None), (2, 2, None), (3, 2**40, "SAVE"), (4, 2**40, "SAVE")]
 
     described = json.loads(cli(catalog, "table", "describe", "ns.events", "--json").stdout)

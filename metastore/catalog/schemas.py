@@ -28,9 +28,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from metastore import clock
+from metastore.catalog.routing import Routing
 from metastore.crashpoints import crashpoint
 from metastore.delta.log import SCHEMA_KEY
 from metastore.delta.metadata import current_metadata, metadata_action, schema_at
@@ -48,9 +48,6 @@ from metastore.models import (
     widening_refusal,
 )
 from metastore.store import Metastore
-
-if TYPE_CHECKING:
-    from metastore.catalog.core import Catalog
 
 # Why 5 minutes: a pending change without a commit in the log is either dead (its process died
 # before committing) or alive (its commit is a few milliseconds away). An ALTER takes well under a
@@ -83,11 +80,16 @@ def _applies(log_columns: Sequence[Column], after: Sequence[Column]) -> bool:
 class Schemas:
     """Schema changes of a catalog's tables (reached as ``catalog.schemas``)."""
 
-    def __init__(self, catalog: Catalog) -> None:
-        self._routing = catalog
+    def __init__(self, routing: Routing) -> None:
+        self._routing = routing
 
     def _table(self, name: Table | TableName | str) -> Table:
-        return name if isinstance(name, Table) else self._routing.table(name)
+        """``name``'s table, read from its namespace's metastore (NotFoundError: no such table; a link
+        or a name in another case is the caller's to resolve, as ``catalog.table`` does)."""
+        if isinstance(name, Table):
+            return name
+        parsed = TableName.parse(name) if isinstance(name, str) else name
+        return self._routing.home(parsed).store.get_table(parsed)
 
     def alter(
         self,
