@@ -224,3 +224,12 @@ def test_a_writer_committing_while_an_alter_runs_loses_nothing(catalog: Catalog)
     assert len(schema_versions(table)) == 5
     ids = all_ids(table)
     assert sorted(ids) == sorted(acked) and duplicates(ids) == []
+
+
+def test_an_alter_run_again_under_its_key_lands_once(catalog: Catalog) -> None:
+    table = make_table(catalog, schema=SCHEMA)
+    first = catalog.schemas.alter("ns.events", add=parse_schema("coupon STRING"), key="k1")
+    again = catalog.schemas.alter("ns.events", add=parse_schema("coupon STRING"), key="k1")
+    assert again.change == first.change and len(schema_versions(table)) == 1
+    with pytest.raises(UserInputError, match="exists already"):  # a new key is a new change
+        catalog.schemas.alter("ns.events", add=parse_schema("coupon STRING"), key="k2")
