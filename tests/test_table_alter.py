@@ -233,3 +233,22 @@ def test_an_alter_run_again_under_its_key_lands_once(catalog: Catalog) -> None:
     assert again.change == first.change and len(schema_versions(table)) == 1
     with pytest.raises(UserInputError, match="exists already"):  # a new key is a new change
         catalog.schemas.alter("ns.events", add=parse_schema("coupon STRING"), key="k2")
+
+
+def test_a_table_with_delta_features_adds_through_delta_rs_and_refuses_widening(catalog: Catalog) -> None:
+    from deltalake import TableFeatures
+
+    table = make_table(catalog, schema=SCHEMA)
+    DeltaTable(table.location).alter.add_feature(
+        [TableFeatures.ChangeDataFeed], allow_protocol_versions_increase=True
+    )
+    version = int(DeltaTable(table.location).version())
+    with pytest.raises(UserInputError, match="cannot widen a column's type"):
+        catalog.schemas.alter("ns.events", widen=parse_schema("qty BIGINT"))
+    assert int(DeltaTable(table.location).version()) == version
+    assert catalog.home(table).store.schema_changes(table.id) == []
+    altered = catalog.schemas.alter("ns.events", add=parse_schema("coupon STRING"))
+    assert altered.change.version == version + 1 == schema_versions(table)[0]
+    assert altered.table.columns == schema_at(Path(table.location))
+    ChunkWriter(catalog, altered.table).write(rows(range(2), coupon="c"), Format.JSONL)
+    assert sorted(all_ids(altered.table)) == [0, 1]

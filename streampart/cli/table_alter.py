@@ -132,6 +132,19 @@ def _altered(catalog: Catalog, table: Table, change: RecordedSchemaChange | None
 
 
 def _print_altered(out: TextOutput, info: dict[str, Any]) -> None:
+    change = info["schema_change"]
+    if change is not None:
+        out.console.print(
+            f"{escape(info['table'])}: {escape(change['change'])} (Delta version {change['version']})",
+            highlight=False,
+        )
+        columns = ", ".join(f"{c['name']} {c['type']}" for c in info["columns"])
+        out.console.print(f"{escape(info['table'])}: columns {escape(columns)}", highlight=False)
+    out.console.print(
+        f"{escape(info['table'])}: schema evolution {info['schema_evolution']}, at most "
+        f"{info['max_new_columns']} new columns from data",
+        highlight=False,
+    )
     for cluster in info["dropped"]:
         out.console.print(f"{info['table']}: dropped its replica on {cluster} (files and records)")
     for cluster in info["added"]:
@@ -146,17 +159,4 @@ def _print_altered(out: TextOutput, info: dict[str, Any]) -> None:
     out.console.print(
         f"{info['table']}: Delta checkpoint every {log['checkpoint_interval']} commits, "
         f"commit files kept {log['log_retention']}"
-    )
-    change = info["schema_change"]
-    if change is not None:
-        out.console.print(
-            f"{escape(info['table'])}: {escape(change['change'])} (Delta version {change['version']})",
-            highlight=False,
-        )
-        columns = ", ".join(f"{c['name']} {c['type']}" for c in info["columns"])
-        out.console.print(f"{escape(info['table'])}: columns {escape(columns)}", highlight=False)
-    out.console.print(
-        f"{escape(info['table'])}: schema evolution {info['schema_evolution']}, at most "
-        f"{info['max_new_columns']} new columns from data",
-        highlight=False,
     )
