@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import multiprocessing as mp
-import queue as queue_mod
 import time
 import traceback
 from collections import Counter
@@ -15,6 +14,7 @@ from bench.common import (
     TABLE_NAME,
     BenchResult,
     Metric,
+    collect_results,
     console,
     create_table,
     drop_pg_schema,
@@ -167,7 +167,6 @@ def run_pool(jobs: list[Job], warmup: int, rows: int) -> list[dict[str, dict[str
     ]
     for p in procs:
         p.start()
-    collected: list[dict[str, Any]] = []
     with progress() as bar:
         tasks = [
             bar.add_task(f"{job.key}: chunk commits, then parquet writes", total=2 * job.writers * job.n_ops)
@@ -180,19 +179,7 @@ def run_pool(jobs: list[Job], warmup: int, rows: int) -> list[dict[str, dict[str
                 total = 2 * job.writers * job.n_ops
                 bar.update(task, completed=max(0, min(total, done.value - offset)))
 
-        while len(collected) < n_procs:
-            try:
-                collected.append(results.get(timeout=0.2))
-            except queue_mod.Empty:
-                if not any(p.is_alive() for p in procs) and results.empty():
-                    break
-            refresh()
-        refresh()
-    for p in procs:
-        p.join(timeout=30)
-    errors = [r["error"] for r in collected if r.get("error")]
-    if errors or len(collected) < n_procs:
-        raise RuntimeError("writers failed:\n" + ("\n".join(errors) or "a writer died without a word"))
+        collected = collect_results(results, procs, refresh)
     out = []
     for j in range(len(jobs)):
         records = [r["jobs"][j] for r in collected if r["jobs"][j] is not None]

@@ -332,3 +332,29 @@ def warm_spark(spark: Any, tmp: Path) -> Any:
     pq.write_table(pa.table({"id": list(range(1000))}), path)
     spark.read.parquet(str(path)).agg(F.sum("id")).collect()
     return spark
+
+
+def collect_results(results: Any, procs: Sequence[Any], refresh: Callable[[], None]) -> list[dict[str, Any]]:
+    """One result from each of ``procs`` (writer processes putting a dict on the ``results`` queue),
+    calling ``refresh`` (a progress bar's) while they run; then the processes joined.
+
+    Raises:
+        RuntimeError: a writer reported an error, or died without a result.
+    """
+    import queue
+
+    collected: list[dict[str, Any]] = []
+    while len(collected) < len(procs):
+        try:
+            collected.append(results.get(timeout=0.2))
+        except queue.Empty:
+            if not any(p.is_alive() for p in procs) and results.empty():
+                break
+        refresh()
+    refresh()
+    for p in procs:
+        p.join(timeout=30)
+    errors = [r["error"] for r in collected if r.get("error")]
+    if errors or len(collected) < len(procs):
+        raise RuntimeError("writers failed:\n" + ("\n".join(errors) or "a writer died without a word"))
+    return collected

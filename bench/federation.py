@@ -27,7 +27,6 @@ processes at once.
 from __future__ import annotations
 
 import multiprocessing as mp
-import queue as queue_mod
 import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
@@ -39,6 +38,7 @@ from typing import Any
 from bench.common import (
     BenchResult,
     Metric,
+    collect_results,
     console,
     create_table,
     fmt,
@@ -316,7 +316,6 @@ def run_writers(configs: list[Config], order: list[int], warmup: int, n_ops: int
     ]
     for p in procs:
         p.start()
-    collected: list[dict[str, Any]] = []
     with progress() as bar:
         tasks = [
             bar.add_task(f"{c.key}: commits", total=n_procs * n_ops * order.count(i))
@@ -327,19 +326,7 @@ def run_writers(configs: list[Config], order: list[int], warmup: int, n_ops: int
             for i, task in enumerate(tasks):
                 bar.update(task, completed=done[i])
 
-        while len(collected) < n_procs:
-            try:
-                collected.append(results.get(timeout=0.2))
-            except queue_mod.Empty:
-                if not any(p.is_alive() for p in procs) and results.empty():
-                    break
-            refresh()
-        refresh()
-    for p in procs:
-        p.join(timeout=30)
-    errors = [r["error"] for r in collected if r.get("error")]
-    if errors or len(collected) < n_procs:
-        raise RuntimeError("writers failed:\n" + ("\n".join(errors) or "a writer died without a word"))
+        collected = collect_results(results, procs, refresh)
     out = []
     for i in range(len(configs)):
         phases = [j for j, index in enumerate(order) if index == i]
@@ -583,9 +570,9 @@ def run(scale: dict[str, Any]) -> BenchResult:
         console.print(per_db)
     for what, three, one in (("holding the rows", federated, single), ("all empty", split, empty)):
         console.print(
-            f"  {FEDERATED} metastores vs 1, {what}: p50 {fmt_ratio(three['p50_ms'] / one['p50_ms'])}, "
-            f"p99 {fmt_ratio(three['p99_ms'] / one['p99_ms'])}, "
-            f"commits/s {fmt_ratio(three['per_s'] / one['per_s'])} (measured in the same run)"
+            f"  {FEDERATED} metastores vs 1, {what}: p50 {fmt_ratio(_ratio(three['p50_ms'], one['p50_ms']))}, "
+            f"p99 {fmt_ratio(_ratio(three['p99_ms'], one['p99_ms']))}, "
+            f"commits/s {fmt_ratio(_ratio(three['per_s'], one['per_s']))} (measured in the same run)"
         )
     console.print(
         f"  preload {preload_s:.1f} s; commits {commits_s:.1f} s ({len(order)} turns, process start included)"
@@ -657,3 +644,9 @@ def run(scale: dict[str, Any]) -> BenchResult:
     }
     result.params["commit_phase_seconds"] = commits_s
     return result
+
+
+def _ratio(a: float, b: float) -> float | None:
+    """``a / b``, or None where ``b`` measured nothing (every commit of that configuration failed:
+    the notes say why)."""
+    return a / b if b and b == b else None
