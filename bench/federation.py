@@ -569,10 +569,10 @@ def run(scale: dict[str, Any]) -> BenchResult:
             )
         console.print(per_db)
     for what, three, one in (("holding the rows", federated, single), ("all empty", split, empty)):
+        p50, p99, rate = (fmt_ratio(_ratio(three[k], one[k])) for k in ("p50_ms", "p99_ms", "per_s"))
         console.print(
-            f"  {FEDERATED} metastores vs 1, {what}: p50 {fmt_ratio(_ratio(three['p50_ms'], one['p50_ms']))}, "
-            f"p99 {fmt_ratio(_ratio(three['p99_ms'], one['p99_ms']))}, "
-            f"commits/s {fmt_ratio(_ratio(three['per_s'], one['per_s']))} (measured in the same run)"
+            f"  {FEDERATED} metastores vs 1, {what}: p50 {p50}, p99 {p99}, "
+            f"commits/s {rate} (measured in the same run)"
         )
     console.print(
         f"  preload {preload_s:.1f} s; commits {commits_s:.1f} s ({len(order)} turns, process start included)"
