@@ -24,7 +24,7 @@ from metastore.catalog import Catalog
 from metastore.delta.files import live_files
 from metastore.delta.log import SCHEMA_KEY, commit_info
 from metastore.delta.metadata import schema_at
-from metastore.errors import UserInputError
+from metastore.errors import SchemaConflictError, UserInputError
 from metastore.integrity import check_table
 from metastore.models import LateDataPolicy, Mode, Table, TableKind, parse_schema
 from tests.fixtures import make_table
@@ -252,3 +252,26 @@ def test_a_table_with_delta_features_adds_through_delta_rs_and_refuses_widening(
     assert altered.table.columns == schema_at(Path(table.location))
     ChunkWriter(catalog, altered.table).write(rows(range(2), coupon="c"), Format.JSONL)
     assert sorted(all_ids(altered.table)) == [0, 1]
+
+
+def test_a_landed_change_that_another_one_overtook_does_not_block_the_table(catalog: Catalog) -> None:
+    # Two ALTERs add the same column, both recorded before either committed (each one's recovery ran
+    # before the other recorded); "fast" commits and finishes between "slow"'s commit and its finish.
+    from metastore.delta.metadata import current_metadata, metadata_action
+
+    table = make_table(catalog, schema=SCHEMA)
+    store, wh = catalog.home(table).store, catalog.warehouse
+    after = (*table.columns, *parse_schema("coupon STRING"))
+    for key in ("slow", "fast"):
+        store.record_schema_change(table.id, key, table.columns, after, "alter")
+    for key in ("fast", "slow"):
+        action = metadata_action(current_metadata(Path(table.location)), after, table.partition_column)
+        version = wh.commit_schema(table, int(DeltaTable(table.location).version()), action, [], False, key)
+        if key == "fast":
+            store.finish_schema_change(table.id, key, version)
+    with pytest.raises(SchemaConflictError):  # "slow" cannot finish: the columns moved
+        store.finish_schema_change(table.id, "slow", version)
+    assert [c.key for c in catalog.schemas.recover(table)] == ["slow"]
+    assert store.pending_schema_changes(table.id) == []
+    catalog.schemas.alter(table, add=parse_schema("other STRING"))  # not blocked
+    assert catalog.table("ns.events").columns == schema_at(Path(table.location))

@@ -213,7 +213,7 @@ class Schemas:
                 continue
             version = self._routing.warehouse.find_commit(table, SCHEMA_KEY, change.key, -1)
             if version is not None:
-                handled.append(store.finish_schema_change(table.id, change.key, version))
+                handled.append(self._finish_found(store, table, change, version))
             elif clock.now() - change.at >= stale_after:
                 store.discard_schema_change(table.id, change.key)
                 handled.append(change)
@@ -223,6 +223,21 @@ class Schemas:
                     f"{change.at:%Y-%m-%d %H:%M:%S}); run yours when it has finished"
                 )
         return handled
+
+    def _finish_found(
+        self, store: Metastore, table: Table, change: RecordedSchemaChange, version: int
+    ) -> RecordedSchemaChange:
+        """Finish a pending change found in the log at ``version``. If another change, racing it, added
+        the same columns and finished first, the table has this one's columns already: it is dropped
+        from the history (its commit changed nothing the other did not), rather than blocking every
+        later change of the table."""
+        try:
+            return store.finish_schema_change(table.id, change.key, version)
+        except SchemaConflictError:
+            if store.get_table_by_id(table.id).columns != change.after:
+                raise
+        store.discard_schema_change(table.id, change.key)
+        return change
 
     def set_evolution(
         self,
