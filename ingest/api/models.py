@@ -174,6 +174,16 @@ class DeltaLogInfo(BaseModel):
     log_retention: str = Field(description="Commit files older than this go once a checkpoint covers them.")
 
 
+class SchemaChangeInfo(BaseModel):
+    """One schema change of a table, as ``table describe --json`` lists it."""
+
+    version: int | None = Field(description="The Delta version that made it.")
+    change: str = Field(description='What changed: "add coupon STRING", "widen qty INT to BIGINT", ...')
+    source: str | None = Field(None, description='Who or what made it: "alter", "chunk:<id>", ...')
+    at: str | None = Field(None, description="When (ISO-8601).")
+    key: str | None = Field(None, description="Its idempotency key (in the answer of an ALTER).")
+
+
 class TableInfo(BaseModel):
     """The shape of ``streampart table describe --json`` (a link: its source's, with ``link``)."""
 
@@ -195,6 +205,13 @@ class TableInfo(BaseModel):
     )
     partition_names: str = Field("", description="How partitions and their directories are named.")
     schema_: str = Field(alias="schema")
+    schema_evolution: str = Field(
+        "none", description="What rows may change in the schema: none, add-columns, add-and-widen."
+    )
+    max_new_columns: int = Field(100, description="The most columns rows may add (per chunk and per table).")
+    schema_changes: list[SchemaChangeInfo] = Field(
+        default_factory=list, description="The table's recent schema changes, newest first."
+    )
     location: str
     cluster: str = Field(description="The primary cluster: it holds all the data and takes every write.")
     replicas: list[ReplicaInfo] = Field(default_factory=list, description="The secondary clusters.")
@@ -214,6 +231,39 @@ class LinkDescription(LinkInfo):
     )
     exposed: list[PartitionInfo] = Field(
         description="The source's partitions the link shows now (as ``GET /v1/tables/{ns}/{link}``)."
+    )
+
+
+class AlterTable(BaseModel):
+    """``PATCH /v1/tables/{ns}/{t}``: change a table's columns or its schema evolution (any subset)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    add_columns: list[str] = Field(
+        default_factory=list,
+        max_length=1000,
+        description='Nullable columns to add, each "NAME TYPE" ("coupon STRING"); rows written before '
+        "read null.",
+    )
+    widen_columns: list[str] = Field(
+        default_factory=list,
+        max_length=1000,
+        description='Columns to widen in place, each "NAME TYPE" ("qty BIGINT"): INT to BIGINT, FLOAT to '
+        "DOUBLE, a DECIMAL's precision.",
+    )
+    schema_evolution: str | None = Field(
+        None, max_length=100, description="What rows may change: none, add-columns or add-and-widen."
+    )
+    max_new_columns: int | None = Field(
+        None, ge=0, description="The most columns rows may add, per chunk and per table."
+    )
+
+
+class AlteredTable(TableInfo):
+    """The answer of ``PATCH /v1/tables/{ns}/{t}``: the table as ``GET`` describes it, and its change."""
+
+    schema_change: SchemaChangeInfo | None = Field(
+        None, description="The schema change made (null: only the evolution settings changed)."
     )
 
 

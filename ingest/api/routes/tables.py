@@ -1,6 +1,10 @@
-"""Tables over HTTP: the tables a token may read, and one table with its partitions.
+"""Tables over HTTP: the tables a token may read, one table with its partitions, and its ALTER.
 
-Both answer in the shape of ``streampart table describe --json`` (:class:`~ingest.api.models.TableInfo`).
+All answer in the shape of ``streampart table describe --json`` (:class:`~ingest.api.models.TableInfo`).
+``PATCH`` (``admin`` scope) is ``streampart table alter``'s schema part: it adds and widens columns
+through ``catalog.schemas`` (one Delta ``metaData`` commit, then the metastore) and sets the table's
+schema evolution. Everything is checked before anything changes: a mistake is a 400 naming it, a
+race with another schema change a 409 ``conflict`` (run it again).
 """
 
 from __future__ import annotations
@@ -10,8 +14,10 @@ from typing import Any
 from fastapi import APIRouter
 
 from ingest.api.deps import Caller, State
-from ingest.api.models import TableInfo, error_responses
-from metastore.models import Permission
+from ingest.api.errors import blame
+from ingest.api.models import AlteredTable, AlterTable, TableInfo, error_responses
+from metastore.errors import UserInputError
+from metastore.models import Column, Permission, SchemaEvolution, iso, parse_column_change
 
 router = APIRouter(tags=["tables"])
 
@@ -48,3 +54,63 @@ def list_tables(who: Caller, st: State) -> list[dict[str, Any]]:
 def describe_table(namespace: str, table: str, who: Caller, st: State) -> dict[str, Any]:
     """The table (or link) and its partitions, as ``streampart table describe --json``."""
     return st.catalog.describe(st.resolved_of(who, namespace, table))
+
+
+@router.patch(
+    "/v1/tables/{namespace}/{table}",
+    response_model=AlteredTable,
+    response_model_exclude_unset=True,
+    responses=error_responses(400, 401, 403, 404, 409, 422),
+    summary="Change a table's columns or its schema evolution",
+)
+def alter_table(namespace: str, table: str, body: AlterTable, who: Caller, st: State) -> dict[str, Any]:
+    """Add nullable columns (rows written before read null) and widen columns in place, as ``streampart
+    table alter --add-column/--widen-column`` does, and set ``schema_evolution`` and ``max_new_columns``.
+    Needs ``admin`` on the namespace. Answers the table as ``GET`` does, with ``schema_change``."""
+    found = st.table_of(who, Permission.ADMIN, namespace, table)
+    add = _columns(body.add_columns, "add_columns")
+    widen = _columns(body.widen_columns, "widen_columns")
+    evolution = None
+    if body.schema_evolution is not None:
+        with blame("schema_evolution"):
+            evolution = _evolution(body.schema_evolution)
+    settings = evolution is not None or body.max_new_columns is not None
+    if not (add or widen or settings):
+        with blame("body"):
+            raise UserInputError(
+                "nothing to change: give add_columns, widen_columns, schema_evolution or max_new_columns"
+            )
+    try:
+        with blame("body"):
+            change = (
+                st.catalog.schemas.alter(found, add, widen, source="http").change if add or widen else None
+            )
+        if settings:
+            st.catalog.schemas.set_evolution(found, evolution, body.max_new_columns)
+    finally:
+        st.lookups.forget(found.name)
+    info = st.catalog.describe(st.catalog.rebound(found))
+    info["schema_change"] = None
+    if change is not None:
+        info["schema_change"] = {
+            "version": change.version,
+            "change": change.description,
+            "source": change.source,
+            "at": iso(change.at),
+            "key": change.key,
+        }
+    return info
+
+
+def _columns(texts: list[str], field: str) -> list[Column]:
+    """The columns of a body's list ``field``; 400 naming the field and the bad one."""
+    with blame(field):
+        return [parse_column_change(t, field) for t in texts]
+
+
+def _evolution(mode: str) -> SchemaEvolution:
+    try:
+        return SchemaEvolution(mode)
+    except ValueError:
+        modes = ", ".join(m.value for m in SchemaEvolution)
+        raise UserInputError(f"schema_evolution {mode!r}: give one of {modes}") from None

@@ -1,0 +1,150 @@
+"""``PATCH /v1/tables/{ns}/{t}`` (issue 27, plan step 4) on a real server: columns added and widened over
+HTTP read back by delta-rs (old rows null, old values exact), the metastore agreeing with the log;
+every refusal (a user's mistake, a missing scope, a race with another ALTER) changes nothing."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from deltalake import DeltaTable
+
+from ingest.chunks import ChunkWriter
+from ingest.formats import Format
+from metastore.delta.metadata import schema_at
+from metastore.integrity import check_table
+from metastore.models import Table, parse_schema
+from tests.api.fixtures import Server, auth
+from tests.fixtures import make_table
+from tests.helpers import jsonl
+
+pytestmark = pytest.mark.process  # a server process of its own
+
+SCHEMA = "id BIGINT, ts TIMESTAMP, msg STRING, qty INT"
+
+
+def rows(ids: range, **extra: object) -> bytes:
+    return jsonl([{"id": i, "ts": "2026-11-21T10:15:00Z", "msg": f"m{i}", "qty": i, **extra} for i in ids])
+
+
+_made = itertools.count()
+
+
+def patch(server: Server, table: Table, body: dict[str, Any], token: str | None = None) -> httpx.Response:
+    ns, t = table.name.namespace, table.name.table
+    return httpx.patch(
+        f"{server.url}/v1/tables/{ns}/{t}", json=body, headers=auth(token or server.admin), timeout=60
+    )
+
+
+def table_of(server: Server, name: str) -> Table:
+    """A new table ``name<N>`` with SCHEMA and three rows (ids 0..2)."""
+    table = make_table(server.catalog, f"{name}{next(_made)}", schema=SCHEMA)
+    ChunkWriter(server.catalog, table).write(rows(range(3)), Format.JSONL)
+    return table
+
+
+def unchanged(server: Server, table: Table, version: int) -> None:
+    """Nothing changed: not the log, not the metastore's columns, settings or schema history."""
+    assert int(DeltaTable(table.location).version()) == version
+    now = server.catalog.table(str(table.name))
+    assert now.columns == table.columns
+    assert (now.schema_evolution, now.max_new_columns) == (table.schema_evolution, table.max_new_columns)
+    assert server.catalog.home(table).store.schema_changes(table.id) == []
+
+
+def test_patch_adds_and_widens_and_readers_see_old_rows_null(server: Server) -> None:
+    table = table_of(server, "alt.adds")
+    body = {"add_columns": ["coupon STRING"], "widen_columns": ["qty BIGINT"],
+            "schema_evolution": "add-columns", "max_new_columns": 50}  # fmt: skip
+    done = patch(server, table, body)
+    assert done.status_code == 200, done.text
+    said = done.json()
+    assert said["schema_change"]["change"] == "widen qty INT to BIGINT, add coupon STRING"
+    assert said["schema_change"]["source"] == "http" and said["schema_change"]["key"]
+    assert said["schema"].endswith("qty BIGINT, coupon STRING")
+    assert (said["schema_evolution"], said["max_new_columns"]) == ("add-columns", 50)
+    assert [c["version"] for c in said["schema_changes"]] == [said["schema_change"]["version"]]
+    assert said["version"] == said["schema_change"]["version"]
+
+    table = server.catalog.table(str(table.name))
+    assert table.columns == schema_at(Path(table.location))
+    assert [(c.name, c.type) for c in table.columns][-2:] == [("qty", "long"), ("coupon", "string")]
+    ChunkWriter(server.catalog, table).write(rows(range(3, 5), coupon="SAVE", qty=2**40), Format.JSONL)
+    got = DeltaTable(table.location).to_pyarrow_table().sort_by("id").to_pylist()
+    assert [r["coupon"] for r in got] == [None, None, None, "SAVE", "SAVE"]
+    assert [r["qty"] for r in got] == [0, 1, 2, 2**40, 2**40]
+    assert check_table(server.catalog, table) == []
+    # GET describes the same
+    fetched = httpx.get(
+        f"{server.url}/v1/tables/alt/{table.name.table}", headers=auth(server.admin), timeout=60
+    ).json()
+    assert fetched["schema"] == said["schema"] and fetched["schema_evolution"] == "add-columns"
+
+
+def test_patch_of_settings_only_makes_no_schema_change(server: Server) -> None:
+    table = table_of(server, "alt.settings")
+    version = int(DeltaTable(table.location).version())
+    done = patch(server, table, {"schema_evolution": "add-and-widen"})
+    assert done.status_code == 200, done.text
+    assert done.json()["schema_change"] is None and done.json()["schema_evolution"] == "add-and-widen"
+    assert int(DeltaTable(table.location).version()) == version
+
+
+# Each mistake: the status, the field named and what the one-line message says. Nothing changes.
+REFUSALS = [
+    ({"widen_columns": ["qty SMALLINT"]}, 400, "body", "SMALLINT is narrower than INT"),
+    ({"widen_columns": ["msg INT"]}, 400, "body", "STRING to INT changes the kind of the column"),
+    ({"add_columns": ["ts_period STRING"]}, 400, "body", "is the partition column's name"),
+    ({"add_columns": ["MSG STRING"]}, 400, "body", "only in case"),
+    ({"add_columns": ["coupon"]}, 400, "add_columns", "add_columns 'coupon'"),
+    ({"widen_columns": ["qty BIGINT, n INT"]}, 400, "widen_columns", "give one column"),
+    ({"schema_evolution": "sometimes"}, 400, "schema_evolution", "give one of none, add-columns"),
+    ({"max_new_columns": -1}, 422, "max_new_columns", "greater than or equal to 0"),
+    ({"add_column": ["coupon STRING"]}, 422, "add_column", "Extra inputs are not permitted"),
+    ({}, 400, "body", "nothing to change"),
+    # a bad setting stops the column change too
+    ({"add_columns": ["coupon STRING"], "schema_evolution": "x"}, 400, "schema_evolution", "give one of"),
+]
+
+
+@pytest.mark.parametrize(("body", "status", "field", "error"), REFUSALS)
+def test_a_mistake_is_one_error_naming_it_and_changes_nothing(
+    server: Server, body: dict[str, Any], status: int, field: str, error: str
+) -> None:
+    table = table_of(server, "alt.refused")
+    version = int(DeltaTable(table.location).version())
+    done = patch(server, table, body)
+    assert done.status_code == status, done.text
+    answer = done.json()
+    assert answer["field"] == field and error in answer["message"], answer
+    assert "\n" not in answer["message"]
+    unchanged(server, table, version)
+
+
+def test_a_token_without_admin_scope_is_refused_and_changes_nothing(server: Server) -> None:
+    table = table_of(server, "alt.scoped")
+    version = int(DeltaTable(table.location).version())
+    for scopes in (("read:alt",), ("write:alt",), ("admin:other",)):
+        token = server.token(f"alt-{scopes[0].replace(':', '-')}", *scopes)
+        done = patch(server, table, {"add_columns": ["coupon STRING"]}, token)
+        assert done.status_code == 403, (scopes, done.text)
+    unchanged(server, table, version)
+
+
+def test_a_race_with_another_alter_is_409_and_changes_nothing(server: Server) -> None:
+    table = table_of(server, "alt.raced")
+    version = int(DeltaTable(table.location).version())
+    # another ALTER has recorded its change and not yet committed it (it is running)
+    store = server.catalog.home(table).store
+    after = [*table.columns, *parse_schema("other STRING")]
+    store.record_schema_change(table.id, "theirs", table.columns, after, "alter")
+    done = patch(server, table, {"add_columns": ["coupon STRING"]})
+    assert done.status_code == 409, done.text
+    assert done.json()["error"] == "conflict" and "in progress" in done.json()["message"]
+    assert int(DeltaTable(table.location).version()) == version
+    assert server.catalog.table(str(table.name)).columns == table.columns
+    assert [c.key for c in store.schema_changes(table.id)] == ["theirs"]
