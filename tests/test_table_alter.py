@@ -92,6 +92,15 @@ def test_add_and_widen_by_cli_then_every_reader_and_new_chunks(catalog: Catalog)
     history = json.loads(cli(catalog, "table", "history", "ns.events", "--json").stdout)
     marked = [v["version"] for v in history["versions"] if v["schema_change"]]
     assert marked == [2] and "schema changed" in cli(catalog, "table", "history", "ns.events").stdout
+    assert [v["operation"] for v in history["versions"] if v["version"] == 2] == ["CHANGE COLUMN"]
+    # the commitInfo says what Delta writes for the change, naming its columns
+    info = commit_info(table, 2) or {}
+    params = info["operationParameters"]
+    assert info["operation"] == "CHANGE COLUMN"
+    assert [c["column"]["name"] for c in json.loads(params["columns"])] == ["qty"]
+    assert [c["column"] for c in json.loads(params["added"])] == [
+        {"name": "coupon", "type": "string", "nullable": True, "metadata": {}}
+    ]
     assert check_table(catalog, table) == []
 
 
@@ -101,6 +110,9 @@ def test_the_late_companion_changes_with_its_table(catalog: Catalog) -> None:
     late = catalog.companion(altered.table, TableKind.LATE)
     assert altered.late is not None and late.columns == altered.table.columns
     assert schema_at(Path(late.location)) == late.columns
+    info = commit_info(altered.table, altered.change.version or 0) or {}
+    assert info["operation"] == "ADD COLUMNS"
+    assert [c["column"]["name"] for c in json.loads(info["operationParameters"]["columns"])] == ["coupon"]
     with pytest.raises(UserInputError, match="companion"):
         catalog.schemas.alter(late, add=parse_schema("other STRING"))
 
@@ -266,7 +278,7 @@ def test_a_landed_change_that_another_one_overtook_does_not_block_the_table(cata
         store.record_schema_change(table.id, key, table.columns, after, "alter")
     for key in ("fast", "slow"):
         action = metadata_action(current_metadata(Path(table.location)), after, table.partition_column)
-        version = wh.commit_schema(table, int(DeltaTable(table.location).version()), action, [], False, key)
+        version = wh.commit_schema(table, int(DeltaTable(table.location).version()), action, [], [], key)
         if key == "fast":
             store.finish_schema_change(table.id, key, version)
     with pytest.raises(SchemaConflictError):  # "slow" cannot finish: the columns moved

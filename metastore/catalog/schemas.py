@@ -158,7 +158,8 @@ class Schemas:
         root = Path(table.location)
         before = {c.name for c in change.before}
         added = [c for c in change.after if c.name not in before]
-        widens = any(op["op"] == "widen" for op in change.change)
+        widening = {op["column"] for op in change.change if op["op"] == "widen"}
+        widened = [c for c in change.after if c.name in widening]
         for _ in range(MAX_SEAL_RETRIES):
             dt = self._routing.warehouse.load(table)
             read_version = int(dt.version())
@@ -173,7 +174,7 @@ class Schemas:
             action = metadata_action(current, change.after, table.partition_column)
             try:
                 return self._routing.warehouse.commit_schema(
-                    table, read_version, action, added, widens, change.key
+                    table, read_version, action, added, widened, change.key
                 )
             except ConflictError:
                 continue  # a seal, or another change: read the log again

@@ -56,6 +56,7 @@ def append_actions(
     app_id: str | None = None,
     *,
     schema_change: dict[str, Any] | None = None,
+    operation: tuple[str, dict[str, str]] | None = None,
 ) -> bytes:
     """The commit file of an append: ``files`` as ``(path, partition value, rows, size, mtime ms)``.
 
@@ -64,12 +65,18 @@ def append_actions(
     they bring land in one version. The commitInfo names it under ``streampart.schema``: the
     change's key if ``metadata`` gives one there, else how many fields the new schema has.
     Like a roll's seal, it makes every blind append that planned on an older version conflict.
+    ``operation``: the commitInfo's operation and its parameters (default: an append's ``WRITE``;
+    :func:`schema_operation` for a schema-only commit).
     """
     files = list(files)
+    name, parameters = operation or (
+        "WRITE",
+        {"mode": "Append", "partitionBy": json.dumps([partition_column])},
+    )
     info: dict[str, Any] = {
         "timestamp": now_ms,
-        "operation": "WRITE",
-        "operationParameters": {"mode": "Append", "partitionBy": json.dumps([partition_column])},
+        "operation": name,
+        "operationParameters": parameters,
         "engineInfo": ENGINE,
         **metadata,
         ACTIONS_KEY: str(len(files)),
@@ -95,6 +102,23 @@ def append_actions(
             }
         )
     return "".join(json.dumps(a) + "\n" for a in actions).encode()
+
+
+def schema_operation(
+    schema_change: dict[str, Any], added: Iterable[str], widened: Iterable[str]
+) -> tuple[str, dict[str, str]]:
+    """The commitInfo operation Delta writes for a schema-only commit of ``schema_change`` (a
+    ``metaData`` action): ``ADD COLUMNS`` naming the ``added`` fields, or ``CHANGE COLUMN`` naming the
+    ``widened`` ones (and the added, if the change also adds: Delta would make two commits of it)."""
+    fields = {f["name"]: f for f in json.loads(schema_change["schemaString"])["fields"]}
+    adds = [{"column": fields[n]} for n in added]
+    widens = [{"column": fields[n]} for n in widened]
+    if not widens:
+        return "ADD COLUMNS", {"columns": json.dumps(adds)}
+    parameters = {"columns": json.dumps(widens)}
+    if adds:
+        parameters["added"] = json.dumps(adds)
+    return "CHANGE COLUMN", parameters
 
 
 def publish(

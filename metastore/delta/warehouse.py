@@ -185,11 +185,12 @@ class Warehouse:
         read_version: int,
         action: dict[str, Any],
         added: Sequence[Column],
-        widens: bool,
+        widened: Sequence[Column],
         key: str,
     ) -> int:
         """Commit the ``metaData`` ``action`` alone after ``read_version``, its commitInfo naming ``key``
-        under ``streampart.schema``; the version it became.
+        under ``streampart.schema`` and its operation as Delta's (``ADD COLUMNS``, ``CHANGE COLUMN``
+        for ``widened``); the version it became.
 
         Put-if-absent like every append (``append.publish``): it lands after concurrent appends
         (their files stay valid under a schema that only adds and widens), and conflicts with a
@@ -203,11 +204,17 @@ class Warehouse:
         """
         metadata = {SCHEMA_KEY: key}
         if not self._plain_appends(table):
-            if widens:
+            if widened:
                 raise UserInputError(WIDEN_WITH_FEATURES.format(name=table.name))
             return self._add_columns(table, read_version, added, metadata)
+        operation = append.schema_operation(action, [c.name for c in added], [c.name for c in widened])
         body = append.append_actions(
-            table.partition_column, [], metadata, int(time.time() * 1000), schema_change=action
+            table.partition_column,
+            [],
+            metadata,
+            int(time.time() * 1000),
+            schema_change=action,
+            operation=operation,
         )
         with self._commit_lock(table):
             try:
