@@ -17,7 +17,9 @@ copy of one partition to one secondary goes in steps, each safe to crash in and 
 3. **commit** the files to the secondary's Delta table in one commit carrying the Delta
    application transaction ``streampart.replica/<partition dir>``: Delta refuses a second
    commit with that id, so a partition enters the secondary's log at most once, and a resumed
-   copy finds that commit in the snapshot instead of committing again;
+   copy finds that commit in the snapshot instead of committing again. If the source gained or
+   widened columns the secondary's log lacks, the same commit carries the source's newest schema
+   (:mod:`scheduler.replica_schema`), so no file lands before its columns;
 4. write the ``_SUCCESS`` marker, then **record** the copy as present in the metastore.
 
 So a Delta reader of the secondary sees a partition wholly or not at all (the seed's rule), and
@@ -50,10 +52,11 @@ from metastore.delta.files import (
     write_success_marker,
 )
 from metastore.delta.layout import partition_dir
+from metastore.delta.metadata import columns_of
 from metastore.errors import ConflictError, LeaseLostError, StorageError, StreampartError
 from metastore.links import PartitionRange
 from metastore.logs import event
-from metastore.models import Lease, Partition, PartitionState, Table, iso
+from metastore.models import Column, Lease, Partition, PartitionState, Table, iso
 from metastore.replicas import (
     REPLICA_KEY,
     CopyState,
@@ -67,6 +70,7 @@ from metastore.replicas import (
 from scheduler.config import ReplicationConfig
 from scheduler.errors import ReplicationAbandonedError, ReplicationFailedError
 from scheduler.file_copies import CopyMismatchError, copy_verified, sha256_of
+from scheduler.replica_schema import commit_copy
 from scheduler.roll import owner_id
 from scheduler.spark_compaction import SparkFactory
 from scheduler.spark_replication import copy_with_spark
@@ -267,7 +271,8 @@ class Replicator:
         target = replica_table(table, replica)
         pdir = partition_dir(table, partition.value)
         self._step("replica-after-claim")
-        files = self._source_files(table, partition.value)
+        source = self.catalog.load(table)  # its newest columns go to the secondary with the files
+        files = self._source_files(table, partition.value, source)
         secondary = self.catalog.warehouse.load(target)
         attempt = uuid.uuid4().hex[:8]
         if secondary.transaction_version(app_id(pdir)) is None:
@@ -275,7 +280,8 @@ class Replicator:
                 table, partition, replica, copy, target, files, attempt, progress
             )
             self._step("replica-before-commit")
-            version = self._commit(target, int(secondary.version()), files, partition.value, pdir)
+            columns = columns_of(source, str(table.name))
+            version = self._commit(target, columns, files, partition.value, pdir)
             self._step("replica-after-commit")
         else:
             version = self._committed(target, pdir)
@@ -334,12 +340,20 @@ class Replicator:
             copy = self._claim(partition, replica)  # renewed: still ours (and still the leader's)
         return copy, digests, written
 
-    def _commit(self, target: Table, base: int, files: list[LiveFile], value: datetime, pdir: str) -> int:
-        """Commit the copied files to the secondary's Delta log, once per partition; its version."""
+    def _commit(
+        self, target: Table, columns: Sequence[Column], files: list[LiveFile], value: datetime, pdir: str
+    ) -> int:
+        """Commit the copied files to the secondary's Delta log, once per partition, with the source's
+        ``columns`` if it lacks them (:mod:`scheduler.replica_schema`); its version."""
         wh = self.catalog.warehouse
         try:
-            return wh.commit_files(
-                target, base, [(f.path, value, f.rows) for f in files], {REPLICA_KEY: pdir}, app_id(pdir)
+            return commit_copy(
+                wh,
+                target,
+                columns,
+                [(f.path, value, f.rows) for f in files],
+                {REPLICA_KEY: pdir},
+                app_id(pdir),
             )
         except ConflictError:  # another copier's commit of the same partition won the race
             if wh.load(target).transaction_version(app_id(pdir)) is None:
@@ -370,8 +384,8 @@ class Replicator:
         self._remove_temporaries(target, value)
         return checksum
 
-    def _source_files(self, table: Table, value: datetime) -> list[LiveFile]:
-        files = [f for f in live_files(self.catalog.load(table)) if f.partition == value]
+    def _source_files(self, table: Table, value: datetime, source: Any) -> list[LiveFile]:
+        files = [f for f in live_files(source) if f.partition == value]
         staged = [f.path for f in files if f.staged]
         if staged:  # a standard partition holds its swept files only; anything else is damage
             raise ReplicationFailedError(

@@ -16,6 +16,7 @@ from pathlib import Path
 from metastore.catalog.clusters import Clusters
 from metastore.catalog.routing import Routing
 from metastore.clusters import Cluster
+from metastore.delta.metadata import schema_at
 from metastore.errors import AlreadyExistsError, NotFoundError, UserInputError
 from metastore.models import Partition, Table, TableName
 from metastore.replicas import Replica, replica_table
@@ -56,6 +57,10 @@ class Replicas:
     def add(self, table: Table, cluster: str) -> Replica:
         """Make ``cluster`` a secondary of ``table``: an empty Delta table there, recorded.
 
+        The table there has the columns of the source's Delta log now (not those of ``table``, which
+        may be an older reading, nor the metastore's, which a crashed schema change may leave behind
+        the log): the first copies need no schema change; later ones bring any that come after.
+
         Its standard partitions are copied there by the roll daemon (or ``table replicate``).
 
         Raises:
@@ -75,7 +80,10 @@ class Replicas:
         except AlreadyExistsError:
             raise AlreadyExistsError(f"table {table.name} replicates to {cluster} already") from None
         try:
-            self._routing.warehouse.create(replica_table(table, replica))
+            columns = schema_at(Path(table.location))
+            self._routing.warehouse.create(
+                replica_table(table.model_copy(update={"columns": columns}), replica)
+            )
         except Exception:
             store.remove_replica(table.id, cluster)
             raise

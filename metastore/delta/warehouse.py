@@ -119,6 +119,8 @@ class Warehouse:
         metadata: dict[str, str],
         app_id: str | None = None,
         fence: Callable[[], None] | None = None,
+        *,
+        schema_change: dict[str, Any] | None = None,
     ) -> int:
         """Append ``(path, partition, rows)`` files in one Delta commit after version ``read_version``.
 
@@ -128,6 +130,8 @@ class Warehouse:
         application transaction (``txn``, version 1): a concurrent commit with the same id then
         conflicts, so it lands at most once. ``fence``: called just before the commit is written
         (a writer's check that it may still commit); what it raises stops the commit.
+        ``schema_change``: a ``metaData`` action (``metadata.metadata_action``) committed with the
+        files, so they land with the columns they need; only on a table that takes plain appends.
 
         Returns:
             The version of the new commit.
@@ -140,6 +144,10 @@ class Warehouse:
         """
         files = list(files)
         if not self._plain_appends(table):
+            if schema_change is not None:
+                raise ValueError(
+                    f"{table.name} has Delta table features: change its schema with commit_schema"
+                )
             dt = self.load(table, read_version)
             actions = [self._add_action(table, p, part, rows, True) for p, part, rows in files]
             counted = {**metadata, ACTIONS_KEY: str(len(actions))}
@@ -152,7 +160,12 @@ class Warehouse:
                 st = (Path(table.location) / path).stat()
                 entries.append((path, partition_value_text(part), rows, st.st_size, int(st.st_mtime * 1000)))
         body = append.append_actions(
-            table.partition_column, entries, metadata, int(time.time() * 1000), app_id
+            table.partition_column,
+            entries,
+            metadata,
+            int(time.time() * 1000),
+            app_id,
+            schema_change=schema_change,
         )
         with self._commit_lock(table):
             if fence is not None:
