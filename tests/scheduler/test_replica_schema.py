@@ -179,6 +179,31 @@ def test_a_replica_added_after_a_schema_change_starts_with_the_current_schema(
     assert _rows(replica_table(table, replica)) == _rows(table)
 
 
+def test_a_secondary_with_delta_features_takes_added_columns_first_and_refuses_widening(
+    catalog: Catalog, tmp_path: Path
+) -> None:
+    from deltalake import DeltaTable, TableFeatures
+
+    table = _setup(catalog, tmp_path, "c1", "c2")
+    [replica] = catalog.replicas.list(table)
+    DeltaTable(replica.location).alter.add_feature(
+        [TableFeatures.ChangeDataFeed], allow_protocol_versions_increase=True
+    )
+    _roll(catalog, table, _old_rows())
+    catalog.schemas.alter(table.name, add=parse_schema("coupon STRING"))
+    table = catalog.table("ns.events")
+    _roll(catalog, table, [{k: v for k, v in r.items() if k != "qty"} for r in _new_rows()])
+    assert len(Replicator(catalog).replicate(table).copied) == 2
+    assert _fields(replica.location) == _fields(table.location)  # through delta-rs' add_columns
+    assert delta_rows(replica_table(table, replica), columns="id, coupon").num_rows == 10
+    catalog.schemas.alter(table.name, widen=parse_schema("qty BIGINT"))
+    table = catalog.table("ns.events")
+    _roll(catalog, table, _old_rows())
+    report = Replicator(catalog).replicate(table)
+    assert report.copied == [] and "cannot widen a column's type" in report.failed[0].error
+    assert _fields(replica.location)["qty"] == "integer"  # nothing changed there
+
+
 # (secondary's columns, source's columns, what the secondary then has: None = nothing to change)
 CATCH_UP = [
     ("a INT, b STRING", "a INT, b STRING", None),  # covered: no metaData
