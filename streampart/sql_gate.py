@@ -349,8 +349,9 @@ def _only_queries(sql: str) -> None:
     if len(statements) == 1 and not isinstance(statements[0], exp.Query):
         words = " ".join(statements[0].sql(dialect="spark").split()[:2]) or "this statement"
         raise QueryRefusedError(
-            f"{words}: the SQL server only reads (SELECT, WITH …); INSERT INTO and CREATE TABLE … AS "
-            "run with `streampart query`, tables are made, altered and dropped with `streampart table …`"
+            f"{words}: the SQL server only reads (SELECT, WITH …); INSERT INTO, CREATE TABLE … AS and "
+            "ALTER TABLE … ADD COLUMNS run with `streampart query`, tables are made, altered and dropped "
+            "with `streampart table …`"
         )
 
 

@@ -180,8 +180,10 @@ def test_logins_scopes_and_statements_that_do_not_only_read_are_refused(served: 
             "SELECT * FROM hr.pay": "token 'analyst' may not read namespace 'hr' (needs read:hr)",
             "SELECT id FROM shop.events JOIN hr.pay USING (id)": "may not read namespace 'hr'",
             "INSERT INTO shop.quiet SELECT * EXCEPT (ts_period) FROM shop.quiet": "INSERT INTO: the SQL "
-            "server only reads (SELECT, WITH …); INSERT INTO and CREATE TABLE … AS run with "
-            "`streampart query`",
+            "server only reads (SELECT, WITH …); INSERT INTO, CREATE TABLE … AS and ALTER TABLE … ADD "
+            "COLUMNS run with `streampart query`",
+            "ALTER TABLE shop.quiet ADD COLUMNS (c STRING)": "ALTER TABLE: the SQL server only reads",
+            "ALTER TABLE shop.quiet DROP COLUMN msg": "ALTER TABLE: the SQL server only reads",
             "DROP TABLE shop.quiet": "DROP TABLE: the SQL server only reads",
             "CREATE TABLE shop.x AS SELECT 1 AS id": "CREATE TABLE: the SQL server only reads",
             "INSERT OVERWRITE shop.quiet SELECT * FROM shop.quiet": "INSERT OVERWRITE: the SQL server only",

@@ -1,4 +1,5 @@
-"""``streampart query``: Spark SQL over the warehouse's tables; INSERT INTO and CREATE TABLE … AS."""
+"""``streampart query``: Spark SQL over the warehouse's tables; INSERT INTO and CREATE TABLE … AS; ALTER TABLE
+… ADD COLUMNS / ALTER COLUMN … TYPE (without Spark, :mod:`streampart.query_alter`)."""
 
 from __future__ import annotations
 
@@ -17,8 +18,9 @@ from streampart.cli.params import json_flag
 SqlArgument = Annotated[
     str,
     typer.Argument(
-        help="Spark SQL: a query, INSERT INTO ns.t SELECT …, or CREATE TABLE ns.t [TBLPROPERTIES "
-        "(…)] AS SELECT …; tables are addressed as ns.table"
+        help="Spark SQL: a query, INSERT INTO ns.t SELECT …, CREATE TABLE ns.t [TBLPROPERTIES "
+        "(…)] AS SELECT …, or ALTER TABLE ns.t ADD COLUMNS (…) / ALTER COLUMN c TYPE T; tables are "
+        "addressed as ns.table"
     ),
 ]
 NamespaceOption = Annotated[
@@ -35,7 +37,8 @@ KeyOption = Annotated[
         "--key",
         "--token",
         help="INSERT INTO / CREATE TABLE … AS: the idempotency key of the chunk the result commits "
-        "as; a retry with the same key and result lands once [default: a new key per run]",
+        "as; a retry with the same key and result lands once (ALTER TABLE: of the schema change) "
+        "[default: a new key per run]",
     ),
 ]
 ClusterOption = Annotated[
@@ -89,7 +92,8 @@ def query(
 
     INSERT INTO commits the query's result into a table as one chunk; CREATE TABLE … AS SELECT
     makes a new streaming table with the result as its first chunk. Both land exactly once per
-    --idempotency-key.
+    --idempotency-key. ALTER TABLE ns.t ADD COLUMNS (c T, …) and ALTER COLUMN c TYPE T (a widening)
+    change the table's schema without starting Spark; columns are never renamed or dropped.
 
     Time travel: `SELECT … FROM ns.t VERSION AS OF 12` (or `TIMESTAMP AS OF '2026-11-25T10:00:00Z'`)
     reads the table as of that Delta version; `streampart table history ns.t` lists the versions,
@@ -117,10 +121,20 @@ def _run_here(
     limit: int,
 ) -> None:
     """Plan the statement, then explain it, or run it on Spark in this process and print its outcome."""
-    from streampart.query import spark_session
+    from streampart.query import spark_session, split_use
+    from streampart.query_alter import is_alter
     from streampart.query_plan import plan, run
     from streampart.query_writes import WriteResult
 
+    session = split_use(sql, namespace, cluster)
+    if is_alter(session.sql):
+        if explain or replicated_only or session.cluster is not None:
+            raise UserInputError(
+                "ALTER TABLE changes the table's schema without Spark and reads nothing: --explain, "
+                "--cluster (USE CLUSTER) and --replicated-only do not apply"
+            )
+        _alter(cli, session.sql, session.namespace, key)
+        return
     settings = cli.settings()
     catalog = cli.catalog()
     planned = plan(catalog, sql, namespace, cluster, replicated_only)  # before Spark starts
@@ -148,6 +162,43 @@ def _run_here(
         cli.output.result({**done.to_json(), "cuts": planned.notes()}, _print_written)
         return
     _print_rows(cli, done, limit)
+
+
+def _alter(cli: CliContext, sql: str, namespace: str | None, key: str | None) -> None:
+    """Run ``ALTER TABLE … ADD COLUMNS / ALTER COLUMN … TYPE`` through ``catalog.schemas`` (``key``:
+    the change's idempotency key) and print what changed."""
+    from streampart.query_alter import parse_alter
+
+    statement = parse_alter(sql)
+    name = statement.table
+    if "." not in name:
+        if namespace is None:
+            raise UserInputError(
+                f"ALTER TABLE {name}: name the table NAMESPACE.TABLE (or USE NAMESPACE; first)"
+            )
+        name = f"{namespace}.{name}"
+    catalog = cli.catalog()
+    altered = catalog.schemas.alter(
+        catalog.table(name), statement.add, statement.widen, key=key, source="sql"
+    )
+    change = altered.change
+    info = {
+        "table": str(altered.table.name),
+        "schema_change": {"version": change.version, "change": change.description, "key": change.key},
+        "columns": [
+            {"name": c.name, "type": c.sql_type, "nullable": c.nullable} for c in altered.table.columns
+        ],
+    }
+    cli.output.result(info, _print_altered)
+
+
+def _print_altered(out: TextOutput, info: dict[str, Any]) -> None:
+    change = info["schema_change"]
+    columns = ", ".join(f"{c['name']} {c['type']}" for c in info["columns"])
+    out.console.print(
+        f"{info['table']}: {change['change']} (Delta version {change['version']})", markup=False
+    )
+    out.console.print(f"{info['table']}: columns {columns}", markup=False)
 
 
 def _print_rows(cli: CliContext, df: Any, limit: int) -> None:
@@ -195,13 +246,13 @@ def _on_server(cli: CliContext, sql: str, namespace: str | None, server: str | N
 
 
 def _writes(sql: str) -> bool:
-    """Whether ``sql`` may write a table (INSERT INTO, CREATE TABLE … AS): such a statement runs
+    """Whether ``sql`` may write a table (INSERT INTO, CREATE TABLE … AS, ALTER TABLE): such a statement runs
     here. A word test, not a parse, so a read sent to the server imports no parser; a read that
     merely mentions the words runs here too, as it always did."""
     return _WRITE_WORDS.search(sql) is not None
 
 
-_WRITE_WORDS = re.compile(r"\b(INSERT|CREATE)\b", re.IGNORECASE)
+_WRITE_WORDS = re.compile(r"\b(INSERT|CREATE|ALTER)\b", re.IGNORECASE)
 
 
 def _print_explain(out: TextOutput, plan: dict[str, Any]) -> None:
