@@ -222,14 +222,21 @@ def test_a_stale_copier_that_lost_its_claim_commits_nothing_twice(catalog: Catal
     try:
         from tests.helpers import wait_for
 
-        # its files are copied (so it dwells before its commit, 6 s), and its lease (1 s) lapsed
+        # its files are copied and its claim renewed after the last (the copier says so at the
+        # pause before its commit, where it dwells 6 s); then its lease (1 s) lapses. Waiting on
+        # the files alone raced with that last renewal on a busy machine: the claim was live again.
+        assert stale.stderr is not None
+        for line in stale.stderr:
+            if "pausepoint replica-before-commit" in line:
+                break
+
         def lapsed() -> bool:
             copies = catalog.store.list_copies(table.id)
-            copied = list(Path(replica.location).glob("*/part-*.parquet"))
             lease_until = copies[0].lease_until if copies else None
-            return bool(copied and lease_until is not None and lease_until < datetime.now(UTC))
+            return lease_until is not None and lease_until < datetime.now(UTC)
 
-        wait_for(lapsed, "the stale copier's files copied and its lease lapsed", timeout=60)
+        assert list(Path(replica.location).glob("*/part-*.parquet")), "the stale copier copied no file"
+        wait_for(lapsed, "the stale copier's lease to lapse", timeout=60)
         report = Replicator(catalog).replicate(table)
         assert len(report.copied) == 1
         out, _ = stale.communicate(timeout=60)
