@@ -56,7 +56,7 @@ def parse_alter(sql: str) -> AlterStatement:
     from sqlglot import exp
 
     from streampart.query import syntax_error
-    from streampart.query_policy import _target_name
+    from streampart.query_policy import target_name
 
     try:
         statements = [s for s in sqlglot.parse(sql, read="spark") if s is not None]
@@ -67,7 +67,7 @@ def parse_alter(sql: str) -> AlterStatement:
     tree = statements[0]
     if not isinstance(tree.this, exp.Table):
         raise QueryRefusedError(f"{tree.sql(dialect='spark')}: ALTER TABLE names a table, NAMESPACE.TABLE")
-    table = _target_name(tree.this)
+    table = target_name(tree.this)
     add: list[Column] = []
     widen: list[Column] = []
     for action in tree.args.get("actions") or []:

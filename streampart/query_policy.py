@@ -131,10 +131,10 @@ def _insert(tree: exp.Insert) -> tuple[Any, Output]:
         )
     query = tree.expression
     if not isinstance(query, exp.Query | exp.Values):
-        raise QueryRefusedError(f"INSERT INTO {_target_name(target)}: insert a query's result or VALUES")
+        raise QueryRefusedError(f"INSERT INTO {target_name(target)}: insert a query's result or VALUES")
     _with_to_query(tree, query)
     by_name = bool(tree.args.get("by_name"))
-    return query, Output(_target_name(target), create=False, columns=columns, by_name=by_name)
+    return query, Output(target_name(target), create=False, columns=columns, by_name=by_name)
 
 
 def _create(tree: exp.Create) -> tuple[Any, Output]:
@@ -169,7 +169,7 @@ def _create(tree: exp.Create) -> tuple[Any, Output]:
         properties.append((str(prop.this.name), str(prop.args["value"].this)))
     query = tree.expression
     _with_to_query(tree, query)
-    return query, Output(_target_name(target), create=True, properties=tuple(properties))
+    return query, Output(target_name(target), create=True, properties=tuple(properties))
 
 
 def _with_to_query(statement: Any, query: Any) -> None:
@@ -183,7 +183,8 @@ def _with_to_query(statement: Any, query: Any) -> None:
     query.set("with_", outer)
 
 
-def _target_name(node: exp.Table) -> str:
+def target_name(node: exp.Table) -> str:
+    """The name of the table a statement writes or alters, as written (NAMESPACE.TABLE or TABLE)."""
     if not isinstance(node.this, exp.Identifier) or node.args.get("catalog") is not None:
         raise QueryRefusedError(
             f"{node.sql(dialect='spark')}: a statement writes a streampart table, named NAMESPACE.TABLE"

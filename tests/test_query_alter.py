@@ -109,3 +109,14 @@ def test_a_refused_alter_by_cli_is_one_line_and_changes_nothing(
     assert int(DeltaTable(table.location).version()) == version
     assert catalog.table("ns.events").columns == table.columns
     assert catalog.home(table).store.schema_changes(table.id) == []
+
+
+def test_an_alter_run_again_under_its_key_lands_once(catalog: Catalog) -> None:
+    table = make_table(catalog, schema=SCHEMA)
+    statement = "ALTER TABLE ns.events ADD COLUMNS (coupon STRING)"
+    first = cli(catalog, "query", statement, "--key", "add-coupon", "--json")
+    again = cli(catalog, "query", statement, "--key", "add-coupon", "--json")
+    assert first.returncode == 0 and again.returncode == 0, (first.stderr, again.stderr)
+    assert json.loads(first.stdout)["schema_change"] == json.loads(again.stdout)["schema_change"]
+    assert int(DeltaTable(table.location).version()) == 1
+    assert len(catalog.home(table).store.schema_changes(table.id)) == 1
