@@ -39,40 +39,7 @@ def describe(
     table, link = resolved.table, resolved.link
     if link is not None:
         files = link.filter(list(files), table, clock.now())
-    live = files_stats(files)
-    partitions, shown = [], []
-    present: dict[datetime, list[str]] = {}
-    for copy in copies:
-        if copy.state is CopyState.PRESENT:
-            present.setdefault(copy.partition_value, []).append(copy.cluster)
-    for p in partitions_recorded:
-        if link is not None and p.value not in live:
-            continue  # not exposed through the link (now)
-        shown.append(p)
-        st = live.get(p.value)
-        if p.state is PartitionState.STANDARD and link is None:
-            chunks, rows, size, files_n = p.chunks or 0, p.rows or 0, p.bytes or 0, p.files or 0
-            swept = True
-        else:
-            chunks = st.chunks if st else 0
-            rows, size, files_n = (st.rows, st.bytes, st.files) if st else (0, 0, 0)
-            swept = st is not None and st.files > 0 and not st.staged_files  # a link's view of it
-        location = Path(table.location) / (
-            partition_dir(table, p.value) if swept else staged_dir(table, p.value)
-        )
-        partitions.append(
-            {
-                "value": iso(p.value),
-                "name": partition_label(p.value),
-                "state": p.state.value,
-                "chunks": chunks,
-                "rows": rows,
-                "bytes": size,
-                "files": files_n,
-                "location": str(location),
-                "clusters": [table.cluster, *present.get(p.value, [])],
-            }
-        )
+    partitions, shown = _partitions(resolved, files_stats(files), partitions_recorded, copies)
     info: dict[str, Any] = {
         "table": str(resolved.name),
         "kind": "link" if link is not None else table.kind.value,
@@ -105,6 +72,53 @@ def describe(
     if link is not None:
         info["link"] = link_info(link, dangling=False)  # its source was just read
     return info
+
+
+def _partitions(
+    resolved: Resolved,
+    live: dict[datetime, Any],
+    partitions_recorded: Sequence[Partition],
+    copies: Sequence[PartitionCopy],
+) -> tuple[list[dict[str, Any]], list[Partition]]:
+    """:func:`describe`'s partition entries (those a link exposes now, for a link), and the
+    partitions shown: counts from the metastore for a table's standard partitions, from the live
+    files (``live``, by partition value) otherwise."""
+    table, link = resolved.table, resolved.link
+    partitions: list[dict[str, Any]] = []
+    shown: list[Partition] = []
+    present: dict[datetime, list[str]] = {}
+    for copy in copies:
+        if copy.state is CopyState.PRESENT:
+            present.setdefault(copy.partition_value, []).append(copy.cluster)
+    for p in partitions_recorded:
+        if link is not None and p.value not in live:
+            continue  # not exposed through the link (now)
+        shown.append(p)
+        st = live.get(p.value)
+        if p.state is PartitionState.STANDARD and link is None:
+            chunks, rows, size, files_n = p.chunks or 0, p.rows or 0, p.bytes or 0, p.files or 0
+            swept = True
+        else:
+            chunks = st.chunks if st else 0
+            rows, size, files_n = (st.rows, st.bytes, st.files) if st else (0, 0, 0)
+            swept = st is not None and st.files > 0 and not st.staged_files  # a link's view of it
+        location = Path(table.location) / (
+            partition_dir(table, p.value) if swept else staged_dir(table, p.value)
+        )
+        partitions.append(
+            {
+                "value": iso(p.value),
+                "name": partition_label(p.value),
+                "state": p.state.value,
+                "chunks": chunks,
+                "rows": rows,
+                "bytes": size,
+                "files": files_n,
+                "location": str(location),
+                "clusters": [table.cluster, *present.get(p.value, [])],
+            }
+        )
+    return partitions, shown
 
 
 def replica_info(
