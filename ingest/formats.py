@@ -132,8 +132,14 @@ def parse_csv(data: bytes, v: RecordValidator) -> Parsed:
     if undecodable and any(_UNDECODABLE.search(h) for h in header):
         raise MalformedChunkError(f"line 1: CSV header is not valid UTF-8: {_csv_text(header)}")
     header = [h.strip() for h in header]
-    unknown = [h for h in header if h not in {c.name for c in v.columns}]
-    if unknown:
+    unknown = [h for h in header if h not in v.names]
+    if unknown and v.new_fields is not None and v.new_fields.enabled:  # schema evolution: new columns
+        v = v.extended(v.new_fields.from_names(unknown))
+        refused = v.new_fields.refused if v.new_fields is not None else {}
+        if refused:
+            why = "; ".join(f"{name!r}: {reason}" for name, reason in refused.items())
+            raise MalformedChunkError(f"line 1: CSV header names field(s) that cannot be columns: {why}")
+    elif unknown:
         raise MalformedChunkError(f"line 1: CSV header names unknown column(s): {', '.join(unknown)}")
     failed_at = -1
     while True:
@@ -184,8 +190,8 @@ def parse_parquet(data: bytes | Path, v: RecordValidator) -> Parsed:
     if missing:
         raise MalformedChunkError(f"Parquet file lacks required column(s): {', '.join(missing)}")
     v.check_rows(f.metadata.num_rows)  # before reading a row: the file says how many it holds
+    v, ignored = _arrow_fields(f.schema_arrow, v, f.metadata.num_rows)
     wanted = [c.name for c in v.columns if c.name in present]
-    ignored = {name: f.metadata.num_rows for name in f.schema_arrow.names if name not in v.names}
     batches = f.iter_batches(batch_size=PARQUET_BATCH_ROWS, columns=wanted)
     try:
         return validate_batches(batches, v, ignored)
@@ -199,8 +205,16 @@ def parse_arrow(data: pa.Table, v: RecordValidator) -> Parsed:
     missing = [c.name for c in v.columns if c.name not in data.column_names and not c.nullable]
     if missing:
         raise MalformedChunkError(f"the data lacks required column(s): {', '.join(missing)}")
-    ignored = {name: data.num_rows for name in data.column_names if name not in v.names}
+    v, ignored = _arrow_fields(data.schema, v, data.num_rows)
     return validate_batches(iter(data.to_batches(max_chunksize=PARQUET_BATCH_ROWS)), v, ignored)
+
+
+def _arrow_fields(schema: pa.Schema, v: RecordValidator, rows: int) -> tuple[RecordValidator, dict[str, int]]:
+    """The validator for data of the Arrow ``schema`` (with the new columns its fields bring, if the
+    table's schema evolves), and the fields it leaves out, each with ``rows`` (see :class:`Parsed`)."""
+    if v.new_fields is not None and v.new_fields.enabled:
+        v = v.extended(v.new_fields.from_arrow(schema))
+    return v, {name: rows for name in schema.names if name not in v.names}
 
 
 def parse(data: bytes, fmt: Format | str, v: RecordValidator) -> Parsed:

@@ -23,6 +23,7 @@ from typing import Any
 import pyarrow as pa
 
 from ingest.errors import MalformedChunkError
+from ingest.evolution import NewFields, value_kind
 from metastore.delta.arrow import arrow_type, data_schema
 from metastore.models import Column, iso
 
@@ -44,6 +45,19 @@ class Parsed:
     # DECIMAL(p,s) columns → how many written values had more decimals than s and were rounded
     # (half to even, as Spark's cast); the caller says so, as for ignored fields
     rounded: dict[str, int] = field(default_factory=dict)
+    # the columns of ``good`` when they are not the table's: its columns, then those the records
+    # bring (schema evolution, ``ingest/evolution.py``); None: the table's own
+    columns: tuple[Column, ...] | None = None
+    # ignored fields that schema evolution did not make columns, and why (a name no reader can
+    # hold, only nulls, …): the caller reports the reason with the count
+    refused: dict[str, str] = field(default_factory=dict)
+
+    def new_columns(self, table_columns: Sequence[Column]) -> tuple[Column, ...]:
+        """The columns of ``good`` that ``table_columns`` lack."""
+        if self.columns is None:
+            return ()
+        known = {c.name for c in table_columns}
+        return tuple(c for c in self.columns if c.name not in known)
 
 
 class _FieldError(ValueError):
@@ -244,6 +258,10 @@ class RecordValidator:
         max_value_bytes: a string or binary value longer than this is a bad record.
         max_rows: more records than this (good and bad) fail the chunk; None: no limit.
         time_bounds: the range of event times the time column may hold (event-time tables).
+        new_fields: what fields the table lacks may become (schema evolution); None: they are
+            ignored (counted), as with evolution ``none``.
+        added: the columns at the end of ``columns`` that the table lacks: new ones the chunk's
+            earlier batches brought, or ones its Arrow schema or CSV header brings (:meth:`extended`).
     """
 
     def __init__(
@@ -253,8 +271,18 @@ class RecordValidator:
         max_value_bytes: int = 1 << 20,
         max_rows: int | None = None,
         time_bounds: TimeBounds | None = None,
+        new_fields: NewFields | None = None,
+        added: Sequence[Column] = (),
     ):
         self.columns = tuple(columns)
+        self.new_fields = new_fields
+        self.added = tuple(added)  # the columns of ``columns`` the table lacks (an earlier batch's new ones)
+        self._evolving = new_fields is not None and new_fields.enabled
+        # evolving: per unknown field, the kinds of its values, and its values by good row
+        self._kinds: dict[str, Counter[str]] = {}
+        self._present: Counter[str] = Counter()
+        self._extra: dict[str, dict[int, Any]] = {}
+        self._origin: dict[int, tuple[int, str]] = {}  # good row → (position, raw), rows with extras
         self.schema = data_schema(self.columns)
         self._conv = [converter(c, self._rounding(c.name)) for c in self.columns]
         self._required_names = tuple(required)
@@ -269,6 +297,7 @@ class RecordValidator:
         self.rounded: Counter[str] = Counter()  # counted once the record is written
         self._rounded_here: list[str] = []  # columns of the record being added whose value was rounded
         self._added = 0
+        self._good = 0
         self.bad: list[BadRecord] = []
 
     def _rounding(self, column: str) -> Callable[[], None]:
@@ -276,7 +305,23 @@ class RecordValidator:
 
     def fresh(self) -> RecordValidator:
         """A new, empty validator with the same columns and limits."""
-        return RecordValidator(self.columns, self._required_names, self._max, self.max_rows, self.time_bounds)
+        return RecordValidator(
+            self.columns, self._required_names, self._max, self.max_rows, self.time_bounds, None, self.added
+        )
+
+    def extended(self, new: Sequence[Column]) -> RecordValidator:
+        """A new, empty validator that also takes the ``new`` columns (nullable, at the end)."""
+        if not new:
+            return self
+        return RecordValidator(
+            (*self.columns, *new),
+            self._required_names,
+            self._max,
+            self.max_rows,
+            self.time_bounds,
+            self.new_fields,
+            (*self.added, *new),
+        )
 
     def check_rows(self, rows: int) -> None:
         """Fail the chunk if it would hold more than ``max_rows`` records."""
@@ -293,8 +338,12 @@ class RecordValidator:
         if not isinstance(record, dict):
             self.bad.append(BadRecord(position, f"expected a JSON object, got {type(record).__name__}", raw))
             return
+        extra: dict[str, Any] | None = None
         if not record.keys() <= self.names:
-            self.ignored.update(record.keys() - self.names)
+            if self._evolving:
+                extra = {k: v for k, v in record.items() if k not in self.names}
+            else:
+                self.ignored.update(record.keys() - self.names)
         row: list[Any] = []
         for col, conv, required, bounded in zip(
             self.columns, self._conv, self._required, self._bounded, strict=True
@@ -336,18 +385,74 @@ class RecordValidator:
                 )
                 return
             row.append(value)
+        if extra:
+            self._keep_extra(self._good, extra, position, raw)
+        self._good += 1
         for values, v in zip(self._values, row, strict=True):
             values.append(v)
         self.rounded.update(self._rounded_here)
+
+    def _keep_extra(self, index: int, extra: dict[str, Any], position: int, raw: str) -> None:
+        """Keep the values of the fields the table lacks of good row ``index`` (evolving tables)."""
+        for name, value in extra.items():
+            self._present[name] += 1
+            kinds = self._kinds.setdefault(name, Counter())
+            kind = value_kind(value)
+            if kind is not None:
+                kinds[kind] += 1
+                self._extra.setdefault(name, {})[index] = value
+        self._origin[index] = (position, raw)
 
     def result(self) -> Parsed:
         arrays = [
             pa.array(values, type=arrow_type(c.type))
             for values, c in zip(self._values, self.columns, strict=True)
         ]
+        good = pa.Table.from_arrays(arrays, schema=self.schema)
+        if self.new_fields is None or not (self._kinds or self.added):
+            return Parsed(good, self.bad, dict(self.ignored), dict(self.rounded))
+        new = self.new_fields.from_values(self._kinds) if self._kinds else []
+        for name in self.new_fields.refused:
+            self.ignored[name] += self._present[name]
+        good = self._with_new_columns(good, new)
         return Parsed(
-            pa.Table.from_arrays(arrays, schema=self.schema), self.bad, dict(self.ignored), dict(self.rounded)
+            good,
+            sorted(self.bad, key=lambda b: b.position),
+            dict(self.ignored),
+            dict(self.rounded),
+            columns=(*self.columns, *new),
+            refused=dict(self.new_fields.refused),
         )
+
+    def _with_new_columns(self, good: pa.Table, new: Sequence[Column]) -> pa.Table:
+        """``good`` with the ``new`` columns' values; a row whose value does not fit its column's
+        type (inferred from the chunk's values) becomes a bad record, as for any column."""
+        dropped: set[int] = set()
+        for column in new:
+            convert = converter(column)
+            values: list[Any] = [None] * good.num_rows
+            for index, value in self._extra.get(column.name, {}).items():
+                try:
+                    values[index] = convert(value)
+                    size = _byte_size(values[index])
+                except (_FieldError, OverflowError, ValueError) as exc:
+                    reason = f"column {column.name!r} (new): {exc}"
+                else:
+                    if size <= self._max:
+                        continue
+                    reason = f"column {column.name!r} (new): value of {size} bytes exceeds {self._max}"
+                values[index] = None
+                if index not in dropped:
+                    dropped.add(index)
+                    position, raw = self._origin[index]
+                    self.bad.append(BadRecord(position, reason, raw[:4096]))
+            good = good.append_column(
+                pa.field(column.name, arrow_type(column.type)), pa.array(values, arrow_type(column.type))
+            )
+        if dropped:
+            keep = pa.array([i not in dropped for i in range(good.num_rows)])
+            good = good.filter(keep)
+        return good
 
 
 def unexpected(exc: BaseException) -> str:
@@ -380,7 +485,9 @@ def validate_batches(
         parts.append(fast)
         offset += batch.num_rows
     good = pa.concat_tables(parts) if parts else v.schema.empty_table()
-    return Parsed(good, v.bad, ignored, dict(rounded))
+    columns = v.columns if v.added else None
+    refused = v.new_fields.refused if v.new_fields is not None else {}
+    return Parsed(good, v.bad, ignored, dict(rounded), columns=columns, refused=dict(refused))
 
 
 def _arrow_batch(batch: pa.RecordBatch, v: RecordValidator) -> pa.Table | None:

@@ -85,6 +85,15 @@ class ChunkInfo(BaseModel):
         description="Upload: DECIMAL(p,s) columns, and how many values of each had more than s decimals: "
         "they were written rounded to s decimals (half to even, as Spark's cast).",
     )
+    new_columns: dict[str, str] = Field(
+        default_factory=dict,
+        description="Upload: fields the table had no column for that become columns when the chunk "
+        "commits (the table's schema evolution), each with its SQL type.",
+    )
+    refused_fields: dict[str, str] = Field(
+        default_factory=dict,
+        description="Upload: ignored fields that schema evolution could not make columns, and why.",
+    )
 
     @classmethod
     def of(cls, chunk: Chunk, table: Table) -> ChunkInfo:
@@ -123,6 +132,15 @@ class CommitInfo(BaseModel):
         default_factory=dict,
         description="DECIMAL(p,s) columns, and how many of the events' values of each had more than s "
         "decimals: they were written rounded to s decimals (half to even, as Spark's cast).",
+    )
+    new_columns: dict[str, str] = Field(
+        default_factory=dict,
+        description="Fields the table had no column for that became columns (the table's schema "
+        "evolution), each with its SQL type.",
+    )
+    refused_fields: dict[str, str] = Field(
+        default_factory=dict,
+        description="Ignored fields that schema evolution could not make columns, and why.",
     )
 
 

@@ -14,6 +14,7 @@ import re
 import uuid
 from collections import Counter
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ from ingest.formats import Format, loads_json
 from ingest.records import Parsed
 from metastore.delta.files import remove_file
 from metastore.delta.layout import STAGING_DIR
-from metastore.models import Chunk, StagedFile
+from metastore.models import Chunk, Column, StagedFile
 
 
 def spool_path(writer: ChunkWriter, chunk: Chunk) -> Path:
@@ -58,6 +59,29 @@ def _fail(fmt: Format, bad: list[DeadLetter], what: str | None = None) -> BodyEr
     )
 
 
+@dataclass(frozen=True)
+class Staged:
+    """A chunk's data staged, and what parsing it found: the fields of the records the table has no
+    column for (not written) and the DECIMAL columns whose values were rounded, each with a count;
+    the fields that became new columns (schema evolution: name → SQL type); the ignored fields
+    that evolution could not make columns, and why."""
+
+    chunk: Chunk
+    ignored: dict[str, int] = field(default_factory=dict)
+    rounded: dict[str, int] = field(default_factory=dict)
+    new_columns: dict[str, str] = field(default_factory=dict)
+    refused: dict[str, str] = field(default_factory=dict)
+
+    def answer(self) -> dict[str, Any]:
+        """The fields of an API answer that report them."""
+        return {
+            "ignored_fields": self.ignored,
+            "rounded_values": self.rounded,
+            "new_columns": self.new_columns,
+            "refused_fields": self.refused,
+        }
+
+
 def stage_upload(
     writer: ChunkWriter,
     chunk: Chunk,
@@ -66,11 +90,11 @@ def stage_upload(
     batch_rows: int,
     source: str,
     digest: str | None = None,
-) -> tuple[Chunk, dict[str, int], dict[str, int]]:
+) -> Staged:
     """Parse the spooled upload and record it as the chunk's data (replacing an earlier upload's).
 
-    Returns the chunk, the fields of the records the table has no column for (not written), and
-    the DECIMAL columns whose values had more decimals than the column (rounded): each with a count.
+    The new columns an earlier batch of a JSON-lines upload brought (schema evolution) are the
+    later batches' too, in the type the first batch gave them.
 
     Raises:
         BodyError: a record is malformed and the table has no dead-letter table; nothing staged.
@@ -90,8 +114,12 @@ def stage_upload(
         records = 0
         ignored: Counter[str] = Counter()
         rounded: Counter[str] = Counter()
+        refused: dict[str, str] = {}
+        added: tuple[Column, ...] = ()
         for n, (offset, content) in enumerate(batches):
-            parsed = writer.parse(content, fmt)
+            parsed = writer.parse(content, fmt, added)
+            added = parsed.new_columns(writer.table.columns)
+            refused.update(parsed.refused)
             records += parsed.good.num_rows + len(parsed.bad)
             ignored.update(parsed.ignored)
             rounded.update(parsed.rounded)
@@ -99,10 +127,18 @@ def stage_upload(
             bad += [DeadLetter(offset + b.position, b.reason, b.raw.encode(), source) for b in parsed.bad]
             if bad and not table.dead_letter:
                 raise _fail(fmt, bad)
-            files += write_staged_files(warehouse, table, f"{chunk.id}-{attempt}-{n}", parsed.good)
+            files += write_staged_files(
+                warehouse, table, f"{chunk.id}-{attempt}-{n}", parsed.good, parsed.columns
+            )
         if records == 0:
             raise BodyError("the upload holds no records; nothing was staged")
-        return writer.stage_files(chunk, files, bad, digest), dict(ignored), dict(rounded)
+        return Staged(
+            writer.stage_files(chunk, files, bad, digest),
+            dict(ignored),
+            dict(rounded),
+            {c.name: c.sql_type for c in added},
+            refused,
+        )
     except BaseException:
         for f in files:
             remove_file(table, f.path)
@@ -188,9 +224,8 @@ def records_to_jsonl(records: list[Any]) -> bytes:
 
 def stage_events(
     writer: ChunkWriter, chunk: Chunk, records: list[Any], source: str, digest: str | None = None
-) -> tuple[Chunk, dict[str, int], dict[str, int]]:
-    """Validate the batch's records and stage them as the chunk's data; also the ignored fields and
-    the rounded values (as :func:`stage_upload`)."""
+) -> Staged:
+    """Validate the batch's records and stage them as the chunk's data (as :func:`stage_upload`)."""
     parsed: Parsed = writer.parse(records_to_jsonl(records), Format.JSONL)
     if parsed.bad and not writer.table.dead_letter:
         first = parsed.bad[0]
@@ -199,8 +234,9 @@ def stage_events(
             line=first.position,
             field=f"body[{first.position - 1}]",
         )
+    new = parsed.new_columns(writer.table.columns)
     staged = writer.stage_parsed(chunk, parsed, source=source, digest=digest)
-    return staged, parsed.ignored, parsed.rounded
+    return Staged(staged, parsed.ignored, parsed.rounded, {c.name: c.sql_type for c in new}, parsed.refused)
 
 
 def _json_type(value: Any) -> str:

@@ -8,6 +8,7 @@ the writer as this protocol, so neither imports the writer that calls them.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -15,7 +16,7 @@ from ingest.config import ChunkConfig
 from ingest.records import Parsed, RecordValidator
 from metastore.catalog import Catalog
 from metastore.delta import staging
-from metastore.models import Chunk, Table
+from metastore.models import Chunk, Column, Table
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,11 @@ class CommitResult:
     # DECIMAL columns, and how many values of each had more decimals than the column and were
     # rounded (half to even, as Spark's cast); known as ignored_fields is
     rounded_values: dict[str, int] = field(default_factory=dict)
+    # fields the table had no column for that became columns (schema evolution): name → SQL type;
+    # known as ignored_fields is (another writer may have added some of them at the same time)
+    new_columns: dict[str, str] = field(default_factory=dict)
+    # ignored fields that schema evolution could not make columns, and why
+    refused_fields: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -59,6 +65,8 @@ class CommitResult:
             "idempotency_key": self.idempotency_key,
             "ignored_fields": self.ignored_fields,
             "rounded_values": self.rounded_values,
+            "new_columns": self.new_columns,
+            "refused_fields": self.refused_fields,
         }
 
 
@@ -80,6 +88,10 @@ class Writer(Protocol):
 
     def writer_for(self, table: Table) -> Writer:
         """A writer of ``table`` (a companion of this one's) with this writer's catalog and settings."""
+        ...
+
+    def schema_changed(self, columns: Sequence[Column]) -> None:
+        """Learn the table's columns after a commit of this writer's brought new ones."""
         ...
 
     def reserve(self, key: str | None = None) -> Chunk: ...

@@ -37,6 +37,7 @@ from datetime import datetime
 from typing import Any, Generic, TypeVar
 
 from ingest.chunks.base import CommitResult, Writer, remove_staged
+from ingest.chunks.evolving import GroupSchema, plan_schema, proposal
 from ingest.chunks.late import commit_dead_letters, route_late
 from ingest.commit_holders import commit_holder
 from ingest.errors import ChunkBusyError, ChunkStateError, CommitTimeoutError
@@ -48,6 +49,7 @@ from metastore.delta.files import file_exists, live_files
 from metastore.delta.log import (
     CHUNKS_KEY,
     GROUP_KEY,
+    SCHEMA_KEY,
     commit_chunks,
     commit_info,
     newest_version,
@@ -56,11 +58,12 @@ from metastore.delta.log import (
 from metastore.errors import (
     CommitStateUnknownError,
     ConflictError,
+    SchemaConflictError,
     StorageFullError,
     StreampartError,
     TableIntegrityError,
 )
-from metastore.models import Chunk, ChunkState, Mode, PartitionState, StagedFile
+from metastore.models import Chunk, ChunkState, Column, Mode, PartitionState, StagedFile
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -195,6 +198,7 @@ class _Pending:
     may_have_landed: bool  # a taken-over attempt: an earlier one may have committed it
     late_rows: int = 0
     diverted: set[str] = field(default_factory=set)  # late files sent to the late table already
+    columns: tuple[Column, ...] = ()  # the log's columns, once its files brought some (evolving.py)
 
     @property
     def deadline(self) -> datetime:
@@ -303,21 +307,51 @@ def _commit_group_once(group: list[_Member], context: dict[str, Any], landing: d
         table = lead.table
         open_value = lead.store.streaming_partition(table.id).value if table.mode is Mode.ARRIVAL else None
         plans = _plan_group(active, open_value, read_version)
+        change = _schema_change(lead, [m for m in active if m in plans], read_version, context)
         active = [m for m in active if not m.settled]
         if not active:
             return
         attempt += 1
-        version = _append(lead, active, plans, read_version, landing, attempt)
+        version = _append(lead, active, plans, read_version, landing, attempt, change)
         if version is None:
+            if change is not None:
+                lead.store.discard_schema_change(lead.table.id, change.key)
             continue  # not landed: plan again
         context["version"] = version
         try:
-            _record_group(active, plans, version)
+            _record_group(active, plans, version, change)
         except TableIntegrityError:  # the version was taken again: the next group loads and verifies
             context.pop("version", None)
             raise
         _unstage_committed(lead, active, plans)
         return
+
+
+def _schema_change(
+    lead: Writer, planned: list[_Member], read_version: int, context: dict[str, Any]
+) -> GroupSchema | None:
+    """The schema change the group's commit must carry for the columns its members' files bring
+    (``evolving.py``; None: none, and nothing read for a group that brings none)."""
+    proposals = {}
+    for m in planned:
+        columns = proposal([f for f in m.item.chunk.files if f.path not in m.item.diverted])
+        if columns:
+            proposals[m] = columns
+    if not proposals:
+        return None
+
+    def fail(m: _Member, exc: Exception) -> None:
+        _release(m.item, exc)
+        m.fail(exc)
+
+    try:
+        change, columns = plan_schema(lead, proposals, read_version, context, fail)
+    except SchemaConflictError:  # the metastore is behind the log: an earlier change to finish first
+        lead.catalog.schemas.settle(lead.table)
+        change, columns = plan_schema(lead, proposals, read_version, context, fail)
+    for m in proposals:
+        m.item.columns = columns
+    return change
 
 
 def _answer_landed(lead: Writer, group: list[_Member]) -> list[_Member]:
@@ -388,22 +422,33 @@ def _append(
     read_version: int,
     landing: dict[str, bool],
     attempt: int,
+    change: GroupSchema | None = None,
 ) -> int | None:
     """Append the group's planned files to the log after ``read_version``; the version it landed at,
-    or None if it did not land and must be planned again (``attempt``: its number, for the backoff)."""
+    or None if it did not land and must be planned again (``attempt``: its number, for the backoff).
+    ``change``: the schema change the files need, committed in the same version."""
     table, warehouse = lead.table, lead.warehouse
     crashpoint("chunk-before-delta-commit")
     pausepoint("chunk-before-delta-commit")  # tests: chunks of several writers in flight at once
     group_id = uuid.uuid4().hex
     metadata = {GROUP_KEY: group_id, CHUNKS_KEY: ",".join(m.item.chunk.id for m in active)}
+    if change is not None:
+        metadata[SCHEMA_KEY] = change.key
     files = [f for m in active for f in plans[m]]
     landing["maybe"] = True
     try:
         # fenced: written only while this process's commit-holder lease is live (checked last
         # thing before the commit file), never once a successor may take its chunks over
         version: int = warehouse.commit_files(
-            table, read_version, files, metadata, fence=functools.partial(_require_live, active)
+            table,
+            read_version,
+            files,
+            metadata,
+            fence=functools.partial(_require_live, active),
+            schema_change=change.action if change is not None else None,
         )
+        if change is not None:
+            crashpoint("chunk-evolving-after-delta-commit")
         crashpoint("chunk-after-delta-commit")
     except (StorageFullError, CommitTimeoutError):  # not written (no space, or the lease ran out)
         landing["maybe"] = False
@@ -453,17 +498,26 @@ def _newest_version(lead: Writer, context: dict[str, Any]) -> int:
     return version
 
 
-def _record_group(members: list[_Member], plans: dict[_Member, list[Placed]], version: int) -> None:
-    """Record a landed group commit at ``version`` in one metastore transaction; answer each member."""
-    store = members[0].item.writer.store
+def _record_group(
+    members: list[_Member], plans: dict[_Member, list[Placed]], version: int, change: GroupSchema | None
+) -> None:
+    """Record a landed group commit at ``version`` in one metastore transaction (with the schema
+    ``change`` it made, if any); answer each member."""
+    lead = members[0].item.writer
+    store = lead.store
     recorded = store.finish_commits(
         [
             (m.item.chunk, version, sorted({part for _, part, _ in plans[m]}), m.item.late_rows)
             for m in members
-        ]
+        ],
+        schema_change=change.key if change is not None else None,
     )
+    if change is not None and any(c.key == change.key for c in store.pending_schema_changes(lead.table.id)):
+        lead.catalog.schemas.settle(lead.table)  # an earlier change had to finish first
     for m, done in zip(members, recorded, strict=True):
         writer = m.item.writer
+        if m.item.columns:
+            writer.schema_changed(m.item.columns)
         if isinstance(done, Chunk):
             m.resolve(writer.result(done))
             continue
@@ -533,7 +587,10 @@ def _finish(
     named = None
     if partitions is None:  # found in the log after a crash: read the partitions from there
         partitions = _partitions_of_commit(writer, chunk, version)
-        named = commit_chunks(commit_info(writer.table, version) or {})
+        info = commit_info(writer.table, version) or {}
+        named = commit_chunks(info)
+        if SCHEMA_KEY in info:  # it brought columns: finish that change (left pending by the crash)
+            writer.catalog.schemas.settle(writer.table)
     try:
         done = writer.store.finish_commit(chunk, version, partitions, late_rows, named=named)
     except ConflictError:

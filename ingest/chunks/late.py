@@ -101,7 +101,8 @@ def route_late(writer: Writer, chunk: Chunk, late: Sequence[StagedFile]) -> int:
         late_chunk = late_writer.reserve(f"late:{chunk.id}:{f.path}")
         if late_chunk.state is ChunkState.RESERVED:
             data = pq.read_table(Path(table.location) / f.path)
-            late_writer.stage_parsed(late_chunk, Parsed(data, []))
+            # new columns the file brings (schema evolution) come to the late table with it
+            late_writer.stage_parsed(late_chunk, Parsed(data, [], columns=f.columns))
         late_writer.commit(late_chunk.id)
     return sum(f.rows for f in late)
 

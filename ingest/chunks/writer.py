@@ -31,6 +31,7 @@ from ingest.errors import (
     IdempotencyConflictError,
     MalformedChunkError,
 )
+from ingest.evolution import NewFields
 from ingest.formats import Format, parse, parse_arrow
 from ingest.records import BadRecord, Parsed, RecordValidator, TimeBounds
 from metastore import clock
@@ -40,8 +41,14 @@ from metastore.delta.files import remove_file, write_parquet
 from metastore.delta.layout import staging_path
 from metastore.delta.warehouse import Warehouse
 from metastore.durations import format_duration
-from metastore.errors import ConflictError, NamespaceMovingError, NotFoundError, QuotaExceededError
-from metastore.models import Chunk, ChunkState, Mode, StagedFile, Table, iso, period_start
+from metastore.errors import (
+    ConflictError,
+    NamespaceMovingError,
+    NotFoundError,
+    QuotaExceededError,
+    SchemaConflictError,
+)
+from metastore.models import Chunk, ChunkState, Column, Mode, StagedFile, Table, iso, period_start
 
 T = TypeVar("T")
 
@@ -61,12 +68,20 @@ def time_bounds(table: Table, now: datetime) -> TimeBounds | None:
     return TimeBounds(table.time_column, span[0], span[1], why)
 
 
-def write_staged_files(warehouse: Warehouse, table: Table, prefix: str, data: pa.Table) -> list[StagedFile]:
+def write_staged_files(
+    warehouse: Warehouse,
+    table: Table,
+    prefix: str,
+    data: pa.Table,
+    columns: Sequence[Column] | None = None,
+) -> list[StagedFile]:
     """Write ``data`` to the table's staging area as ``<prefix>-<k>.parquet`` files.
 
     One file in arrival mode (the partition is chosen at commit time); one file per period in
     event-time mode. Runs wherever the rows are: in the writer, or in a Spark task (with a
     ``prefix`` of ``<chunk>-<task>``), so it touches storage only, never the metastore.
+    ``columns``: the data's columns when they are not the table's (:attr:`Parsed.columns`): each
+    file records them, so its commit adds the ones the table lacks.
     """
     if data.num_rows == 0:
         return []
@@ -84,7 +99,8 @@ def write_staged_files(warehouse: Warehouse, table: Table, prefix: str, data: pa
     for k, (period, part) in enumerate(groups):
         path = staging_path(prefix, k)
         size = write_parquet(table, path, part)
-        files.append(StagedFile(path=path, rows=part.num_rows, bytes=size, period=period))
+        kept = tuple(columns) if columns is not None else None
+        files.append(StagedFile(path=path, rows=part.num_rows, bytes=size, period=period, columns=kept))
     return files
 
 
@@ -146,17 +162,56 @@ class ChunkWriter:
         """A new chunk, or the one reserved already under the idempotency ``key``."""
         return self.store.reserve_chunk(self.table.id, key, self.config.ttl)
 
-    def validator(self, now: datetime | None = None) -> RecordValidator:
+    def validator(self, now: datetime | None = None, added: Sequence[Column] = ()) -> RecordValidator:
+        """The validator of this table's records; ``added``: new columns an earlier batch of the same
+        chunk brought (schema evolution), which the records may hold too."""
+        table = self.table
+        new_fields = NewFields(
+            (*table.columns, *added),
+            table.partition_column,
+            table.schema_evolution,
+            table.max_new_columns,
+            earlier=len(added),
+        )
         return RecordValidator(
-            self.table.columns,
-            [self.table.time_column],
+            (*table.columns, *added),
+            [table.time_column],
             self.config.max_value_bytes,
             self.config.max_rows,
-            time_bounds(self.table, now or clock.now()),
+            time_bounds(table, now or clock.now()),
+            new_fields,
+            added,
         )
 
-    def parse(self, content: bytes, fmt: Format | str) -> Parsed:
-        return parse(content, fmt, self.validator())
+    def parse(self, content: bytes, fmt: Format | str, added: Sequence[Column] = ()) -> Parsed:
+        """``content`` checked against the table's columns (and ``added``: see :meth:`validator`).
+
+        Records that bring fields the table lacks, on a table whose schema evolves, make the
+        writer read the table's columns again first (another writer may have added them since
+        this one read the table), so they are parsed as the columns they are now.
+        """
+        parsed = parse(content, fmt, self.validator(added=added))
+        if parsed.new_columns((*self.table.columns, *added)) and self.refresh_columns():
+            parsed = parse(content, fmt, self.validator(added=[c for c in added if c.name not in self.names]))
+        return parsed
+
+    @property
+    def names(self) -> set[str]:
+        """The names of the table's columns, as this writer knows them."""
+        return {c.name for c in self.table.columns}
+
+    def refresh_columns(self) -> bool:
+        """Read the table's columns again from its metastore; whether they changed since it was read."""
+        fresh = self.store.get_table_by_id(self.table.id)
+        if fresh.columns == self.table.columns:
+            return False
+        self.table = self.table.model_copy(update={"columns": fresh.columns})
+        return True
+
+    def schema_changed(self, columns: Sequence[Column]) -> None:
+        """Learn the table's columns after a commit of this writer's added some (the log's, newest)."""
+        if tuple(columns) != self.table.columns:
+            self.table = self.table.model_copy(update={"columns": tuple(columns)})
 
     def stage(self, chunk: Chunk, content: bytes, fmt: Format | str, source: str = "") -> Chunk:
         """Parse ``content`` and stage it as the chunk's data (replacing an earlier attempt's);
@@ -176,7 +231,7 @@ class ChunkWriter:
         require_records(parsed.good.num_rows + len(parsed.bad))
         # new names for every attempt: a file a commit may be adding is never overwritten
         prefix = f"{chunk.id}-{uuid.uuid4().hex[:8]}"
-        files = write_staged_files(self.warehouse, self.table, prefix, parsed.good)
+        files = write_staged_files(self.warehouse, self.table, prefix, parsed.good, parsed.columns)
         letters = [DeadLetter(b.position, b.reason, b.raw.encode(), source or None) for b in parsed.bad]
         return self._record_files(chunk, files, letters, digest)
 
@@ -379,19 +434,37 @@ class ChunkWriter:
     def _write(self, content: bytes, fmt: Format, key: str | None, source: str) -> CommitResult:
         digest = digest_bytes(content)
         chunk = self.reserve(key)
-        ignored: dict[str, int] = {}
-        rounded: dict[str, int] = {}
-        if chunk.state is ChunkState.RESERVED:
+        parsed = None
+        for attempt in (1, 2):
+            if chunk.state is ChunkState.RESERVED:
+                try:
+                    parsed = self.parse(content, fmt)
+                    chunk = self._stage_reserved(chunk, parsed, source, digest)
+                except MalformedChunkError:
+                    self.abort(chunk.id, reason="malformed content")
+                    raise
+                new = parsed.new_columns(self.table.columns)
+                crashpoint("chunk-after-write")
             try:
-                parsed = self.parse(content, fmt)
-                chunk = self._stage_reserved(chunk, parsed, source, digest)
-            except MalformedChunkError:
-                self.abort(chunk.id, reason="malformed content")
-                raise
-            ignored, rounded = parsed.ignored, parsed.rounded
-            crashpoint("chunk-after-write")
-        result = self._commit_chunk(chunk, False, digest)
-        return dataclasses.replace(result, ignored_fields=ignored, rounded_values=rounded)
+                result = self._commit_chunk(chunk, False, digest)
+            except SchemaConflictError:
+                # parsed before another writer added one of its new fields as another type: once
+                # more, as the table is now (the chunk was released, nothing of it committed)
+                if attempt == 2:
+                    raise
+                self.refresh_columns()
+                chunk = self.store.get_chunk(chunk.id)
+                continue
+            break
+        if parsed is None:  # committed by an earlier call under the key: only the commit is known
+            return result
+        return dataclasses.replace(
+            result,
+            ignored_fields=parsed.ignored,
+            rounded_values=parsed.rounded,
+            new_columns={c.name: c.sql_type for c in new},
+            refused_fields=parsed.refused,
+        )
 
     def write_table(self, data: pa.Table, key: str | None = None) -> CommitResult:
         """Commit an Arrow table as one chunk; with an idempotency ``key``, exactly once."""

@@ -225,6 +225,35 @@ class Schemas:
                 )
         return handled
 
+    def settle(self, name: Table | TableName | str) -> list[RecordedSchemaChange]:
+        """Finish the table's pending schema changes whose commit is in the log, oldest first, as far
+        as they go; the changes finished.
+
+        Unlike :meth:`recover` it discards nothing and refuses nothing: a change without a commit
+        (an ALTER still running, or one that died: :meth:`recover`'s to discard) or one that cannot
+        finish yet stays pending. A group commit runs it when its own change could not finish in
+        its transaction (an earlier change in the log had not finished), and after a crash.
+        """
+        table = self._table(name)
+        store = self._routing.home(table, write=True).store
+        found: dict[str, int] = {}
+        for change in store.pending_schema_changes(table.id):
+            version = self._routing.warehouse.find_commit(table, SCHEMA_KEY, change.key, -1)
+            if version is not None:
+                found[change.key] = version
+        finished: list[RecordedSchemaChange] = []
+        progress = True
+        while found and progress:  # in the log's order: each finishes on the one before it
+            progress = False
+            for key, version in sorted(found.items(), key=lambda kv: kv[1]):
+                try:
+                    finished.append(store.finish_schema_change(table.id, key, version))
+                except SchemaConflictError:
+                    continue
+                del found[key]
+                progress = True
+        return finished
+
     def _finish_found(
         self, store: Metastore, table: Table, change: RecordedSchemaChange, version: int
     ) -> RecordedSchemaChange:

@@ -63,7 +63,8 @@ def partition_field(table: Table) -> pa.Field:
     return pa.field(table.partition_column, pa.timestamp("us", tz="UTC"), nullable=False)
 
 
-def _delta_type(arrow: pa.DataType) -> str | None:
+def delta_type(arrow: pa.DataType) -> str | None:
+    """The Delta type of an Arrow type streampart writes (None: none of them)."""
     if pa.types.is_decimal128(arrow):
         return f"decimal({arrow.precision},{arrow.scale})"
     return _DELTA.get(arrow)
@@ -89,7 +90,7 @@ def conform(data: pa.RecordBatch | pa.Table, columns: Sequence[Column]) -> pa.Re
             continue
         array = data.column(column.name)
         if array.type != field.type:
-            old = _delta_type(array.type)
+            old = delta_type(array.type)
             reason = (
                 f"{array.type} is not a Delta type" if old is None else widening_refusal(old, column.type)
             )

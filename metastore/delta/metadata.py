@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from metastore.delta.arrow import arrow_type
+from metastore.delta.log import commit_file
 from metastore.errors import TableIntegrityError, UserInputError
 from metastore.models import Column
 
@@ -53,7 +54,20 @@ def columns_of(dt: Any, where: str) -> tuple[Column, ...]:
         TableIntegrityError: a field whose type streampart does not know (a nested type, say).
     """
     partition = set(dt.metadata().partition_columns)
-    fields = json.loads(dt.schema().to_json())["fields"]
+    return _data_columns(json.loads(dt.schema().to_json())["fields"], partition, where)
+
+
+def action_columns(action: dict[str, Any], where: str) -> tuple[Column, ...]:
+    """The data columns (the partition column left out) of a ``metaData`` action.
+
+    Raises:
+        TableIntegrityError: a field whose type streampart does not know (a nested type, say).
+    """
+    fields = json.loads(action["schemaString"])["fields"]
+    return _data_columns(fields, set(action.get("partitionColumns") or ()), where)
+
+
+def _data_columns(fields: list[dict[str, Any]], partition: set[str], where: str) -> tuple[Column, ...]:
     columns = []
     for f in fields:
         if f["name"] in partition:
@@ -87,6 +101,34 @@ def current_metadata(table_root: Path, version: int | None = None) -> dict[str, 
         action["createdTime"] = m.created_time
     action["configuration"] = dict(m.configuration)
     return action
+
+
+# How many commit files :func:`metadata_after` reads at most before it loads the table instead.
+_MAX_SCAN = 200
+
+
+def metadata_after(
+    table_root: Path, version: int, known: tuple[int, dict[str, Any]] | None
+) -> dict[str, Any]:
+    """The ``metaData`` action in force at ``version``, cheaply when one in force at an earlier
+    version is ``known`` (``(version, action)``): only the commit files since are read (a few small
+    files, not the table's whole state), and the table is loaded only when they are gone
+    (a checkpoint covers them) or too many."""
+    if known is not None and 0 <= version - known[0] <= _MAX_SCAN:
+        action = known[1]
+        for v in range(known[0] + 1, version + 1):
+            try:
+                body = commit_file(str(table_root), v).read_bytes()
+            except FileNotFoundError:
+                break
+            if b'"metaData"' in body:
+                for line in body.splitlines():
+                    found = json.loads(line) if line.strip() else {}
+                    if "metaData" in found:
+                        action = found["metaData"]
+        else:
+            return action
+    return current_metadata(table_root, version)
 
 
 def metadata_action(

@@ -14,6 +14,7 @@ from metastore.models.columns import SQL_TYPES, Column, format_schema, parse_sch
 from metastore.models.evolution import (
     SchemaChange,
     SchemaEvolution,
+    merge_proposals,
     parse_column_change,
     plan_alter,
     widening_refusal,
@@ -110,6 +111,7 @@ __all__ = [
     "describe_changes",
     "format_schema",
     "iso",
+    "merge_proposals",
     "parse_column_change",
     "parse_instant",
     "parse_schema",

@@ -193,3 +193,46 @@ def plan_alter(
         for c in columns
     ]
     return (*changed, *add)
+
+
+def merge_proposals(
+    columns: Sequence[Column], proposals: Sequence[Sequence[Column]], partition_column: str
+) -> tuple[tuple[Column, ...], list[str | None]]:
+    """The columns after the ``proposals`` (each the data columns of one chunk's files) are added
+    to ``columns`` (the log's), and per proposal why it cannot be (None: it can).
+
+    A proposal fits when each of its columns is new (added, nullable, at the end, in the order the
+    proposals bring them) or is a column the table has in the same type or a wider one (an older
+    file holding a narrower type reads exactly). One that does not fit adds nothing: its chunk's
+    values were parsed as another type than the table's column (another writer added it first).
+    """
+    merged = list(columns)
+    by_name = {c.name: c for c in merged}
+    lower = {c.name.lower(): c.name for c in merged}
+    reasons: list[str | None] = []
+    for proposal in proposals:
+        problems: list[str] = []
+        additions: dict[str, Column] = {}
+        for c in proposal:
+            have = by_name.get(c.name) or additions.get(c.name)
+            if have is not None:
+                if widening_refusal(c.type, have.type) is not None:
+                    problems.append(
+                        f"column {c.name!r} is {have.sql_type} in the table, and the chunk holds its "
+                        f"values as {c.sql_type}"
+                    )
+            elif c.name.lower() == partition_column.lower():
+                problems.append(f"{c.name!r} is the partition column")
+            elif c.name.lower() in lower:
+                problems.append(f"{c.name!r} differs from column {lower[c.name.lower()]!r} only in case")
+            else:
+                additions[c.name] = Column(name=c.name, type=c.type)
+        if problems:
+            reasons.append("; ".join(problems))
+            continue
+        for c in additions.values():
+            merged.append(c)
+            by_name[c.name] = c
+            lower[c.name.lower()] = c.name
+        reasons.append(None)
+    return tuple(merged), reasons

@@ -10,6 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from metastore.models.columns import Column
 from metastore.models.lifecycles import ChunkState, MoveStep, PartitionState, RollState
 
 
@@ -43,6 +44,9 @@ class StagedFile(BaseModel):
     bytes: int
     period: datetime | None = None
     stats: str = "{}"
+    # the file's data columns when it holds some its table lacked when it was written (schema
+    # evolution: they are added in the commit that adds the file); None: the table's columns then
+    columns: tuple[Column, ...] | None = None
 
 
 class Chunk(BaseModel):

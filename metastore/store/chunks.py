@@ -24,6 +24,7 @@ from metastore.models import Chunk, ChunkState, StagedFile, TableActivity, check
 from metastore.store.engine import Database, _db, _now, _out
 from metastore.store.namespaces import check_quota, fence_table
 from metastore.store.preconditions import Precondition, at, failed_precondition, guarded_update, state_in
+from metastore.store.schemas import finish_change
 
 
 def chunk_from_row(row: Any) -> Chunk:
@@ -399,8 +400,14 @@ class ChunkStore(Database):
         self,
         done: Sequence[tuple[Chunk, int, Sequence[datetime], int]],
         named: Mapping[int, Collection[str]] | None = None,
+        schema_change: str | None = None,
     ) -> list[Chunk | StreampartError]:
         """Record a group commit in one transaction: each ``(chunk, version, partitions, late_rows)``.
+
+        ``schema_change``: the key of the pending schema change the commit made (new columns the
+        chunks brought, in its ``metaData``): finished in the same transaction, so the table's
+        columns and the chunks that brought them are recorded together — unless an earlier change
+        in the log has not finished yet; then it stays pending for ``Schemas.settle``.
 
         Each chunk goes COMMITTING → COMMITTED as :meth:`finish_commit` says. One that is not
         COMMITTING any more (another attempt got there first) is left as it is, and the error
@@ -445,6 +452,9 @@ class ChunkStore(Database):
                         )
                         .values(staged_bytes=s.partitions.c.staged_bytes + bytes_in(finished, value))
                     )
+            if schema_change is not None and done:
+                chunk, version = done[0][0], done[0][1]
+                finish_change(conn, chunk.table_id, schema_change, version, _now(), strict=False)
         return out
 
     def committed_at(

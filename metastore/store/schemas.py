@@ -47,7 +47,10 @@ from metastore.models import (
 from metastore.store.engine import Database, _db, _now, _out
 from metastore.store.namespaces import fence_table
 from metastore.store.preconditions import guarded_update, state_in
-from metastore.store.tables import table_from_row
+
+# The source of a schema change made by a chunk's data (then the chunks' ids): its columns count
+# against the table's max_new_columns.
+DATA_SOURCE = "chunk:"
 
 
 def _columns(value: Any) -> tuple[Column, ...]:
@@ -117,11 +120,15 @@ def _require_columns(conn: Connection, table_id: int, key: str, before: Sequence
 
 
 def finish_change(
-    conn: Connection, table_id: int, key: str, version: int, now: datetime
-) -> RecordedSchemaChange:
+    conn: Connection, table_id: int, key: str, version: int, now: datetime, *, strict: bool = True
+) -> RecordedSchemaChange | None:
     """Give the table the columns of its pending schema change ``key``, made at Delta ``version``,
     inside the caller's transaction (see the module's docstring, step 3). Finishing it again at
     the same version returns it as it is.
+
+    ``strict=False``: if the table's columns are not the ones the change started from (an earlier
+    change whose commit is in the log has not finished yet), leave it pending and return None
+    instead of raising; a group commit does so, to record its chunks all the same.
 
     Raises:
         SchemaConflictError: the table's columns are not the ones the change started from.
@@ -139,6 +146,8 @@ def finish_change(
             f"not {version}"
         )
     check_transition(change.state, SchemaChangeState.DONE)
+    if not strict and _locked_columns(conn, table_id) != change.before:
+        return None
     _require_columns(conn, table_id, key, change.before)
     conn.execute(sa.update(s.tables).where(s.tables.c.id == table_id).values(columns=_dump(change.after)))
     c = s.schema_changes.c
@@ -222,7 +231,17 @@ class SchemaStore(Database):
         """
         with self.tx() as conn:
             fence_table(conn, table_id, self.label)
-            return finish_change(conn, table_id, key, version, now or _now())
+            done = finish_change(conn, table_id, key, version, now or _now())
+        assert done is not None
+        return done
+
+    def columns_added_by_data(self, table_id: int) -> int:
+        """How many columns the table's data added to it (schema evolution), the pending changes too:
+        what its ``max_new_columns`` caps (columns added by hand do not count)."""
+        c = s.schema_changes.c
+        q = sa.select(c.change).where(c.table_id == table_id, c.source.like(f"{DATA_SOURCE}%"))
+        with self.read_tx() as conn:
+            return sum(1 for ops in conn.execute(q).scalars() for op in ops if op["op"] == "add")
 
     def discard_schema_change(self, table_id: int, key: str) -> bool:
         """Forget the pending change ``key`` (its Delta commit did not land: it conflicted); whether
@@ -276,6 +295,8 @@ class SchemaStore(Database):
             if max_new_columns < 0:
                 raise UserInputError(f"max new columns must be 0 or more, not {max_new_columns}")
             values["max_new_columns"] = max_new_columns
+        from metastore.store.tables import table_from_row  # tables → chunks → here: a cycle at import
+
         t = s.tables.c
         with self.tx() as conn:
             fence_table(conn, table_id, self.label)

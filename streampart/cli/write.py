@@ -123,8 +123,15 @@ def _write_over_http(
 
 def _print_written_here(out: TextOutput, result: dict[str, Any]) -> None:
     if result["ignored_fields"]:
-        fields = ", ".join(f"{k} ({n} records)" for k, n in sorted(result["ignored_fields"].items()))
+        why = result.get("refused_fields") or {}
+        fields = ", ".join(
+            f"{k} ({n} records{': ' + why[k] if k in why else ''})"
+            for k, n in sorted(result["ignored_fields"].items())
+        )
         out.warn(f"warning: fields not in the table were not written: {fields}")
+    if result.get("new_columns"):
+        columns = ", ".join(f"{k} {t}" for k, t in result["new_columns"].items())
+        out.warn(f"new columns (the table's schema evolution): {columns}")
     if result.get("rounded_values"):
         columns = ", ".join(f"{k} ({n} values)" for k, n in sorted(result["rounded_values"].items()))
         out.warn(f"warning: values with more decimals than their DECIMAL column were rounded: {columns}")

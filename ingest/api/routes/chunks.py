@@ -147,13 +147,13 @@ async def upload(
                     f.write(piece)
                     digest.update(piece)
         st.metrics.upload_bytes.inc(size)
-        staged, ignored, rounded = await run_in_threadpool(
+        staged = await run_in_threadpool(
             stage_upload, w, chunk, spool, fmt, st.server.upload_batch_rows, f"http:chunk:{chunk.id}",
             digests.PREFIX + digest.hexdigest(),
         )  # fmt: skip
     finally:
         spool.unlink(missing_ok=True)
-    return ChunkInfo.of(staged, t).model_copy(update={"ignored_fields": ignored, "rounded_values": rounded})
+    return ChunkInfo.of(staged.chunk, t).model_copy(update=staged.answer())
 
 
 @router.post(

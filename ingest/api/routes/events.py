@@ -20,7 +20,7 @@ from ingest.api.bodies import body_pieces, check_length
 from ingest.api.deps import Caller, State
 from ingest.api.errors import ApiError, BodyError
 from ingest.api.models import KEY_PATTERN, CommitInfo, error_responses
-from ingest.api.uploads import events_to_records, parse_json_body, stage_events
+from ingest.api.uploads import Staged, events_to_records, parse_json_body, stage_events
 from ingest.chunks import ChunkWriter, CommitResult
 from metastore.models import Chunk, ChunkState, Permission, Table
 
@@ -96,15 +96,20 @@ async def post_events(
             return w, w.reserve(idempotency_key)
 
         w, chunk = st.lookups.retrying(t, reserve_in)
-        ignored: dict[str, int] = {}
-        rounded: dict[str, int] = {}
+        staged = Staged(chunk)
         if chunk.state is ChunkState.RESERVED:
             try:
-                chunk, ignored, rounded = stage_events(w, chunk, records, f"http:events:{kind}", digest)
+                staged = stage_events(w, chunk, records, f"http:events:{kind}", digest)
             except BodyError:
                 w.abort(chunk.id, reason="malformed events")
                 raise
         committed = st.commit(w, chunk.id, digest)
-        return dataclasses.replace(committed, ignored_fields=ignored, rounded_values=rounded)
+        return dataclasses.replace(
+            committed,
+            ignored_fields=staged.ignored,
+            rounded_values=staged.rounded,
+            new_columns=staged.new_columns,
+            refused_fields=staged.refused,
+        )
 
     return (await run_in_threadpool(run)).to_json()

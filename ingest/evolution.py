@@ -1,0 +1,202 @@
+"""Columns from the data: the fields of a chunk's records that its table lacks, and the types they get.
+
+A table whose schema evolution is ``add-columns`` or ``add-and-widen`` (``table create|alter
+--schema-evolution``) takes a field it has no column for as a new nullable column, added in the
+same Delta commit as the rows that bring it (``ingest/chunks/evolving.py``). This module decides,
+while a chunk is parsed, which fields become columns and of which type:
+
+- **JSON** values (JSON lines, HTTP events, Kafka JSON): an integer is ``BIGINT``, a number with a
+  fraction or exponent ``DOUBLE``, ``true``/``false`` ``BOOLEAN``, a string ``STRING`` (text that
+  looks like a time stays text: a guess could be wrong for the next record). Within a chunk the
+  types join: integers and fractions make ``DOUBLE``, numbers and strings make ``STRING`` (a
+  number is kept as its JSON text, as a ``STRING`` column takes it). A boolean among other kinds,
+  an object or an array, and an integer past 64 bits cannot be held by the joined type: that
+  record is a bad record naming the field, as it would be for a column made by hand.
+- **CSV** header names: ``STRING`` (CSV has no types; widen by hand later if need be).
+- **Parquet and Arrow** fields: their own type, as Delta names it (``int32`` is ``INT``,
+  ``timestamp[ms]`` is ``TIMESTAMP``, ``uint32`` is ``BIGINT``, a dictionary its values' type).
+
+A field becomes no column, and stays counted with the ignored fields with the reason, when its
+name is not a valid column name, differs from a column's only in case, is the partition column's,
+holds only nulls (nothing says its type), or holds only nested values (objects, arrays, structs,
+lists, maps: streampart's columns are flat).
+
+A chunk may bring at most the table's ``max_new_columns`` fields at once (more fails the chunk,
+naming them: a producer bug sending a map's keys as fields must not add thousands of columns); the
+table's running total is checked when the columns are committed.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from ingest.errors import MalformedChunkError
+from metastore.delta.arrow import delta_type
+from metastore.errors import UserInputError
+from metastore.models import Column, SchemaEvolution, check_identifier
+
+# the kinds of JSON values, in the order a chunk's types join (see the module's docstring)
+_LONG, _DOUBLE, _STRING, _BOOLEAN, _NESTED = "long", "double", "string", "boolean", "nested"
+_INT64 = (-(2**63), 2**63 - 1)
+
+
+def value_kind(value: Any) -> str | None:
+    """The kind of a JSON value (None for null)."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return _BOOLEAN
+    if isinstance(value, int):
+        return _LONG if _INT64[0] <= value <= _INT64[1] else _STRING
+    if isinstance(value, float):
+        return _DOUBLE
+    if isinstance(value, str):
+        return _STRING
+    if isinstance(value, dict | list):
+        return _NESTED
+    return _STRING
+
+
+def joined_type(kinds: Counter[str]) -> str | None:
+    """The Delta type for a new field whose values were of ``kinds`` (None: no column for it)."""
+    if kinds[_STRING]:
+        return "string"
+    if kinds[_DOUBLE]:
+        return "double"
+    if kinds[_LONG]:
+        return "long"
+    if kinds[_BOOLEAN]:
+        return "boolean"
+    return None
+
+
+def arrow_column_type(arrow: pa.DataType) -> str | None:
+    """The Delta type a Parquet/Arrow field becomes as a new column (None: no column for it)."""
+    t = pa.types
+    if t.is_dictionary(arrow):
+        arrow = arrow.value_type
+    if t.is_timestamp(arrow):
+        return "timestamp"
+    if t.is_date(arrow):
+        return "date"
+    if t.is_uint8(arrow):
+        return "short"
+    if t.is_uint16(arrow):
+        return "integer"
+    if t.is_uint32(arrow):
+        return "long"
+    if t.is_float16(arrow):
+        return "float"
+    return delta_type(arrow)
+
+
+def _arrow_refusal(arrow: pa.DataType) -> str:
+    if pa.types.is_null(arrow):
+        return "only nulls: nothing says its type"
+    if pa.types.is_nested(arrow):
+        return f"a nested value ({arrow}): streampart's columns are flat"
+    return f"Arrow type {arrow} has no Delta column type"
+
+
+@dataclass
+class NewFields:
+    """The fields a chunk's records bring that the table lacks: which may become columns, and why not.
+
+    Args:
+        columns: the table's data columns (and the new ones of the chunk's earlier batches).
+        partition_column: the table's partition column (no data column may take its name).
+        evolution: the table's setting; with ``none`` nothing is added (fields stay ignored).
+        max_new_columns: how many new columns one chunk may bring.
+        earlier: new columns the chunk's earlier batches brought already (they count to the cap).
+    """
+
+    columns: Sequence[Column]
+    partition_column: str
+    evolution: SchemaEvolution = SchemaEvolution.NONE
+    max_new_columns: int = 0
+    earlier: int = 0
+    refused: dict[str, str] = field(default_factory=dict)  # field → why it is no column
+
+    @property
+    def enabled(self) -> bool:
+        return self.evolution is not SchemaEvolution.NONE
+
+    def refusal(self, name: str) -> str | None:
+        """Why the field ``name`` cannot become a column of the table (None: it can)."""
+        try:
+            check_identifier(name, "field name")
+        except UserInputError as exc:
+            return f"not a column name: {exc}"
+        if name.lower() == self.partition_column.lower():
+            return "it is the table's partition column, which the log holds"
+        same = next((c.name for c in self.columns if c.name.lower() == name.lower()), None)
+        if same is not None:
+            return f"it differs from column {same!r} only in case"
+        return None
+
+    def cap(self, names: Sequence[str]) -> None:
+        """Fail the chunk if it brings more new columns than the table's cap allows."""
+        count = self.earlier + len(names)
+        if count > self.max_new_columns:
+            shown = ", ".join(names[:10]) + (f" and {len(names) - 10} more" if len(names) > 10 else "")
+            raise MalformedChunkError(
+                f"the records bring {count} fields the table has no column for ({shown}), over its "
+                f"cap of {self.max_new_columns} new columns (max_new_columns): nothing was committed; "
+                "raise the cap with 'streampart table alter --max-new-columns' if they are wanted"
+            )
+
+    def from_values(self, kinds: dict[str, Counter[str]]) -> list[Column]:
+        """The new columns for fields whose JSON values were of ``kinds`` (per field, in first-seen order)."""
+        new = []
+        for name, seen in kinds.items():
+            why = self.refusal(name)
+            kind = joined_type(seen)
+            if why is None and kind is None:
+                why = (
+                    "only nested values (objects or arrays): streampart's columns are flat"
+                    if seen[_NESTED]
+                    else "only nulls: nothing says its type"
+                )
+            if why is not None:
+                self.refused[name] = why
+                continue
+            assert kind is not None
+            new.append(Column(name=name, type=kind))
+        self.cap([c.name for c in new])
+        return new
+
+    def from_names(self, names: Sequence[str], kind: str = "string") -> list[Column]:
+        """New columns of type ``kind`` for the fields ``names`` (CSV headers)."""
+        new = []
+        for name in names:
+            why = self.refusal(name)
+            if why is not None:
+                self.refused[name] = why
+                continue
+            new.append(Column(name=name, type=kind))
+        self.cap([c.name for c in new])
+        return new
+
+    def from_arrow(self, schema: pa.Schema) -> list[Column]:
+        """New columns for the fields of ``schema`` that the table lacks, in their Arrow types."""
+        known = {c.name for c in self.columns}
+        new = []
+        for f in schema:
+            if f.name in known:
+                continue
+            why = self.refusal(f.name)
+            kind = arrow_column_type(f.type)
+            if why is None and kind is None:
+                why = _arrow_refusal(f.type)
+            if why is not None:
+                self.refused[f.name] = why
+                continue
+            assert kind is not None
+            new.append(Column(name=f.name, type=kind))
+        self.cap([c.name for c in new])
+        return new
