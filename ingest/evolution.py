@@ -9,9 +9,10 @@ while a chunk is parsed, which fields become columns and of which type:
   fraction or exponent ``DOUBLE``, ``true``/``false`` ``BOOLEAN``, a string ``STRING`` (text that
   looks like a time stays text: a guess could be wrong for the next record). Within a chunk the
   types join: integers and fractions make ``DOUBLE``, numbers and strings make ``STRING`` (a
-  number is kept as its JSON text, as a ``STRING`` column takes it). A boolean among other kinds,
-  an object or an array, and an integer past 64 bits cannot be held by the joined type: that
-  record is a bad record naming the field, as it would be for a column made by hand.
+  number is kept as its JSON text, as a ``STRING`` column takes it); an integer past 64 bits is a
+  ``DOUBLE``, as the JSON parser reads it. A boolean among other kinds, or an object or an array
+  among scalars, cannot be held by the joined type: that record is a bad record naming the field,
+  as it would be for a column made by hand.
 - **CSV** header names: ``STRING`` (CSV has no types; widen by hand later if need be).
 - **Parquet and Arrow** fields: their own type, as Delta names it (``int32`` is ``INT``,
   ``timestamp[ms]`` is ``TIMESTAMP``, ``uint32`` is ``BIGINT``, a dictionary its values' type).
@@ -52,7 +53,7 @@ def value_kind(value: Any) -> str | None:
     if isinstance(value, bool):
         return _BOOLEAN
     if isinstance(value, int):
-        return _LONG if _INT64[0] <= value <= _INT64[1] else _STRING
+        return _LONG if _INT64[0] <= value <= _INT64[1] else _DOUBLE
     if isinstance(value, float):
         return _DOUBLE
     if isinstance(value, str):

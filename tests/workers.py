@@ -24,7 +24,7 @@ from metastore.errors import MetastoreDownError, NotFoundError, QuotaExceededErr
 from scheduler.config import RollConfig
 from scheduler.errors import RollBusyError
 from scheduler.roll import Roller
-from tests.helpers import records
+from tests.helpers import jsonl, records
 
 _say_lock = threading.Lock()
 
@@ -66,8 +66,14 @@ def write_chunks(w: ChunkWriter, args: argparse.Namespace, numbers: range) -> No
     for i in numbers:
         ids = range(args.writer * 1_000_000 + i * args.rows, args.writer * 1_000_000 + (i + 1) * args.rows)
         token = f"w{args.writer}-{i}"
+        content = records(ids, args.ts)
+        if args.fields:  # fields the table may lack (schema evolution): each record's id as their value
+            extra = args.fields.split(",")
+            content = jsonl(
+                [{"id": n, "ts": args.ts, "msg": f"m{n}", **dict.fromkeys(extra, n)} for n in ids]
+            )
         try:
-            r = write_retrying(w, records(ids, args.ts), token)
+            r = write_retrying(w, content, token)
         except QuotaExceededError as exc:  # refused whole (a namespace at its quota): say so, go on
             say(token=token, refused=str(exc))
             continue
@@ -157,6 +163,7 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=10)
     ap.add_argument("--threads", type=int, default=1, help="a writer: threads sharing the chunks")
     ap.add_argument("--ts", default="2026-11-21T10:15:00Z")
+    ap.add_argument("--fields", default="", help="a writer: extra fields of its records, comma-separated")
     ap.add_argument("--commit-timeout", type=float, default=60.0)
     ap.add_argument("--interval", type=float, default=0.5)
     ap.add_argument("--force", action="store_true")
