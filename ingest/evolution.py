@@ -29,9 +29,11 @@ table's running total is checked when the columns are committed.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from decimal import ROUND_HALF_EVEN, Context, Decimal, InvalidOperation
 from typing import Any
 
 import pyarrow as pa
@@ -40,6 +42,17 @@ from ingest.errors import MalformedChunkError
 from metastore.delta.arrow import delta_type
 from metastore.errors import UserInputError
 from metastore.models import Column, SchemaEvolution, check_identifier
+
+# The integer types, narrowest first, and the values each holds.
+INT_RANGES = {
+    "byte": (-(2**7), 2**7 - 1),
+    "short": (-(2**15), 2**15 - 1),
+    "integer": (-(2**31), 2**31 - 1),
+    "long": (-(2**63), 2**63 - 1),
+}
+_INTEGERS = tuple(INT_RANGES)
+_DECIMAL = re.compile(r"^decimal\((\d+),(\d+)\)$")
+_DECIMAL_CONTEXT = Context(prec=38, rounding=ROUND_HALF_EVEN)
 
 # the kinds of JSON values, in the order a chunk's types join (see the module's docstring)
 _LONG, _DOUBLE, _STRING, _BOOLEAN, _NESTED = "long", "double", "string", "boolean", "nested"
@@ -73,6 +86,65 @@ def joined_type(kinds: Counter[str]) -> str | None:
         return "long"
     if kinds[_BOOLEAN]:
         return "boolean"
+    return None
+
+
+def _integer(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        return int(value) if value.is_integer() else None
+    if isinstance(value, str):
+        try:
+            return int(value.strip())
+        except ValueError:
+            return None
+    return None
+
+
+def widened_type(delta_type: str, value: Any) -> str | None:
+    """The narrowest type wider than ``delta_type`` that holds ``value`` exactly, for a value that
+    does not fit its column (``add-and-widen``); None if no allowed widening does: an integer past
+    the column's range takes the next integer type that holds it, a decimal with more digits than
+    the precision a greater precision at the same scale (up to 38)."""
+    if delta_type in INT_RANGES:
+        n = _integer(value)
+        if n is None:
+            return None
+        for kind in _INTEGERS[_INTEGERS.index(delta_type) + 1 :]:
+            low, high = INT_RANGES[kind]
+            if low <= n <= high:
+                return kind
+        return None
+    m = _DECIMAL.match(delta_type)
+    if m is None or isinstance(value, bool) or not isinstance(value, int | float | str | Decimal):
+        return None
+    precision, scale = int(m.group(1)), int(m.group(2))
+    try:
+        d = Decimal(str(value).strip()) if isinstance(value, str) else Decimal(str(value))
+        q = d.quantize(Decimal(1).scaleb(-scale), context=_DECIMAL_CONTEXT)
+    except InvalidOperation:
+        return None
+    if not q.is_finite():
+        return None
+    digits = max(len(q.as_tuple().digits), scale + 1)
+    return f"decimal({digits},{scale})" if precision < digits <= 38 else None
+
+
+def arrow_widening(column: Column, arrow: pa.DataType) -> str | None:
+    """The type ``column`` widens to for Parquet/Arrow data declaring ``arrow`` (``add-and-widen``):
+    the data's own type when it is a wider integer, or a decimal of greater precision at the same
+    scale; None otherwise (the values are converted, or refused, as for any column)."""
+    declared = arrow_column_type(arrow)
+    if declared is None or declared == column.type:
+        return None
+    if column.type in INT_RANGES and declared in INT_RANGES:
+        return declared if _INTEGERS.index(declared) > _INTEGERS.index(column.type) else None
+    old, new = _DECIMAL.match(column.type), _DECIMAL.match(declared)
+    if old and new and old.group(2) == new.group(2) and int(new.group(1)) > int(old.group(1)):
+        return declared
     return None
 
 
@@ -126,6 +198,24 @@ class NewFields:
     @property
     def enabled(self) -> bool:
         return self.evolution is not SchemaEvolution.NONE
+
+    @property
+    def widens(self) -> bool:
+        """Whether values that do not fit their column may widen it (``add-and-widen``)."""
+        return self.evolution is SchemaEvolution.ADD_AND_WIDEN
+
+    def arrow_widenings(self, schema: pa.Schema) -> dict[str, str]:
+        """The columns the Arrow ``schema``'s fields widen (``add-and-widen``): name → new type."""
+        if not self.widens:
+            return {}
+        by_name = {c.name: c for c in self.columns}
+        out = {}
+        for f in schema:
+            column = by_name.get(f.name)
+            wider = arrow_widening(column, f.type) if column is not None else None
+            if wider is not None:
+                out[f.name] = wider
+        return out
 
     def refusal(self, name: str) -> str | None:
         """Why the field ``name`` cannot become a column of the table (None: it can)."""

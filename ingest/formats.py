@@ -213,7 +213,7 @@ def _arrow_fields(schema: pa.Schema, v: RecordValidator, rows: int) -> tuple[Rec
     """The validator for data of the Arrow ``schema`` (with the new columns its fields bring, if the
     table's schema evolves), and the fields it leaves out, each with ``rows`` (see :class:`Parsed`)."""
     if v.new_fields is not None and v.new_fields.enabled:
-        v = v.extended(v.new_fields.from_arrow(schema))
+        v = v.extended(v.new_fields.from_arrow(schema), v.new_fields.arrow_widenings(schema))
     return v, {name: rows for name in schema.names if name not in v.names}
 
 

@@ -23,7 +23,7 @@ from typing import Any
 import pyarrow as pa
 
 from ingest.errors import MalformedChunkError
-from ingest.evolution import NewFields, value_kind
+from ingest.evolution import INT_RANGES, NewFields, value_kind, widened_type
 from metastore.delta.arrow import arrow_type, data_schema
 from metastore.models import Column, iso
 
@@ -64,16 +64,8 @@ class _FieldError(ValueError):
     pass
 
 
-_INT_RANGES = {
-    "byte": (-(2**7), 2**7 - 1),
-    "short": (-(2**15), 2**15 - 1),
-    "integer": (-(2**31), 2**31 - 1),
-    "long": (-(2**63), 2**63 - 1),
-}
-
-
 def _to_int(kind: str) -> Callable[[Any], int]:
-    lo, hi = _INT_RANGES[kind]
+    lo, hi = INT_RANGES[kind]
 
     def convert(v: Any) -> int:
         if isinstance(v, bool):
@@ -201,7 +193,7 @@ def _to_decimal(
 def converter(column: Column, rounded: Callable[[], None] | None = None) -> Callable[[Any], Any]:
     """The function that checks and converts a value for ``column`` (``rounded``: see _to_decimal)."""
     t = column.type
-    if t in _INT_RANGES:
+    if t in INT_RANGES:
         return _to_int(t)
     if t.startswith("decimal("):
         p, sc = t[len("decimal(") : -1].split(",")
@@ -277,6 +269,7 @@ class RecordValidator:
         self.columns = tuple(columns)
         self.new_fields = new_fields
         self.added = tuple(added)  # the columns of ``columns`` the table lacks (an earlier batch's new ones)
+        self.widened: dict[str, str] = {}  # columns values widened (add-and-widen): name → new type
         self._evolving = new_fields is not None and new_fields.enabled
         # evolving: per unknown field, the kinds of its values, and its values by good row
         self._kinds: dict[str, Counter[str]] = {}
@@ -309,12 +302,17 @@ class RecordValidator:
             self.columns, self._required_names, self._max, self.max_rows, self.time_bounds, None, self.added
         )
 
-    def extended(self, new: Sequence[Column]) -> RecordValidator:
-        """A new, empty validator that also takes the ``new`` columns (nullable, at the end)."""
-        if not new:
+    def extended(self, new: Sequence[Column], wider: dict[str, str] | None = None) -> RecordValidator:
+        """A new, empty validator that also takes the ``new`` columns (nullable, at the end), with the
+        columns named in ``wider`` widened to the type given (``add-and-widen``)."""
+        if not new and not wider:
             return self
-        return RecordValidator(
-            (*self.columns, *new),
+        columns = [
+            Column(name=c.name, type=wider[c.name], nullable=c.nullable) if wider and c.name in wider else c
+            for c in self.columns
+        ]
+        v = RecordValidator(
+            (*columns, *new),
             self._required_names,
             self._max,
             self.max_rows,
@@ -322,6 +320,8 @@ class RecordValidator:
             self.new_fields,
             (*self.added, *new),
         )
+        v.widened.update(wider or {})
+        return v
 
     def check_rows(self, rows: int) -> None:
         """Fail the chunk if it would hold more than ``max_rows`` records."""
@@ -345,8 +345,9 @@ class RecordValidator:
             else:
                 self.ignored.update(record.keys() - self.names)
         row: list[Any] = []
-        for col, conv, required, bounded in zip(
-            self.columns, self._conv, self._required, self._bounded, strict=True
+        wider: list[tuple[int, str]] = []  # (column, type): columns this record's values widen
+        for i, (col, conv, required, bounded) in enumerate(
+            zip(self.columns, self._conv, self._required, self._bounded, strict=True)
         ):
             v = record.get(col.name)
             if v is None or (empty_is_null and v == "" and col.type != "string"):
@@ -358,7 +359,14 @@ class RecordValidator:
                 row.append(None)
                 continue
             try:
-                value = conv(v)
+                try:
+                    value = conv(v)
+                except _FieldError:
+                    widened = self._widening(col, v)
+                    if widened is None:
+                        raise
+                    value = converter(widened, self._rounding(col.name))(v)
+                    wider.append((i, widened.type))
                 size = _byte_size(value)
             except _FieldError as exc:
                 self.bad.append(BadRecord(position, f"column {col.name!r}: {exc}", raw))
@@ -385,12 +393,34 @@ class RecordValidator:
                 )
                 return
             row.append(value)
+        for i, kind in wider:
+            self._widen(i, kind)
         if extra:
             self._keep_extra(self._good, extra, position, raw)
         self._good += 1
         for values, v in zip(self._values, row, strict=True):
             values.append(v)
         self.rounded.update(self._rounded_here)
+
+    def _widening(self, column: Column, value: Any) -> Column | None:
+        """``column`` widened to hold ``value``, which does not fit it (``add-and-widen``); None: no."""
+        if self.new_fields is None or not self.new_fields.widens or column.name in self._required_names:
+            return None
+        kind = widened_type(column.type, value)
+        return None if kind is None else Column(name=column.name, type=kind, nullable=column.nullable)
+
+    def _widen(self, index: int, kind: str) -> None:
+        """Column ``index`` becomes ``kind`` (wider: every value kept so far fits it)."""
+        column = self.columns[index]
+        if column.type == kind:
+            return
+        wide = Column(name=column.name, type=kind, nullable=column.nullable)
+        columns = list(self.columns)
+        columns[index] = wide
+        self.columns = tuple(columns)
+        self.schema = data_schema(self.columns)
+        self._conv[index] = converter(wide, self._rounding(wide.name))
+        self.widened[wide.name] = kind
 
     def _keep_extra(self, index: int, extra: dict[str, Any], position: int, raw: str) -> None:
         """Keep the values of the fields the table lacks of good row ``index`` (evolving tables)."""
@@ -409,7 +439,7 @@ class RecordValidator:
             for values, c in zip(self._values, self.columns, strict=True)
         ]
         good = pa.Table.from_arrays(arrays, schema=self.schema)
-        if self.new_fields is None or not (self._kinds or self.added):
+        if self.new_fields is None or not (self._kinds or self.added or self.widened):
             return Parsed(good, self.bad, dict(self.ignored), dict(self.rounded))
         new = self.new_fields.from_values(self._kinds) if self._kinds else []
         for name in self.new_fields.refused:
@@ -485,7 +515,7 @@ def validate_batches(
         parts.append(fast)
         offset += batch.num_rows
     good = pa.concat_tables(parts) if parts else v.schema.empty_table()
-    columns = v.columns if v.added else None
+    columns = v.columns if v.added or v.widened else None
     refused = v.new_fields.refused if v.new_fields is not None else {}
     return Parsed(good, v.bad, ignored, dict(rounded), columns=columns, refused=dict(refused))
 

@@ -353,3 +353,103 @@ def test_writer_processes_bringing_fields_at_once_add_each_column_once_and_lose_
             expected = {name: (n if name in f.split(",") else None) for name in ("shared", "a", "b")}
             assert {name: by_id[n][name] for name in expected} == expected
     assert check_table(catalog, stored) == []
+
+
+# -- widening from data (add-and-widen) -----------------------------------------------------------
+# (the column, a value that does not fit it) → the type it widens to under add-and-widen (None: a
+# bad record, as under add-columns always)
+WIDENINGS = [
+    pytest.param("qty INT", 3_000_000_000, "long", id="int-past-its-range-bigint"),
+    pytest.param("qty TINYINT", 300, "short", id="tinyint-smallint"),
+    pytest.param("qty SMALLINT", -40_000, "integer", id="smallint-int"),
+    pytest.param("qty INT", "3000000000", "long", id="integer-text-bigint"),
+    pytest.param("qty DECIMAL(5,2)", 12345.678, "decimal(7,2)", id="decimal-precision-up"),
+    pytest.param("qty INT", 1.5, None, id="fraction-never-widens-an-integer"),
+    pytest.param("qty BIGINT", 2**70, None, id="past-bigint-is-bad"),
+    pytest.param("qty INT", "abc", None, id="text-is-bad"),
+]
+
+
+@pytest.mark.parametrize(("column", "value", "wider"), WIDENINGS)
+@pytest.mark.parametrize("evolution", ["add-columns", "add-and-widen"])
+def test_a_value_that_does_not_fit_widens_its_column_only_under_add_and_widen(
+    catalog: Catalog, column: str, value: Any, wider: str | None, evolution: str
+) -> None:
+    table = evolving(catalog, evolution, schema=f"id BIGINT, ts TIMESTAMP, {column}", dead_letter=True)
+    w = ChunkWriter(catalog, table)
+    w.write(jsonl([{"id": 1, "ts": TS, "qty": 1}]), Format.JSONL)  # a file in the old type
+    result = w.write(jsonl([{"id": 2, "ts": TS, "qty": value}]), Format.JSONL)
+    widened = wider if evolution == "add-and-widen" else None
+    qty = schema_at(Path(table.location))[-1]
+    assert qty.type == (widened or table.columns[-1].type)
+    assert result.dead_letter_rows == (0 if widened else 1)
+    found = {r["id"]: r["qty"] for r in log_rows(table)}
+    expected_ids = [1, 2] if widened else [1]
+    assert sorted(found) == expected_ids
+    if widened:  # the old file's value and the new one, exact, by every reader
+        files = [str(Path(table.location) / f) for f in DeltaTable(table.location).file_uris()]
+        duck = duckdb.sql(f"SELECT id, qty FROM read_parquet({files!r}, union_by_name=true) ORDER BY id")
+        polars = pl.read_delta(table.location).sort("id").select("id", "qty").rows()
+        assert duck.fetchall() == polars == sorted(found.items())
+        assert str(found[2]).replace(".678", ".68") == str(value).replace(".678", ".68")
+        assert catalog.table("ns.events").columns == schema_at(Path(table.location))
+
+
+def test_parquet_declaring_a_wider_integer_widens_the_column_under_add_and_widen(catalog: Catalog) -> None:
+    table = evolving(catalog, "add-and-widen", schema="id BIGINT, ts TIMESTAMP, qty INT")
+    data = pa.table(
+        {"id": [1], "ts": pa.array([1_795_256_100_000], pa.timestamp("ms")), "qty": pa.array([5], pa.int64())}
+    )
+    ChunkWriter(catalog, table).write_table(data)
+    assert schema_at(Path(table.location))[-1].type == "long"
+    other = evolving(catalog, "add-columns", name="ns.other", schema="id BIGINT, ts TIMESTAMP, qty INT")
+    ChunkWriter(catalog, other).write_table(data)  # the values fit: cast, the column stays
+    assert schema_at(Path(other.location))[-1].type == "integer"
+
+
+@pytest.mark.process
+def test_two_producers_adding_one_field_as_two_types_end_with_one_and_lose_no_row(catalog: Catalog) -> None:
+    """One process sends ``coupon`` as numbers, the other as text, at once: whichever type lands first
+    stays; the other's rows are parsed again as it (numbers become text) or are dead letters (text
+    cannot be a number), never a broken table or a lost row."""
+    table = evolving(catalog, "add-and-widen", dead_letter=True)
+    extra = [[], ["--text-fields"]]
+    procs = [
+        subprocess.Popen(
+            **worker_call(
+                catalog,
+                table,
+                "writer",
+                "--writer",
+                str(k),
+                "--count",
+                "6",
+                "--rows",
+                "3",
+                "--fields",
+                "coupon",
+                *extra[k],
+            ),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        for k in range(2)
+    ]
+    sent: list[int] = []
+    for p in procs:
+        out, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err
+        for line in out.splitlines():
+            ack = json.loads(line)
+            sent += range(ack["first"], ack["first"] + 3)
+    coupon = schema_at(Path(table.location))[-1]
+    assert coupon.name == "coupon" and coupon.type in ("long", "string")
+    by_id = {r["id"]: r["coupon"] for r in log_rows(table)}
+    dlq = catalog.store.get_table(table.companion(TableKind.DEAD_LETTER))
+    dead = [json.loads(r["raw"])["id"] for r in DeltaTable(dlq.location).to_pyarrow_table().to_pylist()]
+    assert sorted([*by_id, *dead]) == sorted(sent) and not set(by_id) & set(dead)
+    for n, value in by_id.items():  # the number producer's ids are below 1,000,000
+        assert value == (n if coupon.type == "long" else (str(n) if n < 1_000_000 else f"v{n}"))
+    assert dead == [] if coupon.type == "string" else all(n >= 1_000_000 for n in dead)
+    stored = catalog.table("ns.events")
+    assert stored.columns == schema_at(Path(table.location)) and check_table(catalog, stored) == []

@@ -67,10 +67,18 @@ def write_chunks(w: ChunkWriter, args: argparse.Namespace, numbers: range) -> No
         ids = range(args.writer * 1_000_000 + i * args.rows, args.writer * 1_000_000 + (i + 1) * args.rows)
         token = f"w{args.writer}-{i}"
         content = records(ids, args.ts)
-        if args.fields:  # fields the table may lack (schema evolution): each record's id as their value
+        if args.fields:  # fields the table may lack (schema evolution): the id, or "v<id>", as value
             extra = args.fields.split(",")
             content = jsonl(
-                [{"id": n, "ts": args.ts, "msg": f"m{n}", **dict.fromkeys(extra, n)} for n in ids]
+                [
+                    {
+                        "id": n,
+                        "ts": args.ts,
+                        "msg": f"m{n}",
+                        **dict.fromkeys(extra, f"v{n}" if args.text_fields else n),
+                    }
+                    for n in ids
+                ]
             )
         try:
             r = write_retrying(w, content, token)
@@ -164,6 +172,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1, help="a writer: threads sharing the chunks")
     ap.add_argument("--ts", default="2026-11-21T10:15:00Z")
     ap.add_argument("--fields", default="", help="a writer: extra fields of its records, comma-separated")
+    ap.add_argument("--text-fields", action="store_true", help="a writer: the extra fields hold 'v<id>'")
     ap.add_argument("--commit-timeout", type=float, default=60.0)
     ap.add_argument("--interval", type=float, default=0.5)
     ap.add_argument("--force", action="store_true")

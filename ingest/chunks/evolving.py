@@ -33,8 +33,8 @@ from typing import Any
 
 from ingest.errors import MalformedChunkError
 from metastore.delta.metadata import action_columns, metadata_action, metadata_after
-from metastore.errors import SchemaConflictError
-from metastore.models import Column, merge_proposals
+from metastore.errors import SchemaConflictError, UserInputError
+from metastore.models import Column, SchemaEvolution, merge_proposals
 from metastore.store.schemas import DATA_SOURCE
 
 
@@ -48,12 +48,10 @@ class GroupSchema:
 
 
 def proposal(files: Sequence[Any]) -> tuple[Column, ...]:
-    """The columns ``files`` (a member's staged files to commit) bring, in order; () for none."""
-    seen: dict[str, Column] = {}
-    for f in files:
-        for c in f.columns or ():
-            seen.setdefault(c.name, c)
-    return tuple(seen.values())
+    """The columns of ``files`` (a member's staged files to commit) that hold columns of their own,
+    each file's in turn (so a column two files hold in types that do not agree is caught by the
+    merge); () for none."""
+    return tuple(c for f in files for c in f.columns or ())
 
 
 def log_schema(
@@ -80,9 +78,18 @@ def plan_schema(
     recorded pending in the metastore under a new key.
     """
     table, store = lead.table, lead.store
+    if not lead.warehouse.takes_plain_appends(table):
+        error = UserInputError(
+            f"{table.name} has Delta table features: its schema does not evolve from data; add its "
+            "columns with 'streampart table alter --add-column'; nothing was committed"
+        )
+        for m in proposals:
+            fail(m, error)
+        return None, ()
+    widen = table.schema_evolution is SchemaEvolution.ADD_AND_WIDEN
     columns, current = log_schema(table, read_version, context)
     members = list(proposals)
-    merged, reasons = merge_proposals(columns, [proposals[m] for m in members], table.partition_column)
+    merged, reasons = merge_proposals(columns, [proposals[m] for m in members], table.partition_column, widen)
     refused = [(m, why) for m, why in zip(members, reasons, strict=True) if why is not None]
     if refused:
         for m, why in refused:
@@ -95,11 +102,11 @@ def plan_schema(
                 ),
             )
         kept = [m for m, why in zip(members, reasons, strict=True) if why is None]
-        merged, _ = merge_proposals(columns, [proposals[m] for m in kept], table.partition_column)
+        merged, _ = merge_proposals(columns, [proposals[m] for m in kept], table.partition_column, widen)
         members = kept
     if merged == columns or not members:
         return None, columns
-    added = len(merged) - len(columns)
+    added = len(merged) - len(columns)  # widened columns keep their place: only additions count
     fresh = store.get_table_by_id(table.id)
     before = store.columns_added_by_data(table.id)
     if before + added > fresh.max_new_columns:

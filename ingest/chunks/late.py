@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
+from typing import cast
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -30,13 +31,36 @@ from metastore.errors import ConflictError
 from metastore.models import Chunk, ChunkState, LateDataPolicy, StagedFile, TableKind, iso
 
 
+def dead_letter_key(chunk_id: str, files: Sequence[StagedFile]) -> str:
+    """The idempotency key of the dead letters of a chunk staged as ``files``.
+
+    Each staging of a chunk (new file names every time) has its own: a chunk staged again after its
+    dead letters were committed — parsed anew because another writer changed the table's schema
+    meanwhile (``ingest/chunks/evolving.py``), so its bad records may differ — commits its own
+    dead letters rather than finding the first staging's committed and dropping its own.
+    """
+    return f"dead-letter:{chunk_id}" + (f":{Path(files[0].path).stem}" if files else "")
+
+
+def _dead_letters_of(writer: Writer, dlq_id: int, chunk: Chunk) -> Chunk | None:
+    found = writer.store.find_chunk_by_key(dlq_id, dead_letter_key(chunk.id, chunk.files))
+    if found is None and chunk.files:  # staged before the key named the staging
+        found = writer.store.find_chunk_by_key(dlq_id, dead_letter_key(chunk.id, ()))
+    return cast("Chunk | None", found)
+
+
 def stage_dead_letters(
-    writer: Writer, chunk: Chunk, bad: Sequence[DeadLetter], key: str | None = None
+    writer: Writer,
+    chunk: Chunk,
+    bad: Sequence[DeadLetter],
+    key: str | None = None,
+    files: Sequence[StagedFile] = (),
 ) -> tuple[Writer, Chunk]:
-    """Stage ``bad`` as a dead-letter chunk (once per idempotency key); returns its writer and chunk."""
+    """Stage ``bad`` as a dead-letter chunk (once per idempotency key: by default the chunk's staging
+    as ``files``, :func:`dead_letter_key`); returns its writer and chunk."""
     dlq = writer.catalog.companion(writer.table, TableKind.DEAD_LETTER)
     dlq_writer = writer.writer_for(dlq)
-    dlq_chunk = dlq_writer.reserve(key or f"dead-letter:{chunk.id}")
+    dlq_chunk = dlq_writer.reserve(key or dead_letter_key(chunk.id, files))
     if dlq_chunk.state is not ChunkState.RESERVED:
         return dlq_writer, dlq_chunk  # staged and committed by an earlier attempt
     now = clock.now()
@@ -58,7 +82,7 @@ def commit_dead_letters(writer: Writer, chunk: Chunk) -> None:
     """Commit the dead-letter chunk staged with ``chunk``, if there is one (before ``chunk`` itself)."""
     dlq = writer.catalog.companion(writer.table, TableKind.DEAD_LETTER)
     dlq_writer = writer.writer_for(dlq)
-    found = writer.store.find_chunk_by_key(dlq.id, f"dead-letter:{chunk.id}")
+    found = _dead_letters_of(writer, dlq.id, chunk)
     if found is not None:
         dlq_writer.commit(found.id)
 
@@ -66,7 +90,7 @@ def commit_dead_letters(writer: Writer, chunk: Chunk) -> None:
 def abort_dead_letters(writer: Writer, chunk: Chunk, reason: str) -> None:
     """Abort the dead-letter chunk staged with the aborted ``chunk``, if it is still reserved."""
     dlq = writer.catalog.companion(writer.table, TableKind.DEAD_LETTER)
-    found = writer.store.find_chunk_by_key(dlq.id, f"dead-letter:{chunk.id}")
+    found = _dead_letters_of(writer, dlq.id, chunk)
     if found is not None and found.state is ChunkState.RESERVED:
         writer.writer_for(dlq).abort(found.id, reason)
 

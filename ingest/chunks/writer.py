@@ -104,6 +104,12 @@ def write_staged_files(
     return files
 
 
+# How many times :meth:`ChunkWriter.write` parses a chunk again after another writer changed the
+# table's schema under it (each time the chunk is parsed as the table is then; more than a few in a
+# row means the schema changes faster than a chunk commits).
+_SCHEMA_RETRIES = 3
+
+
 @dataclass
 class ChunkWriter:
     """Writes chunks into one table. Safe to use from many processes at once."""
@@ -266,7 +272,7 @@ class ChunkWriter:
         the commit is adding stay untouched, and only the files we just wrote go.
         """
         if bad:
-            stage_dead_letters(self, chunk, bad)
+            stage_dead_letters(self, chunk, bad, files=files)
         pausepoint("chunk-before-record-files")
         new = {f.path for f in files}
         try:
@@ -435,7 +441,7 @@ class ChunkWriter:
         digest = digest_bytes(content)
         chunk = self.reserve(key)
         parsed = None
-        for attempt in (1, 2):
+        for attempt in range(1, _SCHEMA_RETRIES + 1):
             if chunk.state is ChunkState.RESERVED:
                 try:
                     parsed = self.parse(content, fmt)
@@ -450,7 +456,7 @@ class ChunkWriter:
             except SchemaConflictError:
                 # parsed before another writer added one of its new fields as another type: once
                 # more, as the table is now (the chunk was released, nothing of it committed)
-                if attempt == 2:
+                if attempt == _SCHEMA_RETRIES:
                     raise
                 self.refresh_columns()
                 chunk = self.store.get_chunk(chunk.id)

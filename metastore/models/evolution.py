@@ -196,7 +196,10 @@ def plan_alter(
 
 
 def merge_proposals(
-    columns: Sequence[Column], proposals: Sequence[Sequence[Column]], partition_column: str
+    columns: Sequence[Column],
+    proposals: Sequence[Sequence[Column]],
+    partition_column: str,
+    widen: bool = False,
 ) -> tuple[tuple[Column, ...], list[str | None]]:
     """The columns after the ``proposals`` (each the data columns of one chunk's files) are added
     to ``columns`` (the log's), and per proposal why it cannot be (None: it can).
@@ -205,6 +208,8 @@ def merge_proposals(
     proposals bring them) or is a column the table has in the same type or a wider one (an older
     file holding a narrower type reads exactly). One that does not fit adds nothing: its chunk's
     values were parsed as another type than the table's column (another writer added it first).
+    ``widen`` (``add-and-widen``): a column a proposal holds in a wider type, as
+    :func:`widening_refusal` allows, is widened to it.
     """
     merged = list(columns)
     by_name = {c.name: c for c in merged}
@@ -213,10 +218,13 @@ def merge_proposals(
     for proposal in proposals:
         problems: list[str] = []
         additions: dict[str, Column] = {}
+        widenings: dict[str, Column] = {}
         for c in proposal:
             have = by_name.get(c.name) or additions.get(c.name)
             if have is not None:
-                if widening_refusal(c.type, have.type) is not None:
+                if widen and have.type != c.type and widening_refusal(have.type, c.type) is None:
+                    widenings[c.name] = Column(name=c.name, type=c.type, nullable=have.nullable)
+                elif widening_refusal(c.type, have.type) is not None:
                     problems.append(
                         f"column {c.name!r} is {have.sql_type} in the table, and the chunk holds its "
                         f"values as {c.sql_type}"
@@ -230,6 +238,9 @@ def merge_proposals(
         if problems:
             reasons.append("; ".join(problems))
             continue
+        for c in widenings.values():
+            merged = [c if m.name == c.name else m for m in merged]
+            by_name[c.name] = c
         for c in additions.values():
             merged.append(c)
             by_name[c.name] = c
