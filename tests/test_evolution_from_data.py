@@ -453,3 +453,25 @@ def test_two_producers_adding_one_field_as_two_types_end_with_one_and_lose_no_ro
     assert dead == [] if coupon.type == "string" else all(n >= 1_000_000 for n in dead)
     stored = catalog.table("ns.events")
     assert stored.columns == schema_at(Path(table.location)) and check_table(catalog, stored) == []
+
+
+def test_an_upload_parsed_in_batches_keeps_the_type_its_first_batch_gave_a_new_field(
+    catalog: Catalog, tmp_path: Path
+) -> None:
+    """JSON lines uploads are parsed a few lines at a time: a field's type comes from the batch that
+    first brings it, and a later batch's value that type cannot hold is a bad record naming it."""
+    from ingest.api.uploads import stage_upload
+
+    table = evolving(catalog, dead_letter=True)
+    w = ChunkWriter(catalog, table)
+    spool = tmp_path / "upload.jsonl"
+    spool.write_bytes(
+        rows([1, 2]) + rows([3], coupon=5) + rows([4], coupon=6, tier="a") + rows([5], coupon="x")
+    )
+    chunk = w.reserve("up")
+    staged = stage_upload(w, chunk, spool, Format.JSONL, 2, "test")
+    assert staged.new_columns == {"coupon": "BIGINT", "tier": "STRING"}
+    result = w.commit(staged.chunk.id)
+    assert result.dead_letter_rows == 1  # coupon "x": not a BIGINT
+    found = [(r["id"], r["coupon"], r["tier"]) for r in log_rows(table)]
+    assert found == [(1, None, None), (2, None, None), (3, 5, None), (4, 6, "a")]

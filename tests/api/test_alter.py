@@ -148,3 +148,32 @@ def test_a_race_with_another_alter_is_409_and_changes_nothing(server: Server) ->
     assert int(DeltaTable(table.location).version()) == version
     assert server.catalog.table(str(table.name)).columns == table.columns
     assert [c.key for c in store.schema_changes(table.id)] == ["theirs"]
+
+
+def test_evolving_tables_take_new_fields_over_the_events_and_chunk_endpoints(server: Server) -> None:
+    """Schema evolution from data (issue 27, step 6) over HTTP: an events batch and an uploaded chunk
+    bring fields the table lacks; each answer names its new columns, and delta-rs reads them."""
+    table = table_of(server, "alt.evolving")
+    assert patch(server, table, {"schema_evolution": "add-columns"}).status_code == 200
+    ns, t = table.name.namespace, table.name.table
+    with httpx.Client(base_url=server.url, headers=auth(server.admin), timeout=60) as http:
+        events = http.post(
+            f"/v1/tables/{ns}/{t}/events", json=[{"id": 3, "ts": "2026-11-21T10:15:00Z", "coupon": "X"}]
+        )
+        assert events.status_code == 200, events.text
+        assert events.json()["new_columns"] == {"coupon": "STRING"}
+        chunk = http.post(f"/v1/tables/{ns}/{t}/chunks", json={}).json()
+        upload = http.put(
+            f"/v1/chunks/{chunk['id']}/data",
+            content=rows(range(4, 6), tier=2),
+            headers={"Content-Type": "application/x-ndjson"},
+        )
+        assert upload.status_code == 200, upload.text
+        assert upload.json()["new_columns"] == {"tier": "BIGINT"}
+        assert http.post(f"/v1/chunks/{chunk['id']}/commit").status_code == 200
+    found = sorted(DeltaTable(table.location).to_pyarrow_table().to_pylist(), key=lambda r: r["id"])
+    assert [(r["id"], r["coupon"], r["tier"]) for r in found] == [
+        (0, None, None), (1, None, None), (2, None, None), (3, "X", None), (4, None, 2), (5, None, 2),
+    ]  # fmt: skip
+    stored = server.catalog.table(str(table.name))
+    assert stored.columns == schema_at(Path(table.location)) and check_table(server.catalog, stored) == []

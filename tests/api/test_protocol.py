@@ -299,7 +299,7 @@ def test_streampart_write_url_uses_the_api(server: Server, tmp_path: Path) -> No
     assert json.loads(first.stdout) == json.loads(second.stdout)
     assert set(json.loads(first.stdout)) == {
         "chunk", "table", "partitions", "rows", "version", "dead_letter_rows", "late_rows", "idempotency_key",
-        "ignored_fields", "rounded_values",
+        "ignored_fields", "rounded_values", "new_columns", "refused_fields",
     }  # fmt: skip
     ids = all_ids(server.catalog.table("ns.events"))
     assert sorted(i for i in ids if 700 <= i < 704) == list(range(700, 704)) and not duplicates(ids)
