@@ -177,6 +177,28 @@ def _arrow_refusal(arrow: pa.DataType) -> str:
 
 
 @dataclass
+class ExtraFields:
+    """The values of the fields a chunk's records hold that the table lacks, kept while it is parsed
+    (evolving tables), by good row: their kinds, how many records held each, and whence each row came."""
+
+    kinds: dict[str, Counter[str]] = field(default_factory=dict)
+    present: Counter[str] = field(default_factory=Counter)
+    values: dict[str, dict[int, Any]] = field(default_factory=dict)  # field → good row → value
+    origin: dict[int, tuple[int, str]] = field(default_factory=dict)  # good row → (position, raw)
+
+    def keep(self, index: int, extra: dict[str, Any], position: int, raw: str) -> None:
+        """Keep good row ``index``'s values of the fields the table lacks (``extra``)."""
+        for name, value in extra.items():
+            self.present[name] += 1
+            seen = self.kinds.setdefault(name, Counter())
+            kind = value_kind(value)
+            if kind is not None:
+                seen[kind] += 1
+                self.values.setdefault(name, {})[index] = value
+        self.origin[index] = (position, raw)
+
+
+@dataclass
 class NewFields:
     """The fields a chunk's records bring that the table lacks: which may become columns, and why not.
 

@@ -23,7 +23,7 @@ from typing import Any
 import pyarrow as pa
 
 from ingest.errors import MalformedChunkError
-from ingest.evolution import INT_RANGES, NewFields, value_kind, widened_type
+from ingest.evolution import INT_RANGES, ExtraFields, NewFields, widened_type
 from metastore.delta.arrow import arrow_type, data_schema
 from metastore.models import Column, iso
 
@@ -272,10 +272,7 @@ class RecordValidator:
         self.widened: dict[str, str] = {}  # columns values widened (add-and-widen): name → new type
         self._evolving = new_fields is not None and new_fields.enabled
         # evolving: per unknown field, the kinds of its values, and its values by good row
-        self._kinds: dict[str, Counter[str]] = {}
-        self._present: Counter[str] = Counter()
-        self._extra: dict[str, dict[int, Any]] = {}
-        self._origin: dict[int, tuple[int, str]] = {}  # good row → (position, raw), rows with extras
+        self._extra = ExtraFields()
         self.schema = data_schema(self.columns)
         self._conv = [converter(c, self._rounding(c.name)) for c in self.columns]
         self._required_names = tuple(required)
@@ -396,7 +393,7 @@ class RecordValidator:
         for i, kind in wider:
             self._widen(i, kind)
         if extra:
-            self._keep_extra(self._good, extra, position, raw)
+            self._extra.keep(self._good, extra, position, raw)
         self._good += 1
         for values, v in zip(self._values, row, strict=True):
             values.append(v)
@@ -422,28 +419,18 @@ class RecordValidator:
         self._conv[index] = converter(wide, self._rounding(wide.name))
         self.widened[wide.name] = kind
 
-    def _keep_extra(self, index: int, extra: dict[str, Any], position: int, raw: str) -> None:
-        """Keep the values of the fields the table lacks of good row ``index`` (evolving tables)."""
-        for name, value in extra.items():
-            self._present[name] += 1
-            kinds = self._kinds.setdefault(name, Counter())
-            kind = value_kind(value)
-            if kind is not None:
-                kinds[kind] += 1
-                self._extra.setdefault(name, {})[index] = value
-        self._origin[index] = (position, raw)
-
     def result(self) -> Parsed:
         arrays = [
             pa.array(values, type=arrow_type(c.type))
             for values, c in zip(self._values, self.columns, strict=True)
         ]
         good = pa.Table.from_arrays(arrays, schema=self.schema)
-        if self.new_fields is None or not (self._kinds or self.added or self.widened):
+        kinds = self._extra.kinds
+        if self.new_fields is None or not (kinds or self.added or self.widened):
             return Parsed(good, self.bad, dict(self.ignored), dict(self.rounded))
-        new = self.new_fields.from_values(self._kinds) if self._kinds else []
+        new = self.new_fields.from_values(kinds) if kinds else []
         for name in self.new_fields.refused:
-            self.ignored[name] += self._present[name]
+            self.ignored[name] += self._extra.present[name]
         good = self._with_new_columns(good, new)
         return Parsed(
             good,
@@ -461,7 +448,7 @@ class RecordValidator:
         for column in new:
             convert = converter(column)
             values: list[Any] = [None] * good.num_rows
-            for index, value in self._extra.get(column.name, {}).items():
+            for index, value in self._extra.values.get(column.name, {}).items():
                 try:
                     values[index] = convert(value)
                     size = _byte_size(values[index])
@@ -474,7 +461,7 @@ class RecordValidator:
                 values[index] = None
                 if index not in dropped:
                     dropped.add(index)
-                    position, raw = self._origin[index]
+                    position, raw = self._extra.origin[index]
                     self.bad.append(BadRecord(position, reason, raw[:4096]))
             good = good.append_column(
                 pa.field(column.name, arrow_type(column.type)), pa.array(values, arrow_type(column.type))

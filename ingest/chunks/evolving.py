@@ -124,3 +124,30 @@ def plan_schema(
     source = f"{DATA_SOURCE}{members[0].item.chunk.id}{more}"
     store.record_schema_change(table.id, key, columns, merged, source)
     return GroupSchema(key, metadata_action(current, merged, table.partition_column), merged), merged
+
+
+def schema_change_of(
+    lead: Any,
+    planned: list[Any],
+    read_version: int,
+    context: dict[str, Any],
+    fail: Callable[[Any, Exception], None],
+) -> GroupSchema | None:
+    """The schema change a group's commit must carry for the columns its ``planned`` members' files
+    bring (None: none; nothing is read for a group that brings none). A member that cannot commit is
+    ``fail``\\ ed; each other member bringing columns learns the log's columns after the commit."""
+    proposals = {}
+    for m in planned:
+        columns = proposal([f for f in m.item.chunk.files if f.path not in m.item.diverted])
+        if columns:
+            proposals[m] = columns
+    if not proposals:
+        return None
+    try:
+        change, columns = plan_schema(lead, proposals, read_version, context, fail)
+    except SchemaConflictError:  # the metastore is behind the log: an earlier change to finish first
+        lead.catalog.schemas.settle(lead.table)
+        change, columns = plan_schema(lead, proposals, read_version, context, fail)
+    for m in proposals:
+        m.item.columns = columns
+    return change

@@ -37,7 +37,7 @@ from datetime import datetime
 from typing import Any, Generic, TypeVar
 
 from ingest.chunks.base import CommitResult, Writer, remove_staged
-from ingest.chunks.evolving import GroupSchema, plan_schema, proposal
+from ingest.chunks.evolving import GroupSchema, schema_change_of
 from ingest.chunks.late import commit_dead_letters, route_late
 from ingest.commit_holders import commit_holder
 from ingest.errors import ChunkBusyError, ChunkStateError, CommitTimeoutError
@@ -58,7 +58,6 @@ from metastore.delta.log import (
 from metastore.errors import (
     CommitStateUnknownError,
     ConflictError,
-    SchemaConflictError,
     StorageFullError,
     StreampartError,
     TableIntegrityError,
@@ -307,7 +306,8 @@ def _commit_group_once(group: list[_Member], context: dict[str, Any], landing: d
         table = lead.table
         open_value = lead.store.streaming_partition(table.id).value if table.mode is Mode.ARRIVAL else None
         plans = _plan_group(active, open_value, read_version)
-        change = _schema_change(lead, [m for m in active if m in plans], read_version, context)
+        planned = [m for m in active if m in plans]
+        change = schema_change_of(lead, planned, read_version, context, _fail_released)
         active = [m for m in active if not m.settled]
         if not active:
             return
@@ -327,31 +327,9 @@ def _commit_group_once(group: list[_Member], context: dict[str, Any], landing: d
         return
 
 
-def _schema_change(
-    lead: Writer, planned: list[_Member], read_version: int, context: dict[str, Any]
-) -> GroupSchema | None:
-    """The schema change the group's commit must carry for the columns its members' files bring
-    (``evolving.py``; None: none, and nothing read for a group that brings none)."""
-    proposals = {}
-    for m in planned:
-        columns = proposal([f for f in m.item.chunk.files if f.path not in m.item.diverted])
-        if columns:
-            proposals[m] = columns
-    if not proposals:
-        return None
-
-    def fail(m: _Member, exc: Exception) -> None:
-        _release(m.item, exc)
-        m.fail(exc)
-
-    try:
-        change, columns = plan_schema(lead, proposals, read_version, context, fail)
-    except SchemaConflictError:  # the metastore is behind the log: an earlier change to finish first
-        lead.catalog.schemas.settle(lead.table)
-        change, columns = plan_schema(lead, proposals, read_version, context, fail)
-    for m in proposals:
-        m.item.columns = columns
-    return change
+def _fail_released(m: _Member, exc: Exception) -> None:
+    _release(m.item, exc)
+    m.fail(exc)
 
 
 def _answer_landed(lead: Writer, group: list[_Member]) -> list[_Member]:

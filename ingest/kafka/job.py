@@ -35,6 +35,7 @@ import logging
 import re
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -43,18 +44,30 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ingest.chunks import ChunkWriter, DeadLetter, time_bounds
+from ingest.chunks.evolving import proposal
 from ingest.config import ChunkConfig
 from ingest.errors import IngestError, IngestQueryError, StopRequestedError
+from ingest.evolution import joined_type
 from ingest.kafka.monitoring import GroupCommitter, IngestMetrics, batch_end_offsets, progress_latest_offsets
 from ingest.kafka.options import KafkaSourceOptions, check_offsets_spec, subscribe_options
 from ingest.kafka.staging import stage_spec, stage_task
 from metastore import clock
 from metastore.catalog import Catalog
 from metastore.crashpoints import crashpoint
+from metastore.delta.files import remove_file
 from metastore.delta.warehouse import Warehouse
 from metastore.durations import Duration
-from metastore.errors import NamespaceMovingError, NotFoundError, UserInputError
-from metastore.models import ChunkState, StagedFile, Table, TableKind, TableName
+from metastore.errors import NamespaceMovingError, NotFoundError, SchemaConflictError, UserInputError
+from metastore.models import (
+    ChunkState,
+    Column,
+    SchemaEvolution,
+    StagedFile,
+    Table,
+    TableKind,
+    TableName,
+    merge_proposals,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -192,8 +205,29 @@ def _staged_schema() -> Any:
             StructField("position", LongType()),
             StructField("reason", StringType()),
             StructField("raw", BinaryType()),
+            StructField("columns", StringType()),
+            StructField("ignored", StringType()),
         ]
     )
+
+
+# How many times a micro-batch is staged again because the table's schema changed under it (see
+# ChunkSink._stage; as ChunkWriter.write's retries).
+_SCHEMA_RETRIES = 3
+
+
+def _joined_types(table: Table, files: list[StagedFile]) -> tuple[Column, ...] | None:
+    """None if the columns of ``files`` (staged by separate tasks) agree; else the new columns with
+    their types joined over the tasks, for every task to parse as known columns."""
+    _, [reason] = merge_proposals(table.columns, [proposal(files)], table.partition_column, widen=True)
+    if reason is None:
+        return None
+    known = {c.name for c in table.columns}
+    kinds: dict[str, Counter[str]] = {}
+    for c in proposal(files):
+        if c.name not in known:
+            kinds.setdefault(c.name, Counter())[c.type] += 1
+    return tuple(Column(name=name, type=joined_type(seen) or "string") for name, seen in kinds.items())
 
 
 def _from_micros(value: int | None) -> datetime | None:
@@ -218,6 +252,12 @@ class ChunkSink:
         self.checkpoint = checkpoint
         self.config = config or ChunkConfig()
         self.writer = ChunkWriter(catalog, table, self.config, late_rows_to_dead_letter=True)
+        if options.format == "csv" and table.schema_evolution is not SchemaEvolution.NONE:
+            log.warning(
+                "table %s evolves its schema from data, but Kafka CSV records are positional (no header "
+                "names their fields): this job adds no columns",
+                table.name,
+            )
         self._query_id: str | None = None
         self.batches = 0
         self._idle = threading.Condition()
@@ -288,33 +328,27 @@ class ChunkSink:
             log.info("batch %s already committed as chunk %s (replay after restart)", batch_id, chunk.id)
             self._committed(batch_id, 0, 0, time.monotonic() - started)
             return
-        if chunk.state is ChunkState.RESERVED:
-            spec = stage_spec(
-                self.catalog.warehouse,
-                self.table,
-                chunk.id,
-                self.options.format,
-                self.config.max_value_bytes,
-                time_bounds(self.table, clock.now()),
+        ignored: dict[str, int] = {}
+        for attempt in range(1, _SCHEMA_RETRIES + 1):
+            if chunk.state is ChunkState.RESERVED:
+                chunk, ignored = self._stage(df, chunk)
+                crashpoint("chunk-after-write")
+            try:
+                result = self.writer.commit(chunk.id, owner_is_dead=True)
+                break
+            except SchemaConflictError:
+                # staged before another writer added one of its new fields as another type: once
+                # more, as the table is now (the chunk was released, nothing of it committed)
+                if attempt == _SCHEMA_RETRIES:
+                    raise
+                self.writer.refresh_columns()
+                chunk = self.writer.store.get_chunk(chunk.id)
+        self.table = self.writer.table
+        if ignored:
+            fields = ", ".join(f"{k} ({n} records)" for k, n in sorted(ignored.items()))
+            log.warning(
+                "batch %s: fields not in table %s were not written: %s", batch_id, self.table.name, fields
             )
-            staged = (
-                df.select("value", "topic", "partition", "offset")
-                .mapInArrow(stage_task(spec), _staged_schema())
-                .collect()
-            )
-            files = [
-                StagedFile(path=r.path, rows=r.rows, bytes=r.bytes, period=_from_micros(r.period_us))
-                for r in staged
-                if r.path is not None
-            ]
-            bad = [
-                DeadLetter(r.position, r.reason, bytes(r.raw or b""), r.source)
-                for r in staged
-                if r.path is None
-            ]
-            chunk = self.writer.stage_files(chunk, files, bad)
-            crashpoint("chunk-after-write")
-        result = self.writer.commit(chunk.id, owner_is_dead=True)
         self.batches += 1
         log.info(
             "batch %s → chunk %s: %s rows, %s dead letters, %s late, version %s in %.2f s",
@@ -327,6 +361,66 @@ class ChunkSink:
             time.monotonic() - started,
         )
         self._committed(batch_id, result.rows, result.dead_letter_rows, time.monotonic() - started)
+
+    def _stage(self, df: DataFrame, chunk: Any) -> tuple[Any, dict[str, int]]:
+        """Stage the micro-batch as ``chunk``'s data; the chunk, and the fields its records held that
+        the table has no column for (counted).
+
+        On a table whose schema evolves, tasks infer the types of new fields each from its own
+        records: when they disagree (one saw only integers, another text), the batch is staged again
+        with the joined types (``ingest/evolution.py``) as known columns. When the records bring new
+        fields and another writer changed the table's columns since this job read them, it is staged
+        again as the table is now (as ``ChunkWriter.parse`` does).
+        """
+        added: tuple[Column, ...] = ()
+        for _ in range(_SCHEMA_RETRIES):
+            table = self.writer.table
+            spec = stage_spec(
+                self.catalog.warehouse,
+                table,
+                chunk.id,
+                self.options.format,
+                self.config.max_value_bytes,
+                time_bounds(table, clock.now()),
+                added,
+            )
+            staged = (
+                df.select("value", "topic", "partition", "offset")
+                .mapInArrow(stage_task(spec), _staged_schema())
+                .collect()
+            )
+            files = [
+                StagedFile(
+                    path=r.path,
+                    rows=r.rows,
+                    bytes=r.bytes,
+                    period=_from_micros(r.period_us),
+                    columns=None if r.columns is None else tuple(Column(**c) for c in json.loads(r.columns)),
+                )
+                for r in staged
+                if r.path is not None
+            ]
+            bad = [
+                DeadLetter(r.position, r.reason, bytes(r.raw or b""), r.source)
+                for r in staged
+                if r.path is None and r.reason is not None
+            ]
+            ignored: Counter[str] = Counter()
+            for r in staged:
+                if r.ignored:
+                    ignored.update(json.loads(r.ignored))
+            brings = any(
+                c.name not in {t.name for t in table.columns} for f in files for c in f.columns or ()
+            )
+            joined = _joined_types(table, files)
+            if not (brings and self.writer.refresh_columns()) and joined is None:
+                return self.writer.stage_files(chunk, files, bad), dict(ignored)
+            for f in files:  # staged again: these were never recorded
+                remove_file(table, f.path)
+            added = joined or ()
+        raise IngestError(
+            f"chunk {chunk.id}: the table's schema changed {_SCHEMA_RETRIES} times while it was staged"
+        )
 
     def _committed(self, batch_id: int, rows: int, dead_letters: int, seconds: float) -> None:
         """Tell the monitoring (metrics, consumer group) that ``batch_id``'s offsets are committed."""

@@ -26,7 +26,7 @@ from __future__ import annotations
 import os
 import pickle
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -37,7 +37,7 @@ import pyarrow as pa
 if TYPE_CHECKING:
     from ingest.records import RecordValidator, TimeBounds
     from metastore.delta.warehouse import Warehouse
-    from metastore.models import Table
+    from metastore.models import Column, Table
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -59,9 +59,14 @@ STAGED_SCHEMA = pa.schema(
         ("position", pa.int64()),
         ("reason", pa.string()),
         ("raw", pa.binary()),
+        # a staged file's columns (JSON, as StagedFile.columns) when it brings some its table lacks
+        ("columns", pa.string()),
+        # the fields of the task's records that the table has no column for (JSON: field → records)
+        ("ignored", pa.string()),
     ]
 )
-"""What each task returns: its staged files (``path`` set), then its bad records (``path`` null)."""
+"""What each task returns: its staged files (``path`` set), then its bad records (``path`` null, a
+``reason``), then what its records held that the table has no column for (``ignored``, alone)."""
 
 
 @dataclass(frozen=True)
@@ -81,6 +86,8 @@ class StageSpec:
     max_value_bytes: int
     arrow_json: bool  # whether the Arrow path may take a batch
     row_wise: bytes
+    evolving: bool = False  # whether fields the table lacks may become columns (schema evolution)
+    columns: str | None = None  # JSON of the data files' columns when ``added`` ones are among them
 
 
 def stage_spec(
@@ -90,28 +97,36 @@ def stage_spec(
     fmt: str,
     max_value_bytes: int,
     bounds: TimeBounds | None,
+    added: Sequence[Column] = (),
 ) -> StageSpec:
-    """The driver builds the spec of one micro-batch (``bounds``: one clock reading for every task)."""
+    """The driver builds the spec of one micro-batch (``bounds``: one clock reading for every task;
+    ``added``: new columns every task parses as known ones, when a first staging's tasks inferred a
+    new field's type differently)."""
+    import json
+
     from metastore.delta.arrow import data_schema
     from metastore.delta.layout import staging_path
-    from metastore.models import Mode
+    from metastore.models import Mode, SchemaEvolution
 
+    columns = (*table.columns, *added)
     arrow_json = (
         fmt == "json"
         and table.mode is Mode.ARRIVAL
         and bounds is None
-        and all(c.type in _ARROW_JSON_TYPES for c in table.columns)
+        and all(c.type in _ARROW_JSON_TYPES for c in columns)
     )
     return StageSpec(
         chunk_id=chunk_id,
         fmt=fmt,
         location=str(table.location),
         staging_template=staging_path(f"{chunk_id}-\0", 0),
-        schema=data_schema(table.columns),
-        required=tuple(not c.nullable or c.name == table.time_column for c in table.columns),
+        schema=data_schema(columns),
+        required=tuple(not c.nullable or c.name == table.time_column for c in columns),
         max_value_bytes=max_value_bytes,
         arrow_json=arrow_json,
-        row_wise=pickle.dumps((warehouse, table, bounds)),
+        row_wise=pickle.dumps((warehouse, table, bounds, tuple(added))),
+        evolving=fmt == "json" and table.schema_evolution is not SchemaEvolution.NONE,
+        columns=json.dumps([c.model_dump() for c in columns]) if added else None,
     )
 
 
@@ -130,9 +145,10 @@ def stage_task(spec: StageSpec) -> Callable[[Iterator[pa.RecordBatch]], Iterator
 
 def _stage(spec: StageSpec, task: int, batches: Iterator[pa.RecordBatch]) -> pa.RecordBatch:
     good: list[pa.Table] = []
+    ignored: dict[str, int] = {}
     row_wise: _RowWise | None = None
     for batch in batches:
-        fast = _arrow_json(spec, batch.column("value")) if spec.arrow_json else None
+        fast = _arrow_json(spec, batch.column("value"), ignored) if spec.arrow_json else None
         if fast is not None:
             good.append(fast)
             continue
@@ -141,13 +157,21 @@ def _stage(spec: StageSpec, task: int, batches: Iterator[pa.RecordBatch]) -> pa.
         row_wise.add(batch)
     rows: list[dict[str, Any]] = []
     if row_wise is not None:
-        rows, bad = row_wise.finish(task, good)
-        return pa.RecordBatch.from_pylist(rows + bad, schema=STAGED_SCHEMA)
+        rows, bad = row_wise.finish(task, good, ignored)
+        return pa.RecordBatch.from_pylist(rows + bad + _ignored_row(ignored), schema=STAGED_SCHEMA)
     data = pa.concat_tables(good) if good else spec.schema.empty_table()
     if data.num_rows:
         path = spec.staging_template.replace("\0", f"{task:05d}")
-        rows.append({"path": path, "rows": data.num_rows, "bytes": _write(spec, path, data)})
-    return pa.RecordBatch.from_pylist(rows, schema=STAGED_SCHEMA)
+        rows.append(
+            {"path": path, "rows": data.num_rows, "bytes": _write(spec, path, data), "columns": spec.columns}
+        )
+    return pa.RecordBatch.from_pylist(rows + _ignored_row(ignored), schema=STAGED_SCHEMA)
+
+
+def _ignored_row(ignored: dict[str, int]) -> list[dict[str, Any]]:
+    import json
+
+    return [{"ignored": json.dumps(ignored)}] if ignored else []
 
 
 def _write(spec: StageSpec, relative: str, data: pa.Table) -> int:
@@ -166,13 +190,15 @@ def _write(spec: StageSpec, relative: str, data: pa.Table) -> int:
         tmp.unlink(missing_ok=True)
         from metastore.delta.files import write_parquet
 
-        _, table, _ = pickle.loads(spec.row_wise)
+        table = pickle.loads(spec.row_wise)[1]
         return int(write_parquet(table, relative, data))
 
 
-def _arrow_json(spec: StageSpec, values: pa.Array) -> pa.Table | None:
+def _arrow_json(spec: StageSpec, values: pa.Array, ignored: dict[str, int]) -> pa.Table | None:
     """``values`` (JSON objects) parsed into the table's columns by Arrow, or None if the batch
-    must go row by row (see the module docstring)."""
+    must go row by row (see the module docstring). Fields the table has no column for are counted
+    into ``ignored``; on a table whose schema evolves, a batch that holds some goes row by row,
+    where their types are inferred."""
     import pyarrow.compute as pc
     import pyarrow.json as pj
 
@@ -205,13 +231,17 @@ def _arrow_json(spec: StageSpec, values: pa.Array) -> pa.Table | None:
             pa.BufferReader(body),
             read_options=pj.ReadOptions(use_threads=False, block_size=_JSON_BLOCK_BYTES),
             parse_options=pj.ParseOptions(
-                explicit_schema=loose, unexpected_field_behavior="ignore", newlines_in_values=False
+                explicit_schema=loose, unexpected_field_behavior="infer", newlines_in_values=False
             ),
         )
     except Exception:  # any record Arrow refuses: the row-wise path names it
         return None
     if parsed.num_rows != n:
         return None
+    extra = [name for name in parsed.column_names if name not in spec.schema.names]
+    if extra and spec.evolving:
+        return None
+    counts = {name: n - parsed.column(name).null_count for name in extra}
     arrays = []
     for field, required in zip(spec.schema, spec.required, strict=True):
         array = parsed.column(field.name).combine_chunks()
@@ -223,6 +253,9 @@ def _arrow_json(spec: StageSpec, values: pa.Array) -> pa.Table | None:
         if sized and n - array.null_count and pc.max(pc.binary_length(array)).as_py() > spec.max_value_bytes:
             return None
         arrays.append(array)
+    for name, count in counts.items():
+        if count:
+            ignored[name] = ignored.get(name, 0) + count
     return pa.Table.from_arrays(arrays, schema=spec.schema)
 
 
@@ -230,12 +263,23 @@ class _RowWise:
     """The row-wise path: every record checked by :class:`ingest.records.RecordValidator`."""
 
     def __init__(self, spec: StageSpec) -> None:
+        from ingest.evolution import NewFields
         from ingest.records import RecordValidator
 
         self.spec = spec
-        self.warehouse, self.table, bounds = pickle.loads(spec.row_wise)
+        self.warehouse, self.table, bounds, added = pickle.loads(spec.row_wise)
+        table = self.table
+        columns = (*table.columns, *added)
+        new_fields = NewFields(
+            columns, table.partition_column, table.schema_evolution, table.max_new_columns, len(added)
+        )
         self.v = RecordValidator(
-            self.table.columns, [self.table.time_column], spec.max_value_bytes, time_bounds=bounds
+            columns,
+            [table.time_column],
+            spec.max_value_bytes,
+            time_bounds=bounds,
+            new_fields=new_fields if spec.evolving else None,
+            added=added,
         )
         self.bad: list[dict[str, Any]] = []
 
@@ -251,14 +295,34 @@ class _RowWise:
                     {"source": f"{topic}/{partition}", "position": offset, "reason": reason, "raw": value}
                 )
 
-    def finish(self, task: int, arrow: list[pa.Table]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-        """Stage the good rows (those of the Arrow path too); returns (files, bad records)."""
+    def finish(
+        self, task: int, arrow: list[pa.Table], ignored: dict[str, int]
+    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """Stage the good rows (those of the Arrow path too); returns (files, bad records). The
+        fields the records held that the table has no column for are counted into ``ignored``."""
+        import json
+
         from ingest.chunks import write_staged_files
 
-        data = pa.concat_tables([*arrow, self.v.result().good])
-        files = write_staged_files(self.warehouse, self.table, f"{self.spec.chunk_id}-{task:05d}", data)
+        parsed = self.v.result()
+        for name, count in parsed.ignored.items():
+            ignored[name] = ignored.get(name, 0) + count
+        data = parsed.good
+        if arrow:  # the Arrow path's batches lack the new columns, and hold widened ones narrower
+            whole = pa.concat_tables([*arrow, data], promote_options="permissive")
+            data = whole.select(data.column_names).cast(data.schema)
+        prefix = f"{self.spec.chunk_id}-{task:05d}"
+        files = write_staged_files(self.warehouse, self.table, prefix, data, parsed.columns)
+        columns = None if parsed.columns is None else json.dumps([c.model_dump() for c in parsed.columns])
         rows = [
-            {"path": f.path, "rows": f.rows, "bytes": f.bytes, "period_us": _micros(f.period)} for f in files
+            {
+                "path": f.path,
+                "rows": f.rows,
+                "bytes": f.bytes,
+                "period_us": _micros(f.period),
+                "columns": columns,
+            }
+            for f in files
         ]
         return rows, self.bad
 

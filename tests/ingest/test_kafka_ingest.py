@@ -17,6 +17,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
+from deltalake import DeltaTable
 from pydantic import ValidationError
 
 from ingest.config import ChunkConfig
@@ -25,6 +26,7 @@ from ingest.kafka.job import KafkaIngestOptions, run_kafka_ingest, start_kafka_i
 from ingest.kafka.options import source_options
 from metastore.catalog import Catalog
 from metastore.delta.layout import partition_dir
+from metastore.delta.metadata import schema_at
 from metastore.models import ChunkState, Mode, PartitionState, TableKind
 from scheduler.roll import Roller
 from tests.fixtures import make_table
@@ -718,3 +720,39 @@ def test_a_full_namespace_stops_the_stream_clearly_and_loses_nothing(
     run_kafka_ingest(spark, sqlite_catalog, opts)
     ids = all_ids(table)
     assert sorted(ids) == list(range(300)) and not duplicates(ids)
+
+
+def test_a_field_appearing_mid_stream_becomes_a_column_with_its_rows(
+    spark, sqlite_catalog, kafka_broker
+) -> None:
+    """Schema evolution from data (issue 27) in the ingest job: new fields become columns in the commit
+    of the micro-batch that brings them; tasks that inferred one field's type differently (integers in
+    one Kafka partition, text in another) are staged again with the joined type (STRING)."""
+    table = sqlite_catalog.schemas.set_evolution(make_table(sqlite_catalog, dead_letter=True), "add-columns")
+    topic = topic_name()
+    kafka_broker.create_topic(topic, partitions=2)
+    opts = options(sqlite_catalog, kafka_broker, topic)
+    kafka_broker.produce(topic, [{**event(i), "partition": i % 2} for i in range(10)])
+    assert run_kafka_ingest(spark, sqlite_catalog, opts) == 1
+    newer = [
+        {"value": json.dumps({"id": i, "ts": TS, "coupon": f"c{i}", "tier": i if i % 2 == 0 else f"t{i}"}),
+         "partition": i % 2}
+        for i in range(10, 20)
+    ]  # fmt: skip
+    kafka_broker.produce(topic, newer)
+    assert run_kafka_ingest(spark, sqlite_catalog, opts) == 1
+    columns = schema_at(Path(table.location))
+    assert [(c.name, c.type) for c in columns][-2:] in (
+        [("coupon", "string"), ("tier", "string")],
+        [("tier", "string"), ("coupon", "string")],
+    )
+    found = {r["id"]: r for r in DeltaTable(table.location).to_pyarrow_table().to_pylist()}
+    assert sorted(found) == list(range(20))
+    assert all(found[i]["coupon"] is None and found[i]["tier"] is None for i in range(10))
+    assert [(found[i]["coupon"], found[i]["tier"]) for i in range(10, 20)] == [
+        (f"c{i}", str(i) if i % 2 == 0 else f"t{i}") for i in range(10, 20)
+    ]
+    assert sqlite_catalog.table("ns.events").columns == columns
+    [change] = sqlite_catalog.store.schema_changes(table.id)
+    assert change.source.startswith("chunk:")
+    assert change.version == int(DeltaTable(table.location).version())

@@ -40,8 +40,10 @@ def staged(catalog: Catalog, chunk: str, values: list[bytes | None], arrow: bool
         spec = type(spec)(**{**spec.__dict__, "arrow_json": False})
     out = _stage(spec, 3, iter([batch(values)])).to_pylist()
     files = [r for r in out if r["path"] is not None]
-    bad = [(r["position"], r["reason"]) for r in out if r["path"] is None]
+    bad = [(r["position"], r["reason"]) for r in out if r["path"] is None and r["reason"] is not None]
     rows = [r for f in files for r in pq.read_table(Path(table.location) / f["path"]).to_pylist()]
+    ignored = [json.loads(r["ignored"]) for r in out if r["ignored"] is not None]
+    assert ignored == [{"extra": 1}]  # GOOD's one unknown field, counted on either path
     return rows, bad
 
 
