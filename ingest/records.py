@@ -25,7 +25,7 @@ import pyarrow as pa
 from ingest.errors import MalformedChunkError
 from ingest.evolution import INT_RANGES, ExtraFields, NewFields, widened_type
 from metastore.delta.arrow import arrow_type, data_schema
-from metastore.models import Column, iso
+from metastore.models import Column, SchemaEvolution, iso, widening_refusal
 
 
 @dataclass(frozen=True)
@@ -566,14 +566,17 @@ def _fast_cast(source: pa.DataType, target: pa.DataType) -> bool:
     return False
 
 
-def column_mismatches(given: Sequence[Column], columns: Sequence[Column]) -> list[str]:
+def column_mismatches(
+    given: Sequence[Column], columns: Sequence[Column], evolution: SchemaEvolution = SchemaEvolution.NONE
+) -> list[str]:
     """Why data with the columns ``given`` cannot be written to a table of ``columns`` whole, matched
     by name (case-insensitively): each reason a phrase; none, if it can.
 
     Stricter than the parsers, which fill a missing nullable column with nulls, ignore extra
     fields and convert values row by row: a statement's result must name every column of its
     table, nothing more, each of a type whose values fit as they are (Arrow's safe casts, the
-    parsers' fast path: :func:`_fast_cast`).
+    parsers' fast path: :func:`_fast_cast`). A table whose schema ``evolution`` adds columns takes
+    more (they become columns), and one that also widens takes a column of a wider type.
     """
     by_name = {c.name.lower(): c for c in given}
     wanted = {c.name.lower() for c in columns}
@@ -582,10 +585,13 @@ def column_mismatches(given: Sequence[Column], columns: Sequence[Column]) -> lis
     if missing:
         problems.append(f"it lacks column(s) {', '.join(missing)}")
     extra = [c.name for c in given if c.name.lower() not in wanted]
-    if extra:
+    if extra and evolution is SchemaEvolution.NONE:
         problems.append(f"it has column(s) {', '.join(extra)} that the table does not")
+    widens = evolution is SchemaEvolution.ADD_AND_WIDEN
     for column in columns:
         found = by_name.get(column.name.lower())
-        if found is not None and not _fast_cast(arrow_type(found.type), arrow_type(column.type)):
+        if found is None or (widens and widening_refusal(column.type, found.type) is None):
+            continue
+        if not _fast_cast(arrow_type(found.type), arrow_type(column.type)):
             problems.append(f"its column {found.name} is {found.sql_type}, the table's is {column.sql_type}")
     return problems

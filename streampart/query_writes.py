@@ -40,6 +40,7 @@ from metastore.models import (
     Column,
     LateDataPolicy,
     Mode,
+    SchemaEvolution,
     Table,
     TableName,
     TableSpec,
@@ -67,6 +68,8 @@ PROPERTIES = (
     "max_future",
     "max_age",
     "dead_letter",
+    "schema_evolution",
+    "max_new_columns",
 )
 DEFAULT_ROLL_EVERY = "1h"
 
@@ -188,7 +191,8 @@ def aligned(df: Any, output: Output, table: Table) -> Any:
             raise UserInputError(
                 f"INSERT INTO {table.name}: the query's result has {len(names)} column(s) and the table "
                 f"{len(table.columns)} ({format_schema(table.columns)}); INSERT INTO matches columns by "
-                f"position (INSERT INTO t (a, b) … and INSERT INTO t BY NAME … match otherwise){hint}"
+                f"position (INSERT INTO t (a, b) … and INSERT INTO t BY NAME … match otherwise, and "
+                f"bring new columns to a table whose schema evolves){hint}"
             )
         return df.toDF(*[c.name for c in table.columns])
     if output.columns is not None:
@@ -200,8 +204,9 @@ def aligned(df: Any, output: Output, table: Table) -> Any:
         df = df.toDF(*output.columns)
         names = list(output.columns)
     seen: set[str] = set()
+    evolves = table.schema_evolution is not SchemaEvolution.NONE
     for name in names:
-        if name.lower() not in table_columns:
+        if name.lower() not in table_columns and not evolves:  # an evolving table: a new column
             raise UserInputError(
                 f"INSERT INTO {table.name}: it has no column {name} "
                 f"(its columns: {format_schema(table.columns)})"
@@ -216,12 +221,16 @@ def aligned(df: Any, output: Output, table: Table) -> Any:
             f"INSERT INTO {table.name}: column(s) {', '.join(required)} are NOT NULL and not given"
         )
     filled = [F.lit(None).cast(c.sql_type).alias(c.name) for c in missing]
-    return df.select(*[F.col(f"`{n}`").alias(table_columns[n.lower()].name) for n in names], *filled)
+    named = [
+        F.col(f"`{n}`").alias(table_columns[n.lower()].name if n.lower() in table_columns else n)
+        for n in names
+    ]
+    return df.select(*named, *filled)
 
 
 def check_fits(verb: str, table: Table | TableSpec, given: Sequence[Column]) -> None:
     """Raise a :class:`UserInputError` naming every column of ``given`` that does not fit ``table``."""
-    problems = column_mismatches(given, table.columns)
+    problems = column_mismatches(given, table.columns, table.schema_evolution)
     if not problems:
         return
     hint = ""
@@ -279,6 +288,8 @@ def table_spec(
         "mode": lambda v: _choice(Mode, v, "mode"),
         "late_data": lambda v: _choice(LateDataPolicy, v, "late_data"),
         "dead_letter": lambda v: _flag(v, "dead_letter"),
+        "schema_evolution": lambda v: _choice(SchemaEvolution, v, "schema_evolution"),
+        "max_new_columns": lambda v: _count(v, "max_new_columns"),
     }
     options = {
         key: parse.get(key, lambda v, key=key: parse_duration(v, f"TBLPROPERTIES {key!r}"))(value)
@@ -293,6 +304,16 @@ def table_spec(
             f"EXCEPT ({spec.partition_column}) …), or name another: TBLPROPERTIES ('partition_column' = '…')"
         )
     return spec
+
+
+def _count(value: str, key: str) -> int:
+    try:
+        count = int(value)
+    except ValueError:
+        count = -1
+    if count < 0:
+        raise UserInputError(f"TBLPROPERTIES {key!r}: give a whole number, 0 or more, not {value!r}")
+    return count
 
 
 def _choice(enum: Any, value: str, key: str) -> Any:
@@ -378,7 +399,8 @@ def write_result(
         table = create_table_as(catalog, spec, key, config, create_namespace=create_namespace)
         crashpoint("ctas-after-create")
     assert table is not None
-    data = canonical_rows(arrow, table.columns)
+    known = {c.name.lower() for c in table.columns}
+    data = canonical_rows(arrow, [*table.columns, *(c for c in given if c.name.lower() not in known)])
     writer = ChunkWriter(catalog, table, config)
     if data.num_rows == 0:
         return WriteResult(_empty(writer, key, output.create), output.create, table.cluster)

@@ -350,3 +350,41 @@ def test_a_writing_statement_is_split_into_its_query_and_its_output(sqlite_catal
     assert got.output is not None and got.output.properties == (("mode", "arrival"),) and got.output.create
     with pytest.raises(UserInputError, match="writes a table"):
         rewrite("INSERT INTO ns.dst SELECT * FROM ns.src", resolve)  # the read-only entry point
+
+
+def test_insert_by_name_brings_new_columns_to_an_evolving_table(spark, source: Catalog) -> None:
+    """Schema evolution from data (issue 27) through INSERT: a BY NAME result's columns the table
+    lacks become columns, in its types; a wider type widens under add-and-widen; CTAS takes the
+    settings as TBLPROPERTIES."""
+    cat = source
+    cat.schemas.set_evolution("ns.dst", "add-and-widen")
+    query(cat, "INSERT INTO ns.dst SELECT id, ts, msg FROM ns.src WHERE id = 0")
+    got = query(
+        cat,
+        "INSERT INTO ns.dst BY NAME SELECT id, ts, 'c' || id AS coupon, CAST(id AS INT) AS n "
+        "FROM ns.src WHERE id = 1",
+    )
+    assert got["rows"] == 1
+    dst = cat.table("ns.dst")
+    assert [(c.name, c.type) for c in dst.columns][3:] == [("coupon", "string"), ("n", "integer")]
+    query(
+        cat,
+        "INSERT INTO ns.dst BY NAME SELECT id, ts, CAST(id AS BIGINT) * 10000000000 AS n "
+        "FROM ns.src WHERE id = 2",
+    )
+    assert cat.table("ns.dst").columns[-1].type == "long"
+    found = {
+        r["id"]: (r["coupon"], r["n"])
+        for r in delta_rows(cat.table("ns.dst"), columns="id, coupon, n").to_pylist()
+    }
+    assert found == {0: (None, None), 1: ("c1", 1), 2: (None, 20_000_000_000)}
+    with pytest.raises(UserInputError, match="BY NAME … match otherwise, and bring new columns"):
+        query(cat, "INSERT INTO ns.dst SELECT id, ts, msg, 1, 2, 3 FROM ns.src")
+    made = query(
+        cat,
+        "CREATE TABLE ns.made TBLPROPERTIES ('schema_evolution' = 'add-columns', 'max_new_columns' = '5') "
+        "AS SELECT id, ts FROM ns.src",
+    )
+    assert made["created"] is True
+    table = cat.table("ns.made")
+    assert table.schema_evolution.value == "add-columns" and table.max_new_columns == 5
