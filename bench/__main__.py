@@ -64,6 +64,7 @@ SCALES: dict[str, dict[str, Any]] = {
         "federation_rounds": 2,
         "router_commits": 300,
         "router_warmup": 5,
+        "evolution_commits": 150,
         "growth_chunk_rows": [0, 100_000, 1_000_000],
         "growth_versions": [10, 1_000, 10_000],
         "growth_commits": 40,
@@ -110,6 +111,7 @@ SCALES: dict[str, dict[str, Any]] = {
         "federation_rounds": 1,
         "router_commits": 30,
         "router_warmup": 2,
+        "evolution_commits": 20,
         "growth_chunk_rows": [0, 20_000, 100_000],
         "growth_versions": [10, 300, 1_000],
         "growth_commits": 15,
@@ -126,6 +128,7 @@ SCALES: dict[str, dict[str, Any]] = {
 def benchmarks() -> dict[str, Any]:
     from bench import (
         commit_latency,
+        evolution,
         federation,
         growth,
         http_load,
@@ -145,6 +148,7 @@ def benchmarks() -> dict[str, Any]:
         router,
         growth,
         sqlscan,
+        evolution,
     )  # fmt: skip
     return {m.NAME: m for m in modules}
 
@@ -162,6 +166,7 @@ NAMES = (
     "router",
     "growth",
     "sqlscan",
+    "evolution",
 )
 
 
