@@ -312,7 +312,7 @@ def test_a_writer_killed_in_its_evolving_commit_lands_once_with_its_columns_when
 
 
 @pytest.mark.process
-def test_writer_processes_bringing_fields_at_once_add_each_column_once_and_lose_no_row(
+def test_writer_and_roller_processes_bringing_fields_at_once_add_each_column_once_and_lose_no_row(
     catalog: Catalog, tmp_path: Path
 ) -> None:
     table = evolving(catalog)
@@ -327,7 +327,14 @@ def test_writer_processes_bringing_fields_at_once_add_each_column_once_and_lose_
         )
         for k, f in enumerate(fields)
     ]
+    roller = subprocess.Popen(
+        **worker_call(catalog, table, "roller", "--count", "6", "--interval", "0.5", "--force"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )  # rolls (seals: metaData commits too) racing the evolving commits
     acked: list[int] = []
+    out, err = roller.communicate(timeout=300)
+    assert roller.returncode == 0, err
     for p in procs:
         out, err = p.communicate(timeout=300)
         assert p.returncode == 0, err
