@@ -198,9 +198,11 @@ def _tables(
     activity = store.table_activity(
         [t.id for t in readable], now - COMMIT_RATE_WINDOW, now - DEAD_LETTER_WINDOW
     )
+    changes = store.latest_schema_changes([t.id for t in readable])
     tables = []
     for table in readable:
         traffic = activity[table.id]
+        change = changes.get(table.id)
         parts = store.list_partitions(table.id, [PartitionState.STREAMING, PartitionState.ROLLING])
         rolls = {r.partition_id: r for r in store.list_rolls(table.id, unfinished=True)}
         streaming = [p for p in parts if p.state is PartitionState.STREAMING]
@@ -240,6 +242,16 @@ def _tables(
                 ],
                 "links": sorted(links_to.get(table.id, [])),
                 "companion_of": _main_table(table),
+                "columns": len(table.columns),
+                "schema_evolution": table.schema_evolution.value,
+                "last_schema_change": None
+                if change is None or change.version is None
+                else {
+                    "version": change.version,
+                    "change": change.description,
+                    "source": change.source,
+                    "at": _iso(change.done_at or change.at),
+                },
             }
         )
         if timeline:

@@ -139,7 +139,7 @@ def test_new_columns_land_in_the_same_delta_version_as_their_rows_and_every_read
     files = [str(Path(table.location) / f) for f in DeltaTable(table.location).file_uris()]
     polars_rows = pl.read_delta(table.location).sort("id").select("id", "coupon", "qty").rows()
     assert polars_rows == expected
-    duck = duckdb.sql(
+    duck = duckdb.execute(
         f"SELECT id, coupon, qty FROM read_parquet({files!r}, union_by_name=true) ORDER BY id"
     ).fetchall()
     assert duck == expected
@@ -395,9 +395,9 @@ def test_a_value_that_does_not_fit_widens_its_column_only_under_add_and_widen(
     assert sorted(found) == expected_ids
     if widened:  # the old file's value and the new one, exact, by every reader
         files = [str(Path(table.location) / f) for f in DeltaTable(table.location).file_uris()]
-        duck = duckdb.sql(f"SELECT id, qty FROM read_parquet({files!r}, union_by_name=true) ORDER BY id")
+        query = f"SELECT id, qty FROM read_parquet({files!r}, union_by_name=true) ORDER BY id"
         polars = pl.read_delta(table.location).sort("id").select("id", "qty").rows()
-        assert duck.fetchall() == polars == sorted(found.items())
+        assert duckdb.execute(query).fetchall() == polars == sorted(found.items())
         assert str(found[2]).replace(".678", ".68") == str(value).replace(".678", ".68")
         assert catalog.table("ns.events").columns == schema_at(Path(table.location))
 

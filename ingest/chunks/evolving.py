@@ -35,7 +35,7 @@ from ingest.errors import MalformedChunkError
 from metastore.delta.metadata import action_columns, metadata_action, metadata_after
 from metastore.errors import SchemaConflictError, UserInputError
 from metastore.models import Column, SchemaEvolution, merge_proposals
-from metastore.store.schemas import DATA_SOURCE
+from metastore.store.schema_changes import DATA_SOURCE
 
 
 @dataclass(frozen=True)

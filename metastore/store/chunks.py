@@ -24,7 +24,7 @@ from metastore.models import Chunk, ChunkState, StagedFile, TableActivity, check
 from metastore.store.engine import Database, _db, _now, _out
 from metastore.store.namespaces import check_quota, fence_table
 from metastore.store.preconditions import Precondition, at, failed_precondition, guarded_update, state_in
-from metastore.store.schemas import finish_change
+from metastore.store.schema_changes import finish_change
 
 
 def chunk_from_row(row: Any) -> Chunk:

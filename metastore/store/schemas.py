@@ -31,135 +31,28 @@ from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.engine import Connection
 
 from metastore import schema as s
-from metastore.errors import ConflictError, NotFoundError, SchemaConflictError, UserInputError
+from metastore.errors import ConflictError, UserInputError
 from metastore.models import (
     Column,
     RecordedSchemaChange,
     SchemaChangeState,
     SchemaEvolution,
     Table,
-    check_transition,
     column_changes,
 )
-from metastore.store.engine import Database, _db, _now, _out
+from metastore.store.engine import Database, _db, _now
 from metastore.store.namespaces import fence_table
-from metastore.store.preconditions import guarded_update, state_in
-
-# The source of a schema change made by a chunk's data (then the chunks' ids): its columns count
-# against the table's max_new_columns.
-DATA_SOURCE = "chunk:"
-
-
-def _columns(value: Any) -> tuple[Column, ...]:
-    return tuple(Column(**c) for c in value)
-
-
-def _dump(columns: Sequence[Column]) -> list[dict[str, Any]]:
-    return [c.model_dump() for c in columns]
-
-
-def _text(columns: Sequence[Column]) -> str:
-    return ", ".join(f"{c.name} {c.sql_type}" for c in columns) or "(none)"
-
-
-def change_from_row(row: Any) -> RecordedSchemaChange:
-    m = row._mapping
-    return RecordedSchemaChange(
-        id=m["id"],
-        table_id=m["table_id"],
-        key=m["key"],
-        version=m["version"],
-        change=tuple(m["change"]),
-        before=_columns(m["before"]),
-        after=_columns(m["after"]),
-        source=m["source"],
-        state=SchemaChangeState(m["state"]),
-        at=_out(m["at"]),
-        done_at=_out(m["done_at"]),
-    )
-
-
-def _find(conn: Connection, table_id: int, key: str) -> RecordedSchemaChange | None:
-    c = s.schema_changes.c
-    row = conn.execute(sa.select(s.schema_changes).where(c.table_id == table_id, c.key == key)).first()
-    return None if row is None else change_from_row(row)
-
-
-def _locked_columns(conn: Connection, table_id: int) -> tuple[Column, ...]:
-    """The table's columns, its row locked until the transaction ends (PostgreSQL; SQLite holds its
-    write lock already): no other change of them commits between this read and our update."""
-    q = sa.select(s.tables.c.columns).where(s.tables.c.id == table_id)
-    if conn.dialect.name == "postgresql":
-        q = q.with_for_update()
-    value = conn.execute(q).scalar()
-    if value is None:
-        raise NotFoundError(f"table #{table_id} does not exist")
-    return _columns(value)
-
-
-def _require_columns(conn: Connection, table_id: int, key: str, before: Sequence[Column]) -> None:
-    """SchemaConflictError unless the table's columns are ``before`` (what change ``key`` started from)."""
-    current = _locked_columns(conn, table_id)
-    if current == tuple(before):
-        return
-    c = s.schema_changes.c
-    pending = conn.execute(
-        sa.select(c.key).where(
-            c.table_id == table_id, c.state == SchemaChangeState.PENDING.value, c.key != key
-        )
-    ).scalars()
-    waiting = ", ".join(pending)
-    raise SchemaConflictError(
-        f"schema change {key} of table #{table_id} started from the columns ({_text(before)}), but the "
-        f"table's are ({_text(current)}): another change came first; read the table's schema again"
-        + (f" (changes still pending: {waiting})" if waiting else "")
-    )
-
-
-def finish_change(
-    conn: Connection, table_id: int, key: str, version: int, now: datetime, *, strict: bool = True
-) -> RecordedSchemaChange | None:
-    """Give the table the columns of its pending schema change ``key``, made at Delta ``version``,
-    inside the caller's transaction (see the module's docstring, step 3). Finishing it again at
-    the same version returns it as it is.
-
-    ``strict=False``: if the table's columns are not the ones the change started from (an earlier
-    change whose commit is in the log has not finished yet), leave it pending and return None
-    instead of raising; a group commit does so, to record its chunks all the same.
-
-    Raises:
-        SchemaConflictError: the table's columns are not the ones the change started from.
-        ConflictError: the change is done already, at another version.
-        NotFoundError: no change ``key`` for the table (or no such table).
-    """
-    change = _find(conn, table_id, key)
-    if change is None:
-        raise NotFoundError(f"table #{table_id} has no schema change {key}")
-    if change.state is SchemaChangeState.DONE:
-        if change.version == version:
-            return change
-        raise ConflictError(
-            f"schema change {key} of table #{table_id} is done already, at version {change.version}, "
-            f"not {version}"
-        )
-    check_transition(change.state, SchemaChangeState.DONE)
-    if not strict and _locked_columns(conn, table_id) != change.before:
-        return None
-    _require_columns(conn, table_id, key, change.before)
-    conn.execute(sa.update(s.tables).where(s.tables.c.id == table_id).values(columns=_dump(change.after)))
-    c = s.schema_changes.c
-    row = guarded_update(
-        conn,
-        s.schema_changes,
-        c.id == change.id,
-        f"schema change {key} of table #{table_id}",
-        [state_in(c.state, [SchemaChangeState.PENDING])],
-        {"state": SchemaChangeState.DONE.value, "version": version, "done_at": _db(now)},
-    )
-    return change_from_row(row)
+from metastore.store.schema_changes import (
+    DATA_SOURCE,
+    change_from_row,
+    dump_columns,
+    find_change,
+    finish_change,
+    require_columns,
+)
+from metastore.store.tables import table_from_row
 
 
 class SchemaStore(Database):
@@ -192,24 +85,24 @@ class SchemaStore(Database):
             "table_id": table_id,
             "key": key,
             "change": changes,
-            "before": _dump(before),
-            "after": _dump(after),
+            "before": dump_columns(before),
+            "after": dump_columns(after),
             "source": source,
             "state": SchemaChangeState.PENDING.value,
             "at": _db(now or _now()),
         }
         with self.tx() as conn:
             fence_table(conn, table_id, self.label)
-            found = _find(conn, table_id, key)
+            found = find_change(conn, table_id, key)
             if found is None:
-                _require_columns(conn, table_id, key, before)
+                require_columns(conn, table_id, key, before)
                 insert = (postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert)(
                     s.schema_changes
                 )
                 conn.execute(
                     insert.values(**values).on_conflict_do_nothing(index_elements=["table_id", "key"])
                 )
-                found = _find(conn, table_id, key)
+                found = find_change(conn, table_id, key)
                 assert found is not None
         if (found.before, found.after, found.source) != (before, after, source):
             raise ConflictError(
@@ -266,6 +159,21 @@ class SchemaStore(Database):
         with self.read_tx() as conn:
             return [change_from_row(r) for r in conn.execute(q).all()]
 
+    def latest_schema_changes(self, table_ids: Sequence[int]) -> dict[int, RecordedSchemaChange]:
+        """Each of the tables' newest finished schema change (a table without one is left out), in one
+        statement for all of them (the status page asks for every table at once)."""
+        if not table_ids:
+            return {}
+        c = s.schema_changes.c
+        newest = (
+            sa.select(sa.func.max(c.id))
+            .where(c.table_id.in_(list(table_ids)), c.state == SchemaChangeState.DONE.value)
+            .group_by(c.table_id)
+        )
+        with self.read_tx() as conn:
+            rows = conn.execute(sa.select(s.schema_changes).where(c.id.in_(newest))).all()
+        return {change.table_id: change for change in map(change_from_row, rows)}
+
     def pending_schema_changes(self, table_id: int | None = None) -> list[RecordedSchemaChange]:
         """Changes recorded but not finished (of table ``table_id``, or of every table), oldest first."""
         c = s.schema_changes.c
@@ -295,8 +203,6 @@ class SchemaStore(Database):
             if max_new_columns < 0:
                 raise UserInputError(f"max new columns must be 0 or more, not {max_new_columns}")
             values["max_new_columns"] = max_new_columns
-        from metastore.store.tables import table_from_row  # tables → chunks → here: a cycle at import
-
         t = s.tables.c
         with self.tx() as conn:
             fence_table(conn, table_id, self.label)

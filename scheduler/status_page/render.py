@@ -282,6 +282,7 @@ def _timeline(t: dict[str, Any], companions: list[dict[str, Any]], now: datetime
     if t["links"]:
         names = ", ".join(f"<b>{_e(link)}</b>" for link in t["links"])
         extra.append(f'<span data-field="linked_as">linked as {names}</span>')
+    extra += _schema(t, now)
     extra.append(f"next roll {_e(clock_time(t['next_roll'], now))}")
     folded = "".join(_companion(c, now) for c in companions)
     return (
@@ -290,6 +291,20 @@ def _timeline(t: dict[str, Any], companions: list[dict[str, Any]], now: datetime
         f'<p class="muted">{" · ".join(extra)}</p>'
         f"{_error(t, now)}{_rows(t, now)}{folded}</article>"
     )
+
+
+def _schema(t: dict[str, Any], now: datetime) -> list[str]:
+    """What a table's card says of its schema: that it evolves from data, and its newest change."""
+    out = []
+    if t.get("schema_evolution", "none") != "none":
+        out.append(f'<span data-field="schema_evolution">schema evolves: {_e(t["schema_evolution"])}</span>')
+    change = t.get("last_schema_change")
+    if change:
+        out.append(
+            f'<span data-field="schema_change" data-version="{change["version"]}">schema changed at version '
+            f"{change['version']}, {_e(clock_time(change['at'], now))}: {_e(change['change'])}</span>"
+        )
+    return out
 
 
 def _companion(t: dict[str, Any], now: datetime) -> str:

@@ -26,14 +26,16 @@ from typing import Any
 import httpx
 import pytest
 
+from ingest.chunks import ChunkWriter
 from ingest.client import Client
+from ingest.formats import Format
 from metastore.catalog import Catalog
 from metastore.models import LateDataPolicy, Mode, RollOutcome, Table, parse_instant
 from scheduler.replication import Replicator
 from scheduler.roll import Roller
 from tests.api.fixtures import Server
 from tests.fixtures import make_table
-from tests.helpers import ROOT, wait_for
+from tests.helpers import ROOT, jsonl, wait_for
 from tests.scheduler.helpers import daemon_env
 
 CHROMIUM = os.environ.get("STREAMPART_CHROMIUM", "/usr/bin/chromium")
@@ -470,3 +472,26 @@ def _get(url: str) -> httpx.Response | None:
         return httpx.get(url, timeout=30)
     except httpx.TransportError:
         return None
+
+
+def test_a_tables_card_marks_its_schema_evolution_and_newest_change(fleet: Fleet, browser: Any) -> None:
+    """Issue 27: a table whose schema evolves says so, and its newest schema change (the version that
+    made it, what it changed) shows on its card and in status.json."""
+    cat = fleet.catalog
+    table = cat.schemas.set_evolution("ns.metrics", "add-columns")
+    row = {"id": 1, "ts": "2026-11-21T10:15:00Z", "msg": "m", "coupon": "X"}
+    version = ChunkWriter(cat, table).write(jsonl([row]), Format.JSONL).version
+    page = _open(browser, fleet.server.url, fleet.reader)
+    card = page.locator("article[data-table='ns.metrics']")
+    change = card.locator("[data-field='schema_change']")
+    change.wait_for()
+    assert change.get_attribute("data-version") == str(version)
+    assert "add coupon STRING" in change.inner_text()
+    assert card.locator("[data-field='schema_evolution']").inner_text() == "schema evolves: add-columns"
+    assert page.locator("article[data-table='ns.events'] [data-field='schema_change']").count() == 0
+    page.context.close()
+    answer = httpx.get(
+        f"{fleet.server.url}/ui/status.json", headers={"Authorization": f"Bearer {fleet.reader}"}, timeout=30
+    )
+    metrics = next(t for t in answer.json()["tables"] if t["table"] == "ns.metrics")
+    assert metrics["last_schema_change"]["version"] == version and metrics["columns"] == 4
