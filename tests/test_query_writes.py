@@ -388,3 +388,23 @@ def test_insert_by_name_brings_new_columns_to_an_evolving_table(spark, source: C
     assert made["created"] is True
     table = cat.table("ns.made")
     assert table.schema_evolution.value == "add-columns" and table.max_new_columns == 5
+
+
+def test_a_select_after_an_alter_in_sql_reads_the_new_column_and_the_widened_type(
+    spark, source: Catalog
+) -> None:
+    """Issue 27: ALTER TABLE in ``streampart query`` (no Spark), then a SELECT through Spark: old rows
+    read NULL in the new column and their values exact in the widened type."""
+    cat = source
+    query(cat, "ALTER TABLE ns.src ADD COLUMNS (coupon STRING)")
+    ChunkWriter(cat, cat.table("ns.src")).write(
+        b'{"id": 100, "ts": "2026-11-21T10:15:00Z", "msg": "m", "coupon": "X"}\n', Format.JSONL
+    )
+    got = CliRunner().invoke(
+        app,
+        ["--warehouse", str(cat.warehouse.root), "--metastore", cat.store.url, "query",
+         "SELECT id, coupon FROM ns.src WHERE id IN (1, 100) ORDER BY id", "--json"],
+    )  # fmt: skip
+    assert got.exit_code == 0, got.output
+    rows = [json.loads(line) for line in got.stdout.splitlines() if line.startswith("{")]
+    assert rows == [{"id": 1, "coupon": None}, {"id": 100, "coupon": "X"}]
