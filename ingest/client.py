@@ -168,14 +168,23 @@ class Client:
         if chunk["state"] != "reserved":
             return self.commit(chunk["id"], content_digest(data))
         hashing = _Hashing(data)  # digests the bytes as they stream out: the body is read once
-        try:
-            self.upload(chunk["id"], hashing.body, format)
-        except ApiRequestError as exc:
-            # an earlier attempt (whose answer was lost) committed it already: the commit says
-            if exc.code != "chunk_state":
-                raise
-            return self.commit(chunk["id"], content_digest(data))
-        return self.commit(chunk["id"], hashing.digest())
+        for attempt in range(1, SCHEMA_RETRIES + 1):
+            try:
+                self.upload(chunk["id"], hashing.body, format)
+            except ApiRequestError as exc:
+                # an earlier attempt (whose answer was lost) committed it already: the commit says
+                if exc.code != "chunk_state":
+                    raise
+                return self.commit(chunk["id"], content_digest(data))
+            try:
+                return self.commit(chunk["id"], hashing.digest())
+            except ApiRequestError as exc:
+                # staged before another writer added one of its new fields as another type (schema
+                # evolution): the chunk was released, nothing of it committed; upload it again, to
+                # be parsed as the table is now
+                if exc.code != "schema_conflict" or attempt == SCHEMA_RETRIES:
+                    raise
+        raise AssertionError("unreachable")
 
     # -- transport --------------------------------------------------------------------------
     def _call(self, method: str, path: str, body: Body | None = None, **kw: Any) -> httpx.Response:
@@ -215,6 +224,10 @@ class Client:
                     Retrying(method, self.url + path, problem, self.retry_for, self.backoff, self.max_backoff)
                 )
             time.sleep(delay)
+
+
+# How many times write() uploads a chunk again after its commit answered schema_conflict.
+SCHEMA_RETRIES = 3
 
 
 class _Hashing:

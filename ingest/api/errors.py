@@ -34,6 +34,7 @@ from metastore.errors import (
     QuotaExceededError,
     ReadOnlyLinkError,
     RetriableError,
+    SchemaConflictError,
     SecondaryWriteError,
     StorageFullError,
     StreampartError,
@@ -94,6 +95,8 @@ _MAP: list[tuple[type[BaseException], int, str, int | None]] = [
     (ChunkStateError, 409, "chunk_state", None),
     (ChunkBusyError, 409, "chunk_busy", 1),
     (IllegalTransitionError, 409, "conflict", None),
+    # a chunk staged before another writer added one of its new fields as another type: upload again
+    (SchemaConflictError, 409, "schema_conflict", None),
     (ConflictError, 409, "conflict", 1),
     (CommitTimeoutError, 503, "commit_timeout", 1),
     (NamespaceMovingError, 503, "namespace_moving", 1),

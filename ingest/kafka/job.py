@@ -47,7 +47,7 @@ from ingest.chunks import ChunkWriter, DeadLetter, time_bounds
 from ingest.chunks.evolving import proposal
 from ingest.config import ChunkConfig
 from ingest.errors import IngestError, IngestQueryError, StopRequestedError
-from ingest.evolution import joined_type
+from ingest.evolution import NewFields, joined_type
 from ingest.kafka.monitoring import GroupCommitter, IngestMetrics, batch_end_offsets, progress_latest_offsets
 from ingest.kafka.options import KafkaSourceOptions, check_offsets_spec, subscribe_options
 from ingest.kafka.staging import stage_spec, stage_task
@@ -259,6 +259,7 @@ class ChunkSink:
                 table.name,
             )
         self._query_id: str | None = None
+        self._ignorable: set[str] = set()  # fields whose names can never be columns (StageSpec)
         self.batches = 0
         self._idle = threading.Condition()
         self._in_batch = False
@@ -383,6 +384,7 @@ class ChunkSink:
                 self.config.max_value_bytes,
                 time_bounds(table, clock.now()),
                 added,
+                frozenset(self._ignorable),
             )
             staged = (
                 df.select("value", "topic", "partition", "offset")
@@ -409,6 +411,7 @@ class ChunkSink:
             for r in staged:
                 if r.ignored:
                     ignored.update(json.loads(r.ignored))
+            self._learn_ignorable(table, ignored)
             brings = any(
                 c.name not in {t.name for t in table.columns} for f in files for c in f.columns or ()
             )
@@ -421,6 +424,13 @@ class ChunkSink:
         raise IngestError(
             f"chunk {chunk.id}: the table's schema changed {_SCHEMA_RETRIES} times while it was staged"
         )
+
+    def _learn_ignorable(self, table: Table, ignored: Counter[str]) -> None:
+        """Remember the ignored fields whose names can never be columns (see ``StageSpec.ignorable``)."""
+        if table.schema_evolution is SchemaEvolution.NONE:
+            return
+        names = NewFields(table.columns, table.partition_column)
+        self._ignorable.update(name for name in ignored if names.refusal(name) is not None)
 
     def _committed(self, batch_id: int, rows: int, dead_letters: int, seconds: float) -> None:
         """Tell the monitoring (metrics, consumer group) that ``batch_id``'s offsets are committed."""

@@ -88,6 +88,9 @@ class StageSpec:
     row_wise: bytes
     evolving: bool = False  # whether fields the table lacks may become columns (schema evolution)
     columns: str | None = None  # JSON of the data files' columns when ``added`` ones are among them
+    # fields whose names can never be columns (not an identifier, a column's name but for case): on
+    # an evolving table the Arrow path counts them as ignored rather than leave the batch row-wise
+    ignorable: frozenset[str] = frozenset()
 
 
 def stage_spec(
@@ -98,6 +101,7 @@ def stage_spec(
     max_value_bytes: int,
     bounds: TimeBounds | None,
     added: Sequence[Column] = (),
+    ignorable: frozenset[str] = frozenset(),
 ) -> StageSpec:
     """The driver builds the spec of one micro-batch (``bounds``: one clock reading for every task;
     ``added``: new columns every task parses as known ones, when a first staging's tasks inferred a
@@ -127,6 +131,7 @@ def stage_spec(
         row_wise=pickle.dumps((warehouse, table, bounds, tuple(added))),
         evolving=fmt == "json" and table.schema_evolution is not SchemaEvolution.NONE,
         columns=json.dumps([c.model_dump() for c in columns]) if added else None,
+        ignorable=ignorable,
     )
 
 
@@ -239,8 +244,8 @@ def _arrow_json(spec: StageSpec, values: pa.Array, ignored: dict[str, int]) -> p
     if parsed.num_rows != n:
         return None
     extra = [name for name in parsed.column_names if name not in spec.schema.names]
-    if extra and spec.evolving:
-        return None
+    if spec.evolving and any(_may_become_column(spec, name, parsed.column(name).type) for name in extra):
+        return None  # the row-wise path infers its type
     counts = {name: n - parsed.column(name).null_count for name in extra}
     arrays = []
     for field, required in zip(spec.schema, spec.required, strict=True):
@@ -257,6 +262,13 @@ def _arrow_json(spec: StageSpec, values: pa.Array, ignored: dict[str, int]) -> p
         if count:
             ignored[name] = ignored.get(name, 0) + count
     return pa.Table.from_arrays(arrays, schema=spec.schema)
+
+
+def _may_become_column(spec: StageSpec, name: str, inferred: pa.DataType) -> bool:
+    """Whether an unknown field Arrow read as ``inferred`` may become a column (evolving tables):
+    not when its name never can, nor when it held only nulls or only nested values in the batch
+    (the row-wise path would refuse it too, ``ingest/evolution.py``)."""
+    return name not in spec.ignorable and not (pa.types.is_null(inferred) or pa.types.is_nested(inferred))
 
 
 class _RowWise:

@@ -144,7 +144,7 @@ def test_a_race_with_another_alter_is_409_and_changes_nothing(server: Server) ->
     store.record_schema_change(table.id, "theirs", table.columns, after, "alter")
     done = patch(server, table, {"add_columns": ["coupon STRING"]})
     assert done.status_code == 409, done.text
-    assert done.json()["error"] == "conflict" and "in progress" in done.json()["message"]
+    assert done.json()["error"] == "schema_conflict" and "in progress" in done.json()["message"]
     assert int(DeltaTable(table.location).version()) == version
     assert server.catalog.table(str(table.name)).columns == table.columns
     assert [c.key for c in store.schema_changes(table.id)] == ["theirs"]
@@ -177,3 +177,30 @@ def test_evolving_tables_take_new_fields_over_the_events_and_chunk_endpoints(ser
     ]  # fmt: skip
     stored = server.catalog.table(str(table.name))
     assert stored.columns == schema_at(Path(table.location)) and check_table(server.catalog, stored) == []
+
+
+def test_a_chunk_uploaded_before_another_writer_added_its_field_as_another_type_is_409_then_lands(
+    server: Server,
+) -> None:
+    """Issue 27: the chunk protocol's commit answers 409 ``schema_conflict`` (nothing committed, the
+    chunk open again) for a chunk staged before another writer added one of its new fields as
+    another type; uploaded again under its key, it is parsed as the table is now and lands."""
+    from ingest.client import Client
+    from ingest.errors import ApiRequestError
+
+    table = table_of(server, "alt.clash")
+    assert patch(server, table, {"schema_evolution": "add-columns"}).status_code == 200
+    name = str(table.name)
+    body = rows(range(10, 12), coupon=7)  # coupon as BIGINT
+    with Client(server.url, server.admin) as api:
+        chunk = api.open_chunk(name, "k-clash")
+        api.upload(chunk["id"], body)
+        api.write(name, rows(range(20, 21), coupon="text"))  # coupon STRING lands first
+        with pytest.raises(ApiRequestError) as refused:
+            api.commit(chunk["id"])
+        assert (refused.value.status, refused.value.code) == (409, "schema_conflict")
+        assert "coupon" in str(refused.value)
+        done = api.write(name, body, idempotency_key="k-clash")  # the same key: uploaded again
+    assert done["chunk"] == chunk["id"] and done["rows"] == 2
+    found = {r["id"]: r["coupon"] for r in DeltaTable(table.location).to_pyarrow_table().to_pylist()}
+    assert {i: found[i] for i in (10, 11, 20)} == {10: "7", 11: "7", 20: "text"}

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from ingest.kafka.staging import _stage, stage_spec, stage_task
+from ingest.kafka.staging import _arrow_json, _stage, stage_spec, stage_task
 from metastore.catalog import Catalog
 from tests.fixtures import make_table
 
@@ -123,3 +123,27 @@ def test_what_the_workers_unpickle_imports_no_metastore_nor_pydantic(sqlite_cata
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
+
+
+def test_on_an_evolving_table_only_a_field_that_may_become_a_column_leaves_the_arrow_path(
+    sqlite_catalog,
+) -> None:
+    """Issue 27: unknown fields that are nested or null in the batch, or whose names can never be
+    columns, are counted on the Arrow path; a scalar one sends the batch row by row, which infers
+    its type and reports the staged file's columns."""
+    table = sqlite_catalog.schemas.set_evolution(
+        make_table(sqlite_catalog, dead_letter=True, schema=SCHEMA), "add-columns"
+    )
+    base = {"id": 1, "ts": "2026-11-21T10:15:00Z"}
+    quiet = [json.dumps({**base, "nested": {"a": 1}, "none": None, "Id": 5}).encode()]
+    spec = stage_spec(
+        sqlite_catalog.warehouse, table, "c5", "json", 1 << 20, None, ignorable=frozenset({"Id"})
+    )
+    ignored: dict[str, int] = {}
+    assert spec.evolving and _arrow_json(spec, batch(quiet).column("value"), ignored) is not None
+    assert ignored == {"nested": 1, "Id": 1}  # (a null is not counted: Arrow cannot tell it from absent)
+    brings = [json.dumps({**base, "coupon": "X"}).encode()]
+    assert _arrow_json(spec, batch(brings).column("value"), {}) is None
+    out = _stage(spec, 0, iter([batch(brings)])).to_pylist()
+    [staged] = [r for r in out if r["path"] is not None]
+    assert [c["name"] for c in json.loads(staged["columns"])][-1] == "coupon"

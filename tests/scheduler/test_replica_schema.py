@@ -259,3 +259,22 @@ def test_a_copier_killed_around_the_commit_that_brings_a_schema_leaves_the_secon
 def _rows_old_schema(table: Table) -> list[tuple[Any, ...]]:
     got = delta_rows(table, columns="id, qty").to_pylist()
     return sorted((r["id"], r["qty"]) for r in got)
+
+
+def test_columns_the_data_added_reach_the_secondary_with_the_first_copy_needing_them(
+    catalog: Catalog, tmp_path: Path
+) -> None:
+    """Schema evolution from data (issue 27, step 6): a column a chunk's records added on the primary
+    and widened by a value past its range comes to the secondary as an ALTER's does."""
+    table = _setup(catalog, tmp_path, "c1", "c2")
+    [replica] = catalog.replicas.list(table)
+    _roll(catalog, table, _old_rows())
+    assert len(Replicator(catalog).replicate(table).copied) == 1
+    table = catalog.schemas.set_evolution(table, "add-and-widen")
+    _roll(catalog, table, _new_rows())  # brings coupon, and qty values past INT
+    table = catalog.table("ns.events")
+    assert _fields(table.location)["coupon"] == "string" and _fields(table.location)["qty"] == "long"
+    assert len(Replicator(catalog).replicate(table).copied) == 1
+    assert _fields(replica.location) == _fields(table.location)
+    copy = replica_table(table, replica)
+    assert _rows(copy) == _rows(table) and [r[:3] for r in _rows(copy)] == _expected()
