@@ -511,3 +511,31 @@ def test_a_chunk_bringing_no_new_field_runs_no_extra_statement_on_an_evolving_ta
     assert statements(evolving_writer, 10) == statements(plain, 10)
     brought = statements(evolving_writer, 20)  # (another chunk without a new field: the same again)
     assert brought == statements(plain, 20)
+
+
+def test_a_log_changed_behind_the_metastores_back_fails_only_the_chunks_that_bring_columns(
+    catalog: Catalog,
+) -> None:
+    """Another engine added a column to the log (the metastore never learns it: ``check`` names it):
+    a chunk that brings a new field cannot record its change and fails, naming the conflict, with
+    nothing of it committed; plain chunks keep landing. (In one group with plain chunks, only the
+    members bringing columns fail: ``schema_change_of``.)"""
+    from deltalake import Field
+    from deltalake.schema import PrimitiveType
+
+    table = evolving(catalog)
+    DeltaTable(table.location).alter.add_columns([Field("foreign", PrimitiveType("string"), nullable=True)])
+    results: dict[str, Any] = {}
+
+    def write(name: str, content: bytes) -> None:
+        try:
+            results[name] = ChunkWriter(catalog, table).write(content, Format.JSONL)
+        except SchemaConflictError as exc:
+            results[name] = exc
+
+    write("plain", rows([1]))
+    write("brings", rows([2], coupon="X"))
+    assert not isinstance(results["plain"], Exception)
+    assert isinstance(results["brings"], SchemaConflictError)
+    assert [r["id"] for r in log_rows(table)] == [1]
+    assert any(p.kind == "schema_mismatch" for p in check_table(catalog, catalog.table("ns.events")))

@@ -147,7 +147,12 @@ def schema_change_of(
         change, columns = plan_schema(lead, proposals, read_version, context, fail)
     except SchemaConflictError:  # the metastore is behind the log: an earlier change to finish first
         lead.catalog.schemas.settle(lead.table)
-        change, columns = plan_schema(lead, proposals, read_version, context, fail)
+        try:
+            change, columns = plan_schema(lead, proposals, read_version, context, fail)
+        except SchemaConflictError as exc:  # still behind (streampart check names it): these alone fail
+            for m in proposals:
+                fail(m, exc)
+            return None
     for m in proposals:
         m.item.columns = columns
     return change
