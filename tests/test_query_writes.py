@@ -408,3 +408,24 @@ def test_a_select_after_an_alter_in_sql_reads_the_new_column_and_the_widened_typ
     assert got.exit_code == 0, got.output
     rows = [json.loads(line) for line in got.stdout.splitlines() if line.startswith("{")]
     assert rows == [{"id": 1, "coupon": None}, {"id": 100, "coupon": "X"}]
+
+
+def test_a_link_shows_the_columns_its_sources_data_added(spark, catalog: Catalog) -> None:
+    """Issue 27: a link reads its source's snapshot, so columns the source's data added since the link
+    was made show through it (old rows NULL)."""
+    source = catalog.schemas.set_evolution(make_table(catalog, "b.t"), "add-columns")
+    ChunkWriter(catalog, source).write(records(range(2)), Format.JSONL)
+    catalog.links.create(
+        LinkSpec(name=TableName.parse("a.l"), source=TableName.parse("b.t"), include_streaming=True)
+    )
+    ChunkWriter(catalog, source).write(
+        b'{"id": 7, "ts": "2026-11-21T10:15:00Z", "msg": "m", "coupon": "X"}\n', Format.JSONL
+    )
+    got = CliRunner().invoke(
+        app,
+        ["--warehouse", str(catalog.warehouse.root), "--metastore", catalog.store.url, "query",
+         "SELECT id, coupon FROM a.l ORDER BY id", "--json"],
+    )  # fmt: skip
+    assert got.exit_code == 0, got.output
+    rows = [json.loads(line) for line in got.stdout.splitlines() if line.startswith("{")]
+    assert rows == [{"id": 0, "coupon": None}, {"id": 1, "coupon": None}, {"id": 7, "coupon": "X"}]
