@@ -41,7 +41,7 @@ import pyarrow as pa
 from ingest.errors import MalformedChunkError
 from metastore.delta.arrow import delta_type
 from metastore.errors import UserInputError
-from metastore.models import Column, SchemaEvolution, check_identifier
+from metastore.models import Column, SchemaEvolution, check_identifier, widening_refusal
 
 # The integer types, narrowest first, and the values each holds.
 INT_RANGES = {
@@ -56,7 +56,6 @@ _DECIMAL_CONTEXT = Context(prec=38, rounding=ROUND_HALF_EVEN)
 
 # the kinds of JSON values, in the order a chunk's types join (see the module's docstring)
 _LONG, _DOUBLE, _STRING, _BOOLEAN, _NESTED = "long", "double", "string", "boolean", "nested"
-_INT64 = (-(2**63), 2**63 - 1)
 
 
 def value_kind(value: Any) -> str | None:
@@ -66,7 +65,8 @@ def value_kind(value: Any) -> str | None:
     if isinstance(value, bool):
         return _BOOLEAN
     if isinstance(value, int):
-        return _LONG if _INT64[0] <= value <= _INT64[1] else _DOUBLE
+        low, high = INT_RANGES["long"]
+        return _LONG if low <= value <= high else _DOUBLE
     if isinstance(value, float):
         return _DOUBLE
     if isinstance(value, str):
@@ -140,12 +140,9 @@ def arrow_widening(column: Column, arrow: pa.DataType) -> str | None:
     declared = arrow_column_type(arrow)
     if declared is None or declared == column.type:
         return None
-    if column.type in INT_RANGES and declared in INT_RANGES:
-        return declared if _INTEGERS.index(declared) > _INTEGERS.index(column.type) else None
-    old, new = _DECIMAL.match(column.type), _DECIMAL.match(declared)
-    if old and new and old.group(2) == new.group(2) and int(new.group(1)) > int(old.group(1)):
-        return declared
-    return None
+    if column.type not in INT_RANGES and not _DECIMAL.match(column.type):
+        return None
+    return declared if widening_refusal(column.type, declared) is None else None
 
 
 def arrow_column_type(arrow: pa.DataType) -> str | None:

@@ -49,6 +49,15 @@ def query(cat: Catalog, sql: str, *args: str) -> dict[str, Any]:
     return json.loads(result.stdout.splitlines()[-1])
 
 
+def selected(cat: Catalog, sql: str) -> list[dict[str, Any]]:
+    """``streampart query SQL --json`` (a SELECT) in process: its rows, one JSON object each."""
+    got = CliRunner().invoke(
+        app, ["--warehouse", str(cat.warehouse.root), "--metastore", cat.store.url, "query", sql, "--json"]
+    )
+    assert got.exit_code == 0, got.output
+    return [json.loads(line) for line in got.stdout.splitlines() if line.startswith("{")]
+
+
 def chunks_of(cat: Catalog, name: str) -> list[Any]:
     return [c for c in cat.store.list_chunks(cat.table(name).id) if c.state is ChunkState.COMMITTED]
 
@@ -394,19 +403,13 @@ def test_a_select_after_an_alter_in_sql_reads_the_new_column_and_the_widened_typ
     spark, source: Catalog
 ) -> None:
     """Issue 27: ALTER TABLE in ``streampart query`` (no Spark), then a SELECT through Spark: old rows
-    read NULL in the new column and their values exact in the widened type."""
+    read NULL in the new column, the new row its value."""
     cat = source
     query(cat, "ALTER TABLE ns.src ADD COLUMNS (coupon STRING)")
     ChunkWriter(cat, cat.table("ns.src")).write(
         b'{"id": 100, "ts": "2026-11-21T10:15:00Z", "msg": "m", "coupon": "X"}\n', Format.JSONL
     )
-    got = CliRunner().invoke(
-        app,
-        ["--warehouse", str(cat.warehouse.root), "--metastore", cat.store.url, "query",
-         "SELECT id, coupon FROM ns.src WHERE id IN (1, 100) ORDER BY id", "--json"],
-    )  # fmt: skip
-    assert got.exit_code == 0, got.output
-    rows = [json.loads(line) for line in got.stdout.splitlines() if line.startswith("{")]
+    rows = selected(cat, "SELECT id, coupon FROM ns.src WHERE id IN (1, 100) ORDER BY id")
     assert rows == [{"id": 1, "coupon": None}, {"id": 100, "coupon": "X"}]
 
 
@@ -421,11 +424,5 @@ def test_a_link_shows_the_columns_its_sources_data_added(spark, catalog: Catalog
     ChunkWriter(catalog, source).write(
         b'{"id": 7, "ts": "2026-11-21T10:15:00Z", "msg": "m", "coupon": "X"}\n', Format.JSONL
     )
-    got = CliRunner().invoke(
-        app,
-        ["--warehouse", str(catalog.warehouse.root), "--metastore", catalog.store.url, "query",
-         "SELECT id, coupon FROM a.l ORDER BY id", "--json"],
-    )  # fmt: skip
-    assert got.exit_code == 0, got.output
-    rows = [json.loads(line) for line in got.stdout.splitlines() if line.startswith("{")]
+    rows = selected(catalog, "SELECT id, coupon FROM a.l ORDER BY id")
     assert rows == [{"id": 0, "coupon": None}, {"id": 1, "coupon": None}, {"id": 7, "coupon": "X"}]

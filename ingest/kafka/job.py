@@ -219,12 +219,13 @@ _SCHEMA_RETRIES = 3
 def _joined_types(table: Table, files: list[StagedFile]) -> tuple[Column, ...] | None:
     """None if the columns of ``files`` (staged by separate tasks) agree; else the new columns with
     their types joined over the tasks, for every task to parse as known columns."""
-    _, [reason] = merge_proposals(table.columns, [proposal(files)], table.partition_column, widen=True)
+    brought = proposal(files)
+    _, [reason] = merge_proposals(table.columns, [brought], table.partition_column, widen=True)
     if reason is None:
         return None
     known = {c.name for c in table.columns}
     kinds: dict[str, Counter[str]] = {}
-    for c in proposal(files):
+    for c in brought:
         if c.name not in known:
             kinds.setdefault(c.name, Counter())[c.type] += 1
     return tuple(Column(name=name, type=joined_type(seen) or "string") for name, seen in kinds.items())
@@ -412,9 +413,8 @@ class ChunkSink:
                 if r.ignored:
                     ignored.update(json.loads(r.ignored))
             self._learn_ignorable(table, ignored)
-            brings = any(
-                c.name not in {t.name for t in table.columns} for f in files for c in f.columns or ()
-            )
+            known = {c.name for c in table.columns}
+            brings = any(c.name not in known for f in files for c in f.columns or ())
             joined = _joined_types(table, files)
             if not (brings and self.writer.refresh_columns()) and joined is None:
                 return self.writer.stage_files(chunk, files, bad), dict(ignored)

@@ -106,7 +106,6 @@ def stage_spec(
     """The driver builds the spec of one micro-batch (``bounds``: one clock reading for every task;
     ``added``: new columns every task parses as known ones, when a first staging's tasks inferred a
     new field's type differently)."""
-    import json
 
     from metastore.delta.arrow import data_schema
     from metastore.delta.layout import staging_path
@@ -130,7 +129,7 @@ def stage_spec(
         arrow_json=arrow_json,
         row_wise=pickle.dumps((warehouse, table, bounds, tuple(added))),
         evolving=fmt == "json" and table.schema_evolution is not SchemaEvolution.NONE,
-        columns=json.dumps([c.model_dump() for c in columns]) if added else None,
+        columns=columns_json(columns) if added else None,
         ignorable=ignorable,
     )
 
@@ -173,6 +172,13 @@ def _stage(spec: StageSpec, task: int, batches: Iterator[pa.RecordBatch]) -> pa.
     return pa.RecordBatch.from_pylist(rows + _ignored_row(ignored), schema=STAGED_SCHEMA)
 
 
+def columns_json(columns: Sequence[Column]) -> str:
+    """``columns`` as a staged file's row carries them (``STAGED_SCHEMA``'s ``columns``)."""
+    import json
+
+    return json.dumps([c.model_dump() for c in columns])
+
+
 def _ignored_row(ignored: dict[str, int]) -> list[dict[str, Any]]:
     import json
 
@@ -202,8 +208,8 @@ def _write(spec: StageSpec, relative: str, data: pa.Table) -> int:
 def _arrow_json(spec: StageSpec, values: pa.Array, ignored: dict[str, int]) -> pa.Table | None:
     """``values`` (JSON objects) parsed into the table's columns by Arrow, or None if the batch
     must go row by row (see the module docstring). Fields the table has no column for are counted
-    into ``ignored``; on a table whose schema evolves, a batch that holds some goes row by row,
-    where their types are inferred."""
+    into ``ignored``; on a table whose schema evolves, a batch holding one that may become a column
+    (:func:`_may_become_column`) goes row by row, where its type is inferred."""
     import pyarrow.compute as pc
     import pyarrow.json as pj
 
@@ -312,7 +318,6 @@ class _RowWise:
     ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         """Stage the good rows (those of the Arrow path too); returns (files, bad records). The
         fields the records held that the table has no column for are counted into ``ignored``."""
-        import json
 
         from ingest.chunks import write_staged_files
 
@@ -325,7 +330,7 @@ class _RowWise:
             data = whole.select(data.column_names).cast(data.schema)
         prefix = f"{self.spec.chunk_id}-{task:05d}"
         files = write_staged_files(self.warehouse, self.table, prefix, data, parsed.columns)
-        columns = None if parsed.columns is None else json.dumps([c.model_dump() for c in parsed.columns])
+        columns = None if parsed.columns is None else columns_json(parsed.columns)
         rows = [
             {
                 "path": f.path,
