@@ -15,6 +15,8 @@ from tests.fixtures import (  # noqa: F401
     metastore_url,
     private_pg,
     private_pg_server,
+    s3_root,
+    s3_server,
     spark,
     spark_standalone,
     sqlite_catalog,

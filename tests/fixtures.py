@@ -186,6 +186,28 @@ def spark_standalone(tmp_path_factory: pytest.TempPathFactory):
 
 
 @pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory):
+    """One real S3 server per session (moto's, behind a fault proxy: ``tests/s3server.py``)."""
+    from tests.s3server import S3Server
+
+    server = S3Server(tmp_path_factory.mktemp("s3")).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def s3_root(s3_server, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """``s3://<a new bucket>/warehouse``, with the standard AWS variables pointing this process (and
+    the processes it starts) at the session's S3 server through its fault proxy (no fault armed)."""
+    for key, value in s3_server.env().items():
+        monkeypatch.setenv(key, value)
+    bucket = s3_server.create_bucket()
+    s3_server.proxy.clear()
+    yield f"s3://{bucket}/warehouse"
+    s3_server.proxy.clear()
+
+
+@pytest.fixture(scope="session")
 def private_pg_server(tmp_path_factory: pytest.TempPathFactory):
     """One private PostgreSQL instance per session (``tests.private_pg.PrivatePostgres``), never the
     shared server: tests may stop it (``.stop("immediate")`` is a dead backend) and start it again.
