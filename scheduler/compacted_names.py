@@ -1,18 +1,21 @@
 """The names a sweep attempt writes under, which crash safety reads back (see ``Roller._remove_leftovers``).
 
-A compacted file is ``part-<roll>-v<version>-<attempt>-<k>.snappy.parquet`` (``.<name>.tmp``
-while the local engine writes it), where <version> is the Delta version its sweep's snapshot was
-loaded at. The Spark engine first writes into the hidden directory
-``.part-<roll>-v<version>-<attempt>.spark`` inside the partition directory, then renames each
-file to a compacted name. Files of releases before the version was named have no
-``v<version>-``: they count as -1.
+A compacted file is ``part-<roll>-v<version>-<attempt>-<k>.snappy.parquet`` (while the local
+engine writes it to a local disk, ``.<name>.<hex>.tmp``: ``metastore.storage.open_output``, and
+``.<name>.tmp`` before that; in a bucket an upload has no name until it completes), where
+<version> is the Delta version its sweep's snapshot was loaded at. The Spark engine first
+writes into the hidden directory ``.part-<roll>-v<version>-<attempt>.spark`` inside the
+partition directory, then renames each file to a compacted name. Files of releases before the
+version was named have no ``v<version>-``: they count as -1.
 """
 
 from __future__ import annotations
 
 import re
 
-_COMPACTED = re.compile(r"^\.?part-[0-9a-f]{8}-(?:v(\d+)-)?[0-9a-f]{8}-\d{5}\.snappy\.parquet(?:\.tmp)?$")
+_COMPACTED = re.compile(
+    r"^\.?part-[0-9a-f]{8}-(?:v(\d+)-)?[0-9a-f]{8}-\d{5}\.snappy\.parquet(?:(?:\.[0-9a-f]{32})?\.tmp)?$"
+)
 _SPARK_ATTEMPT = re.compile(r"^\.part-[0-9a-f]{8}-v(\d+)-[0-9a-f]{8}\.spark$")
 
 

@@ -25,15 +25,15 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 from ingest.commit_holders import PREFIX as HOLDER_PREFIX
 from ingest.config import ChunkConfig
-from metastore import clock
+from metastore import clock, storage
 from metastore.catalog import Catalog
 from metastore.delta.checkpoints import MIN_LOG_RETENTION, last_checkpoint_version, log_entries, log_settings
 from metastore.delta.files import live_files, remove_file
@@ -149,9 +149,8 @@ class Housekeeper:
         swept by a roll — until the retention period has passed since that roll.
         """
         cutoff = now - self.config.retention
-        root = Path(table.location)
-        staging = root / STAGING_DIR
-        if not staging.is_dir():
+        cutoff_ms = cutoff.timestamp() * 1000
+        if not storage.is_dir(storage.join(table.location, STAGING_DIR)):
             return []
         store, wh = self.catalog.store, self.catalog.warehouse
         # chunks that may still commit are listed *before* the snapshot is loaded: a chunk that
@@ -160,30 +159,32 @@ class Housekeeper:
         live = {f.path for f in live_files(wh.load(table))}
         rolled_at: dict[datetime, datetime | None] = {}
         removed = []
-        for path in staged_files(table):
-            rel = path.relative_to(root).as_posix()
-            if rel in live or path.stat().st_mtime >= cutoff.timestamp():
+        for rel, entry in staged_files(table):
+            if rel in live or entry.mtime_ms >= cutoff_ms:
                 continue
-            chunk_id = chunk_of_staged(path.name)
+            chunk_id = chunk_of_staged(entry.name)
             if chunk_id in active or not self._chunk_done_with(table, chunk_id, cutoff, rolled_at):
                 continue
             remove_file(table, rel)
             removed.append(rel)
-        for directory in staging_partition_dirs(table):
-            # a streaming partition's staging directory, emptied: a commit that links into it
-            # just as it goes makes it again (metastore/delta/staging.py)
-            with contextlib.suppress(OSError):
-                if directory.stat().st_mtime < cutoff.timestamp():
-                    directory.rmdir()  # only if empty
+        if not storage.is_remote(table.location):  # a bucket has no directories to remove
+            for directory in staging_partition_dirs(table):
+                # a streaming partition's staging directory, emptied: a commit that links into it
+                # just as it goes makes it again (metastore/delta/staging.py)
+                path = os.path.join(table.location, directory)
+                with contextlib.suppress(OSError):
+                    if os.stat(path).st_mtime < cutoff.timestamp():
+                        os.rmdir(path)  # only if empty
         # temporary files (and Spark attempts' hidden directories) of compactions interrupted by a
         # crash: never part of any snapshot
         prefix = f"{table.partition_column}="
-        for directory in root.iterdir():
-            if directory.is_dir() and directory.name.startswith(prefix):
-                for path in directory.iterdir():
-                    tmp = path.name.startswith(".") and path.name.endswith((".tmp", ".spark"))
-                    if tmp and path.stat().st_mtime < cutoff.timestamp():
-                        rel = f"{directory.name}/{path.name}"
+        for top in storage.list_dir(table.location):
+            if top.is_dir and top.name.startswith(prefix):
+                for entry in storage.list_dir(storage.join(table.location, top.name)):
+                    tmp = entry.name.startswith(".") and entry.name.endswith((".tmp", ".spark"))
+                    # a bucket's "directory" has no time of its own (0): Spark never writes to one
+                    if tmp and 0 < entry.mtime_ms < cutoff_ms:
+                        rel = f"{top.name}/{entry.name}"
                         remove_file(table, rel)
                         removed.append(rel)
         if removed:

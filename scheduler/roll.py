@@ -25,13 +25,12 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from metastore import clock
+from metastore import clock, storage
 from metastore.catalog import Catalog
 from metastore.crashpoints import crashpoint, pausepoint
 from metastore.delta.arrow import conform, data_schema
@@ -450,13 +449,13 @@ class _CompactedFiles:
         target_size: int,
     ) -> None:
         self.table, self.value, self._name, self._target_size = table, value, name, target_size
-        self.directory = Path(table.location) / partition_dir(table, value)
-        self.directory.mkdir(parents=True, exist_ok=True)
+        self.directory = partition_dir(table, value)
         self.columns, self.schema = columns, data_schema(columns)
         self.out: list[tuple[str, datetime, int]] = []  # the finished files: path, value, rows
         self._writer: pq.ParquetWriter | None = None
-        self._tmp: Path | None = None
-        self._final: Path | None = None
+        # the file being written: it appears whole under its name when closed (storage.open_output)
+        self._output: contextlib.ExitStack | None = None
+        self._final: str | None = None
         self._rows = self._written = 0
         # Rows read but not yet written: they go out as one row group (see ROW_GROUP_ROWS), not
         # as one row group per chunk file, which would leave 100-row row groups behind.
@@ -466,43 +465,48 @@ class _CompactedFiles:
     def add(self, f: LiveFile) -> None:
         """Append one source file's rows (finishing the file being written once it is big enough)."""
         if self._writer is None:
-            self._final = self.directory / self._name(len(self.out))
-            self._tmp = self.directory / f".{self._final.name}.tmp"
-            self._writer = pq.ParquetWriter(self._tmp, self.schema, compression=COMPRESSION)
-        source = pq.ParquetFile(Path(self.table.location) / f.path)
-        for group in range(source.num_row_groups):  # a row group at a time: memory stays bounded
-            data = source.read_row_group(group)
-            self._pending.append(data if data.schema == self.schema else conform(data, self.columns))
-            self._pending_rows += data.num_rows
-            self._pending_bytes += data.nbytes
-            self._rows += data.num_rows
-            if self._pending_rows >= ROW_GROUP_ROWS or self._pending_bytes >= ROW_GROUP_BYTES:
-                self._flush()
+            self._final = f"{self.directory}/{self._name(len(self.out))}"
+            self._output = contextlib.ExitStack()
+            target = storage.join(self.table.location, self._final)
+            sink = self._output.enter_context(storage.open_output(target))
+            self._writer = pq.ParquetWriter(sink, self.schema, compression=COMPRESSION)
+        with storage.open_input(storage.join(self.table.location, f.path)) as handle:
+            source = pq.ParquetFile(handle)
+            for group in range(source.num_row_groups):  # a row group at a time: memory stays bounded
+                data = source.read_row_group(group)
+                self._pending.append(data if data.schema == self.schema else conform(data, self.columns))
+                self._pending_rows += data.num_rows
+                self._pending_bytes += data.nbytes
+                self._rows += data.num_rows
+                if self._pending_rows >= ROW_GROUP_ROWS or self._pending_bytes >= ROW_GROUP_BYTES:
+                    self._flush()
         self._written += f.size
         if self._written >= self._target_size:
             self.close()
 
     def close(self) -> None:
-        """Finish the file being written, if any: its last rows written, renamed into place."""
+        """Finish the file being written, if any: its last rows written, and it appears whole."""
         if self._writer is None:
             return
-        assert self._tmp is not None and self._final is not None
+        assert self._output is not None and self._final is not None
         self._flush()
         self._writer.close()
         self._writer = None
-        os.replace(self._tmp, self._final)
-        self.out.append(
-            (f"{partition_dir(self.table, self.value)}/{self._final.name}", self.value, self._rows)
-        )
+        self._output.close()  # the file appears under its name (a rename; an upload completed)
+        self._output = None
+        self.out.append((self._final, self.value, self._rows))
         self._rows, self._written = 0, 0
 
     def discard_open(self) -> None:
-        """After a failure: close and delete the file being written (the finished ones are in ``out``)."""
+        """After a failure: drop the file being written (the finished ones are in ``out``): it never
+        appears under its name."""
         if self._writer is not None:
             with contextlib.suppress(Exception):
                 self._writer.close()
-        if self._tmp is not None:
-            self._tmp.unlink(missing_ok=True)
+            self._writer = None
+        if self._output is not None:
+            self._output.__exit__(RollFailedError, RollFailedError("compaction abandoned"), None)
+            self._output = None
 
     def _flush(self) -> None:
         assert self._writer is not None

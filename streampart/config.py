@@ -42,6 +42,8 @@ from metastore.clusters import Cluster, check_spark_master
 from metastore.durations import Duration
 from metastore.errors import UserInputError
 from metastore.federation import SECRET_ENV_PREFIX
+from metastore.storage import configure as configure_storage
+from metastore.storage.options import DEFAULT_RETRIES, DEFAULT_RETRY_TIMEOUT, S3Options
 from scheduler.config import RollConfig, SchedulerConfig, check_heartbeat
 
 # The TOML file of the settings being loaded: load_settings names it for its own call only (a
@@ -165,12 +167,65 @@ class SqlServerConfig(BaseModel):
     )
 
 
+class StorageConfig(BaseModel):
+    """How this process reaches S3-compatible buckets (a warehouse or cluster storage at ``s3://…``).
+
+    Unset keys fall back to the standard AWS variables (``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``,
+    ``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``, ``AWS_REGION``), then the AWS config files.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    endpoint: str | None = Field(
+        None,
+        description="The store's URL, e.g. http://127.0.0.1:9000 for a local MinIO (plain http:// is "
+        "allowed as given); default: AWS S3.",
+    )
+    region: str | None = Field(None, description="Region requests are signed for (default us-east-1).")
+    access_key_id: SecretStr | None = Field(None, description="Access key id (a secret: never printed).")
+    secret_access_key: SecretStr | None = Field(None, description="Secret access key (never printed).")
+    session_token: SecretStr | None = Field(None, description="Session token of temporary credentials.")
+    retries: int = Field(
+        DEFAULT_RETRIES,
+        ge=0,
+        le=20,
+        description="Retries of a request that failed (5xx, dropped, timed out).",
+    )
+    retry_timeout: Duration = Field(
+        DEFAULT_RETRY_TIMEOUT, gt=timedelta(0), description="How long one request is retried at most."
+    )
+
+    def options(self) -> S3Options:
+        def secret(value: SecretStr | None) -> str | None:
+            return value.get_secret_value() if value is not None else None
+
+        return S3Options(
+            endpoint=self.endpoint,
+            region=self.region,
+            access_key_id=secret(self.access_key_id),
+            secret_access_key=secret(self.secret_access_key),
+            session_token=secret(self.session_token),
+            retries=self.retries,
+            retry_timeout=self.retry_timeout,
+        )
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="STREAMPART_", env_nested_delimiter="__", frozen=True, extra="forbid"
     )
 
-    warehouse: Path = Field(Path("./warehouse"), description="Root directory of the warehouse.")
+    warehouse: str = Field(
+        "./warehouse",
+        description="Root of the warehouse: a directory, or s3://bucket/prefix in an S3-compatible store "
+        "(see [storage]; its metastore is then given with `metastore`).",
+    )
+
+    @field_validator("warehouse", mode="before")
+    @classmethod
+    def _warehouse_text(cls, value: Any) -> Any:
+        return str(value) if isinstance(value, Path) else value
+
     # a secret: a PostgreSQL URL may hold a password, masked in reprs, dumps and logs
     metastore: SecretStr | None = Field(
         None,
@@ -190,6 +245,9 @@ class Settings(BaseSettings):
     )
     federation: FederationConfig = Field(
         default_factory=FederationConfig, description="Federated metastores, as this process reaches them."
+    )
+    storage: StorageConfig = Field(
+        default_factory=StorageConfig, description="S3-compatible stores, as this process reaches them."
     )
 
     @model_validator(mode="after")
@@ -362,7 +420,9 @@ def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings
         raise UserInputError(f"config file {config_file} does not exist")
     try:
         with _reading(config_file):
-            return Settings(**_given(overrides))
+            settings = Settings(**_given(overrides))
+        configure_storage(settings.storage.options())  # every store this process opens from now on
+        return settings
     except ValidationError as exc:
         source = str(config_file or os.environ.get("STREAMPART_CONFIG") or "") or None
         raise UserInputError(f"invalid configuration: {_problems(exc, source)}") from None

@@ -108,7 +108,7 @@ def run_clusters_demo(catalog: Catalog, console: Console) -> None:
     _drop(catalog, CLUSTERS_DEMO)
     registered = {c.name for c in catalog.clusters.list()}
     for name in ("dc1", "dc2"):  # two storage roots (in a deployment: two data centres' file systems)
-        storage = catalog.warehouse.root / "_demo_clusters" / name
+        storage = catalog.warehouse.local_dir / "_demo_clusters" / name
         storage.mkdir(parents=True, exist_ok=True)
         if name not in registered:
             catalog.clusters.add(name, str(storage), "local[2]")

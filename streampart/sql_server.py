@@ -117,10 +117,9 @@ class SqlServer:
 
         from streampart.query import spark_session
 
-        if running_server(self.catalog.warehouse.root) is not None:
-            raise UserInputError(
-                f"a SQL server already serves this warehouse ({server_file(self.catalog.warehouse.root)})"
-            )
+        here = self.catalog.warehouse.local_dir
+        if running_server(here) is not None:
+            raise UserInputError(f"a SQL server already serves this warehouse ({server_file(here)})")
         _check_free(self.host, self.port)  # Hive's Thrift server exits the JVM if it cannot listen
         conf = {
             **self.spark_config.conf,
@@ -160,12 +159,12 @@ class SqlServer:
             ) from None
         hooks_class.install(bridge, self._server)
         info = ServerInfo(self.host, self.port, os.getpid(), self.secret)
-        write_server_file(self.catalog.warehouse.root, info)
+        write_server_file(self.catalog.warehouse.local_dir, info)
         return info
 
     def stop(self) -> None:
-        path = server_file(self.catalog.warehouse.root)
-        running = running_server(self.catalog.warehouse.root)
+        path = server_file(self.catalog.warehouse.local_dir)
+        running = running_server(self.catalog.warehouse.local_dir)
         if running is not None and running.pid == os.getpid():
             path.unlink(missing_ok=True)
         if self._server is not None:

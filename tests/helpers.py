@@ -26,7 +26,10 @@ def delta_rows(table: Table, version: int | None = None, columns: str = "id, ts_
     """The table's rows read by delta-rs' own query engine (an independent Delta reader)."""
     from deltalake import DeltaTable, QueryBuilder
 
-    dt = DeltaTable(table.location) if version is None else DeltaTable(table.location, version=version)
+    from metastore.storage import delta_options
+
+    options = delta_options(table.location)  # a table in a bucket: the AWS variables the tests set
+    dt = DeltaTable(table.location, version=version, storage_options=options)
     return pa.table(QueryBuilder().register("t", dt).execute(f"SELECT {columns} FROM t").read_all())
 
 
@@ -158,7 +161,7 @@ def sql_server(warehouse: Path, env: dict[str, str], log_path: Path, timeout: fl
         )
     try:
         info = wait_for(
-            lambda: proc.poll() is not None or running_server(warehouse.resolve()),
+            lambda: proc.poll() is not None or running_server(Path(warehouse).resolve()),
             "the SQL server to listen",
             timeout=timeout,
         )

@@ -13,13 +13,16 @@ unless a test arms a fault for requests matching a method and a key pattern:
   retry is taken for a new attempt);
 - ``"stall"``: hold the request for ``seconds`` before forwarding (a timeout).
 
-Processes the tests start reach the store through the proxy's URL (``AWS_ENDPOINT_URL``) too.
+The proxy is a process of its own (a test reading a bucket through delta-rs holds the GIL while
+it waits for the store, so a proxy thread in the test process would never answer it); the tests,
+and the processes they start, reach the store through its URL (``AWS_ENDPOINT_URL``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import http.client
+import json
 import os
 import re
 import signal
@@ -45,7 +48,7 @@ def free_port() -> int:
 
 
 @dataclass
-class Fault:
+class _Armed:
     method: str
     pattern: re.Pattern[str]
     kind: str
@@ -54,12 +57,14 @@ class Fault:
     hits: int = 0
 
 
-class FaultProxy:
-    """An HTTP proxy in front of the store, in a thread of the test process."""
+class _ProxyServer:
+    """The proxy itself, run in its own process (``python -m tests.s3server PORT UPSTREAM``): a test
+    process that reads a bucket through delta-rs holds the GIL while it waits for the store, so a
+    proxy thread in it would not answer. Controlled over HTTP at ``/__proxy/…``."""
 
-    def __init__(self, upstream_port: int) -> None:
+    def __init__(self, port: int, upstream_port: int) -> None:
         self.upstream_port = upstream_port
-        self.faults: list[Fault] = []
+        self.faults: dict[int, _Armed] = {}
         self.lock = threading.Lock()
         self.requests: list[tuple[str, str]] = []
         proxy = self
@@ -71,35 +76,46 @@ class FaultProxy:
                 pass
 
             def _any(self) -> None:
-                proxy.handle(self)
+                if self.path.startswith("/__proxy/"):
+                    proxy.control(self)
+                else:
+                    proxy.handle(self)
 
             do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _any
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self.server.daemon_threads = True
-        self.port = self.server.server_address[1]
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
 
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def arm(self, method: str, pattern: str, kind: str, times: int = 1, seconds: float = 0.0) -> Fault:
-        """Make the next ``times`` requests of ``method`` whose path matches ``pattern`` fail as ``kind``."""
-        fault = Fault(method, re.compile(pattern), kind, times, seconds)
+    def control(self, h: BaseHTTPRequestHandler) -> None:
+        length = int(h.headers.get("Content-Length") or 0)
+        body = json.loads(h.rfile.read(length) or b"{}") if length else {}
         with self.lock:
-            self.faults.append(fault)
-        return fault
+            if h.path == "/__proxy/arm":
+                fid = len(self.faults) + 1
+                self.faults[fid] = _Armed(
+                    body["method"], re.compile(body["pattern"]), body["kind"], body["times"], body["seconds"]
+                )
+                answer: object = {"id": fid}
+            elif h.path == "/__proxy/clear":
+                self.faults.clear()
+                answer = {}
+            elif h.path.startswith("/__proxy/hits/"):
+                fault = self.faults.get(int(h.path.rsplit("/", 1)[1]))
+                answer = {"hits": fault.hits if fault else 0}
+            else:  # /__proxy/requests
+                answer = {"requests": self.requests}
+        payload = json.dumps(answer).encode()
+        h.send_response(200)
+        h.send_header("Content-Length", str(len(payload)))
+        h.send_header("Connection", "close")
+        h.close_connection = True
+        h.end_headers()
+        h.wfile.write(payload)
 
-    def clear(self) -> None:
-        with self.lock:
-            self.faults.clear()
-
-    def _fault_for(self, method: str, path: str) -> Fault | None:
+    def _fault_for(self, method: str, path: str) -> _Armed | None:
         with self.lock:
             self.requests.append((method, path))
-            for fault in self.faults:
+            for fault in self.faults.values():
                 if fault.times > 0 and fault.method == method and fault.pattern.search(path):
                     fault.times -= 1
                     fault.hits += 1
@@ -115,6 +131,8 @@ class FaultProxy:
             payload = b"<Error><Code>SlowDown</Code><Message>Reduce your request rate.</Message></Error>"
             h.send_response(503)
             h.send_header("Content-Length", str(len(payload)))
+            h.send_header("Connection", "close")
+            h.close_connection = True
             h.end_headers()
             h.wfile.write(payload)
             return
@@ -143,13 +161,89 @@ class FaultProxy:
         # a HEAD's answer has no body but tells the object's length
         told = resp.getheader("Content-Length") if h.command == "HEAD" else None
         h.send_header("Content-Length", told or str(len(data)))
+        h.send_header("Connection", "close")  # one request per connection, as the store behind
+        h.close_connection = True
         h.end_headers()
         if h.command != "HEAD":
             h.wfile.write(data)
 
+
+class Fault:
+    """A fault armed in the proxy; :attr:`hits` asks it how many requests it has failed so far."""
+
+    def __init__(self, proxy: FaultProxy, fid: int) -> None:
+        self._proxy, self._id = proxy, fid
+
+    @property
+    def hits(self) -> int:
+        return int(str(self._proxy.call(f"hits/{self._id}")["hits"]))
+
+
+class FaultProxy:
+    """The fault proxy in front of the store (its own process), as the tests steer it."""
+
+    def __init__(self, upstream_port: int, log_dir: Path) -> None:
+        self.port = free_port()
+        log = open(log_dir / "proxy.log", "wb")  # noqa: SIM115 - the process writes it
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "tests.s3server", str(self.port), str(upstream_port)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            cwd=Path(__file__).resolve().parent.parent,
+        )
+        _wait_for_port(self.port, self.process, log_dir / "proxy.log")
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def call(self, what: str, body: dict[str, object] | None = None) -> dict[str, object]:
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+        payload = json.dumps(body or {}).encode()
+        conn.request("POST", f"/__proxy/{what}", body=payload, headers={"Content-Length": str(len(payload))})
+        answer = json.loads(conn.getresponse().read())
+        conn.close()
+        return dict(answer)
+
+    def arm(self, method: str, pattern: str, kind: str, times: int = 1, seconds: float = 0.0) -> Fault:
+        """Make the next ``times`` requests of ``method`` whose path matches ``pattern`` fail as ``kind``."""
+        body = {"method": method, "pattern": pattern, "kind": kind, "times": times, "seconds": seconds}
+        return Fault(self, int(str(self.call("arm", body)["id"])))
+
+    def clear(self) -> None:
+        self.call("clear")
+
+    @property
+    def requests(self) -> list[tuple[str, str]]:
+        found = self.call("requests")["requests"]
+        assert isinstance(found, list)
+        return [(str(method), str(path)) for method, path in found]
+
     def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        _stop(self.process)
+
+
+def _wait_for_port(port: int, process: subprocess.Popen[bytes], log: Path) -> None:
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return
+        except OSError:
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"a test server did not start: see {log}") from None
+            time.sleep(0.1)
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
 
 
 class S3Server:
@@ -159,7 +253,7 @@ class S3Server:
         self.log_dir = log_dir
         self.port = free_port()
         self.process: subprocess.Popen[bytes] | None = None
-        self.proxy = FaultProxy(self.port)
+        self.proxy: FaultProxy
 
     def start(self) -> S3Server:
         binary = Path(sys.executable).with_name("moto_server")
@@ -170,16 +264,8 @@ class S3Server:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=1):
-                    break
-            except OSError:
-                if self.process.poll() is not None or time.monotonic() > deadline:
-                    log_file = self.log_dir / "moto.log"
-                    raise RuntimeError(f"moto_server did not start: see {log_file}") from None
-                time.sleep(0.1)
+        _wait_for_port(self.port, self.process, self.log_dir / "moto.log")
+        self.proxy = FaultProxy(self.port, self.log_dir)
         return self
 
     @property
@@ -218,10 +304,9 @@ class S3Server:
 
     def stop(self) -> None:
         self.proxy.stop()
-        if self.process is not None and self.process.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
+        if self.process is not None:
+            _stop(self.process)
+
+
+if __name__ == "__main__":
+    _ProxyServer(int(sys.argv[1]), int(sys.argv[2])).server.serve_forever()

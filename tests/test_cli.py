@@ -65,7 +65,7 @@ def run(
         [*COMMAND, "--warehouse", str(warehouse), *argv],
         capture_output=True,
         text=True,
-        cwd=warehouse.parent,
+        cwd=Path(warehouse).parent,
         env=environment,
         timeout=timeout,
         stdin=subprocess.DEVNULL,

@@ -106,7 +106,9 @@ def test_a_table_written_in_the_old_layout_reads_rolls_and_is_cleaned(sqlite_cat
     old = catalog.store.streaming_partition(table.id).value
     with monkeypatch.context() as old_code:  # the writer and roller as they were
         old_code.setattr(staging, "place", lambda table, relative, value: relative)
-        old_code.setattr(layout, "readable_dir", legacy_dir)
+        old_code.setattr(
+            layout, "readable_dir", lambda column, value, bucket=False: legacy_dir(column, value)
+        )
         w.write(records(range(5)), Format.JSONL)
         Roller(catalog).roll_table(table, force=True)
         w.write(records(range(5, 8)), Format.JSONL)  # staged flat in the next partition

@@ -169,7 +169,7 @@ class KafkaIngestOptions(BaseModel):
         name = ",".join(sorted(self.topics))
         if len(name) > 100 or "/" in name:
             name = hashlib.sha256(name.encode()).hexdigest()[:16]
-        return str(warehouse.root / CHECKPOINTS_DIR / self.table / name)
+        return str(warehouse.local_dir / CHECKPOINTS_DIR / self.table / name)
 
     def source_reader_options(self) -> dict[str, str]:
         """The Kafka source's options (``source_options`` win); the source checks them as the query starts."""

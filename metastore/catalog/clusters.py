@@ -7,8 +7,8 @@ their fields are :mod:`metastore.clusters`.
 from __future__ import annotations
 
 import builtins
-from pathlib import Path
 
+from metastore import storage
 from metastore.catalog.routing import Routing
 from metastore.clusters import (
     DEFAULT_CLUSTER,
@@ -49,7 +49,7 @@ class Clusters:
         """Where table ``name`` lives on ``cluster``: ``<storage>/<namespace>/<table>``."""
         if cluster.name == DEFAULT_CLUSTER:
             return self._routing.warehouse.location(name)
-        return str(Path(cluster.storage) / name.namespace / name.table)
+        return storage.join(cluster.storage, name.namespace, name.table)
 
     def users(self, name: str) -> FanOut[tuple[builtins.list[str], builtins.list[str]]]:
         """Per metastore: the tables living on cluster ``name``, and those replicating to it."""

@@ -13,13 +13,12 @@ module of its own beside this one: ``catalog.clusters`` (:mod:`metastore.catalog
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from metastore import description
+from metastore import description, storage
 from metastore.catalog.clusters import Clusters
 from metastore.catalog.federation import FederationAdmin
 from metastore.catalog.links import Links
@@ -101,16 +100,17 @@ class Catalog(Routing):
         """
         wh = Warehouse(warehouse)
         no_warehouse = f"warehouse {wh.root} does not exist (set --warehouse or STREAMPART_WAREHOUSE)"
-        with storage_errors(f"opening the warehouse {wh.root} (set --warehouse or STREAMPART_WAREHOUSE)"):
-            if wh.root.exists() and not wh.root.is_dir():
-                raise NotADirectoryError(20, "it is a file, not a directory", str(wh.root))
-            missing = not create and not wh.root.exists()
-            if missing and not metastore_url:  # its metastore, a file inside it, is missing too
-                raise MissingStoreError(f"{no_warehouse}; {_TO_CREATE}")
-            if not missing:
-                wh.root.mkdir(parents=True, exist_ok=True)
-                if not os.access(wh.root, os.W_OK | os.X_OK):
-                    raise PermissionError(13, "not writable", str(wh.root))
+        missing = False
+        if wh.remote:
+            if not metastore_url:
+                raise UserInputError(
+                    f"warehouse {wh.root} is in a bucket, which cannot hold the embedded SQLite "
+                    "metastore: give one with --metastore (postgresql://… or sqlite:///a/local/file) "
+                    "or STREAMPART_METASTORE"
+                )
+            storage.check_root(wh.root, "--warehouse")
+        else:
+            missing = _open_local_root(Path(wh.root), create, metastore_url, no_warehouse)
         try:
             store = Metastore(metastore_url or default_url(wh.root), create=create)
         except MissingStoreError as exc:
@@ -202,7 +202,7 @@ class Catalog(Routing):
         half-created: that is an error (its records are never dropped here).
         """
         table = store.find_table(name)
-        if table is None or (Path(table.location) / "_delta_log").is_dir():
+        if table is None or storage.is_dir(storage.join(table.location, "_delta_log")):
             return table
         if store.newest_version(table.id) >= 0:  # it had commits: its log was lost, not unborn
             raise TableIntegrityError(
@@ -324,9 +324,9 @@ class Catalog(Routing):
             )
         replicas = store.list_replicas(table.id)
         store.drop_table(table.id)
-        shutil.rmtree(table.location, ignore_errors=True)
+        storage.delete_tree(table.location)
         for replica in replicas:
-            shutil.rmtree(replica.location, ignore_errors=True)
+            storage.delete_tree(replica.location)
 
     def chunk(self, chunk_id: str) -> tuple[Chunk, Table]:
         """A chunk by its id (a UUID: unique across the federation) and its table, wherever it is.
@@ -541,3 +541,23 @@ def _companions(spec: TableSpec) -> list[TableSpec]:
             )
         )
     return companions
+
+
+def _open_local_root(root: Path, create: bool, metastore_url: str | None, no_warehouse: str) -> bool:
+    """Check (and make, with ``create``) a local warehouse directory; whether it is missing.
+
+    Raises:
+        MissingStoreError: it is missing, not to be created, and so is its embedded metastore.
+        StorageError: it is a file, or not writable.
+    """
+    with storage_errors(f"opening the warehouse {root} (set --warehouse or STREAMPART_WAREHOUSE)"):
+        if root.exists() and not root.is_dir():
+            raise NotADirectoryError(20, "it is a file, not a directory", str(root))
+        missing = not create and not root.exists()
+        if missing and not metastore_url:  # its metastore, a file inside it, is missing too
+            raise MissingStoreError(f"{no_warehouse}; {_TO_CREATE}")
+        if not missing:
+            root.mkdir(parents=True, exist_ok=True)
+            if not os.access(root, os.W_OK | os.X_OK):
+                raise PermissionError(13, "not writable", str(root))
+    return missing

@@ -7,11 +7,11 @@ checkpoint. An append needs none of that: by the Delta protocol a commit is the 
 ``_delta_log/<version>.json``, created only if absent, and a blind append (it reads nothing and
 removes nothing) conflicts only with a concurrent change of the table's metadata or protocol —
 a roll's seal, a schema change — or, for an application transaction (``txn``), with another commit of the same
-application id. So this module writes the commit file itself: a temp file, then a hard link
-to the version's name, which fails if that version exists (put-if-absent on a POSIX file
-system, as delta-rs does it). A lost race reads the winning commit, refuses on a conflict,
-and tries the next version. Everything else (rolls' seals and sweeps, checkpoints, reads)
-stays with delta-rs, which reads these commits like its own.
+application id. So this module writes the commit file itself, created only if that version is
+absent (``metastore.storage.put_if_absent``: a hard link on a POSIX file system, a PUT with
+``If-None-Match: *`` on a bucket, as delta-rs does both). A lost race reads the winning commit,
+refuses on a conflict, and tries the next version. Everything else (rolls' seals and sweeps,
+checkpoints, reads) stays with delta-rs, which reads these commits like its own.
 
 Only for tables whose protocol asks nothing more of a writer (:func:`plain_appends`).
 """
@@ -19,13 +19,12 @@ Only for tables whose protocol asks nothing more of a writer (:func:`plain_appen
 from __future__ import annotations
 
 import json
-import os
 import urllib.parse
-import uuid
 from collections.abc import Iterable
 from typing import Any
 
-from metastore.delta.log import ACTIONS_KEY, SCHEMA_KEY, commit_file, log_dir
+from metastore import storage
+from metastore.delta.log import ACTIONS_KEY, SCHEMA_KEY, commit_file
 from metastore.errors import ConflictError
 
 ENGINE = "streampart"
@@ -131,35 +130,28 @@ def publish(
             (or committed ``app_id``): nothing was written; decide again on a newer snapshot.
         OSError: the commit file could not be written, or may have been (look it up).
     """
-    log = log_dir(location)
-    tmp = log / f"_commit_{uuid.uuid4().hex}.json.tmp"
-    try:
-        tmp.write_bytes(body)
-        version = read_version + 1
-        for _ in range(max_retries + 1):
-            try:
-                os.link(tmp, commit_file(location, version))
-                return version
-            except FileExistsError:
-                conflict = _conflict(location, version, app_id)
-                if conflict:
-                    raise ConflictError(conflict) from None
-                version += 1
-        raise ConflictError(f"{max_retries} commits landed before this one could; try again")
-    finally:
-        tmp.unlink(missing_ok=True)
+    version = read_version + 1
+    for _ in range(max_retries + 1):
+        # ``body`` is unique to this commit (its commitInfo carries the committer's random key), so
+        # a version found holding exactly it is this commit's own, landed by a retried request
+        if storage.put_if_absent(commit_file(location, version), body):
+            return version
+        conflict = _conflict(location, version, app_id)
+        if conflict:
+            raise ConflictError(conflict) from None
+        version += 1
+    raise ConflictError(f"{max_retries} commits landed before this one could; try again")
 
 
 def _conflict(location: str, version: int, app_id: str | None) -> str | None:
     """Why the commit at ``version`` conflicts with a blind append (None: it does not)."""
-    with commit_file(location, version).open() as f:
-        for line in f:
-            if not line.strip():
-                continue
-            action = json.loads(line)
-            if "metaData" in action or "protocol" in action:
-                return f"version {version} changed the table's metadata (a roll's seal or a schema change)"
-            txn = action.get("txn")
-            if app_id is not None and txn is not None and txn.get("appId") == app_id:
-                return f"version {version} committed application transaction {app_id} already"
+    for line in storage.read_bytes(commit_file(location, version)).decode().splitlines():
+        if not line.strip():
+            continue
+        action = json.loads(line)
+        if "metaData" in action or "protocol" in action:
+            return f"version {version} changed the table's metadata (a roll's seal or a schema change)"
+        txn = action.get("txn")
+        if app_id is not None and txn is not None and txn.get("appId") == app_id:
+            return f"version {version} committed application transaction {app_id} already"
     return None

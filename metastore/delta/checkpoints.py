@@ -22,14 +22,13 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
+from metastore import storage
 from metastore.delta.errors import first_line
 from metastore.durations import format_duration, parse_duration
 from metastore.errors import UserInputError
@@ -146,14 +145,14 @@ def set_log_settings(
 
 def log_entries(location: str) -> int:
     """How many entries the table's ``_delta_log`` directory holds (what every load lists)."""
-    return sum(1 for _ in os.scandir(Path(location) / "_delta_log"))
+    return len(storage.list_dir(storage.join(location, "_delta_log")))
 
 
 def last_checkpoint_version(table: Table) -> int:
     """The version of the table's newest Delta checkpoint (-1: none yet)."""
-    path = Path(table.location) / "_delta_log" / "_last_checkpoint"
+    path = storage.join(table.location, "_delta_log", "_last_checkpoint")
     try:
-        return int(json.loads(path.read_text())["version"])
+        return int(json.loads(storage.read_bytes(path))["version"])
     except (FileNotFoundError, KeyError, ValueError):
         return -1
 

@@ -13,11 +13,12 @@ loaded. :func:`check_readable` says so in one error, instead of delta-rs' missin
 
 from __future__ import annotations
 
+import fnmatch
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
+from metastore import storage
 from metastore.delta.log import ROLL_KEY, SCHEMA_KEY, SWEEP_KEY, commit_chunks, commit_info
 from metastore.errors import UserInputError
 from metastore.models import Table, iso
@@ -92,13 +93,16 @@ def oldest_readable_version(table: Table) -> int:
     Version 0 while its commit file is there; otherwise the oldest checkpoint left (every
     commit file after it is kept: only those a checkpoint covers are deleted).
     """
-    log = Path(table.location) / "_delta_log"
-    if (log / f"{0:020d}.json").exists():
+    log = storage.join(table.location, "_delta_log")
+    if storage.exists(storage.join(log, f"{0:020d}.json")):
         return 0
-    checkpoints = [int(p.name[:20]) for p in log.glob("*.checkpoint*.parquet") if p.name[:20].isdigit()]
+    names = [e.name for e in storage.list_dir(log) if not e.is_dir]
+    checkpoints = [
+        int(n[:20]) for n in names if fnmatch.fnmatchcase(n, "*.checkpoint*.parquet") and n[:20].isdigit()
+    ]
     if checkpoints:
         return min(checkpoints)
-    commits = [int(p.stem) for p in log.glob("*.json") if p.stem.isdigit()]
+    commits = [int(n[:-5]) for n in names if n.endswith(".json") and n[:-5].isdigit()]
     return min(commits, default=0)
 
 

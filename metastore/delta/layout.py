@@ -94,9 +94,15 @@ def directory_value_text(value: datetime) -> str:
     return f"{text}.{v.microsecond:06d}" if v.microsecond else text
 
 
-def readable_dir(column: str, value: datetime) -> str:
-    """``<column>=<value>`` as Hive and Spark name a timestamp partition: only ``:`` escaped."""
-    return f"{column}={directory_value_text(value).replace(':', '%3A')}"
+def readable_dir(column: str, value: datetime, bucket: bool = False) -> str:
+    """``<column>=<value>`` as Hive and Spark name a timestamp partition: only ``:`` escaped.
+
+    ``bucket``: for a table in a bucket, the space too (``%20``): some S3 readers (polars') do not
+    find a key with a space by the path the Delta log gives for it. Every reader that parses the
+    path decodes ``%20`` as it decodes ``%3A``.
+    """
+    text = directory_value_text(value).replace(":", "%3A")
+    return f"{column}={text.replace(' ', '%20') if bucket else text}"
 
 
 def legacy_dir(column: str, value: datetime) -> str:
@@ -113,14 +119,19 @@ def partition_dir(table: Table, value: datetime) -> str:
     before the rule changed stay together and are found where they are.
     """
     legacy = legacy_dir(table.partition_column, value)
-    if os.path.isdir(os.path.join(table.location, legacy)):
+    # every table in a bucket is newer than the rule: no directory there has the old name
+    if not _in_bucket(table) and os.path.isdir(os.path.join(table.location, legacy)):
         return legacy
-    return readable_dir(table.partition_column, value)
+    return readable_dir(table.partition_column, value, _in_bucket(table))
+
+
+def _in_bucket(table: Table) -> bool:
+    return table.location.startswith("s3://")
 
 
 def staged_dir(table: Table, value: datetime) -> str:
     """Directory (relative to the table) of a streaming partition's committed chunk files."""
-    return f"{STAGING_DIR}/{readable_dir(table.partition_column, value)}"
+    return f"{STAGING_DIR}/{readable_dir(table.partition_column, value, _in_bucket(table))}"
 
 
 def partition_label(value: datetime) -> str:

@@ -15,9 +15,9 @@ from __future__ import annotations
 import json
 import urllib.parse
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
+from metastore import storage
 from metastore.delta.checkpoints import last_checkpoint_version
 from metastore.errors import TableIntegrityError
 from metastore.models import Table
@@ -43,12 +43,24 @@ ACTIONS_KEY = "streampart.actions"
 SCHEMA_KEY = "streampart.schema"
 
 
-def log_dir(location: str) -> Path:
-    return Path(location) / "_delta_log"
+def delta_table(location: str, version: int | None = None) -> Any:
+    """A delta-rs DeltaTable of the table at ``location`` (a path or an ``s3://`` URL), at
+    ``version`` (default: the newest), with the storage options its store needs."""
+    from deltalake import DeltaTable
+
+    options = storage.delta_options(location)
+    if version is None:
+        return DeltaTable(location, storage_options=options)
+    return DeltaTable(location, version=version, storage_options=options)
 
 
-def commit_file(location: str, version: int) -> Path:
-    return log_dir(location) / f"{version:020d}.json"
+def log_dir(location: str) -> str:
+    return storage.join(location, "_delta_log")
+
+
+def commit_file(location: str, version: int) -> str:
+    """Where ``version``'s commit file is: a path on a local disk, an ``s3://`` URL in a bucket."""
+    return storage.join(location, "_delta_log", f"{version:020d}.json")
 
 
 def commit_chunks(info: dict[str, Any]) -> list[str]:
@@ -65,13 +77,13 @@ def commit_info(table: Table, version: int) -> dict[str, Any] | None:
         ValueError: the file is not JSON lines (truncated or overwritten).
     """
     try:
-        with commit_file(table.location, version).open() as f:
-            for line in f:
-                action = json.loads(line)
-                if "commitInfo" in action:
-                    return dict(action["commitInfo"])
+        body = storage.read_bytes(commit_file(table.location, version))
     except FileNotFoundError:  # cleaned up after a checkpoint: older than any live commit
         return None
+    for line in body.splitlines():
+        action = json.loads(line)
+        if "commitInfo" in action:
+            return dict(action["commitInfo"])
     return None
 
 
@@ -82,7 +94,7 @@ def commit_actions(table: Table, version: int) -> list[dict[str, Any]] | None:
         ValueError: the file is not JSON lines of objects (truncated or overwritten).
     """
     try:
-        lines = commit_file(table.location, version).read_bytes().splitlines()
+        lines = storage.read_bytes(commit_file(table.location, version)).splitlines()
     except FileNotFoundError:
         return None
     actions = [json.loads(line) for line in lines if line.strip()]
@@ -202,8 +214,11 @@ def version_at(table: Table, at: datetime) -> int | None:
     for a time before the table existed). Versions whose commit file is gone (cleaned after
     a checkpoint) cannot be told apart, so they are not candidates.
     """
-    log = Path(table.location) / "_delta_log"
-    versions = sorted(int(p.stem) for p in log.glob("*.json") if p.stem.isdigit())
+    versions = sorted(
+        int(e.name[:-5])
+        for e in storage.list_dir(log_dir(table.location))
+        if e.name.endswith(".json") and e.name[:-5].isdigit()
+    )
     millis = at.timestamp() * 1000
     lo, hi, found = 0, len(versions) - 1, None
     while lo <= hi:  # commit timestamps grow with the version
@@ -237,7 +252,7 @@ def _log_tail_intact(table: Table, newest: int) -> bool:
     checks and one small read; when it says no, load the table to have the damage named.
     """
     first = max(last_checkpoint_version(table) + 1, 0)
-    if any(not commit_file(table.location, v).is_file() for v in range(first, newest + 1)):
+    if any(not storage.exists(commit_file(table.location, v)) for v in range(first, newest + 1)):
         return False
     return not commit_file_damaged(table, newest)
 
@@ -248,9 +263,9 @@ def _newest_listed(location: str, known: int) -> int | None:
     None when ``known``'s commit file is gone (log cleanup removed it): load the table instead.
     Log cleanup removes a prefix of the log, so if ``known`` is there, so is all that follows.
     """
-    if not commit_file(location, known).exists():
+    if not storage.exists(commit_file(location, known)):
         return None
     version = known
-    while commit_file(location, version + 1).exists():
+    while storage.exists(commit_file(location, version + 1)):
         version += 1
     return version

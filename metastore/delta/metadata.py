@@ -17,8 +17,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from metastore import storage
 from metastore.delta.arrow import arrow_type
-from metastore.delta.log import commit_file
+from metastore.delta.log import commit_file, delta_table
 from metastore.errors import TableIntegrityError, UserInputError
 from metastore.models import Column
 
@@ -26,15 +27,11 @@ from metastore.models import Column
 _FORMAT = {"provider": "parquet", "options": {}}
 
 
-def _load(table_root: Path, version: int | None) -> Any:
-    from deltalake import DeltaTable
-
-    if version is None:
-        return DeltaTable(str(table_root))
-    return DeltaTable(str(table_root), version=version)
+def _load(table_root: str | Path, version: int | None) -> Any:
+    return delta_table(str(table_root), version)
 
 
-def schema_at(table_root: Path, version: int | None = None) -> tuple[Column, ...]:
+def schema_at(table_root: str | Path, version: int | None = None) -> tuple[Column, ...]:
     """The table's data columns (the partition column left out) at ``version`` (default: the newest).
 
     Raises:
@@ -85,7 +82,7 @@ def _data_columns(fields: list[dict[str, Any]], partition: set[str], where: str)
     return tuple(columns)
 
 
-def current_metadata(table_root: Path, version: int | None = None) -> dict[str, Any]:
+def current_metadata(table_root: str | Path, version: int | None = None) -> dict[str, Any]:
     """The ``metaData`` action in force at ``version`` (default: the newest), as the log holds it."""
     dt = _load(table_root, version)
     m = dt.metadata()
@@ -108,7 +105,7 @@ _MAX_SCAN = 200
 
 
 def metadata_after(
-    table_root: Path, version: int, known: tuple[int, dict[str, Any]] | None
+    table_root: str | Path, version: int, known: tuple[int, dict[str, Any]] | None
 ) -> dict[str, Any]:
     """The ``metaData`` action in force at ``version``, cheaply when one in force at an earlier
     version is ``known`` (``(version, action)``): only the commit files since are read (a few small
@@ -118,7 +115,7 @@ def metadata_after(
         action = known[1]
         for v in range(known[0] + 1, version + 1):
             try:
-                body = commit_file(str(table_root), v).read_bytes()
+                body = storage.read_bytes(commit_file(str(table_root), v))
             except FileNotFoundError:
                 break
             if b'"metaData"' in body:

@@ -11,6 +11,7 @@ that returned is found in the log by the unique key its commitInfo carries.
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 import uuid
@@ -19,7 +20,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from metastore import clock
+from metastore import clock, storage
 from metastore.delta import append
 from metastore.delta.arrow import table_schema
 from metastore.delta.checkpoints import (
@@ -30,7 +31,15 @@ from metastore.delta.checkpoints import (
 from metastore.delta.errors import commit_errors, log_errors, storage_errors
 from metastore.delta.files import LiveFile
 from metastore.delta.layout import STAGING_DIR, partition_value_text
-from metastore.delta.log import ACTIONS_KEY, ROLL_KEY, SCHEMA_KEY, SEAL_PROPERTY, commit_chunks, commit_info
+from metastore.delta.log import (
+    ACTIONS_KEY,
+    ROLL_KEY,
+    SCHEMA_KEY,
+    SEAL_PROPERTY,
+    commit_chunks,
+    commit_info,
+    delta_table,
+)
 from metastore.errors import CommitStateUnknownError, ConflictError, UserInputError
 from metastore.models import Column, Table, TableName
 
@@ -40,6 +49,9 @@ from metastore.models import Column, Table, TableName
 # are not retried by delta-rs and reach us at once.
 MAX_COMMIT_RETRIES = 100
 
+# In a table's Delta configuration: the uid of the streampart table whose log it is.
+TABLE_PROPERTY = "streampart.table"
+
 WIDEN_WITH_FEATURES = (
     "table {name} has Delta table features, so its schema changes go through delta-rs, which cannot "
     "widen a column's type (it lacks the typeWidening feature); add a new column instead"
@@ -47,10 +59,11 @@ WIDEN_WITH_FEATURES = (
 
 
 class Warehouse:
-    """One warehouse root (a local directory) holding one Delta table per streampart table."""
+    """One warehouse root (a local directory, or ``s3://bucket/prefix``) holding one Delta table per
+    streampart table."""
 
     def __init__(self, root: str | Path) -> None:
-        self.root = Path(root).resolve()
+        self.root = storage.normalize(str(root))
         # per table location: whether commits may be written straight to the log (see commit_files)
         self._plain: dict[str, bool] = {}
         self._checkpoints = BackgroundCheckpoints()
@@ -60,27 +73,70 @@ class Warehouse:
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Spark tasks get a warehouse by pickle; the commit locks stay behind.
-        return (Warehouse, (str(self.root),))
+        return (Warehouse, (self.root,))
+
+    @property
+    def remote(self) -> bool:
+        """Whether the warehouse is in a bucket."""
+        return storage.is_remote(self.root)
+
+    @property
+    def local_dir(self) -> Path:
+        """Where this host keeps what belongs to the warehouse but must be on a local disk (a Kafka
+        job's Spark checkpoints, a running SQL server's file): the warehouse itself when it is
+        local; for a bucket, ``$XDG_STATE_HOME/streampart/<bucket>/<prefix>`` (default
+        ``~/.local/state``), made on first use."""
+        if not self.remote:
+            return Path(self.root)
+        state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+        where = Path(state) / "streampart" / self.root.removeprefix("s3://")
+        where.mkdir(parents=True, exist_ok=True)
+        return where
 
     def location(self, name: TableName) -> str:
-        return str(self.root / name.namespace / name.table)
+        return storage.join(self.root, name.namespace, name.table)
 
     # -- table life ------------------------------------------------------------------------
     def create(self, table: Table) -> None:
+        """Create the table's Delta table at its location, naming the streampart table (its ``uid``)
+        in the log's configuration (``streampart.table``).
+
+        Raises:
+            UserInputError: the location already holds another table's Delta log (a prefix or
+                directory shared with another warehouse, or left over): nothing is changed there.
+        """
         from deltalake import DeltaTable
 
-        location = Path(table.location)
-        (location / STAGING_DIR).mkdir(parents=True, exist_ok=True)
-        if (location / "_delta_log").is_dir():
+        location = table.location
+        if not storage.is_remote(location):
+            os.makedirs(storage.join(location, STAGING_DIR), exist_ok=True)
+        if storage.is_dir(storage.join(location, "_delta_log")):
+            self._check_own_log(table)
             return  # created by an earlier attempt that crashed before the metastore noticed
         DeltaTable.create(
-            str(location),
+            location,
+            storage_options=storage.delta_options(location),
             schema=table_schema(table),
             partition_by=[table.partition_column],
             name=str(table.name),
             description=f"streampart {table.mode.value} table, rolls every {table.roll_every}",
-            configuration={CHECKPOINT_INTERVAL: str(DEFAULT_CHECKPOINT_INTERVAL)},
+            configuration={CHECKPOINT_INTERVAL: str(DEFAULT_CHECKPOINT_INTERVAL), TABLE_PROPERTY: table.uid},
+            raise_if_key_not_exists=False,  # streampart's own key beside Delta's
         )
+
+    def _check_own_log(self, table: Table) -> None:
+        """Refuse a location whose Delta log is not ``table``'s own, made by an earlier attempt."""
+        try:
+            metadata = delta_table(table.location).metadata()
+            owner, name = metadata.configuration.get(TABLE_PROPERTY), metadata.name
+        except Exception:
+            owner, name = None, None
+        if owner != table.uid or not table.uid:
+            raise UserInputError(
+                f"table {table.name}: {table.location} already holds another table's Delta log"
+                f"{f' ({name})' if name else ''}; nothing was changed there: drop that table, or "
+                "put this warehouse (or cluster storage) under another prefix"
+            )
 
     def load(self, table: Table, version: int | None = None) -> Any:
         """A new DeltaTable at ``version`` (default: the newest); the caller owns it.
@@ -89,24 +145,20 @@ class Warehouse:
             TableIntegrityError: the Delta log cannot be read (a gap, a truncated or corrupt
                 commit file), naming the table and what to do.
         """
-        from deltalake import DeltaTable
-
         with log_errors(table):
-            if version is None:
-                return DeltaTable(table.location)
-            return DeltaTable(table.location, version=version)
+            return delta_table(table.location, version)
 
     def _add_action(
         self, table: Table, relative: str, partition: datetime, rows: int, data_change: bool
     ) -> Any:
         from deltalake.transaction import AddAction
 
-        st = (Path(table.location) / relative).stat()
+        st = storage.stat(storage.join(table.location, relative))
         return AddAction(
             relative,
-            st.st_size,
+            st.size,
             {table.partition_column: partition_value_text(partition)},
-            int(st.st_mtime * 1000),
+            st.mtime_ms,
             data_change,
             json.dumps({"numRecords": rows}),
         )
@@ -157,8 +209,8 @@ class Warehouse:
         with storage_errors(f"reading the files to commit to {table.name}"):
             entries = []
             for path, part, rows in files:
-                st = (Path(table.location) / path).stat()
-                entries.append((path, partition_value_text(part), rows, st.st_size, int(st.st_mtime * 1000)))
+                st = storage.stat(storage.join(table.location, path))
+                entries.append((path, partition_value_text(part), rows, st.size, st.mtime_ms))
         body = append.append_actions(
             table.partition_column,
             entries,

@@ -31,6 +31,7 @@ __all__ = [
     "Entry",
     "FileStat",
     "S3Options",
+    "check_root",
     "configure",
     "create",
     "current",
@@ -79,6 +80,16 @@ def normalize(location: str) -> str:
         bucket, key = s3.split(location)
         return f"{s3.SCHEME}{bucket}/{key}" if key else f"{s3.SCHEME}{bucket}"
     return os.path.abspath(os.path.expanduser(location))
+
+
+def check_root(root: str, setting: str) -> None:
+    """For a root in a bucket: check the bucket exists and answers, before anything is made there.
+
+    Raises:
+        UserInputError: naming ``setting`` and what is wrong (endpoint, credentials, bucket).
+    """
+    if is_remote(root):
+        s3.check(root, setting)
 
 
 def delta_options(location: str) -> dict[str, str] | None:

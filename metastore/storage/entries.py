@@ -11,7 +11,8 @@ class FileStat(NamedTuple):
 
 
 class Entry(NamedTuple):
-    """A file or directory directly in a listed directory (a bucket's common prefix is a directory)."""
+    """A file or directory directly in a listed directory (a bucket's common prefix is a directory,
+    with no time of its own: ``mtime_ms`` 0)."""
 
     name: str
     is_dir: bool

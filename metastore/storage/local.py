@@ -69,7 +69,7 @@ def list_dir(path: str) -> list[Entry]:
             out = []
             for e in it:
                 if e.is_dir(follow_symlinks=False):
-                    out.append(Entry(e.name, True, 0, 0))
+                    out.append(Entry(e.name, True, 0, int(e.stat().st_mtime * 1000)))
                 elif e.is_file():
                     st = e.stat()
                     out.append(Entry(e.name, False, st.st_size, int(st.st_mtime * 1000)))

@@ -318,3 +318,45 @@ def open_output(url: str) -> Iterator[IO[bytes]]:
         writer = _Writer(url, obstore.open_writer(s, key))
     yield writer  # type: ignore[misc]
     writer.finish()
+
+
+def check(url: str, setting: str) -> None:
+    """Check that the bucket of ``url`` exists and answers these credentials, with one small listing.
+
+    Raises:
+        UserInputError: naming ``setting`` (where the URL came from) and what is wrong: the
+            endpoint does not answer, the store refuses the credentials, or the bucket does not
+            exist. Nothing is created: streampart never makes buckets.
+    """
+    import obstore
+    from obstore import exceptions as ox
+
+    from metastore.errors import UserInputError
+
+    bucket, key = split(url)
+    opts = current()
+    where = opts.where()
+    if not bucket:
+        raise UserInputError(f"{setting} {url}: no bucket named (s3://BUCKET/PREFIX)")
+    try:
+        for _ in obstore.list(store(bucket, opts), prefix=f"{key}/" if key else None, chunk_size=1):
+            break
+    except (ox.BaseError, OSError) as exc:
+        text = str(exc)
+        refused = ("403 Forbidden", "InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied")
+        if isinstance(exc, ox.PermissionDeniedError | ox.UnauthenticatedError | PermissionError) or any(
+            s in text for s in refused
+        ):
+            raise UserInputError(
+                f"{setting} {url}: the store at {where} refused the credentials (set storage.access_key_id "
+                "and storage.secret_access_key, or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)"
+            ) from None
+        if "404 Not Found" in text or "NoSuchBucket" in text or isinstance(exc, ox.NotFoundError):
+            raise UserInputError(
+                f"{setting} {url}: bucket {bucket} does not exist at {where} (create it first: "
+                "streampart makes no buckets; or set storage.endpoint / AWS_ENDPOINT_URL)"
+            ) from None
+        raise UserInputError(
+            f"{setting} {url}: the store at {where} does not answer ({_first(exc)}); check "
+            "storage.endpoint or AWS_ENDPOINT_URL"
+        ) from None

@@ -226,10 +226,11 @@ def _print_rows(cli: CliContext, df: Any, limit: int) -> None:
 def _on_server(cli: CliContext, sql: str, namespace: str | None, server: str | None, limit: int) -> bool:
     """Run a read on the SQL server serving this warehouse (or ``--server``): False if none runs,
     or if the statement writes (INSERT INTO / CREATE TABLE … AS run here)."""
+    from metastore.delta.warehouse import Warehouse
     from streampart.cli.sql import run_on_server
     from streampart.sql_client import Connection, SqlServerUnavailableError, find_server
 
-    target = find_server(cli.settings().warehouse.resolve(), server)
+    target = find_server(Warehouse(cli.settings().warehouse).local_dir, server)
     if target is None or _writes(sql):
         return False
     statement = f"USE `{namespace}`; {sql}" if namespace else sql

@@ -94,10 +94,11 @@ def sql(
 ) -> None:
     """A SQL shell on the running SQL server (`streampart sql-server`): one statement per line
     (or ending with ';'), `USE NS` to read NS's tables as T; Ctrl-D to leave."""
+    from metastore.delta.warehouse import Warehouse
     from streampart.sql_client import Connection, find_server
 
     cli = cli_context(ctx)
-    target = find_server(cli.settings().warehouse.resolve(), server)
+    target = find_server(Warehouse(cli.settings().warehouse).local_dir, server)
     if target is None:
         raise UserInputError(
             "no SQL server serves this warehouse: start one with `streampart sql-server`, or name "

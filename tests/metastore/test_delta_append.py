@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -47,7 +48,7 @@ def test_an_append_after_a_seal_it_did_not_see_conflicts_and_writes_nothing(cata
     with pytest.raises(ConflictError, match=f"version {sealed} changed the table's metadata"):
         wh.commit_files(table, sealed - 1, [stage(catalog, table, "a", range(10))], {"k": "a"})
     assert newest_version(table, 0) == sealed and all_ids(table) == []
-    assert not list(log_dir(table.location).glob("*.tmp"))  # no temp file left behind
+    assert not list(Path(log_dir(table.location)).glob("*.tmp"))  # no temp file left behind
     # on the version that holds the seal, it lands
     assert wh.commit_files(table, sealed, [stage(catalog, table, "a", range(10))], {"k": "a"}) == sealed + 1
 
@@ -67,7 +68,7 @@ def test_the_log_is_checkpointed_every_interval_the_table_sets(catalog: Any) -> 
     w = ChunkWriter(catalog, table)
     for k in range(7):  # versions 2..8
         w.write(records(range(k * 10, k * 10 + 10)), Format.JSONL)
-    last = log_dir(table.location) / "_last_checkpoint"
+    last = Path(log_dir(table.location)) / "_last_checkpoint"
     # at 4 and at 8; one still being written when the next falls due is not started twice (on a
     # busy machine the one at 4 may outlast four commits), so either may be the newest
     wait_for(

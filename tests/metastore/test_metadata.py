@@ -64,7 +64,7 @@ NEW_DATA = pa.schema(
 
 def _log_metadata(root: Path, version: int) -> tuple[str, dict[str, Any]]:
     """The ``metaData`` line of a commit file, as written and as parsed."""
-    for line in commit_file(str(root), version).read_text().splitlines():
+    for line in Path(commit_file(str(root), version)).read_text().splitlines():
         if '"metaData"' in line:
             return line, json.loads(line)["metaData"]
     raise AssertionError(f"no metaData in version {version}")

@@ -146,6 +146,6 @@ def test_a_schema_change_s_commit_cut_after_its_commit_info_is_damaged(catalog: 
     assert json.loads(info)["commitInfo"][ACTIONS_KEY] == "0"  # a metaData-only commit adds nothing
     version = append.publish(table.location, info, 0, 5)  # lost its metaData line, as a torn write would
     assert commit_file_damaged(table, version)
-    commit_file(table.location, version).write_bytes(info + metadata)
+    Path(commit_file(table.location, version)).write_bytes(info + metadata)
     assert not commit_file_damaged(table, version)
     assert "coupon" in [f.name for f in DeltaTable(str(root)).schema().fields]

@@ -54,7 +54,7 @@ def test_files_go_after_the_retention_and_readers_notice_nothing(catalog) -> Non
 
     def on_disk() -> set[str]:
         # committed chunks' files are in their partitions' staging directories (staging.place)
-        return {p.name for p in staging.files(table)} | ({leftover.name} if leftover.exists() else set())
+        return {e.name for _, e in staging.files(table)} | ({leftover.name} if leftover.exists() else set())
 
     keeper = Housekeeper(
         catalog, HousekeepingConfig(retention="1h", chunk_retention="1h", checkpoint_every=3)
@@ -69,7 +69,7 @@ def test_files_go_after_the_retention_and_readers_notice_nothing(catalog) -> Non
     # 2. the files are old now, but the roll is recent: a snapshot pinned before it may still
     # read the swept file, and the stuck chunk may still commit
     old = time.time() - 2 * 3600
-    for path in [*staging.files(table), leftover, attempt]:
+    for path in [*(Path(table.location) / rel for rel, _ in staging.files(table)), leftover, attempt]:
         os.utime(path, (old, old))
     report = keeper.run(now=rolled_at + timedelta(minutes=30))
     gone = {Path(p).name for p in report.files_removed}
@@ -141,7 +141,7 @@ def test_commit_files_past_the_tables_log_retention_go_and_nothing_else_changes(
     assert report.errors == {} and report.log_files_removed["ns.events"] > 0
     commits = sorted(int(p.stem) for p in log.glob("*.json"))
     assert commits[0] == checkpoint and (log / f"{checkpoint:020d}.checkpoint.parquet").exists()
-    assert first.version is not None and not commit_file(table.location, first.version).exists()
+    assert first.version is not None and not Path(commit_file(table.location, first.version)).exists()
     # readers and describe notice nothing; a retry of a chunk whose commit file went still
     # answers with its first version (the chunk row remembers it), and adds no rows
     assert sorted(all_ids(table)) == rows
