@@ -8,11 +8,10 @@ scheduler's (:mod:`scheduler.replication`).
 from __future__ import annotations
 
 import builtins
-import shutil
 from collections.abc import Sequence
 from datetime import datetime
-from pathlib import Path
 
+from metastore import storage
 from metastore.catalog.clusters import Clusters
 from metastore.catalog.routing import Routing
 from metastore.clusters import Cluster
@@ -41,7 +40,7 @@ class Replicas:
                 "a replica goes to another cluster"
             )
         secondary = self._clusters.get(cluster)
-        if Path(secondary.storage) == Path(primary.storage):
+        if storage.normalize(secondary.storage) == storage.normalize(primary.storage):
             raise UserInputError(
                 f"clusters {cluster} and {primary.name} share the storage {secondary.storage}; "
                 f"a replica of {name} on {cluster} would be the table itself"
@@ -70,7 +69,7 @@ class Replicas:
         store = self._routing.home(table, write=True).store
         self.check(table, cluster)
         location = self._clusters.location(table.name, self._clusters.get(cluster))
-        if Path(location).exists() and any(Path(location).iterdir()):
+        if storage.list_dir(location):
             raise UserInputError(
                 f"{location} exists already and is not empty (left by an earlier table of that name?); "
                 f"nothing of streampart's refers to it: delete it, then add the replica on {cluster} again"
@@ -80,7 +79,7 @@ class Replicas:
         except AlreadyExistsError:
             raise AlreadyExistsError(f"table {table.name} replicates to {cluster} already") from None
         try:
-            columns = schema_at(Path(table.location))
+            columns = schema_at(table.location)
             self._routing.warehouse.create(
                 replica_table(table.model_copy(update={"columns": columns}), replica)
             )
@@ -95,7 +94,7 @@ class Replicas:
             replica = self._routing.home(table, write=True).store.remove_replica(table.id, cluster)
         except NotFoundError:
             raise self._none_on(table, cluster) from None
-        shutil.rmtree(replica.location, ignore_errors=True)
+        storage.delete_tree(replica.location)
         return replica
 
     def list(self, table: Table) -> builtins.list[Replica]:

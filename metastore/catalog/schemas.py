@@ -27,7 +27,6 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from pathlib import Path
 
 from metastore import clock
 from metastore.catalog.routing import Routing
@@ -140,7 +139,7 @@ class Schemas:
         if found is not None and found.state is SchemaChangeState.DONE:
             return found  # a retry of a change that landed
         if found is None:
-            log_columns = schema_at(Path(table.location))
+            log_columns = schema_at(table.location)
             after = plan_alter(log_columns, table.time_column, table.partition_column, add, widen)
             if widen and not self._routing.warehouse.takes_plain_appends(table):
                 raise UserInputError(WIDEN_WITH_FEATURES.format(name=table.name))
@@ -155,7 +154,7 @@ class Schemas:
     def _commit(self, store: Metastore, table: Table, change: RecordedSchemaChange) -> int:
         """Commit ``change``'s ``metaData`` to the log (step 3); its version. A concurrent seal makes
         it read the log again and commit on top; a concurrent schema change discards it."""
-        root = Path(table.location)
+        root = table.location
         before = {c.name for c in change.before}
         added = [c for c in change.after if c.name not in before]
         widening = {op["column"] for op in change.change if op["op"] == "widen"}
