@@ -5,10 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
-from metastore import clock
+from metastore import clock, storage
 from metastore.delta.checkpoints import LogSettings
 from metastore.delta.files import LiveFile, files_stats
 from metastore.delta.layout import naming_text, partition_dir, partition_label, placement_text, staged_dir
@@ -102,8 +101,8 @@ def _partitions(
             chunks = st.chunks if st else 0
             rows, size, files_n = (st.rows, st.bytes, st.files) if st else (0, 0, 0)
             swept = st is not None and st.files > 0 and not st.staged_files  # a link's view of it
-        location = Path(table.location) / (
-            partition_dir(table, p.value) if swept else staged_dir(table, p.value)
+        location = storage.join(
+            table.location, partition_dir(table, p.value) if swept else staged_dir(table, p.value)
         )
         partitions.append(
             {

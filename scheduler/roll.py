@@ -398,11 +398,12 @@ class Roller:
         a schema change committed after ``base`` is a ``metaData`` commit, which makes the sweep
         commit conflict as a seal does). On any failure (a full disk, say) the files written so
         far are deleted: they were never committed, so nobody can see them. ``roll.engine = spark`` hands the
-        work to :func:`compact_with_spark`, which keeps the same names and the same promise.
+        work to :func:`compact_with_spark`, which keeps the same names and the same promise — but for a
+        table in a bucket, which Spark cannot write without a JVM S3 connector: it rolls here.
         """
         attempt = uuid.uuid4().hex[:8]
         base_version, columns = int(base.version()), columns_of(base, f"table {table.name}")
-        if self.config.engine == "spark":
+        if self.config.engine == "spark" and not storage.is_remote(table.location):
             if self.spark is None:
                 raise RollFailedError(
                     "roll.engine is spark, but this roller was given no Spark session (Roller(spark=…))"

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from metastore import storage
 from metastore.catalog import Catalog
 from metastore.delta.log import version_at
 from metastore.errors import UserInputError
@@ -27,6 +28,7 @@ from metastore.links import Resolved
 from metastore.models import Column, Table, TableName
 from metastore.namespaces import check_namespace
 from streampart import query_policy
+from streampart.bucket_reads import bucket_frame
 from streampart.class_archive import java_options
 from streampart.errors import QueryError, QueryRefusedError
 from streampart.query_policy import Output, Read, Resolver, TableRef
@@ -126,6 +128,8 @@ def snapshot_frame(spark: SparkSession, snap: Snapshot) -> DataFrame:
     ddl = spark_ddl(snap.columns)
     if not snap.files:
         return spark.createDataFrame([], f"{ddl}, `{pcol}` TIMESTAMP")
+    if storage.is_remote(table.location):  # no JVM S3 connector: Spark's Python workers read them
+        return bucket_frame(spark, snap, ddl)
     paths = [str(Path(table.location) / f.path) for f in snap.files]
     data = spark.read.schema(ddl).parquet(*paths)
     names = spark.createDataFrame(

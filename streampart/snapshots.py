@@ -15,10 +15,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from metastore import clock
+from metastore import clock, storage
 from metastore.catalog import Catalog
 from metastore.delta.files import check_files, live_files
 from metastore.delta.metadata import columns_of
@@ -77,13 +76,14 @@ def read_batches(snap: Snapshot, limit: int | None = None) -> Iterator[Any]:
     for f in sorted(snap.files, key=lambda f: (f.partition, f.path)):
         if left is not None and left <= 0:
             return
-        source = pq.ParquetFile(Path(table.location) / f.path)
-        for batch in source.iter_batches(batch_size=min(left or 65536, 65536)):
-            if left is not None:
-                batch = batch.slice(0, left)
-                left -= batch.num_rows
-            data = conform(pa.Table.from_batches([batch]), snap.columns)
-            value = pa.array([f.partition] * data.num_rows, type=pcol.type)
-            yield from data.append_column(pcol, value).to_batches()
-            if left is not None and left <= 0:
-                return
+        with storage.open_input(storage.join(table.location, f.path)) as handle:
+            source = pq.ParquetFile(handle)
+            for batch in source.iter_batches(batch_size=min(left or 65536, 65536)):
+                if left is not None:
+                    batch = batch.slice(0, left)
+                    left -= batch.num_rows
+                data = conform(pa.Table.from_batches([batch]), snap.columns)
+                value = pa.array([f.partition] * data.num_rows, type=pcol.type)
+                yield from data.append_column(pcol, value).to_batches()
+                if left is not None and left <= 0:
+                    return

@@ -22,13 +22,19 @@ from ingest.api.errors import BodyError
 from ingest.chunks import ChunkWriter, DeadLetter, write_staged_files
 from ingest.formats import Format, loads_json
 from ingest.records import Parsed
+from metastore import storage
 from metastore.delta.files import remove_file
 from metastore.delta.layout import STAGING_DIR
 from metastore.models import Chunk, Column, StagedFile
 
 
 def spool_path(writer: ChunkWriter, chunk: Chunk) -> Path:
-    return Path(writer.table.location) / STAGING_DIR / f".{chunk.id}-upload-{uuid.uuid4().hex[:8]}.tmp"
+    """Where an upload's body is kept while it arrives: beside the staged files on a local disk
+    (housekeeping removes what a crash left), on this host's disk for a table in a bucket."""
+    name = f".{chunk.id}-upload-{uuid.uuid4().hex[:8]}.tmp"
+    if storage.is_remote(writer.table.location):
+        return writer.warehouse.local_dir / "_spool" / name
+    return Path(writer.table.location) / STAGING_DIR / name
 
 
 def _jsonl_batches(path: Path, batch_rows: int) -> Iterator[tuple[int, bytes]]:

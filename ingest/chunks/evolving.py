@@ -28,7 +28,6 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from ingest.errors import MalformedChunkError
@@ -59,7 +58,7 @@ def log_schema(
 ) -> tuple[tuple[Column, ...], dict[str, Any]]:
     """The log's data columns and ``metaData`` action at ``read_version`` (kept in ``context``)."""
     known = context.get("schema")
-    action = metadata_after(Path(table.location), read_version, known)
+    action = metadata_after(table.location, read_version, known)
     context["schema"] = (read_version, action)
     return action_columns(action, str(table.name)), action
 

@@ -20,12 +20,12 @@ from pathlib import Path
 from typing import cast
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from ingest.chunks.base import DeadLetter, Writer, remove_staged
 from ingest.errors import ChunkBusyError, LateDataError
 from ingest.records import Parsed
 from metastore import clock
+from metastore.delta.files import read_file
 from metastore.durations import format_duration
 from metastore.errors import ConflictError
 from metastore.models import Chunk, ChunkState, LateDataPolicy, StagedFile, TableKind, iso
@@ -124,7 +124,7 @@ def route_late(writer: Writer, chunk: Chunk, late: Sequence[StagedFile]) -> int:
     for f in late:
         late_chunk = late_writer.reserve(f"late:{chunk.id}:{f.path}")
         if late_chunk.state is ChunkState.RESERVED:
-            data = pq.read_table(Path(table.location) / f.path)
+            data = read_file(table, f.path)
             # new columns the file brings (schema evolution) come to the late table with it
             late_writer.stage_parsed(late_chunk, Parsed(data, [], columns=f.columns))
         late_writer.commit(late_chunk.id)
@@ -142,7 +142,7 @@ def _late_to_dead_letter(writer: Writer, chunk: Chunk, late: Sequence[StagedFile
     # retry that finds more late files (another roll meanwhile) adds only those.
     table = writer.table
     for f in late:
-        data = pq.read_table(Path(table.location) / f.path)
+        data = read_file(table, f.path)
         reason = (
             f"late: partition {iso(f.period) if f.period else '?'} of {table.name} is "
             f"{_late_because(writer)}, and the table rejects late data"

@@ -23,16 +23,16 @@ A Kafka record becomes exactly one row or one dead letter either way.
 
 from __future__ import annotations
 
-import os
 import pickle
-import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+
+from metastore import storage
+from metastore.storage import S3Options
 
 if TYPE_CHECKING:
     from ingest.records import RecordValidator, TimeBounds
@@ -91,6 +91,9 @@ class StageSpec:
     # fields whose names can never be columns (not an identifier, a column's name but for case): on
     # an evolving table the Arrow path counts them as ignored rather than leave the batch row-wise
     ignorable: frozenset[str] = frozenset()
+    # the driver's options of the table's store when it is in a bucket (the tasks' own environment
+    # may lack them): pickled with the spec, never in a command line or the query plan
+    store: S3Options | None = None
 
 
 def stage_spec(
@@ -122,6 +125,7 @@ def stage_spec(
         chunk_id=chunk_id,
         fmt=fmt,
         location=str(table.location),
+        store=storage.current() if storage.is_remote(table.location) else None,
         staging_template=staging_path(f"{chunk_id}-\0", 0),
         schema=data_schema(columns),
         required=tuple(not c.nullable or c.name == table.time_column for c in columns),
@@ -186,19 +190,17 @@ def _ignored_row(ignored: dict[str, int]) -> list[dict[str, Any]]:
 
 
 def _write(spec: StageSpec, relative: str, data: pa.Table) -> int:
-    """As :func:`metastore.delta.files.write_parquet` (temp file + rename); an I/O error is
-    retried there, which raises the metastore's storage errors."""
+    """As :func:`metastore.delta.files.write_parquet` (the file appears whole or not at all); an I/O
+    error is retried there, which raises the metastore's storage errors."""
     import pyarrow.parquet as pq
 
-    target = Path(spec.location) / relative
-    tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
+    if spec.store is not None:
+        storage.configure(spec.store)
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        pq.write_table(data, tmp, compression="snappy")
-        os.replace(tmp, target)
-        return target.stat().st_size
+        with storage.open_output(storage.join(spec.location, relative)) as f:
+            pq.write_table(data, f, compression="snappy")
+            return int(f.tell())
     except OSError:
-        tmp.unlink(missing_ok=True)
         from metastore.delta.files import write_parquet
 
         table = pickle.loads(spec.row_wise)[1]

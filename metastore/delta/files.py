@@ -129,6 +129,12 @@ def write_parquet(table: Table, relative: str, data: pa.Table) -> int:
         return size
 
 
+def read_file(table: Table, relative: str) -> pa.Table:
+    """A data file of the table, whole (a chunk's staged file: small)."""
+    with storage.open_input(storage.join(table.location, relative)) as f:
+        return pq.read_table(f)
+
+
 def file_exists(table: Table, relative: str) -> bool:
     return storage.exists(storage.join(table.location, relative))
 

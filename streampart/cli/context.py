@@ -26,7 +26,7 @@ __all__ = ["CliContext", "cli_context"]
 class CliContext:
     """The global options of a call, and what they open (loaded when a command first asks)."""
 
-    warehouse: Path | None = None
+    warehouse: str | None = None
     metastore: str | None = None
     config: Path | None = None
     output: Output = field(default_factory=TextOutput)

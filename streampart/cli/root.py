@@ -72,8 +72,11 @@ def _print_version(value: bool) -> None:
 def _global(
     ctx: typer.Context,
     warehouse: Annotated[
-        Path | None,
-        typer.Option(envvar="STREAMPART_WAREHOUSE", help="Warehouse directory [default: ./warehouse]"),
+        str | None,
+        typer.Option(
+            envvar="STREAMPART_WAREHOUSE",
+            help="Warehouse: a directory, or s3://bucket/prefix [default: ./warehouse]",
+        ),
     ] = None,
     metastore: Annotated[
         str | None,

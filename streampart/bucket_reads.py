@@ -1,0 +1,97 @@
+"""Spark reads of snapshots whose files are in a bucket, without a JVM S3 connector.
+
+Spark's own Parquet reader opens ``s3://`` paths only through Hadoop's S3A jars, which are not
+installable here (nor wanted: a second S3 client, with its own credentials chain, beside the
+one every other part of streampart uses). So for a table in a bucket :func:`bucket_frame` hands
+Spark the snapshot's file list and reads the files in Spark's Python workers, through
+``metastore.storage`` (obstore, the client delta-rs uses) and pyarrow:
+
+- a DataFrame of the files, one row per file (its URL and its partition value), split into
+  about ``spark.default.parallelism`` tasks of similar bytes;
+- ``mapInArrow`` over it: each task reads its files a row group at a time and yields Arrow
+  record batches in the snapshot's columns (``metastore.delta.arrow.conform``: a column a file
+  lacks as nulls, a widened one in its wider type — what Spark's reader does given the read
+  schema), with the partition column from the Delta log.
+
+Why ``mapInArrow`` and not a Python data source (``pyspark.sql.datasource``): a data source is
+planned in a Python worker the JVM starts, which sees neither this process's ``[storage]``
+settings nor the files of the pinned snapshot without passing both through string options (the
+query plan shows those, secrets included). The function given to ``mapInArrow`` is pickled here,
+with the store's options in it, and never printed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+from metastore import storage
+from metastore.models import Column
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from streampart.snapshots import Snapshot
+
+# A task reads at least this many bytes of files (fewer, larger tasks: each costs a Python
+# worker's round trip), unless the snapshot is smaller than the cores times this.
+TASK_BYTES = 64 * 1024 * 1024
+
+
+def bucket_frame(spark: SparkSession, snap: Snapshot, ddl: str) -> DataFrame:
+    """The rows of ``snap`` (a table in a bucket) in its version's columns (``ddl``) and the partition
+    column, read by Spark's Python workers (see the module docstring)."""
+    table = snap.table
+    pcol = table.partition_column
+    tasks = _tasks(snap.files, max(1, spark.sparkContext.defaultParallelism))
+    files = spark.createDataFrame(
+        [
+            (task, storage.join(table.location, f.path), f.partition)
+            for task, group in enumerate(tasks)
+            for f in group
+        ],
+        f"`__sp_task` INT, `__sp_path` STRING, `{pcol}` TIMESTAMP",
+    )
+    reader = _Reader(storage.current(), snap.columns, pcol)
+    return files.repartition(len(tasks), "__sp_task").mapInArrow(reader, f"{ddl}, `{pcol}` TIMESTAMP")
+
+
+def _tasks(files: Sequence[Any], cores: int) -> list[list[Any]]:
+    """The files in groups of similar bytes: at least one per core, none much over :data:`TASK_BYTES`
+    unless a file alone is."""
+    total = sum(f.size for f in files)
+    count = max(1, min(len(files), max(cores, -(-total // TASK_BYTES))))
+    groups: list[list[Any]] = [[] for _ in range(count)]
+    sizes = [0] * count
+    for f in sorted(files, key=lambda f: -f.size):  # largest first into the lightest group
+        k = sizes.index(min(sizes))
+        groups[k].append(f)
+        sizes[k] += f.size
+    return [g for g in groups if g]
+
+
+class _Reader:
+    """What each task runs: its files read and conformed, a row group at a time (picklable)."""
+
+    def __init__(self, options: storage.S3Options, columns: tuple[Column, ...], pcol: str) -> None:
+        self.options, self.columns, self.pcol = options, columns, pcol
+
+    def __call__(self, batches: Iterator[Any]) -> Iterator[Any]:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        from metastore.delta.arrow import conform
+
+        storage.configure(self.options)  # this worker's store: the driver's settings
+        names = [c.name for c in self.columns]
+        for batch in batches:
+            paths = batch.column("__sp_path").to_pylist()
+            values = batch.column(self.pcol).cast(pa.timestamp("us", tz="UTC"))
+            for i, path in enumerate(paths):
+                with storage.open_input(path) as handle:
+                    source = pq.ParquetFile(handle)
+                    present = [n for n in names if n in source.schema_arrow.names]
+                    for group in range(source.num_row_groups):
+                        data = conform(source.read_row_group(group, columns=present), self.columns)
+                        value = pa.repeat(values[i], data.num_rows)
+                        yield from data.append_column(self.pcol, value).to_batches()
