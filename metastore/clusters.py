@@ -18,6 +18,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from metastore import storage
 from metastore.errors import UserInputError
 from metastore.models import check_identifier
 
@@ -50,7 +51,15 @@ def check_cluster_name(name: str) -> str:
 
 
 def check_storage(path: str) -> str:
-    """A cluster's storage root: an existing, writable directory, named by its absolute path."""
+    """A cluster's storage root: an existing, writable directory, named by its absolute path; or a
+    bucket's ``s3://bucket/prefix`` whose bucket answers (nothing is made there).
+
+    Raises:
+        UserInputError: naming the path and what is wrong with it.
+    """
+    if storage.is_remote(path):
+        storage.check_root(path, "--storage")
+        return storage.normalize(path)
     root = Path(path).expanduser()
     if not root.exists():
         raise UserInputError(f"storage {path!r} does not exist: create the directory (or mount it) first")

@@ -32,9 +32,9 @@ looks for every such problem at once, for ``streampart check``:
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
-from pathlib import Path
 from typing import Any
 
+from metastore import storage
 from metastore.catalog import Catalog
 from metastore.delta.checkpoints import last_checkpoint_version
 from metastore.delta.files import live_files, partition_dir_entries
@@ -106,9 +106,9 @@ def check_table(catalog: Catalog, table: Table) -> list[Problem]:
     for f in files:
         live_rows[f.partition] = live_rows.get(f.partition, 0) + f.rows
     for p in catalog.partitions(table, [PartitionState.STANDARD]):
-        directory = Path(table.location) / partition_dir(table, p.value)
+        directory = storage.join(table.location, partition_dir(table, p.value))
         where = f"standard partition {iso(p.value)}"
-        if not (directory / SUCCESS_MARKER).is_file():
+        if not storage.exists(storage.join(directory, SUCCESS_MARKER)):
             problems.append(
                 Problem(name, "partition_marker", f"{where} has no {SUCCESS_MARKER} marker in {directory}")
             )
@@ -316,8 +316,11 @@ def _recorded_commits(
 def _log_files(wh: Warehouse, table: Table) -> list[Problem]:
     """Damaged commit files, and gaps among the versions a reader must replay."""
     name = str(table.name)
-    log = Path(table.location) / "_delta_log"
-    versions = sorted(int(p.stem) for p in log.glob("*.json") if p.stem.isdigit())
+    versions = sorted(
+        int(e.name[:-5])
+        for e in storage.list_dir(storage.join(table.location, "_delta_log"))
+        if e.name.endswith(".json") and e.name[:-5].isdigit()
+    )
     if not versions:
         return []
     problems = []
@@ -354,16 +357,17 @@ def _file_problem(table: Table, path: str, size: int, rows: int) -> Problem | No
     import pyarrow.parquet as pq
 
     name = str(table.name)
-    full = Path(table.location) / path
+    full = storage.join(table.location, path)
     try:
-        actual = full.stat().st_size
+        actual = storage.stat(full).size
     except FileNotFoundError:
         return Problem(name, "file_missing", f"data file {path} is missing; {RESTORE}", path=path)
     if actual != size:
         message = f"data file {path} has {actual} bytes, the log says {size}; {RESTORE}"
         return Problem(name, "file_size", message, path=path)
     try:
-        found = pq.read_metadata(full).num_rows
+        with storage.open_input(full) as handle:
+            found = pq.read_metadata(handle).num_rows
     except (pa.ArrowInvalid, OSError) as exc:
         message = f"data file {path} is not readable Parquet ({exc}); {RESTORE}"
         return Problem(name, "file_unreadable", message, path=path)
@@ -392,8 +396,11 @@ def _digest_problem(copy: Table, path: str, verified: str) -> Problem | None:
     in place, a flipped byte)."""
     import hashlib
 
-    with (Path(copy.location) / path).open("rb") as f:
-        actual = hashlib.file_digest(f, "sha256").hexdigest()
+    digest = hashlib.sha256()
+    with storage.open_input(storage.join(copy.location, path)) as f:
+        while piece := f.read(8 << 20):
+            digest.update(piece)
+    actual = digest.hexdigest()
     if actual == verified:
         return None
     return Problem(

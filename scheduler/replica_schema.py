@@ -37,7 +37,6 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Sequence
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 from metastore.delta.metadata import columns_of, current_metadata, metadata_action
@@ -111,7 +110,7 @@ def commit_copy(
         columns = catch_up(have, source, where)
         change = None
         if columns is not None:
-            current = current_metadata(Path(target.location), base)
+            current = current_metadata(target.location, base)
             change = metadata_action(current, columns, target.partition_column)
             if not warehouse.takes_plain_appends(target):
                 _commit_schema_alone(warehouse, target, base, change, have, columns)

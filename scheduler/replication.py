@@ -37,10 +37,9 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from pathlib import Path
 from typing import Any
 
-from metastore import clock
+from metastore import clock, storage
 from metastore.catalog import Catalog
 from metastore.crashpoints import crashpoint, pausepoint
 from metastore.delta.errors import first_line, storage_error
@@ -329,7 +328,7 @@ class Replicator:
         one Spark job); the claim, each file's SHA-256 and the bytes written."""
         digests: dict[str, str] = {}
         written = 0
-        if self._by_spark(files):
+        if self._by_spark(files, table.location, target.location):
             digests, written = self._copy_files_with_spark(table, target, files, attempt, progress)
             self._step("replica-after-file")
             return self._claim(partition, replica), digests, written
@@ -380,8 +379,9 @@ class Replicator:
                 "cluster": replica.cluster,
                 "sha256": checksum,
             },
+            rel=partition_dir(table, value),  # the primary's: the copies keep its paths
         )
-        self._remove_temporaries(target, value)
+        self._remove_temporaries(target, value, partition_dir(table, value))
         return checksum
 
     def _source_files(self, table: Table, value: datetime, source: Any) -> list[LiveFile]:
@@ -394,8 +394,12 @@ class Replicator:
             )
         return sorted(files, key=lambda f: f.path)
 
-    def _by_spark(self, files: Sequence[LiveFile]) -> bool:
+    def _by_spark(self, files: Sequence[LiveFile], *locations: str) -> bool:
+        """Whether Spark tasks copy ``files``: never to or from a bucket (Spark's workers are given no
+        store options; the copier's own process copies those)."""
         if self.engine != "spark" or not files or sum(f.size for f in files) < self.spark_min_bytes:
+            return False
+        if any(storage.is_remote(location) for location in locations):
             return False
         if self.spark is None:
             raise ReplicationFailedError(
@@ -414,7 +418,7 @@ class Replicator:
         """Every file copied by Spark tasks on the table's cluster; digests per path, bytes written."""
         assert self.spark is not None
         jobs = [
-            (str(Path(table.location) / f.path), str(Path(target.location) / f.path), f.size, attempt)
+            (storage.join(table.location, f.path), storage.join(target.location, f.path), f.size, attempt)
             for f in files
         ]
         results = copy_with_spark(self.spark(table), jobs)
@@ -430,10 +434,10 @@ class Replicator:
         self, table: Table, target: Table, f: LiveFile, attempt: str, progress: Callable[[int], None] | None
     ) -> tuple[int, str, int]:
         """Copy one file to the secondary, verified; its size, SHA-256 and the bytes written."""
-        source = Path(table.location) / f.path
+        source = storage.join(table.location, f.path)
         try:
             size, digest, written = copy_verified(
-                str(source), str(Path(target.location) / f.path), f.size, attempt
+                source, storage.join(target.location, f.path), f.size, attempt
             )
         except CopyMismatchError as exc:
             raise ReplicationFailedError(f"{exc}; run `streampart check {table.name}`") from None
@@ -450,9 +454,9 @@ class Replicator:
             )
         return version
 
-    def _remove_temporaries(self, target: Table, value: datetime) -> None:
+    def _remove_temporaries(self, target: Table, value: datetime, rel: str) -> None:
         """Delete temporary files of dead attempts (a live stale copier's rename then fails: harmless)."""
-        for path in partition_dir_entries(target, value):
+        for path in partition_dir_entries(target, value, rel=rel):
             name = path.rsplit("/", 1)[-1]
             if name.startswith(".") and name.endswith(".tmp"):
                 remove_file(target, path)
@@ -525,10 +529,10 @@ def scrub(
         expected = copy.file_digests
         if expected is None:  # copied before digests were recorded: the primary's files say
             primary = [f for f in live_files(catalog.load(table)) if f.partition == copy.partition_value]
-            expected = {f.path: sha256_of(Path(table.location) / f.path)[1] for f in primary}
+            expected = {f.path: sha256_of(storage.join(table.location, f.path))[1] for f in primary}
         problem = None
         for path, digest in sorted(expected.items()):
-            where = Path(replica.location) / path
+            where = storage.join(replica.location, path)
             try:
                 actual = sha256_of(where)[1]
             except FileNotFoundError:

@@ -175,12 +175,15 @@ def _sizes(root: str) -> dict[str, int]:
     return {rel: e.size for page in storage.walk(root) for rel, e in page}
 
 
-def partition_dir_entries(table: Table, value: datetime, directories: bool = False) -> list[str]:
+def partition_dir_entries(
+    table: Table, value: datetime, directories: bool = False, rel: str | None = None
+) -> list[str]:
     """Every file in a partition's directory but its markers (``_*``): data and hidden temp files.
 
-    ``directories``: directories too (a Spark sweep attempt writes into a hidden one).
+    ``directories``: directories too (a Spark sweep attempt writes into a hidden one). ``rel``: the
+    directory, when not the table's own rule's (a replica keeps its primary's paths).
     """
-    rel = partition_dir(table, value)
+    rel = rel or partition_dir(table, value)
     return sorted(
         f"{rel}/{e.name}"
         for e in storage.list_dir(storage.join(table.location, rel))
@@ -188,7 +191,11 @@ def partition_dir_entries(table: Table, value: datetime, directories: bool = Fal
     )
 
 
-def write_success_marker(table: Table, value: datetime, content: dict[str, Any]) -> None:
-    target = storage.join(table.location, partition_dir(table, value), SUCCESS_MARKER)
+def write_success_marker(
+    table: Table, value: datetime, content: dict[str, Any], rel: str | None = None
+) -> None:
+    """The partition's ``_SUCCESS`` marker, in its directory (``rel``: when not the table's own
+    rule's; a replica keeps its primary's paths)."""
+    target = storage.join(table.location, rel or partition_dir(table, value), SUCCESS_MARKER)
     with storage_errors(f"writing the {SUCCESS_MARKER} marker of table {table.name}"):
         storage.write_bytes(target, (json.dumps(content, default=str) + "\n").encode())
