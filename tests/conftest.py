@@ -20,6 +20,7 @@ from tests.fixtures import (  # noqa: F401
     spark,
     spark_standalone,
     sqlite_catalog,
+    storage_catalog,
 )
 
 TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1"

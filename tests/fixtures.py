@@ -54,6 +54,24 @@ def catalog(metastore_url: str, tmp_path: Path) -> Iterator[Catalog]:
     cat.close()
 
 
+@pytest.fixture(params=["sqlite", "postgresql", "bucket"])
+def storage_catalog(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Catalog]:
+    """``catalog`` on a local disk (on both metastore backends) and in a bucket (the session's S3
+    server; a SQLite metastore on the local disk): for the crash and concurrency suites, whose
+    guarantees must hold on object semantics too (issue 28)."""
+    if request.param == "bucket":
+        root = request.getfixturevalue("s3_root")
+        cat = Catalog.open(root, f"sqlite:///{tmp_path / 'metastore.sqlite'}")
+        yield cat
+        cat.close()
+        return
+    url = fresh_metastore_url(request.param, tmp_path)
+    cat = Catalog.open(tmp_path / "warehouse", url)
+    yield cat
+    cat.close()
+    drop_scratch_schema(url)
+
+
 # Where the contract suites' namespaces live in the federated variant of ``routed_catalog``: m1 and m2
 # are PostgreSQL schemas, m3 a SQLite file; explicit routes for some, a prefix for others, and every
 # other namespace (e.g. ``ops``) stays on the primary. ``a`` and ``b`` apart: links cross metastores.

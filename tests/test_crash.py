@@ -19,7 +19,7 @@ import pytest
 from ingest.chunks import ChunkWriter, expire_chunks
 from ingest.config import ChunkConfig
 from ingest.formats import Format
-from metastore import clock
+from metastore import clock, storage
 from metastore.delta.files import live_files
 from metastore.delta.layout import partition_dir
 from metastore.models import ChunkState, PartitionState
@@ -49,7 +49,8 @@ WRITER_CRASHES = [
 
 @pytest.mark.process
 @pytest.mark.parametrize("point", WRITER_CRASHES)
-def test_writer_killed_at_each_step_then_retried_lands_once(catalog, point: str) -> None:
+def test_writer_killed_at_each_step_then_retried_lands_once(storage_catalog, point: str) -> None:
+    catalog = storage_catalog  # a local disk, and a bucket
     table = make_table(catalog)
     code, acks, _ = run_worker(
         catalog, table, "writer", "--count", "1", "--commit-timeout", "0.3", crashpoint=point
@@ -154,7 +155,8 @@ ROLL_CRASHES = [
 
 @pytest.mark.process
 @pytest.mark.parametrize("point", ROLL_CRASHES)
-def test_roller_killed_at_each_step_then_resumed_rolls_once(catalog, point: str) -> None:
+def test_roller_killed_at_each_step_then_resumed_rolls_once(storage_catalog, point: str) -> None:
+    catalog = storage_catalog  # a local disk, and a bucket
     table = make_table(catalog)
     w = ChunkWriter(catalog, table, ChunkConfig())
     value = catalog.store.streaming_partition(table.id).value
@@ -184,10 +186,11 @@ def test_roller_killed_at_each_step_then_resumed_rolls_once(catalog, point: str)
     by_part = ids_by_partition(table)
     assert sorted(by_part[value]) == list(range(40))
     assert sorted(by_part[catalog.store.streaming_partition(table.id).value]) == list(range(100, 110))
-    directory = Path(table.location) / partition_dir(table, value)
-    on_disk = {p.name for p in directory.iterdir() if not p.name.startswith(("_", "."))}
+    directory = storage.join(table.location, partition_dir(table, value))
+    listed = storage.list_dir(directory)
+    on_disk = {e.name for e in listed if not e.name.startswith(("_", "."))}
     live = {f.name for f in live_files(catalog.warehouse.load(table)) if f.partition == value}
-    assert on_disk == live and (directory / "_SUCCESS").is_file()
+    assert on_disk == live and "_SUCCESS" in {e.name for e in listed}
     p = catalog.store.get_partition(table.id, value)
     assert (p.state, p.rows, p.chunks) == (PartitionState.STANDARD, 40, 4)
 
