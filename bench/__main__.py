@@ -65,6 +65,10 @@ SCALES: dict[str, dict[str, Any]] = {
         "router_commits": 300,
         "router_warmup": 5,
         "evolution_commits": 150,
+        "objects_commits": 150,
+        "objects_scan_rows": 4_000_000,
+        "objects_scan_chunks": 8,
+        "objects_reps": 3,
         "growth_chunk_rows": [0, 100_000, 1_000_000],
         "growth_versions": [10, 1_000, 10_000],
         "growth_commits": 40,
@@ -112,6 +116,10 @@ SCALES: dict[str, dict[str, Any]] = {
         "router_commits": 30,
         "router_warmup": 2,
         "evolution_commits": 20,
+        "objects_commits": 20,
+        "objects_scan_rows": 400_000,
+        "objects_scan_chunks": 4,
+        "objects_reps": 2,
         "growth_chunk_rows": [0, 20_000, 100_000],
         "growth_versions": [10, 300, 1_000],
         "growth_commits": 15,
@@ -134,6 +142,7 @@ def benchmarks() -> dict[str, Any]:
         http_load,
         kafka_ingest,
         link_planning,
+        objects,
         replication,
         roll,
         router,
@@ -149,6 +158,7 @@ def benchmarks() -> dict[str, Any]:
         growth,
         sqlscan,
         evolution,
+        objects,
     )  # fmt: skip
     return {m.NAME: m for m in modules}
 
@@ -167,6 +177,7 @@ NAMES = (
     "growth",
     "sqlscan",
     "evolution",
+    "objects",
 )
 
 

@@ -228,3 +228,54 @@ def test_a_local_table_replicates_to_a_bucket_and_a_bucket_table_to_a_local_disk
             p["value"] for p in standard
         ]
     catalog.close()
+
+
+@pytest.mark.process
+@pytest.mark.spark
+def test_the_cli_on_a_warehouse_in_a_bucket(s3_root: str, tmp_path: Path) -> None:
+    """What a user types: create, write, roll, query (Spark, through the query policy), check — on
+    ``--warehouse s3://…``; and a mistyped bucket is one line naming it, no traceback."""
+    import json
+    import subprocess
+
+    from tests.test_cli import COMMAND, CREATE
+
+    base = [*COMMAND, "--warehouse", s3_root, "--metastore", f"sqlite:///{tmp_path / 'metastore.sqlite'}"]
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*base, *args], capture_output=True, text=True, cwd=tmp_path, timeout=300)
+
+    (tmp_path / "rows.jsonl").write_bytes(records(range(5)))
+    for args in (
+        ("table", "create", "shop.orders", *CREATE),
+        ("write", "shop.orders", str(tmp_path / "rows.jsonl")),
+        ("roll", "shop.orders", "--force"),
+        ("write", "shop.orders", str(tmp_path / "rows.jsonl"), "--key", "second"),
+    ):
+        done = run(*args)
+        assert done.returncode == 0, done.stderr
+    query = run("query", "--json", "SELECT count(*) AS n, sum(id) AS s FROM shop.orders")
+    assert query.returncode == 0, query.stderr
+    assert [json.loads(line) for line in query.stdout.splitlines()] == [{"n": 10, "s": 20}]
+    checked = run("check", "shop.orders")
+    assert checked.returncode == 0 and "0 error(s)" in checked.stdout + checked.stderr
+    wrong = subprocess.run(
+        [
+            *COMMAND,
+            "--warehouse",
+            "s3://no-such-bucket/wh",
+            "--metastore",
+            "sqlite:///x.sqlite",
+            "table",
+            "list",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert wrong.returncode == 1 and "Traceback" not in wrong.stderr
+    assert wrong.stderr.startswith(
+        "error: --warehouse s3://no-such-bucket/wh: bucket no-such-bucket does not exist"
+    )
+    assert not (tmp_path / "x.sqlite").exists()

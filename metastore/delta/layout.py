@@ -166,8 +166,10 @@ def naming_text(table: Table) -> str:
     start = f"the start of its {every} period"
     if table.mode is Mode.ARRIVAL:
         start += ", or the second a forced roll opened it"
-    example = readable_dir(table.partition_column, datetime(2026, 11, 23, 13, tzinfo=UTC))
+    bucket = _in_bucket(table)
+    example = readable_dir(table.partition_column, datetime(2026, 11, 23, 13, tzinfo=UTC), bucket)
+    escaped = "':' written %3A and ' ' %20 (in a bucket)" if bucket else "':' written %3A"
     return (
         f"each partition is named after its start in UTC ({start}); its directory is e.g. "
-        f"{example}/ (':' written %3A, as Hive and Spark write it)"
+        f"{example}/ ({escaped}, as Hive and Spark write it)"
     )

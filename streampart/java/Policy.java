@@ -11,9 +11,11 @@ import org.apache.spark.sql.catalyst.analysis.FunctionRegistry$;
 import org.apache.spark.sql.catalyst.analysis.SimpleFunctionRegistry;
 import org.apache.spark.sql.catalyst.expressions.Expression;
 import org.apache.spark.sql.catalyst.expressions.ExpressionInfo;
+import org.apache.spark.sql.catalyst.expressions.PythonUDF;
 import org.apache.spark.sql.catalyst.expressions.SubqueryExpression;
 import org.apache.spark.sql.catalyst.expressions.UserDefinedExpression;
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
+import org.apache.spark.sql.catalyst.plans.logical.MapInArrow;
 import org.apache.spark.sql.execution.LogicalRDD;
 import org.apache.spark.sql.execution.datasources.LogicalRelation;
 
@@ -60,13 +62,20 @@ public final class Policy extends AbstractFunction1<LogicalPlan, BoxedUnit> {
         return BoxedUnit.UNIT;
     }
 
-    /** The data source a leaf reads (a file relation, an RDD), or null for any other node. */
+    /**
+     * The data source a node reads (a file relation, an RDD; for a table in a bucket, the Python
+     * function its snapshot's files are read with: streampart/bucket_reads.py), or null for any
+     * other node.
+     */
     static Object source(LogicalPlan p) {
         if (p instanceof LogicalRelation r) {
             return r.relation();
         }
         if (p instanceof LogicalRDD r) {
             return r.rdd();
+        }
+        if (p instanceof MapInArrow m && m.functionExpr() instanceof PythonUDF udf) {
+            return udf.func();
         }
         return null;
     }
@@ -82,18 +91,22 @@ public final class Policy extends AbstractFunction1<LogicalPlan, BoxedUnit> {
             return;
         }
         String kind = plan.getClass().getSimpleName();
-        if (!PLANS.contains(kind)) {
+        Object source = source(plan);
+        // a staged snapshot's read of a bucket's files: no SQL text makes one, and its function is ours
+        boolean bucketRead = plan instanceof MapInArrow && source != null && ctx.sources.contains(source);
+        if (!PLANS.contains(kind) && !bucketRead) {
             found[0] = kind + " in a query: queries read streampart tables (SELECT, WITH …) and nothing else";
             return;
         }
-        Object source = source(plan);
         if (source != null && !ctx.sources.contains(source)) {
             found[0] = "the statement reads data outside the streampart tables it names: queries read streampart "
                 + "tables (NAMESPACE.TABLE) only, not files or Spark's catalog";
             return;
         }
-        for (Expression e : CollectionConverters.asJava(plan.expressions())) {
-            visit(e, ctx, found);
+        if (!bucketRead) {
+            for (Expression e : CollectionConverters.asJava(plan.expressions())) {
+                visit(e, ctx, found);
+            }
         }
         for (LogicalPlan child : CollectionConverters.asJava(plan.children())) {
             visit(child, ctx, found);
