@@ -279,3 +279,41 @@ def test_the_cli_on_a_warehouse_in_a_bucket(s3_root: str, tmp_path: Path) -> Non
         "error: --warehouse s3://no-such-bucket/wh: bucket no-such-bucket does not exist"
     )
     assert not (tmp_path / "x.sqlite").exists()
+
+
+@pytest.mark.spark
+def test_kafka_ingest_into_a_bucket(
+    spark, s3_catalog: Catalog, kafka_broker, tmp_path: Path, monkeypatch
+) -> None:
+    """A Kafka job on a table in a bucket: Spark tasks stage into the bucket with the driver's store
+    options (their spec carries them), the checkpoint stays on this host's disk
+    (``Warehouse.local_dir``), and every record lands once, a second run adding nothing."""
+    import json
+    import uuid
+
+    from ingest.kafka.job import KafkaIngestOptions, run_kafka_ingest
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    table = make_table(s3_catalog, dead_letter=True)
+    topic = f"t-{uuid.uuid4().hex[:10]}"
+    kafka_broker.create_topic(topic, partitions=2)
+    kafka_broker.produce(
+        topic,
+        [
+            {"value": json.dumps({"id": i, "ts": "2026-11-21T10:15:00Z", "msg": f"m{i}"}), "partition": i % 2}
+            for i in range(300)
+        ],
+    )
+    opts = KafkaIngestOptions(
+        table="ns.events",
+        bootstrap=kafka_broker.bootstrap,
+        topic=topic,
+        available_now=True,
+        max_offsets_per_trigger=200,
+    )
+    assert run_kafka_ingest(spark, s3_catalog, opts) == 2
+    assert str(tmp_path / "state") in opts.checkpoint_dir(s3_catalog.warehouse)
+    assert run_kafka_ingest(spark, s3_catalog, opts) == 0
+    ids = all_ids(table)
+    assert sorted(ids) == list(range(300)) and not duplicates(ids)
+    assert all(f.path.startswith("_staging/") for f in live_files(s3_catalog.warehouse.load(table)))

@@ -23,16 +23,16 @@ A Kafka record becomes exactly one row or one dead letter either way.
 
 from __future__ import annotations
 
+import os
 import pickle
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-
-from metastore import storage
-from metastore.storage import S3Options
 
 if TYPE_CHECKING:
     from ingest.records import RecordValidator, TimeBounds
@@ -92,8 +92,9 @@ class StageSpec:
     # an evolving table the Arrow path counts them as ignored rather than leave the batch row-wise
     ignorable: frozenset[str] = frozenset()
     # the driver's options of the table's store when it is in a bucket (the tasks' own environment
-    # may lack them): pickled with the spec, never in a command line or the query plan
-    store: S3Options | None = None
+    # may lack them): pickled with the spec, never in a command line or the query plan. A
+    # ``metastore.storage.S3Options``; None for a local table, whose tasks import no metastore
+    store: Any = None
 
 
 def stage_spec(
@@ -110,6 +111,7 @@ def stage_spec(
     ``added``: new columns every task parses as known ones, when a first staging's tasks inferred a
     new field's type differently)."""
 
+    from metastore import storage
     from metastore.delta.arrow import data_schema
     from metastore.delta.layout import staging_path
     from metastore.models import Mode, SchemaEvolution
@@ -125,7 +127,7 @@ def stage_spec(
         chunk_id=chunk_id,
         fmt=fmt,
         location=str(table.location),
-        store=storage.current() if storage.is_remote(table.location) else None,
+        store=storage.current() if storage.is_remote(table.location) else None,  # see StageSpec
         staging_template=staging_path(f"{chunk_id}-\0", 0),
         schema=data_schema(columns),
         required=tuple(not c.nullable or c.name == table.time_column for c in columns),
@@ -191,15 +193,28 @@ def _ignored_row(ignored: dict[str, int]) -> list[dict[str, Any]]:
 
 def _write(spec: StageSpec, relative: str, data: pa.Table) -> int:
     """As :func:`metastore.delta.files.write_parquet` (the file appears whole or not at all); an I/O
-    error is retried there, which raises the metastore's storage errors."""
+    error is retried there, which raises the metastore's storage errors. A local table's file is
+    written with the standard library (a temp file renamed into place): a worker staging it
+    imports no metastore."""
     import pyarrow.parquet as pq
 
-    if spec.store is not None:
-        storage.configure(spec.store)
     try:
-        with storage.open_output(storage.join(spec.location, relative)) as f:
-            pq.write_table(data, f, compression="snappy")
-            return int(f.tell())
+        if spec.store is not None:  # in a bucket: through the storage API, with the driver's options
+            from metastore import storage
+
+            storage.configure(spec.store)
+            with storage.open_output(storage.join(spec.location, relative)) as f:
+                pq.write_table(data, f, compression="snappy")
+                return int(f.tell())
+        target = Path(spec.location) / relative
+        tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            pq.write_table(data, tmp, compression="snappy")
+            os.replace(tmp, target)
+            return target.stat().st_size
+        finally:
+            tmp.unlink(missing_ok=True)
     except OSError:
         from metastore.delta.files import write_parquet
 
