@@ -54,7 +54,7 @@ def catalog(metastore_url: str, tmp_path: Path) -> Iterator[Catalog]:
     cat.close()
 
 
-@pytest.fixture(params=["sqlite", "postgresql", "bucket"])
+@pytest.fixture(params=["sqlite", "postgresql", pytest.param("bucket", marks=pytest.mark.process)])
 def storage_catalog(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Catalog]:
     """``catalog`` on a local disk (on both metastore backends) and in a bucket (the session's S3
     server; a SQLite metastore on the local disk): for the crash and concurrency suites, whose

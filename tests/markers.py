@@ -30,6 +30,8 @@ FIXTURE_MARKERS = {
     "private_pg": ("process",),
     "server": ("process",),
     "pg_server": ("process",),
+    "s3_server": ("process",),  # moto's S3 server and its fault proxy (tests/s3server.py)
+    "s3_root": ("process",),
 }
 
 

@@ -238,8 +238,28 @@ def newest_version(table: Table, known: int) -> int | None:
     (cleaned up, or the log was lost) or the log's tail is damaged (:func:`_log_tail_intact`):
     load the table instead (:meth:`Warehouse.load`), which names the damage.
     """
+    if storage.is_remote(table.location):
+        return _newest_in_bucket(table, known)
     newest = _newest_listed(table.location, known)
     if newest is None or not _log_tail_intact(table, newest):
+        return None
+    return newest
+
+
+def _newest_in_bucket(table: Table, known: int) -> int | None:
+    """:func:`newest_version` for a log in a bucket: the commit files since the last checkpoint (and
+    since ``known``) in one listing, not a request per version, then the newest one read."""
+    first = max(last_checkpoint_version(table) + 1, 0)
+    start = min(first, known)
+    listed = {
+        int(name[:-5])
+        for name in storage.names_from(log_dir(table.location), f"{start:020d}")
+        if name.endswith(".json") and name[:-5].isdigit()
+    }
+    if known not in listed:
+        return None
+    newest = max(listed)
+    if any(v not in listed for v in range(first, newest + 1)) or commit_file_damaged(table, newest):
         return None
     return newest
 

@@ -43,6 +43,7 @@ __all__ = [
     "is_remote",
     "join",
     "list_dir",
+    "names_from",
     "open_input",
     "open_output",
     "place",
@@ -148,6 +149,14 @@ def is_dir(path: str) -> bool:
 def list_dir(path: str) -> list[Entry]:
     """What is directly in directory ``path``, sorted by name (nothing if there is none)."""
     return s3.list_dir(path) if is_remote(path) else local.list_dir(path)
+
+
+def names_from(path: str, first: str) -> list[str]:
+    """The names of the files directly in directory ``path`` that sort at or after ``first``, sorted.
+    In a bucket one listing that starts there; locally a scan of the directory."""
+    if is_remote(path):
+        return s3.names_from(path, first)
+    return [e.name for e in local.list_dir(path) if not e.is_dir and e.name >= first]
 
 
 def walk(path: str, page: int = DEFAULT_PAGE) -> Iterator[list[tuple[str, Entry]]]:

@@ -179,6 +179,21 @@ def list_dir(url: str) -> list[Entry]:
     return sorted(out, key=lambda e: e.name)
 
 
+def names_from(url: str, first: str) -> list[str]:
+    """The names of the objects directly under ``url/`` that sort at or after ``first``: one listing
+    that starts there (S3's ``start-after``), a page of 1,000 per request."""
+    import obstore
+
+    s, key = _at(url)
+    prefix = f"{key}/" if key else ""
+    out: list[str] = []
+    with errors(url):
+        # every key that starts with ``first`` sorts after ``first`` cut short by one character
+        for batch in obstore.list(s, prefix=prefix or None, offset=prefix + first[:-1], chunk_size=PAGE):
+            out += [m["path"][len(prefix) :] for m in batch]
+    return sorted(n for n in out if "/" not in n and n >= first)
+
+
 def walk(url: str, page: int) -> Iterator[list[tuple[str, Entry]]]:
     """Every object under ``url/`` as (key relative to it, entry), a listing page at a time."""
     import obstore

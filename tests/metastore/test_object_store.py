@@ -18,7 +18,7 @@ from metastore import storage
 from tests.s3server import S3Server
 
 
-@pytest.fixture(params=["local", "s3"])
+@pytest.fixture(params=["local", pytest.param("s3", marks=pytest.mark.process)])
 def root(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "local":
         return str(tmp_path / "root")
@@ -141,3 +141,17 @@ def test_the_environment_and_config_files(tmp_path: Path) -> None:
     )
     over = from_environment({"AWS_ENDPOINT_URL": "http://other:9000"}).over(files)
     assert over.endpoint == "http://other:9000" and over.region == "eu-west-3"
+
+
+def test_names_from_lists_the_tail_of_a_directory(root: str) -> None:
+    log = storage.join(root, "_delta_log")
+    for v in range(12):
+        storage.write_bytes(storage.join(log, f"{v:020d}.json"), b"{}")
+    storage.write_bytes(storage.join(log, "_last_checkpoint"), b"{}")
+    storage.write_bytes(storage.join(log, "sub", "x.json"), b"{}")
+    # "_" sorts after the digits: the caller picks the commit files out
+    assert storage.names_from(log, f"{9:020d}") == [
+        *(f"{v:020d}.json" for v in (9, 10, 11)),
+        "_last_checkpoint",
+    ]
+    assert storage.names_from(log, f"{12:020d}") == ["_last_checkpoint"]
