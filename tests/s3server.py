@@ -249,24 +249,42 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
 class S3Server:
     """moto's S3 server in its own process group, and the fault proxy in front of it."""
 
-    def __init__(self, log_dir: Path) -> None:
+    def __init__(self, log_dir: Path, checks_credentials: bool = False) -> None:
+        """``checks_credentials``: the server refuses requests whose credentials are not an IAM user's
+        (moto's IAM authentication: the first three requests, which make that user, pass)."""
         self.log_dir = log_dir
         self.port = free_port()
         self.process: subprocess.Popen[bytes] | None = None
         self.proxy: FaultProxy
+        self.checks_credentials = checks_credentials
+        self.access_key, self.secret_key = ACCESS_KEY, SECRET_KEY
 
     def start(self) -> S3Server:
         binary = Path(sys.executable).with_name("moto_server")
         log = open(self.log_dir / "moto.log", "wb")  # noqa: SIM115 - the process writes it
+        env = {**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": "3"} if self.checks_credentials else None
         self.process = subprocess.Popen(
             [str(binary), "-H", "127.0.0.1", "-p", str(self.port)],
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            env=env,
         )
         _wait_for_port(self.port, self.process, self.log_dir / "moto.log")
         self.proxy = FaultProxy(self.port, self.log_dir)
+        if self.checks_credentials:
+            self._make_user()
         return self
+
+    def _make_user(self) -> None:
+        import boto3
+
+        iam = boto3.client("iam", endpoint_url=self.direct_endpoint, **self.boto_credentials())
+        iam.create_user(UserName="streampart")
+        key = iam.create_access_key(UserName="streampart")["AccessKey"]
+        policy = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}
+        iam.put_user_policy(UserName="streampart", PolicyName="all", PolicyDocument=json.dumps(policy))
+        self.access_key, self.secret_key = key["AccessKeyId"], key["SecretAccessKey"]
 
     @property
     def endpoint(self) -> str:
@@ -281,25 +299,27 @@ class S3Server:
         """The standard AWS variables that point a process at this server."""
         return {
             "AWS_ENDPOINT_URL": self.endpoint,
-            "AWS_ACCESS_KEY_ID": ACCESS_KEY,
-            "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
+            "AWS_ACCESS_KEY_ID": self.access_key,
+            "AWS_SECRET_ACCESS_KEY": self.secret_key,
             "AWS_REGION": REGION,
         }
 
     def boto_credentials(self) -> dict[str, str]:
         """boto3's client arguments for this server's credentials and region."""
-        return {"aws_access_key_id": ACCESS_KEY, "aws_secret_access_key": SECRET_KEY, "region_name": REGION}
+        return {
+            "aws_access_key_id": self.access_key,
+            "aws_secret_access_key": self.secret_key,
+            "region_name": REGION,
+        }
 
     def create_bucket(self, name: str | None = None) -> str:
         """A new empty bucket; returns its name."""
+        import boto3
+
         name = name or f"t-{uuid.uuid4().hex[:20]}"
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
-        conn.request("PUT", f"/{name}", headers={"Content-Length": "0"})
-        resp = conn.getresponse()
-        resp.read()
-        conn.close()
-        if resp.status != 200:
-            raise RuntimeError(f"creating bucket {name}: HTTP {resp.status}")
+        boto3.client("s3", endpoint_url=self.direct_endpoint, **self.boto_credentials()).create_bucket(
+            Bucket=name
+        )
         return name
 
     def stop(self) -> None:

@@ -317,3 +317,25 @@ def test_kafka_ingest_into_a_bucket(
     ids = all_ids(table)
     assert sorted(ids) == list(range(300)) and not duplicates(ids)
     assert all(f.path.startswith("_staging/") for f in live_files(s3_catalog.warehouse.load(table)))
+
+
+@pytest.mark.process
+def test_credentials_the_store_refuses_are_one_error_naming_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server that checks credentials (moto with IAM authentication): a wrong secret and an
+    unknown key are each one error naming the settings to fix; nothing is created."""
+    checking = S3Server(tmp_path, checks_credentials=True).start()
+    try:
+        bucket = checking.create_bucket()
+        for key, value in checking.env().items():
+            monkeypatch.setenv(key, value)
+        Catalog.open(f"s3://{bucket}/wh", f"sqlite:///{tmp_path / 'ok.sqlite'}").close()  # its own: fine
+        for key_id, secret in ((checking.access_key, "wrong"), ("AKIANOSUCHKEY0000000", "x")):
+            monkeypatch.setenv("AWS_ACCESS_KEY_ID", key_id)
+            monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", secret)
+            with pytest.raises(UserInputError, match=r"refused the credentials.*AWS_SECRET_ACCESS_KEY"):
+                Catalog.open(f"s3://{bucket}/wh", f"sqlite:///{tmp_path / 'm.sqlite'}")
+            assert not (tmp_path / "m.sqlite").exists()
+    finally:
+        checking.stop()
