@@ -141,16 +141,22 @@ class Recorder(Progress):
 
 
 @contextmanager
-def sql_server(warehouse: Path, env: dict[str, str], log_path: Path, timeout: float = 240) -> Iterator[Any]:
+def sql_server(
+    warehouse: Path | str, env: dict[str, str], log_path: Path, timeout: float = 240
+) -> Iterator[Any]:
     """A real ``streampart sql-server`` process serving ``warehouse`` on a free loopback port, its
-    output in ``log_path``; yields its ``ServerInfo`` once it listens, and stops it (SIGTERM) after."""
+    output in ``log_path``; yields its ``ServerInfo`` once it listens, and stops it (SIGTERM) after.
+    (For a warehouse in a bucket, the server's file is in ``Warehouse.local_dir``, as this process
+    sees it: give ``env`` the same ``XDG_STATE_HOME``.)"""
     import signal
     import subprocess
     import sys
 
+    from metastore.delta.warehouse import Warehouse
     from streampart.sql_endpoint import ServerInfo, running_server
     from tests.private_pg import free_port
 
+    here = Warehouse(str(warehouse)).local_dir
     with log_path.open("w") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "streampart", "sql-server", "--port", str(free_port())],
@@ -161,7 +167,7 @@ def sql_server(warehouse: Path, env: dict[str, str], log_path: Path, timeout: fl
         )
     try:
         info = wait_for(
-            lambda: proc.poll() is not None or running_server(Path(warehouse).resolve()),
+            lambda: proc.poll() is not None or running_server(here),
             "the SQL server to listen",
             timeout=timeout,
         )

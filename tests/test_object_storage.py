@@ -233,7 +233,7 @@ def test_a_local_table_replicates_to_a_bucket_and_a_bucket_table_to_a_local_disk
 @pytest.mark.process
 @pytest.mark.spark
 def test_the_cli_on_a_warehouse_in_a_bucket(s3_root: str, tmp_path: Path) -> None:
-    """What a user types: create, write, roll, query (Spark, through the query policy), check — on
+    """What a user types: create, write, roll, INSERT and query (Spark, through the query policy), check — on
     ``--warehouse s3://…``; and a mistyped bucket is one line naming it, no traceback."""
     import json
     import subprocess
@@ -254,9 +254,11 @@ def test_the_cli_on_a_warehouse_in_a_bucket(s3_root: str, tmp_path: Path) -> Non
     ):
         done = run(*args)
         assert done.returncode == 0, done.stderr
+    insert = run("query", "INSERT INTO shop.orders SELECT id + 100, ts, msg FROM shop.orders WHERE id < 2")
+    assert insert.returncode == 0, insert.stderr
     query = run("query", "--json", "SELECT count(*) AS n, sum(id) AS s FROM shop.orders")
     assert query.returncode == 0, query.stderr
-    assert [json.loads(line) for line in query.stdout.splitlines()] == [{"n": 10, "s": 20}]
+    assert [json.loads(line) for line in query.stdout.splitlines()] == [{"n": 14, "s": 20 + 2 * 201}]
     checked = run("check", "shop.orders")
     assert checked.returncode == 0 and "0 error(s)" in checked.stdout + checked.stderr
     wrong = subprocess.run(
@@ -339,3 +341,43 @@ def test_credentials_the_store_refuses_are_one_error_naming_them(
             assert not (tmp_path / "m.sqlite").exists()
     finally:
         checking.stop()
+
+
+@pytest.mark.process
+@pytest.mark.spark
+def test_the_sql_server_serves_a_warehouse_in_a_bucket(
+    s3_catalog: Catalog, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``streampart sql-server`` on ``--warehouse s3://…``: its file on this host's disk
+    (``Warehouse.local_dir``), statements read the bucket's tables through the query policy (and
+    see a commit made after the server started)."""
+    import os
+
+    from streampart.sql_client import Connection, Target
+    from streampart.sql_endpoint import LOCAL_USER
+    from tests.helpers import ROOT, sql_server, wait_for
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    table = make_table(s3_catalog)
+    _commit(ChunkWriter(s3_catalog, table), range(20))
+    Roller(s3_catalog).roll_table(table, force=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMPART_")}
+    env.update(
+        STREAMPART_WAREHOUSE=s3_catalog.warehouse.root,
+        STREAMPART_METASTORE=s3_catalog.store.url,
+        STREAMPART_SPARK__SHUFFLE_PARTITIONS="2",
+        STREAMPART_SPARK__DRIVER_MEMORY="1g",
+        PYTHONPATH=str(ROOT),
+    )
+    with (
+        sql_server(s3_catalog.warehouse.root, env, tmp_path / "server.log") as info,
+        Connection(Target(info.host, info.port, LOCAL_USER, info.secret)) as conn,
+    ):
+        _, rows = conn.execute("SELECT count(*), sum(id) FROM ns.events")
+        assert list(rows) == [(20, 190)]
+        _commit(ChunkWriter(s3_catalog, table), range(100, 120))
+        wait_for(
+            lambda: list(conn.execute("SELECT count(*) FROM ns.events")[1]) == [(40,)],
+            "the new chunk to be read (sqlserver.freshness)",
+        )
+        assert (tmp_path / "state" / "streampart").is_dir()
