@@ -381,3 +381,27 @@ def test_the_sql_server_serves_a_warehouse_in_a_bucket(
             "the new chunk to be read (sqlserver.freshness)",
         )
         assert (tmp_path / "state" / "streampart").is_dir()
+
+
+@pytest.mark.parametrize("stall", [1.4, 4.0], ids=["reaches-the-store-first", "reaches-it-after-the-retry"])
+def test_a_commit_that_times_out_lands_once(s3_server: S3Server, s3_catalog: Catalog, stall: float) -> None:
+    """The commit file's PUT is held on its way (a timeout at 1 s): the client gives up, and the
+    request reaches the store later — before the create is sent again, or after. Either way the
+    version is taken once, by this commit, and the late request changes nothing."""
+    import time
+    from datetime import timedelta
+
+    storage.configure(storage.S3Options(request_timeout=timedelta(seconds=1)))
+    try:
+        table = make_table(s3_catalog)
+        writer = ChunkWriter(s3_catalog, table)
+        _commit(writer, range(10))
+        fault = s3_server.proxy.arm("PUT", r"_delta_log/\d{20}\.json", "stall", seconds=stall)
+        _commit(writer, range(10, 20))
+        assert fault.hits == 1
+        time.sleep(max(0.0, stall - 1.5) + 0.5)  # the held request has reached the store by now
+        ids = all_ids(table)
+        assert sorted(ids) == list(range(20)) and not duplicates(ids)
+        assert int(s3_catalog.warehouse.load(table).version()) == 2
+    finally:
+        storage.configure(storage.S3Options())

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from collections.abc import Iterator
 from typing import IO
 
@@ -55,6 +56,9 @@ __all__ = [
 ]
 
 DEFAULT_PAGE = 1000
+# A create in a bucket that got no answer is sent again this often, after 1, 2, 4 s (put_if_absent).
+CREATE_RETRIES = 3
+CREATE_BACKOFF_S = 1.0
 
 
 def is_remote(location: str) -> bool:
@@ -121,15 +125,29 @@ def put_if_absent(path: str, data: bytes) -> bool:
     ``data`` byte for byte counts as written by this call: callers make ``data`` unique per
     attempt (a Delta commit's commitInfo carries a random key), so only this call can have
     written those bytes.
+
+    That makes a create safe to send again, so in a bucket one that failed without an answer (a
+    timeout: the client library does not retry a PUT that timed out, the request may still be
+    on its way) is sent again here, :data:`CREATE_RETRIES` times with backoff, until the store
+    answers: a late first request then meets the key taken and changes nothing. Only a store
+    that answers nothing for all of them leaves the outcome unknown (``OSError``).
     """
-    try:
-        create(path, data)
-        return True
-    except FileExistsError:
+    for attempt in range(CREATE_RETRIES + 1):
         try:
-            return read_bytes(path) == data
-        except FileNotFoundError:  # removed since (log cleanup): it was not ours
-            return False
+            create(path, data)
+            return True
+        except FileExistsError:
+            try:
+                return read_bytes(path) == data
+            except FileNotFoundError:  # removed since (log cleanup): it was not ours
+                return False
+        except (PermissionError, FileNotFoundError):
+            raise
+        except OSError:
+            if not is_remote(path) or attempt == CREATE_RETRIES:
+                raise
+            time.sleep(CREATE_BACKOFF_S * 2**attempt)
+    raise AssertionError("unreachable")
 
 
 def stat(path: str) -> FileStat:

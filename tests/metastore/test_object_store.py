@@ -155,3 +155,26 @@ def test_names_from_lists_the_tail_of_a_directory(root: str) -> None:
         "_last_checkpoint",
     ]
     assert storage.names_from(log, f"{12:020d}") == ["_last_checkpoint"]
+
+
+@pytest.mark.parametrize("stall", [1.4, 4.0], ids=["late-request-first", "retry-first"])
+def test_a_create_that_timed_out_is_sent_again_until_the_store_answers(
+    s3_server: S3Server, s3_root: str, stall: float
+) -> None:
+    """The client library does not retry a PUT that timed out (it may still be on its way):
+    put_if_absent sends it again. Whichever of the two reaches the store first, the call answers
+    True once and the key holds its bytes; without the resend it would raise, state unknown."""
+    import time
+    from datetime import timedelta
+
+    storage.configure(storage.S3Options(request_timeout=timedelta(seconds=1)))
+    try:
+        path = storage.join(s3_root, "_delta_log", "00000000000000000007.json")
+        fault = s3_server.proxy.arm("PUT", r"00000000000000000007\.json", "stall", seconds=stall)
+        assert storage.put_if_absent(path, b"the commit") is True
+        assert fault.hits == 1
+        time.sleep(max(0.0, stall - 1.5) + 0.5)  # the held request has reached the store
+        assert storage.read_bytes(path) == b"the commit"
+        assert storage.put_if_absent(path, b"another commit") is False
+    finally:
+        storage.configure(storage.S3Options())
