@@ -49,6 +49,7 @@ import urllib.parse
 from datetime import UTC, datetime
 from typing import Any
 
+from metastore import storage
 from metastore.durations import format_duration
 from metastore.models import Mode, Table, utc
 
@@ -126,7 +127,7 @@ def partition_dir(table: Table, value: datetime) -> str:
 
 
 def _in_bucket(table: Table) -> bool:
-    return table.location.startswith("s3://")
+    return storage.is_remote(table.location)
 
 
 def staged_dir(table: Table, value: datetime) -> str:
