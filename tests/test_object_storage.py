@@ -405,3 +405,28 @@ def test_a_commit_that_times_out_lands_once(s3_server: S3Server, s3_catalog: Cat
         assert int(s3_catalog.warehouse.load(table).version()) == 2
     finally:
         storage.configure(storage.S3Options())
+
+
+AWS_VARIABLES = (
+    "AWS_ENDPOINT_URL",
+    "AWS_ENDPOINT_URL_S3",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_PROFILE",
+    "AWS_SHARED_CREDENTIALS_FILE",
+    "AWS_CONFIG_FILE",
+)
+
+
+def test_no_credentials_at_all_is_one_error_naming_where_to_set_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No key in the settings, the environment or the AWS files, and no instance role (this
+    machine's metadata address refuses connections): one line saying where credentials go."""
+    for key in AWS_VARIABLES:
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    with pytest.raises(UserInputError, match=r"no credentials for the store at AWS S3.*AWS_ACCESS_KEY_ID"):
+        Catalog.open("s3://some-bucket/wh", f"sqlite:///{tmp_path / 'm.sqlite'}")
+    assert not (tmp_path / "m.sqlite").exists()

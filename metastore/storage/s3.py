@@ -358,6 +358,12 @@ def check(url: str, setting: str) -> None:
             break
     except (ox.BaseError, OSError) as exc:
         text = str(exc)
+        if "169.254.169.254" in text or "169.254.170.2" in text:  # the instance's metadata service
+            raise UserInputError(
+                f"{setting} {url}: no credentials for the store at {where}: none set, and none from "
+                "an instance role (set storage.access_key_id and storage.secret_access_key, or "
+                "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE)"
+            ) from None
         refused = ("403 Forbidden", "InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied")
         if isinstance(exc, ox.PermissionDeniedError | ox.UnauthenticatedError | PermissionError) or any(
             s in text for s in refused
