@@ -430,3 +430,39 @@ def test_no_credentials_at_all_is_one_error_naming_where_to_set_them(
     with pytest.raises(UserInputError, match=r"no credentials for the store at AWS S3.*AWS_ACCESS_KEY_ID"):
         Catalog.open("s3://some-bucket/wh", f"sqlite:///{tmp_path / 'm.sqlite'}")
     assert not (tmp_path / "m.sqlite").exists()
+
+
+def test_housekeeping_in_a_bucket_removes_what_no_snapshot_lists(s3_catalog: Catalog) -> None:
+    """Housekeeping lists a bucket's staging area a page at a time and deletes what is past the
+    retention and no snapshot lists: a swept chunk's file, an aborted chunk's, a crashed writer's
+    orphan, an expired chunk's; a live file stays, whatever its age. Readers notice nothing."""
+    import uuid
+    from datetime import timedelta
+
+    from metastore.delta import staging
+    from scheduler.config import HousekeepingConfig
+    from scheduler.housekeeping import Housekeeper
+
+    catalog, store = s3_catalog, s3_catalog.store
+    table = make_table(catalog)
+    w = ChunkWriter(catalog, table)
+    first = store.streaming_partition(table.id).value
+    w.write(records(range(10)), Format.JSONL, key="swept")
+    aborted = w.stage(w.reserve("aborted"), records(range(50, 55)), Format.JSONL)
+    store.abort_chunk(aborted)
+    w.stage(w.reserve("stuck"), records(range(60, 65)), Format.JSONL)
+    orphan = f"_staging/{uuid.uuid4()}-0.parquet"
+    storage.write_bytes(storage.join(table.location, orphan), b"PAR1")
+    Roller(catalog).roll_table(table, force=True)
+    live = store.get_chunk(w.write(records(range(100, 105)), Format.JSONL, key="live").chunk)
+    rolled = store.get_partition(table.id, first)
+    assert rolled is not None and rolled.rolled_at is not None
+    rolled_at = rolled.rolled_at
+    rows = sorted(all_ids(table))
+    keeper = Housekeeper(catalog, HousekeepingConfig(retention="1h", chunk_retention="1h"))
+    report = keeper.run(now=rolled_at + timedelta(hours=2))  # every file is an hour past the retention
+    assert orphan in report.files_removed and report.expired == 1
+    left = {rel for rel, _ in staging.files(table)}
+    assert left == {f.path for f in live_files(catalog.warehouse.load(table)) if f.staged}
+    assert {f.path.rsplit("/", 1)[-1] for f in live.files} <= {rel.rsplit("/", 1)[-1] for rel in left}
+    assert sorted(all_ids(table)) == rows
