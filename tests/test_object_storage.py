@@ -466,3 +466,14 @@ def test_housekeeping_in_a_bucket_removes_what_no_snapshot_lists(s3_catalog: Cat
     assert left == {f.path for f in live_files(catalog.warehouse.load(table)) if f.staged}
     assert {f.path.rsplit("/", 1)[-1] for f in live.files} <= {rel.rsplit("/", 1)[-1] for rel in left}
     assert sorted(all_ids(table)) == rows
+
+
+def test_an_empty_log_left_by_a_crashed_create_is_no_other_table(tmp_path: Path) -> None:
+    """A create that died before its first commit file leaves an empty ``_delta_log``: creating the
+    table again makes it there (only a log with commits can belong to another table)."""
+    catalog = Catalog.open(tmp_path / "warehouse", f"sqlite:///{tmp_path / 'metastore.sqlite'}")
+    (tmp_path / "warehouse" / "ns" / "events" / "_delta_log").mkdir(parents=True)
+    table = make_table(catalog)
+    _commit(ChunkWriter(catalog, table), range(3))
+    assert sorted(all_ids(table)) == [0, 1, 2]
+    catalog.close()

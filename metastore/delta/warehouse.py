@@ -110,7 +110,8 @@ class Warehouse:
         location = table.location
         if not storage.is_remote(location):
             os.makedirs(storage.join(location, STAGING_DIR), exist_ok=True)
-        if storage.is_dir(storage.join(location, "_delta_log")):
+        log = storage.list_dir(storage.join(location, "_delta_log"))
+        if any(e.name.endswith(".json") or ".checkpoint." in e.name for e in log):
             self._check_own_log(table)
             return  # created by an earlier attempt that crashed before the metastore noticed
         DeltaTable.create(
