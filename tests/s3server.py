@@ -107,13 +107,7 @@ class _ProxyServer:
                 answer = {"hits": fault.hits if fault else 0}
             else:  # /__proxy/requests
                 answer = {"requests": self.requests}
-        payload = json.dumps(answer).encode()
-        h.send_response(200)
-        h.send_header("Content-Length", str(len(payload)))
-        h.send_header("Connection", "close")
-        h.close_connection = True
-        h.end_headers()
-        h.wfile.write(payload)
+        _answer(h, 200, json.dumps(answer).encode())
 
     def _fault_for(self, method: str, path: str) -> _Armed | None:
         with self.lock:
@@ -131,13 +125,9 @@ class _ProxyServer:
         fault = self._fault_for(h.command, h.path)
         kind = fault.kind if fault else None
         if kind == "503":
-            payload = b"<Error><Code>SlowDown</Code><Message>Reduce your request rate.</Message></Error>"
-            h.send_response(503)
-            h.send_header("Content-Length", str(len(payload)))
-            h.send_header("Connection", "close")
-            h.close_connection = True
-            h.end_headers()
-            h.wfile.write(payload)
+            _answer(
+                h, 503, b"<Error><Code>SlowDown</Code><Message>Reduce your request rate.</Message></Error>"
+            )
             return
         if kind == "drop-before":
             h.close_connection = True
@@ -167,6 +157,16 @@ class _ProxyServer:
         h.end_headers()
         if h.command != "HEAD":
             h.wfile.write(data)
+
+
+def _answer(h: BaseHTTPRequestHandler, status: int, payload: bytes) -> None:
+    """An answer of the proxy's own (not the store's), and the connection closed after it."""
+    h.send_response(status)
+    h.send_header("Content-Length", str(len(payload)))
+    h.send_header("Connection", "close")
+    h.close_connection = True
+    h.end_headers()
+    h.wfile.write(payload)
 
 
 class Fault:

@@ -10,7 +10,7 @@ import contextlib
 import os
 import shutil
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO
 
@@ -27,23 +27,22 @@ def read(path: str) -> bytes:
 
 
 def write(path: str, data: bytes) -> None:
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    tmp = _tmp(path)
-    try:
-        Path(tmp).write_bytes(data)
-        os.replace(tmp, path)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
+    _via_tmp(path, data, os.replace)
 
 
 def create(path: str, data: bytes) -> None:
     """Write ``path`` only if absent; FileExistsError otherwise (nothing written)."""
+    _via_tmp(path, data, os.link)
+
+
+def _via_tmp(path: str, data: bytes, publish: Callable[[str, str], None]) -> None:
+    """``data`` written to a hidden temp file beside ``path``, then ``publish(tmp, path)`` (a rename
+    replaces; a hard link fails if ``path`` exists); the temp file never stays."""
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     tmp = _tmp(path)
     try:
         Path(tmp).write_bytes(data)
-        os.link(tmp, path)
+        publish(tmp, path)
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
