@@ -8,9 +8,16 @@ One module per concept; import from the defining module:
 * :mod:`ingest.kafka.planning` — a batch's offset ranges cut into tasks, the rate limit;
 * :mod:`ingest.kafka.reader` — an executor reads one offset range into Arrow batches;
 * :mod:`ingest.kafka.source` — the Spark data source (stream and batch readers);
+* :mod:`ingest.kafka.control` — the source's control file: subscription and paused topics, live;
+* :mod:`ingest.kafka.routes` — which table each record goes to (routes, templates, a routes file);
 * :mod:`ingest.kafka.staging` — the ingest job's tasks: records → Arrow → staged Parquet;
+* :mod:`ingest.kafka.route_task` — a task's records split by table, each part staged;
+* :mod:`ingest.kafka.table_sink` — one table of a job: its chunk of the batch, what was staged;
+* :mod:`ingest.kafka.batch_plans` — the route log: each batch's routes and tables, fixed;
+* :mod:`ingest.kafka.batch_sink` — one micro-batch → one chunk per table, the job's dead letters;
 * :mod:`ingest.kafka.monitoring` — the job's ``/metrics`` and its monitoring consumer group;
-* :mod:`ingest.kafka.job` — the ingest job: micro-batches → chunks, exactly once;
+* :mod:`ingest.kafka.job_options` — what a job does (one table, or routes), checked;
+* :mod:`ingest.kafka.job` — the ingest job: the streaming query, stopping, monitoring;
 * :mod:`ingest.kafka.devbroker` — a Tansu broker for the demo, tests and benchmarks only.
 
 The names below are re-exported for outside callers. They load on first use: Spark's Python
@@ -29,7 +36,7 @@ if TYPE_CHECKING:
     from ingest.kafka.source import read_stream, register
 
 _HOME = {
-    "KafkaIngestOptions": "ingest.kafka.job",
+    "KafkaIngestOptions": "ingest.kafka.job_options",
     "run_kafka_ingest": "ingest.kafka.job",
     "start_kafka_ingest": "ingest.kafka.job",
     "source_options": "ingest.kafka.options",

@@ -9,7 +9,10 @@ by :func:`check_offsets_spec`, which the ingest job's options use as well.
 =================================  ==========  ==============================================
 ``kafka.bootstrap.servers``        required    ``host:port[,host:port…]``
 ``subscribe``                      one of      comma-separated topic list
-``subscribePattern``               these two   regular expression, full match on topic names
+``subscribePattern``               these       regular expression, full match on topic names
+``streampart.controlFile``         three       a control file the subscription (and paused
+                                               topics) is read from, again when it changes
+                                               (:mod:`ingest.kafka.control`)
 ``startingOffsets``                latest*     ``earliest``, ``latest`` or JSON
                                                ``{"t":{"0":23,"1":-2}}`` (-2 earliest,
                                                -1 latest); JSON must name every partition
@@ -49,6 +52,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ingest.errors import KafkaConfigError
+from ingest.kafka.control import read_control
 from ingest.kafka.offsets import EARLIEST
 
 _FORBIDDEN = {
@@ -84,6 +88,7 @@ class KafkaSourceOptions:
     num_retries: int = 8
     retry_interval_ms: int = 1_000
     consumer_config: Mapping[str, Any] = field(default_factory=dict)
+    control_file: str | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str], *, batch: bool = False) -> KafkaSourceOptions:
@@ -93,11 +98,13 @@ class KafkaSourceOptions:
         if not servers:
             raise KafkaConfigError("option kafka.bootstrap.servers is required (host:port[,host:port…])")
         subscribe, pattern = opts.get("subscribe"), opts.get("subscribepattern")
+        control = opts.get("streampart.controlfile")
         if "assign" in opts:
             raise KafkaConfigError("option assign is not supported; use subscribe or subscribePattern")
-        if (subscribe is None) == (pattern is None):
+        if sum(x is not None for x in (subscribe, pattern, control)) != 1:
             raise KafkaConfigError(
-                "give exactly one of the options subscribe (topic list) or subscribePattern"
+                "give exactly one of the options subscribe (topic list), subscribePattern or "
+                "streampart.controlFile"
             )
         topics: tuple[str, ...] = ()
         if subscribe is not None:
@@ -139,9 +146,12 @@ class KafkaSourceOptions:
                 _positive(opts, "fetchOffset.retryIntervalMs", allow_zero=True), 1_000
             ),
             consumer_config=_consumer_config(opts),
+            control_file=control,
         )
 
     def subscribed(self, topic: str) -> bool:
+        if self.control_file is not None:
+            return read_control(self.control_file).subscribed(topic)
         if self.pattern is not None:
             return re.fullmatch(self.pattern, topic) is not None
         return topic in self.topics

@@ -76,6 +76,7 @@ from pyspark.sql.types import StructType
 
 from ingest.errors import KafkaConfigError
 from ingest.kafka.brokers import OffsetClient
+from ingest.kafka.control import read_control
 from ingest.kafka.offsets import (
     EARLIEST,
     INITIAL_MARKER,
@@ -188,8 +189,13 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._last_latest = dict(latest)
         end: OffsetMap = {}
         effective_start: OffsetMap = {}
+        paused = self._paused()
         for tp in tps:
             new = tp not in begin
+            if tp[0] in paused:  # its offsets stand still (a new partition waits to be seen)
+                if not new:
+                    end[tp] = effective_start[tp] = begin[tp]
+                continue
             s = begin.get(tp, 0)
             top = latest[tp]
             if self._target is not None:
@@ -212,6 +218,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 )
             end[tp] = max(s, top)
             effective_start[tp] = max(s, min(earliest[tp], end[tp]))
+        for tp in begin:
+            if tp not in end and not self.opts.subscribed(tp[0]):
+                end[tp] = effective_start[tp] = begin[tp]  # no longer subscribed: kept, not lost
         gone = sorted(tp for tp in begin if tp not in end)
         if gone:
             report_data_loss(self.opts, f"partitions {', '.join(map(tp_name, gone))} no longer exist")
@@ -219,6 +228,11 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             capped = rate_limit(effective_start, end, int(limit.max_rows))
             end = {tp: (e if e < begin.get(tp, 0) else capped[tp]) for tp, e in end.items()}
         return dump_offsets(end)
+
+    def _paused(self) -> frozenset[str]:
+        if self.opts.control_file is None:
+            return frozenset()
+        return read_control(self.opts.control_file).paused
 
     def reportLatestOffset(self) -> dict | None:
         return dump_offsets(self._last_latest) if self._last_latest is not None else None

@@ -148,12 +148,14 @@ def stage_task(spec: StageSpec) -> Callable[[Iterator[pa.RecordBatch]], Iterator
 
         ctx = TaskContext.get()
         task = ctx.partitionId() if ctx is not None else 0
-        yield _stage(spec, task, batches)
+        yield stage_records(spec, task, batches)
 
     return run
 
 
-def _stage(spec: StageSpec, task: int, batches: Iterator[pa.RecordBatch]) -> pa.RecordBatch:
+def stage_records(spec: StageSpec, task: int, batches: Iterator[pa.RecordBatch]) -> pa.RecordBatch:
+    """Parse records (columns value, topic, partition, offset) and stage the good rows as task ``task``'s
+    files; the :data:`STAGED_SCHEMA` rows of what was staged, the bad records, the ignored fields."""
     good: list[pa.Table] = []
     ignored: dict[str, int] = {}
     row_wise: _RowWise | None = None

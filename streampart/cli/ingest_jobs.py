@@ -54,8 +54,11 @@ def _options(**kwargs: Any) -> Any:
         return KafkaIngestOptions(**{k: v for k, v in kwargs.items() if v is not None})
     except ValidationError as exc:
         first = exc.errors()[0]
-        field = ".".join(str(p) for p in first["loc"]) or "options"
-        raise UserInputError(f"--{field.replace('_', '-')}: {first['msg']}") from None
+        field = ".".join(str(p) for p in first["loc"])
+        message = str(first["msg"]).removeprefix("Value error, ")
+        if not field:  # a rule across several flags: its message names them
+            raise UserInputError(message) from None
+        raise UserInputError(f"--{field.replace('_', '-')}: {message}") from None
 
 
 def _source_options(pairs: list[str]) -> dict[str, str]:
@@ -96,12 +99,52 @@ SourceOption = Annotated[
 ]
 
 
+RouteOption = Annotated[
+    list[str] | None,
+    typer.Option("--route", help="TOPIC=NS.TABLE, repeatable: the topic's records go to the table"),
+]
+RoutesFileOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--routes",
+        help="A TOML file of [[route]] tables (topic or topic-pattern, table, table-field); "
+        "read again when it changes",
+    ),
+]
+TableTemplateOption = Annotated[
+    str | None,
+    typer.Option(
+        "--table",
+        help="The table of --topic-pattern's or --table-field's records: a name or a template with "
+        "{topic} and {field}, e.g. '{topic}', 'shop.{field}'",
+    ),
+]
+
+
 @ingest_app.command("kafka")
 def ingest_kafka(
     ctx: typer.Context,
-    table: Annotated[str, typer.Argument(help="NAMESPACE.TABLE to ingest into")],
-    bootstrap: Annotated[str, typer.Option(help="Kafka bootstrap servers, HOST:PORT[,HOST:PORT…]")],
-    topic: Annotated[str, typer.Option(help="Topic(s) to read, comma-separated")],
+    table: Annotated[
+        str | None, typer.Argument(help="NAMESPACE.TABLE to ingest into (the one-table form)")
+    ] = None,
+    bootstrap: Annotated[str, typer.Option(help="Kafka bootstrap servers, HOST:PORT[,HOST:PORT…]")] = "",
+    topic: Annotated[str, typer.Option(help="Topic(s) to read, comma-separated")] = "",
+    route: RouteOption = None,
+    routes: RoutesFileOption = None,
+    topic_pattern: Annotated[
+        str | None, typer.Option(help="Read every topic this regular expression matches in full")
+    ] = None,
+    table_template: TableTemplateOption = None,
+    table_field: Annotated[
+        str | None, typer.Option(help="The JSON record field that names the record's table")
+    ] = None,
+    name: Annotated[
+        str | None, typer.Option(help="The job's name (routed jobs: checkpoint, consumer group, status)")
+    ] = None,
+    dead_letter_table: Annotated[
+        str | None,
+        typer.Option(help="NS.TABLE for records no route takes (routed jobs; made if absent)"),
+    ] = None,
     format: Annotated[
         str, typer.Option("--format", help="json, or csv (one line, table column order)")
     ] = "json",
@@ -123,17 +166,28 @@ def ingest_kafka(
     consumer_group: ConsumerGroupOption = None,
     option: SourceOption = None,
 ) -> None:
-    """Stream a Kafka topic into a table, one chunk per micro-batch, exactly once.
+    """Stream Kafka topics into tables, one chunk per table per micro-batch, exactly once.
 
-    Spark runs on the table's cluster: its [clusters] spark_masters entry here, its registered
-    master, or spark.master (--spark-master) for the default cluster.
+    One table: TABLE --topic T1,T2. Many tables from one job: --route TOPIC=NS.TABLE (repeatable),
+    --routes FILE, --topic-pattern REGEX --table '{topic}', or --topic T --table-field FIELD; such a
+    job needs --name and --dead-letter-table. Spark runs on the (first) table's cluster: its
+    [clusters] spark_masters entry here, its registered master, or spark.master (--spark-master).
     """
     from streampart.cluster_spark import ClusterSpark
 
+    if not bootstrap:
+        raise UserInputError("--bootstrap is required: Kafka bootstrap servers, HOST:PORT[,HOST:PORT…]")
     options = _options(
         table=table,
         bootstrap=bootstrap,
         topic=topic,
+        route=tuple(route or ()),
+        routes_file=str(routes) if routes else None,
+        topic_pattern=topic_pattern,
+        table_template=table_template,
+        table_field=table_field,
+        name=name,
+        dead_letter_table=dead_letter_table,
         format=format,
         trigger=trigger,
         available_now=available_now,
@@ -156,9 +210,11 @@ def ingest_kafka(
 
     should_stop = _stop_on_sigterm(err)
     with _spark_in_its_own_session():
-        spark = ClusterSpark(settings, catalog)(catalog.table(options.table))
+        spark = ClusterSpark(settings, catalog)(catalog.table(_spark_table(options)))
+    what = ", ".join(options.topics) if options.table else str(options.routes())
     err.print(
-        f"ingesting {', '.join(options.topics)} from {options.bootstrap} into {options.table}"
+        f"ingesting {what} from {options.bootstrap}"
+        + (f" into {options.table}" if options.table else f" (job {options.job})")
         + (" (available now)" if options.available_now else f" every {trigger}"),
         highlight=False,
     )
@@ -166,6 +222,15 @@ def ingest_kafka(
     err.print(f"stopped after {batches} batch(es)", highlight=False)
     _stop_quietly(spark)
     sys.exit(0)
+
+
+def _spark_table(options: Any) -> str:
+    """The table whose cluster runs the job's Spark: the one table, the first route naming one, or
+    the job's dead-letter table."""
+    if options.table:
+        return str(options.table)
+    fixed = [r.fixed_table for r in options.routes().routes if r.fixed_table]
+    return str(fixed[0] if fixed else options.dead_letter_table)
 
 
 def _stop_on_sigterm(err: Console) -> Callable[[], bool]:

@@ -74,7 +74,7 @@ def test_the_jobs_source_options_are_built_as_the_sources() -> None:
         fail_on_data_loss=False,
         source_options={"minPartitions": "4", "failOnDataLoss": "true"},  # extra options win
     )
-    assert opts.source_reader_options() == source_options(
+    expected = source_options(
         "127.0.0.1:9092",
         ["a", "b"],
         starting_offsets='{"a": {"0": -2}, "b": {"0": 7}}',
@@ -83,6 +83,12 @@ def test_the_jobs_source_options_are_built_as_the_sources() -> None:
         minPartitions=4,
         failOnDataLoss=True,
     )
+    del expected["subscribe"]  # the job's control file says what is subscribed (routes may change)
+    assert opts.source_reader_options("/ckpt/control.json") == {
+        **expected,
+        "streampart.controlFile": "/ckpt/control.json",
+    }
+    assert opts.routes().subscription() == {"topics": ["a", "b"], "pattern": None}
 
 
 def test_available_now_lands_every_record_exactly_once(spark, sqlite_catalog, kafka_broker) -> None:

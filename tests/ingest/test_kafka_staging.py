@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from ingest.kafka.staging import _arrow_json, _stage, stage_spec, stage_task
+from ingest.kafka.staging import _arrow_json, stage_records, stage_spec, stage_task
 from metastore.catalog import Catalog
 from tests.fixtures import make_table
 
@@ -38,7 +38,7 @@ def staged(catalog: Catalog, chunk: str, values: list[bytes | None], arrow: bool
     assert spec.arrow_json
     if not arrow:
         spec = type(spec)(**{**spec.__dict__, "arrow_json": False})
-    out = _stage(spec, 3, iter([batch(values)])).to_pylist()
+    out = stage_records(spec, 3, iter([batch(values)])).to_pylist()
     files = [r for r in out if r["path"] is not None]
     bad = [(r["position"], r["reason"]) for r in out if r["path"] is None and r["reason"] is not None]
     rows = [r for f in files for r in pq.read_table(Path(table.location) / f["path"]).to_pylist()]
@@ -92,7 +92,7 @@ def test_an_all_good_batch_is_one_parquet_file_of_every_record(sqlite_catalog) -
     table = make_table(sqlite_catalog, dead_letter=True, schema=SCHEMA)
     spec = stage_spec(sqlite_catalog.warehouse, table, "c3", "json", 1 << 20, None)
     values = [json.dumps({**GOOD[0], "id": i}).encode() for i in range(2500)]
-    out = _stage(spec, 0, iter([batch(values[:1000]), batch(values[1000:])])).to_pylist()
+    out = stage_records(spec, 0, iter([batch(values[:1000]), batch(values[1000:])])).to_pylist()
     assert [(r["rows"], r["reason"]) for r in out] == [(2500, None)]
     assert pq.read_table(Path(table.location) / out[0]["path"]).column("id").to_pylist() == list(range(2500))
 
@@ -144,6 +144,6 @@ def test_on_an_evolving_table_only_a_field_that_may_become_a_column_leaves_the_a
     assert ignored == {"nested": 1, "Id": 1}  # (a null is not counted: Arrow cannot tell it from absent)
     brings = [json.dumps({**base, "coupon": "X"}).encode()]
     assert _arrow_json(spec, batch(brings).column("value"), {}) is None
-    out = _stage(spec, 0, iter([batch(brings)])).to_pylist()
+    out = stage_records(spec, 0, iter([batch(brings)])).to_pylist()
     [staged] = [r for r in out if r["path"] is not None]
     assert [c["name"] for c in json.loads(staged["columns"])][-1] == "coupon"

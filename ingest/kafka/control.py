@@ -1,0 +1,98 @@
+"""The source's control file: what a running query subscribes to, changed without a restart.
+
+The ingest job (its driver) writes ``<checkpoint>/streampart/control.json``; the source, which
+Spark runs in a Python worker of its own, reads it again whenever it changed (the source option
+``streampart.controlFile`` names it)::
+
+    {"topics": ["orders"], "pattern": "(?:shop\\\\..*)", "paused": ["refunds"]}
+
+* ``topics`` and ``pattern``: the subscription (as the options ``subscribe`` and
+  ``subscribePattern``, both at once). A topic no longer subscribed keeps its offsets in the
+  checkpoint and is read on from there if it is subscribed again: leaving is not data loss.
+* ``paused``: subscribed topics whose offsets stand still (nothing of them is read) until they
+  are taken out of the list.
+
+The file is replaced whole (a temp file renamed over it), so a reader never sees half of it. Only
+the standard library is imported: Spark's workers load this module.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+CONTROL_FILE = "streampart/control.json"
+"""The control file's path inside a query's checkpoint directory."""
+
+
+@dataclass(frozen=True)
+class Control:
+    """One reading of the control file."""
+
+    topics: frozenset[str] = frozenset()
+    pattern: str | None = None
+    paused: frozenset[str] = frozenset()
+    _regex: Any = field(default=None, compare=False, repr=False)
+
+    def subscribed(self, topic: str) -> bool:
+        if topic in self.topics:
+            return True
+        if self.pattern is None:
+            return False
+        regex = self._regex
+        if regex is None:
+            regex = re.compile(self.pattern)
+            object.__setattr__(self, "_regex", regex)
+        return regex.fullmatch(topic) is not None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"topics": sorted(self.topics), "pattern": self.pattern, "paused": sorted(self.paused)}
+
+
+_cache: dict[str, tuple[tuple[int, int], Control]] = {}
+
+
+def read_control(path: str) -> Control:
+    """The control file at ``path`` (read again only when it changed); none subscribes to nothing."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return Control()
+    stamp = (st.st_mtime_ns, st.st_size)
+    cached = _cache.get(path)
+    if cached is not None and cached[0] == stamp:
+        return cached[1]
+    data = json.loads(Path(path).read_text())
+    control = Control(
+        topics=frozenset(data.get("topics") or ()),
+        pattern=data.get("pattern") or None,
+        paused=frozenset(data.get("paused") or ()),
+    )
+    _cache[path] = (stamp, control)
+    return control
+
+
+def write_control(path: str | Path, control: Control) -> bool:
+    """Replace the control file with ``control``; whether it changed."""
+    target = Path(path)
+    body = json.dumps(control.to_json(), sort_keys=True)
+    try:
+        if target.read_text() == body:
+            return False
+    except FileNotFoundError:
+        pass
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".control.", dir=target.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(body)
+        os.replace(tmp, target)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return True
