@@ -38,6 +38,9 @@ SCALES: dict[str, dict[str, Any]] = {
         "read_chunks": 2000,
         "read_reps": 3,
         "read_warmup_rounds": 1,
+        "fleet_topics": 100,
+        "fleet_records": 1_000,
+        "fleet_reps": 2,
         "kafka_records": 200_000,
         "kafka_partitions": 4,
         "kafka_max_offsets": 50_000,
@@ -89,6 +92,9 @@ SCALES: dict[str, dict[str, Any]] = {
         "read_chunks": 150,
         "read_reps": 1,
         "read_warmup_rounds": 0,
+        "fleet_topics": 10,
+        "fleet_records": 200,
+        "fleet_reps": 1,
         "kafka_records": 20_000,
         "kafka_partitions": 4,
         "kafka_max_offsets": 5_000,
@@ -140,6 +146,7 @@ def benchmarks() -> dict[str, Any]:
         federation,
         growth,
         http_load,
+        kafka_fleet,
         kafka_ingest,
         link_planning,
         objects,
@@ -159,6 +166,7 @@ def benchmarks() -> dict[str, Any]:
         sqlscan,
         evolution,
         objects,
+        kafka_fleet,
     )  # fmt: skip
     return {m.NAME: m for m in modules}
 
@@ -178,6 +186,7 @@ NAMES = (
     "sqlscan",
     "evolution",
     "objects",
+    "kafka_fleet",
 )
 
 

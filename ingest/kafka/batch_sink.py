@@ -184,6 +184,8 @@ class BatchSink:
             return {}
         state = _Batch(self, df, batch_id, key, plan)
         counts = state.run()
+        if self.dead is None:
+            return counts  # the table's own line said it all
         log.info(
             "batch %s → %s table(s): %s rows, %s dead letters in %.2f s",
             batch_id,
@@ -206,6 +208,7 @@ class _Batch:
         self.done: set[str] = set()  # tables whose chunk committed before (a replay)
         self.refused: dict[str, str] = {}
         self.letters: list[DeadLetter] = []  # the job's dead letters
+        self.started = time.monotonic()
 
     def run(self) -> dict[str | None, tuple[int, int]]:
         for name in self.plan.tables:
@@ -338,16 +341,18 @@ class _Batch:
                 late[name] = refusal(exc)
                 continue
             counts[name] = (result.rows, result.dead_letter_rows)
+            one_table = self.owner.dead is None  # the line a one-table job always logged
             log.log(
-                logging.DEBUG if self.owner.dead is not None else logging.INFO,
-                "batch %s → chunk %s of %s: %s rows, %s dead letters, %s late, version %s",
+                logging.INFO if one_table else logging.DEBUG,
+                "batch %s → chunk %s%s: %s rows, %s dead letters, %s late, version %s in %.2f s",
                 self.batch_id,
                 result.chunk,
-                name,
+                "" if one_table else f" of {name}",
                 result.rows,
                 result.dead_letter_rows,
                 result.late_rows,
                 result.version,
+                time.monotonic() - self.started,
             )
             crashpoint("kafka-between-tables")
         if late:  # their records, read again, go to the job's dead letters

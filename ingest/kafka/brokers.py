@@ -15,6 +15,7 @@ nothing to Kafka, offsets belong to Spark's checkpoint (the ingest job's monitor
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -25,6 +26,13 @@ from ingest.kafka.offsets import TP, OffsetMap
 from ingest.kafka.options import KafkaSourceOptions
 
 log = logging.getLogger(__name__)
+
+# kafka-python logs every failed connection attempt of its own at ERROR (about 20 lines per broker
+# outage, from the driver and each Spark worker), beside the one warning per retry here. Quiet
+# unless the application set a level for it itself.
+_KAFKA_LOG = logging.getLogger("kafka")
+if _KAFKA_LOG.level == logging.NOTSET:
+    _KAFKA_LOG.setLevel(logging.CRITICAL)
 
 T = TypeVar("T")
 
@@ -144,4 +152,21 @@ class OffsetClient:
         return self._offsets("fetching earliest offsets", tps, earliest=True)
 
     def latest(self, tps: Sequence[TP]) -> OffsetMap:
+        """The end offsets: under read_committed (the default) the last stable offsets, which stop at
+        the first open transaction."""
         return self._offsets("fetching latest offsets", tps, earliest=False)
+
+    @property
+    def read_committed(self) -> bool:
+        return self.opts.kafka_config().get("isolation_level") == "read_committed"
+
+    def high_watermarks(self, tps: Sequence[TP]) -> OffsetMap:
+        """The end offsets whatever the transactions (read_uncommitted), from a consumer of its own."""
+        if not self.read_committed:
+            return self.latest(tps)
+        config = {**self.opts.consumer_config, "isolation_level": "read_uncommitted"}
+        other = OffsetClient(dataclasses.replace(self.opts, consumer_config=config))
+        try:
+            return other.latest(tps)
+        finally:
+            other.close()

@@ -96,3 +96,31 @@ def write_control(path: str | Path, control: Control) -> bool:
         if os.path.exists(tmp):
             os.unlink(tmp)
     return True
+
+
+SKIPPED_FILE = "skipped.json"
+"""Beside the control file: per partition, how many records the source skipped as lost
+(``failOnDataLoss=false``), added up over the query's life."""
+
+
+def add_skipped(control_file: str, counts: dict[tuple[str, int], int]) -> None:
+    """Add ``counts`` (records skipped per topic-partition) to the skipped file (one writer: the source)."""
+    path = Path(control_file).with_name(SKIPPED_FILE)
+    totals = read_skipped(control_file)
+    for tp, n in counts.items():
+        totals[tp] = totals.get(tp, 0) + n
+    body = json.dumps([[t, p, n] for (t, p), n in sorted(totals.items())])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".skipped.", dir=path.parent)
+    with os.fdopen(fd, "w") as f:
+        f.write(body)
+    os.replace(tmp, path)
+
+
+def read_skipped(control_file: str) -> dict[tuple[str, int], int]:
+    """The records skipped as lost so far, per topic-partition (empty: none, or no file)."""
+    try:
+        data = json.loads(Path(control_file).with_name(SKIPPED_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    return {(str(t), int(p)): int(n) for t, p, n in data}

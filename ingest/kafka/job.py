@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 from ingest.config import ChunkConfig
 from ingest.errors import IngestQueryError, StopRequestedError
 from ingest.kafka.batch_sink import BatchSink, JobDeadLetters
-from ingest.kafka.control import Control, read_control, write_control
+from ingest.kafka.control import Control, read_control, read_skipped, write_control
 from ingest.kafka.job_options import KafkaIngestOptions
 from ingest.kafka.monitoring import GroupCommitter, IngestMetrics, batch_end_offsets, progress_latest_offsets
 from ingest.kafka.routes import RouteError, Routes
@@ -216,6 +216,7 @@ class IngestSink:
             return
         if self.metrics is not None:
             self.metrics.batch_committed(offsets, rows, dead_letters, seconds)
+            self.metrics.skipped(read_skipped(self.options.control_file(self.checkpoint)))
         if self.group is not None:
             self.group.commit(offsets)
 
@@ -324,7 +325,11 @@ def query_failure(exc: BaseException) -> str:
     if not (python_side or found):
         return message.strip().splitlines()[0] if message.strip() else type(exc).__name__
     best = (python_side or found)[-1]
-    return f"{best.group(1)}: {best.group(2)}"
+    # the source speaks of its own option; the job's user sets the flag
+    text = best.group(2).replace(
+        "set the source option failOnDataLoss to false", "run the job with --no-fail-on-data-loss"
+    )
+    return f"{best.group(1)}: {text}"
 
 
 def run_kafka_ingest(
@@ -348,12 +353,13 @@ def run_kafka_ingest(
     metrics = IngestMetrics(options.job) if options.metrics_port is not None else None
     if metrics is not None:
         try:
-            port = metrics.serve(options.metrics_port or 0)
+            port = metrics.serve(options.metrics_port or 0, options.metrics_host)
         except OSError as listen_error:
             raise UserInputError(
-                f"metrics port {options.metrics_port}: cannot listen there: {listen_error}"
+                f"metrics port {options.metrics_host}:{options.metrics_port}: cannot listen there: "
+                f"{listen_error}"
             ) from None
-        log.info("metrics of the ingest %s on http://0.0.0.0:%s/metrics", options.job, port)
+        log.info("metrics of the ingest %s on http://%s:%s/metrics", options.job, options.metrics_host, port)
     query, sink = _start(spark, catalog, options, config)
     sink.metrics = metrics
     try:

@@ -80,6 +80,9 @@ class KafkaIngestOptions(BaseModel):
     metrics_port: int | None = Field(
         None, ge=0, le=65535, description="Serve Prometheus metrics on this port (0: a free one); none: off."
     )
+    metrics_host: str = Field(
+        "0.0.0.0", description="The address the metrics port listens on (127.0.0.1: this host only)."
+    )
     consumer_group: str | None = Field(
         None,
         description="Kafka consumer group the committed offsets are also written to, for monitoring "

@@ -66,6 +66,12 @@ class IngestMetrics:
             "streampart_kafka_latest_offset", "Latest offset the brokers reported", tp, registry=r
         )
         self.lag = Gauge("streampart_kafka_lag", "Latest offset minus committed offset", tp, registry=r)
+        self.skipped_records = Gauge(
+            "streampart_kafka_skipped_records",
+            "Records skipped because retention deleted them before they were read (--no-fail-on-data-loss)",
+            tp,
+            registry=r,
+        )
         self._committed: OffsetMap = {}
         self._latest: OffsetMap = {}
         self.server: Any = None
@@ -94,6 +100,11 @@ class IngestMetrics:
         self.batch_seconds.labels(self.table).set(seconds)
         self._committed.update(offsets)
         self._update(offsets)
+
+    def skipped(self, counts: OffsetMap) -> None:
+        """The records skipped as lost so far, per partition (the source's running totals)."""
+        for (topic, partition), n in counts.items():
+            self.skipped_records.labels(self.table, topic, str(partition)).set(n)
 
     def latest_offsets(self, offsets: OffsetMap) -> None:
         self._latest.update(offsets)

@@ -34,7 +34,8 @@ by :func:`check_offsets_spec`, which the ingest job's options use as well.
                                                underscores: ``kafka.request.timeout.ms``,
                                                ``kafka.bootstrap.timeout.ms`` (default 10000),
                                                ``kafka.security.protocol``,
-                                               ``kafka.isolation.level``, …
+                                               ``kafka.isolation.level`` (default
+                                               ``read_committed``), …
 =================================  ==========  ==============================================
 
 ``kafka.group.id``, ``kafka.enable.auto.commit``, ``kafka.auto.offset.reset`` and the
@@ -164,6 +165,10 @@ class KafkaSourceOptions:
             "bootstrap_timeout_ms": 10_000,
             "max_poll_records": 5_000,
             "allow_auto_create_topics": False,
+            # records of aborted transactions are never read, and a batch ends at the last stable
+            # offset (never past an open transaction); kafka.isolation.level=read_uncommitted reads
+            # every record a producer sent, aborted ones included
+            "isolation_level": "read_committed",
         }
         config.update(self.consumer_config)
         config.update(group_id=None, enable_auto_commit=False, auto_offset_reset="none")

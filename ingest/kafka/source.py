@@ -76,7 +76,7 @@ from pyspark.sql.types import StructType
 
 from ingest.errors import KafkaConfigError
 from ingest.kafka.brokers import OffsetClient
-from ingest.kafka.control import read_control
+from ingest.kafka.control import add_skipped, read_control
 from ingest.kafka.offsets import (
     EARLIEST,
     INITIAL_MARKER,
@@ -190,44 +190,67 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         end: OffsetMap = {}
         effective_start: OffsetMap = {}
         paused = self._paused()
+        losses: list[tuple[str, TP, int]] = []  # (what, partition, records skipped)
         for tp in tps:
-            new = tp not in begin
             if tp[0] in paused:  # its offsets stand still (a new partition waits to be seen)
-                if not new:
+                if tp in begin:
                     end[tp] = effective_start[tp] = begin[tp]
                 continue
-            s = begin.get(tp, 0)
-            top = latest[tp]
-            if self._target is not None:
-                top = min(top, self._target.get(tp, s))
-            if new and earliest[tp] > 0:
-                report_data_loss(
-                    self.opts, f"new partition {tp_name(tp)} starts at offset {earliest[tp]}, not 0"
-                )
-            if latest[tp] < s:
-                report_data_loss(
-                    self.opts, f"partition {tp_name(tp)}'s offset went back from {s} to {latest[tp]}"
-                )
-                end[tp] = latest[tp]  # planned as an empty range; the next batch starts there
-                effective_start[tp] = latest[tp]
-                continue
-            if earliest[tp] > s and not new:
-                report_data_loss(
-                    self.opts,
-                    f"offsets [{s}, {earliest[tp]}) of {tp_name(tp)} were deleted before they were read",
-                )
-            end[tp] = max(s, top)
-            effective_start[tp] = max(s, min(earliest[tp], end[tp]))
+            end[tp], effective_start[tp] = self._range(tp, begin, latest[tp], earliest[tp], losses)
         for tp in begin:
             if tp not in end and not self.opts.subscribed(tp[0]):
                 end[tp] = effective_start[tp] = begin[tp]  # no longer subscribed: kept, not lost
         gone = sorted(tp for tp in begin if tp not in end)
-        if gone:
-            report_data_loss(self.opts, f"partitions {', '.join(map(tp_name, gone))} no longer exist")
+        losses.extend((f"partition {tp_name(tp)} no longer exists", tp, 0) for tp in gone)
+        if losses:
+            self._lost(losses)
         if isinstance(limit, ReadMaxRows):
             capped = rate_limit(effective_start, end, int(limit.max_rows))
             end = {tp: (e if e < begin.get(tp, 0) else capped[tp]) for tp, e in end.items()}
         return dump_offsets(end)
+
+    def _range(
+        self, tp: TP, begin: OffsetMap, latest: int, earliest: int, losses: list[tuple[str, TP, int]]
+    ) -> tuple[int, int]:
+        """``tp``'s end offset in this batch, and where its reading really starts (past lost offsets)."""
+        new = tp not in begin
+        s = begin.get(tp, 0)
+        top = latest
+        if self._target is not None:
+            top = min(top, self._target.get(tp, s))
+        if new and earliest > 0:
+            losses.append((f"new partition {tp_name(tp)} starts at offset {earliest}, not 0", tp, earliest))
+        if latest < s and self.client.read_committed and self._stable_behind(tp, s):
+            return s, s  # an open transaction: wait for it to end
+        if latest < s:
+            losses.append((f"partition {tp_name(tp)}'s offset went back from {s} to {latest}", tp, 0))
+            return latest, latest  # planned as an empty range; the next batch starts there
+        if earliest > s and not new:
+            losses.append(
+                (
+                    f"offsets [{s}, {earliest}) of {tp_name(tp)} were deleted before they were read",
+                    tp,
+                    earliest - s,
+                )
+            )
+        e = max(s, top)
+        return e, max(s, min(earliest, e))
+
+    def _lost(self, losses: list[tuple[str, TP, int]]) -> None:
+        """Report every partition's lost offsets at once (failOnDataLoss: one error naming them all);
+        when reading goes on, the records skipped are added up in the control file's directory."""
+        skipped = sum(n for _, _, n in losses)
+        message = "; ".join(what for what, _, _ in losses)
+        if skipped:
+            message += f" ({skipped} records)"
+        if not self.opts.fail_on_data_loss and self.opts.control_file is not None:
+            add_skipped(self.opts.control_file, {tp: n for _, tp, n in losses if n})
+        report_data_loss(self.opts, message)
+
+    def _stable_behind(self, tp: TP, start: int) -> bool:
+        """Whether ``tp``'s last stable offset is behind ``start`` while its records are not: a
+        transaction is open (some brokers answer 0 for the stable offset then), nothing was lost."""
+        return self.client.high_watermarks([tp])[tp] >= start
 
     def _paused(self) -> frozenset[str]:
         if self.opts.control_file is None:

@@ -163,6 +163,9 @@ def ingest_kafka(
         bool, typer.Option(help="Fail if offsets to read were deleted by retention")
     ] = True,
     metrics_port: MetricsPortOption = None,
+    metrics_host: Annotated[
+        str, typer.Option(help="Address the metrics port listens on (127.0.0.1: this host only)")
+    ] = "0.0.0.0",
     consumer_group: ConsumerGroupOption = None,
     option: SourceOption = None,
 ) -> None:
@@ -196,6 +199,7 @@ def ingest_kafka(
         starting_offsets=starting_offsets,
         fail_on_data_loss=fail_on_data_loss,
         metrics_port=metrics_port,
+        metrics_host=metrics_host,
         consumer_group=consumer_group,
         source_options=_source_options(option or []),
     )

@@ -384,7 +384,15 @@ def test_metrics_port_and_consumer_group_show_offsets_and_lag(spark, sqlite_cata
     kafka_broker.create_topic(topic, partitions=3)
     kafka_broker.produce(topic, [event(i) for i in range(90)] + [{"value": b"not json", "partition": 0}])
     port = free_port()
-    opts = options(sqlite_catalog, kafka_broker, topic, available_now=False, trigger="1s", metrics_port=port)
+    opts = options(
+        sqlite_catalog,
+        kafka_broker,
+        topic,
+        available_now=False,
+        trigger="1s",
+        metrics_port=port,
+        metrics_host="127.0.0.1",
+    )
     stop = threading.Event()
     box: dict[str, Any] = {}
     runner = threading.Thread(

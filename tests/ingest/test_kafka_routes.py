@@ -359,3 +359,19 @@ def test_a_crash_between_the_tables_commits_replays_only_the_others(
     assert sorted(all_ids(two)) == list(range(100, 130))
     dead = job_dead_letters(sqlite_catalog, checkpoint.name)
     assert sorted(json.loads(d["raw"])["id"] for d in dead) == list(range(200, 205))
+
+
+def test_the_jobs_data_loss_error_names_its_flag_not_the_sources_option() -> None:
+    from ingest.kafka.job import query_failure
+    from ingest.kafka.reader import DATA_LOSS_ADVICE
+
+    wrapped = (
+        "StreamingQueryException: [FOREACH_BATCH] …\n"
+        f"ingest.errors.KafkaDataLossError: offsets [0, 5) of t-0 were deleted before they were read "
+        f"(5 records). {DATA_LOSS_ADVICE}\n"
+    )
+    found = query_failure(Exception(wrapped))
+    assert found.startswith(
+        "KafkaDataLossError: offsets [0, 5) of t-0 were deleted before they were read (5 records)"
+    )
+    assert "run the job with --no-fail-on-data-loss" in found and "failOnDataLoss" not in found

@@ -523,3 +523,99 @@ def test_embedded_broker_reports_a_failed_start(tmp_path: Path) -> None:
 def test_embedded_broker_fixture_is_up(kafka_broker: EmbeddedBroker) -> None:
     assert kafka_broker.running and kafka_broker.bootstrap.startswith("127.0.0.1:")
     assert "listening on" in kafka_broker.log_path.read_text()
+
+
+class FakeOffsets:
+    """Stands for the brokers' answers to the driver (the bundled broker has no retention and no
+    CreatePartitions): per partition its earliest, its last stable and its newest offset."""
+
+    def __init__(self, parts: dict[tuple[str, int], tuple[int, int, int]]) -> None:
+        self.parts = parts
+        self.read_committed = True
+
+    def partitions(self) -> list[tuple[str, int]]:
+        return sorted(self.parts)
+
+    def earliest(self, tps: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        return {tp: self.parts[tp][0] for tp in tps}
+
+    def latest(self, tps: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        return {tp: self.parts[tp][1] for tp in tps}
+
+    def high_watermarks(self, tps: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        return {tp: self.parts[tp][2] for tp in tps}
+
+    def close(self) -> None:
+        pass
+
+
+def planned(
+    parts: dict[tuple[str, int], tuple[int, int, int]], start: dict, control: Path, **opts: str
+) -> dict:
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from ingest.kafka.control import Control, write_control
+
+    write_control(control, Control(topics=frozenset(t for t, _ in parts)))
+    reader = KafkaStreamReader(
+        {"kafka.bootstrap.servers": "unused:1", "streampart.controlFile": str(control), **opts}
+    )
+    reader._client = FakeOffsets(parts)  # type: ignore[assignment]
+    return reader.latestOffset(start, ReadAllAvailable())
+
+
+def test_lost_offsets_of_every_partition_are_one_error_and_counted_when_skipped(tmp_path: Path) -> None:
+    from ingest.kafka.control import read_skipped
+
+    control = tmp_path / "control.json"
+    parts = {("a", 0): (40, 100, 100), ("a", 1): (0, 50, 50), ("b", 0): (7, 9, 9)}
+    start = {"a": {"0": 10, "1": 20}, "b": {"0": 5}}
+    with pytest.raises(KafkaDataLossError) as caught:
+        planned(parts, start, control)
+    message = str(caught.value)
+    assert "offsets [10, 40) of a-0 were deleted" in message and "offsets [5, 7) of b-0" in message
+    assert "(32 records)" in message and "a-1" not in message
+    assert read_skipped(str(control)) == {}  # failing: nothing was skipped
+    end = planned(parts, start, control, failOnDataLoss="false")
+    assert end == {"a": {"0": 100, "1": 50}, "b": {"0": 9}}
+    assert read_skipped(str(control)) == {("a", 0): 30, ("b", 0): 2}
+    planned(parts, start, control, failOnDataLoss="false")
+    assert read_skipped(str(control)) == {("a", 0): 60, ("b", 0): 4}  # running totals
+
+
+def test_an_open_transaction_holds_its_partition_and_is_no_data_loss(tmp_path: Path) -> None:
+    """Under read_committed a batch ends at the last stable offset. A broker that answers a stable
+    offset below the batch's start while a transaction is open (Tansu 0.6 answers 0) holds the
+    partition where it stands; only the newest offset going back too is data loss."""
+    control = tmp_path / "control.json"
+    start = {"t": {"0": 12}}
+    assert planned({("t", 0): (0, 0, 19)}, start, control) == {"t": {"0": 12}}
+    assert planned({("t", 0): (0, 18, 19)}, start, control) == {"t": {"0": 18}}
+    with pytest.raises(KafkaDataLossError, match="offset went back from 12 to 3"):
+        planned({("t", 0): (0, 3, 3)}, start, control)
+
+
+def test_a_paused_or_unsubscribed_topic_keeps_its_offsets(tmp_path: Path) -> None:
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from ingest.kafka.control import Control, write_control
+
+    control = tmp_path / "control.json"
+    write_control(control, Control(topics=frozenset({"a", "b"}), paused=frozenset({"b"})))
+    reader = KafkaStreamReader(
+        {"kafka.bootstrap.servers": "unused:1", "streampart.controlFile": str(control)}
+    )
+    parts = {("a", 0): (0, 10, 10), ("b", 0): (0, 10, 10), ("c", 0): (0, 10, 10)}
+    fake = FakeOffsets({tp: v for tp, v in parts.items() if tp[0] != "c"})  # c: no longer subscribed
+    reader._client = fake  # type: ignore[assignment]
+    start = {"a": {"0": 2}, "b": {"0": 3}, "c": {"0": 4}}
+    assert reader.latestOffset(start, ReadAllAvailable()) == {"a": {"0": 10}, "b": {"0": 3}, "c": {"0": 4}}
+    write_control(control, Control(topics=frozenset({"a", "b"})))  # resumed
+    assert reader.latestOffset(start, ReadAllAvailable())["b"] == {"0": 10}
+
+
+def test_the_consumers_read_committed_records_by_default() -> None:
+    base = {"kafka.bootstrap.servers": "h:1", "subscribe": "t"}
+    assert KafkaSourceOptions.parse(base).kafka_config()["isolation_level"] == "read_committed"
+    loose = KafkaSourceOptions.parse({**base, "kafka.isolation.level": "read_uncommitted"})
+    assert loose.kafka_config()["isolation_level"] == "read_uncommitted"
