@@ -214,7 +214,7 @@ def ingest_kafka(
 
     should_stop = _stop_on_sigterm(err)
     with _spark_in_its_own_session():
-        spark = ClusterSpark(settings, catalog)(catalog.table(_spark_table(options)))
+        spark = ClusterSpark(settings, catalog)(_spark_table(catalog, options))
     what = ", ".join(options.topics) if options.table else str(options.routes())
     err.print(
         f"ingesting {what} from {options.bootstrap}"
@@ -228,13 +228,19 @@ def ingest_kafka(
     sys.exit(0)
 
 
-def _spark_table(options: Any) -> str:
+def _spark_table(catalog: Any, options: Any) -> Any:
     """The table whose cluster runs the job's Spark: the one table, the first route naming one, or
-    the job's dead-letter table."""
+    the job's dead-letter table (made here if absent)."""
+    from ingest.kafka.job import job_dead_letters
+    from metastore.errors import NotFoundError
+
     if options.table:
-        return str(options.table)
-    fixed = [r.fixed_table for r in options.routes().routes if r.fixed_table]
-    return str(fixed[0] if fixed else options.dead_letter_table)
+        return catalog.table(options.table)
+    for route in options.routes().routes:
+        if route.fixed_table:
+            with contextlib.suppress(NotFoundError):  # a missing table only refuses its records
+                return catalog.table(route.fixed_table)
+    return job_dead_letters(catalog, str(options.dead_letter_table))
 
 
 def _stop_on_sigterm(err: Console) -> Callable[[], bool]:

@@ -375,3 +375,33 @@ def test_the_jobs_data_loss_error_names_its_flag_not_the_sources_option() -> Non
         "KafkaDataLossError: offsets [0, 5) of t-0 were deleted before they were read (5 records)"
     )
     assert "run the job with --no-fail-on-data-loss" in found and "failOnDataLoss" not in found
+
+
+@pytest.mark.spark
+def test_each_table_is_written_in_its_own_metastore_and_a_read_only_one_refuses(
+    spark, sqlite_catalog, kafka_broker, tmp_path
+) -> None:
+    """Federation: a routed table whose namespace lives in another metastore is committed there (its
+    chunks are that metastore's); one whose metastore turned read-only refuses, and its records go to
+    the job's dead letters while the others commit."""
+    u = uid()
+    catalog = sqlite_catalog
+    catalog.federation.add("fw", f"sqlite:///{tmp_path / 'fw.sqlite'}", "read-write-create")
+    catalog.federation.add("fr", f"sqlite:///{tmp_path / 'fr.sqlite'}", "read-write-create")
+    catalog.namespaces.create(f"w{u}", metastore="fw")
+    catalog.namespaces.create(f"r{u}", metastore="fr")
+    home = make_table(catalog, f"h{u}.t", dead_letter=True)
+    away = make_table(catalog, f"w{u}.t", dead_letter=True)
+    frozen = make_table(catalog, f"r{u}.t", dead_letter=True)
+    catalog.federation.alter("fr", access="read-only")
+    for t in ("h", "w", "r"):
+        kafka_broker.create_topic(t + u, partitions=1)
+        kafka_broker.produce(t + u, [rec(i) for i in range(10)])
+    opts = routed(catalog, kafka_broker, f"fed{u}", route=(f"h{u}=h{u}.t", f"w{u}=w{u}.t", f"r{u}=r{u}.t"))
+    assert run_kafka_ingest(spark, catalog, opts) == 1
+    assert sorted(all_ids(home)) == sorted(all_ids(away)) == list(range(10))
+    assert all_ids(frozen) == []
+    assert catalog.home(away).store.list_chunks(away.id, [ChunkState.COMMITTED])  # in fw, not the primary
+    dead = job_dead_letters(catalog, f"fed{u}")
+    assert sorted(json.loads(d["raw"])["id"] for d in dead) == list(range(10))
+    assert all(f"table r{u}.t: FederationAccessError" in d["reason"] for d in dead)
