@@ -137,6 +137,7 @@ class BatchSink:
         query_id: Callable[[], str],
         config: ChunkConfig,
         topics_with_data: Callable[[int], set[str] | None],
+        avro_schema: str | None = None,
     ) -> None:
         self.catalog = catalog
         self.routes = routes
@@ -146,6 +147,7 @@ class BatchSink:
         self.query_id = query_id
         self.config = config
         self.topics_with_data = topics_with_data
+        self.avro_schema = avro_schema
         self.sinks: dict[str, TableSink] = {}
         self.field_tables: dict[str, int] = {}  # tables a field route named → the batch it last did
         self.refused: dict[str, str] = {}  # the last batch's refused tables → why
@@ -170,7 +172,7 @@ class BatchSink:
             table = self.catalog.table(name)
             if table.kind is not TableKind.MAIN:
                 raise NotFoundError(f"{table.name} is a {table.kind.value} table, not a main table")
-            sink = self.sinks[name] = TableSink(self.catalog, table, self.fmt, self.config)
+            sink = self.sinks[name] = TableSink(self.catalog, table, self.fmt, self.config, self.avro_schema)
         return sink
 
     # -- the batch -----------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from ingest.kafka.avro import AvroSchemaError, load_schema_file
 from ingest.kafka.control import CONTROL_FILE
 from ingest.kafka.options import KafkaSourceOptions, check_offsets_spec, subscribe_options
 from ingest.kafka.routes import Route, RouteError, Routes, parse_route_flag, read_routes_file
@@ -50,9 +51,12 @@ class KafkaIngestOptions(BaseModel):
     dead_letter_table: str | None = Field(
         None, description="NS.TABLE for records no table takes (routed jobs); made if absent."
     )
-    format: Literal["json", "csv"] = Field(
-        "json", description="Record format: a JSON object, or one CSV line in the table's column order."
+    format: Literal["json", "csv", "avro"] = Field(
+        "json",
+        description="Record format: a JSON object, one CSV line in the table's column order, or an Avro "
+        "datum of the avro_schema.",
     )
+    avro_schema: str | None = Field(None, description="The writer schema of Avro records: an .avsc file.")
     trigger: Duration = Field(
         timedelta(seconds=5), description="Micro-batch interval (ignored with available_now)."
     )
@@ -147,6 +151,23 @@ class KafkaIngestOptions(BaseModel):
         if self.dead_letter_table is None:
             raise ValueError("a routed job needs --dead-letter-table NS.TABLE (records no table takes)")
         return self
+
+    @model_validator(mode="after")
+    def _avro(self) -> KafkaIngestOptions:
+        if (self.format == "avro") != (self.avro_schema is not None):
+            raise ValueError(
+                "--format avro takes --avro-schema FILE (the records' writer schema), and only it"
+            )
+        if self.avro_schema is not None:
+            try:
+                load_schema_file(self.avro_schema)
+            except AvroSchemaError as exc:
+                raise ValueError(str(exc)) from None
+        return self
+
+    def avro_schema_text(self) -> str | None:
+        """The Avro writer schema, read and checked (None: not Avro)."""
+        return None if self.avro_schema is None else load_schema_file(self.avro_schema)
 
     @model_validator(mode="after")
     def _source_options_valid(self) -> KafkaIngestOptions:

@@ -95,6 +95,8 @@ class StageSpec:
     # may lack them): pickled with the spec, never in a command line or the query plan. A
     # ``metastore.storage.S3Options``; None for a local table, whose tasks import no metastore
     store: Any = None
+    # the writer schema of Avro records (JSON text), when ``fmt`` is avro
+    avro_schema: str | None = None
 
 
 def stage_spec(
@@ -106,6 +108,7 @@ def stage_spec(
     bounds: TimeBounds | None,
     added: Sequence[Column] = (),
     ignorable: frozenset[str] = frozenset(),
+    avro_schema: str | None = None,
 ) -> StageSpec:
     """The driver builds the spec of one micro-batch (``bounds``: one clock reading for every task;
     ``added``: new columns every task parses as known ones, when a first staging's tasks inferred a
@@ -134,9 +137,10 @@ def stage_spec(
         max_value_bytes=max_value_bytes,
         arrow_json=arrow_json,
         row_wise=pickle.dumps((warehouse, table, bounds, tuple(added))),
-        evolving=fmt == "json" and table.schema_evolution is not SchemaEvolution.NONE,
+        evolving=fmt != "csv" and table.schema_evolution is not SchemaEvolution.NONE,  # named fields
         columns=columns_json(columns) if added else None,
         ignorable=ignorable,
+        avro_schema=avro_schema,
     )
 
 
@@ -319,6 +323,11 @@ class _RowWise:
             added=added,
         )
         self.bad: list[dict[str, Any]] = []
+        self.decode: Callable[[bytes], Any] | None = None
+        if spec.avro_schema is not None:
+            from ingest.kafka.avro import AvroDecoder
+
+            self.decode = AvroDecoder(spec.avro_schema).decode
 
     def add(self, batch: pa.RecordBatch) -> None:
         values = batch.column("value").to_pylist()
@@ -326,7 +335,7 @@ class _RowWise:
         partitions = batch.column("partition").to_pylist()
         offsets = batch.column("offset").to_pylist()
         for value, topic, partition, offset in zip(values, topics, partitions, offsets, strict=True):
-            reason = parse_value(self.v, self.spec.fmt, offset, value)
+            reason = parse_value(self.v, self.spec.fmt, offset, value, self.decode)
             if reason is not None:
                 self.bad.append(
                     {"source": f"{topic}/{partition}", "position": offset, "reason": reason, "raw": value}
@@ -367,8 +376,15 @@ def _micros(value: datetime | None) -> int | None:
     return None if value is None else (value - EPOCH) // timedelta(microseconds=1)
 
 
-def parse_value(v: RecordValidator, fmt: str, position: int, value: bytes | None) -> str | None:
+def parse_value(
+    v: RecordValidator,
+    fmt: str,
+    position: int,
+    value: bytes | None,
+    decode: Callable[[bytes], Any] | None = None,
+) -> str | None:
     """Validate one Kafka record value into ``v``; returns the reason if it is a bad record.
+    ``decode``: how a value of a binary format (Avro) becomes a record, raising ValueError if it cannot.
 
     Never raises for a record, whatever it holds: an exception here would fail the batch, and
     every restart would replay the same offsets into the same exception, stopping the stream.
@@ -376,12 +392,14 @@ def parse_value(v: RecordValidator, fmt: str, position: int, value: bytes | None
     from ingest.records import unexpected
 
     try:
-        return _parse_value(v, fmt, position, value)
+        return _parse_value(v, fmt, position, value, decode)
     except Exception as exc:
         return unexpected(exc)
 
 
-def _parse_value(v: RecordValidator, fmt: str, position: int, value: bytes | None) -> str | None:
+def _parse_value(
+    v: RecordValidator, fmt: str, position: int, value: bytes | None, decode: Callable[[bytes], Any] | None
+) -> str | None:
     import csv
     import json
 
@@ -397,6 +415,11 @@ def _parse_value(v: RecordValidator, fmt: str, position: int, value: bytes | Non
             return f"invalid UTF-8 at byte {exc.start + 1}"
         except json.JSONDecodeError as exc:
             return f"invalid JSON: {exc.msg} at column {exc.colno}"
+    elif decode is not None:
+        try:
+            record = decode(value)
+        except ValueError as exc:
+            return f"invalid {fmt.capitalize()}: {exc}"
     else:
         try:
             text = value.decode("utf-8")

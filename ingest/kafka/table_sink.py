@@ -66,9 +66,12 @@ def _from_micros(value: int | None) -> datetime | None:
 class TableSink:
     """A table an ingest job writes; see the module docstring."""
 
-    def __init__(self, catalog: Catalog, table: Table, fmt: str, config: ChunkConfig) -> None:
+    def __init__(
+        self, catalog: Catalog, table: Table, fmt: str, config: ChunkConfig, avro_schema: str | None = None
+    ) -> None:
         self.catalog = catalog
         self.fmt = fmt
+        self.avro_schema = avro_schema
         self.config = config
         self.writer = ChunkWriter(catalog, table, config, late_rows_to_dead_letter=True)
         self._ignorable: set[str] = set()  # fields whose names can never be columns (StageSpec)
@@ -131,6 +134,7 @@ class TableSink:
             time_bounds(table, clock.now()),
             self.added,
             frozenset(self._ignorable),
+            self.avro_schema,
         )
 
     # -- what the tasks staged -------------------------------------------------------------

@@ -146,8 +146,14 @@ def ingest_kafka(
         typer.Option(help="NS.TABLE for records no route takes (routed jobs; made if absent)"),
     ] = None,
     format: Annotated[
-        str, typer.Option("--format", help="json, or csv (one line, table column order)")
+        str,
+        typer.Option(
+            "--format", help="json, csv (one line, table column order), or avro (with --avro-schema)"
+        ),
     ] = "json",
+    avro_schema: Annotated[
+        Path | None, typer.Option(help="The Avro records' writer schema (.avsc): each value one datum of it")
+    ] = None,
     trigger: Annotated[str, typer.Option(help="Micro-batch interval, e.g. 1s, 5s, 1m")] = "5s",
     available_now: Annotated[
         bool, typer.Option("--available-now", help="Process what is in the topic now, then exit 0")
@@ -192,6 +198,7 @@ def ingest_kafka(
         name=name,
         dead_letter_table=dead_letter_table,
         format=format,
+        avro_schema=str(avro_schema) if avro_schema else None,
         trigger=trigger,
         available_now=available_now,
         checkpoint=str(checkpoint) if checkpoint else None,
