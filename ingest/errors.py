@@ -80,3 +80,9 @@ class BrokerError(IngestError):
 
 class StopRequestedError(IngestError):
     """A streaming batch refused to start because its job is stopping (the next run replays it)."""
+
+
+class SchemaRegistryUnavailableError(KafkaSourceError, RetriableError):
+    """The Schema Registry did not answer (or refused the credentials) after the bounded retries."""
+
+    fails_batch = True  # never a record's fault: the batch fails and is replayed, nothing is dead-lettered

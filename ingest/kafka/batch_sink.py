@@ -37,6 +37,7 @@ from ingest.chunks import ChunkWriter, DeadLetter
 from ingest.config import ChunkConfig
 from ingest.errors import IngestError
 from ingest.formats import parse_arrow
+from ingest.kafka.avro import AvroSource
 from ingest.kafka.batch_plans import BatchPlan, fix_plan
 from ingest.kafka.route_task import ROUTED_SCHEMA, RoutedSpec, route_task
 from ingest.kafka.routes import Routes
@@ -137,7 +138,7 @@ class BatchSink:
         query_id: Callable[[], str],
         config: ChunkConfig,
         topics_with_data: Callable[[int], set[str] | None],
-        avro_schema: str | None = None,
+        avro: AvroSource | None = None,
     ) -> None:
         self.catalog = catalog
         self.routes = routes
@@ -147,7 +148,7 @@ class BatchSink:
         self.query_id = query_id
         self.config = config
         self.topics_with_data = topics_with_data
-        self.avro_schema = avro_schema
+        self.avro = avro
         self.sinks: dict[str, TableSink] = {}
         self.field_tables: dict[str, int] = {}  # tables a field route named → the batch it last did
         self.refused: dict[str, str] = {}  # the last batch's refused tables → why
@@ -172,7 +173,7 @@ class BatchSink:
             table = self.catalog.table(name)
             if table.kind is not TableKind.MAIN:
                 raise NotFoundError(f"{table.name} is a {table.kind.value} table, not a main table")
-            sink = self.sinks[name] = TableSink(self.catalog, table, self.fmt, self.config, self.avro_schema)
+            sink = self.sinks[name] = TableSink(self.catalog, table, self.fmt, self.config, self.avro)
         return sink
 
     # -- the batch -----------------------------------------------------------------------------

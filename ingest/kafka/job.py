@@ -270,7 +270,7 @@ def _start(
         query_id,
         config,
         lambda batch_id: topics_with_data(checkpoint, batch_id),
-        options.avro_schema_text(),
+        options.avro_source(),
     )
     sink = IngestSink(batches, options, checkpoint)
     reader = spark.readStream.format(source_format)

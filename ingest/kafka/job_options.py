@@ -10,14 +10,16 @@ group and metrics named after the table. **Routed**: ``route`` s (``TOPIC=NS.TAB
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 from datetime import timedelta
 from pathlib import Path
 from typing import Literal
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from ingest.kafka.avro import AvroSchemaError, load_schema_file
+from ingest.kafka.avro import AvroSchemaError, AvroSource, load_schema_file
 from ingest.kafka.control import CONTROL_FILE
 from ingest.kafka.options import KafkaSourceOptions, check_offsets_spec, subscribe_options
 from ingest.kafka.routes import Route, RouteError, Routes, parse_route_flag, read_routes_file
@@ -27,6 +29,8 @@ from metastore.models import TableName
 
 CHECKPOINTS_DIR = "_checkpoints"
 JOBS_DIR = "_jobs"  # routed jobs' checkpoints: <warehouse's local dir>/_checkpoints/_jobs/<name>
+REGISTRY_USER_ENV = "STREAMPART_SCHEMA_REGISTRY_USER"
+REGISTRY_PASSWORD_ENV = "STREAMPART_SCHEMA_REGISTRY_PASSWORD"
 _JOB_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$")
 
 
@@ -57,6 +61,11 @@ class KafkaIngestOptions(BaseModel):
         "datum of the avro_schema.",
     )
     avro_schema: str | None = Field(None, description="The writer schema of Avro records: an .avsc file.")
+    schema_registry: str | None = Field(
+        None,
+        description="The Schema Registry of Avro records in the Confluent wire format (its URL, without "
+        "credentials: STREAMPART_SCHEMA_REGISTRY_USER and _PASSWORD give them).",
+    )
     trigger: Duration = Field(
         timedelta(seconds=5), description="Micro-batch interval (ignored with available_now)."
     )
@@ -154,20 +163,38 @@ class KafkaIngestOptions(BaseModel):
 
     @model_validator(mode="after")
     def _avro(self) -> KafkaIngestOptions:
-        if (self.format == "avro") != (self.avro_schema is not None):
+        given = [f for f in ("avro_schema", "schema_registry") if getattr(self, f) is not None]
+        if (self.format == "avro") != (len(given) == 1) or len(given) > 1:
             raise ValueError(
-                "--format avro takes --avro-schema FILE (the records' writer schema), and only it"
+                "--format avro takes one of --avro-schema FILE (the records' writer schema) or "
+                "--schema-registry URL, and those only go with it"
             )
         if self.avro_schema is not None:
             try:
                 load_schema_file(self.avro_schema)
             except AvroSchemaError as exc:
                 raise ValueError(str(exc)) from None
+        if self.schema_registry is not None:
+            url = urlsplit(self.schema_registry)
+            if url.scheme not in ("http", "https") or not url.hostname:
+                raise ValueError(f"--schema-registry takes an http(s) URL, got {self.schema_registry!r}")
+            if url.username or url.password:
+                raise ValueError(
+                    "--schema-registry: no credentials in the URL (a command line shows them); set "
+                    "STREAMPART_SCHEMA_REGISTRY_USER and STREAMPART_SCHEMA_REGISTRY_PASSWORD"
+                )
         return self
 
-    def avro_schema_text(self) -> str | None:
-        """The Avro writer schema, read and checked (None: not Avro)."""
-        return None if self.avro_schema is None else load_schema_file(self.avro_schema)
+    def avro_source(self) -> AvroSource | None:
+        """Where the Avro writer schemas come from (None: not Avro); the registry's credentials from
+        the environment."""
+        if self.avro_schema is not None:
+            return AvroSource(schema=load_schema_file(self.avro_schema))
+        if self.schema_registry is not None:
+            user = os.environ.get(REGISTRY_USER_ENV)
+            auth = (user, os.environ.get(REGISTRY_PASSWORD_ENV, "")) if user else None
+            return AvroSource(registry=self.schema_registry, auth=auth)
+        return None
 
     @model_validator(mode="after")
     def _source_options_valid(self) -> KafkaIngestOptions:

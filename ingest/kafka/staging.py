@@ -95,8 +95,8 @@ class StageSpec:
     # may lack them): pickled with the spec, never in a command line or the query plan. A
     # ``metastore.storage.S3Options``; None for a local table, whose tasks import no metastore
     store: Any = None
-    # the writer schema of Avro records (JSON text), when ``fmt`` is avro
-    avro_schema: str | None = None
+    # where Avro records' writer schemas come from (an ``ingest.kafka.avro.AvroSource``), when ``fmt`` is avro
+    avro: Any = None
 
 
 def stage_spec(
@@ -108,7 +108,7 @@ def stage_spec(
     bounds: TimeBounds | None,
     added: Sequence[Column] = (),
     ignorable: frozenset[str] = frozenset(),
-    avro_schema: str | None = None,
+    avro: Any = None,
 ) -> StageSpec:
     """The driver builds the spec of one micro-batch (``bounds``: one clock reading for every task;
     ``added``: new columns every task parses as known ones, when a first staging's tasks inferred a
@@ -140,7 +140,7 @@ def stage_spec(
         evolving=fmt != "csv" and table.schema_evolution is not SchemaEvolution.NONE,  # named fields
         columns=columns_json(columns) if added else None,
         ignorable=ignorable,
-        avro_schema=avro_schema,
+        avro=avro,
     )
 
 
@@ -324,10 +324,8 @@ class _RowWise:
         )
         self.bad: list[dict[str, Any]] = []
         self.decode: Callable[[bytes], Any] | None = None
-        if spec.avro_schema is not None:
-            from ingest.kafka.avro import AvroDecoder
-
-            self.decode = AvroDecoder(spec.avro_schema).decode
+        if spec.avro is not None:
+            self.decode = spec.avro.decoder()
 
     def add(self, batch: pa.RecordBatch) -> None:
         values = batch.column("value").to_pylist()
@@ -394,6 +392,8 @@ def parse_value(
     try:
         return _parse_value(v, fmt, position, value, decode)
     except Exception as exc:
+        if getattr(exc, "fails_batch", False):  # a registry outage: no record's fault, replayed later
+            raise
         return unexpected(exc)
 
 

@@ -25,6 +25,7 @@ from ingest.chunks.evolving import proposal
 from ingest.config import ChunkConfig
 from ingest.errors import IngestError
 from ingest.evolution import NewFields, joined_type
+from ingest.kafka.avro import AvroSource
 from ingest.kafka.staging import StageSpec, stage_records, stage_spec
 from metastore import clock
 from metastore.catalog import Catalog
@@ -67,11 +68,11 @@ class TableSink:
     """A table an ingest job writes; see the module docstring."""
 
     def __init__(
-        self, catalog: Catalog, table: Table, fmt: str, config: ChunkConfig, avro_schema: str | None = None
+        self, catalog: Catalog, table: Table, fmt: str, config: ChunkConfig, avro: AvroSource | None = None
     ) -> None:
         self.catalog = catalog
         self.fmt = fmt
-        self.avro_schema = avro_schema
+        self.avro = avro
         self.config = config
         self.writer = ChunkWriter(catalog, table, config, late_rows_to_dead_letter=True)
         self._ignorable: set[str] = set()  # fields whose names can never be columns (StageSpec)
@@ -134,7 +135,7 @@ class TableSink:
             time_bounds(table, clock.now()),
             self.added,
             frozenset(self._ignorable),
-            self.avro_schema,
+            self.avro,
         )
 
     # -- what the tasks staged -------------------------------------------------------------

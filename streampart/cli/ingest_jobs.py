@@ -148,11 +148,19 @@ def ingest_kafka(
     format: Annotated[
         str,
         typer.Option(
-            "--format", help="json, csv (one line, table column order), or avro (with --avro-schema)"
+            "--format",
+            help="json, csv (one line, table column order), or avro (--avro-schema or --schema-registry)",
         ),
     ] = "json",
     avro_schema: Annotated[
         Path | None, typer.Option(help="The Avro records' writer schema (.avsc): each value one datum of it")
+    ] = None,
+    schema_registry: Annotated[
+        str | None,
+        typer.Option(
+            help="Avro records in the Confluent wire format: the Schema Registry's URL (credentials from "
+            "STREAMPART_SCHEMA_REGISTRY_USER and _PASSWORD, never in the URL)"
+        ),
     ] = None,
     trigger: Annotated[str, typer.Option(help="Micro-batch interval, e.g. 1s, 5s, 1m")] = "5s",
     available_now: Annotated[
@@ -199,6 +207,7 @@ def ingest_kafka(
         dead_letter_table=dead_letter_table,
         format=format,
         avro_schema=str(avro_schema) if avro_schema else None,
+        schema_registry=schema_registry,
         trigger=trigger,
         available_now=available_now,
         checkpoint=str(checkpoint) if checkpoint else None,
