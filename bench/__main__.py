@@ -38,6 +38,8 @@ SCALES: dict[str, dict[str, Any]] = {
         "read_chunks": 2000,
         "read_reps": 3,
         "read_warmup_rounds": 1,
+        "avro_records": 100_000,
+        "avro_reps": 3,
         "fleet_topics": 100,
         "fleet_records": 1_000,
         "fleet_reps": 2,
@@ -92,6 +94,8 @@ SCALES: dict[str, dict[str, Any]] = {
         "read_chunks": 150,
         "read_reps": 1,
         "read_warmup_rounds": 0,
+        "avro_records": 10_000,
+        "avro_reps": 1,
         "fleet_topics": 10,
         "fleet_records": 200,
         "fleet_reps": 1,
@@ -146,6 +150,7 @@ def benchmarks() -> dict[str, Any]:
         federation,
         growth,
         http_load,
+        kafka_avro,
         kafka_fleet,
         kafka_ingest,
         link_planning,
@@ -167,6 +172,7 @@ def benchmarks() -> dict[str, Any]:
         evolution,
         objects,
         kafka_fleet,
+        kafka_avro,
     )  # fmt: skip
     return {m.NAME: m for m in modules}
 
@@ -187,6 +193,7 @@ NAMES = (
     "evolution",
     "objects",
     "kafka_fleet",
+    "kafka_avro",
 )
 
 
