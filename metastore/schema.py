@@ -385,3 +385,29 @@ schema_changes = Table(
     UniqueConstraint("table_id", "key", name="uq_sp_schema_changes_key"),
     Index("ix_sp_schema_changes_state", "state", "table_id"),
 )
+
+
+# Kafka ingest jobs (migration 0015): what an operator asked of a running job (pause or resume a
+# topic), and when the job did it; and each job's status as it last published it (per topic: state,
+# lag, last error), for the CLI and the status page. A job is named (``--name``) across the fleet.
+ingest_requests = Table(
+    "sp_ingest_requests",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("job", String(128), nullable=False),
+    Column("topic", String(256), nullable=False),
+    Column("action", String(16), nullable=False),
+    Column("requested_by", String(256), nullable=False),
+    Column("requested_at", DateTime, nullable=False),
+    Column("done_at", DateTime),
+    Column("outcome", String(1024)),
+    Index("ix_sp_ingest_requests_job", "job", "done_at"),
+)
+
+ingest_jobs = Table(
+    "sp_ingest_jobs",
+    metadata,
+    Column("job", String(128), primary_key=True),
+    Column("updated_at", DateTime, nullable=False),
+    Column("status", JSON, nullable=False),
+)

@@ -22,6 +22,8 @@ import json
 import os
 import re
 import tempfile
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -75,6 +77,18 @@ def read_control(path: str) -> Control:
     )
     _cache[path] = (stamp, control)
     return control
+
+
+_writing = threading.Lock()  # the job's threads (the batch's, the steering's) change it one at a time
+
+
+def update_control(path: str | Path, change: Callable[[Control], Control]) -> Control:
+    """Replace the control file with ``change`` of what it holds (an absent file: an empty one)."""
+    with _writing:
+        current = read_control(str(path)) if os.path.exists(path) else Control()
+        new = change(current)
+        write_control(path, new)
+        return new
 
 
 def write_control(path: str | Path, control: Control) -> bool:

@@ -43,10 +43,12 @@ from typing import TYPE_CHECKING, Any
 from ingest.config import ChunkConfig
 from ingest.errors import IngestQueryError, StopRequestedError
 from ingest.kafka.batch_sink import BatchSink, JobDeadLetters
-from ingest.kafka.control import Control, read_control, read_skipped, write_control
+from ingest.kafka.control import Control, read_skipped, update_control
 from ingest.kafka.job_options import KafkaIngestOptions
 from ingest.kafka.monitoring import GroupCommitter, IngestMetrics, batch_end_offsets, progress_latest_offsets
+from ingest.kafka.offsets import OffsetMap
 from ingest.kafka.routes import RouteError, Routes
+from ingest.kafka.steering import Steering
 from metastore.catalog import DEAD_LETTER_COLUMNS as DEAD_LETTER_TABLE_COLUMNS
 from metastore.catalog import Catalog
 from metastore.errors import NamespaceMovingError, NotFoundError, UserInputError
@@ -109,9 +111,9 @@ class RoutesWatch:
 
     def _publish(self) -> None:
         sub = self._routes.subscription()
-        paused = read_control(self.control_file).paused if Path(self.control_file).exists() else frozenset()
-        write_control(
-            self.control_file, Control(topics=frozenset(sub["topics"]), pattern=sub["pattern"], paused=paused)
+        update_control(
+            self.control_file,
+            lambda c: Control(topics=frozenset(sub["topics"]), pattern=sub["pattern"], paused=c.paused),
         )
 
 
@@ -152,10 +154,15 @@ class IngestSink:
     """The ``foreachBatch`` function: the batch (:class:`BatchSink`), stopping between batches,
     riding out a namespace move, and the monitoring after each commit."""
 
-    def __init__(self, batches: BatchSink, options: KafkaIngestOptions, checkpoint: str) -> None:
+    def __init__(
+        self, batches: BatchSink, options: KafkaIngestOptions, checkpoint: str, steering: Steering
+    ) -> None:
         self.batches_sink = batches
         self.options = options
         self.checkpoint = checkpoint
+        self.steering = steering
+        self.committed: OffsetMap = {}  # the last committed batch's end offsets
+        self.latest: OffsetMap = {}  # the newest offsets the source reported
         self.batches = 0
         self._idle = threading.Condition()
         self._in_batch = False
@@ -204,9 +211,7 @@ class IngestSink:
         self._committed(batch_id, rows, dead, time.monotonic() - started)
 
     def _committed(self, batch_id: int, rows: int, dead_letters: int, seconds: float) -> None:
-        """Tell the monitoring (metrics, consumer group) that ``batch_id``'s offsets are committed."""
-        if self.metrics is None and self.group is None:
-            return
+        """Tell the monitoring (status, metrics, consumer group) that ``batch_id``'s offsets are committed."""
         try:
             offsets = batch_end_offsets(self.checkpoint, batch_id)
         except (OSError, ValueError, IndexError) as exc:
@@ -214,11 +219,18 @@ class IngestSink:
                 "batch %s: cannot read its offsets from the checkpoint for monitoring: %s", batch_id, exc
             )
             return
+        self.committed.update(offsets)
+        self.publish()
         if self.metrics is not None:
             self.metrics.batch_committed(offsets, rows, dead_letters, seconds)
             self.metrics.skipped(read_skipped(self.options.control_file(self.checkpoint)))
         if self.group is not None:
             self.group.commit(offsets)
+
+    def publish(self, failure: str | None = None) -> None:
+        """Publish the job's status (:mod:`ingest.kafka.steering`)."""
+        b = self.batches_sink
+        self.steering.publish(b.routes(), self.committed, self.latest, b.refused, self.batches, failure)
 
 
 def start_kafka_ingest(
@@ -272,7 +284,8 @@ def _start(
         lambda batch_id: topics_with_data(checkpoint, batch_id),
         options.avro_source(),
     )
-    sink = IngestSink(batches, options, checkpoint)
+    sink = IngestSink(batches, options, checkpoint, Steering(catalog, options.job, control_file))
+    sink.steering.apply(routes())  # requests made while the job was down
     reader = spark.readStream.format(source_format)
     for key, value in options.source_reader_options(control_file).items():
         reader = reader.option(key, value)
@@ -365,9 +378,14 @@ def run_kafka_ingest(
     sink.metrics = metrics
     try:
         while not query.awaitTermination(poll_seconds):
-            sink.batches_sink.routes()  # a changed routes file: subscribe before the next trigger
+            routes = sink.batches_sink.routes()  # a changed routes file: subscribe before the next trigger
+            latest = {**sink.latest, **progress_latest_offsets(query.lastProgress)}
+            steered = sink.steering.apply(routes)  # paused or resumed topics: from the next trigger on
+            if steered or latest != sink.latest:  # the status shows it (the lag of a paused topic grows)
+                sink.latest = latest
+                sink.publish()
             if metrics is not None:
-                metrics.latest_offsets(progress_latest_offsets(query.lastProgress))
+                metrics.latest_offsets(sink.latest)
             if should_stop():
                 # Stopping between batches is always safe; mid-batch, the batch is replayed
                 # by the next run and lands once (its chunk's idempotency key is in the metastore).
@@ -383,9 +401,11 @@ def run_kafka_ingest(
                 break
         exc = query.exception()
         if exc is not None and not sink.stopping:  # stopping: a batch refused to start (replayed)
+            sink.publish(failure=query_failure(exc))
             raise IngestQueryError(f"ingest {options.job} failed: {query_failure(exc)}")
     except StreamingQueryException as exc:
         if not sink.stopping:
+            sink.publish(failure=query_failure(exc))
             raise IngestQueryError(f"ingest {options.job} failed: {query_failure(exc)}") from None
     finally:
         if query.isActive:

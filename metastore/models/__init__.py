@@ -19,6 +19,7 @@ from metastore.models.evolution import (
     plan_alter,
     widening_refusal,
 )
+from metastore.models.ingest_jobs import IngestAction, IngestJobStatus, IngestRequest
 from metastore.models.lifecycles import (
     ChunkState,
     MoveStep,
@@ -79,6 +80,9 @@ __all__ = [
     "ChunkSummary",
     "Column",
     "DaemonBeat",
+    "IngestAction",
+    "IngestJobStatus",
+    "IngestRequest",
     "LateDataPolicy",
     "Lease",
     "Mode",

@@ -36,6 +36,7 @@ from metastore.store.daemons import DaemonStore
 from metastore.store.engine import SQLITE_BUSY_TIMEOUT_S, Database, default_url, normalize_url
 from metastore.store.federation import FederationStore
 from metastore.store.history import HistoryStore, summarize_chunk
+from metastore.store.ingest_jobs import IngestJobStore
 from metastore.store.leases import LeaseStore
 from metastore.store.links import LinkStore
 from metastore.store.moves import MoveStore
@@ -64,6 +65,7 @@ class Metastore(
     MoveStore,
     FederationStore,
     TransferStore,
+    IngestJobStore,
 ):
     """Access to one metastore database. Thread-safe; open one per process.
 

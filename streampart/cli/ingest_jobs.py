@@ -14,6 +14,7 @@ import typer
 
 from metastore.errors import UserInputError
 from streampart.cli.context import cli_context
+from streampart.cli.params import JsonFlag
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -257,6 +258,97 @@ def _spark_table(catalog: Any, options: Any) -> Any:
             with contextlib.suppress(NotFoundError):  # a missing table only refuses its records
                 return catalog.table(route.fixed_table)
     return job_dead_letters(catalog, str(options.dead_letter_table))
+
+
+def _request(ctx: typer.Context, job: str, topic: str, action: str) -> None:
+    import getpass
+    import socket
+
+    from metastore.models import IngestAction
+
+    cli = cli_context(ctx)
+    store = cli.catalog().store
+    known = {s.job for s in store.ingest_statuses()}
+    request = store.request_ingest(
+        job, topic, IngestAction(action), f"{getpass.getuser()}@{socket.gethostname()}"
+    )
+    if job not in known:
+        cli.output.warn(f"no ingest job {job} has run against this metastore yet: the request waits for it")
+    cli.output.result(
+        request.model_dump(mode="json"),
+        lambda out, r: out.note(
+            f"request {r['id']}: {action} topic {topic} of job {job}; "
+            "the job applies it before its next batch"
+        ),
+    )
+
+
+@ingest_app.command("pause")
+def ingest_pause(
+    ctx: typer.Context,
+    job: Annotated[str, typer.Argument(help="The job's name (--name; a one-table job: its NS.TABLE)")],
+    topic: Annotated[str, typer.Argument(help="The topic to stop reading (its offsets stand still)")],
+    _json: JsonFlag = False,
+) -> None:
+    """Pause one topic of a running ingest job: nothing more of it is read until it is resumed.
+
+    The request is recorded in the metastore; the job applies it between batches (about a second)
+    and records when. The other topics go on; a pause survives a restart of the job.
+    """
+    _request(ctx, job, topic, "pause")
+
+
+@ingest_app.command("resume")
+def ingest_resume(
+    ctx: typer.Context,
+    job: Annotated[str, typer.Argument(help="The job's name")],
+    topic: Annotated[str, typer.Argument(help="The paused topic to read again, from where it stood")],
+    _json: JsonFlag = False,
+) -> None:
+    """Resume a paused topic of an ingest job."""
+    _request(ctx, job, topic, "resume")
+
+
+@ingest_app.command("status")
+def ingest_status(
+    ctx: typer.Context,
+    job: Annotated[str | None, typer.Argument(help="One job (default: every job)")] = None,
+    _json: JsonFlag = False,
+) -> None:
+    """What each ingest job last published: per topic reading or paused, lag in records, last error,
+    and the requests made to it."""
+    cli = cli_context(ctx)
+    store = cli.catalog().store
+    statuses = store.ingest_statuses(job)
+    result = [
+        {
+            **s.model_dump(mode="json"),
+            "requests": [r.model_dump(mode="json") for r in store.ingest_requests(s.job, 10)],
+        }
+        for s in statuses
+    ]
+    cli.output.result(result, _print_status)
+
+
+def _print_status(out: Any, jobs: list[dict[str, Any]]) -> None:
+    from streampart.cli.output import listing
+
+    table = listing("job", "topic", "state", "table", "lag (records)", "last error", whole=("job", "topic"))
+    for j in jobs:
+        status = j["status"]
+        for topic, t in status.get("topics", {}).items():
+            table.add_row(
+                j["job"], topic, t["state"], t["table"] or "", str(t["lag_records"]), t["last_error"] or ""
+            )
+        if status.get("failure"):
+            table.add_row(j["job"], "", "failed", "", "", status["failure"])
+    out.table(table)
+    for j in jobs:
+        for r in j["requests"]:
+            done = f"done {r['done_at']}: {r['outcome']}" if r["done_at"] else "pending"
+            out.note(
+                f"{j['job']}: request {r['id']} {r['action']} {r['topic']} by {r['requested_by']} — {done}"
+            )
 
 
 def _stop_on_sigterm(err: Console) -> Callable[[], bool]:

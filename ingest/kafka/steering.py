@@ -1,0 +1,143 @@
+"""Steering a running ingest job: operators' requests applied between batches, and its status.
+
+An operator pauses or resumes one topic of a named job (``streampart ingest pause JOB TOPIC``):
+the request is a row in the metastore (:mod:`metastore.store.ingest_jobs`). The job polls its
+pending requests about once a second, applies each to the source's control file (``paused``, which
+the source honours at the next trigger: a paused topic's offsets stand still, nothing of it is read,
+the other topics go on) and stamps the request done with the outcome. A pause therefore takes effect
+from the batch after the one in flight, and survives a restart (the control file is in the
+checkpoint). Exactly-once is untouched: a pause only holds offsets back.
+
+After each batch the job publishes its status per topic — reading or paused, the committed and the
+latest offsets, the lag in records, the refusal of the table it routes to — for ``streampart ingest
+status`` and the status page. The metastore being unreachable here is logged and never stops the
+ingest.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from datetime import UTC, datetime
+from typing import Any
+
+from ingest.kafka.control import Control, read_control, update_control
+from ingest.kafka.offsets import OffsetMap
+from ingest.kafka.routes import Routes
+from metastore.catalog import Catalog
+from metastore.models import IngestAction, IngestRequest
+
+log = logging.getLogger(__name__)
+
+
+def _apply(control: Control, request: IngestRequest, routes: Routes) -> tuple[Control, str]:
+    topic = request.topic
+    known = "" if routes.route_of(topic) is not None else f" (no route of this job takes topic {topic} now)"
+    if request.action is IngestAction.PAUSE:
+        if topic in control.paused:
+            return control, f"topic {topic} was paused already{known}"
+        return dataclasses.replace(control, paused=control.paused | {topic}), f"paused topic {topic}{known}"
+    if topic not in control.paused:
+        return control, f"topic {topic} was not paused{known}"
+    return dataclasses.replace(control, paused=control.paused - {topic}), f"resumed topic {topic}{known}"
+
+
+class Steering:
+    """The job's side of steering: see the module docstring."""
+
+    def __init__(self, catalog: Catalog, job: str, control_file: str) -> None:
+        self.store = catalog.store
+        self.job = job
+        self.control_file = control_file
+        self._failing = False
+
+    def _quietly(self, what: str, exc: Exception) -> None:
+        if not self._failing:
+            log.warning(
+                "%s for job %s failed (%s: %s); the ingest goes on", what, self.job, type(exc).__name__, exc
+            )
+        self._failing = True
+
+    def apply(self, routes: Routes) -> list[str]:
+        """Apply the job's pending requests; the outcome of each."""
+        try:
+            pending = self.store.pending_ingest_requests(self.job)
+        except Exception as exc:  # steering is not on the data path
+            self._quietly("reading the requests", exc)
+            return []
+        outcomes: list[str] = []
+        for request in pending:
+            outcome = self._change(request, routes)
+            log.info("request %s of %s: %s", request.id, request.requested_by, outcome)
+            try:
+                self.store.finish_ingest_request(request.id, outcome)
+            except Exception as exc:
+                self._quietly("recording a request as done", exc)
+                return outcomes  # applied (idempotent): recorded on the next poll
+            outcomes.append(outcome)
+        self._failing = False
+        return outcomes
+
+    def _change(self, request: IngestRequest, routes: Routes) -> str:
+        outcome = [""]
+
+        def change(control: Control) -> Control:
+            new, outcome[0] = _apply(control, request, routes)
+            return new
+
+        update_control(self.control_file, change)
+        return outcome[0]
+
+    def publish(
+        self,
+        routes: Routes,
+        committed: OffsetMap,
+        latest: OffsetMap,
+        refused: dict[str, str],
+        batches: int,
+        failure: str | None = None,
+    ) -> dict[str, Any]:
+        """Publish the job's status (see :func:`job_status`); returns it."""
+        status = job_status(
+            read_control(self.control_file), routes, committed, latest, refused, batches, failure
+        )
+        try:
+            self.store.publish_ingest_status(self.job, status)
+        except Exception as exc:
+            self._quietly("publishing the status", exc)
+        return status
+
+
+def job_status(
+    control: Control,
+    routes: Routes,
+    committed: OffsetMap,
+    latest: OffsetMap,
+    refused: dict[str, str],
+    batches: int,
+    failure: str | None,
+) -> dict[str, Any]:
+    """Per topic the job has read or routes: state, offsets, lag in records, its table's refusal."""
+    topics: dict[str, Any] = {}
+    names = {t for t, _ in committed} | {t for t, _ in latest} | set(routes.topics)
+    for topic in sorted(names):
+        parts = sorted({p for t, p in committed if t == topic} | {p for t, p in latest if t == topic})
+        lag = sum(max(0, latest.get((topic, p), 0) - committed.get((topic, p), 0)) for p in parts)
+        table = routes.table_of_topic(topic)
+        topics[topic] = {
+            "state": "paused" if topic in control.paused else "reading",
+            "table": table,
+            "committed": {str(p): committed.get((topic, p)) for p in parts},
+            "latest": {str(p): latest.get((topic, p)) for p in parts},
+            "lag_records": lag,
+            "last_error": refused.get(table) if table else None,
+        }
+    return {
+        "at": datetime.now(UTC).isoformat(),
+        "batches": batches,
+        "routes": str(routes),
+        "paused": sorted(control.paused),
+        "refused": refused,
+        "failure": failure,
+        "topics": topics,
+    }
