@@ -121,6 +121,28 @@ TableTemplateOption = Annotated[
     ),
 ]
 
+DeadLetterTableOption = Annotated[
+    str | None,
+    typer.Option(help="NS.TABLE for records no route takes (routed jobs; made if absent)"),
+]
+FormatOption = Annotated[
+    str,
+    typer.Option(
+        "--format",
+        help="json, csv (one line, table column order), or avro (--avro-schema or --schema-registry)",
+    ),
+]
+AvroSchemaOption = Annotated[
+    Path | None, typer.Option(help="The Avro records' writer schema (.avsc): each value one datum of it")
+]
+SchemaRegistryOption = Annotated[
+    str | None,
+    typer.Option(
+        help="Avro records in the Confluent wire format: the Schema Registry's URL (credentials from "
+        "STREAMPART_SCHEMA_REGISTRY_USER and _PASSWORD, never in the URL)"
+    ),
+]
+
 
 @ingest_app.command("kafka")
 def ingest_kafka(
@@ -142,27 +164,10 @@ def ingest_kafka(
     name: Annotated[
         str | None, typer.Option(help="The job's name (routed jobs: checkpoint, consumer group, status)")
     ] = None,
-    dead_letter_table: Annotated[
-        str | None,
-        typer.Option(help="NS.TABLE for records no route takes (routed jobs; made if absent)"),
-    ] = None,
-    format: Annotated[
-        str,
-        typer.Option(
-            "--format",
-            help="json, csv (one line, table column order), or avro (--avro-schema or --schema-registry)",
-        ),
-    ] = "json",
-    avro_schema: Annotated[
-        Path | None, typer.Option(help="The Avro records' writer schema (.avsc): each value one datum of it")
-    ] = None,
-    schema_registry: Annotated[
-        str | None,
-        typer.Option(
-            help="Avro records in the Confluent wire format: the Schema Registry's URL (credentials from "
-            "STREAMPART_SCHEMA_REGISTRY_USER and _PASSWORD, never in the URL)"
-        ),
-    ] = None,
+    dead_letter_table: DeadLetterTableOption = None,
+    format: FormatOption = "json",
+    avro_schema: AvroSchemaOption = None,
+    schema_registry: SchemaRegistryOption = None,
     trigger: Annotated[str, typer.Option(help="Micro-batch interval, e.g. 1s, 5s, 1m")] = "5s",
     available_now: Annotated[
         bool, typer.Option("--available-now", help="Process what is in the topic now, then exit 0")
@@ -191,35 +196,26 @@ def ingest_kafka(
     job needs --name and --dead-letter-table. Spark runs on the (first) table's cluster: its
     [clusters] spark_masters entry here, its registered master, or spark.master (--spark-master).
     """
-    from streampart.cluster_spark import ClusterSpark
-
+    flags = dict(locals())
+    del flags["ctx"]
     if not bootstrap:
         raise UserInputError("--bootstrap is required: Kafka bootstrap servers, HOST:PORT[,HOST:PORT…]")
-    options = _options(
-        table=table,
-        bootstrap=bootstrap,
-        topic=topic,
+    flags.update(
         route=tuple(route or ()),
         routes_file=str(routes) if routes else None,
-        topic_pattern=topic_pattern,
-        table_template=table_template,
-        table_field=table_field,
-        name=name,
-        dead_letter_table=dead_letter_table,
-        format=format,
         avro_schema=str(avro_schema) if avro_schema else None,
-        schema_registry=schema_registry,
-        trigger=trigger,
-        available_now=available_now,
         checkpoint=str(checkpoint) if checkpoint else None,
-        max_offsets_per_trigger=max_offsets_per_trigger,
-        starting_offsets=starting_offsets,
-        fail_on_data_loss=fail_on_data_loss,
-        metrics_port=metrics_port,
-        metrics_host=metrics_host,
-        consumer_group=consumer_group,
         source_options=_source_options(option or []),
     )
+    del flags["routes"], flags["option"]
+    _run(ctx, _options(**flags), trigger)
+
+
+def _run(ctx: typer.Context, options: Any, trigger: str) -> None:
+    """Run the ingest job until it ends (available-now), fails or gets SIGTERM; exit 0 when it stops."""
+    from ingest.kafka.job import run_kafka_ingest
+    from streampart.cluster_spark import ClusterSpark
+
     # one line per committed batch (ingest.*); libraries stay at warnings
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("ingest").setLevel(logging.INFO)
@@ -227,8 +223,6 @@ def ingest_kafka(
     settings = cli.settings()
     catalog = cli.catalog()
     err = cli.output.err
-    from ingest.kafka.job import run_kafka_ingest
-
     should_stop = _stop_on_sigterm(err)
     with _spark_in_its_own_session():
         spark = ClusterSpark(settings, catalog)(_spark_table(catalog, options))
