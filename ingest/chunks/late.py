@@ -63,19 +63,24 @@ def stage_dead_letters(
     dlq_chunk = dlq_writer.reserve(key or dead_letter_key(chunk.id, files))
     if dlq_chunk.state is not ChunkState.RESERVED:
         return dlq_writer, dlq_chunk  # staged and committed by an earlier attempt
+    rows = dead_letter_rows(chunk.id, bad, dlq_writer.validator().schema)
+    return dlq_writer, dlq_writer.stage_parsed(dlq_chunk, Parsed(rows, []))
+
+
+def dead_letter_rows(chunk: str, bad: Sequence[DeadLetter], schema: pa.Schema) -> pa.Table:
+    """``bad`` as the rows of a dead-letter table (its columns: ``schema``), received now, of ``chunk``."""
     now = clock.now()
-    rows = pa.table(
+    return pa.table(
         {
-            "chunk": [chunk.id] * len(bad),
+            "chunk": [chunk] * len(bad),
             "source": [b.source for b in bad],
             "position": [b.position for b in bad],
             "reason": [b.reason for b in bad],
             "raw": [b.raw for b in bad],
             "received_at": [now] * len(bad),
         },
-        schema=dlq_writer.validator().schema,
+        schema=schema,
     )
-    return dlq_writer, dlq_writer.stage_parsed(dlq_chunk, Parsed(rows, []))
 
 
 def commit_dead_letters(writer: Writer, chunk: Chunk) -> None:

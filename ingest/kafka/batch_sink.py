@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from ingest.chunks import ChunkWriter, DeadLetter
+from ingest.chunks.late import dead_letter_rows
 from ingest.config import ChunkConfig
 from ingest.errors import IngestError
 from ingest.formats import parse_arrow
@@ -42,7 +43,6 @@ from ingest.kafka.batch_plans import BatchPlan, fix_plan
 from ingest.kafka.route_task import ROUTED_SCHEMA, RoutedSpec, route_task
 from ingest.kafka.routes import Routes
 from ingest.kafka.table_sink import TableSink
-from metastore import clock
 from metastore.catalog import Catalog
 from metastore.crashpoints import crashpoint
 from metastore.errors import (
@@ -105,18 +105,7 @@ class JobDeadLetters:
         writer = self.writer
         chunk = writer.reserve(key)
         if chunk.state is ChunkState.RESERVED:
-            now = clock.now()
-            rows = pa.table(
-                {
-                    "chunk": [key] * len(letters),
-                    "source": [d.source for d in letters],
-                    "position": [d.position for d in letters],
-                    "reason": [d.reason for d in letters],
-                    "raw": [d.raw for d in letters],
-                    "received_at": [now] * len(letters),
-                },
-                schema=writer.validator().schema,
-            )
+            rows = dead_letter_rows(key, letters, writer.validator().schema)
             writer.stage_parsed(chunk, parse_arrow(rows, writer.validator()))
         return writer.commit(chunk.id, owner_is_dead=True).rows
 

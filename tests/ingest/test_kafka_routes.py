@@ -6,6 +6,7 @@ and real chunk commits, and reads every table back with delta-rs (not through ou
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -14,6 +15,7 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -246,13 +248,7 @@ def test_new_routes_and_topics_are_picked_up_without_a_restart(spark, sqlite_cat
     opts = routed(
         sqlite_catalog, kafka_broker, f"live{u}", routes_file=str(routes), available_now=False, trigger="1s"
     )
-    stop = threading.Event()
-    box: dict[str, Any] = {}
-    thread = threading.Thread(
-        target=lambda: box.update(n=run_kafka_ingest(spark, sqlite_catalog, opts, should_stop=stop.is_set))
-    )
-    thread.start()
-    try:
+    with running(spark, sqlite_catalog, opts) as box:
         kafka_broker.produce(f"a{u}", [rec(i) for i in range(10)])
         wait_for(lambda: sorted(all_ids(first)) == list(range(10)))
         # a new route in the file: its topic is read from its first offset, without a restart
@@ -262,11 +258,24 @@ def test_new_routes_and_topics_are_picked_up_without_a_restart(spark, sqlite_cat
         kafka_broker.create_topic(f"n{u}.third", partitions=1)
         kafka_broker.produce(f"n{u}.third", [rec(i) for i in range(200, 205)])
         wait_for(lambda: sorted(all_ids(third)) == list(range(200, 205)))
+    assert box["n"] >= 3
+    assert duplicates(all_ids(first) + all_ids(second) + all_ids(third)) == []
+
+
+@contextlib.contextmanager
+def running(spark: Any, catalog: Catalog, opts: KafkaIngestOptions) -> Iterator[dict[str, Any]]:
+    """The job runs in a thread while the block runs; then it stops (``box["n"]``: its batches)."""
+    stop = threading.Event()
+    box: dict[str, Any] = {}
+    thread = threading.Thread(
+        target=lambda: box.update(n=run_kafka_ingest(spark, catalog, opts, should_stop=stop.is_set))
+    )
+    thread.start()
+    try:
+        yield box
     finally:
         stop.set()
         thread.join(timeout=180)
-    assert box["n"] >= 3
-    assert duplicates(all_ids(first) + all_ids(second) + all_ids(third)) == []
 
 
 def wait_for(check: Any, timeout: float = 90) -> None:
@@ -441,13 +450,7 @@ def test_a_paused_topic_holds_its_records_the_others_go_on_and_resume_lands_them
         available_now=False,
         trigger="1s",
     )
-    stop = threading.Event()
-    box: dict[str, Any] = {}
-    thread = threading.Thread(
-        target=lambda: box.update(n=run_kafka_ingest(spark, sqlite_catalog, opts, should_stop=stop.is_set))
-    )
-    thread.start()
-    try:
+    with running(spark, sqlite_catalog, opts):
         kafka_broker.produce("a" + u, [rec(i) for i in range(10)])
         kafka_broker.produce("b" + u, [rec(i) for i in range(100, 110)])
         wait_for(lambda: len(all_ids(a)) == 10 and len(all_ids(b)) == 10)
@@ -469,9 +472,6 @@ def test_a_paused_topic_holds_its_records_the_others_go_on_and_resume_lands_them
         wait_for(paused_with_lag)
         cli(sqlite_catalog, "ingest", "resume", job, "a" + u)
         wait_for(lambda: len(all_ids(a)) == 20)
-    finally:
-        stop.set()
-        thread.join(timeout=180)
     assert sorted(all_ids(a)) == list(range(20)) and sorted(all_ids(b)) == list(range(100, 120))
     assert [r.outcome for r in sqlite_catalog.store.ingest_requests(job)] == [
         f"resumed topic a{u}",
