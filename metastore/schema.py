@@ -397,6 +397,7 @@ ingest_requests = Table(
     Column("job", String(128), nullable=False),
     Column("topic", String(256), nullable=False),
     Column("action", String(16), nullable=False),
+    Column("target", String(1024)),
     Column("requested_by", String(256), nullable=False),
     Column("requested_at", DateTime, nullable=False),
     Column("done_at", DateTime),

@@ -156,6 +156,21 @@ class OffsetClient:
         the first open transaction."""
         return self._offsets("fetching latest offsets", tps, earliest=False)
 
+    def at_time(self, tps: Sequence[TP], ms: int) -> OffsetMap:
+        """Per partition the first offset whose record's timestamp is at or after ``ms`` (epoch
+        milliseconds); the end offset where none is."""
+        if not tps:
+            return {}
+        from kafka import TopicPartition
+
+        def fetch(consumer: Any) -> OffsetMap:
+            got = consumer.offsets_for_times({TopicPartition(t, p): ms for t, p in tps})
+            return {(k.topic, k.partition): int(v.offset) for k, v in got.items() if v is not None}
+
+        found = self._call("looking up offsets by time", fetch)
+        ends = self.latest([tp for tp in tps if tp not in found])
+        return {tp: found.get(tp, ends.get(tp, 0)) for tp in tps}
+
     @property
     def read_committed(self) -> bool:
         return self.opts.kafka_config().get("isolation_level") == "read_committed"

@@ -39,6 +39,9 @@ class Control:
     topics: frozenset[str] = frozenset()
     pattern: str | None = None
     paused: frozenset[str] = frozenset()
+    # operators' resets not applied yet: (request id, topic, target: earliest, latest, an ISO time,
+    # or JSON {"partition": offset}); the source applies each once, in a batch's offsets
+    resets: tuple[tuple[int, str, str], ...] = ()
     _regex: Any = field(default=None, compare=False, repr=False)
 
     def subscribed(self, topic: str) -> bool:
@@ -53,7 +56,12 @@ class Control:
         return regex.fullmatch(topic) is not None
 
     def to_json(self) -> dict[str, Any]:
-        return {"topics": sorted(self.topics), "pattern": self.pattern, "paused": sorted(self.paused)}
+        return {
+            "topics": sorted(self.topics),
+            "pattern": self.pattern,
+            "paused": sorted(self.paused),
+            "resets": [list(r) for r in self.resets],
+        }
 
 
 _cache: dict[str, tuple[tuple[int, int], Control]] = {}
@@ -74,6 +82,7 @@ def read_control(path: str) -> Control:
         topics=frozenset(data.get("topics") or ()),
         pattern=data.get("pattern") or None,
         paused=frozenset(data.get("paused") or ()),
+        resets=tuple((int(i), str(t), str(x)) for i, t, x in data.get("resets") or ()),
     )
     _cache[path] = (stamp, control)
     return control

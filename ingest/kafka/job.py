@@ -29,6 +29,8 @@ SIGTERM) stops the query between batches.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -43,10 +45,10 @@ from typing import TYPE_CHECKING, Any
 from ingest.config import ChunkConfig
 from ingest.errors import IngestQueryError, StopRequestedError
 from ingest.kafka.batch_sink import BatchSink, JobDeadLetters
-from ingest.kafka.control import Control, read_skipped, update_control
+from ingest.kafka.control import read_skipped, update_control
 from ingest.kafka.job_options import KafkaIngestOptions
 from ingest.kafka.monitoring import GroupCommitter, IngestMetrics, batch_end_offsets, progress_latest_offsets
-from ingest.kafka.offsets import OffsetMap
+from ingest.kafka.offsets import OffsetMap, load_from, load_offsets
 from ingest.kafka.routes import RouteError, Routes
 from ingest.kafka.steering import Steering
 from metastore.catalog import DEAD_LETTER_COLUMNS as DEAD_LETTER_TABLE_COLUMNS
@@ -113,18 +115,22 @@ class RoutesWatch:
         sub = self._routes.subscription()
         update_control(
             self.control_file,
-            lambda c: Control(topics=frozenset(sub["topics"]), pattern=sub["pattern"], paused=c.paused),
+            lambda c: dataclasses.replace(
+                c, topics=frozenset(sub["topics"]), pattern=sub["pattern"], _regex=None
+            ),
         )
 
 
 def topics_with_data(checkpoint: str, batch_id: int) -> set[str] | None:
     """The topics whose offsets batch ``batch_id`` moves (Spark's offset log), or None if unknown."""
     try:
-        end = batch_end_offsets(checkpoint, batch_id)
+        lines = (Path(checkpoint) / "offsets" / str(batch_id)).read_text().splitlines()
+        raw = json.loads(lines[2]) if len(lines) > 2 else {}
         start = batch_end_offsets(checkpoint, batch_id - 1) if batch_id > 0 else {}
     except (OSError, ValueError, IndexError):
         return None
-    return {t for (t, p), e in end.items() if e > start.get((t, p), 0)}
+    start = {**start, **load_from(raw)}  # a reset: the batch reads from where it moved them
+    return {t for (t, p), e in load_offsets(raw).items() if e > start.get((t, p), 0)}
 
 
 def job_dead_letters(catalog: Catalog, name: str) -> Table:
@@ -219,6 +225,9 @@ class IngestSink:
                 "batch %s: cannot read its offsets from the checkpoint for monitoring: %s", batch_id, exc
             )
             return
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            raw = json.loads((Path(self.checkpoint) / "offsets" / str(batch_id)).read_text().splitlines()[2])
+            self.steering.resets_done(raw, self.committed)
         self.committed.update(offsets)
         self.publish()
         if self.metrics is not None:

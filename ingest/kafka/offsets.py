@@ -21,6 +21,11 @@ OffsetMap = dict[TP, int]
 EARLIEST, LATEST = -2, -1
 INITIAL_MARKER = "$initial"
 """Key of the marker of :meth:`KafkaStreamReader.initialOffset` ('$' is never part of a topic name)."""
+FROM_KEY = "$from"
+"""In a batch's end offsets: where the batch starts reading those partitions instead of the previous
+batch's end (an operator's reset, :mod:`ingest.kafka.steering`), so Spark's offset log holds it."""
+RESET_KEY = "$reset"
+"""In every end offsets since the first reset: the id of the newest reset request applied."""
 
 
 def dump_offsets(offsets: Mapping[TP, int]) -> dict[str, dict[str, int]]:
@@ -39,7 +44,7 @@ def load_offsets(offsets: Mapping[str, Any] | None) -> OffsetMap:
     """The offset map of Spark's JSON form (the initial-offset marker left out)."""
     result: OffsetMap = {}
     for topic, parts in (offsets or {}).items():
-        if topic == INITIAL_MARKER:
+        if topic.startswith("$"):  # a marker, not a topic ('$' is never part of a topic name)
             continue
         for partition, offset in parts.items():
             result[(topic, int(partition))] = int(offset)
@@ -49,3 +54,13 @@ def load_offsets(offsets: Mapping[str, Any] | None) -> OffsetMap:
 def tp_name(tp: TP) -> str:
     """``topic-partition``, as messages name a partition."""
     return f"{tp[0]}-{tp[1]}"
+
+
+def load_from(offsets: Mapping[str, Any] | None) -> OffsetMap:
+    """The batch's reset starting offsets (``$from``), if any."""
+    return load_offsets((offsets or {}).get(FROM_KEY))
+
+
+def reset_mark(offsets: Mapping[str, Any] | None) -> int:
+    """The id of the newest reset the offsets carry as applied (0: none)."""
+    return int((offsets or {}).get(RESET_KEY, 0))

@@ -62,6 +62,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 import pyarrow as pa
@@ -79,12 +80,16 @@ from ingest.kafka.brokers import OffsetClient
 from ingest.kafka.control import add_skipped, read_control
 from ingest.kafka.offsets import (
     EARLIEST,
+    FROM_KEY,
     INITIAL_MARKER,
     LATEST,
+    RESET_KEY,
     TP,
     OffsetMap,
     dump_offsets,
+    load_from,
     load_offsets,
+    reset_mark,
     tp_name,
 )
 from ingest.kafka.options import KafkaSourceOptions
@@ -204,10 +209,52 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         losses.extend((f"partition {tp_name(tp)} no longer exists", tp, 0) for tp in gone)
         if losses:
             self._lost(losses)
+        moved, mark = self._resets(start, end, paused)
+        effective_start.update(moved)
         if isinstance(limit, ReadMaxRows):
             capped = rate_limit(effective_start, end, int(limit.max_rows))
-            end = {tp: (e if e < begin.get(tp, 0) else capped[tp]) for tp, e in end.items()}
-        return dump_offsets(end)
+            end = {
+                tp: (e if e < begin.get(tp, 0) and tp not in moved else capped[tp]) for tp, e in end.items()
+            }
+        out: dict[str, Any] = dump_offsets(end)
+        if moved:
+            out[FROM_KEY] = dump_offsets(moved)
+        if mark:
+            out[RESET_KEY] = mark
+        return out
+
+    def _resets(self, start: dict, end: OffsetMap, paused: frozenset[str]) -> tuple[OffsetMap, int]:
+        """The operators' resets not applied yet (the control file's, newer than the start's mark):
+        where this batch starts reading their partitions, and the newest reset's id. ``end`` is raised
+        to a reset's offsets where they are past it; a paused topic's position moves, nothing is read."""
+        mark = reset_mark(start)
+        if self.opts.control_file is None:
+            return {}, mark
+        moved: OffsetMap = {}
+        for request, topic, target in read_control(self.opts.control_file).resets:
+            if request <= mark:
+                continue
+            tps = sorted(tp for tp in end if tp[0] == topic)
+            for tp, offset in self._resolve(tps, target).items():
+                moved[tp] = offset
+                end[tp] = offset if topic in paused else max(end[tp], offset)
+            mark = request
+        return moved, mark
+
+    def _resolve(self, tps: list[TP], target: str) -> OffsetMap:
+        """A reset's target as offsets of ``tps``, within what the brokers hold."""
+        earliest, latest = self.client.earliest(tps), self.client.latest(tps)
+        if target == "earliest":
+            wanted = earliest
+        elif target == "latest":
+            wanted = latest
+        elif target.startswith("{"):
+            given = {int(p): int(o) for p, o in json.loads(target).items()}
+            wanted = {tp: given[tp[1]] for tp in tps if tp[1] in given}
+        else:
+            when = datetime.fromisoformat(target.replace("Z", "+00:00"))
+            wanted = self.client.at_time(tps, int(when.timestamp() * 1000))
+        return {tp: min(max(o, earliest[tp]), latest[tp]) for tp, o in wanted.items()}
 
     def _range(
         self, tp: TP, begin: OffsetMap, latest: int, earliest: int, losses: list[tuple[str, TP, int]]
@@ -262,7 +309,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         return plan_ranges(
-            load_offsets(start),
+            {**load_offsets(start), **load_from(end)},  # a reset: from where it moved the position
             load_offsets(end),
             self.opts.min_partitions,
             self.opts.max_records_per_partition,

@@ -17,12 +17,13 @@ ingest.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 from datetime import UTC, datetime
 from typing import Any
 
 from ingest.kafka.control import Control, read_control, update_control
-from ingest.kafka.offsets import OffsetMap
+from ingest.kafka.offsets import OffsetMap, load_from, reset_mark
 from ingest.kafka.routes import Routes
 from metastore.catalog import Catalog
 from metastore.models import IngestAction, IngestRequest
@@ -30,9 +31,43 @@ from metastore.models import IngestAction, IngestRequest
 log = logging.getLogger(__name__)
 
 
+def reset_target(text: str) -> str:
+    """A reset's target checked and normalized: earliest, latest, an ISO-8601 time (UTC if it names no
+    zone), or JSON offsets ``{"partition": offset}``. Raises ValueError saying what it must be."""
+    if text in ("earliest", "latest"):
+        return text
+    if text.lstrip().startswith("{"):
+        problem = f'offsets must be JSON like {{"0": 42, "1": 7}} (partition: offset ≥ 0); got {text!r}'
+        try:
+            given = {int(p): int(o) for p, o in json.loads(text).items()}
+        except (ValueError, TypeError, AttributeError):
+            raise ValueError(problem) from None
+        if not given or min(given.values()) < 0:
+            raise ValueError(problem)
+        return json.dumps({str(p): o for p, o in given.items()})
+    try:
+        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(
+            f'takes earliest, latest, an ISO-8601 time or JSON offsets {{"0": 42}}; got {text!r}'
+        ) from None
+    return (when if when.tzinfo else when.replace(tzinfo=UTC)).isoformat()
+
+
 def _apply(control: Control, request: IngestRequest, routes: Routes) -> tuple[Control, str]:
+    """``control`` changed by ``request``, and the outcome; a reset's outcome is "" (it is done when a
+    batch has moved the position: :meth:`Steering.resets_done`)."""
     topic = request.topic
     known = "" if routes.route_of(topic) is not None else f" (no route of this job takes topic {topic} now)"
+    if request.action is IngestAction.RESET:
+        if any(r[0] == request.id for r in control.resets):
+            return control, ""
+        try:
+            target = reset_target(str(request.target))
+        except ValueError as exc:
+            return control, f"refused: the reset's target {exc}"
+        reset = (request.id, topic, target)
+        return dataclasses.replace(control, resets=(*control.resets, reset)), ""
     if request.action is IngestAction.PAUSE:
         if topic in control.paused:
             return control, f"topic {topic} was paused already{known}"
@@ -68,6 +103,8 @@ class Steering:
         outcomes: list[str] = []
         for request in pending:
             outcome = self._change(request, routes)
+            if not outcome:  # a reset: recorded once a batch applied it
+                continue
             log.info("request %s of %s: %s", request.id, request.requested_by, outcome)
             try:
                 self.store.finish_ingest_request(request.id, outcome)
@@ -87,6 +124,35 @@ class Steering:
 
         update_control(self.control_file, change)
         return outcome[0]
+
+    def resets_done(self, offsets: dict[str, Any], before: OffsetMap) -> list[str]:
+        """After a batch committed whose end ``offsets`` (as the source wrote them) moved positions by
+        a reset: record the resets done, with what they skipped or read again; ``before``: where the
+        batch would have started."""
+        moved, mark = load_from(offsets), reset_mark(offsets)
+        if not moved:
+            return []
+        done = [r for r in read_control(self.control_file).resets if r[0] <= mark]
+        outcomes = []
+        for request, topic, target in done:
+            parts = []
+            for tp in sorted(tp for tp in moved if tp[0] == topic):
+                was, now = before.get(tp, 0), moved[tp]
+                what = f"{now - was} records skipped" if now >= was else f"{was - now} records read again"
+                parts.append(f"{tp[0]}-{tp[1]} {was} → {now} ({what})")
+            outcome = f"reset topic {topic} to {target}: " + ("; ".join(parts) or "no partition")
+            log.warning("request %s: %s", request, outcome)
+            try:
+                self.store.finish_ingest_request(request, outcome)
+            except Exception as exc:
+                self._quietly("recording a reset as done", exc)
+            outcomes.append(outcome)
+        ids = {r[0] for r in done}
+        update_control(
+            self.control_file,
+            lambda c: dataclasses.replace(c, resets=tuple(r for r in c.resets if r[0] not in ids)),
+        )
+        return outcomes
 
     def publish(
         self,

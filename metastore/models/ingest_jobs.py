@@ -14,6 +14,7 @@ class IngestAction(StrEnum):
 
     PAUSE = "pause"  # read nothing more of the topic: its offsets stand still
     RESUME = "resume"  # read it again from where it stood
+    RESET = "reset"  # move its position (target: earliest, latest, an ISO time, or {"partition": offset})
 
 
 class IngestRequest(BaseModel):
@@ -25,6 +26,7 @@ class IngestRequest(BaseModel):
     job: str
     topic: str
     action: IngestAction
+    target: str | None = None  # a reset's
     requested_by: str
     requested_at: datetime
     done_at: datetime | None = None

@@ -26,6 +26,7 @@ def request_from_row(row: Any) -> IngestRequest:
         job=m["job"],
         topic=m["topic"],
         action=IngestAction(m["action"]),
+        target=m["target"],
         requested_by=m["requested_by"],
         requested_at=_out(m["requested_at"]),
         done_at=_out(m["done_at"]),
@@ -36,7 +37,9 @@ def request_from_row(row: Any) -> IngestRequest:
 class IngestJobStore(Database):
     """Requests to Kafka ingest jobs, and their published status."""
 
-    def request_ingest(self, job: str, topic: str, action: IngestAction, requested_by: str) -> IngestRequest:
+    def request_ingest(
+        self, job: str, topic: str, action: IngestAction, requested_by: str, target: str | None = None
+    ) -> IngestRequest:
         """Record a request to ``job``; it applies it between batches."""
         now = _now()
         with self.tx() as conn:
@@ -46,6 +49,7 @@ class IngestJobStore(Database):
                         job=job,
                         topic=topic,
                         action=action.value,
+                        target=target,
                         requested_by=requested_by,
                         requested_at=_db(now),
                     )

@@ -254,7 +254,16 @@ def _spark_table(catalog: Any, options: Any) -> Any:
     return job_dead_letters(catalog, str(options.dead_letter_table))
 
 
-def _request(ctx: typer.Context, job: str, topic: str, action: str) -> None:
+def _reset_target(text: str) -> str:
+    from ingest.kafka.steering import reset_target
+
+    try:
+        return reset_target(text)
+    except ValueError as exc:
+        raise UserInputError(f"--to: {exc}") from None
+
+
+def _request(ctx: typer.Context, job: str, topic: str, action: str, target: str | None = None) -> None:
     import getpass
     import socket
 
@@ -263,9 +272,8 @@ def _request(ctx: typer.Context, job: str, topic: str, action: str) -> None:
     cli = cli_context(ctx)
     store = cli.catalog().store
     known = {s.job for s in store.ingest_statuses()}
-    request = store.request_ingest(
-        job, topic, IngestAction(action), f"{getpass.getuser()}@{socket.gethostname()}"
-    )
+    who = f"{getpass.getuser()}@{socket.gethostname()}"
+    request = store.request_ingest(job, topic, IngestAction(action), who, target)
     if job not in known:
         cli.output.warn(f"no ingest job {job} has run against this metastore yet: the request waits for it")
     cli.output.result(
@@ -301,6 +309,31 @@ def ingest_resume(
 ) -> None:
     """Resume a paused topic of an ingest job."""
     _request(ctx, job, topic, "resume")
+
+
+@ingest_app.command("reset")
+def ingest_reset(
+    ctx: typer.Context,
+    job: Annotated[str, typer.Argument(help="The job's name")],
+    topic: Annotated[str, typer.Argument(help="The topic whose offsets move")],
+    to: Annotated[
+        str,
+        typer.Option(
+            "--to",
+            help="earliest, latest, an ISO-8601 time (each partition's first record at or after it), or "
+            'JSON offsets {"0": 42, "1": 7} (partitions not named stay)',
+        ),
+    ],
+    _json: JsonFlag = False,
+) -> None:
+    """Move a topic's read position in a running ingest job: an explicit skip or replay.
+
+    The job applies it in its next batch, which reads the topic from the new position: records
+    before it are skipped, records after it that were ingested already land again (as new rows).
+    The request records who asked and, once applied, what moved and how many records that skipped
+    or read again per partition.
+    """
+    _request(ctx, job, topic, "reset", _reset_target(to))
 
 
 @ingest_app.command("status")
@@ -340,9 +373,8 @@ def _print_status(out: Any, jobs: list[dict[str, Any]]) -> None:
     for j in jobs:
         for r in j["requests"]:
             done = f"done {r['done_at']}: {r['outcome']}" if r["done_at"] else "pending"
-            out.note(
-                f"{j['job']}: request {r['id']} {r['action']} {r['topic']} by {r['requested_by']} — {done}"
-            )
+            what = f"{r['action']} {r['topic']}" + (f" to {r['target']}" if r.get("target") else "")
+            out.note(f"{j['job']}: request {r['id']} {what} by {r['requested_by']} — {done}")
 
 
 def _stop_on_sigterm(err: Console) -> Callable[[], bool]:

@@ -477,3 +477,59 @@ def test_a_paused_topic_holds_its_records_the_others_go_on_and_resume_lands_them
         f"resumed topic a{u}",
         f"paused topic a{u}",
     ]
+
+
+@pytest.mark.spark
+@pytest.mark.process
+def test_a_reset_skips_or_replays_explicitly_and_records_what_it_moved(
+    spark, sqlite_catalog, kafka_broker
+) -> None:
+    """Resets from the CLI while the job runs: to latest while the topic is paused (its waiting records
+    are skipped, on record), then to earliest (everything is read again: an explicit replay, so those
+    rows land a second time). The other topic is untouched."""
+    u = uid()
+    a, b = (
+        make_table(sqlite_catalog, f"rs{u}.a", dead_letter=True),
+        make_table(sqlite_catalog, f"rs{u}.b", dead_letter=True),
+    )
+    for t in ("a", "b"):
+        kafka_broker.create_topic(t + u, partitions=1)
+    job = f"reset{u}"
+    opts = routed(
+        sqlite_catalog,
+        kafka_broker,
+        job,
+        route=(f"a{u}=rs{u}.a", f"b{u}=rs{u}.b"),
+        available_now=False,
+        trigger="1s",
+    )
+
+    def done(n: int) -> bool:
+        return sum(r.done_at is not None for r in sqlite_catalog.store.ingest_requests(job)) == n
+
+    with running(spark, sqlite_catalog, opts):
+        kafka_broker.produce("a" + u, [rec(i) for i in range(10)])
+        kafka_broker.produce("b" + u, [rec(i) for i in range(100, 105)])
+        wait_for(lambda: len(all_ids(a)) == 10 and len(all_ids(b)) == 5)
+        cli(sqlite_catalog, "ingest", "pause", job, "a" + u)
+        wait_for(lambda: done(1))
+        kafka_broker.produce("a" + u, [rec(i) for i in range(10, 20)])
+        cli(sqlite_catalog, "ingest", "reset", job, "a" + u, "--to", "latest")
+        kafka_broker.produce("b" + u, [rec(i) for i in range(105, 110)])  # a batch runs: the reset applies
+        wait_for(lambda: done(2))
+        cli(sqlite_catalog, "ingest", "resume", job, "a" + u)
+        wait_for(lambda: done(3))
+        kafka_broker.produce("a" + u, [rec(i) for i in range(20, 25)])
+        wait_for(lambda: len(all_ids(a)) == 15)
+        assert sorted(all_ids(a)) == [*range(10), *range(20, 25)]  # 10..19 skipped
+        cli(sqlite_catalog, "ingest", "reset", job, "a" + u, "--to", "earliest")
+        wait_for(lambda: len(all_ids(a)) == 40)
+    ids = all_ids(a)
+    assert sorted(set(ids)) == list(range(25))
+    assert sorted(i for i in set(ids) if ids.count(i) == 2) == [*range(10), *range(20, 25)]
+    assert sorted(all_ids(b)) == list(range(100, 110))
+    outcomes = [r.outcome for r in sqlite_catalog.store.ingest_requests(job)]
+    assert outcomes[0] == f"reset topic a{u} to earliest: a{u}-0 25 → 0 (25 records read again)"
+    assert outcomes[2] == f"reset topic a{u} to latest: a{u}-0 10 → 20 (10 records skipped)"
+    with pytest.raises(AssertionError, match="--to: takes earliest, latest"):
+        cli(sqlite_catalog, "ingest", "reset", job, "a" + u, "--to", "yesterday")

@@ -619,3 +619,44 @@ def test_the_consumers_read_committed_records_by_default() -> None:
     assert KafkaSourceOptions.parse(base).kafka_config()["isolation_level"] == "read_committed"
     loose = KafkaSourceOptions.parse({**base, "kafka.isolation.level": "read_uncommitted"})
     assert loose.kafka_config()["isolation_level"] == "read_uncommitted"
+
+
+def test_a_reset_moves_the_batchs_start_once_and_its_mark_is_carried(tmp_path: Path) -> None:
+    """A reset in the control file becomes the batch's ``$from`` (in Spark's offset log, so a replay
+    reads the same ranges) and its id the ``$reset`` mark every later batch carries: applied once."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from ingest.kafka.control import Control, write_control
+
+    control = tmp_path / "control.json"
+    reader = KafkaStreamReader(
+        {"kafka.bootstrap.servers": "unused:1", "streampart.controlFile": str(control)}
+    )
+    fake = FakeOffsets({("a", 0): (5, 40, 40), ("a", 1): (0, 30, 30), ("b", 0): (0, 9, 9)})
+    fake.at_time = lambda tps, ms: {tp: 12 for tp in tps}  # type: ignore[attr-defined]
+    reader._client = fake  # type: ignore[assignment]
+    start = {"a": {"0": 20, "1": 20}, "b": {"0": 9}}
+    write_control(control, Control(topics=frozenset({"a", "b"}), resets=((3, "a", "earliest"),)))
+    end = reader.latestOffset(start, ReadAllAvailable())
+    assert end == {"a": {"0": 40, "1": 30}, "b": {"0": 9}, "$from": {"a": {"0": 5, "1": 0}}, "$reset": 3}
+    assert list(reader.partitions(start, end)) == [KafkaRange("a", 0, 5, 40), KafkaRange("a", 1, 0, 30)]
+    again = reader.latestOffset(end, ReadAllAvailable())  # the next batch: applied already, mark carried
+    assert again == {"a": {"0": 40, "1": 30}, "b": {"0": 9}, "$reset": 3}
+    assert reader.latestOffset(again, ReadAllAvailable()) == again  # nothing new: the same text
+    write_control(
+        control,
+        Control(
+            topics=frozenset({"a", "b"}),
+            resets=((3, "a", "earliest"), (4, "a", '{"1": 25}'), (5, "b", "2026-11-21T10:00:00+00:00")),
+        ),
+    )
+    end = reader.latestOffset(again, ReadAllAvailable())
+    assert end["$from"] == {"a": {"1": 25}, "b": {"0": 9}} and end["$reset"] == 5  # clamped to b's end
+    write_control(
+        control, Control(topics=frozenset({"a"}), paused=frozenset({"a"}), resets=((6, "a", "latest"),))
+    )
+    paused = reader.latestOffset({"a": {"0": 20, "1": 20}, "$reset": 5}, ReadAllAvailable())
+    assert paused["a"] == {"0": 40, "1": 30} and paused["$from"] == {"a": {"0": 40, "1": 30}}
+    assert paused["$reset"] == 6
+    ranges = list(reader.partitions({"a": {"0": 20, "1": 20}}, paused))
+    assert [r for r in ranges if r.topic == "a"] == []  # paused: the position moved, nothing read

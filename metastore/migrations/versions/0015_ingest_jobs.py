@@ -1,5 +1,6 @@
 """Kafka ingest jobs (issue 29): operators' requests to a running job (``sp_ingest_requests``: pause or
-resume a topic, and when the job applied it) and each job's published status (``sp_ingest_jobs``).
+resume a topic, or reset its offsets, and when the job applied it) and each job's published status
+(``sp_ingest_jobs``).
 
 Revision ID: 0015
 Revises: 0014
@@ -21,6 +22,7 @@ def upgrade() -> None:
         sa.Column("job", sa.String(128), nullable=False),
         sa.Column("topic", sa.String(256), nullable=False),
         sa.Column("action", sa.String(16), nullable=False),
+        sa.Column("target", sa.String(1024)),
         sa.Column("requested_by", sa.String(256), nullable=False),
         sa.Column("requested_at", sa.DateTime, nullable=False),
         sa.Column("done_at", sa.DateTime),
