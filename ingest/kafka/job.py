@@ -48,7 +48,7 @@ from ingest.kafka.batch_sink import BatchSink, JobDeadLetters
 from ingest.kafka.control import read_skipped, update_control
 from ingest.kafka.job_options import KafkaIngestOptions
 from ingest.kafka.monitoring import GroupCommitter, IngestMetrics, batch_end_offsets, progress_latest_offsets
-from ingest.kafka.offsets import OffsetMap, load_from, load_offsets
+from ingest.kafka.offsets import FROM_KEY, OffsetMap, load_from, load_offsets
 from ingest.kafka.routes import RouteError, Routes
 from ingest.kafka.steering import Steering
 from metastore.catalog import DEAD_LETTER_COLUMNS as DEAD_LETTER_TABLE_COLUMNS
@@ -227,7 +227,9 @@ class IngestSink:
             return
         with contextlib.suppress(OSError, ValueError, IndexError):
             raw = json.loads((Path(self.checkpoint) / "offsets" / str(batch_id)).read_text().splitlines()[2])
-            self.steering.resets_done(raw, self.committed)
+            if FROM_KEY in raw:  # a reset moved positions: where the batch would have started, from the log
+                before = batch_end_offsets(self.checkpoint, batch_id - 1) if batch_id > 0 else {}
+                self.steering.resets_done(raw, before)
         self.committed.update(offsets)
         self.publish()
         if self.metrics is not None:
