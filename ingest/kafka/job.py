@@ -47,7 +47,13 @@ from ingest.errors import IngestQueryError, StopRequestedError
 from ingest.kafka.batch_sink import BatchSink, JobDeadLetters
 from ingest.kafka.control import read_skipped, update_control
 from ingest.kafka.job_options import KafkaIngestOptions
-from ingest.kafka.monitoring import GroupCommitter, IngestMetrics, batch_end_offsets, progress_latest_offsets
+from ingest.kafka.monitoring import (
+    GroupCommitter,
+    IngestMetrics,
+    batch_end_offsets,
+    batch_offsets,
+    progress_latest_offsets,
+)
 from ingest.kafka.offsets import FROM_KEY, OffsetMap, load_from, load_offsets
 from ingest.kafka.routes import RouteError, Routes
 from ingest.kafka.steering import Steering
@@ -124,8 +130,7 @@ class RoutesWatch:
 def topics_with_data(checkpoint: str, batch_id: int) -> set[str] | None:
     """The topics whose offsets batch ``batch_id`` moves (Spark's offset log), or None if unknown."""
     try:
-        lines = (Path(checkpoint) / "offsets" / str(batch_id)).read_text().splitlines()
-        raw = json.loads(lines[2]) if len(lines) > 2 else {}
+        raw = batch_offsets(checkpoint, batch_id)
         start = batch_end_offsets(checkpoint, batch_id - 1) if batch_id > 0 else {}
     except (OSError, ValueError, IndexError):
         return None
@@ -219,15 +224,15 @@ class IngestSink:
     def _committed(self, batch_id: int, rows: int, dead_letters: int, seconds: float) -> None:
         """Tell the monitoring (status, metrics, consumer group) that ``batch_id``'s offsets are committed."""
         try:
-            offsets = batch_end_offsets(self.checkpoint, batch_id)
+            raw = batch_offsets(self.checkpoint, batch_id)
         except (OSError, ValueError, IndexError) as exc:
             log.warning(
                 "batch %s: cannot read its offsets from the checkpoint for monitoring: %s", batch_id, exc
             )
             return
-        with contextlib.suppress(OSError, ValueError, IndexError):
-            raw = json.loads((Path(self.checkpoint) / "offsets" / str(batch_id)).read_text().splitlines()[2])
-            if FROM_KEY in raw:  # a reset moved positions: where the batch would have started, from the log
+        offsets = load_offsets(raw)
+        if FROM_KEY in raw:  # a reset moved positions: where the batch would have started, from the log
+            with contextlib.suppress(OSError, ValueError, IndexError):
                 before = batch_end_offsets(self.checkpoint, batch_id - 1) if batch_id > 0 else {}
                 self.steering.resets_done(raw, before)
         self.committed.update(offsets)

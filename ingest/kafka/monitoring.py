@@ -27,13 +27,19 @@ from ingest.kafka.offsets import OffsetMap, load_offsets
 log = logging.getLogger(__name__)
 
 
-def batch_end_offsets(checkpoint: str | Path, batch_id: int) -> OffsetMap:
-    """The end offsets of ``batch_id`` as Spark logged them before running it (its offset log).
+def batch_offsets(checkpoint: str | Path, batch_id: int) -> dict[str, Any]:
+    """The end offsets of ``batch_id`` as our source wrote them, markers (``$from``, ``$reset``)
+    included, from Spark's offset log, where they are logged before the batch runs.
 
     The log file is ``v1``, the batch's metadata, then one line per source: ours is the only one.
     """
     lines = (Path(checkpoint) / "offsets" / str(batch_id)).read_text().splitlines()
-    return load_offsets(json.loads(lines[2])) if len(lines) > 2 else {}
+    return dict(json.loads(lines[2])) if len(lines) > 2 else {}
+
+
+def batch_end_offsets(checkpoint: str | Path, batch_id: int) -> OffsetMap:
+    """The end offsets of ``batch_id`` (see :func:`batch_offsets`), per topic-partition."""
+    return load_offsets(batch_offsets(checkpoint, batch_id))
 
 
 class IngestMetrics:
