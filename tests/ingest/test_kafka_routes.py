@@ -27,7 +27,7 @@ from ingest.kafka.job_options import KafkaIngestOptions
 from ingest.kafka.route_task import RoutedSpec, _route
 from ingest.kafka.routes import Route, RouteError, Routes, field_values, read_routes_file
 from metastore.catalog import Catalog
-from metastore.models import ChunkState
+from metastore.models import ChunkState, Table
 from tests.fixtures import make_table
 from tests.helpers import all_ids, delta_rows, duplicates
 
@@ -426,6 +426,19 @@ def cli(catalog: Catalog, *args: str) -> Any:
     return json.loads(proc.stdout) if "--json" in args else proc.stdout
 
 
+def two_topics_job(
+    catalog: Catalog, broker: Any, u: str, ns: str, name: str
+) -> tuple[Table, Table, str, KafkaIngestOptions]:
+    """Tables ``{ns}{u}.a`` and ``.b`` fed from topics ``a{u}`` and ``b{u}`` by a running routed job
+    named ``{name}{u}``: the tables, the job's name and its options."""
+    a, b = (make_table(catalog, f"{ns}{u}.{t}", dead_letter=True) for t in ("a", "b"))
+    for t in ("a", "b"):
+        broker.create_topic(t + u, partitions=1)
+    job = f"{name}{u}"
+    route = (f"a{u}={ns}{u}.a", f"b{u}={ns}{u}.b")
+    return a, b, job, routed(catalog, broker, job, route=route, available_now=False, trigger="1s")
+
+
 @pytest.mark.spark
 @pytest.mark.process
 def test_a_paused_topic_holds_its_records_the_others_go_on_and_resume_lands_them_once(
@@ -435,21 +448,7 @@ def test_a_paused_topic_holds_its_records_the_others_go_on_and_resume_lands_them
     batches; the paused topic's records wait in Kafka (its lag shows in the status), the other
     topic's land; resumed, they land exactly once."""
     u = uid()
-    a, b = (
-        make_table(sqlite_catalog, f"st{u}.a", dead_letter=True),
-        make_table(sqlite_catalog, f"st{u}.b", dead_letter=True),
-    )
-    for t in ("a", "b"):
-        kafka_broker.create_topic(t + u, partitions=1)
-    job = f"steer{u}"
-    opts = routed(
-        sqlite_catalog,
-        kafka_broker,
-        job,
-        route=(f"a{u}=st{u}.a", f"b{u}=st{u}.b"),
-        available_now=False,
-        trigger="1s",
-    )
+    a, b, job, opts = two_topics_job(sqlite_catalog, kafka_broker, u, "st", "steer")
     with running(spark, sqlite_catalog, opts):
         kafka_broker.produce("a" + u, [rec(i) for i in range(10)])
         kafka_broker.produce("b" + u, [rec(i) for i in range(100, 110)])
@@ -488,21 +487,7 @@ def test_a_reset_skips_or_replays_explicitly_and_records_what_it_moved(
     are skipped, on record), then to earliest (everything is read again: an explicit replay, so those
     rows land a second time). The other topic is untouched."""
     u = uid()
-    a, b = (
-        make_table(sqlite_catalog, f"rs{u}.a", dead_letter=True),
-        make_table(sqlite_catalog, f"rs{u}.b", dead_letter=True),
-    )
-    for t in ("a", "b"):
-        kafka_broker.create_topic(t + u, partitions=1)
-    job = f"reset{u}"
-    opts = routed(
-        sqlite_catalog,
-        kafka_broker,
-        job,
-        route=(f"a{u}=rs{u}.a", f"b{u}=rs{u}.b"),
-        available_now=False,
-        trigger="1s",
-    )
+    a, b, job, opts = two_topics_job(sqlite_catalog, kafka_broker, u, "rs", "reset")
 
     def done(n: int) -> bool:
         return sum(r.done_at is not None for r in sqlite_catalog.store.ingest_requests(job)) == n
