@@ -11,7 +11,8 @@ partitions as bars along time); each metastore also names its daemons (leader an
 their heartbeats) and housekeeping's last pass, each table its traffic (freshness, commits per
 minute, dead letters in the last hour), its replicas (and how far each is behind) and the links
 to it. A dead-letter or late-data table is listed as a table of its own, as before, and names its
-main table under ``companion_of`` (the page shows it with that table).
+main table under ``companion_of`` (the page shows it with that table). ``ingest_jobs`` lists the
+Kafka ingest jobs as each last published its status (:mod:`ingest.kafka.steering`).
 """
 
 from __future__ import annotations
@@ -20,9 +21,11 @@ from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
+from ingest.kafka.steering import job_namespaces, job_reports
 from metastore import clock
 from metastore.catalog import Catalog
 from metastore.durations import format_duration
+from metastore.errors import StreampartError
 from metastore.models import (
     COMPANION_SUFFIX,
     PRIMARY,
@@ -38,6 +41,7 @@ from metastore.models import (
     TableKind,
     TableName,
     iso,
+    parse_instant,
 )
 from scheduler.config import SchedulerConfig
 from scheduler.replication import backlog
@@ -48,6 +52,9 @@ from scheduler.roll import due_time
 COMMIT_RATE_WINDOW = timedelta(minutes=5)
 # The issue's "dead letters in the last hour": an hour spans a deploy and its consequences.
 DEAD_LETTER_WINDOW = timedelta(hours=1)
+# Why 30 s: a running ingest job publishes its status at least every 5 s (ingest.kafka.job); six
+# missed in a row is no scheduling hiccup, the job is stopped, stuck or gone.
+JOB_SILENT_AFTER = timedelta(seconds=30)
 
 
 def _iso(ts: datetime | None) -> str | None:
@@ -101,7 +108,30 @@ def scheduler_status(
         "tables": [t for a in answers for t in a["tables"]],
         "links": [link for a in answers for link in a["links"]],
         "recent_rolls": recent[:limit],
+        "ingest_jobs": _ingest_jobs(catalog, may_read, now),
     }
+
+
+def _ingest_jobs(
+    catalog: Catalog, may_read: Callable[[str], bool] | None, now: datetime
+) -> list[dict[str, Any]]:
+    """The Kafka ingest jobs as each last published itself (``silent``: not for a while, stopped or
+    gone), those whose tables' namespaces may all be read; one writing to open-ended tables needs
+    read on all (``read:*``). The metastore not answering leaves the list empty."""
+    try:
+        reports = job_reports(catalog.store, requests=3)
+    except StreampartError:
+        return []
+    shown = []
+    for report in reports:
+        namespaces = job_namespaces(report)
+        if may_read is not None and not all(map(may_read, ["*"] if namespaces is None else namespaces)):
+            continue
+        quiet = (now - parse_instant(report["updated_at"])).total_seconds()
+        shown.append(
+            {**report, "silent": quiet > JOB_SILENT_AFTER.total_seconds(), "quiet_seconds": round(quiet, 1)}
+        )
+    return shown
 
 
 def _one(

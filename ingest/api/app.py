@@ -26,7 +26,7 @@ from ingest.api.docs import serve_docs
 from ingest.api.handlers import install_error_handlers
 from ingest.api.lookups import TableLookups
 from ingest.api.metrics import ApiMetrics, MetricsMiddleware
-from ingest.api.routes import chunks, events, federation, namespaces, ops, tables
+from ingest.api.routes import chunks, events, federation, ingest_jobs, namespaces, ops, tables
 from ingest.api.state import ApiState
 from ingest.config import ChunkConfig
 from ingest.login_guard import LoginGuard
@@ -43,7 +43,8 @@ call may be retried: open with an `idempotency_key`, and a retried commit answer
 commit that landed. **Events**: `POST …/events` commits a batch (Flume's JSON events or a JSON
 array of records) as one chunk. **Auth**: `Authorization: Bearer <token>` (`streampart token
 create`), scopes `read`, `write`, `admin` per namespace; the federation's administration
-(`/v1/admin/federation/…`) needs `admin:*`. Errors are JSON
+(`/v1/admin/federation/…`) needs `admin:*`; steering a Kafka ingest job (`/v1/admin/ingest/jobs/…`)
+needs `admin` on the namespaces it writes to. Errors are JSON
 `{"error", "message", "field", "line"}` naming the field at fault.
 """
 
@@ -81,6 +82,6 @@ def create_app(
     app.state.api = st
     app.add_middleware(MetricsMiddleware, metrics=st.metrics)
     install_error_handlers(app)
-    for routes in (chunks, events, tables, namespaces, federation, ops):
+    for routes in (chunks, events, tables, namespaces, federation, ingest_jobs, ops):
         app.include_router(routes.router)
     return app

@@ -2,17 +2,19 @@
 
 Chunks answer :class:`ChunkInfo`, commits :class:`CommitInfo` (the shape of ``streampart write
 --json``), tables :class:`TableInfo` (``streampart table describe --json``), namespaces
-:class:`NamespaceInfo` and their :class:`UsageInfo`, links :class:`LinkInfo`, and every error
+:class:`NamespaceInfo` and their :class:`UsageInfo`, links :class:`LinkInfo`, Kafka ingest jobs
+:class:`IngestJobReport`, and every error
 :class:`ErrorBody`; :func:`error_responses` declares the latter for a route's error statuses.
 """
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from metastore.models import Chunk, ChunkState, Table, iso
+from metastore.models import Chunk, ChunkState, IngestRequest, Table, iso
 from metastore.namespaces import Namespace
 
 # Idempotency keys are stored in the metastore (512 characters) and must be printable text.
@@ -476,3 +478,37 @@ class RoutesInfo(BaseModel):
         description="The route table's version: every change of the registry or routes bumps it."
     )
     routes: dict[str, str] = Field(description="The explicit routes: namespace → metastore.")
+
+
+class ResetTopic(BaseModel):
+    """Where a topic's read position moves (``streampart ingest reset --to``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    to: str = Field(
+        min_length=1,
+        max_length=4096,
+        description="`earliest`, `latest`, an ISO-8601 time (each partition's first record at or after "
+        'it) or JSON offsets `{"0": 42, "1": 7}` (partitions not named stay).',
+    )
+
+
+class IngestJobReport(BaseModel):
+    """A Kafka ingest job as it last published itself, with its newest requests."""
+
+    job: str
+    updated_at: datetime = Field(description="When the job last published its status (after a batch).")
+    status: dict[str, Any] = Field(
+        description="`topics`: per topic `state` (reading or paused), `table`, `committed` and `latest` "
+        "offsets per partition, `lag_records`, `lag_seconds`, `last_error`; and the job's `routes`, "
+        "`batches`, `refused` tables and `failure`."
+    )
+    requests: list[IngestRequest] = Field(description="Its newest requests, newest first.")
+
+
+class IngestRequestInfo(IngestRequest):
+    """A request recorded for a job; it applies it before its next batch."""
+
+    job_known: bool = Field(
+        description="Whether the job has run against this metastore; if not, the request waits for it."
+    )

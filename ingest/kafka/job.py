@@ -47,6 +47,7 @@ from ingest.errors import IngestQueryError, StopRequestedError
 from ingest.kafka.batch_sink import BatchSink, JobDeadLetters
 from ingest.kafka.control import read_skipped, update_control
 from ingest.kafka.job_options import KafkaIngestOptions
+from ingest.kafka.lag import WaitingSince
 from ingest.kafka.monitoring import (
     GroupCommitter,
     IngestMetrics,
@@ -55,6 +56,7 @@ from ingest.kafka.monitoring import (
     progress_latest_offsets,
 )
 from ingest.kafka.offsets import FROM_KEY, OffsetMap, load_from, load_offsets
+from ingest.kafka.options import KafkaSourceOptions
 from ingest.kafka.routes import RouteError, Routes
 from ingest.kafka.steering import Steering
 from metastore.catalog import DEAD_LETTER_COLUMNS as DEAD_LETTER_TABLE_COLUMNS
@@ -73,6 +75,11 @@ __all__ = ["KafkaIngestOptions", "run_kafka_ingest", "start_kafka_ingest"]
 # Why 120 s: a batch in flight when the job is told to stop normally ends within a trigger or
 # two; one that takes longer (a broker outage being ridden out) is stopped and replayed later.
 STOP_GRACE_S = 120.0
+
+# Why 5 s: while nothing changes the status is published again this often, so its lag in seconds
+# keeps growing on the status page and its time (``at``) shows the job alive; one small metastore
+# write per job every few seconds.
+STATUS_EVERY_S = 5.0
 
 
 class RoutesWatch:
@@ -179,6 +186,10 @@ class IngestSink:
         self._in_batch = False
         self.stopping = False  # set by the job's stop: no new batch starts
         self.metrics: IngestMetrics | None = None
+        self.waiting = WaitingSince(
+            KafkaSourceOptions.parse(options.source_reader_options(steering.control_file))
+        )
+        self.published = 0.0  # when the status was last published (time.monotonic())
         group = options.group
         self.group = GroupCommitter(options.bootstrap, group) if group else None
 
@@ -217,11 +228,9 @@ class IngestSink:
                     log.warning("batch %s waits for a namespace move: %s", batch_id, exc)
                     time.sleep(getattr(exc, "retry_after", 1))
         self.batches += 1
-        rows = sum(r for r, _ in counts.values())
-        dead = sum(d for _, d in counts.values())
-        self._committed(batch_id, rows, dead, time.monotonic() - started)
+        self._committed(batch_id, counts, time.monotonic() - started)
 
-    def _committed(self, batch_id: int, rows: int, dead_letters: int, seconds: float) -> None:
+    def _committed(self, batch_id: int, counts: dict[str | None, tuple[int, int]], seconds: float) -> None:
         """Tell the monitoring (status, metrics, consumer group) that ``batch_id``'s offsets are committed."""
         try:
             raw = batch_offsets(self.checkpoint, batch_id)
@@ -236,17 +245,24 @@ class IngestSink:
                 before = batch_end_offsets(self.checkpoint, batch_id - 1) if batch_id > 0 else {}
                 self.steering.resets_done(raw, before)
         self.committed.update(offsets)
+        if self.metrics is not None:
+            self.metrics.batch_committed(counts, seconds)
         self.publish()
         if self.metrics is not None:
-            self.metrics.batch_committed(offsets, rows, dead_letters, seconds)
             self.metrics.skipped(read_skipped(self.options.control_file(self.checkpoint)))
         if self.group is not None:
             self.group.commit(offsets)
 
     def publish(self, failure: str | None = None) -> None:
         """Publish the job's status (:mod:`ingest.kafka.steering`)."""
-        b = self.batches_sink
-        self.steering.publish(b.routes(), self.committed, self.latest, b.refused, self.batches, failure)
+        b, committed, latest = self.batches_sink, self.committed, self.latest
+        waiting = self.waiting.of(committed, latest)
+        status = self.steering.publish(
+            b.routes(), committed, latest, waiting, b.refused, self.batches, failure
+        )
+        self.published = time.monotonic()
+        if self.metrics is not None:
+            self.metrics.status(status)
 
 
 def start_kafka_ingest(
@@ -380,7 +396,9 @@ def run_kafka_ingest(
     """
     from pyspark.errors import StreamingQueryException
 
-    metrics = IngestMetrics(options.job) if options.metrics_port is not None else None
+    metrics = None
+    if options.metrics_port is not None:
+        metrics = IngestMetrics(options.table or str(options.dead_letter_table))
     if metrics is not None:
         try:
             port = metrics.serve(options.metrics_port or 0, options.metrics_host)
@@ -397,11 +415,11 @@ def run_kafka_ingest(
             routes = sink.batches_sink.routes()  # a changed routes file: subscribe before the next trigger
             latest = {**sink.latest, **progress_latest_offsets(query.lastProgress)}
             steered = sink.steering.apply(routes)  # paused or resumed topics: from the next trigger on
-            if steered or latest != sink.latest:  # the status shows it (the lag of a paused topic grows)
-                sink.latest = latest
+            changed = latest != sink.latest  # the lag of a paused topic grows
+            sink.latest = latest
+            timed = sink.waiting.refresh(sink.committed, latest)  # the time lag's records, first seen
+            if steered or changed or timed or time.monotonic() - sink.published >= STATUS_EVERY_S:
                 sink.publish()
-            if metrics is not None:
-                metrics.latest_offsets(sink.latest)
             if should_stop():
                 # Stopping between batches is always safe; mid-batch, the batch is replayed
                 # by the next run and lands once (its chunk's idempotency key is in the metastore).
@@ -430,4 +448,5 @@ def run_kafka_ingest(
             sink.group.close()
         if metrics is not None:
             metrics.close()
+        sink.waiting.close()
     return sink.batches

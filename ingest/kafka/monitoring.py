@@ -5,9 +5,10 @@ metastore and the offsets in Spark's checkpoint; a failure here is logged and ne
 slows the ingest.
 
 * :class:`IngestMetrics` — Prometheus text on ``http://HOST:PORT/metrics`` (the CLI's
-  ``--metrics-port``): records, rows, dead letters and batches committed; per partition the
-  committed offset (the next one to read), the latest offset the brokers reported at the last
-  trigger, and the lag between them; the seconds of the last batch.
+  ``--metrics-port``): per table the records, rows and dead letters committed; batches committed and
+  the seconds of the last one; per partition the committed offset (the next one to read), the latest
+  offset the brokers reported at the last trigger, and the lag between them; per topic the lag in
+  seconds and whether it is paused.
 * :class:`GroupCommitter` — after each chunk commit, the batch's end offsets are committed to a
   Kafka consumer group (``--consumer-group``, default ``streampart-NS.TABLE``), as Flink commits
   on checkpoint: ``kafka-consumer-groups --describe --group …`` then shows the lag of the job.
@@ -43,24 +44,31 @@ def batch_end_offsets(checkpoint: str | Path, batch_id: int) -> OffsetMap:
 
 
 class IngestMetrics:
-    """The job's Prometheus metrics, in a registry of their own (one job per process)."""
+    """The job's Prometheus metrics, in a registry of their own (one job per process).
 
-    def __init__(self, table: str) -> None:
+    Counts per table the job wrote to (its routed tables; the job's dead-letter table for records no
+    table took). The offset, lag and state series mirror the status the job publishes
+    (:func:`ingest.kafka.steering.job_status`), labelled with the topic's table where its route
+    names one (empty where a template or a record's field does).
+    """
+
+    def __init__(self, dead_letter_table: str) -> None:
         from prometheus_client import CollectorRegistry, Counter, Gauge
 
-        self.table = table
+        self.dead_letter_table = dead_letter_table
         self.registry = CollectorRegistry()
         labels = ["table"]
         tp = ["table", "topic", "partition"]
+        topic = ["table", "topic"]
         r = self.registry
         self.records = Counter("streampart_kafka_records", "Kafka records committed", labels, registry=r)
         self.rows = Counter("streampart_kafka_rows", "Rows committed to the table", labels, registry=r)
         self.dead_letters = Counter(
             "streampart_kafka_dead_letters", "Records sent to the dead-letter table", labels, registry=r
         )
-        self.batches = Counter("streampart_kafka_batches", "Micro-batches committed", labels, registry=r)
+        self.batches = Counter("streampart_kafka_batches", "Micro-batches committed", registry=r)
         self.batch_seconds = Gauge(
-            "streampart_kafka_last_batch_seconds", "Seconds the last batch took", labels, registry=r
+            "streampart_kafka_last_batch_seconds", "Seconds the last batch took", registry=r
         )
         self.committed = Gauge(
             "streampart_kafka_committed_offset",
@@ -72,14 +80,19 @@ class IngestMetrics:
             "streampart_kafka_latest_offset", "Latest offset the brokers reported", tp, registry=r
         )
         self.lag = Gauge("streampart_kafka_lag", "Latest offset minus committed offset", tp, registry=r)
+        self.lag_seconds = Gauge(
+            "streampart_kafka_lag_seconds",
+            "Age of the oldest record of the topic not ingested yet (0: none waiting)",
+            topic,
+            registry=r,
+        )
+        self.paused = Gauge("streampart_kafka_paused", "1 while the topic is paused", topic, registry=r)
         self.skipped_records = Gauge(
             "streampart_kafka_skipped_records",
             "Records skipped because retention deleted them before they were read (--no-fail-on-data-loss)",
-            tp,
+            ["topic", "partition"],
             registry=r,
         )
-        self._committed: OffsetMap = {}
-        self._latest: OffsetMap = {}
         self.server: Any = None
 
     def serve(self, port: int, host: str = "0.0.0.0") -> int:
@@ -95,38 +108,38 @@ class IngestMetrics:
             self.server.server_close()
             self.server = None
 
-    def batch_committed(self, offsets: OffsetMap, rows: int, dead_letters: int, seconds: float) -> None:
-        for m, n in (
-            (self.rows, rows),
-            (self.dead_letters, dead_letters),
-            (self.records, rows + dead_letters),
-        ):
-            m.labels(self.table).inc(n)
-        self.batches.labels(self.table).inc()
-        self.batch_seconds.labels(self.table).set(seconds)
-        self._committed.update(offsets)
-        self._update(offsets)
+    def batch_committed(self, counts: dict[str | None, tuple[int, int]], seconds: float) -> None:
+        """A batch committed ``counts``: per table (None: the job's dead letters) rows and dead letters."""
+        for table, (rows, dead) in counts.items():
+            name = table or self.dead_letter_table
+            self.rows.labels(name).inc(rows)
+            self.dead_letters.labels(name).inc(dead)
+            self.records.labels(name).inc(rows + dead)
+        self.batches.inc()
+        self.batch_seconds.set(seconds)
 
     def skipped(self, counts: OffsetMap) -> None:
         """The records skipped as lost so far, per partition (the source's running totals)."""
         for (topic, partition), n in counts.items():
-            self.skipped_records.labels(self.table, topic, str(partition)).set(n)
+            self.skipped_records.labels(topic, str(partition)).set(n)
 
-    def latest_offsets(self, offsets: OffsetMap) -> None:
-        self._latest.update(offsets)
-        self._update(offsets)
-
-    def _update(self, tps: OffsetMap) -> None:
-        for topic, partition in tps:
-            labels = (self.table, topic, str(partition))
-            committed = self._committed.get((topic, partition))
-            latest = self._latest.get((topic, partition))
-            if committed is not None:
-                self.committed.labels(*labels).set(committed)
-            if latest is not None:
-                self.latest.labels(*labels).set(latest)
-            if committed is not None and latest is not None:
-                self.lag.labels(*labels).set(max(0, latest - committed))
+    def status(self, status: dict[str, Any]) -> None:
+        """Mirror the job's published status: per partition its offsets and lag, per topic its time lag
+        (absent while unknown) and whether it is paused."""
+        for topic, t in status.get("topics", {}).items():
+            table = t.get("table") or ""
+            for partition, end in t["latest"].items():
+                at = t["committed"].get(partition)
+                labels = (table, topic, partition)
+                if at is not None:
+                    self.committed.labels(*labels).set(at)
+                if end is not None:
+                    self.latest.labels(*labels).set(end)
+                if at is not None and end is not None:
+                    self.lag.labels(*labels).set(max(0, end - at))
+            if t.get("lag_seconds") is not None:
+                self.lag_seconds.labels(table, topic).set(t["lag_seconds"])
+            self.paused.labels(table, topic).set(1 if t["state"] == "paused" else 0)
 
 
 def progress_latest_offsets(progress: Any) -> OffsetMap:

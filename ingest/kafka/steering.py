@@ -8,9 +8,10 @@ the other topics go on) and stamps the request done with the outcome. A pause th
 from the batch after the one in flight, and survives a restart (the control file is in the
 checkpoint). Exactly-once is untouched: a pause only holds offsets back.
 
-After each batch the job publishes its status per topic — reading or paused, the committed and the
-latest offsets, the lag in records, the refusal of the table it routes to — for ``streampart ingest
-status`` and the status page. The metastore being unreachable here is logged and never stops the
+After each batch (and every few seconds while it waits) the job publishes its status per topic —
+reading or paused, the committed and the latest offsets, the lag in records and in seconds, the
+refusal of the table it routes to — for ``streampart ingest status``, the HTTP API, the status page
+and its ``/metrics``. The metastore being unreachable here is logged and never stops the
 ingest.
 """
 
@@ -23,10 +24,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ingest.kafka.control import Control, read_control, update_control
-from ingest.kafka.offsets import OffsetMap, load_from, reset_mark
+from ingest.kafka.offsets import TP, OffsetMap, load_from, reset_mark
 from ingest.kafka.routes import Routes
 from metastore.catalog import Catalog
+from metastore.errors import NotFoundError
 from metastore.models import IngestAction, IngestRequest
+from metastore.store import IngestJobStore
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +55,51 @@ def reset_target(text: str) -> str:
             f'takes earliest, latest, an ISO-8601 time or JSON offsets {{"0": 42}}; got {text!r}'
         ) from None
     return (when if when.tzinfo else when.replace(tzinfo=UTC)).isoformat()
+
+
+def request_change(
+    store: IngestJobStore,
+    job: str,
+    topic: str,
+    action: IngestAction,
+    requested_by: str,
+    target: str | None = None,
+) -> tuple[IngestRequest, bool]:
+    """Record an operator's request to ``job`` (the CLI's and the HTTP API's one way in); with
+    whether the job has ever run against this metastore (if not, the request waits for it).
+
+    Raises:
+        ValueError: a reset without a valid target (the message says what it must be).
+    """
+    target = reset_target(target or "") if action is IngestAction.RESET else None
+    try:
+        store.ingest_statuses(job)
+        known = True
+    except NotFoundError:
+        known = False
+    return store.request_ingest(job, topic, action, requested_by, target), known
+
+
+def job_reports(store: IngestJobStore, job: str | None = None, requests: int = 10) -> list[dict[str, Any]]:
+    """Each job's published status with its ``requests`` newest requests (``job``'s only: NotFoundError
+    if it never ran), for ``streampart ingest status``, the HTTP API and the status page."""
+    return [
+        {
+            **s.model_dump(mode="json"),
+            "requests": [r.model_dump(mode="json") for r in store.ingest_requests(s.job, requests)],
+        }
+        for s in store.ingest_statuses(job)
+    ]
+
+
+def job_namespaces(report: dict[str, Any]) -> set[str] | None:
+    """The namespaces a job's published status shows it writing to; None where that is open-ended
+    (a topic whose table a template or a record's field names, or a job that has read nothing yet)."""
+    topics = report.get("status", {}).get("topics", {})
+    tables = [t.get("table") for t in topics.values()]
+    if not tables or any(not t or "{" in t for t in tables):
+        return None
+    return {t.split(".", 1)[0] for t in tables}
 
 
 def _apply(control: Control, request: IngestRequest, routes: Routes) -> tuple[Control, str]:
@@ -159,14 +207,14 @@ class Steering:
         routes: Routes,
         committed: OffsetMap,
         latest: OffsetMap,
+        waiting: dict[TP, float | None],
         refused: dict[str, str],
         batches: int,
         failure: str | None = None,
     ) -> dict[str, Any]:
         """Publish the job's status (see :func:`job_status`); returns it."""
-        status = job_status(
-            read_control(self.control_file), routes, committed, latest, refused, batches, failure
-        )
+        control = read_control(self.control_file)
+        status = job_status(control, routes, committed, latest, waiting, refused, batches, failure)
         try:
             self.store.publish_ingest_status(self.job, status)
         except Exception as exc:
@@ -174,32 +222,45 @@ class Steering:
         return status
 
 
+def _lag_seconds(waiting: list[float | None], now: float) -> float | None:
+    """The age of the oldest waiting record of a topic's lagging partitions (``waiting``: when each one's
+    first waiting record was written; None: unknown); 0 with none lagging."""
+    if any(w is None for w in waiting):
+        return None
+    return round(max(0.0, now - min(w for w in waiting if w is not None)), 1) if waiting else 0.0
+
+
 def job_status(
     control: Control,
     routes: Routes,
     committed: OffsetMap,
     latest: OffsetMap,
+    waiting: dict[TP, float | None],
     refused: dict[str, str],
     batches: int,
     failure: str | None,
 ) -> dict[str, Any]:
-    """Per topic the job has read or routes: state, offsets, lag in records, its table's refusal."""
+    """Per topic the job has read or routes: state, offsets, lag in records and in seconds (the
+    oldest waiting record's age: :mod:`ingest.kafka.lag`), its table's refusal."""
+    now = datetime.now(UTC)
     topics: dict[str, Any] = {}
     names = {t for t, _ in committed} | {t for t, _ in latest} | set(routes.topics)
     for topic in sorted(names):
         parts = sorted({p for t, p in committed if t == topic} | {p for t, p in latest if t == topic})
-        lag = sum(max(0, latest.get((topic, p), 0) - committed.get((topic, p), 0)) for p in parts)
+        behind = {p: latest.get((topic, p), 0) - committed.get((topic, p), 0) for p in parts}
+        lagging = [p for p, n in behind.items() if n > 0]
         table = routes.table_of_topic(topic)
         topics[topic] = {
             "state": "paused" if topic in control.paused else "reading",
             "table": table,
             "committed": {str(p): committed.get((topic, p)) for p in parts},
             "latest": {str(p): latest.get((topic, p)) for p in parts},
-            "lag_records": lag,
+            "lag_records": sum(behind[p] for p in lagging),
+            "lag_seconds": _lag_seconds([waiting.get((topic, p)) for p in lagging], now.timestamp()),
             "last_error": refused.get(table) if table else None,
         }
     return {
-        "at": datetime.now(UTC).isoformat(),
+        "at": now.isoformat(),
         "batches": batches,
         "routes": str(routes),
         "paused": sorted(control.paused),

@@ -134,6 +134,8 @@ def body(info: dict[str, Any]) -> str:
         parts.extend(_timeline(main, companions, now) for main, companions in groups)
         parts.append(_legend())
         parts.append("</section>")
+    if info.get("ingest_jobs"):
+        parts.append(_ingest_jobs(info["ingest_jobs"]))
     if info.get("links"):
         parts.append(_links(info["links"]))
     parts.append(_recent(info["recent_rolls"], now))
@@ -406,6 +408,52 @@ def _links(links: list[dict[str, Any]]) -> str:
         for link in links
     )
     return f'<section class="links"><h2>Links</h2><ul>{items}</ul></section>'
+
+
+def _ingest_jobs(jobs: list[dict[str, Any]]) -> str:
+    """Per Kafka ingest job and topic: state, table, lag in records and seconds, last error; the job's
+    failure, and its pending requests."""
+    rows = []
+    for j in jobs:
+        status, name = j["status"], _e(j["job"])
+        job_state = "silent" if j["silent"] else "failed" if status.get("failure") else ""
+        heard = f"{age(j['quiet_seconds'])} ago"
+        for topic, t in status.get("topics", {}).items():
+            state = job_state or t["state"]
+            lag_s = t.get("lag_seconds")
+            rows.append(
+                f'<tr data-job="{name}" data-topic="{_e(topic)}" '
+                f'class="{"bad" if t["last_error"] or job_state else ""}">'
+                + _td("job", name)
+                + _td("topic", _e(topic))
+                + _td("state", _e(state), "state", "warn" if state == "paused" else "")
+                + _td("table", _e(t["table"] or "by record"))
+                + _td("lag (records)", _e(t["lag_records"]), "lag_records")
+                + _td("lag", "?" if lag_s is None else age(lag_s), "lag_seconds")
+                + _td("heard", heard)
+                + _td("last error", _e((t["last_error"] or "")[:160]), cls="err")
+                + "</tr>"
+            )
+        if status.get("failure"):
+            rows.append(
+                f'<tr data-job="{name}" class="bad"><td colspan="8" data-field="failure">{name} failed '
+                f"({heard}): {_e(status['failure'][:300])}</td></tr>"
+            )
+        for r in j["requests"]:
+            if not r["done_at"]:
+                what = f"{r['action']} {r['topic']}" + (f" to {r['target']}" if r.get("target") else "")
+                rows.append(
+                    f'<tr data-job="{name}" class="muted"><td colspan="8">request {_e(r["id"])}: '
+                    f"{_e(what)} by {_e(r['requested_by'])}, pending</td></tr>"
+                )
+    head = "".join(f"<th>{h}</th>" for h in _INGEST_COLUMNS)
+    return (
+        '<section class="ingest"><h2>Kafka ingest</h2><div class="scroll"><table class="grid">'
+        f"<thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table></div></section>"
+    )
+
+
+_INGEST_COLUMNS = ("job", "topic", "state", "table", "lag (records)", "lag", "heard", "last error")
 
 
 def _recent(recent: list[dict[str, Any]], now: datetime) -> str:

@@ -254,27 +254,20 @@ def _spark_table(catalog: Any, options: Any) -> Any:
     return job_dead_letters(catalog, str(options.dead_letter_table))
 
 
-def _reset_target(text: str) -> str:
-    from ingest.kafka.steering import reset_target
-
-    try:
-        return reset_target(text)
-    except ValueError as exc:
-        raise UserInputError(f"--to: {exc}") from None
-
-
 def _request(ctx: typer.Context, job: str, topic: str, action: str, target: str | None = None) -> None:
     import getpass
     import socket
 
+    from ingest.kafka.steering import request_change
     from metastore.models import IngestAction
 
     cli = cli_context(ctx)
-    store = cli.catalog().store
-    known = {s.job for s in store.ingest_statuses()}
     who = f"{getpass.getuser()}@{socket.gethostname()}"
-    request = store.request_ingest(job, topic, IngestAction(action), who, target)
-    if job not in known:
+    try:
+        request, known = request_change(cli.catalog().store, job, topic, IngestAction(action), who, target)
+    except ValueError as exc:
+        raise UserInputError(f"--to: {exc}") from None
+    if not known:
         cli.output.warn(f"no ingest job {job} has run against this metastore yet: the request waits for it")
     cli.output.result(
         request.model_dump(mode="json"),
@@ -333,7 +326,7 @@ def ingest_reset(
     The request records who asked and, once applied, what moved and how many records that skipped
     or read again per partition.
     """
-    _request(ctx, job, topic, "reset", _reset_target(to))
+    _request(ctx, job, topic, "reset", to)
 
 
 @ingest_app.command("status")
@@ -344,17 +337,10 @@ def ingest_status(
 ) -> None:
     """What each ingest job last published: per topic reading or paused, lag in records, last error,
     and the requests made to it."""
+    from ingest.kafka.steering import job_reports
+
     cli = cli_context(ctx)
-    store = cli.catalog().store
-    statuses = store.ingest_statuses(job)
-    result = [
-        {
-            **s.model_dump(mode="json"),
-            "requests": [r.model_dump(mode="json") for r in store.ingest_requests(s.job, 10)],
-        }
-        for s in statuses
-    ]
-    cli.output.result(result, _print_status)
+    cli.output.result(job_reports(cli.catalog().store, job), _print_status)
 
 
 def _print_status(out: Any, jobs: list[dict[str, Any]]) -> None:

@@ -19,15 +19,18 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pyarrow as pa
 import pytest
 
+from ingest.kafka.devbroker import free_port
 from ingest.kafka.job import run_kafka_ingest
 from ingest.kafka.job_options import KafkaIngestOptions
 from ingest.kafka.route_task import RoutedSpec, _route
 from ingest.kafka.routes import Route, RouteError, Routes, field_values, read_routes_file
 from metastore.catalog import Catalog
 from metastore.models import ChunkState, Table
+from tests.api.fixtures import Server, auth
 from tests.fixtures import make_table
 from tests.helpers import all_ids, delta_rows, duplicates
 
@@ -442,35 +445,78 @@ def two_topics_job(
 @pytest.mark.spark
 @pytest.mark.process
 def test_a_paused_topic_holds_its_records_the_others_go_on_and_resume_lands_them_once(
-    spark, sqlite_catalog, kafka_broker
+    spark, sqlite_catalog, kafka_broker, tmp_path
 ) -> None:
-    """Pause and resume from the CLI while the job runs: the request is recorded and applied between
-    batches; the paused topic's records wait in Kafka (its lag shows in the status), the other
-    topic's land; resumed, they land exactly once."""
+    """Pause over the HTTP API (admin on the job's namespace) and resume from the CLI while the job
+    runs: each request is recorded and applied between batches; the paused topic's records wait in
+    Kafka, the other topic's land; resumed, they land exactly once. Its lag in records and in seconds
+    (the oldest waiting record's age, from its Kafka timestamp) shows in the API, on the status page
+    and on the job's /metrics."""
     u = uid()
     a, b, job, opts = two_topics_job(sqlite_catalog, kafka_broker, u, "st", "steer")
-    with running(spark, sqlite_catalog, opts):
-        kafka_broker.produce("a" + u, [rec(i) for i in range(10)])
-        kafka_broker.produce("b" + u, [rec(i) for i in range(100, 110)])
-        wait_for(lambda: len(all_ids(a)) == 10 and len(all_ids(b)) == 10)
-        request = cli(sqlite_catalog, "ingest", "pause", job, "a" + u, "--json")
-        wait_for(lambda: sqlite_catalog.store.ingest_requests(job)[0].done_at is not None)
-        [done] = sqlite_catalog.store.ingest_requests(job)
-        assert done.id == request["id"] and done.outcome == f"paused topic a{u}"
-        kafka_broker.produce("a" + u, [rec(i) for i in range(10, 20)])
-        kafka_broker.produce("b" + u, [rec(i) for i in range(110, 120)])
-        wait_for(lambda: len(all_ids(b)) == 20)
-        time.sleep(3)  # a few more triggers: nothing of the paused topic
-        assert sorted(all_ids(a)) == list(range(10))
+    opts = opts.model_copy(update={"metrics_port": free_port(), "metrics_host": "127.0.0.1"})
+    srv = Server(Path(sqlite_catalog.warehouse.root), str(sqlite_catalog.store.url), tmp_path)
+    srv.start()
+    steerer, other = srv.token("steer" + u, f"admin:st{u}"), srv.token("other" + u, "admin:elsewhere")
+    api = httpx.Client(base_url=srv.url, headers=auth(steerer), timeout=30)
+    pause = f"/v1/admin/ingest/jobs/{job}/topics/a{u}/pause"
+    try:
+        assert api.post(pause).status_code == 403  # not run yet: its tables are unknown, admin:* only
+        with running(spark, sqlite_catalog, opts):
+            kafka_broker.produce("a" + u, [rec(i) for i in range(10)])
+            kafka_broker.produce("b" + u, [rec(i) for i in range(100, 110)])
+            wait_for(lambda: len(all_ids(a)) == 10 and len(all_ids(b)) == 10)
+            refused = httpx.post(srv.url + pause, headers=auth(other))
+            assert refused.status_code == 403 and f"admin:st{u}" in refused.json()["message"], refused.text
+            bad = api.post(f"/v1/admin/ingest/jobs/{job}/topics/a{u}/reset", json={"to": "yesterday"})
+            assert bad.status_code == 400 and bad.json()["field"] == "to", bad.text
+            request = api.post(pause)
+            assert request.status_code == 202 and request.json()["job_known"], request.text
+            wait_for(lambda: sqlite_catalog.store.ingest_requests(job)[0].done_at is not None)
+            [done] = sqlite_catalog.store.ingest_requests(job)
+            assert done.id == request.json()["id"] and done.outcome == f"paused topic a{u}"
+            assert done.requested_by == "steer" + u
+            hour_ago = int(time.time() * 1000) - 3_600_000  # written an hour ago, as far as Kafka says
+            kafka_broker.produce("a" + u, [{**rec(i), "timestamp_ms": hour_ago} for i in range(10, 20)])
+            kafka_broker.produce("b" + u, [rec(i) for i in range(110, 120)])
+            wait_for(lambda: len(all_ids(b)) == 20)
+            time.sleep(3)  # a few more triggers: nothing of the paused topic
+            assert sorted(all_ids(a)) == list(range(10))
 
-        def paused_with_lag() -> bool:
-            [status] = cli(sqlite_catalog, "ingest", "status", job, "--json")
-            topic = status["status"]["topics"]["a" + u]
-            return topic["state"] == "paused" and topic["lag_records"] == 10
+            def paused_with_lag() -> bool:
+                topic = api.get(f"/v1/admin/ingest/jobs/{job}").json()["status"]["topics"]["a" + u]
+                return topic["state"] == "paused" and topic["lag_records"] == 10 and topic["lag_seconds"]
 
-        wait_for(paused_with_lag)
-        cli(sqlite_catalog, "ingest", "resume", job, "a" + u)
-        wait_for(lambda: len(all_ids(a)) == 20)
+            wait_for(paused_with_lag)
+            topic = api.get(f"/v1/admin/ingest/jobs/{job}").json()["status"]["topics"]["a" + u]
+            assert 3600 <= topic["lag_seconds"] < 3900, topic
+            assert job in [j["job"] for j in api.get("/v1/admin/ingest/jobs").json()]
+            assert job not in [
+                j["job"] for j in httpx.get(srv.url + "/v1/admin/ingest/jobs", headers=auth(other)).json()
+            ]
+            page = httpx.get(
+                srv.url + "/ui/fragment", headers=auth(srv.token("read" + u, f"read:st{u}"))
+            ).text
+            row = page[page.index(f'data-topic="a{u}"') :].split("</tr>")[0]
+            assert (
+                'data-field="state" class="warn">paused<' in row and 'data-field="lag_seconds">1h 0' in row
+            ), row
+            metrics = httpx.get(f"http://127.0.0.1:{opts.metrics_port}/metrics").text
+            labels = f'table="st{u}.a",topic="a{u}"'
+            assert f"streampart_kafka_paused{{{labels}}} 1.0" in metrics, metrics
+            assert f'streampart_kafka_lag{{partition="0",{labels}}} 10.0' in metrics, metrics
+            assert f'streampart_kafka_rows_total{{table="st{u}.b"}} 20.0' in metrics, metrics
+            cli(sqlite_catalog, "ingest", "resume", job, "a" + u)
+            wait_for(lambda: len(all_ids(a)) == 20)
+            wait_for(
+                lambda: (
+                    api.get(f"/v1/admin/ingest/jobs/{job}").json()["status"]["topics"]["a" + u]["lag_seconds"]
+                    == 0
+                )
+            )
+    finally:
+        api.close()
+        srv.close()
     assert sorted(all_ids(a)) == list(range(20)) and sorted(all_ids(b)) == list(range(100, 120))
     assert [r.outcome for r in sqlite_catalog.store.ingest_requests(job)] == [
         f"resumed topic a{u}",

@@ -1,0 +1,121 @@
+"""Steering Kafka ingest jobs over HTTP: ``/v1/admin/ingest/jobs/…`` (issue 29, part 3).
+
+The twin of ``streampart ingest status|pause|resume|reset`` for operators and non-Python clients,
+through the same calls (:mod:`ingest.kafka.steering`): a request is a row in the metastore that the
+running job applies between batches and stamps done with its outcome, so ``202 Accepted`` answers
+with the request, and ``GET …/jobs/{job}`` shows when it was applied and what it moved.
+
+Every route needs ``admin`` scope on each namespace the job writes to, as its published status
+shows them (each topic's table); a job whose tables are open-ended (a table template or a record's
+field names them) or that has not run yet needs ``admin:*``. Listing shows the jobs the token may
+steer.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+
+from ingest.api.auth import Principal
+from ingest.api.deps import Caller, State
+from ingest.api.errors import ApiError
+from ingest.api.models import IngestJobReport, IngestRequestInfo, ResetTopic, error_responses
+from ingest.kafka.steering import job_namespaces, job_reports, request_change
+from metastore.errors import NotFoundError
+from metastore.models import IngestAction, Permission
+
+router = APIRouter(tags=["ingest jobs"])
+
+_BASE = "/v1/admin/ingest/jobs"
+_TOPIC = _BASE + "/{job}/topics/{topic}"
+
+
+def _may_steer(who: Principal, report: dict[str, Any] | None) -> bool:
+    namespaces = job_namespaces(report) if report is not None else None
+    if namespaces is None:
+        return who.allows(Permission.ADMIN, "*")
+    return all(who.allows(Permission.ADMIN, ns) for ns in namespaces)
+
+
+def _report(st: Any, job: str) -> dict[str, Any] | None:
+    try:
+        return job_reports(st.catalog.store, job)[0]
+    except NotFoundError:
+        return None
+
+
+def _require(who: Principal, job: str, report: dict[str, Any] | None) -> None:
+    if _may_steer(who, report):
+        return
+    namespaces = job_namespaces(report) if report is not None else None
+    scope = "admin:*" if namespaces is None else ", ".join(f"admin:{ns}" for ns in sorted(namespaces))
+    why = "" if namespaces is not None else " (the tables it writes to are open-ended or not known yet)"
+    raise ApiError(403, "forbidden", f"token {who.name!r} lacks the scope {scope} to steer job {job}{why}")
+
+
+@router.get(
+    _BASE,
+    response_model=list[IngestJobReport],
+    responses=error_responses(401),
+    summary="The Kafka ingest jobs the token may steer, each as it last published itself",
+)
+def list_jobs(who: Caller, st: State) -> list[dict[str, Any]]:
+    """Per job and topic: reading or paused, lag in records and in seconds, last error; with the
+    job's newest requests."""
+    return [r for r in job_reports(st.catalog.store) if _may_steer(who, r)]
+
+
+@router.get(
+    _BASE + "/{job}",
+    response_model=IngestJobReport,
+    responses=error_responses(401, 403, 404),
+    summary="One Kafka ingest job's status and newest requests",
+)
+def get_job(job: str, who: Caller, st: State) -> dict[str, Any]:
+    report = _report(st, job)
+    _require(who, job, report)
+    if report is None:
+        raise NotFoundError(f"no ingest job {job} has run against this metastore")
+    return report
+
+
+def _request(
+    who: Principal, st: Any, job: str, topic: str, action: IngestAction, target: str | None = None
+) -> dict[str, Any]:
+    _require(who, job, _report(st, job))
+    try:
+        request, known = request_change(st.catalog.store, job, topic, action, who.name, target)
+    except ValueError as exc:
+        raise ApiError(400, "bad_request", f"to: {exc}", "to") from None
+    return {**request.model_dump(), "job_known": known}
+
+
+_ACCEPTED: dict[str, Any] = {
+    "status_code": 202,
+    "response_model": IngestRequestInfo,
+    "responses": error_responses(400, 401, 403, 422),
+}
+
+
+@router.post(_TOPIC + "/pause", summary="Pause one topic of a job", **_ACCEPTED)
+def pause_topic(job: str, topic: str, who: Caller, st: State) -> dict[str, Any]:
+    """Nothing more of the topic is read until it is resumed: its offsets stand still, the other
+    topics go on. The job applies it before its next batch and records when; it survives a restart."""
+    return _request(who, st, job, topic, IngestAction.PAUSE)
+
+
+@router.post(_TOPIC + "/resume", summary="Resume a paused topic of a job", **_ACCEPTED)
+def resume_topic(job: str, topic: str, who: Caller, st: State) -> dict[str, Any]:
+    """The topic is read again from where it stood."""
+    return _request(who, st, job, topic, IngestAction.RESUME)
+
+
+@router.post(
+    _TOPIC + "/reset", summary="Move a topic's read position: an explicit skip or replay", **_ACCEPTED
+)
+def reset_topic(job: str, topic: str, body: ResetTopic, who: Caller, st: State) -> dict[str, Any]:
+    """The job's next batch reads the topic from the new position: records before it are skipped,
+    records after it that were ingested already land again (as new rows). Once applied, the request's
+    outcome says what moved per partition and how many records that skipped or read again."""
+    return _request(who, st, job, topic, IngestAction.RESET, body.to)
