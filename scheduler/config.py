@@ -83,7 +83,8 @@ class HousekeepingConfig(BaseModel):
         "--checkpoint-interval`).",
     )
     history_retention: Duration = Field(
-        timedelta(days=30), description="Roll attempt history older than this is forgotten."
+        timedelta(days=30),
+        description="Roll attempt history and applied Kafka ingest requests older than this are forgotten.",
     )
 
     @model_validator(mode="after")

@@ -69,6 +69,7 @@ class HousekeepingReport:
     replicas_verified: int = 0  # present copies whose files were read back and compared
     replicas_damaged: list[str] = field(default_factory=list)  # what the scrub found, one line each
     holders_pruned: int = 0  # lapsed commit-holder leases deleted
+    requests_pruned: int = 0  # Kafka ingest jobs' requests, applied longer ago than the history kept
     errors: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
@@ -136,6 +137,7 @@ class Housekeeper:
                     error=str(exc),
                 )
         report.attempts_pruned = store.prune_roll_attempts(now - self.config.history_retention)
+        report.requests_pruned = store.prune_ingest_requests(now - self.config.history_retention)
         # commit holders' leases (one per process that committed): gone an hour after they lapsed
         report.holders_pruned = store.delete_lapsed_leases(HOLDER_PREFIX, now - timedelta(hours=1))
         return report

@@ -53,9 +53,10 @@ from ingest.kafka.monitoring import (
     IngestMetrics,
     batch_end_offsets,
     batch_offsets,
+    last_committed_batch,
     progress_latest_offsets,
 )
-from ingest.kafka.offsets import FROM_KEY, OffsetMap, load_from, load_offsets
+from ingest.kafka.offsets import OffsetMap, load_from, load_offsets
 from ingest.kafka.options import KafkaSourceOptions
 from ingest.kafka.routes import RouteError, Routes
 from ingest.kafka.steering import Steering
@@ -240,10 +241,7 @@ class IngestSink:
             )
             return
         offsets = load_offsets(raw)
-        if FROM_KEY in raw:  # a reset moved positions: where the batch would have started, from the log
-            with contextlib.suppress(OSError, ValueError, IndexError):
-                before = batch_end_offsets(self.checkpoint, batch_id - 1) if batch_id > 0 else {}
-                self.steering.resets_done(raw, before)
+        self._resets_done(batch_id, raw)
         self.committed.update(offsets)
         if self.metrics is not None:
             self.metrics.batch_committed(counts, seconds)
@@ -252,6 +250,29 @@ class IngestSink:
             self.metrics.skipped(read_skipped(self.options.control_file(self.checkpoint)))
         if self.group is not None:
             self.group.commit(offsets)
+
+    def _resets_done(self, batch_id: int, raw: dict[str, Any]) -> None:
+        """Record the resets ``batch_id`` applied (``raw``: its offsets as the source logged them)."""
+
+        def before() -> dict[str, Any]:  # where the batch would have started, from the offset log
+            return batch_offsets(self.checkpoint, batch_id - 1) if batch_id > 0 else {}
+
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            self.steering.resets_done(raw, before)
+
+    def resume(self) -> None:
+        """After a restart: the committed offsets from the checkpoint (so the status's lag is right
+        before the first batch), and the resets of the last batch recorded done if the job died
+        between that batch's commit and recording them."""
+        last = last_committed_batch(self.checkpoint)
+        if last is None:
+            return
+        try:
+            raw = batch_offsets(self.checkpoint, last)
+        except (OSError, ValueError, IndexError):
+            return
+        self.committed.update(load_offsets(raw))
+        self._resets_done(last, raw)
 
     def publish(self, failure: str | None = None) -> None:
         """Publish the job's status (:mod:`ingest.kafka.steering`)."""
@@ -317,6 +338,7 @@ def _start(
         options.avro_source(),
     )
     sink = IngestSink(batches, options, checkpoint, Steering(catalog, options.job, control_file))
+    sink.resume()
     sink.steering.apply(routes())  # requests made while the job was down
     reader = spark.readStream.format(source_format)
     for key, value in options.source_reader_options(control_file).items():

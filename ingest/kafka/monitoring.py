@@ -38,6 +38,12 @@ def batch_offsets(checkpoint: str | Path, batch_id: int) -> dict[str, Any]:
     return dict(json.loads(lines[2])) if len(lines) > 2 else {}
 
 
+def last_committed_batch(checkpoint: str | Path) -> int | None:
+    """The newest batch Spark recorded as done in ``checkpoint`` (its commit log), None before any."""
+    done = [int(f.name) for f in (Path(checkpoint) / "commits").glob("*") if f.name.isdigit()]
+    return max(done, default=None)
+
+
 def batch_end_offsets(checkpoint: str | Path, batch_id: int) -> OffsetMap:
     """The end offsets of ``batch_id`` (see :func:`batch_offsets`), per topic-partition."""
     return load_offsets(batch_offsets(checkpoint, batch_id))

@@ -20,11 +20,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
 from ingest.kafka.control import Control, read_control, update_control
-from ingest.kafka.offsets import TP, OffsetMap, load_from, reset_mark
+from ingest.kafka.offsets import TP, OffsetMap, load_from, load_offsets, reset_mark
 from ingest.kafka.routes import Routes
 from metastore.catalog import Catalog
 from metastore.errors import NotFoundError
@@ -125,6 +126,20 @@ def _apply(control: Control, request: IngestRequest, routes: Routes) -> tuple[Co
     return dataclasses.replace(control, paused=control.paused - {topic}), f"resumed topic {topic}{known}"
 
 
+_EARLIER = "applied by an earlier batch (what it moved went unrecorded)"
+
+
+def _moved(topic: str, moved: OffsetMap, was_at: OffsetMap) -> str:
+    """What a reset applied by a batch moved: per partition of ``topic`` from where to where, and how
+    many records that skipped or read again."""
+    parts = []
+    for tp in sorted(tp for tp in moved if tp[0] == topic):
+        was, now = was_at.get(tp, 0), moved[tp]
+        what = f"{now - was} records skipped" if now >= was else f"{was - now} records read again"
+        parts.append(f"{tp[0]}-{tp[1]} {was} → {now} ({what})")
+    return "; ".join(parts) or "no partition"
+
+
 class Steering:
     """The job's side of steering: see the module docstring."""
 
@@ -173,32 +188,34 @@ class Steering:
         update_control(self.control_file, change)
         return outcome[0]
 
-    def resets_done(self, offsets: dict[str, Any], before: OffsetMap) -> list[str]:
-        """After a batch committed whose end ``offsets`` (as the source wrote them) moved positions by
-        a reset: record the resets done, with what they skipped or read again; ``before``: where the
-        batch would have started."""
-        moved, mark = load_from(offsets), reset_mark(offsets)
-        if not moved:
+    def resets_done(self, offsets: dict[str, Any], before: Callable[[], dict[str, Any]]) -> list[str]:
+        """After a batch committed whose end ``offsets`` (as the source wrote them) carry the newest
+        reset applied: record the resets done, with what they skipped or read again; ``before()``: the
+        previous batch's offsets (where this one would have started). A reset whose recording failed
+        (the metastore away) stays in the control file, never applied twice (the offsets' mark says it
+        was), and is recorded after a later batch, without the detail of what it moved."""
+        mark = reset_mark(offsets)
+        done = [r for r in read_control(self.control_file).resets if r[0] <= mark] if mark else []
+        if not done:
             return []
-        done = [r for r in read_control(self.control_file).resets if r[0] <= mark]
-        outcomes = []
+        previous = before()
+        moved, was_at, applied_before = load_from(offsets), load_offsets(previous), reset_mark(previous)
+        outcomes, recorded = [], set()
         for request, topic, target in done:
-            parts = []
-            for tp in sorted(tp for tp in moved if tp[0] == topic):
-                was, now = before.get(tp, 0), moved[tp]
-                what = f"{now - was} records skipped" if now >= was else f"{was - now} records read again"
-                parts.append(f"{tp[0]}-{tp[1]} {was} → {now} ({what})")
-            outcome = f"reset topic {topic} to {target}: " + ("; ".join(parts) or "no partition")
+            outcome = f"reset topic {topic} to {target}: " + (
+                _moved(topic, moved, was_at) if request > applied_before else _EARLIER
+            )
             log.warning("request %s: %s", request, outcome)
             try:
                 self.store.finish_ingest_request(request, outcome)
             except Exception as exc:
                 self._quietly("recording a reset as done", exc)
+                continue
+            recorded.add(request)
             outcomes.append(outcome)
-        ids = {r[0] for r in done}
         update_control(
             self.control_file,
-            lambda c: dataclasses.replace(c, resets=tuple(r for r in c.resets if r[0] not in ids)),
+            lambda c: dataclasses.replace(c, resets=tuple(r for r in c.resets if r[0] not in recorded)),
         )
         return outcomes
 

@@ -85,6 +85,12 @@ class IngestJobStore(Database):
             ).all()
         return [request_from_row(r) for r in rows]
 
+    def prune_ingest_requests(self, before: datetime) -> int:
+        """Forget requests applied before ``before`` (pending ones stay, however old)."""
+        c = s.ingest_requests.c
+        with self.tx() as conn:
+            return int(conn.execute(sa.delete(s.ingest_requests).where(c.done_at < _db(before))).rowcount)
+
     def publish_ingest_status(self, job: str, status: dict[str, Any], now: datetime | None = None) -> None:
         """Replace ``job``'s published status."""
         values = {"updated_at": _db(now or _now()), "status": status}
