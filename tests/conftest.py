@@ -28,4 +28,4 @@ for _variable in ("SPARK_SUBMIT_OPTS", "SPARK_DAEMON_JAVA_OPTS"):
     if TEST_JVM_OPTIONS not in os.environ.get(_variable, ""):
         os.environ[_variable] = f"{os.environ.get(_variable, '')} {TEST_JVM_OPTIONS}".strip()
 
-pytest_plugins = ["tests.markers", "tests.scheduling"]
+pytest_plugins = ["tests.markers", "tests.scheduling", "tests.registry"]

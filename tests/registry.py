@@ -3,8 +3,11 @@
 No registry server can be installed here (Confluent's is Java off Maven Central, Karapace is not on
 PyPI). So records are serialized by confluent-kafka's own ``AvroSerializer`` against its own
 in-memory registry (``MockSchemaRegistryClient``), and this serves that registry's schemas to the
-ingest job's Spark tasks (other processes) at ``GET /schemas/ids/{id}``, the one call they make, as
-Confluent's server answers it (404 with ``error_code`` 40403 for an unknown id). It can demand
+ingest job's Spark tasks (other processes) at ``GET /schemas/ids/{id}`` and ``GET
+/subjects/{subject}/versions/{version}`` (a Protobuf file's imports), the calls they make, as
+Confluent's server answers them (404 with ``error_code`` 40403 for an unknown id). Protobuf schemas
+are stored as confluent-kafka's serializer registers them, serialized descriptors: what Confluent's
+server answers to ``?format=serialized``. It can demand
 basic authentication and answer 503 for a while (an outage).
 """
 
@@ -13,9 +16,12 @@ from __future__ import annotations
 import base64
 import json
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import unquote
+
+import pytest
 
 
 class TestRegistry:
@@ -38,16 +44,22 @@ class TestRegistry:
                 if registry.failures > 0:
                     registry.failures -= 1
                     return self._answer(503, {"error_code": 50301, "message": "unavailable"})
-                parts = self.path.strip("/").split("/")
-                if len(parts) == 3 and parts[:2] == ["schemas", "ids"] and parts[2].isdigit():
-                    try:
+                parts = [unquote(p) for p in self.path.split("?")[0].strip("/").split("/")]
+                try:
+                    if len(parts) == 3 and parts[:2] == ["schemas", "ids"] and parts[2].isdigit():
                         schema = registry.client.get_schema(int(parts[2]))
-                    except Exception:
-                        return self._answer(404, {"error_code": 40403, "message": "Schema not found"})
-                    return self._answer(
-                        200, {"schema": schema.schema_str, "schemaType": schema.schema_type or "AVRO"}
-                    )
-                return self._answer(404, {"error_code": 404, "message": "HTTP 404 Not Found"})
+                    elif len(parts) == 4 and parts[0] == "subjects" and parts[2] == "versions":
+                        schema = registry.client.get_version(parts[1], int(parts[3])).schema
+                    else:
+                        return self._answer(404, {"error_code": 404, "message": "HTTP 404 Not Found"})
+                except Exception:
+                    return self._answer(404, {"error_code": 40403, "message": "Schema not found"})
+                references = [
+                    {"name": r.name, "subject": r.subject, "version": r.version}
+                    for r in schema.references or ()
+                ]
+                body = {"schema": schema.schema_str, "schemaType": schema.schema_type or "AVRO"}
+                return self._answer(200, {**body, **({"references": references} if references else {})})
 
             def _answer(self, status: int, body: dict[str, Any]) -> None:
                 data = json.dumps(body).encode()
@@ -76,6 +88,31 @@ class TestRegistry:
         serialize = AvroSerializer(self.client, json.dumps(schema))
         return lambda record, topic: serialize(record, SerializationContext(topic, MessageField.VALUE))
 
+    def protobuf_serializer(self, message_class: Any) -> Callable[[Any, str], bytes]:
+        """ProtobufSerializer of ``message_class`` (its file registered, as a serialized descriptor, on
+        first use): (message, topic) → the value."""
+        from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
+        from confluent_kafka.serialization import MessageField, SerializationContext
+
+        serialize = ProtobufSerializer(message_class, self.client, {"use.deprecated.format": False})
+        return lambda message, topic: serialize(message, SerializationContext(topic, MessageField.VALUE))
+
+    def json_serializer(self, schema: dict[str, Any]) -> Callable[[dict[str, Any], str], bytes]:
+        """JSONSerializer of the JSON Schema ``schema`` (it validates each record as it writes it)."""
+        from confluent_kafka.schema_registry.json_schema import JSONSerializer
+        from confluent_kafka.serialization import MessageField, SerializationContext
+
+        serialize = JSONSerializer(json.dumps(schema), self.client)
+        return lambda record, topic: serialize(record, SerializationContext(topic, MessageField.VALUE))
+
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+@pytest.fixture
+def registry() -> Iterator[TestRegistry]:
+    """A registry demanding basic auth as user ``ingest``, password ``s3cret``."""
+    r = TestRegistry(user="ingest", password="s3cret")
+    yield r
+    r.close()

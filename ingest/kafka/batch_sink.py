@@ -38,8 +38,8 @@ from ingest.chunks.late import dead_letter_rows
 from ingest.config import ChunkConfig
 from ingest.errors import IngestError
 from ingest.formats import parse_arrow
-from ingest.kafka.avro import AvroSource
 from ingest.kafka.batch_plans import BatchPlan, fix_plan
+from ingest.kafka.registry import RecordSchemas
 from ingest.kafka.route_task import ROUTED_SCHEMA, RoutedSpec, route_task
 from ingest.kafka.routes import Routes
 from ingest.kafka.table_sink import TableSink
@@ -127,7 +127,7 @@ class BatchSink:
         query_id: Callable[[], str],
         config: ChunkConfig,
         topics_with_data: Callable[[int], set[str] | None],
-        avro: AvroSource | None = None,
+        schemas: RecordSchemas | None = None,
     ) -> None:
         self.catalog = catalog
         self.routes = routes
@@ -137,7 +137,7 @@ class BatchSink:
         self.query_id = query_id
         self.config = config
         self.topics_with_data = topics_with_data
-        self.avro = avro
+        self.schemas = schemas
         self.sinks: dict[str, TableSink] = {}
         self.field_tables: dict[str, int] = {}  # tables a field route named → the batch it last did
         self.refused: dict[str, str] = {}  # the last batch's refused tables → why
@@ -162,7 +162,7 @@ class BatchSink:
             table = self.catalog.table(name)
             if table.kind is not TableKind.MAIN:
                 raise NotFoundError(f"{table.name} is a {table.kind.value} table, not a main table")
-            sink = self.sinks[name] = TableSink(self.catalog, table, self.fmt, self.config, self.avro)
+            sink = self.sinks[name] = TableSink(self.catalog, table, self.fmt, self.config, self.schemas)
         return sink
 
     # -- the batch -----------------------------------------------------------------------------

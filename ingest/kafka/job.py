@@ -335,7 +335,7 @@ def _start(
         query_id,
         config,
         lambda batch_id: topics_with_data(checkpoint, batch_id),
-        options.avro_source(),
+        options.record_schemas(),
     )
     sink = IngestSink(batches, options, checkpoint, Steering(catalog, options.job, control_file))
     sink.resume()

@@ -19,9 +19,10 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from ingest.kafka.avro import AvroSchemaError, AvroSource, load_schema_file
+from ingest.kafka.avro import AvroSchemaError, load_schema_file
 from ingest.kafka.control import CONTROL_FILE
 from ingest.kafka.options import KafkaSourceOptions, check_offsets_spec, subscribe_options
+from ingest.kafka.registry import RecordSchemas
 from ingest.kafka.routes import Route, RouteError, Routes, parse_route_flag, read_routes_file
 from metastore.delta.warehouse import Warehouse
 from metastore.durations import Duration
@@ -55,15 +56,16 @@ class KafkaIngestOptions(BaseModel):
     dead_letter_table: str | None = Field(
         None, description="NS.TABLE for records no table takes (routed jobs); made if absent."
     )
-    format: Literal["json", "csv", "avro"] = Field(
+    format: Literal["json", "csv", "avro", "protobuf", "jsonschema"] = Field(
         "json",
-        description="Record format: a JSON object, one CSV line in the table's column order, or an Avro "
-        "datum of the avro_schema.",
+        description="Record format: a JSON object, one CSV line in the table's column order, an Avro "
+        "datum (of the avro_schema, or in the Confluent wire format with schema_registry), or Protobuf "
+        "or JSON Schema in the Confluent wire format (schema_registry).",
     )
     avro_schema: str | None = Field(None, description="The writer schema of Avro records: an .avsc file.")
     schema_registry: str | None = Field(
         None,
-        description="The Schema Registry of Avro records in the Confluent wire format (its URL, without "
+        description="The Schema Registry of records in the Confluent wire format (its URL, without "
         "credentials: STREAMPART_SCHEMA_REGISTRY_USER and _PASSWORD give them).",
     )
     trigger: Duration = Field(
@@ -165,10 +167,16 @@ class KafkaIngestOptions(BaseModel):
     def _avro(self) -> KafkaIngestOptions:
         given = [f for f in ("avro_schema", "schema_registry") if getattr(self, f) is not None]
         if (self.format == "avro") != (len(given) == 1) or len(given) > 1:
-            raise ValueError(
-                "--format avro takes one of --avro-schema FILE (the records' writer schema) or "
-                "--schema-registry URL, and those only go with it"
-            )
+            if self.format in ("protobuf", "jsonschema"):
+                if given != ["schema_registry"]:
+                    raise ValueError(
+                        f"--format {self.format} takes --schema-registry URL (and no --avro-schema)"
+                    )
+            else:
+                raise ValueError(
+                    "--format avro takes one of --avro-schema FILE (the records' writer schema) or "
+                    "--schema-registry URL, and those only go with it (or with protobuf, jsonschema)"
+                )
         if self.avro_schema is not None:
             try:
                 load_schema_file(self.avro_schema)
@@ -185,15 +193,15 @@ class KafkaIngestOptions(BaseModel):
                 )
         return self
 
-    def avro_source(self) -> AvroSource | None:
-        """Where the Avro writer schemas come from (None: not Avro); the registry's credentials from
-        the environment."""
+    def record_schemas(self) -> RecordSchemas | None:
+        """Where the records' writer schemas come from (None: JSON or CSV); the registry's credentials
+        from the environment."""
         if self.avro_schema is not None:
-            return AvroSource(schema=load_schema_file(self.avro_schema))
+            return RecordSchemas(schema=load_schema_file(self.avro_schema))
         if self.schema_registry is not None:
             user = os.environ.get(REGISTRY_USER_ENV)
             auth = (user, os.environ.get(REGISTRY_PASSWORD_ENV, "")) if user else None
-            return AvroSource(registry=self.schema_registry, auth=auth)
+            return RecordSchemas(fmt=self.format, registry=self.schema_registry, auth=auth)
         return None
 
     @model_validator(mode="after")

@@ -95,8 +95,9 @@ class StageSpec:
     # may lack them): pickled with the spec, never in a command line or the query plan. A
     # ``metastore.storage.S3Options``; None for a local table, whose tasks import no metastore
     store: Any = None
-    # where Avro records' writer schemas come from (an ``ingest.kafka.avro.AvroSource``), when ``fmt`` is avro
-    avro: Any = None
+    # where binary records' writer schemas come from (an ``ingest.kafka.registry.RecordSchemas``):
+    # avro, protobuf, jsonschema
+    schemas: Any = None
 
 
 def stage_spec(
@@ -108,7 +109,7 @@ def stage_spec(
     bounds: TimeBounds | None,
     added: Sequence[Column] = (),
     ignorable: frozenset[str] = frozenset(),
-    avro: Any = None,
+    schemas: Any = None,
 ) -> StageSpec:
     """The driver builds the spec of one micro-batch (``bounds``: one clock reading for every task;
     ``added``: new columns every task parses as known ones, when a first staging's tasks inferred a
@@ -140,7 +141,7 @@ def stage_spec(
         evolving=fmt != "csv" and table.schema_evolution is not SchemaEvolution.NONE,  # named fields
         columns=columns_json(columns) if added else None,
         ignorable=ignorable,
-        avro=avro,
+        schemas=schemas,
     )
 
 
@@ -324,8 +325,8 @@ class _RowWise:
         )
         self.bad: list[dict[str, Any]] = []
         self.decode: Callable[[bytes], Any] | None = None
-        if spec.avro is not None:
-            self.decode = spec.avro.decoder()
+        if spec.schemas is not None:
+            self.decode = spec.schemas.decoder()
 
     def add(self, batch: pa.RecordBatch) -> None:
         values = batch.column("value").to_pylist()
@@ -397,6 +398,9 @@ def parse_value(
         return unexpected(exc)
 
 
+_FORMAT_NAMES = {"avro": "Avro", "protobuf": "Protobuf", "jsonschema": "JSON Schema record"}
+
+
 def _parse_value(
     v: RecordValidator, fmt: str, position: int, value: bytes | None, decode: Callable[[bytes], Any] | None
 ) -> str | None:
@@ -419,7 +423,7 @@ def _parse_value(
         try:
             record = decode(value)
         except ValueError as exc:
-            return f"invalid {fmt.capitalize()}: {exc}"
+            return f"invalid {_FORMAT_NAMES.get(fmt, fmt)}: {exc}"
     else:
         try:
             text = value.decode("utf-8")

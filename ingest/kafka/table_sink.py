@@ -25,7 +25,7 @@ from ingest.chunks.evolving import proposal
 from ingest.config import ChunkConfig
 from ingest.errors import IngestError
 from ingest.evolution import NewFields, joined_type
-from ingest.kafka.avro import AvroSource
+from ingest.kafka.registry import RecordSchemas
 from ingest.kafka.staging import StageSpec, stage_records, stage_spec
 from metastore import clock
 from metastore.catalog import Catalog
@@ -68,11 +68,16 @@ class TableSink:
     """A table an ingest job writes; see the module docstring."""
 
     def __init__(
-        self, catalog: Catalog, table: Table, fmt: str, config: ChunkConfig, avro: AvroSource | None = None
+        self,
+        catalog: Catalog,
+        table: Table,
+        fmt: str,
+        config: ChunkConfig,
+        schemas: RecordSchemas | None = None,
     ) -> None:
         self.catalog = catalog
         self.fmt = fmt
-        self.avro = avro
+        self.schemas = schemas
         self.config = config
         self.writer = ChunkWriter(catalog, table, config, late_rows_to_dead_letter=True)
         self._ignorable: set[str] = set()  # fields whose names can never be columns (StageSpec)
@@ -135,7 +140,7 @@ class TableSink:
             time_bounds(table, clock.now()),
             self.added,
             frozenset(self._ignorable),
-            self.avro,
+            self.schemas,
         )
 
     # -- what the tasks staged -------------------------------------------------------------

@@ -129,7 +129,8 @@ FormatOption = Annotated[
     str,
     typer.Option(
         "--format",
-        help="json, csv (one line, table column order), or avro (--avro-schema or --schema-registry)",
+        help="json, csv (one line, table column order), avro (--avro-schema or --schema-registry), "
+        "protobuf or jsonschema (--schema-registry)",
     ),
 ]
 AvroSchemaOption = Annotated[
@@ -138,7 +139,7 @@ AvroSchemaOption = Annotated[
 SchemaRegistryOption = Annotated[
     str | None,
     typer.Option(
-        help="Avro records in the Confluent wire format: the Schema Registry's URL (credentials from "
+        help="Records in the Confluent wire format: the Schema Registry's URL (credentials from "
         "STREAMPART_SCHEMA_REGISTRY_USER and _PASSWORD, never in the URL)"
     ),
 ]

@@ -157,15 +157,6 @@ V1 = {
 V2 = {**V1, "fields": [*V1["fields"], {"name": "coupon", "type": ["null", "string"], "default": None}]}
 
 
-@pytest.fixture
-def registry() -> Any:
-    from tests.registry import TestRegistry
-
-    r = TestRegistry(user="ingest", password="s3cret")
-    yield r
-    r.close()
-
-
 def click(i: int, **extra: Any) -> dict[str, Any]:
     return {
         "id": i,
@@ -177,10 +168,10 @@ def click(i: int, **extra: Any) -> dict[str, Any]:
 
 def test_the_wire_format_decodes_with_each_records_schema_version(registry: Any) -> None:
     from ingest.errors import SchemaRegistryUnavailableError
-    from ingest.kafka.avro import RegistryAvroDecoder
+    from ingest.kafka.registry import RegistryDecoder
 
     v1, v2 = registry.serializer(V1), registry.serializer(V2)
-    decoder = RegistryAvroDecoder(registry.url, ("ingest", "s3cret"), retry_s=0.01)
+    decoder = RegistryDecoder(registry.url, "avro", ("ingest", "s3cret"), retry_s=0.01)
     assert decoder.decode(v1(click(1), "t")) == click(1)
     assert decoder.decode(v2(click(2, coupon="c2"), "t")) == click(2, coupon="c2")
     with pytest.raises(ValueError, match="schema id 4242 is not in the registry at http"):
@@ -189,14 +180,14 @@ def test_the_wire_format_decodes_with_each_records_schema_version(registry: Any)
         decoder.decode(b'{"id": 1}')
     registry.failures = 2  # an outage of two answers: ridden out
     assert decoder.decode(v2(click(3), "t2")) == click(3, coupon=None)
-    wrong = RegistryAvroDecoder(registry.url, ("ingest", "nope"), retry_s=0.01)
+    wrong = RegistryDecoder(registry.url, "avro", ("ingest", "nope"), retry_s=0.01)
     with pytest.raises(SchemaRegistryUnavailableError, match=r"refused the credentials \(401\)"):
         wrong.decode(b"\x00" + (7).to_bytes(4, "big"))
     registry.failures = 100
     with pytest.raises(
         SchemaRegistryUnavailableError, match=r"did not answer for schema id 9 after 8 attempts \(HTTP 503\)"
     ):
-        RegistryAvroDecoder(registry.url, ("ingest", "s3cret"), retry_s=0.001).decode(
+        RegistryDecoder(registry.url, "avro", ("ingest", "s3cret"), retry_s=0.001).decode(
             b"\x00" + (9).to_bytes(4, "big")
         )
 
@@ -208,7 +199,7 @@ def test_registry_credentials_never_go_in_the_url() -> None:
     with pytest.raises(ValueError, match=r"takes an http\(s\) URL"):
         KafkaIngestOptions(**base, schema_registry="registry:8081")
     opts = KafkaIngestOptions(**base, schema_registry="http://registry:8081")
-    assert "pw" not in repr(opts.avro_source())
+    assert "pw" not in repr(opts.record_schemas())
 
 
 @pytest.mark.spark
