@@ -1,10 +1,10 @@
-"""Configuration of the chunk protocol."""
+"""Configuration of the chunk protocol, and of the Kafka ingest jobs."""
 
 from __future__ import annotations
 
 from datetime import timedelta
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 from metastore.durations import Duration
 
@@ -49,3 +49,24 @@ class ChunkConfig(BaseModel):
     max_rows: int = Field(
         5_000_000, ge=1, description="A chunk with more records than this is refused (split the data)."
     )
+
+
+class KafkaConfig(BaseModel):
+    """What every Kafka ingest job of this host shares: the Schema Registry's credentials (a secret never
+    given on a command line, which ``ps`` shows to every user)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    schema_registry_user: str | None = Field(
+        None, description="User of HTTP basic authentication with the Schema Registry (--schema-registry)."
+    )
+    schema_registry_password: SecretStr | None = Field(
+        None, description="Its password (a secret: never printed)."
+    )
+
+    def registry_auth(self) -> tuple[str, str] | None:
+        """(user, password) for the registry, or None without a user."""
+        if self.schema_registry_user is None:
+            return None
+        password = self.schema_registry_password
+        return self.schema_registry_user, password.get_secret_value() if password is not None else ""

@@ -37,7 +37,7 @@ from pydantic_settings import (
 )
 
 from ingest.api.config import ServerConfig
-from ingest.config import ChunkConfig
+from ingest.config import ChunkConfig, KafkaConfig
 from metastore.clusters import Cluster, check_spark_master
 from metastore.durations import Duration
 from metastore.errors import UserInputError
@@ -249,6 +249,7 @@ class Settings(BaseSettings):
     storage: StorageConfig = Field(
         default_factory=StorageConfig, description="S3-compatible stores, as this process reaches them."
     )
+    kafka: KafkaConfig = Field(default_factory=KafkaConfig, description="Kafka ingest jobs.")
 
     @model_validator(mode="after")
     def _heartbeat_renews_rolls(self) -> Settings:

@@ -10,7 +10,6 @@ group and metrics named after the table. **Routed**: ``route`` s (``TOPIC=NS.TAB
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 from datetime import timedelta
 from pathlib import Path
@@ -19,6 +18,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from ingest.config import KafkaConfig
 from ingest.kafka.avro import AvroSchemaError, load_schema_file
 from ingest.kafka.control import CONTROL_FILE
 from ingest.kafka.options import KafkaSourceOptions, check_offsets_spec, subscribe_options
@@ -30,8 +30,6 @@ from metastore.models import TableName
 
 CHECKPOINTS_DIR = "_checkpoints"
 JOBS_DIR = "_jobs"  # routed jobs' checkpoints: <warehouse's local dir>/_checkpoints/_jobs/<name>
-REGISTRY_USER_ENV = "STREAMPART_SCHEMA_REGISTRY_USER"
-REGISTRY_PASSWORD_ENV = "STREAMPART_SCHEMA_REGISTRY_PASSWORD"
 _JOB_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$")
 
 
@@ -66,7 +64,12 @@ class KafkaIngestOptions(BaseModel):
     schema_registry: str | None = Field(
         None,
         description="The Schema Registry of records in the Confluent wire format (its URL, without "
-        "credentials: STREAMPART_SCHEMA_REGISTRY_USER and _PASSWORD give them).",
+        "credentials: settings [kafka] schema_registry_user and _password give them).",
+    )
+    kafka: KafkaConfig = Field(
+        default_factory=KafkaConfig,
+        repr=False,
+        description="The host's settings [kafka]: the registry's credentials (never a command line's).",
     )
     trigger: Duration = Field(
         timedelta(seconds=5), description="Micro-batch interval (ignored with available_now)."
@@ -189,18 +192,17 @@ class KafkaIngestOptions(BaseModel):
             if url.username or url.password:
                 raise ValueError(
                     "--schema-registry: no credentials in the URL (a command line shows them); set "
-                    "STREAMPART_SCHEMA_REGISTRY_USER and STREAMPART_SCHEMA_REGISTRY_PASSWORD"
+                    "STREAMPART_KAFKA__SCHEMA_REGISTRY_USER and _PASSWORD (settings [kafka])"
                 )
         return self
 
     def record_schemas(self) -> RecordSchemas | None:
-        """Where the records' writer schemas come from (None: JSON or CSV); the registry's credentials
-        from the environment."""
+        """Where the records' writer schemas come from (None: JSON or CSV), with the registry's
+        credentials (settings ``[kafka]``)."""
         if self.avro_schema is not None:
             return RecordSchemas(schema=load_schema_file(self.avro_schema))
         if self.schema_registry is not None:
-            user = os.environ.get(REGISTRY_USER_ENV)
-            auth = (user, os.environ.get(REGISTRY_PASSWORD_ENV, "")) if user else None
+            auth = self.kafka.registry_auth()
             return RecordSchemas(fmt=self.format, registry=self.schema_registry, auth=auth)
         return None
 

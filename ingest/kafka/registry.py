@@ -90,7 +90,7 @@ class SchemaRegistry:
                 if r.status_code in (401, 403):
                     raise SchemaRegistryUnavailableError(
                         f"the Schema Registry at {self.url} refused the credentials ({r.status_code}); set "
-                        "STREAMPART_SCHEMA_REGISTRY_USER and STREAMPART_SCHEMA_REGISTRY_PASSWORD"
+                        "STREAMPART_KAFKA__SCHEMA_REGISTRY_USER and _PASSWORD (settings [kafka])"
                     )
                 if r.status_code < 500:
                     r.raise_for_status()

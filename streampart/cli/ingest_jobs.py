@@ -140,7 +140,7 @@ SchemaRegistryOption = Annotated[
     str | None,
     typer.Option(
         help="Records in the Confluent wire format: the Schema Registry's URL (credentials from "
-        "STREAMPART_SCHEMA_REGISTRY_USER and _PASSWORD, never in the URL)"
+        "settings [kafka] or STREAMPART_KAFKA__SCHEMA_REGISTRY_USER and _PASSWORD, never in the URL)"
     ),
 ]
 
@@ -207,6 +207,7 @@ def ingest_kafka(
         avro_schema=str(avro_schema) if avro_schema else None,
         checkpoint=str(checkpoint) if checkpoint else None,
         source_options=_source_options(option or []),
+        kafka=cli_context(ctx).settings().kafka,
     )
     del flags["routes"], flags["option"]
     _run(ctx, _options(**flags), trigger)

@@ -17,6 +17,7 @@ from typing import Any
 import fastavro
 import pytest
 
+from ingest.config import KafkaConfig
 from ingest.kafka.avro import AvroDecoder, AvroSchemaError, load_schema_file
 from ingest.kafka.job import run_kafka_ingest
 from ingest.kafka.job_options import KafkaIngestOptions
@@ -198,8 +199,10 @@ def test_registry_credentials_never_go_in_the_url() -> None:
         KafkaIngestOptions(**base, schema_registry="http://user:pw@registry:8081")
     with pytest.raises(ValueError, match=r"takes an http\(s\) URL"):
         KafkaIngestOptions(**base, schema_registry="registry:8081")
-    opts = KafkaIngestOptions(**base, schema_registry="http://registry:8081")
-    assert "pw" not in repr(opts.record_schemas())
+    kafka = KafkaConfig(schema_registry_user="u", schema_registry_password="pw-s3cret")
+    opts = KafkaIngestOptions(**base, schema_registry="http://registry:8081", kafka=kafka)
+    assert opts.record_schemas().auth == ("u", "pw-s3cret")  # type: ignore[union-attr]
+    assert "pw-s3cret" not in repr(opts.record_schemas()) and "pw-s3cret" not in repr(opts)
 
 
 @pytest.mark.spark
@@ -207,9 +210,11 @@ def test_registry_records_land_and_a_new_version_adds_its_column(
     spark, sqlite_catalog, kafka_broker, registry, tmp_path, monkeypatch
 ) -> None:
     """Records of two schema versions (the second adds a field) and one of an id the registry lacks,
-    while the registry is down for a moment; the credentials come from the environment only."""
-    monkeypatch.setenv("STREAMPART_SCHEMA_REGISTRY_USER", "ingest")
-    monkeypatch.setenv("STREAMPART_SCHEMA_REGISTRY_PASSWORD", "s3cret")
+    while the registry is down for a moment; the credentials come from the settings (the environment)."""
+    from streampart.config import load_settings
+
+    monkeypatch.setenv("STREAMPART_KAFKA__SCHEMA_REGISTRY_USER", "ingest")
+    monkeypatch.setenv("STREAMPART_KAFKA__SCHEMA_REGISTRY_PASSWORD", "s3cret")
     u = uuid.uuid4().hex[:8]
     table = make_table(
         sqlite_catalog, f"sr{u}.clicks", schema="id BIGINT, ts TIMESTAMP, page STRING", dead_letter=True
@@ -230,6 +235,7 @@ def test_registry_records_land_and_a_new_version_adds_its_column(
         topic=topic,
         format="avro",
         schema_registry=registry.url,
+        kafka=load_settings().kafka,
         available_now=True,
         checkpoint=str(tmp_path / "ckpt"),
     )

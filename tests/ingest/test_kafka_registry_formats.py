@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from ingest.config import KafkaConfig
 from ingest.kafka.job import run_kafka_ingest
 from ingest.kafka.job_options import KafkaIngestOptions
 from ingest.kafka.registry import RegistryDecoder
@@ -143,10 +144,8 @@ def test_json_schema_records_are_validated_against_their_schema(registry: Any) -
 
 @pytest.mark.spark
 def test_protobuf_and_json_schema_records_land_and_bad_ones_are_dead_letters(
-    spark, sqlite_catalog, kafka_broker, registry, tmp_path, monkeypatch
+    spark, sqlite_catalog, kafka_broker, registry, tmp_path
 ) -> None:
-    monkeypatch.setenv("STREAMPART_SCHEMA_REGISTRY_USER", "ingest")
-    monkeypatch.setenv("STREAMPART_SCHEMA_REGISTRY_PASSWORD", "s3cret")
     u = uuid.uuid4().hex[:8]
     click, _ = _message_classes()
     proto = registry.protobuf_serializer(click)
@@ -176,6 +175,7 @@ def test_protobuf_and_json_schema_records_land_and_bad_ones_are_dead_letters(
             topic=topic,
             format=fmt,
             schema_registry=registry.url,
+            kafka=KafkaConfig(schema_registry_user="ingest", schema_registry_password="s3cret"),
             available_now=True,
             checkpoint=str(tmp_path / f"ckpt-{fmt}"),
         )
