@@ -1,10 +1,13 @@
-"""Benchmark: Kafka ingest of Avro records against the same records as JSON (issue 29).
+"""Benchmark: Kafka ingest of Avro, Protobuf and JSON Schema records against the same records as JSON.
 
-The same records, ~1 KB each, go to two topics: as JSON objects, and as Avro datums of one writer
-schema (``--format avro --avro-schema``, fastavro's schemaless encoding). Both are ingested by the
+The same records, ~1 KB each, go to four topics: as JSON objects; as Avro datums of one writer
+schema (``--format avro --avro-schema``, fastavro's schemaless encoding); as Protobuf messages and
+as JSON Schema records in the Confluent wire format (``--format protobuf|jsonschema
+--schema-registry``, written by confluent-kafka's serializers against its in-memory registry, which
+tests/registry.py serves over HTTP: no registry server is installable here). All are ingested by the
 same job code in the same SparkSession, in the same batches, into fresh tables of the same columns.
-The ratio is Avro's records/s over JSON's: JSON takes the Arrow fast path (Arrow's JSON reader in
-C++), Avro goes record by record (fastavro, then the validator).
+Each ratio is a format's records/s over JSON's: JSON takes the Arrow fast path (Arrow's JSON reader
+in C++), the others go record by record (their decoder, then the validator).
 """
 
 from __future__ import annotations
@@ -62,8 +65,72 @@ def produce(broker: Any, topic: str, values: list[bytes], partitions: int) -> No
     single.close(timeout=5)
 
 
-def run(scale: dict[str, Any]) -> BenchResult:
+def event_class() -> Any:
+    """``bench.Event``: the records' fields as a Protobuf message (ts a Timestamp), as protoc makes it."""
+    from google.protobuf import (
+        descriptor_pb2,
+        descriptor_pool,
+        message_factory,
+        timestamp_pb2,  # noqa: F401 (its file in the pool)
+    )
+
+    pool = descriptor_pool.Default()
+    try:
+        return message_factory.GetMessageClass(pool.FindMessageTypeByName("bench.Event"))
+    except KeyError:
+        pass
+    f = descriptor_pb2.FieldDescriptorProto
+    proto = descriptor_pb2.FileDescriptorProto(name="bench/event.proto", package="bench", syntax="proto3")
+    proto.dependency.append("google/protobuf/timestamp.proto")
+    m = proto.message_type.add(name="Event")
+    for number, (name, kind) in enumerate(
+        [("id", f.TYPE_INT64), ("ts", f.TYPE_MESSAGE), ("user_id", f.TYPE_INT64), ("level", f.TYPE_STRING),
+         ("amount", f.TYPE_DOUBLE), ("tags", f.TYPE_STRING), ("msg", f.TYPE_STRING)],
+        start=1,
+    ):  # fmt: skip
+        typed = {"type_name": ".google.protobuf.Timestamp"} if kind == f.TYPE_MESSAGE else {}
+        m.field.add(name=name, number=number, type=kind, label=f.LABEL_OPTIONAL, **typed)
+    pool.Add(proto)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName("bench.Event"))
+
+
+JSON_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "id": {"type": "integer"},
+        "ts": {"type": "string", "format": "date-time"},
+        "user_id": {"type": "integer"},
+        "level": {"type": "string"},
+        "amount": {"type": "number"},
+        "tags": {"type": "string"},
+        "msg": {"type": "string"},
+    },
+    "required": ["id", "ts"],
+}
+
+
+def encode_all(json_values: list[bytes], registry: Any) -> dict[str, list[bytes]]:
+    """The records in each format (the registry's ones registered there)."""
     import fastavro
+
+    parsed = fastavro.parse_schema(SCHEMA)
+    event, proto = event_class(), registry.protobuf_serializer(event_class())
+    as_json_schema = registry.json_serializer(JSON_SCHEMA)
+    out: dict[str, list[bytes]] = {"json": json_values, "avro": [], "protobuf": [], "jsonschema": []}
+    for value in json_values:
+        record = json.loads(value)
+        out["jsonschema"].append(as_json_schema(record, "t"))
+        record["ts"] = datetime.fromisoformat(record["ts"].replace("Z", "+00:00"))
+        buffer = io.BytesIO()
+        fastavro.schemaless_writer(buffer, parsed, record)
+        out["avro"].append(buffer.getvalue())
+        message = event(**{k: v for k, v in record.items() if k != "ts"})
+        message.ts.FromDatetime(record["ts"])
+        out["protobuf"].append(proto(message, "t"))
+    return out
+
+
+def run(scale: dict[str, Any]) -> BenchResult:
 
     from ingest.kafka.devbroker import EmbeddedBroker
     from ingest.kafka.job import run_kafka_ingest
@@ -75,37 +142,36 @@ def run(scale: dict[str, Any]) -> BenchResult:
     batch = max(1, n // 4)
     result = BenchResult(
         name=NAME,
-        title=f"Kafka ingest of {n:,} Avro records vs the same records as JSON",
+        title=f"Kafka ingest of {n:,} Avro, Protobuf and JSON Schema records vs the same records as JSON",
         method=[
-            f"Embedded Tansu broker; two topics of {partitions} partitions with the same {n:,} records "
-            "(7 fields, ~1 KB as JSON): JSON objects in one, Avro datums of one writer schema "
-            "(fastavro schemaless, timestamp-micros for ts) in the other; produced before any timing.",
+            f"Embedded Tansu broker; four topics of {partitions} partitions with the same {n:,} records "
+            "(7 fields, ~1 KB as JSON): JSON objects; Avro datums of one writer schema (fastavro "
+            "schemaless, timestamp-micros for ts); Protobuf messages (ts a Timestamp) and JSON Schema "
+            "records in the Confluent wire format, written by confluent-kafka's serializers against "
+            "its in-memory registry served over HTTP by tests/registry.py; produced before any timing.",
             f"run_kafka_ingest, Trigger.AvailableNow, {batch:,} records a batch, into a fresh table with "
-            "the same columns (a dead-letter table each); --format json vs --format avro --avro-schema.",
+            "the same columns (a dead-letter table each); --format json vs avro --avro-schema, "
+            "protobuf and jsonschema --schema-registry.",
             f"Same SparkSession (local[2]); one warm-up of each, then {reps} round(s) alternating; medians; "
             "records/s = records / wall time.",
         ],
         baseline="the same records as JSON, same job, session and batches",
         params={"records": n, "partitions": partitions, "batch": batch, "reps": reps},
     )
+    from tests.registry import TestRegistry
+
     rng = random.Random(11)
     now = datetime.now(UTC)
-    json_values = [make_value(rng, i, now) for i in range(n)]
-    parsed = fastavro.parse_schema(SCHEMA)
-    avro_values = []
-    for value in json_values:
-        record = json.loads(value)
-        record["ts"] = datetime.fromisoformat(record["ts"].replace("Z", "+00:00"))
-        out = io.BytesIO()
-        fastavro.schemaless_writer(out, parsed, record)
-        avro_values.append(out.getvalue())
+    registry = TestRegistry()
+    formats = ("avro", "protobuf", "jsonschema", "json")
     with workdir("avro") as tmp, EmbeddedBroker() as broker:
+        encoded = encode_all([make_value(rng, i, now) for i in range(n)], registry)
         schema_file = tmp / "event.avsc"
         schema_file.write_text(json.dumps(SCHEMA))
         catalog = Catalog.open(str(tmp / "wh"))
         suffix = uuid.uuid4().hex[:6]
-        topics = {"json": f"j{suffix}", "avro": f"a{suffix}"}
-        for fmt_name, values in (("json", json_values), ("avro", avro_values)):
+        topics = {f: f"{f}{suffix}" for f in formats}
+        for fmt_name, values in encoded.items():
             broker.create_topic(topics[fmt_name], partitions=partitions)
             produce(broker, topics[fmt_name], values, partitions)
         spark = spark_session()
@@ -119,6 +185,7 @@ def run(scale: dict[str, Any]) -> BenchResult:
                 topic=topics[fmt_name],
                 format=fmt_name,
                 avro_schema=str(schema_file) if fmt_name == "avro" else None,
+                schema_registry=registry.url if fmt_name in ("protobuf", "jsonschema") else None,
                 available_now=True,
                 max_offsets_per_trigger=batch,
                 checkpoint=str(Path(tmp) / f"ck-{fmt_name}{k}"),
@@ -128,20 +195,29 @@ def run(scale: dict[str, Any]) -> BenchResult:
             return time.perf_counter() - t0
 
         console.print("  warm-up")
-        ingest("avro", 0), ingest("json", 0)
-        times: dict[str, list[float]] = {"avro": [], "json": []}
+        for fmt_name in formats:
+            ingest(fmt_name, 0)
+        times: dict[str, list[float]] = {f: [] for f in formats}
         for k in range(1, reps + 1):
-            for fmt_name in ("avro", "json") if k % 2 else ("json", "avro"):
+            for fmt_name in formats if k % 2 else tuple(reversed(formats)):
                 times[fmt_name].append(ingest(fmt_name, k))
-            console.print(f"  round {k}: avro {times['avro'][-1]:.1f} s, json {times['json'][-1]:.1f} s")
-        rows = catalog.store.list_chunks(catalog.table(f"avro{reps}.events").id)
-        result.notes.append(f"chunks of the last Avro round: {len(rows)}")
+            console.print(f"  round {k}: " + ", ".join(f"{f} {times[f][-1]:.1f} s" for f in formats))
+        for fmt_name in formats:
+            table = catalog.table(f"{fmt_name}{reps}.events")
+            rows = sum(c.rows for c in catalog.store.list_chunks(table.id))
+            result.notes.append(f"rows landed by the last {fmt_name} round: {rows:,}")
         spark.stop()
-    result.metrics.append(
-        Metric(
-            "records/s", n / median(times["avro"]), "rec/s", n / median(times["json"]), higher_is_better=True
+    registry.close()
+    for fmt_name in formats[:-1]:
+        result.metrics.append(
+            Metric(
+                f"{fmt_name} records/s",
+                n / median(times[fmt_name]),
+                "rec/s",
+                n / median(times["json"]),
+                higher_is_better=True,
+            )
         )
-    )
     for m in result.metrics:
         console.print(f"  {m.name}: {fmt(m.value)} {m.unit} vs {fmt(m.baseline)} → {fmt_ratio(m.ratio)}")
     return result
