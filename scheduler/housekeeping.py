@@ -24,6 +24,7 @@ Each table is handled on its own: a failure is reported for that table and the o
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 from collections.abc import Callable
@@ -37,7 +38,8 @@ from metastore import clock, storage
 from metastore.catalog import Catalog
 from metastore.delta.checkpoints import MIN_LOG_RETENTION, last_checkpoint_version, log_entries, log_settings
 from metastore.delta.files import live_files, remove_file
-from metastore.delta.layout import STAGING_DIR, chunk_of_staged
+from metastore.delta.history import oldest_readable_version
+from metastore.delta.layout import STAGING_DIR, chunk_of_staged, value_of_dir
 from metastore.delta.staging import files as staged_files
 from metastore.delta.staging import partition_dirs as staging_partition_dirs
 from metastore.durations import format_duration
@@ -159,13 +161,18 @@ class Housekeeper:
         # commits in between is then either still in this list, or its files are in the snapshot
         active = {c.id for c in store.list_chunks(table.id, _ACTIVE)}
         live = {f.path for f in live_files(wh.load(table))}
-        rolled_at: dict[datetime, datetime | None] = {}
+        swept: dict[datetime, bool] = {}  # partition: its roll is past the retention and the log
+        readable = functools.cache(lambda: oldest_readable_version(table))  # listed if needed
         removed = []
         for rel, entry in staged_files(table):
             if rel in live or entry.mtime_ms >= cutoff_ms:
                 continue
             chunk_id = chunk_of_staged(entry.name)
-            if chunk_id in active or not self._chunk_done_with(table, chunk_id, cutoff, rolled_at):
+            parts = rel.split("/")  # _staging/<name>, or _staging/<pcol>=<value>/<name> once committed
+            placed = value_of_dir(table.partition_column, parts[1]) if len(parts) == 3 else None
+            if chunk_id in active or not self._chunk_done_with(
+                table, chunk_id, placed, cutoff, swept, readable
+            ):
                 continue
             remove_file(table, rel)
             removed.append(rel)
@@ -201,25 +208,52 @@ class Housekeeper:
         return removed
 
     def _chunk_done_with(
-        self, table: Table, chunk_id: str, cutoff: datetime, rolled_at: dict[datetime, datetime | None]
+        self,
+        table: Table,
+        chunk_id: str,
+        placed: datetime | None,
+        cutoff: datetime,
+        swept: dict[datetime, bool],
+        readable: Callable[[], int],
     ) -> bool:
+        """Whether no reader can want ``chunk_id``'s staged files any more: never visible, or swept by
+        rolls that are past the retention (a query pinned before a roll may still read them) and past
+        the Delta log (``table read --version``/``VERSION AS OF`` promise every version the log still
+        holds, and the versions before a sweep list its files)."""
         store = self.catalog.store
         try:
             chunk = store.get_chunk(chunk_id)
-        except NotFoundError:
-            return True  # pruned (long rolled), or a crashed writer's file that was never recorded
-        if chunk.state in _ACTIVE:
-            return False
-        if chunk.state is not ChunkState.COMMITTED:
-            return True  # aborted or expired: never visible to anyone
-        for value in chunk.partitions:
-            if value not in rolled_at:
-                p = store.get_partition(table.id, value)
-                rolled_at[value] = p.rolled_at if p and p.state is PartitionState.STANDARD else None
-            when = rolled_at[value]
-            if when is None or when >= cutoff:
-                return False  # swept too recently: a pinned snapshot may still list the file
+        except NotFoundError:  # a crashed writer's file never recorded, or its row pruned: then
+            # the file was committed (``placed`` in its partition's directory) and swept
+            values = [placed] if placed is not None else []
+        else:
+            if chunk.state in _ACTIVE:
+                return False
+            if chunk.state is not ChunkState.COMMITTED:
+                return True  # aborted or expired: never visible to anyone
+            values = list(chunk.partitions)
+        for value in values:
+            if value not in swept:
+                swept[value] = self._swept_long_ago(table, value, cutoff, readable)
+            if not swept[value]:
+                return False
         return True
+
+    def _swept_long_ago(
+        self, table: Table, value: datetime, cutoff: datetime, readable: Callable[[], int]
+    ) -> bool:
+        store = self.catalog.store
+        p = store.get_partition(table.id, value)
+        if (
+            p is None
+            or p.state is not PartitionState.STANDARD
+            or p.rolled_at is None
+            or p.rolled_at >= cutoff
+        ):
+            return False  # not swept, or too recently: a pinned snapshot may still list the file
+        rolls = [r for r in store.list_rolls(table.id, partition_ids=[p.id]) if r.sweep_version is not None]
+        # the versions before the sweep list the file: kept while the log can still load one
+        return bool(rolls) and max(r.sweep_version or 0 for r in rolls) <= readable()
 
     # -- Delta log -----------------------------------------------------------------------------
     def checkpoint(self, table: Table) -> int | None:

@@ -130,6 +130,18 @@ def _in_bucket(table: Table) -> bool:
     return storage.is_remote(table.location)
 
 
+def value_of_dir(column: str, name: str) -> datetime | None:
+    """The partition value a directory name ``<column>=<value>`` holds (any of the names above), or
+    None if it is not one."""
+    prefix = f"{column}="
+    if not name.startswith(prefix):
+        return None
+    try:
+        return parse_partition_value(urllib.parse.unquote(name[len(prefix) :]))
+    except ValueError:
+        return None
+
+
 def staged_dir(table: Table, value: datetime) -> str:
     """Directory (relative to the table) of a streaming partition's committed chunk files."""
     return f"{STAGING_DIR}/{readable_dir(table.partition_column, value, _in_bucket(table))}"

@@ -15,6 +15,7 @@ from ingest.chunks import ChunkWriter
 from ingest.formats import Format
 from metastore.delta import staging
 from metastore.delta.checkpoints import last_checkpoint_version, set_log_settings
+from metastore.delta.history import oldest_readable_version
 from metastore.delta.layout import STAGING_DIR, partition_dir
 from metastore.delta.log import commit_file
 from metastore.models import ChunkState
@@ -22,7 +23,7 @@ from scheduler.config import HousekeepingConfig
 from scheduler.housekeeping import Housekeeper
 from scheduler.roll import Roller
 from tests.fixtures import make_table
-from tests.helpers import all_ids, records
+from tests.helpers import all_ids, delta_rows, records
 
 
 def test_files_go_after_the_retention_and_readers_notice_nothing(catalog) -> None:
@@ -36,6 +37,7 @@ def test_files_go_after_the_retention_and_readers_notice_nothing(catalog) -> Non
     store.abort_chunk(aborted)
     # reserved and staged by a writer that vanished: never committed
     stuck = w.stage(w.reserve("stuck"), records(range(60, 65)), Format.JSONL)
+    before_roll = int(catalog.load(table).version())
     Roller(catalog).roll_table(table, force=True)  # sweeps the committed chunk's file out of the table
     live = store.get_chunk(w.write(records(range(100, 105)), Format.JSONL, key="live").chunk)
     root = Path(table.location)
@@ -77,12 +79,16 @@ def test_files_go_after_the_retention_and_readers_notice_nothing(catalog) -> Non
     assert not attempt.exists()
     assert on_disk() == {name(swept), name(stuck), name(live)}
 
-    # 3. past the retention since the roll: the swept file goes, the stuck chunk expires (its file
-    # with it), and the rows of finished chunks become summaries
+    # 3. past the retention since the roll: the stuck chunk expires (its file with it), and the rows
+    # of finished chunks become summaries; the swept file stays while the Delta log still holds the
+    # versions before the roll, which list it (time travel reads them)
     report = keeper.run(now=rolled_at + timedelta(hours=2))
-    assert {Path(p).name for p in report.files_removed} == {name(swept)}
+    assert report.files_removed == []
     assert report.expired == 1 and store.find_chunk_by_key(table.id, "stuck") is None
-    assert on_disk() == {name(live)}  # a live file stays, whatever its age
+    assert on_disk() == {name(swept), name(live)}  # a live file stays, whatever its age
+    assert sorted(delta_rows(table, version=before_roll, columns="id").column("id").to_pylist()) == list(
+        range(10)
+    )
     assert report.chunks_pruned == 3
     assert [c.idempotency_key for c in store.list_chunks(table.id)] == ["live"]
     summary = {(s.partition_value, s.state): s.chunks for s in store.chunk_summaries(table.id)}
@@ -94,6 +100,18 @@ def test_files_go_after_the_retention_and_readers_notice_nothing(catalog) -> Non
     # readers notice nothing
     assert sorted(all_ids(table)) == rows
     assert catalog.describe(table) == described
+
+    # 4. the log forgets the versions before the roll (its retention, past its checkpoint): then
+    # the swept file goes
+    set_log_settings(catalog.load(table), log_retention=timedelta(hours=1))
+    for path in (root / "_delta_log").iterdir():
+        os.utime(path, (old, old))
+    assert keeper.run(now=rolled_at + timedelta(hours=2)).log_files_removed["ns.events"] > 0
+    assert oldest_readable_version(table) > before_roll
+    report = keeper.run(now=rolled_at + timedelta(hours=2))
+    assert {Path(p).name for p in report.files_removed} == {name(swept)}
+    assert on_disk() == {name(live)}
+    assert sorted(all_ids(table)) == rows  # the newest version: every row, as before
 
 
 def _commits(writer: ChunkWriter, n: int, first: int = 0) -> None:
