@@ -177,6 +177,7 @@ def test_a_failing_table_is_retried_with_backoff_and_reported_while_others_roll(
         wait_for(
             lambda: catalog.store.get_partition(broken.id, value).state is PartitionState.STANDARD,
             "ns.broken to roll once its storage is back",
+            timeout=90,  # a retry within retry_max (5 s), but CI's loaded 2-core machine once took over 30
         )
         wait_for(
             lambda: (
