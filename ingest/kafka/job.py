@@ -276,7 +276,9 @@ class IngestSink:
 
     def publish(self, failure: str | None = None) -> None:
         """Publish the job's status (:mod:`ingest.kafka.steering`)."""
-        b, committed, latest = self.batches_sink, self.committed, self.latest
+        # copies (atomic under the GIL): the batch thread and the monitoring loop both publish, and
+        # the batch thread adds partitions to ``committed``
+        b, committed, latest = self.batches_sink, dict(self.committed), dict(self.latest)
         waiting = self.waiting.of(committed, latest)
         status = self.steering.publish(
             b.routes(), committed, latest, waiting, b.refused, self.batches, failure
@@ -439,7 +441,7 @@ def run_kafka_ingest(
             steered = sink.steering.apply(routes)  # paused or resumed topics: from the next trigger on
             changed = latest != sink.latest  # the lag of a paused topic grows
             sink.latest = latest
-            timed = sink.waiting.refresh(sink.committed, latest)  # the time lag's records, first seen
+            timed = sink.waiting.refresh(dict(sink.committed), latest)  # the time lag's records, first seen
             if steered or changed or timed or time.monotonic() - sink.published >= STATUS_EVERY_S:
                 sink.publish()
             if should_stop():

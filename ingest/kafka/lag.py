@@ -30,6 +30,9 @@ log = logging.getLogger(__name__)
 # Why 2 s: one fetch round to each broker normally answers in milliseconds; a broker slower than
 # that is left for the next refresh (the lag shows as unknown meanwhile), and the loop goes on.
 FETCH_TIMEOUT_S = 2.0
+# Why 30 s: a failed read (the brokers away) costs the monitoring loop its connection timeout; the
+# job's own retries say the brokers are back sooner than the lag in seconds needs to.
+RETRY_AFTER_S = 30.0
 
 
 class WaitingSince:
@@ -42,6 +45,7 @@ class WaitingSince:
         self._consumer: Any = None
         self._times: dict[TP, tuple[int, float]] = {}  # partition: (offset, its record's timestamp)
         self._lock = threading.Lock()
+        self._retry_at = 0.0  # after a failed read, not before this (time.monotonic())
 
     def of(self, committed: OffsetMap, latest: OffsetMap) -> dict[TP, float | None]:
         """Per partition with records waiting: when the first of them was written (None: not read yet)."""
@@ -60,13 +64,15 @@ class WaitingSince:
         """Read the timestamps not known yet (a blocking broker call: never from a batch); whether any
         was read."""
         wanted = {tp: committed[tp] for tp, when in self.of(committed, latest).items() if when is None}
-        if not wanted:
+        if not wanted or time.monotonic() < self._retry_at:
             return False
         try:
             got = self._fetch(wanted)
         except Exception as exc:  # monitoring only: the lag in seconds stays unknown meanwhile
             log.debug("reading the timestamps of waiting records failed: %s", exc)
             self.close()
+            # a broker away makes each attempt wait for its connection: not on every loop's turn
+            self._retry_at = time.monotonic() + RETRY_AFTER_S
             return False
         with self._lock:
             self._times.update(got)
