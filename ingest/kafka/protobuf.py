@@ -181,7 +181,8 @@ def _record(message: Any) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for fd in message.DESCRIPTOR.fields:
         value = getattr(message, fd.name)
-        if fd.is_repeated:
+        repeated = getattr(fd, "is_repeated", None)  # newer protobuf; older ones have only ``label``
+        if repeated if repeated is not None else fd.label == fd.LABEL_REPEATED:
             entry = fd.message_type
             if entry is not None and entry.GetOptions().map_entry:
                 out[fd.name] = {k: _value(entry.fields_by_name["value"], v) for k, v in value.items()}
