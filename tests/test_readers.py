@@ -11,6 +11,8 @@ after it (a standard partition plus staged chunks, the normal state) it failed w
 
 from __future__ import annotations
 
+import os
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -23,6 +25,7 @@ from deltalake import DeltaTable
 from ingest.chunks import ChunkWriter
 from ingest.formats import Format
 from metastore.delta import layout, staging
+from metastore.delta.checkpoints import set_log_settings
 from metastore.delta.files import live_files
 from metastore.delta.layout import legacy_dir, partition_dir, readable_dir
 from metastore.integrity import check_table
@@ -132,11 +135,17 @@ def test_a_table_written_in_the_old_layout_reads_rolls_and_is_cleaned(sqlite_cat
     locations = {p["value"]: p["location"] for p in info["partitions"]}
     assert set(locations.values()) >= {str(legacy), str(rolled_dir)}
 
-    # housekeeping removes the swept chunk files, old and new layout alike, once past retention
+    # housekeeping removes the swept chunk files, old and new layout alike, once past retention and
+    # once the log no longer holds the versions before the rolls (which list them)
     later = datetime.now(UTC) + timedelta(days=30)
-    removed = Housekeeper(catalog, HousekeepingConfig(retention=timedelta(seconds=1))).remove_files(
-        table, later
-    )
+    keeper = Housekeeper(catalog, HousekeepingConfig(retention=timedelta(seconds=1)))
+    set_log_settings(catalog.load(table), log_retention=timedelta(hours=1))
+    catalog.load(table).create_checkpoint()
+    hours_ago = time.time() - 2 * 3600
+    for path in (Path(table.location) / "_delta_log").iterdir():
+        os.utime(path, (hours_ago, hours_ago))
+    assert keeper.clean_log(table) > 0
+    removed = keeper.remove_files(table, later)
     # chunk 1 and 2 (staged flat), chunk 3 (placed; its staged name went at its commit)
     assert len([r for r in removed if r.startswith("_staging/")]) == 3, removed
     assert_readers_agree(table, list(range(10)))
