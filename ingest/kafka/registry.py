@@ -150,7 +150,7 @@ class RegistryDecoder:
 def _json_schema_reader(schema_id: int, text: str) -> Callable[[bytes], dict[str, Any]]:
     import jsonschema_rs
 
-    from ingest.formats import loads_json
+    from ingest.kafka.staging import json_value
 
     try:
         validator = jsonschema_rs.validator_for(json.loads(text))
@@ -160,12 +160,7 @@ def _json_schema_reader(schema_id: int, text: str) -> Callable[[bytes], dict[str
         ) from None
 
     def read(payload: bytes) -> dict[str, Any]:
-        try:
-            record = loads_json(payload)
-        except UnicodeDecodeError as exc:
-            raise ValueError(f"invalid UTF-8 at byte {exc.start + 1}") from None
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"invalid JSON: {exc.msg} at column {exc.colno}") from None
+        record = json_value(payload)
         if not validator.is_valid(record):
             error = next(iter(validator.iter_errors(record)))
             where = "/".join(str(p) for p in error.instance_path) or "the record"

@@ -398,6 +398,20 @@ def parse_value(
         return unexpected(exc)
 
 
+def json_value(value: bytes) -> Any:
+    """A Kafka value's JSON; ValueError naming the fault (invalid UTF-8 or JSON, and where)."""
+    import json
+
+    from ingest.formats import loads_json
+
+    try:
+        return loads_json(value)
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"invalid UTF-8 at byte {exc.start + 1}") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"invalid JSON: {exc.msg} at column {exc.colno}") from None
+
+
 _FORMAT_NAMES = {"avro": "Avro", "protobuf": "Protobuf", "jsonschema": "JSON Schema record"}
 
 
@@ -405,20 +419,15 @@ def _parse_value(
     v: RecordValidator, fmt: str, position: int, value: bytes | None, decode: Callable[[bytes], Any] | None
 ) -> str | None:
     import csv
-    import json
-
-    from ingest.formats import loads_json
 
     if value is None:
         return "record value is null (a tombstone?)"
     record: Any
     if fmt == "json":
         try:
-            record = loads_json(value)
-        except UnicodeDecodeError as exc:
-            return f"invalid UTF-8 at byte {exc.start + 1}"
-        except json.JSONDecodeError as exc:
-            return f"invalid JSON: {exc.msg} at column {exc.colno}"
+            record = json_value(value)
+        except ValueError as exc:
+            return str(exc)
     elif decode is not None:
         try:
             record = decode(value)
