@@ -107,9 +107,17 @@ def parse_jsonl(data: bytes, v: RecordValidator) -> Parsed:
     return v.result()
 
 
-# Field sizes are bounded by max_value_bytes (a bad record) and the request's size, not by the
-# csv module's 128 KiB default, whose csv.Error would fail the whole chunk at that line.
-csv.field_size_limit(2**31 - 1)
+def csv_reader(text: str) -> Any:
+    """The csv module's reader of ``text``, every CSV record of streampart read by it.
+
+    Field sizes are bounded by max_value_bytes (a bad record) and the request's size, not by the
+    csv module's 128 KiB default, whose csv.Error would fail the whole chunk at that line. The
+    limit is the process's (one setting of the csv module), so it is set here, by the one reader,
+    whatever process it runs in (a Spark Python worker imports what its task calls, nothing more).
+    """
+    csv.field_size_limit(2**31 - 1)
+    return csv.reader(io.StringIO(text))
+
 
 _UNDECODABLE = re.compile("[\udc80-\udcff]")  # bytes that were not UTF-8, kept by surrogateescape
 
@@ -124,7 +132,7 @@ def parse_csv(data: bytes, v: RecordValidator) -> Parsed:
     except UnicodeDecodeError:
         # keep going so that each record with invalid UTF-8 is a bad record of its own
         text, undecodable = data.decode("utf-8-sig", errors="surrogateescape"), True
-    reader = csv.reader(io.StringIO(text))
+    reader = csv_reader(text)
     try:
         header = next(reader)
     except StopIteration:

@@ -420,6 +420,8 @@ def _parse_value(
 ) -> str | None:
     import csv
 
+    from ingest.formats import csv_reader
+
     if value is None:
         return "record value is null (a tombstone?)"
     record: Any
@@ -438,7 +440,12 @@ def _parse_value(
             text = value.decode("utf-8")
         except UnicodeDecodeError as exc:
             return f"invalid UTF-8 at byte {exc.start + 1}"
-        rows = list(csv.reader([text.rstrip("\r\n")]))
+        try:
+            rows = list(csv_reader(text.rstrip("\r\n")))
+        except csv.Error as exc:
+            return f"not a CSV record: {exc}"
+        if len(rows) > 1:
+            return f"{len(rows)} CSV records in one Kafka record (a line break outside quotes)"
         fields = rows[0] if rows else []
         names = [c.name for c in v.columns]
         if len(fields) != len(names):

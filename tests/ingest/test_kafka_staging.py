@@ -125,6 +125,30 @@ def test_what_the_workers_unpickle_imports_no_metastore_nor_pydantic(sqlite_cata
     assert done.stdout.strip() == "[]"
 
 
+@pytest.mark.process
+def test_a_fresh_worker_reads_a_csv_field_over_the_csv_modules_limit(sqlite_catalog, tmp_path) -> None:
+    """A Spark Python worker imports only what its task calls: a CSV record whose field is over the
+    csv module's 128 KiB default lands there too (CI once saw a reused worker that never parsed JSON
+    send it to the dead letters), and one CSV record per Kafka record."""
+    from pyspark import cloudpickle
+
+    table = make_table(sqlite_catalog, dead_letter=True, schema="id BIGINT, ts TIMESTAMP, msg STRING")
+    spec = stage_spec(sqlite_catalog.warehouse, table, "c6", "csv", 1 << 20, None)
+    values = [b"1,2026-11-21T10:15:00Z," + b"x" * 200_000, b"2,2026-11-21T10:15:00Z,a\n3,2026-11-21,b"]
+    (tmp_path / "task.pickle").write_bytes(cloudpickle.dumps((stage_records, spec, batch(values))))
+    code = (
+        "import json, pickle, sys\n"
+        f"fn, spec, batch = pickle.loads(open({str(tmp_path / 'task.pickle')!r}, 'rb').read())\n"
+        "out = fn(spec, 0, iter([batch])).to_pylist()\n"
+        "print(json.dumps([(r['rows'], r['position'], r['reason']) for r in out]))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert sorted(json.loads(done.stdout), key=str) == [
+        [1, None, None],
+        [None, 1, "2 CSV records in one Kafka record (a line break outside quotes)"],
+    ]
+
+
 def test_on_an_evolving_table_only_a_field_that_may_become_a_column_leaves_the_arrow_path(
     sqlite_catalog,
 ) -> None:
