@@ -82,6 +82,10 @@ class RollDaemon:
         self.metrics = SchedulerMetrics()
         self._stopping = threading.Event()
         self._abandon = threading.Event()
+        # held by a heartbeat while it runs; stop() takes it to end the heartbeats before it
+        # releases the rolls and the lease (a renewal after the release would hold them again)
+        self._beat = threading.Lock()
+        self._beats_over = False
         self.metrics_port: int | None = None
         self._metrics_server: Any = None
         self.leadership = Leadership(
@@ -235,6 +239,8 @@ class RollDaemon:
             )
             self._abandon.set()
             self.stuck = not self.rolls.wait_idle(ABANDON_WAIT)
+        with self._beat:  # a heartbeat in flight ends first; none renews anything after this
+            self._beats_over = True
         if not self.stuck:
             try:  # nobody works on our rolls any more: let the next leader resume them at once
                 released = self.catalog.store.release_rolls(self.owner)
@@ -289,6 +295,11 @@ class RollDaemon:
 
     # -- leadership ------------------------------------------------------------------------
     def _heartbeat(self) -> None:
+        with self._beat:
+            if not self._beats_over:
+                self._beat_once()
+
+    def _beat_once(self) -> None:
         lease = self.leadership.tick(acquire=not self._stopping.is_set())
         if lease is not None:
             try:
