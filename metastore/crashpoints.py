@@ -32,6 +32,8 @@ POINTS = (
     "roll-after-compact",  # compacted files written, sweep not committed
     "roll-after-sweep",  # sweep committed, no _SUCCESS, partition not STANDARD
     "roll-before-finish",  # _SUCCESS written, partition not STANDARD
+    "expire-after-begin",  # partitions EXPIRING and the expiry recorded, their files not removed
+    "expire-after-commit",  # the Delta commit removing their files landed, the expiry not finished
     "table-before-log",  # table recorded in the metastore, its Delta log not created
     "schema-before-log",  # ALTER: change recorded pending in the metastore, its metaData not committed
     "schema-after-log",  # ALTER: metaData committed to the Delta log, the metastore not finished

@@ -4,7 +4,7 @@ table or a link: its settings, its partitions with the clusters that hold each, 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from metastore import clock, storage
@@ -13,8 +13,9 @@ from metastore.delta.files import LiveFile, files_stats
 from metastore.delta.layout import naming_text, partition_dir, partition_label, placement_text, staged_dir
 from metastore.durations import format_duration
 from metastore.links import Link, LinkMode, Resolved
-from metastore.models import Partition, PartitionState, SchemaChange, iso
+from metastore.models import Partition, PartitionState, SchemaChange, Table, iso
 from metastore.replicas import CopyState, PartitionCopy, Replica, not_present
+from metastore.retention import next_expiry
 
 
 def describe(
@@ -26,6 +27,7 @@ def describe(
     copies: Sequence[PartitionCopy] = (),
     log: LogSettings | None = None,
     schema_changes: Sequence[SchemaChange] = (),
+    retention: tuple[timedelta | None, str] = (None, "none"),
 ) -> dict[str, Any]:
     """A table (or a link) and its partitions, in the shape of ``streampart table describe --json``,
     from what :meth:`Catalog.describe` read: one Delta ``version`` and its live ``files``, the
@@ -38,7 +40,9 @@ def describe(
     table, link = resolved.table, resolved.link
     if link is not None:
         files = link.filter(list(files), table, clock.now())
-    partitions, shown = _partitions(resolved, files_stats(files), partitions_recorded, copies)
+    expired = [p for p in partitions_recorded if p.state is PartitionState.EXPIRED]
+    kept = [p for p in partitions_recorded if p.state is not PartitionState.EXPIRED]
+    partitions, shown = _partitions(resolved, files_stats(files), kept, copies)
     info: dict[str, Any] = {
         "table": str(resolved.name),
         "kind": "link" if link is not None else table.kind.value,
@@ -65,6 +69,7 @@ def describe(
         "replicas": [replica_info(r, copies, shown) for r in replicas],
         "version": version,
         "partitions": partitions,
+        "retention": retention_info(table, retention, kept, expired),
     }
     if log is not None:
         info["delta_log"] = log.to_json()
@@ -118,6 +123,30 @@ def _partitions(
             }
         )
     return partitions, shown
+
+
+def retention_info(
+    table: Table,
+    retention: tuple[timedelta | None, str],
+    kept: Sequence[Partition],
+    expired: Sequence[Partition],
+) -> dict[str, Any]:
+    """How long the table keeps its standard partitions (and where that is set), when the next
+    expires, and which expired already (they are not listed among its partitions)."""
+    retain, source = retention
+    upcoming = next_expiry(table, kept, retain)
+    last = max((p.expired_at for p in expired if p.expired_at is not None), default=None)
+    return {
+        "retain": format_duration(retain) if retain is not None else None,
+        "source": source,
+        "next_expiry": iso(upcoming) if upcoming is not None else None,
+        "expired": {
+            "partitions": len(expired),
+            "oldest": iso(expired[0].value) if expired else None,
+            "newest": iso(expired[-1].value) if expired else None,
+            "last_at": iso(last) if last is not None else None,
+        },
+    }
 
 
 def replica_info(

@@ -40,6 +40,7 @@ from metastore.delta.checkpoints import last_checkpoint_version
 from metastore.delta.files import live_files, partition_dir_entries
 from metastore.delta.layout import SUCCESS_MARKER, partition_dir
 from metastore.delta.log import (
+    EXPIRE_KEY,
     ROLL_KEY,
     commit_chunks,
     commit_file,
@@ -133,8 +134,40 @@ def check_table(catalog: Catalog, table: Table) -> list[Problem]:
                         path=path,
                     )
                 )
+    problems += _expired_problems(catalog, table, live_rows)
     for replica in catalog.replicas.list(table):
         problems += _replica_problems(catalog, table, replica, files)
+    return problems
+
+
+def _expired_problems(catalog: Catalog, table: Table, live_rows: dict[Any, int]) -> list[Problem]:
+    """Expired partitions that still hold live rows (an error), or files after housekeeping deleted
+    them (a warning: something wrote there since)."""
+    problems, name = [], str(table.name)
+    for p in catalog.partitions(table, [PartitionState.EXPIRED]):
+        where = f"expired partition {iso(p.value)}"
+        if live_rows.get(p.value):
+            problems.append(
+                Problem(
+                    name,
+                    "expired_live",
+                    f"{where} still holds {live_rows[p.value]} rows in the Delta log (its expiry commit at "
+                    f"version {p.expired_version} removed them)",
+                )
+            )
+        left = partition_dir_entries(table, p.value) if p.reclaimed_at is not None else []
+        if left and p.reclaimed_at is not None:
+            problems.append(
+                Problem(
+                    name,
+                    "file_lingering",
+                    f"{where}: its files were deleted at {iso(p.reclaimed_at)}, yet {left[0]} is there"
+                    + (f" (and {len(left) - 1} more)" if len(left) > 1 else "")
+                    + "; no version of the table lists it: delete it",
+                    severity="warning",
+                    path=left[0],
+                )
+            )
     return problems
 
 
@@ -249,6 +282,7 @@ def _log_ahead(catalog: Catalog, table: Table, recorded: int, latest: int) -> li
     """Commits after the metastore's newest recorded one that it cannot account for (see above)."""
     store = catalog.home(table).store
     unknown: list[str] = []
+    expiries = {e.id for e in store.list_expiries(table.id, limit=1_000_000)}
     for version in range(recorded + 1, latest + 1):
         try:
             info = commit_info(table, version) or {}
@@ -271,6 +305,9 @@ def _log_ahead(catalog: Catalog, table: Table, recorded: int, latest: int) -> li
                 unknown.append(
                     f"version {version} seals for roll {roll_id}, which the metastore does not hold"
                 )
+        expiry_id = info.get(EXPIRE_KEY)
+        if expiry_id and str(expiry_id) not in expiries:
+            unknown.append(f"version {version} is of expiry {expiry_id}, which the metastore does not hold")
     if not unknown:
         return []
     more = f" (and {len(unknown) - 3} more)" if len(unknown) > 3 else ""

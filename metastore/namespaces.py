@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from pydantic import BaseModel, ConfigDict
 
@@ -76,6 +76,7 @@ class Namespace(BaseModel):
     description: str = ""
     created_at: datetime
     moving_to: str | None = None  # a move to that metastore fences its writes (see metastore/moves.py)
+    default_retain: timedelta | None = None  # the retention of its tables that set none (None: none)
 
 
 @dataclass

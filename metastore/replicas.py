@@ -28,6 +28,9 @@ REPLICA_KEY = "streampart.replica"  # commit info: which partition a secondary's
 class CopyState(StrEnum):
     COPYING = "copying"  # claimed: files may be on their way; not visible to queries
     PRESENT = "present"  # copied, verified, committed to the secondary's Delta log
+    # its partition expired by retention: its files removed from the secondary's log (app
+    # transaction version 2, so a stale copier's version-1 commit can never land after it)
+    EXPIRED = "expired"
 
 
 class Replica(BaseModel):

@@ -50,6 +50,9 @@ tables = Table(
     # how many columns that evolution from data may add to the table in all (migration 0014).
     Column("schema_evolution", String(16), nullable=False, server_default="none"),
     Column("max_new_columns", Integer, nullable=False, server_default="100"),
+    # How long a standard partition is kept after its period ends (migration 0016; NULL: the
+    # namespace's default_retain_s, 0: for ever). See metastore/retention.py.
+    Column("retain_s", BigInteger),
     UniqueConstraint("namespace", "name", name="uq_sp_tables_name"),
     Index("ix_sp_tables_uid", "uid", unique=True),
 )
@@ -70,6 +73,12 @@ partitions = Table(
     # Bytes of the chunks committed into it while streaming (finish_commit adds each chunk's):
     # with ``bytes`` of standard partitions, the ledger a namespace's quota is checked against.
     Column("staged_bytes", BigInteger, nullable=False, server_default="0"),
+    # An expired partition keeps its row (its period stays sealed: a late row is late): when it
+    # expired, the Delta version whose commit removed its files, and when its files were deleted
+    # (once no version time travel still promises lists them). Migration 0016.
+    Column("expired_at", DateTime),
+    Column("expired_version", BigInteger),
+    Column("reclaimed_at", DateTime),
     UniqueConstraint("table_id", "value", name="uq_sp_partitions_value"),
     Index("ix_sp_partitions_state", "table_id", "state"),
 )
@@ -210,6 +219,8 @@ namespaces = Table(
     # step, a link or table change) refuses with NamespaceMovingError (see store/namespaces.py).
     Column("moving_to", String(128)),
     Column("moving_since", DateTime),
+    # The retention of its tables that set none of their own (migration 0016; NULL: none).
+    Column("default_retain_s", BigInteger),
 )
 
 # Links (migration 0005): ``namespace.name`` imports the table ``source_namespace.source_name``.
@@ -411,4 +422,26 @@ ingest_jobs = Table(
     Column("job", String(128), primary_key=True),
     Column("updated_at", DateTime, nullable=False),
     Column("status", JSON, nullable=False),
+)
+
+# Expiry passes (migration 0016, issue 30): the partitions of one table that one pass expires
+# (scheduler/expiry.py): begun (partitions EXPIRING), one Delta commit removing their files
+# (COMMITTED, at commit_version), finished (partitions EXPIRED, the pass DONE).
+expiries = Table(
+    "sp_expiries",
+    metadata,
+    Column("id", String(36), primary_key=True),
+    Column("table_id", Integer, ForeignKey("sp_tables.id", ondelete="CASCADE"), nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("partitions", JSON, nullable=False),
+    Column("started_at", DateTime, nullable=False),
+    Column("finished_at", DateTime),
+    Column("owner", String(64)),
+    Column("lease_until", DateTime),
+    Column("commit_version", BigInteger),
+    Column("rows", BigInteger),
+    Column("bytes", BigInteger),
+    Column("files", BigInteger),
+    Column("error", Text),
+    Index("ix_sp_expiries_state", "table_id", "state"),
 )

@@ -186,6 +186,13 @@ class SchedulerConfig(BaseModel):
         description="On SIGTERM, how long a roll in progress may run on to finish before it is "
         "abandoned at its next step (it resumes later).",
     )
+    # Why 1 min: retention is days or months long, so a minute late is nothing, while each pass
+    # costs a partition list per table with a retention (and, when one is due, one Delta commit).
+    expiry_interval: Duration = Field(
+        timedelta(minutes=1),
+        description="How often the leader expires the standard partitions whose retention ran out "
+        "(tables with --retain, or in a namespace with one).",
+    )
     observe_interval: Duration = Field(
         timedelta(seconds=15), description="How often the per-table gauges (partitions, chunks, lag) refresh."
     )

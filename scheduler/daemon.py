@@ -23,7 +23,7 @@ import socket
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from apscheduler.executors.pool import ThreadPoolExecutor
@@ -36,6 +36,7 @@ from metastore.errors import LeaseLostError, MetastoreUnavailableError, Retriabl
 from metastore.logs import event
 from metastore.models import Lease, Table, iso
 from scheduler.config import RollConfig, SchedulerConfig, check_heartbeat
+from scheduler.expiry_jobs import ExpiryJobs
 from scheduler.housekeeping import Housekeeper
 from scheduler.jobs import JOB
 from scheduler.leadership import Leadership
@@ -133,6 +134,17 @@ class RollDaemon:
             may_roll=self.may_roll,
             spark=self.spark,
         )
+        self.expiry = ExpiryJobs(
+            self.catalog,
+            self.rolls,
+            self.roll_config,
+            self.metrics,
+            self.owner,
+            fence=self._fence,
+            stopping=self._stopping.is_set,
+            should_abandon=self._should_abandon,
+            step_down=self.leadership.step_down,
+        )
         self.stuck = False
 
     # -- life ------------------------------------------------------------------------------
@@ -162,52 +174,7 @@ class RollDaemon:
             "started_at": iso(clock.now()),
             "metrics": f"http://{host}:{self.metrics_port}/metrics" if self.metrics_port else None,
         }
-        now = clock.now()
-        c = self.config
-        self.scheduler.add_job(
-            self._guard(self._heartbeat),
-            "interval",
-            id="heartbeat",
-            executor="control",
-            seconds=c.heartbeat.total_seconds(),
-            next_run_time=now,
-            **JOB,
-        )
-        self.scheduler.add_job(
-            self._guard(self.rolls.sync),
-            "interval",
-            id="sync",
-            executor="maintenance",
-            seconds=c.sync_interval.total_seconds(),
-            **JOB,
-        )
-        self.scheduler.add_job(
-            self._guard(self._observe),
-            "interval",
-            id="observe",
-            executor="maintenance",
-            seconds=c.observe_interval.total_seconds(),
-            **JOB,
-        )
-        if c.housekeeping.enabled:
-            self.scheduler.add_job(
-                self._guard(self._housekeep),
-                "interval",
-                id="housekeeping",
-                executor="maintenance",
-                seconds=c.housekeeping.interval.total_seconds(),
-                next_run_time=now + c.lease_ttl,
-                **JOB,
-            )
-        if c.replication.enabled:
-            self.scheduler.add_job(
-                self._guard(self.replication.sweep),
-                "interval",
-                id="replication",
-                executor="maintenance",
-                seconds=c.replication.interval.total_seconds(),
-                **JOB,
-            )
+        self._add_jobs(clock.now())
         self.scheduler.start()
         event(
             log,
@@ -215,11 +182,37 @@ class RollDaemon:
             "daemon.started",
             "roll daemon started",
             owner=self.owner,
-            lease=c.lease_name,
+            lease=self.config.lease_name,
             metrics_port=self.metrics_port,
             metastore=self.catalog.store.label,
             warehouse=str(self.catalog.warehouse.root),
         )
+
+    def _add_jobs(self, now: datetime) -> None:
+        """The daemon's periodic jobs: (what, id, executor, every, first run) for each one enabled."""
+        c = self.config
+        jobs: list[tuple[Any, str, str, timedelta, datetime | None]] = [
+            (self._heartbeat, "heartbeat", "control", c.heartbeat, now),
+            (self.rolls.sync, "sync", "maintenance", c.sync_interval, None),
+            (self._observe, "observe", "maintenance", c.observe_interval, None),
+            (self._expire, "expiry", "maintenance", c.expiry_interval, now + c.lease_ttl),
+        ]
+        if c.housekeeping.enabled:
+            jobs.append(
+                (self._housekeep, "housekeeping", "maintenance", c.housekeeping.interval, now + c.lease_ttl)
+            )
+        if c.replication.enabled:
+            jobs.append((self.replication.sweep, "replication", "maintenance", c.replication.interval, None))
+        for job, job_id, executor, every, first in jobs:
+            self.scheduler.add_job(
+                self._guard(job),
+                "interval",
+                id=job_id,
+                executor=executor,
+                seconds=every.total_seconds(),
+                **({"next_run_time": first} if first is not None else {}),
+                **JOB,
+            )
 
     def stop(self, grace: timedelta | None = None) -> None:
         """Stop: no new rolls; let a roll in progress finish within ``grace``, else abandon it."""
@@ -335,6 +328,10 @@ class RollDaemon:
         self.rolls.observe()
         self.replication.observe()
 
+    def _expire(self) -> None:
+        if self.leadership.is_leader and not self._stopping.is_set():
+            self.expiry.sweep()
+
     def _housekeep(self) -> None:
         if not self.leadership.is_leader or self._stopping.is_set():
             return
@@ -348,6 +345,7 @@ class RollDaemon:
         m.chunks_expired.inc(report.expired)
         m.chunks_pruned.inc(report.chunks_pruned)
         m.checkpoints.inc(len(report.checkpoints))
+        m.partitions_reclaimed.inc(report.partitions_reclaimed)
         event(
             log,
             logging.WARNING if report.errors else logging.INFO,

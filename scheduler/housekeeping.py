@@ -39,7 +39,7 @@ from metastore.catalog import Catalog
 from metastore.delta.checkpoints import MIN_LOG_RETENTION, last_checkpoint_version, log_entries, log_settings
 from metastore.delta.files import live_files, remove_file
 from metastore.delta.history import oldest_readable_version
-from metastore.delta.layout import STAGING_DIR, chunk_of_staged, value_of_dir
+from metastore.delta.layout import STAGING_DIR, chunk_of_staged, partition_dir, value_of_dir
 from metastore.delta.staging import files as staged_files
 from metastore.delta.staging import partition_dirs as staging_partition_dirs
 from metastore.durations import format_duration
@@ -52,6 +52,7 @@ from scheduler.replication import scrub
 log = logging.getLogger("streampart.scheduler")
 
 _ACTIVE = (ChunkState.RESERVED, ChunkState.COMMITTING)
+_ROLLED = (PartitionState.STANDARD, PartitionState.EXPIRING, PartitionState.EXPIRED)
 
 # The replica scrub: each present copy is read back about once a day, a few copies per table per
 # pass (a pass every scheduler.housekeeping.interval), so its reads stay a trickle beside copying.
@@ -72,6 +73,7 @@ class HousekeepingReport:
     replicas_damaged: list[str] = field(default_factory=list)  # what the scrub found, one line each
     holders_pruned: int = 0  # lapsed commit-holder leases deleted
     requests_pruned: int = 0  # Kafka ingest jobs' requests, applied longer ago than the history kept
+    partitions_reclaimed: int = 0  # expired partitions whose files were deleted
     errors: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
@@ -115,6 +117,7 @@ class Housekeeper:
 
             try:
                 report.files_removed += self.remove_files(table, now)
+                report.partitions_reclaimed += self.reclaim_expired(table, now)
                 version = self.checkpoint(table)
                 if version is not None:
                     report.checkpoints[str(table.name)] = version
@@ -244,16 +247,36 @@ class Housekeeper:
     ) -> bool:
         store = self.catalog.store
         p = store.get_partition(table.id, value)
-        if (
-            p is None
-            or p.state is not PartitionState.STANDARD
-            or p.rolled_at is None
-            or p.rolled_at >= cutoff
-        ):
+        if p is None or p.state not in _ROLLED or p.rolled_at is None or p.rolled_at >= cutoff:
             return False  # not swept, or too recently: a pinned snapshot may still list the file
         rolls = [r for r in store.list_rolls(table.id, partition_ids=[p.id]) if r.sweep_version is not None]
         # the versions before the sweep list the file: kept while the log can still load one
         return bool(rolls) and max(r.sweep_version or 0 for r in rolls) <= readable()
+
+    def reclaim_expired(self, table: Table, now: datetime) -> int:
+        """Delete the directories of expired partitions once no reader can want them: expired longer
+        ago than the retention period (a query pinned before the expiry) and at a version the Delta
+        log no longer holds (time travel promises every version it holds); how many."""
+        store = self.catalog.store
+        cutoff = now - self.config.retention
+        due = [
+            p
+            for p in store.reclaimable(table.id, oldest_readable_version(table))
+            if p.expired_at is not None and p.expired_at < cutoff
+        ]
+        for p in due:
+            storage.delete_tree(storage.join(table.location, partition_dir(table, p.value)))
+            store.mark_reclaimed(p, now)
+        if due:
+            event(
+                log,
+                logging.INFO,
+                "housekeeping.partitions_reclaimed",
+                "deleted the files of expired partitions",
+                table=str(table.name),
+                partitions=len(due),
+            )
+        return len(due)
 
     # -- Delta log -----------------------------------------------------------------------------
     def checkpoint(self, table: Table) -> int | None:

@@ -107,6 +107,17 @@ class SchedulerMetrics:
         self.checkpoints = Counter(
             "streampart_housekeeping_checkpoints", "Delta checkpoints written.", registry=r
         )
+        self.expired_partitions = Counter(
+            "streampart_expired_partitions",
+            "Standard partitions expired by retention (removed from the table in one Delta commit a pass).",
+            ["table"],
+            registry=r,
+        )
+        self.partitions_reclaimed = Counter(
+            "streampart_housekeeping_partitions_reclaimed",
+            "Expired partitions whose files were deleted (no readable version lists them any more).",
+            registry=r,
+        )
 
     def _replication_series(self, r: CollectorRegistry) -> None:
         self.copies = Counter(

@@ -218,7 +218,7 @@ class RollJobs:
             self._failures.pop(table_id, None)
             self._retry_at.pop(table_id, None)
 
-    def _table_lock(self, table_id: int) -> threading.Lock:
+    def table_lock(self, table_id: int) -> threading.Lock:
         with self._lock:
             return self._table_locks.setdefault(table_id, threading.Lock())
 
@@ -228,7 +228,7 @@ class RollJobs:
         if self.fence() is None or self.stopping():
             return
         job_id = roll_job_id(table_id, value)
-        lock = self._table_lock(table_id)
+        lock = self.table_lock(table_id)
         if not lock.acquire(blocking=False):
             self._reschedule(table_id, value, clock.now() + TABLE_BUSY_RETRY)
             return

@@ -24,6 +24,7 @@ from typing import Any
 from ingest.kafka.steering import job_namespaces, job_reports
 from metastore import clock
 from metastore.catalog import Catalog
+from metastore.description import retention_info
 from metastore.durations import format_duration
 from metastore.errors import StreampartError
 from metastore.models import (
@@ -271,6 +272,7 @@ def _tables(
                     )
                 ],
                 "links": sorted(links_to.get(table.id, [])),
+                "retention": _retention(catalog, table),
                 "companion_of": _main_table(table),
                 "columns": len(table.columns),
                 "schema_evolution": table.schema_evolution.value,
@@ -336,6 +338,15 @@ def _recent_rolls(store: Any, names: dict[int, str], limit: int, filtered: bool)
         for a in store.list_roll_attempts(limit=10 * limit if filtered else limit)
         if not filtered or a.table_id in names
     ][:limit]
+
+
+def _retention(catalog: Catalog, table: Table) -> dict[str, Any]:
+    """How long the table keeps its standard partitions, when the next expires, what expired."""
+    retain = catalog.retention.of(table)
+    partitions = catalog.store.list_partitions(table.id, [PartitionState.STANDARD, PartitionState.EXPIRED])
+    kept = [p for p in partitions if p.state is PartitionState.STANDARD]
+    expired = [p for p in partitions if p.state is PartitionState.EXPIRED]
+    return retention_info(table, retain, kept, expired)
 
 
 def _main_table(table: Table) -> str | None:

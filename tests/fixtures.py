@@ -141,6 +141,7 @@ def make_table(
     max_age: str | None = None,
     cluster: str = "default",
     replicate_to: tuple[str, ...] = (),
+    retain: str | None = None,
 ) -> Table:
     return catalog.create_table(
         TableSpec(
@@ -155,6 +156,7 @@ def make_table(
             max_future=parse_duration(max_future),
             max_age=parse_duration(max_age) if max_age is not None else None,
             cluster=cluster,
+            retain=parse_duration(retain) if retain is not None else None,
         ),
         replicate_to=replicate_to,
     )

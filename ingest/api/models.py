@@ -204,6 +204,22 @@ class SchemaChangeInfo(BaseModel):
     key: str | None = Field(None, description="Its idempotency key (in the answer of an ALTER).")
 
 
+class ExpiredInfo(BaseModel):
+    partitions: int = Field(description="How many of its partitions expired by retention (not listed).")
+    oldest: str | None = Field(description="The oldest expired partition's value.")
+    newest: str | None = Field(description="The newest expired partition's value.")
+    last_at: str | None = Field(description="When the last of them expired.")
+
+
+class RetentionInfo(BaseModel):
+    retain: str | None = Field(
+        description="How long a standard partition is kept after its period ends (null: for ever)."
+    )
+    source: str = Field(description="Where that is set: table, namespace (its default) or none.")
+    next_expiry: str | None = Field(description="When the oldest standard partition expires.")
+    expired: ExpiredInfo
+
+
 class TableInfo(BaseModel):
     """The shape of ``streampart table describe --json`` (a link: its source's, with ``link``)."""
 
@@ -241,6 +257,7 @@ class TableInfo(BaseModel):
         None, description="A table's Delta log schedule (a link: none, its source's is the source's)."
     )
     link: LinkInfo | None = Field(None, description="Set when the name is a link.")
+    retention: RetentionInfo | None = Field(None, description="Its retention (a link: its source's).")
 
 
 class LinkDescription(LinkInfo):
@@ -276,6 +293,12 @@ class AlterTable(BaseModel):
     )
     max_new_columns: int | None = Field(
         None, ge=0, description="The most columns rows may add, per chunk and per table."
+    )
+    retain: str | None = Field(
+        None,
+        max_length=100,
+        description="Keep a standard partition this long after its period ends (90d), then expire it; "
+        "none: for ever; namespace: its namespace's default.",
     )
 
 

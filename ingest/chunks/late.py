@@ -137,9 +137,11 @@ def route_late(writer: Writer, chunk: Chunk, late: Sequence[StagedFile]) -> int:
 
 
 def _late_because(writer: Writer) -> str:
-    if writer.table.max_age is None:
+    table = writer.table
+    if table.oldest_kept is None:
         return "sealed"
-    return f"sealed, or ended more than {format_duration(writer.table.max_age)} ago (max-age)"
+    why = "max-age" if table.oldest_kept == table.max_age else "its retention"
+    return f"sealed, or ended more than {format_duration(table.oldest_kept)} ago ({why})"
 
 
 def _late_to_dead_letter(writer: Writer, chunk: Chunk, late: Sequence[StagedFile]) -> int:

@@ -24,6 +24,7 @@ from metastore.catalog.federation import FederationAdmin
 from metastore.catalog.links import Links
 from metastore.catalog.namespaces import Namespaces
 from metastore.catalog.replicas import Replicas
+from metastore.catalog.retention import Retention
 from metastore.catalog.routing import Routing
 from metastore.catalog.schemas import Schemas
 from metastore.crashpoints import crashpoint
@@ -151,6 +152,11 @@ class Catalog(Routing):
         return Schemas(self)
 
     @property
+    def retention(self) -> Retention:
+        """A table's retention, its namespace's default, and what applies (each in its metastore)."""
+        return Retention(self)
+
+    @property
     def federation(self) -> FederationAdmin:
         """Register, probe, alter and remove metastores; route namespaces (the primary's registry)."""
         return FederationAdmin(self.router)
@@ -181,6 +187,7 @@ class Catalog(Routing):
         for name in replicate_to:
             self.replicas.check_secondary(spec.name, primary, name)
         _check_spec(spec)
+        self.retention.check_new(spec)
         if self._find_created(store, spec.name) is not None:
             raise AlreadyExistsError(f"table {spec.name} exists already")
         if not create_namespace and store.find_namespace(spec.name.namespace) is None:
@@ -480,6 +487,7 @@ class Catalog(Routing):
             store.list_copies(table.id) if replicas else [],
             log_settings(dt) if resolved.link is None else None,
             [c for c in (r.summary() for r in store.schema_changes(table.id, limit=10)) if c is not None],
+            self.retention.of(table),
         )
 
 

@@ -8,9 +8,11 @@ sizes and name checks are :mod:`metastore.namespaces`, moving one between metast
 from __future__ import annotations
 
 import builtins
+from datetime import timedelta
 from typing import Any
 
 from metastore.catalog.federation import FederationAdmin
+from metastore.catalog.retention import Retention
 from metastore.catalog.routing import Routing
 from metastore.errors import AlreadyExistsError, UserInputError
 from metastore.moves import NamespaceMover
@@ -32,6 +34,7 @@ class Namespaces:
         isolated: bool = False,
         quota_bytes: int | None = None,
         description: str = "",
+        default_retain: timedelta | None = None,
     ) -> Namespace:
         """Create a namespace in its metastore: ``metastore`` (an explicit route, recorded first),
         else the one its name routes to (a prefix, else the primary).
@@ -50,7 +53,11 @@ class Namespaces:
                 raise AlreadyExistsError(f"namespace {name} exists already (in metastore {current})")
             FederationAdmin(router).set_route(name, metastore)
         return self._routing.on(home).store.create_namespace(
-            name, isolated=isolated, quota_bytes=quota_bytes, description=description
+            name,
+            isolated=isolated,
+            quota_bytes=quota_bytes,
+            description=description,
+            default_retain=default_retain,
         )
 
     def get(self, name: str) -> Namespace:
@@ -62,7 +69,10 @@ class Namespaces:
         return self._routing.home(name).store.find_namespace(name)
 
     def alter(self, name: str, **changes: Any) -> Namespace:
-        """Change a namespace's isolation, quota or description (in its metastore)."""
+        """Change a namespace's isolation, quota, description or default retention (in its metastore;
+        a default some table following it could not have is refused, naming the tables)."""
+        if changes.get("default_retain") is not None:
+            Retention(self._routing).check_default(name, changes["default_retain"])
         return self._routing.home(name, write=True).store.alter_namespace(name, **changes)
 
     def drop(self, name: str) -> None:

@@ -19,7 +19,14 @@ from datetime import UTC, datetime
 from typing import Any
 
 from metastore import storage
-from metastore.delta.log import ROLL_KEY, SCHEMA_KEY, SWEEP_KEY, commit_chunks, commit_info
+from metastore.delta.log import (
+    EXPIRE_KEY,
+    ROLL_KEY,
+    SCHEMA_KEY,
+    SWEEP_KEY,
+    commit_chunks,
+    commit_info,
+)
 from metastore.errors import UserInputError
 from metastore.models import Table, iso
 
@@ -62,6 +69,8 @@ def version_info(table: Table, version: int) -> VersionInfo:
         kind = "chunks"
     elif info.get(ROLL_KEY):
         kind = "seal"
+    elif info.get(EXPIRE_KEY):
+        kind = "expiry"
     elif sweep:
         kind = "sweep"
     elif SCHEMA_KEY in info:

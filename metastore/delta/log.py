@@ -33,6 +33,10 @@ CHUNK_KEY = "streampart.chunk"
 ROLL_KEY = "streampart.roll"
 # A roll's sweep commit names its roll and attempt (``<roll id>/<random>``): scheduler/roll.py.
 SWEEP_KEY = "streampart.sweep"
+# An expiry (scheduler/expiry.py) removes its partitions' files in one commit whose commitInfo
+# names it under EXPIRE_KEY (its id; the commit's app transaction ``streampart.expire/<id>`` lets
+# it land once).
+EXPIRE_KEY = "streampart.expire"
 # In a commit's commitInfo: how many add and remove actions the commit holds. A commit file cut
 # at a line boundary (its commitInfo kept, later lines lost) still parses; this count is how its
 # readers see that it was cut (:func:`commit_file_damaged`).

@@ -33,6 +33,7 @@ from metastore.delta.files import LiveFile
 from metastore.delta.layout import STAGING_DIR, partition_value_text
 from metastore.delta.log import (
     ACTIONS_KEY,
+    EXPIRE_KEY,
     ROLL_KEY,
     SCHEMA_KEY,
     SEAL_PROPERTY,
@@ -48,6 +49,12 @@ from metastore.models import Column, Table, TableName
 # roller) a commit may lose that race several times in a row; conflicts that matter (a seal)
 # are not retried by delta-rs and reach us at once.
 MAX_COMMIT_RETRIES = 100
+
+
+def expiry_app_id(expiry_id: str) -> str:
+    """The app transaction of an expiry's removes commit: Delta lands it at most once."""
+    return f"streampart.expire/{expiry_id}"
+
 
 # In a table's Delta configuration: the uid of the streampart table whose log it is.
 TABLE_PROPERTY = "streampart.table"
@@ -357,6 +364,32 @@ class Warehouse:
         counted = {**metadata, ACTIONS_KEY: str(len(actions))}
         return self._transact(dt, table, actions, counted, "sweep commit")
 
+    def remove_partitions(
+        self,
+        dt: Any,
+        table: Table,
+        files: Sequence[LiveFile],
+        expiry_id: str,
+        txns: Sequence[tuple[str, int]] | None = None,
+    ) -> int:
+        """Remove ``files`` (every live file of the expiring partitions) in one commit with
+        ``dataChange=true``, at most once (its app transactions: the expiry's own, or ``txns`` on a
+        secondary): the single version at which those partitions leave the table whole. The files
+        stay on disk for older versions."""
+        from deltalake.transaction import RemoveAction
+
+        now_ms = int(clock.now().timestamp() * 1000)
+        actions: list[Any] = [
+            RemoveAction(
+                f.path, True, now_ms, f.size, {table.partition_column: partition_value_text(f.partition)}
+            )
+            for f in files
+        ]
+        metadata = {EXPIRE_KEY: expiry_id, ACTIONS_KEY: str(len(actions))}
+        if txns is None:
+            return self._transact(dt, table, actions, metadata, "expiry commit", expiry_app_id(expiry_id))
+        return self._transact(dt, table, actions, metadata, "expiry commit", txns=txns)
+
     def _transact(
         self,
         dt: Any,
@@ -365,8 +398,10 @@ class Warehouse:
         metadata: dict[str, str],
         what: str,
         app_id: str | None = None,
+        txns: Sequence[tuple[str, int]] = (),
     ) -> int:
-        """Commit ``actions`` on top of ``dt``'s snapshot (errors as ``errors.commit_errors`` says)."""
+        """Commit ``actions`` on top of ``dt``'s snapshot (errors as ``errors.commit_errors`` says),
+        with the app transaction ``app_id`` at version 1 and ``txns`` (id, version) if given."""
         from deltalake.transaction import CommitProperties, Transaction
 
         read_version = int(dt.version())
@@ -384,7 +419,10 @@ class Warehouse:
                 commit_properties=CommitProperties(
                     custom_metadata=metadata,
                     max_commit_retries=MAX_COMMIT_RETRIES,
-                    app_transactions=[Transaction(app_id, 1)] if app_id is not None else None,
+                    app_transactions=[
+                        Transaction(a, v) for a, v in [*([(app_id, 1)] if app_id else []), *txns]
+                    ]
+                    or None,
                 ),
             )
         return self._committed_version(table, metadata, read_version)

@@ -22,6 +22,7 @@ from metastore.models.evolution import (
 from metastore.models.ingest_jobs import IngestAction, IngestJobStatus, IngestRequest
 from metastore.models.lifecycles import (
     ChunkState,
+    ExpiryState,
     MoveStep,
     PartitionState,
     RollState,
@@ -43,6 +44,7 @@ from metastore.models.records import (
     Chunk,
     ChunkSummary,
     DaemonBeat,
+    Expiry,
     Lease,
     Move,
     Partition,
@@ -80,6 +82,8 @@ __all__ = [
     "ChunkSummary",
     "Column",
     "DaemonBeat",
+    "Expiry",
+    "ExpiryState",
     "IngestAction",
     "IngestJobStatus",
     "IngestRequest",

@@ -14,6 +14,10 @@ class PartitionState(StrEnum):
     STREAMING = "streaming"
     ROLLING = "rolling"
     STANDARD = "standard"
+    # retention (metastore/retention.py, scheduler/expiry.py): being removed, then removed; the row
+    # stays, so the period stays sealed (a late row for it is late, never a new partition)
+    EXPIRING = "expiring"
+    EXPIRED = "expired"
 
 
 class ChunkState(StrEnum):
@@ -28,6 +32,14 @@ class RollState(StrEnum):
     SEALING = "sealing"
     SWEEPING = "sweeping"
     DONE = "done"
+
+
+class ExpiryState(StrEnum):
+    """An expiry pass (scheduler/expiry.py): begun, its removes committed, finished."""
+
+    PENDING = "pending"  # its partitions EXPIRING, the commit removing their files maybe not landed
+    COMMITTED = "committed"  # the Delta commit removing their files landed (commit_version)
+    DONE = "done"  # its partitions EXPIRED
 
 
 class MoveStep(StrEnum):
@@ -50,6 +62,12 @@ _TRANSITIONS: dict[type[StrEnum], set[tuple[StrEnum, StrEnum]]] = {
     PartitionState: {
         (PartitionState.STREAMING, PartitionState.ROLLING),
         (PartitionState.ROLLING, PartitionState.STANDARD),
+        (PartitionState.STANDARD, PartitionState.EXPIRING),
+        (PartitionState.EXPIRING, PartitionState.EXPIRED),
+    },
+    ExpiryState: {
+        (ExpiryState.PENDING, ExpiryState.COMMITTED),
+        (ExpiryState.COMMITTED, ExpiryState.DONE),
     },
     ChunkState: {
         (ChunkState.RESERVED, ChunkState.COMMITTING),

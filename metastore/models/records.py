@@ -11,7 +11,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from metastore.models.columns import Column
-from metastore.models.lifecycles import ChunkState, MoveStep, PartitionState, RollState
+from metastore.models.lifecycles import ChunkState, ExpiryState, MoveStep, PartitionState, RollState
 
 
 class Partition(BaseModel):
@@ -28,6 +28,10 @@ class Partition(BaseModel):
     rows: int | None = None
     bytes: int | None = None
     files: int | None = None
+    # Retention: when it expired, the Delta version that removed its files, when they were deleted.
+    expired_at: datetime | None = None
+    expired_version: int | None = None
+    reclaimed_at: datetime | None = None
 
 
 class StagedFile(BaseModel):
@@ -94,6 +98,26 @@ class Roll(BaseModel):
     files_after: int | None = None
     rows: int | None = None
     bytes: int | None = None
+    error: str | None = None
+
+
+class Expiry(BaseModel):
+    """One expiry pass over one table's partitions (``sp_expiries``, scheduler/expiry.py)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    table_id: int
+    state: ExpiryState
+    partitions: tuple[datetime, ...]
+    started_at: datetime
+    finished_at: datetime | None = None
+    owner: str | None = None
+    lease_until: datetime | None = None
+    commit_version: int | None = None
+    rows: int | None = None
+    bytes: int | None = None
+    files: int | None = None
     error: str | None = None
 
 

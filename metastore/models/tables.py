@@ -79,6 +79,9 @@ class TableSpec(BaseModel):
     # any age open their partitions, as before).
     max_future: timedelta = timedelta(days=1)
     max_age: timedelta | None = None
+    # How long a standard partition is kept after its period ends (metastore/retention.py): None
+    # follows the namespace's default, timedelta(0) keeps it for ever.
+    retain: timedelta | None = None
     dead_letter: bool = False
     kind: TableKind = TableKind.MAIN
     cluster: str = "default"
@@ -127,8 +130,16 @@ class Table(TableSpec):
         """The end of the period of the partition of ``value`` (saturating at the calendar's end)."""
         return saturating_add(period_start(value, self.roll_every), self.roll_every)
 
+    @property
+    def oldest_kept(self) -> timedelta | None:
+        """Event-time tables: how long after its period ends a row is still taken (the shorter of
+        ``max_age`` and the table's own retention, whose partitions would expire at once; None: any)."""
+        bounds = [b for b in (self.max_age, self.retain) if b]
+        return min(bounds) if self.mode is Mode.EVENT_TIME and bounds else None
+
     def too_old(self, period: datetime, now: datetime) -> bool:
-        """Event-time tables: whether rows of ``period`` are past ``max_age`` at ``now`` (late)."""
-        if self.mode is not Mode.EVENT_TIME or self.max_age is None:
-            return False
-        return self.period_end(period) <= saturating_add(now, -self.max_age)
+        """Event-time tables: whether rows of ``period`` are past ``max_age`` (or the table's
+        retention) at ``now``: late, as rows of a sealed partition are, so a backfill never opens a
+        partition only for it to expire at the next pass."""
+        bound = self.oldest_kept
+        return bound is not None and self.period_end(period) <= saturating_add(now, -bound)

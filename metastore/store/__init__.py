@@ -15,6 +15,7 @@ it (the way dagster splits run, event and schedule storage):
 - ``schemas``: a table's schema changes (pending, finished fenced, its history), its evolution settings
 - ``chunks``: chunks and their commit protocol
 - ``rolls``: rolls and their leases
+- ``expiries``: retention settings, expiry passes, the reclaiming of expired partitions' files
 - ``leases``: leadership leases and fencing
 - ``history``: roll attempts, and chunk rows pruned into summaries
 - ``daemons``: the roll daemons' heartbeats (leader and standbys) and housekeeping passes
@@ -34,6 +35,7 @@ from metastore.store.chunks import ChunkStore
 from metastore.store.clusters import ClusterStore
 from metastore.store.daemons import DaemonStore
 from metastore.store.engine import SQLITE_BUSY_TIMEOUT_S, Database, default_url, normalize_url
+from metastore.store.expiries import ExpiryStore
 from metastore.store.federation import FederationStore
 from metastore.store.history import HistoryStore, summarize_chunk
 from metastore.store.ingest_jobs import IngestJobStore
@@ -54,6 +56,7 @@ class Metastore(
     SchemaStore,
     ChunkStore,
     RollStore,
+    ExpiryStore,
     LeaseStore,
     HistoryStore,
     DaemonStore,

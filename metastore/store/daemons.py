@@ -17,6 +17,7 @@ import sqlalchemy as sa
 from metastore import schema as s
 from metastore.models import DaemonBeat, Lease
 from metastore.store.engine import Database, _db, _now, _out
+from metastore.store.expiries import extend_expiry_leases
 from metastore.store.leases import check_fence
 from metastore.store.replicas import extend_copy_leases
 from metastore.store.rolls import extend_roll_leases
@@ -44,9 +45,9 @@ class DaemonStore(Database):
     def renew_roll_and_copy_leases(
         self, owner: str, lease: timedelta, fence: Lease | None = None, now: datetime | None = None
     ) -> tuple[int, int]:
-        """Extend the lease of every unfinished roll and copy ``owner`` holds (the daemon's heartbeat,
-        so a long roll or copy — a large file, a Spark job — keeps its claim), in one transaction
-        under one check of ``fence``; returns how many rolls and how many copies.
+        """Extend the lease of every unfinished roll, expiry and copy ``owner`` holds (the daemon's
+        heartbeat, so a long roll or copy — a large file, a Spark job — keeps its claim), in one
+        transaction under one check of ``fence``; returns how many rolls and expiries, and copies.
 
         Raises:
             LeaseLostError: ``fence`` is no longer held (then nothing is extended, and the rolls
@@ -56,9 +57,10 @@ class DaemonStore(Database):
         with self.tx() as conn:
             if fence is not None:
                 check_fence(conn, fence, now)
-            return extend_roll_leases(conn, owner, now + lease), extend_copy_leases(
-                conn, owner, now, now + lease
+            rolls = extend_roll_leases(conn, owner, now + lease) + extend_expiry_leases(
+                conn, owner, now + lease
             )
+            return rolls, extend_copy_leases(conn, owner, now, now + lease)
 
     def record_heartbeat(
         self, lease: str, holder: str, info: dict[str, Any] | None = None, now: datetime | None = None

@@ -1,7 +1,8 @@
 """Namespaces: their rows, what they hold, and the ledger their quotas are checked against.
 
 **Quota.** A namespace's *committed bytes* are, over its tables, the bytes of its standard
-partitions (as their rolls recorded them) plus the bytes committed into its other partitions
+partitions (as their rolls recorded them; an expiring one still counts, an expired one no
+more) plus the bytes committed into its other partitions
 (``sp_partitions.staged_bytes``, added by ``finish_commit`` in the same transaction that makes a
 chunk COMMITTED) plus every chunk COMMITTING right now (in flight: counted before it lands).
 ``begin_commit`` checks, in its own transaction, that a chunk's bytes fit under the quota and
@@ -27,7 +28,7 @@ not fenced; the move waits for them) and chunks giving up (abort, expiry).
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
@@ -51,6 +52,10 @@ from metastore.store.federation import bump_route_version
 _UNSET: Any = object()
 
 
+def _seconds(d: timedelta | None) -> int | None:
+    return None if d is None else int(d.total_seconds())
+
+
 def namespace_from_row(row: Any) -> Namespace:
     m = row._mapping
     return Namespace(
@@ -60,6 +65,9 @@ def namespace_from_row(row: Any) -> Namespace:
         description=m["description"] or "",
         created_at=_out(m["created_at"]),
         moving_to=m.get("moving_to"),
+        default_retain=None
+        if m.get("default_retain_s") is None
+        else timedelta(seconds=m["default_retain_s"]),
     )
 
 
@@ -153,7 +161,11 @@ def committed_bytes(conn: Connection, namespace: str) -> int:
             sa.func.coalesce(
                 sa.func.sum(
                     sa.case(
-                        (p.state == PartitionState.STANDARD.value, sa.func.coalesce(p.bytes, 0)),
+                        (
+                            p.state.in_([PartitionState.STANDARD.value, PartitionState.EXPIRING.value]),
+                            sa.func.coalesce(p.bytes, 0),
+                        ),
+                        (p.state == PartitionState.EXPIRED.value, 0),  # its files left the table
                         else_=p.staged_bytes,
                     )
                 ),
@@ -214,6 +226,7 @@ class NamespaceStore(Database):
         isolated: bool = False,
         quota_bytes: int | None = None,
         description: str = "",
+        default_retain: timedelta | None = None,
         now: datetime | None = None,
     ) -> Namespace:
         check_namespace(name)
@@ -226,6 +239,7 @@ class NamespaceStore(Database):
                     isolated=isolated,
                     quota_bytes=quota_bytes,
                     description=description,
+                    default_retain_s=_seconds(default_retain),
                     created_at=_db(now or _now()),
                 )
             )
@@ -256,8 +270,10 @@ class NamespaceStore(Database):
         isolated: bool | None = None,
         quota_bytes: int | None = _UNSET,
         description: str | None = None,
+        default_retain: timedelta | None = _UNSET,
     ) -> Namespace:
-        """Change a namespace's settings (``quota_bytes=None`` removes its quota)."""
+        """Change a namespace's settings (``quota_bytes=None`` removes its quota, ``default_retain=None``
+        its default retention)."""
         values: dict[str, Any] = {}
         if isolated is not None:
             values["isolated"] = isolated
@@ -265,6 +281,8 @@ class NamespaceStore(Database):
             values["quota_bytes"] = quota_bytes
         if description is not None:
             values["description"] = description
+        if default_retain is not _UNSET:
+            values["default_retain_s"] = _seconds(default_retain)
         with self.tx() as conn:
             if fence_namespace(conn, name) is None:
                 raise NotFoundError(f"namespace {name} does not exist")

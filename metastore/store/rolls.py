@@ -72,25 +72,27 @@ def _in_state(*expected: RollState) -> Precondition:
     return state_in(s.rolls.c.state, expected)
 
 
-def _unfinished() -> Precondition:
+def unfinished(table: sa.Table = s.rolls, done: str = RollState.DONE.value) -> Precondition:
+    """Not ``done`` yet (a roll's, or an expiry's: ``table`` is its table)."""
     return Precondition(
-        s.rolls.c.state != RollState.DONE.value,
-        lambda m: m["state"] != RollState.DONE.value,
+        table.c.state != done,
+        lambda m: m["state"] != done,
         lambda m: f"is done (since {at(m['finished_at'])})",
     )
 
 
-def _owned_by(owner: str) -> Precondition:
+def owned_by(owner: str, table: sa.Table = s.rolls) -> Precondition:
     return Precondition(
-        s.rolls.c.owner == owner,
+        table.c.owner == owner,
         lambda m: m["owner"] == owner,
         lambda m: f"is owned by {m['owner']} (lease until {at(m['lease_until'])}), not {owner}",
     )
 
 
-def _ours_or_lapsed(owner: str, now: datetime) -> Precondition:
-    """Ours already, or its owner's lease has lapsed (so anyone may take it over)."""
-    c = s.rolls.c
+def ours_or_lapsed(owner: str, now: datetime, table: sa.Table = s.rolls) -> Precondition:
+    """Ours already, or its owner's lease has lapsed (so anyone may take it over): a roll's, or a
+    step of another leased piece of work whose rows have ``owner`` and ``lease_until`` (``table``)."""
+    c = table.c
     return Precondition(
         sa.or_(c.owner == owner, c.lease_until.is_(None), c.lease_until < _db(now)),
         lambda m: m["owner"] == owner or m["lease_until"] is None or m["lease_until"] < _db(now),
@@ -217,7 +219,7 @@ class RollStore(Database):
             _update_roll(
                 conn,
                 roll,
-                [_unfinished(), _ours_or_lapsed(owner, now)],
+                [unfinished(), ours_or_lapsed(owner, now)],
                 {"owner": owner, "lease_until": _db(now + lease)},
             )
             return _read_roll(conn, roll.id)
@@ -228,14 +230,14 @@ class RollStore(Database):
         with self.tx() as conn:
             fence_table(conn, roll.table_id, self.label)
             _update_roll(
-                conn, roll, [_in_state(roll.state), _owned_by(owner)], {"state": target.value, **values}
+                conn, roll, [_in_state(roll.state), owned_by(owner)], {"state": target.value, **values}
             )
             return _read_roll(conn, roll.id)
 
     def record_roll_progress(self, roll: Roll, owner: str, **values: Any) -> Roll:
         with self.tx() as conn:
             fence_table(conn, roll.table_id, self.label)
-            _update_roll(conn, roll, [_in_state(roll.state), _owned_by(owner)], values)
+            _update_roll(conn, roll, [_in_state(roll.state), owned_by(owner)], values)
             return _read_roll(conn, roll.id)
 
     def finish_roll(
@@ -257,7 +259,7 @@ class RollStore(Database):
             _update_roll(
                 conn,
                 roll,
-                [_in_state(RollState.SWEEPING), _owned_by(owner)],
+                [_in_state(RollState.SWEEPING), owned_by(owner)],
                 {
                     "state": RollState.DONE.value,
                     "error": None,

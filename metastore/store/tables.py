@@ -62,6 +62,7 @@ def table_from_row(row: Any, metastore: str = PRIMARY) -> Table:
         late_data=LateDataPolicy(m["late_data"]),
         max_future=timedelta(seconds=m["max_future_s"]),
         max_age=None if m["max_age_s"] is None else timedelta(seconds=m["max_age_s"]),
+        retain=None if m.get("retain_s") is None else timedelta(seconds=m["retain_s"]),
         dead_letter=m["dead_letter"],
         created_at=utc(m["created_at"]),
         schema_evolution=SchemaEvolution(m["schema_evolution"]),
@@ -82,6 +83,9 @@ def partition_from_row(row: Any) -> Partition:
         rows=m["rows"],
         bytes=m["bytes"],
         files=m["files"],
+        expired_at=_out(m["expired_at"]),
+        expired_version=m["expired_version"],
+        reclaimed_at=_out(m["reclaimed_at"]),
     )
 
 
@@ -141,6 +145,7 @@ class TableStore(Database):
             "late_data": spec.late_data.value,
             "max_future_s": int(spec.max_future.total_seconds()),
             "max_age_s": None if spec.max_age is None else int(spec.max_age.total_seconds()),
+            "retain_s": None if spec.retain is None else int(spec.retain.total_seconds()),
             "dead_letter": spec.dead_letter,
             "created_at": _db(now),
             "uid": str(uuid.uuid4()),
@@ -214,7 +219,7 @@ class TableStore(Database):
     def newest_version(self, table_id: int) -> int:
         """The newest Delta version at which the metastore recorded a commit of the table (-1: none).
 
-        Committed chunks, seals and sweeps: the Delta log must reach at least this far. (Chunks
+        Committed chunks, seals, sweeps and expiries: the Delta log must reach at least this far. (Chunks
         pruned into summaries are older than their partition's sweep, which stays recorded.)
         """
         with self.read_tx() as conn:
@@ -223,12 +228,14 @@ class TableStore(Database):
                     s.chunks.c.table_id == table_id, s.chunks.c.state == ChunkState.COMMITTED.value
                 )
             ).scalar()
-            roll = conn.execute(
-                sa.select(sa.func.max(s.rolls.c.seal_version), sa.func.max(s.rolls.c.sweep_version)).where(
-                    s.rolls.c.table_id == table_id
-                )
+            e = s.expiries.c
+            expiry = sa.select(sa.func.max(e.commit_version)).where(e.table_id == table_id).scalar_subquery()
+            rolled = conn.execute(  # (one statement: this is on every chunk commit's path)
+                sa.select(
+                    sa.func.max(s.rolls.c.seal_version), sa.func.max(s.rolls.c.sweep_version), expiry
+                ).where(s.rolls.c.table_id == table_id)
             ).one()
-        return max(v if v is not None else -1 for v in (chunk, *roll))
+        return max(v if v is not None else -1 for v in (chunk, *rolled))
 
     # -- partitions ------------------------------------------------------------------------
     def list_partitions(

@@ -284,7 +284,7 @@ def _timeline(t: dict[str, Any], companions: list[dict[str, Any]], now: datetime
     if t["links"]:
         names = ", ".join(f"<b>{_e(link)}</b>" for link in t["links"])
         extra.append(f'<span data-field="linked_as">linked as {names}</span>')
-    extra += _schema(t, now)
+    extra += _schema(t, now) + _retention(t, now)
     extra.append(f"next roll {_e(clock_time(t['next_roll'], now))}")
     folded = "".join(_companion(c, now) for c in companions)
     return (
@@ -307,6 +307,19 @@ def _schema(t: dict[str, Any], now: datetime) -> list[str]:
             f"{change['version']}, {_e(clock_time(change['at'], now))}: {_e(change['change'])}</span>"
         )
     return out
+
+
+def _retention(t: dict[str, Any], now: datetime) -> list[str]:
+    """What a table's card says of its retention: how long, the next expiry, what expired."""
+    r = t.get("retention") or {}
+    if not r.get("retain"):
+        return []
+    text = f"keeps {_e(r['retain'])}"
+    if r.get("next_expiry"):
+        text += f", next expiry {_e(clock_time(r['next_expiry'], now))}"
+    if r["expired"]["partitions"]:
+        text += f", {r['expired']['partitions']} partition(s) expired"
+    return [f'<span data-field="retention">{text}</span>']
 
 
 def _companion(t: dict[str, Any], now: datetime) -> str:

@@ -206,12 +206,18 @@ def link_describe(
     --json: the link's settings (``partitions``: the values a static link lists) and ``exposed``,
     the partitions it shows now, as ``table describe`` shows them, read at ``version`` of its source.
     """
+    from metastore.models import PartitionState, iso
 
     cli = cli_context(ctx)
     catalog = cli.catalog()
     link = _get_link(catalog, name)
-    described = catalog.describe(catalog.resolve(str(link.name)))  # DanglingLinkError if the source is gone
+    resolved = catalog.resolve(str(link.name))
+    described = catalog.describe(resolved)  # DanglingLinkError if the source is gone
     info = catalog.links.info(link) | {"version": described["version"], "exposed": described["partitions"]}
+    # what the source's retention took away: shown, not silently missing
+    expired = {iso(p.value) for p in catalog.partitions(resolved.table, [PartitionState.EXPIRED])}
+    info["source_retention"] = described["retention"]
+    info["expired"] = sorted(v for v in info.get("partitions") or [] if v in expired)
     cli.output.result(info, _print_described)
 
 
@@ -224,5 +230,19 @@ def _print_described(out: TextOutput, info: dict[str, Any]) -> None:
         + f"\nreading version {info['version']} of {info['source']}",
         highlight=False,
     )
+    retention = info["source_retention"]
+    if retention["retain"] is not None or retention["expired"]["partitions"]:
+        gone = retention["expired"]["partitions"]
+        out.console.print(
+            f"{info['source']} keeps standard partitions {retention['retain'] or 'for ever'}; "
+            f"{gone} of its partitions expired"
+            + (
+                f", {len(info['expired'])} of those this link lists: {', '.join(info['expired'])}"
+                if info["expired"]
+                else ""
+            ),
+            highlight=False,
+            markup=False,
+        )
     out.console.print("partitions it exposes now:")
     print_partitions(out, info["exposed"])

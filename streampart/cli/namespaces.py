@@ -24,15 +24,27 @@ namespace_app = typer.Typer(
 
 
 def _namespace_json(ns: Namespace) -> dict[str, Any]:
+    from metastore.durations import format_duration
     from metastore.models import iso
 
     return {
         "namespace": ns.name,
         "isolated": ns.isolated,
         "quota_bytes": ns.quota_bytes,
+        "retain": format_duration(ns.default_retain) if ns.default_retain is not None else None,
         "description": ns.description,
         "created_at": iso(ns.created_at),
     }
+
+
+NamespaceRetainOption = Annotated[
+    str | None,
+    typer.Option(
+        "--retain",
+        help="Retention of its tables that set none of their own (90d): a standard partition expires "
+        "this long after its period ends; none: no default [default: none]",
+    ),
+]
 
 
 def _quota(text: str, option: str = "--quota") -> int | None:
@@ -65,6 +77,7 @@ def namespace_create(
         ),
     ] = None,
     description: Annotated[str, typer.Option(help="What the namespace is for")] = "",
+    retain: NamespaceRetainOption = None,
     metastore: Annotated[
         str | None,
         typer.Option(help="The federated metastore it is placed on (an explicit route; see federation list)"),
@@ -77,11 +90,18 @@ def namespace_create(
     the namespace itself is still made in the primary: routing the catalog's calls to M comes next.
     """
     from metastore.namespaces import parse_size
+    from metastore.retention import parse_retain
 
     quota_bytes = parse_size(quota, "--quota") if quota is not None else None
+    default_retain = parse_retain(retain, follow=False) if retain is not None else None
     cli = cli_context(ctx)
     ns = cli.catalog(create=True).namespaces.create(
-        name, metastore=metastore, isolated=isolated, quota_bytes=quota_bytes, description=description
+        name,
+        metastore=metastore,
+        isolated=isolated,
+        quota_bytes=quota_bytes,
+        description=description,
+        default_retain=default_retain,
     )
     cli.output.result(_namespace_json(ns) | {"metastore": metastore}, _print_created)
 
@@ -216,14 +236,21 @@ def namespace_alter(
         str | None, typer.Option(help="New quota (500GiB, 1.5TB, bytes), or 'none' to remove it")
     ] = None,
     description: Annotated[str | None, typer.Option(help="New description")] = None,
+    retain: NamespaceRetainOption = None,
     _json: JsonFlag = False,
 ) -> None:
-    """Change a namespace's isolation, quota or description."""
-    if isolated is None and quota is None and description is None:
-        raise UserInputError("nothing to change: give --isolated/--not-isolated, --quota or --description")
+    """Change a namespace's isolation, quota, description or default retention."""
+    from metastore.retention import parse_retain
+
+    if isolated is None and quota is None and description is None and retain is None:
+        raise UserInputError(
+            "nothing to change: give --isolated/--not-isolated, --quota, --description or --retain"
+        )
     changes: dict[str, Any] = {"isolated": isolated, "description": description}
     if quota is not None:  # not given: unchanged; "none": removed
         changes["quota_bytes"] = _quota(quota)
+    if retain is not None:  # not given: unchanged; "none": removed
+        changes["default_retain"] = parse_retain(retain, follow=False)
     cli = cli_context(ctx)
     ns = cli.catalog().namespaces.alter(name, **changes)
     cli.output.result(_namespace_json(ns), _print_altered)
@@ -236,6 +263,7 @@ def _print_altered(out: TextOutput, info: dict[str, Any]) -> None:
         f"namespace [bold]{info['namespace']}[/]: "
         + ("isolated" if info["isolated"] else "not isolated")
         + f", quota {format_size(info['quota_bytes'])}"
+        + (f", tables keep partitions {info['retain']} unless they say" if info.get("retain") else "")
         + (f", {info['description']!r}" if info["description"] else ""),
         highlight=False,
     )

@@ -21,18 +21,21 @@ from streampart.cli.tables import (
     CheckpointIntervalOption,
     LogRetentionOption,
     MaxNewColumnsOption,
+    RetainOption,
     SchemaEvolutionOption,
     check_max_new_columns,
 )
 
 if TYPE_CHECKING:
+    from datetime import timedelta
+
     from metastore.catalog import Catalog
     from metastore.models import RecordedSchemaChange, Table
 
 _NOTHING = (
     "nothing to change: give --add-column 'NAME TYPE', --widen-column 'NAME TYPE', --schema-evolution MODE, "
-    "--max-new-columns N, --add-replica CLUSTER, --drop-replica CLUSTER, --checkpoint-interval N or "
-    "--log-retention DURATION"
+    "--max-new-columns N, --add-replica CLUSTER, --drop-replica CLUSTER, --checkpoint-interval N, "
+    "--log-retention DURATION or --retain DURATION|none|namespace"
 )
 
 
@@ -70,11 +73,13 @@ def table_alter(
     ] = None,
     checkpoint_interval: CheckpointIntervalOption = None,
     log_retention: LogRetentionOption = None,
+    retain: RetainOption = None,
     _json: JsonFlag = False,
 ) -> None:
     """Change a table's columns or schema evolution, its secondary clusters, or its Delta log schedule."""
     from metastore.delta.checkpoints import check_checkpoint_interval, check_log_retention
     from metastore.models import SchemaEvolution, parse_column_change
+    from metastore.retention import parse_retain
 
     add = [parse_column_change(c, "--add-column") for c in add_column or ()]
     widen = [parse_column_change(c, "--widen-column") for c in widen_column or ()]
@@ -83,7 +88,8 @@ def table_alter(
         check_max_new_columns(max_new_columns, 0)
     settings_change = evolution is not None or max_new_columns is not None
     log_change = checkpoint_interval is not None or log_retention is not None
-    if not (add or widen or settings_change or add_replica or drop_replica or log_change):
+    retain_to = parse_retain(retain) if retain is not None else None
+    if not (add or widen or settings_change or add_replica or drop_replica or log_change or retain):
         raise UserInputError(_NOTHING)
     if checkpoint_interval is not None:
         check_checkpoint_interval(checkpoint_interval)
@@ -94,10 +100,7 @@ def table_alter(
     cli = cli_context(ctx)
     catalog = cli.catalog()
     table = catalog.table(name)
-    for cluster in drop_replica or ():  # all checked first, so a typo changes nothing
-        catalog.replicas.get(table, cluster)
-    for cluster in add_replica or ():
-        catalog.replicas.check(table, cluster)
+    _check(catalog, table, add_replica or [], drop_replica or [], retain is not None, retain_to)
     change = catalog.schemas.alter(table, add, widen).change if add or widen else None
     for cluster in drop_replica or ():
         catalog.replicas.drop(table, cluster)
@@ -109,8 +112,12 @@ def table_alter(
         from metastore.delta.checkpoints import set_log_settings
 
         set_log_settings(catalog.load(table), checkpoint_interval, retention)
+    if retain is not None:
+        catalog.retention.set(table, retain_to)
     info = _altered(catalog, catalog.rebound(table), change)
     info |= {"added": list(add_replica or ()), "dropped": list(drop_replica or ())}
+    if retain is not None:
+        info["retention"] = _retention(catalog, catalog.rebound(table))
     cli.output.result(info, _print_altered)
 
 
@@ -128,6 +135,32 @@ def _altered(catalog: Catalog, table: Table, change: RecordedSchemaChange | None
         "schema_evolution": table.schema_evolution.value,
         "max_new_columns": table.max_new_columns,
         "delta_log": log_settings(catalog.load(table)).to_json(),
+    }
+
+
+def _check(
+    catalog: Catalog, table: Table, add: list[str], drop: list[str], retain: bool, retain_to: timedelta | None
+) -> None:
+    """Everything checked before anything changes, so a typo changes nothing."""
+    for cluster in drop:
+        catalog.replicas.get(table, cluster)
+    for cluster in add:
+        catalog.replicas.check(table, cluster)
+    if retain:
+        catalog.retention.check(table, retain_to)
+
+
+def _retention(catalog: Catalog, table: Table) -> dict[str, Any]:
+    """The table's retention now, and what the next expiry pass would remove (nothing is removed here)."""
+    from metastore.durations import format_duration
+    from scheduler.expiry import Expirer
+
+    retain, source = catalog.retention.of(table)
+    planned = Expirer(catalog).expire_table(table, dry_run=True)
+    return {
+        "retain": format_duration(retain) if retain is not None else None,
+        "source": source,
+        "would_expire": planned[0].to_json() if planned else None,
     }
 
 
@@ -160,3 +193,16 @@ def _print_altered(out: TextOutput, info: dict[str, Any]) -> None:
         f"{info['table']}: Delta checkpoint every {log['checkpoint_interval']} commits, "
         f"commit files kept {log['log_retention']}"
     )
+    retention = info.get("retention")
+    if retention is not None:
+        kept = retention["retain"] or "for ever"
+        where = " (its namespace's default)" if retention["source"] == "namespace" else ""
+        out.console.print(f"{info['table']}: keeps standard partitions {kept}{where}", highlight=False)
+        plan = retention["would_expire"]
+        if plan:
+            out.console.print(
+                f"{info['table']}: the next expiry pass (within scheduler.expiry_interval, or `streampart "
+                f"expire {info['table']}`) removes {len(plan['partitions'])} partition(s), {plan['rows']} "
+                f"rows, from {plan['partitions'][0][:19]} to {plan['partitions'][-1][:19]}",
+                highlight=False,
+            )

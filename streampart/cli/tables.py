@@ -83,6 +83,14 @@ DeadLetterOption = Annotated[
     bool,
     typer.Option(help="Send malformed records to NS.TABLE__dead_letter instead of failing the chunk"),
 ]
+RetainOption = Annotated[
+    str | None,
+    typer.Option(
+        help="Keep a standard partition this long after its period ends (90d, 12h), then expire it "
+        "(the roll daemon, or `streampart expire`); none: for ever; namespace: its namespace's "
+        "--retain [default: the namespace's]"
+    ),
+]
 ReplicateToOption = Annotated[
     str | None,
     typer.Option(help="Secondary clusters (C2,C3): each receives a copy of every rolled partition"),
@@ -106,6 +114,7 @@ def table_create(
         typer.Option(help="event-time: rows more than this ahead of the clock are bad records"),
     ] = "1d",
     max_age: MaxAgeOption = None,
+    retain: RetainOption = None,
     dead_letter: DeadLetterOption = False,
     partition_column: Annotated[
         str | None, typer.Option(help="Name of the partition column [default: <time-column>_period]")
@@ -132,6 +141,7 @@ def table_create(
         TableSpec,
         parse_schema,
     )
+    from metastore.retention import parse_retain
 
     # checked before anything is made: a bad value creates no table
     if checkpoint_interval is not None:
@@ -149,6 +159,7 @@ def table_create(
         late_data=choice(LateDataPolicy, late_data, "--late-data"),
         max_future=parse_duration(max_future, "--max-future"),
         max_age=parse_duration(max_age, "--max-age") if max_age is not None else None,
+        retain=parse_retain(retain) if retain is not None else None,
         dead_letter=dead_letter,
         cluster=cluster,
         schema_evolution=choice(SchemaEvolution, schema_evolution or "none", "--schema-evolution"),
@@ -342,6 +353,7 @@ def _print_described(out: TextOutput, info: dict[str, Any]) -> None:
             highlight=False,
             markup=False,
         )
+    _print_retention(out, info.get("retention"), link is not None)
     replicas = info.get("replicas") or []
     if replicas:
         out.console.print(f"primary cluster: {info['cluster']}")
@@ -355,6 +367,27 @@ def _print_described(out: TextOutput, info: dict[str, Any]) -> None:
     if link is not None:
         out.console.print("partitions it exposes now:")
     print_partitions(out, info["partitions"], clusters=bool(replicas))
+
+
+def _print_retention(out: TextOutput, retention: dict[str, Any] | None, link: bool) -> None:
+    if not retention or (retention["retain"] is None and not retention["expired"]["partitions"]):
+        return
+    whose = "its source keeps" if link else "keeps"
+    where = " (its namespace's default)" if retention["source"] == "namespace" else ""
+    text = (
+        f"retention: {whose} standard partitions {retention['retain']} after their period ends{where}"
+        if retention["retain"] is not None
+        else "retention: none (partitions are kept for ever)"
+    )
+    if retention["next_expiry"]:
+        text += f"; the next expires at {retention['next_expiry'][:19].replace('T', ' ')}"
+    expired = retention["expired"]
+    if expired["partitions"]:
+        text += (
+            f"\n{expired['partitions']} partition(s) expired by retention ({expired['oldest'][:19]} to "
+            f"{expired['newest'][:19]}), the last at {(expired['last_at'] or '')[:19]}: not listed"
+        )
+    out.console.print(text, highlight=False, markup=False)
 
 
 def print_partitions(out: TextOutput, partitions: list[dict[str, Any]], clusters: bool = False) -> None:

@@ -53,6 +53,7 @@ def unchanged(server: Server, table: Table, version: int) -> None:
     now = server.catalog.table(str(table.name))
     assert now.columns == table.columns
     assert (now.schema_evolution, now.max_new_columns) == (table.schema_evolution, table.max_new_columns)
+    assert now.retain == table.retain
     assert server.catalog.home(table).store.schema_changes(table.id) == []
 
 
@@ -94,6 +95,16 @@ def test_patch_of_settings_only_makes_no_schema_change(server: Server) -> None:
     assert int(DeltaTable(table.location).version()) == version
 
 
+def test_patch_sets_the_retention_and_get_shows_it(server: Server) -> None:
+    table = table_of(server, "alt.retained")
+    done = patch(server, table, {"retain": "90d"})
+    assert done.status_code == 200, done.text
+    assert done.json()["retention"]["retain"] == "90d" and done.json()["retention"]["source"] == "table"
+    assert server.catalog.table(str(table.name)).retain is not None
+    done = patch(server, table, {"retain": "none"})
+    assert done.status_code == 200 and done.json()["retention"]["retain"] is None, done.text
+
+
 # Each mistake: the status, the field named and what the one-line message says. Nothing changes.
 REFUSALS = [
     ({"widen_columns": ["qty SMALLINT"]}, 400, "body", "SMALLINT is narrower than INT"),
@@ -106,6 +117,10 @@ REFUSALS = [
     ({"max_new_columns": -1}, 422, "max_new_columns", "greater than or equal to 0"),
     ({"add_column": ["coupon STRING"]}, 422, "add_column", "Extra inputs are not permitted"),
     ({}, 400, "body", "nothing to change"),
+    ({"retain": "30m"}, 400, "retain", "retain 30m is shorter than"),
+    ({"retain": "soon"}, 400, "retain", "retain 'soon' is not a duration"),
+    # a bad retention stops the column change too
+    ({"add_columns": ["coupon STRING"], "retain": "1m"}, 400, "retain", "shorter than"),
     # a bad setting stops the column change too
     ({"add_columns": ["coupon STRING"], "schema_evolution": "x"}, 400, "schema_evolution", "give one of"),
 ]

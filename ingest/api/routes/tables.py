@@ -18,6 +18,7 @@ from ingest.api.errors import blame
 from ingest.api.models import AlteredTable, AlterTable, TableInfo, error_responses
 from metastore.errors import UserInputError
 from metastore.models import Column, Permission, SchemaEvolution, iso, parse_column_change
+from metastore.retention import parse_retain
 
 router = APIRouter(tags=["tables"])
 
@@ -65,7 +66,8 @@ def describe_table(namespace: str, table: str, who: Caller, st: State) -> dict[s
 )
 def alter_table(namespace: str, table: str, body: AlterTable, who: Caller, st: State) -> dict[str, Any]:
     """Add nullable columns (rows written before read null) and widen columns in place, as ``streampart
-    table alter --add-column/--widen-column`` does, and set ``schema_evolution`` and ``max_new_columns``.
+    table alter --add-column/--widen-column`` does, and set ``schema_evolution``, ``max_new_columns`` and
+    ``retain`` (as ``--retain``).
     Needs ``admin`` on the namespace. Answers the table as ``GET`` does, with ``schema_change``."""
     found = st.table_of(who, Permission.ADMIN, namespace, table)
     add = _columns(body.add_columns, "add_columns")
@@ -75,11 +77,17 @@ def alter_table(namespace: str, table: str, body: AlterTable, who: Caller, st: S
         with blame("schema_evolution"):
             evolution = _evolution(body.schema_evolution)
     settings = evolution is not None or body.max_new_columns is not None
-    if not (add or widen or settings):
+    if not (add or widen or settings or body.retain is not None):
         with blame("body"):
             raise UserInputError(
-                "nothing to change: give add_columns, widen_columns, schema_evolution or max_new_columns"
+                "nothing to change: give add_columns, widen_columns, schema_evolution, max_new_columns or "
+                "retain"
             )
+    retain = None
+    if body.retain is not None:
+        with blame("retain"):
+            retain = parse_retain(body.retain, "retain")
+            st.catalog.retention.check(found, retain)
     try:
         with blame("body"):
             change = (
@@ -87,6 +95,8 @@ def alter_table(namespace: str, table: str, body: AlterTable, who: Caller, st: S
             )
         if settings:
             st.catalog.schemas.set_evolution(found, evolution, body.max_new_columns)
+        if body.retain is not None:
+            st.catalog.retention.set(found, retain)
     finally:
         st.lookups.forget(found.name)
     info = st.catalog.describe(st.catalog.rebound(found))

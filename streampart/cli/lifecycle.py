@@ -1,0 +1,62 @@
+"""``streampart expire``: by hand, what the roll daemon's expiry pass does on its schedule (issue 30)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+from streampart.cli.context import cli_context
+from streampart.cli.output import TextOutput
+from streampart.cli.params import JsonFlag
+
+
+def expire(
+    ctx: typer.Context,
+    name: Annotated[str | None, typer.Argument(help="NAMESPACE.TABLE [default: every table]")] = None,
+    now: Annotated[
+        str | None, typer.Option(help="Expire what is due at this ISO-8601 time [default: now]")
+    ] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Only say what would expire")] = False,
+    _json: JsonFlag = False,
+) -> None:
+    """Expire the standard partitions whose retention (--retain) ran out: each table's in one Delta
+    commit. Queries pinned before it keep reading them; their files go later (housekeeping)."""
+    from metastore.models import parse_instant
+    from scheduler.expiry import Expirer
+
+    cli = cli_context(ctx)
+    settings = cli.settings()
+    catalog = cli.catalog()
+    if name:
+        tables = [catalog.table(name)]
+    else:
+        listed = catalog.list_tables()
+        if listed.warning():
+            cli.output.warn(str(listed.warning()))
+        tables = listed.merged()  # companions too: they keep what their main table keeps
+    at = parse_instant(now, "--now") if now else None
+    results = []
+    for table in tables:
+        home = catalog.home(table, write=not dry_run)
+        results += Expirer(home, settings.roll).expire_table(table, now=at, dry_run=dry_run)
+    cli.output.result(
+        {"tables": len(tables), "dry_run": dry_run, "expired": [r.to_json() for r in results]}, _print_expired
+    )
+
+
+def _print_expired(out: TextOutput, info: dict[str, Any]) -> None:
+    if not info["expired"]:
+        out.console.print(f"nothing to expire ({info['tables']} table(s) looked at)")
+    verb = "would expire" if info["dry_run"] else "expired"
+    for r in info["expired"]:
+        values = r["partitions"]
+        out.console.print(
+            f"{r['table']}: {verb} {len(values)} partition(s) past {r['retain']} retention, from "
+            f"{values[0][:19].replace('T', ' ')} to {values[-1][:19].replace('T', ' ')}: {r['rows']} rows, "
+            f"{r['files']} files, {r['bytes']} bytes"
+            + (f" (Delta version {r['version']})" if r["version"] is not None else "")
+            + (" (resumed)" if r["resumed"] else ""),
+            highlight=False,
+            markup=False,
+        )
