@@ -212,6 +212,7 @@ class TableStore(Database):
                 sa.update(s.links).where(s.links.c.source_table_id == table_id).values(source_table_id=None)
             )
             conn.execute(sa.delete(s.rolls).where(s.rolls.c.table_id == table_id))
+            conn.execute(sa.delete(s.expiries).where(s.expiries.c.table_id == table_id))
             conn.execute(sa.delete(s.chunks).where(s.chunks.c.table_id == table_id))
             conn.execute(sa.delete(s.partitions).where(s.partitions.c.table_id == table_id))
             conn.execute(sa.delete(s.tables).where(s.tables.c.id == table_id))

@@ -8,7 +8,7 @@ What ``metastore/moves.py`` does to each of the two metastores of a move, one ca
 - :meth:`TransferStore.export_table` reads one table's rows (one read transaction: one snapshot),
   :meth:`TransferStore.import_table` writes them with **new row ids** (each metastore numbers its
   own rows), remapping every foreign key — partitions of rolls and of partition copies, the table
-  of every row (its schema history's too) — in one transaction per table; chunk and roll ids
+  of every row (its schema history's and expiries' too) — in one transaction per table; chunk and roll ids
   (UUIDs) and the table's uid are kept, so an idempotency key retried after the move finds its
   chunk, and links find the table;
 - :meth:`TransferStore.copy_namespace_row` and :meth:`TransferStore.import_links` do the same for
@@ -29,7 +29,7 @@ from sqlalchemy.engine import Connection
 
 from metastore import schema as s
 from metastore.errors import ConflictError, NotFoundError
-from metastore.models import Chunk, ChunkState, RollState
+from metastore.models import Chunk, ChunkState, ExpiryState, RollState
 from metastore.store.chunks import chunk_from_row
 from metastore.store.engine import Database, _db, _new_id, _now
 from metastore.store.namespaces import lock_namespace
@@ -52,6 +52,7 @@ class TableRows:
     replicas: list[dict[str, Any]] = field(default_factory=list)
     partition_copies: list[dict[str, Any]] = field(default_factory=list)
     schema_changes: list[dict[str, Any]] = field(default_factory=list)
+    expiries: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def name(self) -> str:
@@ -71,6 +72,7 @@ class TableRows:
                 self.replicas,
                 self.partition_copies,
                 self.schema_changes,
+                self.expiries,
             )
         )
 
@@ -175,6 +177,7 @@ class TransferStore(Database):
                 replicas=_rows(conn, s.replicas, s.replicas.c.table_id == table_id),
                 partition_copies=_rows(conn, s.partition_copies, s.partition_copies.c.table_id == table_id),
                 schema_changes=_rows(conn, s.schema_changes, s.schema_changes.c.table_id == table_id),
+                expiries=_rows(conn, s.expiries, s.expiries.c.table_id == table_id),
             )
 
     def export_namespace_row(self, namespace: str) -> dict[str, Any]:
@@ -210,8 +213,8 @@ class TransferStore(Database):
     ) -> int:
         """Write ``rows`` (of another metastore) here with new row ids, in one transaction; the new id.
 
-        Unfinished rolls and partition copies come with their leases ended: their roller or copier
-        was fenced out of the source, so any may resume them here at once (both resume from any step).
+        Unfinished rolls, expiries and partition copies come with their leases ended: their owner was
+        fenced out of the source, so any may resume them here at once (each resumes from any step).
         """
         tick = progress or (lambda n: None)
         released = _db(now or _now())
@@ -241,6 +244,16 @@ class TransferStore(Database):
                 (s.schema_changes, rows.schema_changes),  # in id order: the history keeps its order
             ):
                 _insert_batches(conn, kind, (_without_id(r, table_id=table_id) for r in source), tick)
+            _insert_batches(
+                conn,
+                s.expiries,  # (its partitions are named by value: nothing to remap)
+                (
+                    {**e, "table_id": table_id}
+                    | ({"lease_until": released} if e["state"] != ExpiryState.DONE.value else {})
+                    for e in rows.expiries
+                ),
+                tick,
+            )
             _insert_batches(conn, s.replicas, ({**r, "table_id": table_id} for r in rows.replicas), tick)
             _insert_batches(
                 conn,
@@ -280,6 +293,7 @@ class TransferStore(Database):
             )
             for kind in (
                 s.schema_changes,
+                s.expiries,
                 s.partition_copies,
                 s.replicas,
                 s.roll_attempts,

@@ -37,7 +37,16 @@ from metastore.errors import (
 )
 from metastore.federation import PRIMARY
 from metastore.links import LinkMode, LinkSpec
-from metastore.models import Mode, MoveStep, RollOutcome, Table, TableName, parse_column_change, plan_alter
+from metastore.models import (
+    Mode,
+    MoveStep,
+    PartitionState,
+    RollOutcome,
+    Table,
+    TableName,
+    parse_column_change,
+    plan_alter,
+)
 from metastore.moves import MoveReport
 from metastore.store import Metastore
 from scheduler.roll import Roller
@@ -95,6 +104,7 @@ def held(store: Metastore, namespace: str) -> dict[str, Any]:
         out["replicas"] = mapped(by_table(s.replicas))
         out["partition_copies"] = mapped(by_table(s.partition_copies), ("lease_until",))
         out["schema_changes"] = mapped(by_table(s.schema_changes), ("id",))
+        out["expiries"] = mapped(by_table(s.expiries), ("lease_until",))
         links = _select(conn, s.links, s.links.c.namespace == namespace)
         # a link names its source by uid; by row id too only where the source lives in the same metastore
         out["links"] = mapped(links, ("id", "source_table_id"))
@@ -165,7 +175,15 @@ def _fill(catalog: Catalog, tmp_path: Path) -> None:
         static.model_copy(update={"partitions": (catalog.store.streaming_partition(src.id).value,)})
     )
     catalog.links.create(LinkSpec(name=TableName.parse("other.orders"), source=orders.name))
-    catalog.namespaces.alter("shop", quota_bytes=10**9, description="the shop")
+    catalog.namespaces.alter(
+        "shop", quota_bytes=10**9, description="the shop", default_retain=timedelta(days=9)
+    )
+    # retention: a table's own setting, and an expiry pass begun (its partition EXPIRING) but not done
+    old = catalog.retention.set(make_table(catalog, "shop.old"), timedelta(days=30))
+    ChunkWriter(catalog, old).write(records(range(5)), Format.JSONL, key="old")
+    Roller(catalog).roll_table(old, force=True)
+    [standard] = store.list_partitions(old.id, [PartitionState.STANDARD])
+    assert store.begin_expiry(old.id, [standard], "expirer", timedelta(minutes=1)) is not None
 
 
 def test_the_copy_holds_every_row_with_new_ids_and_the_source_none(
@@ -178,7 +196,7 @@ def test_the_copy_holds_every_row_with_new_ids_and_the_source_none(
     old_ids = {t.name: t.id for t in catalog.store.list_tables() if t.name.namespace == "shop"}
     report = catalog.namespaces.mover(grace_s=0).move("shop", "m2")
     assert report.links == 2 and set(report.tables) == {
-        "shop.orders", "shop.orders__dead_letter", "shop.clicks"
+        "shop.orders", "shop.orders__dead_letter", "shop.clicks", "shop.old"
     }  # fmt: skip
     m2 = catalog.on("m2").store
     after = held(m2, "shop")
