@@ -82,4 +82,4 @@ def test_a_bad_value_is_one_clear_error_that_changes_nothing(
     assert code == 1 and all(f in said for f in fragments), said
     assert _delta_conf(wh, "ns.t") == before
     code, said = _cli(wh, "table", "alter", "ns.t")
-    assert code == 1 and "--checkpoint-interval N or --log-retention DURATION" in said
+    assert code == 1 and "--checkpoint-interval N, --log-retention DURATION" in said
