@@ -13,6 +13,7 @@ two could disagree after a crash, the Delta log decides.
 from __future__ import annotations
 
 import json
+import time
 import urllib.parse
 from datetime import datetime
 from typing import Any
@@ -37,6 +38,11 @@ SWEEP_KEY = "streampart.sweep"
 # names it under EXPIRE_KEY (its id; the commit's app transaction ``streampart.expire/<id>`` lets
 # it land once).
 EXPIRE_KEY = "streampart.expire"
+# A delete by predicate (ingest/deletes/deleter.py) seals under DELETE_KEY (its id), as a roll does
+# under ROLL_KEY, then rewrites the files holding matching rows in one commit whose commitInfo names
+# it under DELETED_KEY (its id; the app transaction ``streampart.delete/<id>`` lets it land once).
+DELETE_KEY = "streampart.delete"
+DELETED_KEY = "streampart.deleted"
 # In a commit's commitInfo: how many add and remove actions the commit holds. A commit file cut
 # at a line boundary (its commitInfo kept, later lines lost) still parses; this count is how its
 # readers see that it was cut (:func:`commit_file_damaged`).
@@ -47,15 +53,30 @@ ACTIONS_KEY = "streampart.actions"
 SCHEMA_KEY = "streampart.schema"
 
 
+# How often a load is tried again after its listing of the log showed a gap (see delta_table).
+LISTING_RETRIES = 3
+
+
 def delta_table(location: str, version: int | None = None) -> Any:
     """A delta-rs DeltaTable of the table at ``location`` (a path or an ``s3://`` URL), at
     ``version`` (default: the newest), with the storage options its store needs."""
     from deltalake import DeltaTable
+    from deltalake.exceptions import DeltaError
 
     options = storage.delta_options(location)
-    if version is None:
-        return DeltaTable(location, storage_options=options)
-    return DeltaTable(location, version=version, storage_options=options)
+    for attempt in range(LISTING_RETRIES + 1):
+        try:
+            if version is None:
+                return DeltaTable(location, storage_options=options)
+            return DeltaTable(location, version=version, storage_options=options)
+        except DeltaError as exc:
+            # A directory listing taken while commits land may miss a file created during it (POSIX
+            # readdir promises nothing about entries added meanwhile): a gap that is not there. A
+            # gap that is (a lost commit file) stays, and is reported as damage.
+            if "contiguous" not in str(exc) or attempt == LISTING_RETRIES:
+                raise
+            time.sleep(0.01 * (attempt + 1))
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def log_dir(location: str) -> str:
