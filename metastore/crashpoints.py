@@ -34,6 +34,9 @@ POINTS = (
     "roll-before-finish",  # _SUCCESS written, partition not STANDARD
     "expire-after-begin",  # partitions EXPIRING and the expiry recorded, their files not removed
     "expire-after-commit",  # the Delta commit removing their files landed, the expiry not finished
+    "delete-after-begin",  # a delete recorded, the table not sealed
+    "delete-after-rewrite",  # the rewritten files written, not committed
+    "delete-after-commit",  # the delete's commit landed, the metastore not told
     "table-before-log",  # table recorded in the metastore, its Delta log not created
     "schema-before-log",  # ALTER: change recorded pending in the metastore, its metaData not committed
     "schema-after-log",  # ALTER: metaData committed to the Delta log, the metastore not finished

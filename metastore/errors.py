@@ -142,5 +142,10 @@ class NamespaceMovingError(RetriableError):
         self.retry_after = retry_after
 
 
+class DeleteBusyError(RetriableError):
+    """Another delete of the table runs now (one at a time per table); retry once it is done, or once
+    its process died and its lease lapsed (the next delete of the table resumes it first)."""
+
+
 class MoveBusyError(RetriableError):
     """Another mover process runs this namespace move now (one at a time); retry once it is done or dead."""

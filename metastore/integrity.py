@@ -40,6 +40,8 @@ from metastore.delta.checkpoints import last_checkpoint_version
 from metastore.delta.files import live_files, partition_dir_entries
 from metastore.delta.layout import SUCCESS_MARKER, partition_dir
 from metastore.delta.log import (
+    DELETE_KEY,
+    DELETED_KEY,
     EXPIRE_KEY,
     ROLL_KEY,
     commit_chunks,
@@ -106,6 +108,13 @@ def check_table(catalog: Catalog, table: Table) -> list[Problem]:
     live_paths = {f.path for f in files}
     for f in files:
         live_rows[f.partition] = live_rows.get(f.partition, 0) + f.rows
+    # files a delete replaced: on disk for older versions until housekeeping deletes them
+    replaced = {
+        path
+        for d in catalog.home(table).store.list_deletes(table.id, limit=1_000_000)
+        if d.reclaimed_at is None
+        for path in d.removed_files
+    }
     for p in catalog.partitions(table, [PartitionState.STANDARD]):
         directory = storage.join(table.location, partition_dir(table, p.value))
         where = f"standard partition {iso(p.value)}"
@@ -123,7 +132,11 @@ def check_table(catalog: Catalog, table: Table) -> list[Problem]:
                 )
             )
         for path in partition_dir_entries(table, p.value):
-            if path not in live_paths and not path.rsplit("/", 1)[-1].startswith("."):
+            if (
+                path not in live_paths
+                and path not in replaced
+                and not path.rsplit("/", 1)[-1].startswith(".")
+            ):
                 problems.append(
                     Problem(
                         name,
@@ -283,6 +296,7 @@ def _log_ahead(catalog: Catalog, table: Table, recorded: int, latest: int) -> li
     store = catalog.home(table).store
     unknown: list[str] = []
     expiries = {e.id for e in store.list_expiries(table.id, limit=1_000_000)}
+    deletes = {d.id for d in store.list_deletes(table.id, limit=1_000_000)}
     for version in range(recorded + 1, latest + 1):
         try:
             info = commit_info(table, version) or {}
@@ -308,6 +322,9 @@ def _log_ahead(catalog: Catalog, table: Table, recorded: int, latest: int) -> li
         expiry_id = info.get(EXPIRE_KEY)
         if expiry_id and str(expiry_id) not in expiries:
             unknown.append(f"version {version} is of expiry {expiry_id}, which the metastore does not hold")
+        delete_id = info.get(DELETE_KEY) or info.get(DELETED_KEY)
+        if delete_id and str(delete_id) not in deletes:
+            unknown.append(f"version {version} is of delete {delete_id}, which the metastore does not hold")
     if not unknown:
         return []
     more = f" (and {len(unknown) - 3} more)" if len(unknown) > 3 else ""

@@ -31,6 +31,8 @@ class CopyState(StrEnum):
     # its partition expired by retention: its files removed from the secondary's log (app
     # transaction version 2, so a stale copier's version-1 commit can never land after it)
     EXPIRED = "expired"
+    # a delete by predicate rewrote its partition since it was copied: not read there, copied again
+    STALE = "stale"
 
 
 class Replica(BaseModel):
@@ -69,6 +71,7 @@ class PartitionCopy(BaseModel):
     # recorded them); when the files on disk were last found to match
     file_digests: dict[str, str] | None = None
     verified_at: datetime | None = None
+    generation: int | None = None  # the partition's generation it was claimed at
 
 
 def not_present(partitions: Iterable[Partition], copies: Iterable[PartitionCopy]) -> list[Partition]:

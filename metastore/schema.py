@@ -79,6 +79,9 @@ partitions = Table(
     Column("expired_at", DateTime),
     Column("expired_version", BigInteger),
     Column("reclaimed_at", DateTime),
+    # How many deletes by predicate rewrote it since it rolled (migration 0017): a copy on a
+    # secondary is present only at the generation it was copied at.
+    Column("generation", BigInteger, nullable=False, server_default="0"),
     UniqueConstraint("table_id", "value", name="uq_sp_partitions_value"),
     Index("ix_sp_partitions_state", "table_id", "state"),
 )
@@ -302,6 +305,8 @@ partition_copies = Table(
     # found to match (migration 0013): check and housekeeping's scrub compare the files with them
     Column("file_digests", JSON),
     Column("verified_at", DateTime),
+    # the partition's generation when this copy was claimed (migration 0017; None: before deletes)
+    Column("generation", BigInteger),
     Index("ix_sp_partition_copies_table", "table_id", "cluster"),
 )
 
@@ -444,4 +449,34 @@ expiries = Table(
     Column("files", BigInteger),
     Column("error", Text),
     Index("ix_sp_expiries_state", "table_id", "state"),
+)
+
+# Deletes by predicate (migration 0017, issue 30; ingest/deletes/deleter.py): PENDING (begun, the table
+# sealed, its rewrite planned at read_version), COMMITTED (the commit removing the matching rows
+# landed at commit_version), DONE (the partitions' counts updated).
+deletes = Table(
+    "sp_deletes",
+    metadata,
+    Column("id", String(36), primary_key=True),
+    Column("table_id", Integer, ForeignKey("sp_tables.id", ondelete="CASCADE"), nullable=False),
+    Column("predicate", Text, nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("requested_by", String(256), nullable=False),
+    Column("started_at", DateTime, nullable=False),
+    Column("finished_at", DateTime),
+    Column("owner", String(64)),
+    Column("lease_until", DateTime),
+    Column("seal_version", BigInteger),
+    Column("read_version", BigInteger),
+    Column("commit_version", BigInteger),
+    Column("rows", BigInteger),
+    Column("files_removed", BigInteger),
+    Column("files_added", BigInteger),
+    Column("partitions", JSON),
+    # the paths its commit removed (still on disk for older versions), and when housekeeping
+    # deleted them (once no readable version lists them and the retention passed)
+    Column("removed_files", JSON),
+    Column("reclaimed_at", DateTime),
+    Column("error", Text),
+    Index("ix_sp_deletes_state", "table_id", "state"),
 )

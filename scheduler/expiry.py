@@ -178,24 +178,25 @@ class Expirer:
         return store.finish_expiry(expiry, self.owner)
 
     def _expire_copies(self, table: Table, expiry: Expiry) -> None:
-        """Remove the expired partitions from each secondary's log too (one commit per secondary,
-        each partition's app transaction at version 2: at most once, and never under a stale copier's
-        version 1), then record those copies EXPIRED."""
+        """Remove the expired partitions from each secondary's log too (one commit per secondary;
+        each partition's app transaction one past any copy of it: at most once, and never under a
+        stale copier's), then record those copies EXPIRED."""
         store, wh = self.catalog.store, self.catalog.warehouse
         values = set(expiry.partitions)
+        generation = {p.value: p.generation for p in store.list_partitions(table.id) if p.value in values}
         for replica in self.catalog.replicas.list(table):
             present = [
                 c.partition_value
-                for c in store.list_copies(table.id, replica.cluster, CopyState.PRESENT)
-                if c.partition_value in values
+                for c in store.list_copies(table.id, replica.cluster)
+                if c.partition_value in values and c.state in (CopyState.PRESENT, CopyState.STALE)
             ]
             if not present:
                 continue
             target = replica_table(table, replica)
             for attempt in range(COMMIT_ATTEMPTS):
                 secondary = wh.load(target)
-                txns = [app_id(partition_dir(table, v)) for v in present]
-                pending = [(t, 2) for t in txns if secondary.transaction_version(t) != 2]
+                txns = [(app_id(partition_dir(table, v)), generation[v] + 2) for v in present]
+                pending = [(t, n) for t, n in txns if (secondary.transaction_version(t) or 0) < n]
                 if not pending:
                     break
                 files = [f for f in live_files(secondary) if f.partition in values]

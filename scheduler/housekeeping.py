@@ -16,7 +16,7 @@
 - scrub replicas: read back a few present copies on secondaries each pass (those not verified for
   a day, least recently verified first) and compare each file's SHA-256 with the one verified
   when it was copied; a copy that differs is no longer present — queries stop reading it there —
-  and the next copy pass copies it again (:func:`scheduler.replication.scrub`).
+  and the next copy pass copies it again (:func:`scheduler.replica_scrub.scrub`).
 
 Each table is handled on its own: a failure is reported for that table and the others go on.
 """
@@ -47,7 +47,7 @@ from metastore.errors import NotFoundError
 from metastore.logs import event
 from metastore.models import ChunkState, PartitionState, Table
 from scheduler.config import HousekeepingConfig
-from scheduler.replication import scrub
+from scheduler.replica_scrub import scrub
 
 log = logging.getLogger("streampart.scheduler")
 
@@ -74,6 +74,7 @@ class HousekeepingReport:
     holders_pruned: int = 0  # lapsed commit-holder leases deleted
     requests_pruned: int = 0  # Kafka ingest jobs' requests, applied longer ago than the history kept
     partitions_reclaimed: int = 0  # expired partitions whose files were deleted
+    deleted_files_reclaimed: int = 0  # files a delete by predicate replaced, deleted
     errors: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
@@ -118,6 +119,7 @@ class Housekeeper:
             try:
                 report.files_removed += self.remove_files(table, now)
                 report.partitions_reclaimed += self.reclaim_expired(table, now)
+                report.deleted_files_reclaimed += self.reclaim_deleted(table, now)
                 version = self.checkpoint(table)
                 if version is not None:
                     report.checkpoints[str(table.name)] = version
@@ -277,6 +279,25 @@ class Housekeeper:
                 partitions=len(due),
             )
         return len(due)
+
+    def reclaim_deleted(self, table: Table, now: datetime) -> int:
+        """Delete the files deletes by predicate replaced, on the same rule as expired partitions'
+        (no readable version lists them, the retention passed since); how many."""
+        store = self.catalog.store
+        done = store.reclaimable_deletes(
+            table.id, oldest_readable_version(table), now - self.config.retention
+        )
+        if not done:
+            return 0
+        live = {f.path for f in live_files(self.catalog.warehouse.load(table))}  # never one listed now
+        gone = 0
+        for d in done:
+            for path in d.removed_files:
+                if path not in live:
+                    remove_file(table, path)
+                    gone += 1
+            store.mark_delete_reclaimed(d, now)
+        return gone
 
     # -- Delta log -----------------------------------------------------------------------------
     def checkpoint(self, table: Table) -> int | None:

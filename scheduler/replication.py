@@ -68,7 +68,7 @@ from metastore.replicas import (
 )
 from scheduler.config import ReplicationConfig
 from scheduler.errors import ReplicationAbandonedError, ReplicationFailedError
-from scheduler.file_copies import CopyMismatchError, copy_verified, sha256_of
+from scheduler.file_copies import CopyMismatchError, copy_verified
 from scheduler.replica_schema import commit_copy
 from scheduler.roll import owner_id
 from scheduler.spark_compaction import SparkFactory
@@ -248,7 +248,10 @@ class Replicator:
             with contextlib.suppress(StreampartError):
                 self.catalog.store.release_copy(copy, self.owner)
             raise
-        except ConflictError as exc:  # lost the claim to another copier (we were too slow), or dropped
+        except ConflictError as exc:  # lost the claim to another copier (we were too slow), or dropped,
+            # or a delete rewrote the partition meanwhile: let it go, so the next pass copies it again
+            with contextlib.suppress(StreampartError):
+                self.catalog.store.release_copy(copy, self.owner)
             raise ReplicationAbandonedError(
                 f"copy of {iso(partition.value)} to {replica.cluster}: {exc}"
             ) from exc
@@ -274,13 +277,17 @@ class Replicator:
         files = self._source_files(table, partition.value, source)
         secondary = self.catalog.warehouse.load(target)
         attempt = uuid.uuid4().hex[:8]
-        if secondary.transaction_version(app_id(pdir)) is None:
+        have, want = secondary.transaction_version(app_id(pdir)), (copy.generation or 0) + 1
+        if have is None or have < want:  # never committed there, or a delete rewrote it since
             copy, digests, written = self._copy_files(
                 table, partition, replica, copy, target, files, attempt, progress
             )
             self._step("replica-before-commit")
-            columns = columns_of(source, str(table.name))
-            version = self._commit(target, columns, files, partition.value, pdir)
+            if have is None:
+                columns = columns_of(source, str(table.name))
+                version = self._commit(target, columns, files, partition.value, pdir)
+            else:
+                version = self._recommit(target, files, partition.value, pdir, want)
             self._step("replica-after-commit")
         else:
             version = self._committed(target, pdir)
@@ -356,6 +363,30 @@ class Replicator:
             )
         except ConflictError:  # another copier's commit of the same partition won the race
             if wh.load(target).transaction_version(app_id(pdir)) is None:
+                raise
+            return self._committed(target, pdir)
+
+    def _recommit(self, target: Table, files: list[LiveFile], value: datetime, pdir: str, want: int) -> int:
+        """The partition's files as a delete left them, in place of the secondary's older copy: one
+        commit swapping the files that differ, its app transaction at version ``want`` (once)."""
+        wh = self.catalog.warehouse
+        secondary = wh.load(target)
+        old = [f for f in live_files(secondary) if f.partition == value]
+        known, wanted = {f.path for f in old}, {f.path for f in files}
+        removes = [f for f in old if f.path not in wanted]
+        adds = [(f.path, value, f.rows) for f in files if f.path not in known]
+        try:
+            return wh.replace_files(
+                secondary,
+                target,
+                removes,
+                adds,
+                {REPLICA_KEY: pdir},
+                data_change=True,
+                txns=[(app_id(pdir), want)],
+            )
+        except ConflictError:  # another copier's commit of this generation won the race
+            if (wh.load(target).transaction_version(app_id(pdir)) or 0) < want:
                 raise
             return self._committed(target, pdir)
 
@@ -489,77 +520,6 @@ class Replicator:
             retry_at=retry_at,
         )
         return error
-
-
-@dataclass(frozen=True)
-class ScrubFinding:
-    """A present copy whose files differ from what was verified when it was copied."""
-
-    table: str
-    cluster: str
-    partition: str
-    path: str
-    error: str
-
-
-def scrub(
-    catalog: Catalog,
-    table: Table,
-    verified_before: datetime | None = None,
-    limit: int = 4,
-) -> tuple[int, list[ScrubFinding]]:
-    """Verify present copies of ``table`` on its secondaries against their recorded SHA-256s.
-
-    Up to ``limit`` copies not verified since ``verified_before`` (default: a day ago), least
-    recently verified first; each file of the copy is read and hashed. A copy whose file is missing
-    or differs (a flipped byte: same size, other digest) is *invalidated* — no longer present,
-    so queries on that secondary stop reading the partition (they fall back to the primary) and
-    the next copy pass copies it again, replacing the damaged file (``copy_verified``). A copy
-    made before digests were recorded is compared with the primary's files, and its digests
-    recorded. Returns how many copies were verified, and what was found.
-    """
-    store = catalog.home(table).store
-    verified_before = verified_before or clock.now() - timedelta(days=1)
-    replicas = {r.cluster: r for r in catalog.replicas.list(table)}
-    checked, found = 0, []
-    for copy in store.copies_to_verify(table.id, verified_before, limit):
-        replica = replicas.get(copy.cluster)
-        if replica is None:
-            continue
-        expected = copy.file_digests
-        if expected is None:  # copied before digests were recorded: the primary's files say
-            primary = [f for f in live_files(catalog.load(table)) if f.partition == copy.partition_value]
-            expected = {f.path: sha256_of(storage.join(table.location, f.path))[1] for f in primary}
-        problem = None
-        for path, digest in sorted(expected.items()):
-            where = storage.join(replica.location, path)
-            try:
-                actual = sha256_of(where)[1]
-            except FileNotFoundError:
-                problem = (path, f"file {where} is missing")
-                break
-            if actual != digest:
-                problem = (
-                    path,
-                    f"file {where} has SHA-256 {actual}, but {digest} was verified when it was copied",
-                )
-                break
-        checked += 1
-        if problem is None:
-            store.copy_verified(copy, expected)
-            continue
-        error = (
-            f"replica on {copy.cluster}: partition {iso(copy.partition_value)} of {table.name}: "
-            f"{problem[1]}; no longer read there, and copied again by the next copy pass"
-        )
-        if store.invalidate_copy(copy, error):
-            found.append(
-                ScrubFinding(str(table.name), copy.cluster, iso(copy.partition_value), problem[0], error)
-            )
-            event(log, logging.WARNING, "replica.damaged", "a replica file differs from its verified digest",
-                  table=str(table.name), cluster=copy.cluster, partition=iso(copy.partition_value),
-                  path=problem[0], error=error)  # fmt: skip
-    return checked, found
 
 
 def partition_checksum(files: Sequence[LiveFile], digests: dict[str, str]) -> str:

@@ -26,7 +26,7 @@ from ingest.api.docs import serve_docs
 from ingest.api.handlers import install_error_handlers
 from ingest.api.lookups import TableLookups
 from ingest.api.metrics import ApiMetrics, MetricsMiddleware
-from ingest.api.routes import chunks, events, federation, ingest_jobs, namespaces, ops, tables
+from ingest.api.routes import chunks, deletes, events, federation, ingest_jobs, namespaces, ops, tables
 from ingest.api.state import ApiState
 from ingest.config import ChunkConfig
 from ingest.login_guard import LoginGuard
@@ -82,6 +82,6 @@ def create_app(
     app.state.api = st
     app.add_middleware(MetricsMiddleware, metrics=st.metrics)
     install_error_handlers(app)
-    for routes in (chunks, events, tables, namespaces, federation, ingest_jobs, ops):
+    for routes in (chunks, events, tables, deletes, namespaces, federation, ingest_jobs, ops):
         app.include_router(routes.router)
     return app

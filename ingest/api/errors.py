@@ -25,6 +25,7 @@ from ingest.errors import (
 from metastore.errors import (
     AlreadyExistsError,
     ConflictError,
+    DeleteBusyError,
     FederationAccessError,
     IllegalTransitionError,
     IsolationError,
@@ -98,6 +99,7 @@ _MAP: list[tuple[type[BaseException], int, str, int | None]] = [
     # a chunk staged before another writer added one of its new fields as another type: upload again
     (SchemaConflictError, 409, "schema_conflict", None),
     (ConflictError, 409, "conflict", 1),
+    (DeleteBusyError, 409, "delete_busy", 5),
     (CommitTimeoutError, 503, "commit_timeout", 1),
     (NamespaceMovingError, 503, "namespace_moving", 1),
     (StorageFullError, 507, "storage_full", 5),

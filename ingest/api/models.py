@@ -302,6 +302,36 @@ class AlterTable(BaseModel):
     )
 
 
+class DeleteRows(BaseModel):
+    """``POST /v1/tables/{ns}/{t}/deletes``: delete the rows matching ``where``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    where: str = Field(
+        min_length=1,
+        max_length=100_000,
+        description="One SQL condition over the table's columns (user_id = 42): the rows it is true for go.",
+    )
+    all: bool = Field(False, description="Allow a condition that names no column (TRUE): every row goes.")
+    dry_run: bool = Field(False, description="Only count the rows and files it would touch.")
+
+
+class DeleteInfo(BaseModel):
+    table: str
+    where: str
+    rows: int = Field(description="Rows deleted (a dry run: that would be).")
+    files_removed: int
+    files_added: int
+    partitions: list[str] = Field(description="The partitions it rewrote.")
+    rows_read: int
+    files_read: int
+    delete: str | None = Field(description="The delete's id (null: a dry run).")
+    read_version: int | None = Field(description="The version whose rows it deleted; later rows stay.")
+    version: int | None = Field(description="The Delta version of its commit.")
+    dry_run: bool
+    resumed: bool = Field(description="An earlier delete of the table that had died, finished first.")
+
+
 class AlteredTable(TableInfo):
     """The answer of ``PATCH /v1/tables/{ns}/{t}``: the table as ``GET`` describes it, and its change."""
 

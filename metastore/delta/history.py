@@ -20,6 +20,8 @@ from typing import Any
 
 from metastore import storage
 from metastore.delta.log import (
+    DELETE_KEY,
+    DELETED_KEY,
     EXPIRE_KEY,
     ROLL_KEY,
     SCHEMA_KEY,
@@ -67,8 +69,10 @@ def version_info(table: Table, version: int) -> VersionInfo:
     roll = str(info[ROLL_KEY]) if info.get(ROLL_KEY) else (str(sweep).split("/")[0] if sweep else None)
     if chunks:
         kind = "chunks"
-    elif info.get(ROLL_KEY):
+    elif info.get(ROLL_KEY) or info.get(DELETE_KEY):
         kind = "seal"
+    elif info.get(DELETED_KEY):
+        kind = "delete"
     elif info.get(EXPIRE_KEY):
         kind = "expiry"
     elif sweep:

@@ -317,8 +317,9 @@ class Warehouse:
             )
         return self._committed_version(table, metadata, read_version)
 
-    def seal(self, table: Table, roll_id: str) -> int:
-        """Change the table's metadata so every commit prepared on an older snapshot fails.
+    def seal(self, table: Table, roll_id: str, key: str = ROLL_KEY) -> int:
+        """Change the table's metadata so every commit prepared on an older snapshot fails; the
+        commit names ``roll_id`` under ``key`` (a roll's; a delete's under DELETE_KEY).
 
         Returns:
             The version of the seal commit.
@@ -327,7 +328,7 @@ class Warehouse:
 
         dt = self.load(table)
         read_version = int(dt.version())
-        metadata = {ROLL_KEY: roll_id, SEAL_PROPERTY: f"{roll_id}/{uuid.uuid4().hex}"}
+        metadata = {key: roll_id, SEAL_PROPERTY: f"{roll_id}/{uuid.uuid4().hex}"}
         with commit_errors(table, "seal"):
             dt.alter.set_table_properties(
                 {SEAL_PROPERTY: metadata[SEAL_PROPERTY]},
@@ -345,24 +346,30 @@ class Warehouse:
         removes: Sequence[LiveFile],
         adds: Sequence[tuple[str, datetime, int]],
         metadata: dict[str, str],
+        data_change: bool = False,
+        app_id: str | None = None,
+        txns: Sequence[tuple[str, int]] = (),
     ) -> int:
-        """Swap files in one commit without changing data (``dataChange=false``): the sweep."""
+        """Swap files in one commit: without changing data (``dataChange=false``), the sweep; with
+        ``data_change``, a delete's rewrite (at most once with its ``app_id``), or a secondary's copy
+        of a partition a delete rewrote (``txns``: its app transaction at the copy's generation)."""
         from deltalake.transaction import RemoveAction
 
         now_ms = int(clock.now().timestamp() * 1000)
         actions: list[Any] = [
             RemoveAction(
                 f.path,
-                False,
+                data_change,
                 now_ms,
                 f.size,
                 {table.partition_column: partition_value_text(f.partition)},
             )
             for f in removes
         ]
-        actions += [self._add_action(table, p, part, rows, False) for p, part, rows in adds]
+        actions += [self._add_action(table, p, part, rows, data_change) for p, part, rows in adds]
         counted = {**metadata, ACTIONS_KEY: str(len(actions))}
-        return self._transact(dt, table, actions, counted, "sweep commit")
+        what = "delete commit" if data_change else "sweep commit"
+        return self._transact(dt, table, actions, counted, what, app_id, txns)
 
     def remove_partitions(
         self,

@@ -22,6 +22,7 @@ from metastore.models.evolution import (
 from metastore.models.ingest_jobs import IngestAction, IngestJobStatus, IngestRequest
 from metastore.models.lifecycles import (
     ChunkState,
+    DeleteState,
     ExpiryState,
     MoveStep,
     PartitionState,
@@ -44,6 +45,7 @@ from metastore.models.records import (
     Chunk,
     ChunkSummary,
     DaemonBeat,
+    Delete,
     Expiry,
     Lease,
     Move,
@@ -82,6 +84,8 @@ __all__ = [
     "ChunkSummary",
     "Column",
     "DaemonBeat",
+    "Delete",
+    "DeleteState",
     "Expiry",
     "ExpiryState",
     "IngestAction",

@@ -42,6 +42,14 @@ class ExpiryState(StrEnum):
     DONE = "done"  # its partitions EXPIRED
 
 
+class DeleteState(StrEnum):
+    """A delete by predicate (ingest/deletes/deleter.py): begun, its rewrite committed, finished."""
+
+    PENDING = "pending"  # the table sealed; its rewrite planned and written, maybe not committed
+    COMMITTED = "committed"  # the Delta commit removing the matching rows landed (commit_version)
+    DONE = "done"  # the partitions' rows, bytes and files counted anew
+
+
 class MoveStep(StrEnum):
     """How far a namespace move has come (see metastore/moves.py); recorded before each step."""
 
@@ -68,6 +76,10 @@ _TRANSITIONS: dict[type[StrEnum], set[tuple[StrEnum, StrEnum]]] = {
     ExpiryState: {
         (ExpiryState.PENDING, ExpiryState.COMMITTED),
         (ExpiryState.COMMITTED, ExpiryState.DONE),
+    },
+    DeleteState: {
+        (DeleteState.PENDING, DeleteState.COMMITTED),
+        (DeleteState.COMMITTED, DeleteState.DONE),
     },
     ChunkState: {
         (ChunkState.RESERVED, ChunkState.COMMITTING),

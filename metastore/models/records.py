@@ -11,7 +11,14 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from metastore.models.columns import Column
-from metastore.models.lifecycles import ChunkState, ExpiryState, MoveStep, PartitionState, RollState
+from metastore.models.lifecycles import (
+    ChunkState,
+    DeleteState,
+    ExpiryState,
+    MoveStep,
+    PartitionState,
+    RollState,
+)
 
 
 class Partition(BaseModel):
@@ -32,6 +39,7 @@ class Partition(BaseModel):
     expired_at: datetime | None = None
     expired_version: int | None = None
     reclaimed_at: datetime | None = None
+    generation: int = 0  # deletes by predicate that rewrote it since it rolled
 
 
 class StagedFile(BaseModel):
@@ -118,6 +126,32 @@ class Expiry(BaseModel):
     rows: int | None = None
     bytes: int | None = None
     files: int | None = None
+    error: str | None = None
+
+
+class Delete(BaseModel):
+    """One delete by predicate of one table (``sp_deletes``, ingest/deletes/deleter.py)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    table_id: int
+    predicate: str
+    state: DeleteState
+    requested_by: str
+    started_at: datetime
+    finished_at: datetime | None = None
+    owner: str | None = None
+    lease_until: datetime | None = None
+    seal_version: int | None = None
+    read_version: int | None = None
+    commit_version: int | None = None
+    rows: int | None = None
+    files_removed: int | None = None
+    files_added: int | None = None
+    partitions: tuple[datetime, ...] = ()
+    removed_files: tuple[str, ...] = ()
+    reclaimed_at: datetime | None = None
     error: str | None = None
 
 

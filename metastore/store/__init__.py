@@ -16,6 +16,7 @@ it (the way dagster splits run, event and schedule storage):
 - ``chunks``: chunks and their commit protocol
 - ``rolls``: rolls and their leases
 - ``expiries``: retention settings, expiry passes, the reclaiming of expired partitions' files
+- ``deletes``: deletes by predicate and their leases
 - ``leases``: leadership leases and fencing
 - ``history``: roll attempts, and chunk rows pruned into summaries
 - ``daemons``: the roll daemons' heartbeats (leader and standbys) and housekeeping passes
@@ -34,6 +35,7 @@ from __future__ import annotations
 from metastore.store.chunks import ChunkStore
 from metastore.store.clusters import ClusterStore
 from metastore.store.daemons import DaemonStore
+from metastore.store.deletes import DeleteStore
 from metastore.store.engine import SQLITE_BUSY_TIMEOUT_S, Database, default_url, normalize_url
 from metastore.store.expiries import ExpiryStore
 from metastore.store.federation import FederationStore
@@ -57,6 +59,7 @@ class Metastore(
     ChunkStore,
     RollStore,
     ExpiryStore,
+    DeleteStore,
     LeaseStore,
     HistoryStore,
     DaemonStore,

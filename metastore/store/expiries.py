@@ -226,15 +226,19 @@ class ExpiryStore(Database):
             return _read(conn, expiry.id)
 
     def expire_copies(self, table_id: int, cluster: str, values: Sequence[datetime]) -> int:
-        """The PRESENT copies on ``cluster`` of the table's partitions ``values`` become EXPIRED (their
-        files left the secondary's log); how many."""
+        """The copies on ``cluster`` of the table's partitions ``values`` whose files are in the
+        secondary's log (present or stale) become EXPIRED (those files left it); how many."""
         c, p = s.partition_copies.c, s.partitions.c
         ids = sa.select(p.id).where(p.table_id == table_id, p.value.in_([_db(v) for v in values]))
         with self.tx() as conn:
             return int(
                 conn.execute(
                     sa.update(s.partition_copies)
-                    .where(c.partition_id.in_(ids), c.cluster == cluster, c.state == CopyState.PRESENT.value)
+                    .where(
+                        c.partition_id.in_(ids),
+                        c.cluster == cluster,
+                        c.state.in_([CopyState.PRESENT.value, CopyState.STALE.value]),
+                    )
                     .values(state=CopyState.EXPIRED.value, lease_until=None)
                 ).rowcount
             )

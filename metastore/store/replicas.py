@@ -54,6 +54,7 @@ def copy_from_row(row: Any) -> PartitionCopy:
         copied_at=_out(m["copied_at"]),
         file_digests=m["file_digests"],
         verified_at=_out(m["verified_at"]),
+        generation=m["generation"],
     )
 
 
@@ -102,6 +103,7 @@ def _owned_by(owner: str) -> Precondition:
 
 
 _COPYING = state_in(s.partition_copies.c.state, [CopyState.COPYING])
+_CLAIMABLE = state_in(s.partition_copies.c.state, [CopyState.COPYING, CopyState.STALE])
 
 
 def extend_copy_leases(conn: Connection, owner: str, now: datetime, until: datetime) -> int:
@@ -233,9 +235,11 @@ class ReplicaStore(Database):
             if fence is not None:
                 check_fence(conn, fence, now)
             fence_table(conn, partition.table_id, self.label)  # not while its namespace moves
-            state = conn.execute(
-                sa.select(s.partitions.c.state).where(s.partitions.c.id == partition.id)
-            ).scalar()
+            state, generation = conn.execute(
+                sa.select(s.partitions.c.state, s.partitions.c.generation).where(
+                    s.partitions.c.id == partition.id
+                )
+            ).one_or_none() or (None, 0)
             if state != PartitionState.STANDARD.value:
                 raise ConflictError(
                     f"partition {iso(partition.value)} is {state or 'gone'}; "
@@ -248,7 +252,7 @@ class ReplicaStore(Database):
             ).first()
             if replica is None:
                 raise ConflictError(f"table #{partition.table_id} has no replica on {cluster} (any more)")
-            values = {"owner": owner, "lease_until": _db(now + lease)}
+            values = {"owner": owner, "lease_until": _db(now + lease), "generation": generation}
             if conn.execute(sa.select(c.state).where(_copy_key(partition.id, cluster))).first() is None:
                 conn.execute(
                     sa.insert(s.partition_copies).values(
@@ -267,8 +271,8 @@ class ReplicaStore(Database):
                     s.partition_copies,
                     _copy_key(partition.id, cluster),
                     f"the copy of partition {iso(partition.value)} on {cluster}",
-                    [_COPYING, _ours_or_lapsed(owner, now)],
-                    values,
+                    [_CLAIMABLE, _ours_or_lapsed(owner, now)],
+                    {**values, "state": CopyState.COPYING.value},
                     gone=ConflictError,
                 )
             return _read_copy(conn, partition.id, cluster)
@@ -292,6 +296,14 @@ class ReplicaStore(Database):
         now = now or _now()
         with self.tx() as conn:
             fence_table(conn, copy.table_id, self.label)  # not while its namespace moves
+            generation = conn.execute(
+                sa.select(s.partitions.c.generation).where(s.partitions.c.id == copy.partition_id)
+            ).scalar()
+            if (generation or 0) != (copy.generation or 0):
+                raise ConflictError(
+                    f"{_subject(copy)}: a delete rewrote the partition while it was copied (generation "
+                    f"{copy.generation or 0}, now {generation}); it is copied again"
+                )
             guarded_update(
                 conn,
                 s.partition_copies,

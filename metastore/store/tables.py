@@ -86,6 +86,7 @@ def partition_from_row(row: Any) -> Partition:
         expired_at=_out(m["expired_at"]),
         expired_version=m["expired_version"],
         reclaimed_at=_out(m["reclaimed_at"]),
+        generation=m["generation"],
     )
 
 
@@ -213,6 +214,7 @@ class TableStore(Database):
             )
             conn.execute(sa.delete(s.rolls).where(s.rolls.c.table_id == table_id))
             conn.execute(sa.delete(s.expiries).where(s.expiries.c.table_id == table_id))
+            conn.execute(sa.delete(s.deletes).where(s.deletes.c.table_id == table_id))
             conn.execute(sa.delete(s.chunks).where(s.chunks.c.table_id == table_id))
             conn.execute(sa.delete(s.partitions).where(s.partitions.c.table_id == table_id))
             conn.execute(sa.delete(s.tables).where(s.tables.c.id == table_id))
@@ -220,8 +222,8 @@ class TableStore(Database):
     def newest_version(self, table_id: int) -> int:
         """The newest Delta version at which the metastore recorded a commit of the table (-1: none).
 
-        Committed chunks, seals, sweeps and expiries: the Delta log must reach at least this far. (Chunks
-        pruned into summaries are older than their partition's sweep, which stays recorded.)
+        Committed chunks, seals, sweeps, expiries and deletes: the Delta log must reach at least this
+        far. (Chunks pruned into summaries are older than their partition's sweep, which stays recorded.)
         """
         with self.read_tx() as conn:
             chunk = conn.execute(
@@ -229,11 +231,17 @@ class TableStore(Database):
                     s.chunks.c.table_id == table_id, s.chunks.c.state == ChunkState.COMMITTED.value
                 )
             ).scalar()
-            e = s.expiries.c
-            expiry = sa.select(sa.func.max(e.commit_version)).where(e.table_id == table_id).scalar_subquery()
+            e, d = s.expiries.c, s.deletes.c
+            expiry = sa.select(sa.func.max(e.commit_version)).where(e.table_id == table_id)
+            sealed = sa.select(sa.func.max(d.seal_version)).where(d.table_id == table_id)
+            deleted = sa.select(sa.func.max(d.commit_version)).where(d.table_id == table_id)
             rolled = conn.execute(  # (one statement: this is on every chunk commit's path)
                 sa.select(
-                    sa.func.max(s.rolls.c.seal_version), sa.func.max(s.rolls.c.sweep_version), expiry
+                    sa.func.max(s.rolls.c.seal_version),
+                    sa.func.max(s.rolls.c.sweep_version),
+                    expiry.scalar_subquery(),
+                    sealed.scalar_subquery(),
+                    deleted.scalar_subquery(),
                 ).where(s.rolls.c.table_id == table_id)
             ).one()
         return max(v if v is not None else -1 for v in (chunk, *rolled))

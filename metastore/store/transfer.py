@@ -29,7 +29,7 @@ from sqlalchemy.engine import Connection
 
 from metastore import schema as s
 from metastore.errors import ConflictError, NotFoundError
-from metastore.models import Chunk, ChunkState, ExpiryState, RollState
+from metastore.models import Chunk, ChunkState, DeleteState, ExpiryState, RollState
 from metastore.store.chunks import chunk_from_row
 from metastore.store.engine import Database, _db, _new_id, _now
 from metastore.store.namespaces import lock_namespace
@@ -53,6 +53,7 @@ class TableRows:
     partition_copies: list[dict[str, Any]] = field(default_factory=list)
     schema_changes: list[dict[str, Any]] = field(default_factory=list)
     expiries: list[dict[str, Any]] = field(default_factory=list)
+    deletes: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def name(self) -> str:
@@ -73,6 +74,7 @@ class TableRows:
                 self.partition_copies,
                 self.schema_changes,
                 self.expiries,
+                self.deletes,
             )
         )
 
@@ -178,6 +180,7 @@ class TransferStore(Database):
                 partition_copies=_rows(conn, s.partition_copies, s.partition_copies.c.table_id == table_id),
                 schema_changes=_rows(conn, s.schema_changes, s.schema_changes.c.table_id == table_id),
                 expiries=_rows(conn, s.expiries, s.expiries.c.table_id == table_id),
+                deletes=_rows(conn, s.deletes, s.deletes.c.table_id == table_id),
             )
 
     def export_namespace_row(self, namespace: str) -> dict[str, Any]:
@@ -254,6 +257,16 @@ class TransferStore(Database):
                 ),
                 tick,
             )
+            _insert_batches(
+                conn,
+                s.deletes,
+                (
+                    {**d, "table_id": table_id}
+                    | ({"lease_until": released} if d["state"] != DeleteState.DONE.value else {})
+                    for d in rows.deletes
+                ),
+                tick,
+            )
             _insert_batches(conn, s.replicas, ({**r, "table_id": table_id} for r in rows.replicas), tick)
             _insert_batches(
                 conn,
@@ -294,6 +307,7 @@ class TransferStore(Database):
             for kind in (
                 s.schema_changes,
                 s.expiries,
+                s.deletes,
                 s.partition_copies,
                 s.replicas,
                 s.roll_attempts,

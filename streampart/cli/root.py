@@ -20,7 +20,7 @@ from streampart.cli.demo import demo
 from streampart.cli.federation import federation_app
 from streampart.cli.help import HelpGroup
 from streampart.cli.ingest_jobs import ingest_app
-from streampart.cli.lifecycle import expire
+from streampart.cli.lifecycle import delete, expire
 from streampart.cli.links import link_app
 from streampart.cli.namespaces import namespace_app
 from streampart.cli.query import query
@@ -57,7 +57,7 @@ app.command("serve")(serve)
 app.add_typer(token_app, name="token")
 app.command("sql-server")(sql_server)
 app.command("sql")(sql)
-for command in (write, roll, expire, query, housekeep, check, demo):
+for command in (write, roll, expire, delete, query, housekeep, check, demo):
     app.command()(command)
 
 

@@ -105,6 +105,7 @@ def held(store: Metastore, namespace: str) -> dict[str, Any]:
         out["partition_copies"] = mapped(by_table(s.partition_copies), ("lease_until",))
         out["schema_changes"] = mapped(by_table(s.schema_changes), ("id",))
         out["expiries"] = mapped(by_table(s.expiries), ("lease_until",))
+        out["deletes"] = mapped(by_table(s.deletes), ("lease_until",))
         links = _select(conn, s.links, s.links.c.namespace == namespace)
         # a link names its source by uid; by row id too only where the source lives in the same metastore
         out["links"] = mapped(links, ("id", "source_table_id"))
@@ -184,6 +185,7 @@ def _fill(catalog: Catalog, tmp_path: Path) -> None:
     Roller(catalog).roll_table(old, force=True)
     [standard] = store.list_partitions(old.id, [PartitionState.STANDARD])
     assert store.begin_expiry(old.id, [standard], "expirer", timedelta(minutes=1)) is not None
+    store.begin_delete(old.id, "id = 1", "admin", "deleter", timedelta(minutes=1))  # and a delete begun
 
 
 def test_the_copy_holds_every_row_with_new_ids_and_the_source_none(

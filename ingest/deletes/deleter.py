@@ -1,0 +1,304 @@
+"""Deletes by predicate (issue 30): ``streampart delete NS.T --where …`` and ``POST …/deletes``.
+
+A delete removes, in **one Delta commit**, every row that matches its predicate in the snapshot it
+read, from standard and streaming partitions alike: each file holding a match is replaced by one
+without it (``dataChange=true``). Its steps, recorded in ``sp_deletes`` (``metastore/store/deletes.py``):
+
+1. ``begin``: one delete per table at a time (another is ``DeleteBusyError``; one whose process died
+   is resumed by the next delete of the table, once its lease lapsed).
+2. ``seal``: a metadata commit, as a roll's: a rewrite attempt planned before it (this delete's own,
+   when it resumes one that died) can never commit, so its files may go.
+3. ``plan and rewrite`` at the newest version (:mod:`ingest.deletes.plan`); while a partition holding
+   a match is rolling, the delete waits for that roll (a roll counts its partition's rows).
+4. ``commit`` the removes and the rewritten files, at most once (app transaction
+   ``streampart.delete/<id>``). Delta refuses it when a concurrent commit removed one of the same
+   files (a roll's sweep, an expiry, a seal since the plan): then the delete plans again on the
+   newer snapshot. Chunk appends never conflict with it.
+5. ``finish``: the rewritten standard partitions counted anew (and their ``_SUCCESS``), the bytes it
+   freed in streaming partitions taken off the quota ledger.
+
+Rows committed after the snapshot it read — chunks landing while it runs — are not deleted: run
+the delete again for those. Files it replaced stay on disk for older versions (time travel) until
+housekeeping deletes them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from ingest.deletes.plan import Plan, candidates, rewrite, rewritten_version, staged_of
+from ingest.deletes.predicate import Predicate, parse_predicate
+from metastore.catalog import Catalog
+from metastore.crashpoints import crashpoint, pausepoint
+from metastore.delta.files import live_files, partition_dir_entries, remove_file, write_success_marker
+from metastore.delta.layout import parse_partition_value
+from metastore.delta.log import DELETE_KEY, DELETED_KEY, commit_actions
+from metastore.delta.staging import files as staged_files
+from metastore.errors import ConflictError, DeleteBusyError, StreampartError, UserInputError
+from metastore.models import Delete, DeleteState, PartitionState, Table, TableKind, iso
+
+# How often a delete plans again after Delta refused its commit (a concurrent roll, expiry or seal).
+COMMIT_ATTEMPTS = 10
+# How long a delete waits for a roll of a partition holding a match to finish.
+ROLL_WAIT_S = 120.0
+LEASE = timedelta(minutes=10)
+
+
+def delete_app_id(delete_id: str) -> str:
+    return f"streampart.delete/{delete_id}"
+
+
+@dataclass(frozen=True)
+class DeleteResult:
+    """What a delete removed (or, with ``dry_run``, would remove)."""
+
+    table: str
+    where: str
+    rows: int
+    files_removed: int
+    files_added: int
+    partitions: list[str]
+    rows_read: int = 0
+    files_read: int = 0
+    delete: str | None = None
+    read_version: int | None = None
+    version: int | None = None
+    dry_run: bool = False
+    resumed: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return self.__dict__.copy()
+
+
+def _owner() -> str:
+    suffix = f":{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    return socket.gethostname()[: 64 - len(suffix)] + suffix
+
+
+@dataclass
+class Deleter:
+    """Deletes rows of a catalog's tables by predicate; safe alongside writers, rollers and expiries."""
+
+    catalog: Catalog
+    owner: str = field(default_factory=_owner)
+    lease: timedelta = LEASE
+    roll_wait_s: float = ROLL_WAIT_S
+
+    def delete(
+        self,
+        table: Table,
+        where: str,
+        *,
+        all_rows: bool = False,
+        dry_run: bool = False,
+        requested_by: str = "cli",
+    ) -> list[DeleteResult]:
+        """Delete the rows of ``table`` matching ``where``; a delete of it that died is finished first
+        (its result comes first). ``dry_run``: only count them.
+
+        Raises:
+            UserInputError: a bad predicate, or a companion table; DeleteBusyError: another delete
+                of the table runs, or a roll holds a partition too long.
+        """
+        home = self.catalog.home(table, write=not dry_run)
+        if home is not self.catalog:
+            return Deleter(home, self.owner, self.lease, self.roll_wait_s).delete(
+                table, where, all_rows=all_rows, dry_run=dry_run, requested_by=requested_by
+            )
+        check_deletable(table)
+        predicate = parse_predicate(where, table.columns, allow_all=all_rows)
+        if dry_run:
+            return [self._dry_run(table, predicate)]
+        results = [self._resume(table, d) for d in self.catalog.store.list_deletes(table.id, unfinished=True)]
+        begun = self.catalog.store.begin_delete(table.id, where, requested_by, self.owner, self.lease)
+        return [*results, self._carry(table, begun, predicate)]
+
+    def _resume(self, table: Table, delete: Delete) -> DeleteResult:
+        try:
+            delete = self.catalog.store.claim_delete(delete, self.owner, self.lease)
+        except ConflictError as exc:
+            raise DeleteBusyError(f"another delete of {table.name} runs: {exc}") from None
+        return self._carry(
+            table, delete, parse_predicate(delete.predicate, table.columns, allow_all=True), True
+        )
+
+    def _dry_run(self, table: Table, predicate: Predicate) -> DeleteResult:
+        dt = self.catalog.load(table)
+        states = {p.value: p.state for p in self.catalog.partitions(table)}
+        files, _ = candidates(table, predicate, live_files(dt), states)
+        plan = rewrite(table, predicate, files, "", int(dt.version()), "", dry_run=True)
+        return self._result(table, predicate.text, plan, dry_run=True)
+
+    def _result(self, table: Table, where: str, plan: Plan, **more: Any) -> DeleteResult:
+        return DeleteResult(
+            table=str(table.name),
+            where=where,
+            rows=plan.rows,
+            files_removed=len(plan.removes),
+            files_added=len(plan.adds),
+            partitions=[iso(v) for v in plan.partitions],
+            rows_read=plan.rows_read,
+            files_read=plan.files_read,
+            read_version=plan.version,
+            **more,
+        )
+
+    def _step(self, name: str) -> None:
+        crashpoint(name)
+        pausepoint(name)
+
+    def _carry(
+        self, table: Table, delete: Delete, predicate: Predicate, resumed: bool = False
+    ) -> DeleteResult:
+        store, wh = self.catalog.store, self.catalog.warehouse
+        try:
+            self._step("delete-after-begin")
+            plan = Plan(delete.read_version or -1)
+            if delete.state is DeleteState.PENDING:
+                seal = wh.seal(table, delete.id, DELETE_KEY)  # fences every attempt planned before it
+                delete = store.record_delete(delete, self.owner, seal_version=seal)
+                if resumed:  # (a new delete has no earlier attempt)
+                    self._remove_leftovers(table, delete, seal)
+                plan, version = self._commit(table, delete, predicate)
+                delete = store.record_delete(
+                    delete, self.owner, state=DeleteState.COMMITTED.value, commit_version=version
+                )
+                self._step("delete-after-commit")
+            delete = self._finish(table, delete)
+        except (ConflictError, DeleteBusyError):
+            with contextlib.suppress(StreampartError):
+                store.release_delete(
+                    delete, self.owner, error="another process took it over, or a roll held it"
+                )
+            raise
+        except Exception as exc:
+            with contextlib.suppress(StreampartError):
+                store.release_delete(delete, self.owner, error=f"{type(exc).__name__}: {exc}")
+            raise
+        return DeleteResult(
+            table=str(table.name),
+            where=delete.predicate,
+            rows=delete.rows or 0,
+            files_removed=delete.files_removed or 0,
+            files_added=delete.files_added or 0,
+            partitions=[iso(v) for v in delete.partitions],
+            rows_read=plan.rows_read,
+            files_read=plan.files_read,
+            delete=delete.id,
+            read_version=delete.read_version,
+            version=delete.commit_version,
+            resumed=resumed,
+        )
+
+    def _commit(self, table: Table, delete: Delete, predicate: Predicate) -> tuple[Plan, int]:
+        """Plan, rewrite and commit (again after a refused commit); the plan and the commit's version."""
+        store, wh = self.catalog.store, self.catalog.warehouse
+        waited_since, refused = time.monotonic(), 0
+        while refused < COMMIT_ATTEMPTS:
+            dt = self.catalog.load(table)
+            if dt.transaction_version(delete_app_id(delete.id)) is not None:  # an earlier run's landed
+                found = wh.find_commit(table, DELETED_KEY, delete.id, -1)
+                if found is None:
+                    raise ConflictError(
+                        f"delete {delete.id}: its transaction is in the log, its commit is not"
+                    )
+                return Plan(delete.read_version or -1), found
+            states = {p.value: p.state for p in store.list_partitions(table.id)}  # after the snapshot
+            files, rolling = candidates(table, predicate, live_files(dt), states)
+            if rolling:
+                if time.monotonic() - waited_since > self.roll_wait_s:
+                    raise DeleteBusyError(
+                        f"partition(s) {', '.join(iso(v) for v in rolling)} of {table.name} are rolling and "
+                        f"did not finish within {self.roll_wait_s:.0f} s; run the delete again"
+                    )
+                time.sleep(0.5)
+                continue
+            version = int(dt.version())
+            plan = rewrite(table, predicate, files, delete.id, version, uuid.uuid4().hex[:8])
+            try:
+                self._step("delete-after-rewrite")
+                store.record_delete(
+                    delete,
+                    self.owner,
+                    read_version=version,
+                    rows=plan.rows,
+                    files_removed=len(plan.removes),
+                    files_added=len(plan.adds),
+                    partitions=plan.partitions,
+                    removed_files=[f.path for f in plan.removes],
+                )
+                delete = store.get_delete(delete.id)
+                metadata = {DELETED_KEY: delete.id}
+                landed = wh.replace_files(
+                    dt,
+                    table,
+                    plan.removes,
+                    plan.adds,
+                    metadata,
+                    data_change=True,
+                    app_id=delete_app_id(delete.id),
+                )
+                return plan, landed
+            except ConflictError:
+                plan.discard(table)  # never committed: nobody reads them
+                if store.get_delete(delete.id).owner != self.owner:
+                    raise
+                refused += 1
+        raise ConflictError(
+            f"delete of {table.name}: its commit was refused {COMMIT_ATTEMPTS} times; run it again"
+        )
+
+    def _remove_leftovers(self, table: Table, delete: Delete, seal: int) -> None:
+        """The files of this delete's attempts that can never commit: planned before our own seal
+        (standard partitions' files name their snapshot) and not in the newest snapshot."""
+        live = {f.path for f in live_files(self.catalog.warehouse.load(table))}
+        for p in self.catalog.partitions(table, [PartitionState.STANDARD]):
+            for path in partition_dir_entries(table, p.value):
+                v = rewritten_version(delete.id, path.rsplit("/", 1)[-1])
+                if v is not None and v < seal and path not in live:
+                    remove_file(table, path)
+        for rel, entry in staged_files(table):
+            if staged_of(delete.id, entry.name) and rel not in live:
+                remove_file(table, rel)  # (a staged rewrite's attempt: before our seal, as we sealed first)
+
+    def _finish(self, table: Table, delete: Delete) -> Delete:
+        """Count the rewritten standard partitions anew and free the streaming ones' quota; DONE."""
+        assert delete.commit_version is not None
+        freed: dict[datetime, int] = {}
+        for action in commit_actions(table, delete.commit_version) or []:
+            for kind, sign in (("remove", 1), ("add", -1)):
+                a = action.get(kind)
+                if a is not None:
+                    value = parse_partition_value(a["partitionValues"][table.partition_column])
+                    freed[value] = freed.get(value, 0) + sign * int(a.get("size") or 0)
+        states = {p.value: p.state for p in self.catalog.partitions(table)}
+        live = [
+            f for f in live_files(self.catalog.warehouse.load(table)) if f.partition in set(delete.partitions)
+        ]
+        standard: dict[datetime, tuple[int, int, int]] = {}
+        for value in delete.partitions:
+            if states.get(value) is PartitionState.STANDARD:
+                mine = [f for f in live if f.partition == value]
+                standard[value] = (sum(f.rows for f in mine), sum(f.size for f in mine), len(mine))
+                write_success_marker(
+                    table, value, {"table": str(table.name), "partition": iso(value), "delete": delete.id,
+                                   "rows": standard[value][0], "files": len(mine)},
+                )  # fmt: skip
+        others = {v: n for v, n in freed.items() if states.get(v) is not PartitionState.STANDARD}
+        return self.catalog.store.finish_delete(delete, self.owner, standard, others)
+
+
+def check_deletable(table: Table) -> None:
+    """A companion table takes no delete by predicate (its rows are the raw records of its main table)."""
+    if table.kind is not TableKind.MAIN:
+        raise UserInputError(
+            f"{table.name} is a {table.kind.value} table: delete its main table's rows instead (its raw "
+            "records are not deleted by predicate yet)"
+        )

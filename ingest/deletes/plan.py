@@ -1,0 +1,132 @@
+"""What a delete rewrites: the live files of one snapshot holding rows that match its predicate, and
+the rewritten files without those rows (ingest/deletes/deleter.py commits them).
+
+A file is read only if its partition may hold a match (:meth:`Predicate.partition_may_match` on the
+partition column) and its partition is one a delete touches: streaming, rolling or standard
+(expiring and expired ones are leaving the table). A partition that is rolling makes the plan
+wait: a roll records its partition's rows from its sweep, and a delete must not change them under
+it. A rewritten file keeps its partition's place: a standard partition's in the partition's
+directory (``del-<delete>-v<snapshot>-<attempt>-<k>.snappy.parquet``, never a name a sweep's
+leftover clean-up takes), a staged file beside the chunk's others (``<chunk id>-d<delete>-…``, so
+rolls and housekeeping still know its chunk). A file left with no row is removed, not rewritten.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import pyarrow as pa
+
+from ingest.deletes.predicate import Predicate
+from metastore.delta.files import LiveFile, read_file, remove_file, write_parquet
+from metastore.delta.layout import partition_dir, staged_dir
+from metastore.models import PartitionState, Table
+
+TOUCHED = (PartitionState.STREAMING, PartitionState.ROLLING, PartitionState.STANDARD)
+
+_MINE = re.compile(r"^del-([0-9a-f]{8})-v(\d+)-[0-9a-f]{8}-\d{5}\.snappy\.parquet$")
+
+
+@dataclass
+class Plan:
+    """One snapshot's rewrite: the files to remove, the files written in their place, what it deletes."""
+
+    version: int
+    removes: list[LiveFile] = field(default_factory=list)
+    adds: list[tuple[str, datetime, int]] = field(default_factory=list)
+    rows: int = 0  # rows deleted
+    rows_read: int = 0
+    files_read: int = 0
+    rolling: list[datetime] = field(default_factory=list)  # partitions a roll holds: wait for it
+
+    @property
+    def partitions(self) -> list[datetime]:
+        return sorted({f.partition for f in self.removes})
+
+    def discard(self, table: Table) -> None:
+        """Delete the files it wrote (never committed: nobody reads them)."""
+        for path, _, _ in self.adds:
+            remove_file(table, path)
+        self.adds = []
+
+
+def candidates(
+    table: Table, predicate: Predicate, files: Iterable[LiveFile], states: Mapping[datetime, PartitionState]
+) -> tuple[list[LiveFile], list[datetime]]:
+    """The files a delete must read, and the rolling partitions among theirs."""
+    out, rolling = [], set()
+    for f in files:
+        state = states.get(f.partition)
+        if state not in TOUCHED or not predicate.partition_may_match({table.partition_column: f.partition}):
+            continue
+        if state is PartitionState.ROLLING:
+            rolling.add(f.partition)
+        out.append(f)
+    return out, sorted(rolling)
+
+
+def _view(table: Table, predicate: Predicate, f: LiveFile, data: pa.Table) -> pa.Table:
+    """The file's rows with its partition column when the predicate names it (files lack it: the
+    partition's directory says it)."""
+    if table.partition_column not in predicate.columns or table.partition_column in data.column_names:
+        return data
+    value = pa.array([f.partition] * data.num_rows, pa.timestamp("us", tz="UTC"))
+    return data.append_column(table.partition_column, value)
+
+
+def rewrite(
+    table: Table,
+    predicate: Predicate,
+    files: Iterable[LiveFile],
+    delete_id: str,
+    version: int,
+    attempt: str,
+    dry_run: bool = False,
+) -> Plan:
+    """Read ``files`` (of snapshot ``version``) and write each that holds a match again without it
+    (``dry_run``: only count what would go)."""
+    plan = Plan(version)
+    try:
+        for f in files:
+            data = read_file(table, f.path)
+            view = _view(table, predicate, f, data)
+            plan.files_read += 1
+            plan.rows_read += data.num_rows
+            gone = view.filter(predicate.matches).num_rows if data.num_rows else 0
+            if not gone:
+                continue
+            plan.removes.append(f)
+            plan.rows += gone
+            kept = view.filter(predicate.keeps).select(data.column_names)
+            if kept.num_rows and not dry_run:
+                path = rewritten_name(table, f, delete_id, version, attempt, len(plan.adds))
+                write_parquet(table, path, kept)
+                plan.adds.append((path, f.partition, kept.num_rows))
+    except BaseException:
+        plan.discard(table)
+        raise
+    return plan
+
+
+def rewritten_name(table: Table, f: LiveFile, delete_id: str, version: int, attempt: str, k: int) -> str:
+    """Where the ``k``-th rewritten file of ``f`` goes (see the module's docstring)."""
+    if f.staged and f.chunk is not None:
+        return f"{staged_dir(table, f.partition)}/{f.chunk}-d{delete_id[:8]}-{attempt}-{k:05d}.parquet"
+    return (
+        f"{partition_dir(table, f.partition)}/del-{delete_id[:8]}-v{version}-{attempt}-{k:05d}.snappy.parquet"
+    )
+
+
+def rewritten_version(delete_id: str, name: str) -> int | None:
+    """The snapshot version of the attempt of ``delete_id`` that wrote the standard partition file
+    ``name`` (None: not one of its)."""
+    m = _MINE.match(name)
+    return int(m.group(2)) if m is not None and m.group(1) == delete_id[:8] else None
+
+
+def staged_of(delete_id: str, name: str) -> bool:
+    """Whether the staged file ``name`` was written by a rewrite of ``delete_id``."""
+    return f"-d{delete_id[:8]}-" in name and name.endswith(".parquet")

@@ -1,0 +1,261 @@
+"""Deletes by predicate (issue 30): PENDING → COMMITTED → DONE, one live delete per table, owned by one
+deleter under a lease (ingest/deletes/deleter.py carries them).
+
+``begin_delete`` records the delete, refusing while another delete of the table is live (a lapsed
+one is the caller's to resume first: :meth:`DeleteStore.claim_delete`). ``finish_delete`` counts
+the rewritten standard partitions anew (rows, bytes, files, as the log holds them after the
+commit) and takes the bytes a delete removed from streaming partitions off their quota ledger, in
+one transaction with the delete becoming DONE.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from metastore import schema as s
+from metastore.errors import ConflictError, DeleteBusyError, NotFoundError
+from metastore.models import Delete, DeleteState, PartitionState, check_transition, iso
+from metastore.replicas import CopyState
+from metastore.store.engine import Database, _db, _now, _out
+from metastore.store.namespaces import fence_table
+from metastore.store.preconditions import guarded_update, state_in
+from metastore.store.rolls import ours_or_lapsed, owned_by
+from metastore.store.rolls import unfinished as not_done
+
+
+def delete_from_row(row: Any) -> Delete:
+    m = row._mapping
+    return Delete(
+        id=m["id"],
+        table_id=m["table_id"],
+        predicate=m["predicate"],
+        state=DeleteState(m["state"]),
+        requested_by=m["requested_by"],
+        started_at=_out(m["started_at"]),
+        finished_at=_out(m["finished_at"]),
+        owner=m["owner"],
+        lease_until=_out(m["lease_until"]),
+        seal_version=m["seal_version"],
+        read_version=m["read_version"],
+        commit_version=m["commit_version"],
+        rows=m["rows"],
+        files_removed=m["files_removed"],
+        files_added=m["files_added"],
+        partitions=tuple(datetime.fromisoformat(v) for v in m["partitions"] or ()),
+        removed_files=tuple(m["removed_files"] or ()),
+        reclaimed_at=_out(m["reclaimed_at"]),
+        error=m["error"],
+    )
+
+
+def _read(conn: Connection, delete_id: str) -> Delete:
+    row = conn.execute(sa.select(s.deletes).where(s.deletes.c.id == delete_id)).first()
+    if row is None:
+        raise NotFoundError(f"delete {delete_id} does not exist")
+    return delete_from_row(row)
+
+
+def _update(conn: Connection, delete: Delete, preconditions: list[Any], values: dict[str, Any]) -> None:
+    guarded_update(
+        conn,
+        s.deletes,
+        s.deletes.c.id == delete.id,
+        f"delete {delete.id}",
+        preconditions,
+        values,
+        gone=ConflictError,
+    )
+
+
+class DeleteStore(Database):
+    """Deletes by predicate and their leases."""
+
+    def begin_delete(
+        self,
+        table_id: int,
+        predicate: str,
+        requested_by: str,
+        owner: str,
+        lease: timedelta,
+        now: datetime | None = None,
+    ) -> Delete:
+        """Record a new delete of the table, ours under ``lease``.
+
+        Raises:
+            DeleteBusyError: another delete of the table is unfinished (live, or lapsed: resume it).
+        """
+        now = now or _now()
+        d = s.deletes.c
+        with self.tx() as conn:
+            fence_table(conn, table_id, self.label)  # (it locks the table's namespace row: one at a time)
+            other = conn.execute(
+                sa.select(s.deletes).where(d.table_id == table_id, d.state != DeleteState.DONE.value)
+            ).first()
+            if other is not None:
+                busy = delete_from_row(other)
+                until = f" (its lease runs until {iso(busy.lease_until)})" if busy.lease_until else ""
+                raise DeleteBusyError(
+                    f"delete {busy.id} of this table ({busy.predicate!r}, by {busy.requested_by}) is not "
+                    f"finished{until}; retry once it is (a delete whose process died is resumed by the next "
+                    "one, once its lease lapsed)"
+                )
+            delete_id = str(uuid.uuid4())
+            conn.execute(
+                sa.insert(s.deletes).values(
+                    id=delete_id,
+                    table_id=table_id,
+                    predicate=predicate,
+                    state=DeleteState.PENDING.value,
+                    requested_by=requested_by,
+                    started_at=_db(now),
+                    owner=owner,
+                    lease_until=_db(now + lease),
+                )
+            )
+            return _read(conn, delete_id)
+
+    def claim_delete(
+        self, delete: Delete, owner: str, lease: timedelta, now: datetime | None = None
+    ) -> Delete:
+        """Take over (or extend) an unfinished delete that is ours or whose lease lapsed.
+
+        Raises:
+            ConflictError: another live owner holds it, or it is done.
+        """
+        now = now or _now()
+        with self.tx() as conn:
+            fence_table(conn, delete.table_id, self.label)
+            _update(
+                conn,
+                delete,
+                [not_done(s.deletes, DeleteState.DONE.value), ours_or_lapsed(owner, now, s.deletes)],
+                {"owner": owner, "lease_until": _db(now + lease)},
+            )
+            return _read(conn, delete.id)
+
+    def record_delete(self, delete: Delete, owner: str, **values: Any) -> Delete:
+        """Record a step of a delete we own (``seal_version``; ``read_version``, ``rows``, ``files_*``,
+        ``partitions`` of its plan; ``state`` COMMITTED with ``commit_version``)."""
+        if "state" in values:
+            check_transition(delete.state, DeleteState(values["state"]))
+        if "partitions" in values:
+            values["partitions"] = [v.isoformat() for v in values["partitions"]]
+        if "removed_files" in values:
+            values["removed_files"] = list(values["removed_files"])
+        with self.tx() as conn:
+            fence_table(conn, delete.table_id, self.label)
+            _update(
+                conn,
+                delete,
+                [state_in(s.deletes.c.state, [delete.state]), owned_by(owner, s.deletes)],
+                values,
+            )
+            return _read(conn, delete.id)
+
+    def finish_delete(
+        self,
+        delete: Delete,
+        owner: str,
+        standard: Mapping[datetime, tuple[int, int, int]],
+        freed: Mapping[datetime, int],
+        now: datetime | None = None,
+    ) -> Delete:
+        """The delete DONE; each standard partition of ``standard`` counted anew (rows, bytes, files),
+        one generation on and its present copies stale; each other partition's quota ledger less the
+        bytes ``freed`` there; in one transaction."""
+        now = now or _now()
+        check_transition(delete.state, DeleteState.DONE)
+        p = s.partitions.c
+        with self.tx() as conn:
+            fence_table(conn, delete.table_id, self.label)
+            _update(
+                conn,
+                delete,
+                [state_in(s.deletes.c.state, [DeleteState.COMMITTED]), owned_by(owner, s.deletes)],
+                {
+                    "state": DeleteState.DONE.value,
+                    "finished_at": _db(now),
+                    "lease_until": None,
+                    "error": None,
+                },
+            )
+            mine = p.table_id == delete.table_id
+            c = s.partition_copies.c
+            for value, (rows, size, files) in standard.items():
+                where = (mine, p.value == _db(value), p.state == PartitionState.STANDARD.value)
+                conn.execute(
+                    sa.update(s.partitions)
+                    .where(*where)
+                    .values(rows=rows, bytes=size, files=files, generation=p.generation + 1)
+                )
+                # its copies on secondaries hold the deleted rows: not read there until copied again
+                conn.execute(
+                    sa.update(s.partition_copies)
+                    .where(
+                        c.partition_id.in_(sa.select(p.id).where(*where)), c.state == CopyState.PRESENT.value
+                    )
+                    .values(state=CopyState.STALE.value, owner=None, lease_until=None)
+                )
+            for value, size in freed.items():
+                conn.execute(
+                    sa.update(s.partitions)
+                    .where(mine, p.value == _db(value), p.state != PartitionState.STANDARD.value)
+                    .values(staged_bytes=sa.case((p.staged_bytes > size, p.staged_bytes - size), else_=0))
+                )
+            return _read(conn, delete.id)
+
+    def release_delete(self, delete: Delete, owner: str, error: str | None = None) -> bool:
+        """Let a failed delete go at once (its lease ends now), recording why; only by its owner."""
+        d = s.deletes.c
+        with self.tx() as conn:
+            return bool(
+                conn.execute(
+                    sa.update(s.deletes)
+                    .where(d.id == delete.id, d.owner == owner, d.state != DeleteState.DONE.value)
+                    .values(lease_until=None, error=error)
+                ).rowcount
+            )
+
+    def reclaimable_deletes(
+        self, table_id: int, oldest_readable: int, finished_before: datetime
+    ) -> list[Delete]:
+        """Done deletes whose replaced files no readable version lists and whose grace passed."""
+        d = s.deletes.c
+        q = sa.select(s.deletes).where(
+            d.table_id == table_id,
+            d.state == DeleteState.DONE.value,
+            d.reclaimed_at.is_(None),
+            d.commit_version <= oldest_readable,
+            d.finished_at < _db(finished_before),
+        )
+        with self.read_tx() as conn:
+            return [delete_from_row(r) for r in conn.execute(q).all()]
+
+    def mark_delete_reclaimed(self, delete: Delete, now: datetime | None = None) -> None:
+        with self.tx() as conn:
+            conn.execute(
+                sa.update(s.deletes)
+                .where(s.deletes.c.id == delete.id)
+                .values(reclaimed_at=_db(now or _now()))
+            )
+
+    def get_delete(self, delete_id: str) -> Delete:
+        with self.read_tx() as conn:
+            return _read(conn, delete_id)
+
+    def list_deletes(self, table_id: int, unfinished: bool = False, limit: int = 100) -> list[Delete]:
+        """The newest first."""
+        d = s.deletes.c
+        q = sa.select(s.deletes).where(d.table_id == table_id)
+        if unfinished:
+            q = q.where(d.state != DeleteState.DONE.value)
+        with self.read_tx() as conn:
+            return [
+                delete_from_row(r) for r in conn.execute(q.order_by(d.started_at.desc()).limit(limit)).all()
+            ]
