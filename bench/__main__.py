@@ -70,6 +70,9 @@ SCALES: dict[str, dict[str, Any]] = {
         "router_commits": 300,
         "router_warmup": 5,
         "evolution_commits": 150,
+        "deletes_partitions": 1000,
+        "deletes_rows": 20,
+        "deletes_reps": 3,
         "objects_commits": 150,
         "objects_scan_rows": 4_000_000,
         "objects_scan_chunks": 8,
@@ -126,6 +129,9 @@ SCALES: dict[str, dict[str, Any]] = {
         "router_commits": 30,
         "router_warmup": 2,
         "evolution_commits": 20,
+        "deletes_partitions": 100,
+        "deletes_rows": 20,
+        "deletes_reps": 2,
         "objects_commits": 20,
         "objects_scan_rows": 400_000,
         "objects_scan_chunks": 4,
@@ -146,6 +152,7 @@ SCALES: dict[str, dict[str, Any]] = {
 def benchmarks() -> dict[str, Any]:
     from bench import (
         commit_latency,
+        deletes,
         evolution,
         federation,
         growth,
@@ -173,6 +180,7 @@ def benchmarks() -> dict[str, Any]:
         objects,
         kafka_fleet,
         kafka_avro,
+        deletes,
     )  # fmt: skip
     return {m.NAME: m for m in modules}
 
@@ -194,6 +202,7 @@ NAMES = (
     "objects",
     "kafka_fleet",
     "kafka_avro",
+    "deletes",
 )
 
 
