@@ -187,19 +187,28 @@ class DeleteStore(Database):
             )
             mine = p.table_id == delete.table_id
             c = s.partition_copies.c
-            for value, (rows, size, files) in standard.items():
-                where = (mine, p.value == _db(value), p.state == PartitionState.STANDARD.value)
+            if standard:  # one statement for all (executemany): a delete may rewrite 1,000s
                 conn.execute(
                     sa.update(s.partitions)
-                    .where(*where)
-                    .values(rows=rows, bytes=size, files=files, generation=p.generation + 1)
+                    .where(mine, p.value == sa.bindparam("b_value"), p.state == PartitionState.STANDARD.value)
+                    .values(
+                        rows=sa.bindparam("b_rows"),
+                        bytes=sa.bindparam("b_bytes"),
+                        files=sa.bindparam("b_files"),
+                        generation=p.generation + 1,
+                    ),
+                    [
+                        {"b_value": _db(v), "b_rows": rows, "b_bytes": size, "b_files": files}
+                        for v, (rows, size, files) in standard.items()
+                    ],
                 )
-                # its copies on secondaries hold the deleted rows: not read there until copied again
+                # their copies on secondaries hold the deleted rows: not read there until copied again
+                rewritten = sa.select(p.id).where(
+                    mine, p.value.in_([_db(v) for v in standard]), p.state == PartitionState.STANDARD.value
+                )
                 conn.execute(
                     sa.update(s.partition_copies)
-                    .where(
-                        c.partition_id.in_(sa.select(p.id).where(*where)), c.state == CopyState.PRESENT.value
-                    )
+                    .where(c.partition_id.in_(rewritten), c.state == CopyState.PRESENT.value)
                     .values(state=CopyState.STALE.value, owner=None, lease_until=None)
                 )
             for value, size in freed.items():
