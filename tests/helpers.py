@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -80,6 +83,23 @@ def worker_call(
     argv = [sys.executable, "-m", "tests.workers", *args, "--warehouse", str(catalog.warehouse.root),
             "--metastore", catalog.store.url, "--table", str(table.name)]  # fmt: skip
     return {"args": argv, "cwd": ROOT, "env": env, "text": True}
+
+
+def cli_process(
+    catalog: Catalog, *args: str, crashpoint: str | None = None, pausepoint: str | None = None
+) -> subprocess.Popen[str]:
+    """``streampart --warehouse … --metastore … ARGS --json`` in a process of its own (``crashpoint``:
+    where it SIGKILLs itself; ``pausepoint``: ``STEP:SECONDS`` where it dwells)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMPART_")}
+    if crashpoint:
+        env["STREAMPART_CRASHPOINT"] = crashpoint
+    if pausepoint:
+        env["STREAMPART_PAUSEPOINT"] = pausepoint
+    argv = [sys.executable, "-m", "streampart.cli", "--warehouse", str(catalog.warehouse.root),
+            "--metastore", catalog.store.url, *args, "--json"]  # fmt: skip
+    return subprocess.Popen(
+        argv, env=env, cwd=ROOT, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
 
 
 def wait_for(

@@ -16,17 +16,14 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Connection
 
 from metastore import schema as s
-from metastore.errors import ConflictError, DeleteBusyError, NotFoundError
-from metastore.models import Delete, DeleteState, PartitionState, check_transition, iso
+from metastore.errors import DeleteBusyError
+from metastore.models import Delete, DeleteState, PartitionState, iso
 from metastore.replicas import CopyState
 from metastore.store.engine import Database, _db, _now, _out
+from metastore.store.leased import Work
 from metastore.store.namespaces import fence_table
-from metastore.store.preconditions import guarded_update, state_in
-from metastore.store.rolls import ours_or_lapsed, owned_by
-from metastore.store.rolls import unfinished as not_done
 
 
 def delete_from_row(row: Any) -> Delete:
@@ -54,23 +51,7 @@ def delete_from_row(row: Any) -> Delete:
     )
 
 
-def _read(conn: Connection, delete_id: str) -> Delete:
-    row = conn.execute(sa.select(s.deletes).where(s.deletes.c.id == delete_id)).first()
-    if row is None:
-        raise NotFoundError(f"delete {delete_id} does not exist")
-    return delete_from_row(row)
-
-
-def _update(conn: Connection, delete: Delete, preconditions: list[Any], values: dict[str, Any]) -> None:
-    guarded_update(
-        conn,
-        s.deletes,
-        s.deletes.c.id == delete.id,
-        f"delete {delete.id}",
-        preconditions,
-        values,
-        gone=ConflictError,
-    )
+_WORK = Work(s.deletes, delete_from_row, DeleteState.DONE, "delete")
 
 
 class DeleteStore(Database):
@@ -118,7 +99,7 @@ class DeleteStore(Database):
                     lease_until=_db(now + lease),
                 )
             )
-            return _read(conn, delete_id)
+            return _WORK.read(conn, delete_id)
 
     def claim_delete(
         self, delete: Delete, owner: str, lease: timedelta, now: datetime | None = None
@@ -131,32 +112,18 @@ class DeleteStore(Database):
         now = now or _now()
         with self.tx() as conn:
             fence_table(conn, delete.table_id, self.label)
-            _update(
-                conn,
-                delete,
-                [not_done(s.deletes, DeleteState.DONE.value), ours_or_lapsed(owner, now, s.deletes)],
-                {"owner": owner, "lease_until": _db(now + lease)},
-            )
-            return _read(conn, delete.id)
+            return _WORK.claim(conn, delete, owner, lease, now)
 
     def record_delete(self, delete: Delete, owner: str, **values: Any) -> Delete:
         """Record a step of a delete we own (``seal_version``; ``read_version``, ``rows``, ``files_*``,
         ``partitions`` of its plan; ``state`` COMMITTED with ``commit_version``)."""
-        if "state" in values:
-            check_transition(delete.state, DeleteState(values["state"]))
         if "partitions" in values:
             values["partitions"] = [v.isoformat() for v in values["partitions"]]
         if "removed_files" in values:
             values["removed_files"] = list(values["removed_files"])
         with self.tx() as conn:
             fence_table(conn, delete.table_id, self.label)
-            _update(
-                conn,
-                delete,
-                [state_in(s.deletes.c.state, [delete.state]), owned_by(owner, s.deletes)],
-                values,
-            )
-            return _read(conn, delete.id)
+            return _WORK.step(conn, delete, owner, values)
 
     def finish_delete(
         self,
@@ -170,21 +137,16 @@ class DeleteStore(Database):
         one generation on and its present copies stale; each other partition's quota ledger less the
         bytes ``freed`` there; in one transaction."""
         now = now or _now()
-        check_transition(delete.state, DeleteState.DONE)
         p = s.partitions.c
         with self.tx() as conn:
             fence_table(conn, delete.table_id, self.label)
-            _update(
-                conn,
-                delete,
-                [state_in(s.deletes.c.state, [DeleteState.COMMITTED]), owned_by(owner, s.deletes)],
-                {
-                    "state": DeleteState.DONE.value,
-                    "finished_at": _db(now),
-                    "lease_until": None,
-                    "error": None,
-                },
-            )
+            done = {
+                "state": DeleteState.DONE.value,
+                "finished_at": _db(now),
+                "lease_until": None,
+                "error": None,
+            }
+            _WORK.step(conn, delete, owner, done, expected=DeleteState.COMMITTED)
             mine = p.table_id == delete.table_id
             c = s.partition_copies.c
             if standard:  # one statement for all (executemany): a delete may rewrite 1,000s
@@ -217,19 +179,12 @@ class DeleteStore(Database):
                     .where(mine, p.value == _db(value), p.state != PartitionState.STANDARD.value)
                     .values(staged_bytes=sa.case((p.staged_bytes > size, p.staged_bytes - size), else_=0))
                 )
-            return _read(conn, delete.id)
+            return _WORK.read(conn, delete.id)
 
     def release_delete(self, delete: Delete, owner: str, error: str | None = None) -> bool:
         """Let a failed delete go at once (its lease ends now), recording why; only by its owner."""
-        d = s.deletes.c
         with self.tx() as conn:
-            return bool(
-                conn.execute(
-                    sa.update(s.deletes)
-                    .where(d.id == delete.id, d.owner == owner, d.state != DeleteState.DONE.value)
-                    .values(lease_until=None, error=error)
-                ).rowcount
-            )
+            return _WORK.release(conn, delete, owner, error)
 
     def reclaimable_deletes(
         self, table_id: int, oldest_readable: int, finished_before: datetime
@@ -256,15 +211,9 @@ class DeleteStore(Database):
 
     def get_delete(self, delete_id: str) -> Delete:
         with self.read_tx() as conn:
-            return _read(conn, delete_id)
+            return _WORK.read(conn, delete_id)
 
     def list_deletes(self, table_id: int, unfinished: bool = False, limit: int = 100) -> list[Delete]:
         """The newest first."""
-        d = s.deletes.c
-        q = sa.select(s.deletes).where(d.table_id == table_id)
-        if unfinished:
-            q = q.where(d.state != DeleteState.DONE.value)
         with self.read_tx() as conn:
-            return [
-                delete_from_row(r) for r in conn.execute(q.order_by(d.started_at.desc()).limit(limit)).all()
-            ]
+            return _WORK.listed(conn, table_id, unfinished, limit)

@@ -21,14 +21,12 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from metastore import schema as s
-from metastore.errors import ConflictError, NotFoundError
 from metastore.models import Expiry, ExpiryState, Lease, Partition, PartitionState, Table, check_transition
 from metastore.replicas import CopyState
 from metastore.store.engine import Database, _db, _now, _out
+from metastore.store.leased import Work
 from metastore.store.leases import check_fence
 from metastore.store.namespaces import fence_table
-from metastore.store.preconditions import guarded_update, state_in
-from metastore.store.rolls import ours_or_lapsed, owned_by, unfinished
 from metastore.store.tables import partition_from_row, table_from_row
 
 
@@ -51,35 +49,12 @@ def expiry_from_row(row: Any) -> Expiry:
     )
 
 
-def _read(conn: Connection, expiry_id: str) -> Expiry:
-    row = conn.execute(sa.select(s.expiries).where(s.expiries.c.id == expiry_id)).first()
-    if row is None:
-        raise NotFoundError(f"expiry {expiry_id} does not exist")
-    return expiry_from_row(row)
-
-
-def _update(conn: Connection, expiry: Expiry, preconditions: list[Any], values: dict[str, Any]) -> None:
-    guarded_update(
-        conn,
-        s.expiries,
-        s.expiries.c.id == expiry.id,
-        f"expiry {expiry.id}",
-        preconditions,
-        values,
-        gone=ConflictError,
-    )
+_WORK = Work(s.expiries, expiry_from_row, ExpiryState.DONE, "expiry")
 
 
 def extend_expiry_leases(conn: Connection, owner: str, until: datetime) -> int:
     """Inside a transaction: extend the lease of every unfinished expiry ``owner`` holds."""
-    e = s.expiries.c
-    return int(
-        conn.execute(
-            sa.update(s.expiries)
-            .where(e.owner == owner, e.state != ExpiryState.DONE.value)
-            .values(lease_until=_db(until))
-        ).rowcount
-    )
+    return _WORK.extend(conn, owner, until)
 
 
 class ExpiryStore(Database):
@@ -152,7 +127,7 @@ class ExpiryStore(Database):
                     lease_until=_db(now + lease),
                 )
             )
-            return _read(conn, expiry_id)
+            return _WORK.read(conn, expiry_id)
 
     def claim_expiry(
         self,
@@ -169,47 +144,27 @@ class ExpiryStore(Database):
             LeaseLostError: ``fence`` is no longer held.
         """
         now = now or _now()
-        done = ExpiryState.DONE.value
         with self.tx() as conn:
             if fence is not None:
                 check_fence(conn, fence, now)
             fence_table(conn, expiry.table_id, self.label)
-            _update(
-                conn,
-                expiry,
-                [unfinished(s.expiries, done), ours_or_lapsed(owner, now, s.expiries)],
-                {"owner": owner, "lease_until": _db(now + lease), "error": None},
-            )
-            return _read(conn, expiry.id)
+            return _WORK.claim(conn, expiry, owner, lease, now)
 
     def record_expiry(self, expiry: Expiry, owner: str, **values: Any) -> Expiry:
         """Record a step of an expiry we own (``state`` COMMITTED with its ``commit_version``,
         ``rows``, ``bytes``, ``files``)."""
-        if "state" in values:
-            check_transition(expiry.state, ExpiryState(values["state"]))
         with self.tx() as conn:
             fence_table(conn, expiry.table_id, self.label)
-            _update(
-                conn,
-                expiry,
-                [state_in(s.expiries.c.state, [expiry.state]), owned_by(owner, s.expiries)],
-                values,
-            )
-            return _read(conn, expiry.id)
+            return _WORK.step(conn, expiry, owner, values)
 
     def finish_expiry(self, expiry: Expiry, owner: str, now: datetime | None = None) -> Expiry:
         """Its partitions EXPIRED (at its commit's version) and the pass DONE, in one transaction."""
         now = now or _now()
-        check_transition(expiry.state, ExpiryState.DONE)
         p = s.partitions.c
         with self.tx() as conn:
             fence_table(conn, expiry.table_id, self.label)
-            _update(
-                conn,
-                expiry,
-                [state_in(s.expiries.c.state, [ExpiryState.COMMITTED]), owned_by(owner, s.expiries)],
-                {"state": ExpiryState.DONE.value, "finished_at": _db(now), "error": None},
-            )
+            done = {"state": ExpiryState.DONE.value, "finished_at": _db(now), "error": None}
+            _WORK.step(conn, expiry, owner, done, expected=ExpiryState.COMMITTED)
             conn.execute(
                 sa.update(s.partitions)
                 .where(
@@ -223,7 +178,7 @@ class ExpiryStore(Database):
                     expired_version=expiry.commit_version,
                 )
             )
-            return _read(conn, expiry.id)
+            return _WORK.read(conn, expiry.id)
 
     def expire_copies(self, table_id: int, cluster: str, values: Sequence[datetime]) -> int:
         """The copies on ``cluster`` of the table's partitions ``values`` whose files are in the
@@ -245,29 +200,15 @@ class ExpiryStore(Database):
 
     def release_expiry(self, expiry: Expiry, owner: str, error: str | None = None) -> bool:
         """Let a failed expiry go at once (its lease ends now), recording why; only by its owner."""
-        e = s.expiries.c
         with self.tx() as conn:
-            return bool(
-                conn.execute(
-                    sa.update(s.expiries)
-                    .where(e.id == expiry.id, e.owner == owner, e.state != ExpiryState.DONE.value)
-                    .values(lease_until=None, error=error)
-                ).rowcount
-            )
+            return _WORK.release(conn, expiry, owner, error)
 
     def list_expiries(
         self, table_id: int | None = None, unfinished: bool = False, limit: int = 100
     ) -> list[Expiry]:
         """The newest first."""
-        e = s.expiries.c
-        q = sa.select(s.expiries)
-        if table_id is not None:
-            q = q.where(e.table_id == table_id)
-        if unfinished:
-            q = q.where(e.state != ExpiryState.DONE.value)
         with self.read_tx() as conn:
-            rows = conn.execute(q.order_by(e.started_at.desc()).limit(limit)).all()
-        return [expiry_from_row(r) for r in rows]
+            return _WORK.listed(conn, table_id, unfinished, limit)
 
     # -- housekeeping: the files of expired partitions ---------------------------------------
     def reclaimable(self, table_id: int, oldest_readable: int) -> list[Partition]:

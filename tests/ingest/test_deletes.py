@@ -8,12 +8,9 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 import duckdb
 import pyarrow.parquet as pq
@@ -32,7 +29,7 @@ from scheduler.config import HousekeepingConfig
 from scheduler.housekeeping import Housekeeper
 from scheduler.roll import Roller
 from tests.fixtures import make_table
-from tests.helpers import ROOT, delta_rows, ids_by_partition, jsonl
+from tests.helpers import cli_process, delta_rows, ids_by_partition, jsonl
 
 SCHEMA = "id BIGINT, ts TIMESTAMP, user_id BIGINT"
 
@@ -157,26 +154,11 @@ def test_everything_goes_with_all(catalog) -> None:
     assert done.rows == 80 and done.files_added == 0 and table_rows(table) == []
 
 
-def run_delete(
-    catalog: Catalog, *args: str, crashpoint: str | None = None, pausepoint: str | None = None
-) -> Any:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMPART_")}
-    if crashpoint:
-        env["STREAMPART_CRASHPOINT"] = crashpoint
-    if pausepoint:
-        env["STREAMPART_PAUSEPOINT"] = pausepoint
-    argv = [sys.executable, "-m", "streampart.cli", "--warehouse", str(catalog.warehouse.root),
-            "--metastore", catalog.store.url, "delete", *args, "--json"]  # fmt: skip
-    return subprocess.Popen(
-        argv, env=env, cwd=ROOT, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE
-    )
-
-
 @pytest.mark.process
 @pytest.mark.parametrize("point", ["delete-after-begin", "delete-after-rewrite", "delete-after-commit"])
 def test_a_delete_killed_at_each_step_is_finished_once_by_the_next(catalog, point: str) -> None:
     table, ids = filled(catalog)
-    proc = run_delete(catalog, "ns.events", "--where", "user_id = 4", crashpoint=point)
+    proc = cli_process(catalog, "delete", "ns.events", "--where", "user_id = 4", crashpoint=point)
     proc.communicate(timeout=120)
     assert proc.returncode == -signal.SIGKILL
     landed = point == "delete-after-commit"

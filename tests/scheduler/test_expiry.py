@@ -8,12 +8,9 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 import pytest
 from deltalake import DeltaTable
@@ -36,7 +33,7 @@ from scheduler.housekeeping import Housekeeper
 from scheduler.replication import Replicator
 from scheduler.roll import Roller
 from tests.fixtures import make_table
-from tests.helpers import ROOT, all_ids, duplicates, ids_by_partition, records, wait_for
+from tests.helpers import all_ids, cli_process, duplicates, ids_by_partition, records, wait_for
 from tests.scheduler.helpers import Writer, fast_config, metrics_samples, running
 
 H = datetime(2026, 11, 21, tzinfo=UTC)
@@ -162,29 +159,13 @@ def test_a_retention_below_the_roll_interval_is_refused_and_nothing_changes(cata
     assert catalog.retention.of(catalog.table("ns.events")) == (timedelta(hours=2), "namespace")
 
 
-def run_expire(
-    catalog: Catalog, *args: str, crashpoint: str | None = None, pausepoint: str | None = None
-) -> Any:
-    """``streampart expire`` in a process of its own (``crashpoint``: where it SIGKILLs itself)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMPART_")}
-    if crashpoint:
-        env["STREAMPART_CRASHPOINT"] = crashpoint
-    if pausepoint:
-        env["STREAMPART_PAUSEPOINT"] = pausepoint
-    argv = [sys.executable, "-m", "streampart.cli", "--warehouse", str(catalog.warehouse.root),
-            "--metastore", catalog.store.url, "expire", *args, "--json"]  # fmt: skip
-    return subprocess.Popen(
-        argv, env=env, cwd=ROOT, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE
-    )
-
-
 @pytest.mark.process
 @pytest.mark.parametrize("point", ["expire-after-begin", "expire-after-commit"])
 def test_an_expirer_killed_at_each_step_is_resumed_and_expires_each_partition_once(catalog, point) -> None:
     table = backfilled(catalog)
     store, now = catalog.store, H + timedelta(hours=7)
     before = int(catalog.load(table).version())
-    proc = run_expire(catalog, "ns.events", "--now", iso(now), crashpoint=point)
+    proc = cli_process(catalog, "expire", "ns.events", "--now", iso(now), crashpoint=point)
     proc.communicate(timeout=120)
     assert proc.returncode == -signal.SIGKILL
     states = [p.state for p in catalog.partitions(table)]
@@ -219,7 +200,7 @@ def test_a_stalled_expirer_whose_pass_was_taken_over_commits_nothing_twice(catal
     table = backfilled(catalog)
     store, now = catalog.store, H + timedelta(hours=7)
     before = int(catalog.load(table).version())
-    proc = run_expire(catalog, "ns.events", "--now", iso(now), pausepoint="expire-after-begin:6")
+    proc = cli_process(catalog, "expire", "ns.events", "--now", iso(now), pausepoint="expire-after-begin:6")
     assert proc.stderr is not None
     assert proc.stderr.readline().strip() == "pausepoint expire-after-begin"
     [expiry] = store.list_expiries(table.id, unfinished=True)
