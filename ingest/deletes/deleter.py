@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from ingest.deletes.plan import Plan, candidates, rewrite, rewritten_version, staged_of
+from ingest.deletes.plan import Plan, candidates, matches_every_row, rewrite, rewritten_version, staged_of
 from ingest.deletes.predicate import Predicate, parse_predicate
 from metastore.catalog import Catalog
 from metastore.crashpoints import crashpoint, pausepoint
@@ -42,7 +42,7 @@ from metastore.delta.layout import parse_partition_value
 from metastore.delta.log import DELETE_KEY, DELETED_KEY, commit_actions
 from metastore.delta.staging import files as staged_files
 from metastore.errors import ConflictError, DeleteBusyError, StreampartError, UserInputError
-from metastore.models import Delete, DeleteState, PartitionState, Table, TableKind, iso
+from metastore.models import Column, Delete, DeleteState, PartitionState, Table, TableKind, iso
 
 # How often a delete plans again after Delta refused its commit (a concurrent roll, expiry or seal).
 COMMIT_ATTEMPTS = 10
@@ -113,9 +113,11 @@ class Deleter:
                 table, where, all_rows=all_rows, dry_run=dry_run, requested_by=requested_by
             )
         check_deletable(table)
-        predicate = parse_predicate(where, table.columns, allow_all=all_rows)
+        predicate = parse_predicate(where, where_columns(table), allow_all=all_rows)
         if dry_run:
             return [self._dry_run(table, predicate)]
+        if not all_rows:
+            self._refuse_every_row(table, predicate)
         results = [self._resume(table, d) for d in self.catalog.store.list_deletes(table.id, unfinished=True)]
         begun = self.catalog.store.begin_delete(table.id, where, requested_by, self.owner, self.lease)
         return [*results, self._carry(table, begun, predicate)]
@@ -126,8 +128,16 @@ class Deleter:
         except ConflictError as exc:
             raise DeleteBusyError(f"another delete of {table.name} runs: {exc}") from None
         return self._carry(
-            table, delete, parse_predicate(delete.predicate, table.columns, allow_all=True), True
+            table, delete, parse_predicate(delete.predicate, where_columns(table), allow_all=True), True
         )
+
+    def _refuse_every_row(self, table: Table, predicate: Predicate) -> None:
+        """A condition true for every row the table holds is a mistake unless ``--all`` says not."""
+        states = {p.value: p.state for p in self.catalog.partitions(table)}
+        if matches_every_row(table, predicate, live_files(self.catalog.load(table)), states):
+            raise UserInputError(
+                f"--where {predicate.sql} matches every row of {table.name}; to delete every row, pass --all"
+            )
 
     def _dry_run(self, table: Table, predicate: Predicate) -> DeleteResult:
         dt = self.catalog.load(table)
@@ -293,6 +303,11 @@ class Deleter:
                 )  # fmt: skip
         others = {v: n for v, n in freed.items() if states.get(v) is not PartitionState.STANDARD}
         return self.catalog.store.finish_delete(delete, self.owner, standard, others)
+
+
+def where_columns(table: Table) -> list[Column]:
+    """What ``--where`` may name: the table's columns and its partition column (a period's start)."""
+    return [*table.columns, Column(name=table.partition_column, type="timestamp", nullable=False)]
 
 
 def check_deletable(table: Table) -> None:

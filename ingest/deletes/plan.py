@@ -20,8 +20,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from ingest.deletes.predicate import Predicate
+from metastore import storage
 from metastore.delta.files import LiveFile, read_file, remove_file, write_parquet
 from metastore.delta.layout import partition_dir, staged_dir
 from metastore.models import PartitionState, Table
@@ -132,6 +134,25 @@ def rewrite(
         if added is not None:
             plan.adds.append(added)
     return plan
+
+
+def matches_every_row(
+    table: Table, predicate: Predicate, files: Iterable[LiveFile], states: Mapping[datetime, PartitionState]
+) -> bool:
+    """Whether ``predicate`` is true for every row of the files of partitions a delete touches (and
+    there is one): read only as far as the first file holding a row it keeps, its columns only."""
+    touched = [f for f in files if states.get(f.partition) in TOUCHED and f.rows]
+    if not touched:
+        return False
+    if any(not predicate.partition_may_match({table.partition_column: f.partition}) for f in touched):
+        return False
+    wanted = [c for c in predicate.columns if c != table.partition_column]
+    for f in touched:
+        with storage.open_input(storage.join(table.location, f.path)) as handle:
+            data = pq.read_table(handle, columns=wanted)
+        if _view(table, predicate, f, data).filter(predicate.keeps).num_rows:
+            return False
+    return True
 
 
 def rewritten_name(table: Table, f: LiveFile, delete_id: str, version: int, attempt: str, k: int) -> str:

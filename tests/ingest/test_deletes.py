@@ -43,9 +43,9 @@ def table_rows(table: Table, version: int | None = None) -> list[tuple[int, int]
     return sorted((r["id"], r["user_id"]) for r in got)
 
 
-def filled(catalog: Catalog) -> tuple[Table, list[int]]:
+def filled(catalog: Catalog, name: str = "ns.events") -> tuple[Table, list[int]]:
     """Two standard partitions (30 rows each) and a streaming one (20 rows); user_id = id % 5."""
-    table = make_table(catalog, schema=SCHEMA)
+    table = make_table(catalog, name, schema=SCHEMA)
     w = ChunkWriter(catalog, table)
     for k in range(2):
         w.write(rows(range(k * 30, k * 30 + 15)), Format.JSONL)
@@ -62,6 +62,10 @@ def test_matching_rows_leave_standard_and_streaming_partitions_in_one_commit(cat
     [dry] = Deleter(catalog).delete(table, "user_id = 1", dry_run=True)
     assert dry.dry_run and dry.rows == 16 and dry.files_removed == 3 and len(dry.partitions) == 3
     assert int(catalog.load(table).version()) == before  # a dry run changes nothing
+    first = min(p.value for p in catalog.partitions(table))  # the partition column may be named too
+    literal = first.strftime("%Y-%m-%d %H:%M:%S.%f")
+    [by_period] = Deleter(catalog).delete(table, f"ts_period = TIMESTAMP '{literal}'", dry_run=True)
+    assert (by_period.rows, by_period.files_read) == (30, 1)
 
     [done] = Deleter(catalog).delete(table, "user_id = 1")
     assert (done.rows, done.files_removed, len(done.partitions)) == (16, 3, 3)
@@ -123,6 +127,8 @@ def test_the_replaced_files_go_once_no_readable_version_lists_them(catalog) -> N
         ("TRUE", "pass --all"),
         ("user_id = 'x'", "user_id"),
         ("1 = 0", "matches no row"),
+        ("user_id >= 0", "matches every row of ns.events; to delete every row, pass --all"),
+        ("ts_period IS NOT NULL", "matches every row"),
     ],
 )
 def test_a_bad_predicate_is_one_error_and_changes_nothing(catalog, where: str, fragment: str) -> None:
@@ -152,6 +158,9 @@ def test_everything_goes_with_all(catalog) -> None:
     table, _ = filled(catalog)
     [done] = Deleter(catalog).delete(table, "TRUE", all_rows=True)
     assert done.rows == 80 and done.files_added == 0 and table_rows(table) == []
+    again, _ = filled(catalog, "ns.again")
+    [done] = Deleter(catalog).delete(again, "user_id < 5", all_rows=True)  # every row, and --all says so
+    assert done.rows == 80 and table_rows(again) == []
 
 
 @pytest.mark.process
