@@ -67,8 +67,10 @@ class HousekeepingConfig(BaseModel):
     # query can still hold a snapshot that lists them. Longer than any query or retry window.
     retention: Duration = Field(
         timedelta(days=7),
-        description="Files of aborted chunks are deleted after this; chunk files swept by a roll after this "
-        "since the roll, once no version the Delta log still holds lists them (time travel).",
+        description="Files of aborted chunks are deleted after this; chunk files swept by a roll, expired "
+        "partitions' files and files a delete replaced after this since the roll, expiry or delete, once "
+        "no version the Delta log still holds lists them (time travel). At least "
+        "sqlserver.statement_timeout + sqlserver.freshness + 1m.",
     )
     # Why the same 7 days: a pruned chunk's idempotency key is forgotten, so a producer
     # retrying after that would land its chunk again; no producer retries a week later.

@@ -39,7 +39,7 @@ from pydantic_settings import (
 from ingest.api.config import ServerConfig
 from ingest.config import ChunkConfig, KafkaConfig
 from metastore.clusters import Cluster, check_spark_master
-from metastore.durations import Duration
+from metastore.durations import Duration, format_duration
 from metastore.errors import UserInputError
 from metastore.federation import SECRET_ENV_PREFIX
 from metastore.storage import configure as configure_storage
@@ -254,6 +254,21 @@ class Settings(BaseSettings):
     @model_validator(mode="after")
     def _heartbeat_renews_rolls(self) -> Settings:
         check_heartbeat(self.scheduler, self.roll)  # two sections, one rule
+        return self
+
+    @model_validator(mode="after")
+    def _files_outlive_statements(self) -> Settings:
+        """Housekeeping deletes a file no current version lists once ``retention`` has passed: a
+        statement of the SQL server may read an older snapshot for up to its timeout plus the
+        freshness its pins are reused for, so the retention must outlast both (and a minute)."""
+        least = self.sqlserver.statement_timeout + self.sqlserver.freshness + timedelta(minutes=1)
+        retention = self.scheduler.housekeeping.retention
+        if retention < least:
+            raise ValueError(
+                f"scheduler.housekeeping.retention ({format_duration(retention)}) must outlast "
+                f"sqlserver.statement_timeout plus sqlserver.freshness and a minute "
+                f"({format_duration(least)}): a statement may still read the files it would delete"
+            )
         return self
 
     def spark_for(self, cluster: Cluster) -> SparkConfig:

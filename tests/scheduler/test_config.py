@@ -78,3 +78,15 @@ def test_the_roll_lease_has_one_home(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("STREAMPART_SCHEDULER__ROLL_LEASE", "30s")
     with pytest.raises(UserInputError, match="unknown environment variable STREAMPART_SCHEDULER__ROLL_LEASE"):
         load_settings(CONF)
+
+
+def test_housekeeping_keeps_files_longer_than_a_sql_statement_may_read_them(monkeypatch) -> None:
+    """Issue 30: a file no current version lists goes after scheduler.housekeeping.retention; the SQL
+    server may read an older snapshot for its statement timeout plus its pins' freshness."""
+    from streampart.config import Settings
+
+    monkeypatch.setenv("STREAMPART_SCHEDULER__HOUSEKEEPING__RETENTION", "5m")
+    with pytest.raises(ValueError, match=r"retention \(5m\) must outlast sqlserver.statement_timeout"):
+        Settings()
+    monkeypatch.setenv("STREAMPART_SQLSERVER__STATEMENT_TIMEOUT", "1m")
+    assert Settings().scheduler.housekeeping.retention == timedelta(minutes=5)
