@@ -118,13 +118,6 @@ class Expirer:
         if begun is not None:  # None: nothing due, or another expirer took it
             results.append(self.run(table, begun, shown))
         return results
-        if due:
-            expiry = store.begin_expiry(
-                table.id, due, self.owner, self.config.lease, now=now, fence=self.fence
-            )
-            if expiry is not None:  # None: another expirer took them
-                results.append(self.run(table, expiry, shown))
-        return results
 
     def _step(self, name: str) -> None:
         crashpoint(name)
