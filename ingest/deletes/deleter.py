@@ -167,12 +167,12 @@ class Deleter:
     def _carry(
         self, table: Table, delete: Delete, predicate: Predicate, resumed: bool = False
     ) -> DeleteResult:
-        store, wh = self.catalog.store, self.catalog.warehouse
+        store = self.catalog.store
         try:
             self._step("delete-after-begin")
             plan = Plan(delete.read_version or -1)
             if delete.state is DeleteState.PENDING:
-                seal = wh.seal(table, delete.id, DELETE_KEY)  # fences every attempt planned before it
+                seal = self._seal(table, delete)  # fences every attempt planned before it
                 delete = store.record_delete(delete, self.owner, seal_version=seal)
                 if resumed:  # (a new delete has no earlier attempt)
                     self._remove_leftovers(table, delete, seal)
@@ -206,6 +206,17 @@ class Deleter:
             version=delete.commit_version,
             resumed=resumed,
         )
+
+    def _seal(self, table: Table, delete: Delete) -> int:
+        """The delete's seal, sealed again on the newer snapshot when a concurrent commit (an expiry's
+        removes, a roll's sweep) made Delta refuse it: a seal only changes a property."""
+        for attempt in range(COMMIT_ATTEMPTS):
+            try:
+                return self.catalog.warehouse.seal(table, delete.id, DELETE_KEY)
+            except ConflictError:
+                if attempt == COMMIT_ATTEMPTS - 1:
+                    raise
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def _commit(self, table: Table, delete: Delete, predicate: Predicate) -> tuple[Plan, int]:
         """Plan, rewrite and commit (again after a refused commit); the plan and the commit's version."""
