@@ -76,9 +76,10 @@ def test_matching_rows_leave_standard_and_streaming_partitions_in_one_commit(cat
     # an independent engine over the files the log lists agrees
     dt = catalog.warehouse.load(table)
     paths = [u.removeprefix("file://") for u in dt.file_uris()]
-    counted = duckdb.execute(
-        f"SELECT count(*), count(*) FILTER (user_id = 1) FROM read_parquet({paths!r})"
-    ).fetchone()
+    with duckdb.connect() as con:  # its own connection: the module's default one is shared by tests
+        counted = con.execute(
+            f"SELECT count(*), count(*) FILTER (user_id = 1) FROM read_parquet({paths!r})"
+        ).fetchall()[0]
     assert counted == (len(expected), 0)
     for p in catalog.partitions(table, [PartitionState.STANDARD]):
         assert p.rows == 24 and p.files is not None and p.files >= 1  # counted anew
@@ -202,10 +203,12 @@ def test_a_delete_racing_writers_and_rolls_loses_and_resurrects_nothing(catalog)
             k += 1
             stop.wait(0.02)
 
+    roller = Roller(catalog)  # one owner, as the daemon: a roll it failed is its own to resume at once
+
     def roll() -> None:
         while not stop.wait(0.3):  # a roll every 0.3 s: each seals, and sweeps what writers left
             try:
-                Roller(catalog).roll_table(table, force=True)
+                roller.roll_table(table, force=True)
             except RetriableError:
                 continue  # the delete's seal made its sweep conflict: resumed next time, as the daemon does
 
