@@ -545,3 +545,56 @@ def test_a_user_name_that_fails_too_many_logins_is_locked_out(served: Served) ->
     assert token not in log and "spt_guess" not in log
     with served.connect("analyst") as conn:  # another user is not locked out
         assert list(conn.execute("SELECT count(*) FROM shop.quiet")[1]) == [(5,)]
+
+
+def test_a_statement_running_across_an_expiry_and_a_delete_answers_from_its_snapshot(
+    served: Served,
+) -> None:
+    """Issue 30: a long statement pinned before ``streampart expire`` and ``streampart delete``
+    (processes of their own) commit reads the files they removed after they committed, and answers
+    with exactly its snapshot's rows; ``streampart housekeep`` run meanwhile leaves those files (its
+    grace outlives a statement); the next statement sees the partition gone and the row deleted."""
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+    from datetime import UTC, datetime, timedelta
+
+    from ingest.chunks import ChunkWriter
+    from ingest.formats import Format
+    from metastore.models import Mode, iso
+    from scheduler.roll import Roller
+    from tests.helpers import cli_process
+
+    catalog, start = served.catalog, datetime(2026, 11, 21, tzinfo=UTC)
+    table = make_table(catalog, "shop.aging", mode=Mode.EVENT_TIME)
+    w = ChunkWriter(catalog, table)
+    for h in range(3):
+        ts = iso(start + timedelta(hours=h, minutes=5))
+        w.write(records(range(h * 10, h * 10 + 10), ts), Format.JSONL)
+    Roller(catalog).roll_table(table, now=start + timedelta(hours=4))
+    catalog.retention.set(table, timedelta(hours=1))
+    hour0 = [p for p in catalog.partitions(table) if p.value == start]
+    files = [f for f in Path(table.location).rglob("*.parquet") if iso(start)[:10] in str(f)]
+    # the union's tasks run in order: the range's slow ones first, then shop.aging's files
+    slow = ("SELECT count(*), sum(id) FROM (SELECT id FROM range(0, 16000000000, 1, 8) WHERE id % 7 = 99 "
+            "UNION ALL SELECT id FROM shop.aging)")  # fmt: skip
+    with ThreadPoolExecutor(max_workers=1) as pool, served.connect("analyst") as conn:
+        running = pool.submit(lambda: list(conn.execute(slow)[1]))
+        time.sleep(3)  # resolved and pinned: its tasks run
+        steps = [("expire", "shop.aging", "--now", iso(start + timedelta(hours=2, minutes=30))),
+                 ("delete", "shop.aging", "--where", "id = 15"), ("housekeep",)]  # fmt: skip
+        for step in steps:
+            proc = cli_process(catalog, *step)
+            _, err = proc.communicate(timeout=120)
+            assert proc.returncode == 0, err
+        assert not running.done(), "the statement ended before the expiry and the delete: nothing was raced"
+        assert running.result(timeout=300) == [(30, sum(range(30)))]
+    assert hour0 and files and all(f.exists() for f in files), (
+        "housekeeping deleted files a statement may read"
+    )
+    after = "SELECT count(*), sum(id) FROM shop.aging"
+    with served.connect("analyst") as conn:
+        wait_for(
+            lambda: list(conn.execute(after)[1]) == [(19, sum(range(10, 30)) - 15)],
+            "the expiry and the delete to be seen",
+            timeout=30,
+        )

@@ -147,6 +147,8 @@ def replicator(cat: Catalog, args: argparse.Namespace) -> None:
     table = cat.table(args.table)
     r = Replicator(cat, lease=timedelta(seconds=args.lease), retry_base=timedelta(seconds=0.2))
     for _ in range(args.count):
+        if args.until and Path(args.until).exists():
+            break
         try:
             report = r.replicate(table, include_waiting=True)
         except (ReplicationAbandonedError, ReplicationFailedError, RetriableError) as exc:
@@ -180,8 +182,8 @@ def main() -> None:
     ap.add_argument("--lease", type=float, default=600.0, help="roll (or copy) lease in seconds")
     ap.add_argument(
         "--until",
-        help="stop once this file exists (a writer: write until then, --count ignored; a roller: "
-        "between rolls)",
+        help="stop once this file exists (a writer: write until then, --count ignored; a roller or "
+        "a replicator: between passes)",
     )
     ap.add_argument("--clock-offset", type=float, default=0.0, help="seconds this process's clock is ahead")
     args = ap.parse_args()

@@ -6,9 +6,12 @@ a row. Rows are read back with delta-rs and DuckDB, never through streampart's o
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import subprocess
 import threading
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -29,7 +32,7 @@ from scheduler.config import HousekeepingConfig
 from scheduler.housekeeping import Housekeeper
 from scheduler.roll import Roller
 from tests.fixtures import make_table
-from tests.helpers import cli_process, delta_rows, ids_by_partition, jsonl
+from tests.helpers import all_ids, cli_process, delta_rows, ids_by_partition, jsonl, wait_for, worker_call
 
 SCHEMA = "id BIGINT, ts TIMESTAMP, user_id BIGINT"
 
@@ -186,54 +189,69 @@ def test_a_delete_killed_at_each_step_is_finished_once_by_the_next(catalog, poin
     assert [p for p in check_table(catalog, table) if p.severity != "info"] == []  # no stray file either
 
 
+def _spawn(catalog: Catalog, table: Table, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        **worker_call(catalog, table, *args), stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+
+
 @pytest.mark.process
-def test_a_delete_racing_writers_and_rolls_loses_and_resurrects_nothing(catalog) -> None:
-    """Writers commit rows of every user while rolls sweep and a delete runs: every row the delete's
-    snapshot held for user 1 is gone, every other row and every later one is there, once."""
-    table = make_table(catalog, schema=SCHEMA)
-    acked: list[int] = []
-    stop = threading.Event()
+def test_a_delete_racing_writers_rolls_and_replication_loses_and_resurrects_nothing(
+    catalog, tmp_path
+) -> None:
+    """Two writer processes commit, a roller process force-rolls every 0.3 s and a replicator process
+    copies standard partitions to a secondary while a ``streampart delete`` process removes writer 1's
+    rows: every row of writer 1 the delete's snapshot held is gone, every other acknowledged row (and
+    each of writer 1's later ones) is there once, on the primary and, once replication caught up, on
+    the secondary (delta-rs reading both)."""
+    from metastore.replicas import replica_table
+    from scheduler.replication import Replicator
 
-    def write() -> None:
-        w, k = ChunkWriter(catalog, table), 0
-        while not stop.is_set():
-            batch = list(range(k * 10, k * 10 + 10))
-            w.write(rows(batch), Format.JSONL, key=f"w{k}")
-            acked.extend(batch)
-            k += 1
-            stop.wait(0.02)
-
-    roller = Roller(catalog)  # one owner, as the daemon: a roll it failed is its own to resume at once
-
-    def roll() -> None:
-        while not stop.wait(0.3):  # a roll every 0.3 s: each seals, and sweeps what writers left
-            try:
-                roller.roll_table(table, force=True)
-            except RetriableError:
-                continue  # the delete's seal made its sweep conflict: resumed next time, as the daemon does
-
-    threads = [threading.Thread(target=write), threading.Thread(target=roll)]
-    for t in threads:
-        t.start()
+    for name in ("c1", "c2"):
+        (tmp_path / name).mkdir()
+        catalog.clusters.add(name, str(tmp_path / name), "local[2]")
+    table = make_table(catalog, cluster="c1", replicate_to=("c2",))
+    stop = tmp_path / "stop"
+    until = ("--until", str(stop))
+    workers = [
+        *(_spawn(catalog, table, "writer", "--writer", str(k), "--interval", "0.02", *until) for k in (0, 1)),
+        _spawn(catalog, table, "roller", "--force", "--interval", "0.3", "--count", "100000", *until),
+        _spawn(
+            catalog, table, "replicator", "--interval", "0.3", "--count", "100000", "--lease", "5", *until
+        ),
+    ]
     try:
-        while len(acked) < 200:
-            stop.wait(0.05)
-        [done] = Deleter(catalog).delete(table, "user_id = 1")
-        stop.wait(1)
+        wait_for(lambda: sum(i >= 1_000_000 for i in all_ids(table)) >= 200, "writer 1's first rows", 120)
+        wait_for(lambda: catalog.replicas.present_on(table, "c2"), "a first copy on the secondary", 120)
+        deleting = cli_process(catalog, "delete", str(table.name), "--where", "id >= 1000000")
+        out, err = deleting.communicate(timeout=300)
+        assert deleting.returncode == 0, err
+        [done] = json.loads(out)["deletes"]
+        time.sleep(1)  # writer 1 goes on: its later rows stay
     finally:
-        stop.set()
-        for t in threads:
-            t.join(timeout=60)
-    assert done.read_version is not None
-    seen = [r["id"] for r in delta_rows(table, columns="id").to_pylist()]
-    now = set(seen)
-    assert len(seen) == len(set(seen)), "a row is visible twice"
-    at_read = {r["id"] for r in delta_rows(table, done.read_version, columns="id").to_pylist()}
+        stop.touch()
+        outputs = [w.communicate(timeout=120) for w in workers]
+    for w, (_, err) in zip(workers, outputs, strict=True):
+        assert w.returncode == 0, err
+    acked = [i for out, _ in outputs[:2] for line in out.splitlines() if "chunk" in (a := json.loads(line))
+             for i in range(a["first"], a["first"] + a["rows"])]  # fmt: skip
+    seen = all_ids(table)
+    now, at_read = set(seen), set(all_ids(table, done["read_version"]))
+    assert len(seen) == len(now), "a row is visible twice"
+    assert done["rows"] == sum(i >= 1_000_000 for i in at_read) > 0
     for i in acked:
-        if i % 5 == 1 and i in at_read:
+        if i >= 1_000_000 and i in at_read:
             assert i not in now, f"row {i} came back"
         else:
             assert i in now, f"row {i} was lost"
+    while Replicator(catalog).replicate(table, include_waiting=True).copied:
+        pass  # caught up: every standard partition's copy of the current generation
+    [replica] = catalog.replicas.list(table)
+    primary, copy = ids_by_partition(table), ids_by_partition(replica_table(table, replica))
+    standard = {p.value for p in catalog.partitions(table) if p.state is PartitionState.STANDARD}
+    assert catalog.replicas.present_on(table, "c2") == standard
+    assert any(c.generation for c in catalog.store.list_copies(table.id, "c2")), "no copy was rewritten"
+    assert {v: sorted(ids) for v, ids in copy.items()} == {v: sorted(primary[v]) for v in standard}
     assert [p for p in check_table(catalog, table) if p.severity == "error"] == []
 
 

@@ -6,8 +6,10 @@ delta-rs (an independent reader); time is given explicitly.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import subprocess
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -250,6 +252,66 @@ def test_the_daemon_expires_partitions_on_schedule_while_writers_commit_and_part
             assert sorted(ids_by_partition(table, p.expired_version - 1).get(value, [])) == sorted(ids)
         else:
             assert sorted(current.get(value, [])) == sorted(ids), f"partition {iso(value)} lost rows"
+    assert [p for p in check_table(catalog, table) if p.severity == "error"] == []
+
+
+@pytest.mark.process
+def test_a_daemon_process_expires_while_writer_processes_commit_and_a_delete_process_runs(
+    catalog, tmp_path
+) -> None:
+    """Processes only: two writers commit, ``streampart scheduler run`` rolls every 2 s and expires each
+    partition 2 s after its period, and ``streampart delete`` removes writer 1's rows mid-way. Every
+    acknowledged row is where it should be: gone with its expired partition (and in the version
+    before that expiry unless the delete had taken it), else in the table once unless the delete's
+    snapshot held it (delta-rs reads every version)."""
+    from tests.helpers import worker_call
+    from tests.scheduler.helpers import start_daemon
+
+    table = make_table(catalog, roll_every="2s", retain="2s")
+    stop = tmp_path / "stop"
+    writers = [subprocess.Popen(**worker_call(catalog, table, "writer", "--writer", str(k), "--rows", "5",
+                                              "--interval", "0.05", "--until", str(stop)),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+               for k in (0, 1)]  # fmt: skip
+    daemon = start_daemon(catalog, tmp_path / "daemon.log", expiry_interval="0.5s")
+
+    def expired() -> int:
+        return len(catalog.partitions(table, [PartitionState.EXPIRED]))
+
+    try:
+        wait_for(lambda: expired() >= 2, "two partitions to expire", timeout=120)
+        deleting = cli_process(catalog, "delete", "ns.events", "--where", "id >= 1000000")
+        out, err = deleting.communicate(timeout=300)
+        assert deleting.returncode == 0, err
+        [done] = json.loads(out)["deletes"]
+        after = expired()
+        wait_for(lambda: expired() > after, "a partition to expire after the delete", timeout=120)
+    finally:
+        stop.touch()
+        outputs = [w.communicate(timeout=120) for w in writers]
+        daemon.send_signal(signal.SIGTERM)
+        daemon.wait(timeout=60)
+    for w, (_, err) in zip(writers, outputs, strict=True):
+        assert w.returncode == 0, err
+    acks = [a for out, _ in outputs for line in out.splitlines() if "chunk" in (a := json.loads(line))]
+    acked = [(i, datetime.fromisoformat(a["partitions"][0])) for a in acks
+             for i in range(a["first"], a["first"] + a["rows"])]  # fmt: skip
+    deleted = {i for i in all_ids(table, done["read_version"]) if i >= 1_000_000}
+    assert done["rows"] == len(deleted) > 0
+    parts = {p.value: p for p in catalog.partitions(table)}
+    current = ids_by_partition(table)
+    assert not duplicates([i for ids in current.values() for i in ids])
+    before_expiry: dict[int, dict[datetime, list[int]]] = {}
+    for i, value in acked:
+        p = parts[value]
+        if p.state is PartitionState.EXPIRED:
+            assert i not in current.get(value, []) and p.expired_version is not None
+            v = p.expired_version - 1
+            held = before_expiry.setdefault(v, ids_by_partition(table, v)).get(value, [])
+            gone = i in deleted and v >= done["version"]
+            assert (i in held) != gone, f"row {i} of expired partition {iso(value)} at version {v}"
+        else:
+            assert (i in current.get(value, [])) != (i in deleted), f"row {i} lost or come back"
     assert [p for p in check_table(catalog, table) if p.severity == "error"] == []
 
 
