@@ -33,17 +33,20 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
 from typing import Any
+from urllib.parse import unquote
 
 from metastore import storage
 from metastore.catalog import Catalog
 from metastore.delta.checkpoints import last_checkpoint_version
 from metastore.delta.files import live_files, partition_dir_entries
+from metastore.delta.history import oldest_readable_version
 from metastore.delta.layout import SUCCESS_MARKER, partition_dir
 from metastore.delta.log import (
     DELETE_KEY,
     DELETED_KEY,
     EXPIRE_KEY,
     ROLL_KEY,
+    commit_actions,
     commit_chunks,
     commit_file,
     commit_file_damaged,
@@ -53,7 +56,7 @@ from metastore.delta.log import (
 from metastore.delta.metadata import columns_of
 from metastore.delta.warehouse import Warehouse
 from metastore.errors import NotFoundError, StreampartError, TableIntegrityError
-from metastore.models import ChunkState, PartitionState, Table, iso
+from metastore.models import ChunkState, Delete, Expiry, PartitionState, Table, iso
 from metastore.replicas import CopyState, PartitionCopy, Replica, replica_table
 
 RESTORE = "restore it from a backup"
@@ -77,8 +80,11 @@ def check_table(catalog: Catalog, table: Table) -> list[Problem]:
     name = str(table.name)
     wh = catalog.warehouse
     problems: list[Problem] = []
-    recorded = catalog.home(table).store.newest_version(table.id)  # before the log: see Catalog.load
-    committed = catalog.home(table).store.committed_at(table.id, since=last_checkpoint_version(table))
+    store = catalog.home(table).store
+    recorded = store.newest_version(table.id)  # before the log: see Catalog.load
+    committed = store.committed_at(table.id, since=last_checkpoint_version(table))
+    expiries = store.list_expiries(table.id, limit=1_000_000)
+    deletes = store.list_deletes(table.id, limit=1_000_000)
     problems += _log_files(wh, table)
     problems += _recorded_commits(wh, table, committed, {p.version for p in problems})
     try:
@@ -97,7 +103,7 @@ def check_table(catalog: Catalog, table: Table) -> list[Problem]:
             )
         )
     elif latest > recorded:
-        problems += _log_ahead(catalog, table, recorded, latest)
+        problems += _log_ahead(catalog, table, recorded, latest, expiries, deletes)
     problems += _schema_problems(catalog, table, dt)
     files = live_files(dt)
     for f in files:
@@ -109,12 +115,7 @@ def check_table(catalog: Catalog, table: Table) -> list[Problem]:
     for f in files:
         live_rows[f.partition] = live_rows.get(f.partition, 0) + f.rows
     # files a delete replaced: on disk for older versions until housekeeping deletes them
-    replaced = {
-        path
-        for d in catalog.home(table).store.list_deletes(table.id, limit=1_000_000)
-        if d.reclaimed_at is None
-        for path in d.removed_files
-    }
+    replaced = {path for d in deletes if d.reclaimed_at is None for path in d.removed_files}
     for p in catalog.partitions(table, [PartitionState.STANDARD]):
         directory = storage.join(table.location, partition_dir(table, p.value))
         where = f"standard partition {iso(p.value)}"
@@ -148,6 +149,9 @@ def check_table(catalog: Catalog, table: Table) -> list[Problem]:
                     )
                 )
     problems += _expired_problems(catalog, table, live_rows)
+    removers = {r.sweep_version for r in store.list_rolls(table.id, limit=1_000_000)}
+    removers |= {e.commit_version for e in expiries} | {d.commit_version for d in deletes}
+    problems += _gone_early(table, {v for v in removers if v is not None}, latest, live_paths)
     for replica in catalog.replicas.list(table):
         problems += _replica_problems(catalog, table, replica, files)
     return problems
@@ -291,12 +295,48 @@ def _schema_problems(catalog: Catalog, table: Table, dt: Any) -> list[Problem]:
 _NEVER_COMMITTED = (ChunkState.RESERVED, ChunkState.ABORTED, ChunkState.EXPIRED)
 
 
-def _log_ahead(catalog: Catalog, table: Table, recorded: int, latest: int) -> list[Problem]:
+def _gone_early(table: Table, removers: set[int], latest: int, live: set[str]) -> list[Problem]:
+    """Files that a roll's sweep, an expiry or a delete removed from the log while a version time
+    travel still reads lists them (the one before the removal is readable), missing on disk: deleted
+    too early (by something that ignored the version rule, or by hand). Read from those commits' own
+    remove actions."""
+    oldest, missing = oldest_readable_version(table), []
+    for version in sorted(v for v in removers if oldest < v <= latest):
+        try:
+            actions = commit_actions(table, version) or []
+        except ValueError:  # a damaged commit file: reported as commit_damaged
+            continue
+        for action in actions:
+            path = (action.get("remove") or {}).get("path")
+            if not path:
+                continue
+            path = unquote(path) if "%" in path else path
+            if path not in live and not storage.exists(storage.join(table.location, path)):
+                missing.append((version, path))
+    if not missing:
+        return []
+    version, path = missing[0]
+    more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+    return [
+        Problem(
+            str(table.name),
+            "file_gone_early",
+            f"data file {path}{more} is missing, yet version {version - 1} still lists it and time "
+            f"travel still reads that version (the log keeps versions from {oldest}): reads of those "
+            f"versions fail; {RESTORE}",
+            path=path,
+            version=version - 1,
+        )
+    ]
+
+
+def _log_ahead(
+    catalog: Catalog, table: Table, recorded: int, latest: int, expiries: list[Expiry], deletes: list[Delete]
+) -> list[Problem]:
     """Commits after the metastore's newest recorded one that it cannot account for (see above)."""
     store = catalog.home(table).store
     unknown: list[str] = []
-    expiries = {e.id for e in store.list_expiries(table.id, limit=1_000_000)}
-    deletes = {d.id for d in store.list_deletes(table.id, limit=1_000_000)}
+    expiry_ids, delete_ids = {e.id for e in expiries}, {d.id for d in deletes}
     for version in range(recorded + 1, latest + 1):
         try:
             info = commit_info(table, version) or {}
@@ -320,10 +360,10 @@ def _log_ahead(catalog: Catalog, table: Table, recorded: int, latest: int) -> li
                     f"version {version} seals for roll {roll_id}, which the metastore does not hold"
                 )
         expiry_id = info.get(EXPIRE_KEY)
-        if expiry_id and str(expiry_id) not in expiries:
+        if expiry_id and str(expiry_id) not in expiry_ids:
             unknown.append(f"version {version} is of expiry {expiry_id}, which the metastore does not hold")
         delete_id = info.get(DELETE_KEY) or info.get(DELETED_KEY)
-        if delete_id and str(delete_id) not in deletes:
+        if delete_id and str(delete_id) not in delete_ids:
             unknown.append(f"version {version} is of delete {delete_id}, which the metastore does not hold")
     if not unknown:
         return []

@@ -32,6 +32,7 @@ from typing import Any
 from metastore import clock
 from metastore.catalog import Catalog
 from metastore.crashpoints import crashpoint, pausepoint
+from metastore.delta.errors import retry_conflicts
 from metastore.delta.files import live_files
 from metastore.delta.layout import partition_dir
 from metastore.delta.log import EXPIRE_KEY
@@ -44,10 +45,6 @@ from metastore.retention import due_for_expiry
 from scheduler.config import RollConfig
 from scheduler.errors import RollAbandonedError, RollBusyError, RollFailedError
 from scheduler.roll import owner_id
-
-# How often the removes commit is tried again after a concurrent commit made delta-rs refuse it
-# (a roll's seal changes the table's metadata): each try reloads the newest snapshot.
-COMMIT_ATTEMPTS = 10
 
 
 @dataclass(frozen=True)
@@ -186,26 +183,26 @@ class Expirer:
             if not present:
                 continue
             target = replica_table(table, replica)
-            for attempt in range(COMMIT_ATTEMPTS):
+
+            def remove(
+                target: Table = target, present: list[datetime] = present, cluster: str = replica.cluster
+            ) -> None:
                 secondary = wh.load(target)
                 txns = [(app_id(partition_dir(table, v)), generation[v] + 2) for v in present]
                 pending = [(t, n) for t, n in txns if (secondary.transaction_version(t) or 0) < n]
-                if not pending:
-                    break
-                files = [f for f in live_files(secondary) if f.partition in values]
-                try:
-                    wh.remove_partitions(secondary, target, files, f"{expiry.id}/{replica.cluster}", pending)
-                    break
-                except ConflictError:
-                    if attempt == COMMIT_ATTEMPTS - 1:
-                        raise
+                if pending:  # else: landed by an earlier run
+                    files = [f for f in live_files(secondary) if f.partition in values]
+                    wh.remove_partitions(secondary, target, files, f"{expiry.id}/{cluster}", pending)
+
+            retry_conflicts(remove)
             store.expire_copies(table.id, replica.cluster, present)
 
     def _commit(self, table: Table, expiry: Expiry) -> int:
         """The version of the commit removing the expiry's partitions' files (made now, or found)."""
         wh = self.catalog.warehouse
         values = set(expiry.partitions)
-        for attempt in range(COMMIT_ATTEMPTS):
+
+        def remove() -> int:
             dt = self.catalog.load(table)  # a damaged log refuses here, before anything is committed
             if dt.transaction_version(expiry_app_id(expiry.id)) is not None:  # landed by an earlier run
                 found = wh.find_commit(table, EXPIRE_KEY, expiry.id, -1)
@@ -216,12 +213,9 @@ class Expirer:
                     )
                 return found
             files = [f for f in live_files(dt) if f.partition in values]
-            try:
-                return wh.remove_partitions(dt, table, files, expiry.id)
-            except ConflictError:
-                if attempt == COMMIT_ATTEMPTS - 1:
-                    raise
-        raise AssertionError("unreachable")  # pragma: no cover
+            return wh.remove_partitions(dt, table, files, expiry.id)
+
+        return retry_conflicts(remove)
 
     def _failed(self, table: Table, expiry: Expiry, exc: Exception) -> StreampartError:
         where = f"expiry of {table.name} ({len(expiry.partitions)} partitions)"

@@ -201,3 +201,18 @@ def sql_server(
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def assert_gone_early_flagged(catalog: Catalog, table: Table, path: Path) -> None:
+    """``streampart check``'s ``file_gone_early``: an error while ``path`` (a file that a version time
+    travel still reads lists) is away, and nothing once it is back."""
+    from metastore.integrity import check_table
+
+    away = path.with_name(".away-" + path.name)
+    path.rename(away)
+    try:
+        [problem] = [p for p in check_table(catalog, table) if p.kind == "file_gone_early"]
+        assert problem.severity == "error" and path.name in problem.message, problem
+    finally:
+        away.rename(path)
+    assert not [p for p in check_table(catalog, table) if p.kind == "file_gone_early"]

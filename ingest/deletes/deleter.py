@@ -37,6 +37,7 @@ from ingest.deletes.plan import Plan, candidates, matches_every_row, rewrite, re
 from ingest.deletes.predicate import Predicate, parse_predicate
 from metastore.catalog import Catalog
 from metastore.crashpoints import crashpoint, pausepoint
+from metastore.delta.errors import COMMIT_ATTEMPTS, retry_conflicts
 from metastore.delta.files import live_files, partition_dir_entries, remove_file, write_success_marker
 from metastore.delta.layout import parse_partition_value
 from metastore.delta.log import DELETE_KEY, DELETED_KEY, commit_actions
@@ -44,8 +45,6 @@ from metastore.delta.staging import files as staged_files
 from metastore.errors import ConflictError, DeleteBusyError, StreampartError, UserInputError
 from metastore.models import Column, Delete, DeleteState, PartitionState, Table, TableKind, iso
 
-# How often a delete plans again after Delta refused its commit (a concurrent roll, expiry or seal).
-COMMIT_ATTEMPTS = 10
 # How long a delete waits for a roll of a partition holding a match to finish.
 ROLL_WAIT_S = 120.0
 LEASE = timedelta(minutes=10)
@@ -210,13 +209,7 @@ class Deleter:
     def _seal(self, table: Table, delete: Delete) -> int:
         """The delete's seal, sealed again on the newer snapshot when a concurrent commit (an expiry's
         removes, a roll's sweep) made Delta refuse it: a seal only changes a property."""
-        for attempt in range(COMMIT_ATTEMPTS):
-            try:
-                return self.catalog.warehouse.seal(table, delete.id, DELETE_KEY)
-            except ConflictError:
-                if attempt == COMMIT_ATTEMPTS - 1:
-                    raise
-        raise AssertionError("unreachable")  # pragma: no cover
+        return retry_conflicts(lambda: self.catalog.warehouse.seal(table, delete.id, DELETE_KEY))
 
     def _commit(self, table: Table, delete: Delete, predicate: Predicate) -> tuple[Plan, int]:
         """Plan, rewrite and commit (again after a refused commit); the plan and the commit's version."""

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import errno
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 from metastore.errors import (
     CommitStateUnknownError,
@@ -22,6 +23,23 @@ from metastore.errors import (
 from metastore.models import Table
 
 _OUT_OF_SPACE = (errno.ENOSPC, errno.EDQUOT)
+T = TypeVar("T")
+
+# How often a commit Delta refused as conflicting is planned again on the newer snapshot: a roll's
+# sweep, an expiry and a delete that race on a file each land after at most a few refusals.
+COMMIT_ATTEMPTS = 10
+
+
+def retry_conflicts(attempt: Callable[[], T], attempts: int = COMMIT_ATTEMPTS) -> T:
+    """``attempt()`` again while Delta refuses its commit as conflicting with a concurrent one
+    (``ConflictError``); each call must load the snapshot it commits on. The last refusal is raised."""
+    for k in range(attempts):
+        try:
+            return attempt()
+        except ConflictError:
+            if k == attempts - 1:
+                raise
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def first_line(exc: BaseException) -> str:

@@ -32,7 +32,16 @@ from scheduler.config import HousekeepingConfig
 from scheduler.housekeeping import Housekeeper
 from scheduler.roll import Roller
 from tests.fixtures import make_table
-from tests.helpers import all_ids, cli_process, delta_rows, ids_by_partition, jsonl, wait_for, worker_call
+from tests.helpers import (
+    all_ids,
+    assert_gone_early_flagged,
+    cli_process,
+    delta_rows,
+    ids_by_partition,
+    jsonl,
+    wait_for,
+    worker_call,
+)
 
 SCHEMA = "id BIGINT, ts TIMESTAMP, user_id BIGINT"
 
@@ -103,6 +112,7 @@ def test_the_replaced_files_go_once_no_readable_version_lists_them(catalog) -> N
     assert (
         keeper.run(now=d.finished_at + timedelta(hours=2)).deleted_files_reclaimed == 0
     )  # the log lists them
+    assert_gone_early_flagged(catalog, table, Path(table.location) / d.removed_files[0])
     from metastore.delta.checkpoints import set_log_settings
 
     set_log_settings(catalog.load(table), log_retention=timedelta(hours=1))

@@ -35,7 +35,15 @@ from scheduler.housekeeping import Housekeeper
 from scheduler.replication import Replicator
 from scheduler.roll import Roller
 from tests.fixtures import make_table
-from tests.helpers import all_ids, cli_process, duplicates, ids_by_partition, records, wait_for
+from tests.helpers import (
+    all_ids,
+    assert_gone_early_flagged,
+    cli_process,
+    duplicates,
+    ids_by_partition,
+    records,
+    wait_for,
+)
 from tests.scheduler.helpers import Writer, fast_config, metrics_samples, running
 
 H = datetime(2026, 11, 21, tzinfo=UTC)
@@ -110,6 +118,7 @@ def test_the_files_go_once_no_readable_version_lists_them_and_the_grace_passed(c
     # past the grace, but the log still holds the versions before the expiry: time travel reads them
     assert keeper.run(now=expired_at + timedelta(hours=2)).partitions_reclaimed == 0
     assert all(d.is_dir() for d in dirs)
+    assert_gone_early_flagged(catalog, table, next(dirs[0].glob("*.parquet")))
     # the log forgets those versions: then the expired partitions' files go, and only theirs
     set_log_settings(catalog.load(table), log_retention=timedelta(hours=1))
     Roller(catalog).roll_table(table, now=H + timedelta(hours=8))  # (a commit or two after the expiry)
