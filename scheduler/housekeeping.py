@@ -16,7 +16,9 @@
 - scrub replicas: read back a few present copies on secondaries each pass (those not verified for
   a day, least recently verified first) and compare each file's SHA-256 with the one verified
   when it was copied; a copy that differs is no longer present — queries stop reading it there —
-  and the next copy pass copies it again (:func:`scheduler.replica_scrub.scrub`).
+  and the next copy pass copies it again (:func:`scheduler.replica_scrub.scrub`); keep each
+  secondary's log like the primary's and delete the files an expiry or a delete made unreachable
+  there (:mod:`scheduler.replica_reclaim`).
 
 Each table is handled on its own: a failure is reported for that table and the others go on.
 """
@@ -46,7 +48,9 @@ from metastore.durations import format_duration
 from metastore.errors import NotFoundError
 from metastore.logs import event
 from metastore.models import ChunkState, PartitionState, Table
+from metastore.replicas import replica_table
 from scheduler.config import HousekeepingConfig
+from scheduler.replica_reclaim import reclaim_secondary
 from scheduler.replica_scrub import scrub
 
 log = logging.getLogger("streampart.scheduler")
@@ -75,6 +79,7 @@ class HousekeepingReport:
     requests_pruned: int = 0  # Kafka ingest jobs' requests, applied longer ago than the history kept
     partitions_reclaimed: int = 0  # expired partitions whose files were deleted
     deleted_files_reclaimed: int = 0  # files a delete by predicate replaced, deleted
+    secondary_files_reclaimed: int = 0  # files on secondaries no readable version there lists, deleted
     errors: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
@@ -128,6 +133,7 @@ class Housekeeper:
                     report.log_files_removed[str(table.name)] = gone
                 report.chunks_pruned += self.prune(table, now)
                 if self.catalog.replicas.list(table):
+                    report.secondary_files_reclaimed += self.secondaries(table, now)
                     verified, damaged = scrub(self.catalog, table, now - SCRUB_EVERY, SCRUB_COPIES)
                     report.replicas_verified += verified
                     report.replicas_damaged += [d.error for d in damaged]
@@ -297,6 +303,19 @@ class Housekeeper:
                     remove_file(table, path)
                     gone += 1
             store.mark_delete_reclaimed(d, now)
+        return gone
+
+    def secondaries(self, table: Table, now: datetime) -> int:
+        """Each secondary's Delta log kept like the primary's, then the files an expiry or a delete
+        made unreachable there deleted (:mod:`scheduler.replica_reclaim`); how many files went."""
+        gone = 0
+        for replica in self.catalog.replicas.list(table):
+            target = replica_table(table, replica)
+            if not storage.is_dir(storage.join(target.location, "_delta_log")):
+                continue  # nothing copied there yet
+            self.checkpoint(target)
+            self.clean_log(target)
+            gone += reclaim_secondary(self.catalog, table, replica, now - self.config.retention)
         return gone
 
     # -- Delta log -----------------------------------------------------------------------------

@@ -44,6 +44,18 @@ def ids_by_partition(table: Table, version: int | None = None) -> dict[datetime,
     return out
 
 
+def delta_file_paths(table: Table, version: int | None = None) -> list[str]:
+    """The data files (relative, decoded) that delta-rs lists for the table's version."""
+    from urllib.parse import unquote
+
+    from deltalake import DeltaTable
+
+    from metastore.storage import delta_options
+
+    dt = DeltaTable(table.location, version=version, storage_options=delta_options(table.location))
+    return [unquote(p) for p in pa.table(dt.get_add_actions()).column("path").to_pylist()]
+
+
 def all_ids(table: Table, version: int | None = None) -> list[int]:
     return delta_rows(table, version, "id").column("id").to_pylist()
 

@@ -29,6 +29,7 @@ import os
 import socket
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -38,7 +39,13 @@ from ingest.deletes.predicate import Predicate, parse_predicate
 from metastore.catalog import Catalog
 from metastore.crashpoints import crashpoint, pausepoint
 from metastore.delta.errors import COMMIT_ATTEMPTS, retry_conflicts
-from metastore.delta.files import live_files, partition_dir_entries, remove_file, write_success_marker
+from metastore.delta.files import (
+    LiveFile,
+    live_files,
+    partition_dir_entries,
+    remove_file,
+    write_success_marker,
+)
 from metastore.delta.layout import parse_partition_value
 from metastore.delta.log import DELETE_KEY, DELETED_KEY, commit_actions
 from metastore.delta.staging import files as staged_files
@@ -48,6 +55,7 @@ from metastore.models import Column, Delete, DeleteState, PartitionState, Table,
 # How long a delete waits for a roll of a partition holding a match to finish.
 ROLL_WAIT_S = 120.0
 LEASE = timedelta(minutes=10)
+MARKER_THREADS = 8  # completeness markers of the rewritten standard partitions written at once
 
 
 def delete_app_id(delete_id: str) -> str:
@@ -293,18 +301,24 @@ class Deleter:
                     value = parse_partition_value(a["partitionValues"][table.partition_column])
                     freed[value] = freed.get(value, 0) + sign * int(a.get("size") or 0)
         states = {p.value: p.state for p in self.catalog.partitions(table)}
-        live = [
-            f for f in live_files(self.catalog.warehouse.load(table)) if f.partition in set(delete.partitions)
-        ]
+        touched = set(delete.partitions)
+        live: dict[datetime, list[LiveFile]] = {}
+        for f in live_files(self.catalog.warehouse.load(table)):
+            if f.partition in touched:
+                live.setdefault(f.partition, []).append(f)
         standard: dict[datetime, tuple[int, int, int]] = {}
         for value in delete.partitions:
             if states.get(value) is PartitionState.STANDARD:
-                mine = [f for f in live if f.partition == value]
+                mine = live.get(value, [])
                 standard[value] = (sum(f.rows for f in mine), sum(f.size for f in mine), len(mine))
-                write_success_marker(
-                    table, value, {"table": str(table.name), "partition": iso(value), "delete": delete.id,
-                                   "rows": standard[value][0], "files": len(mine)},
-                )  # fmt: skip
+
+        def mark(value: datetime) -> None:
+            rows, _, files = standard[value]
+            info = {"table": str(table.name), "partition": iso(value), "delete": delete.id, "rows": rows}
+            write_success_marker(table, value, {**info, "files": files})
+
+        with ThreadPoolExecutor(MARKER_THREADS) as pool:  # a bucket's PUTs are latency, not CPU
+            list(pool.map(mark, standard))
         others = {v: n for v, n in freed.items() if states.get(v) is not PartitionState.STANDARD}
         return self.catalog.store.finish_delete(delete, self.owner, standard, others)
 

@@ -3,7 +3,9 @@ the rewritten files without those rows (ingest/deletes/deleter.py commits them).
 
 A file is read only if its partition may hold a match (:meth:`Predicate.partition_may_match` on the
 partition column) and its partition is one a delete touches: streaming, rolling or standard
-(expiring and expired ones are leaving the table). A partition that is rolling makes the plan
+(expiring and expired ones are leaving the table); on a local disk one Arrow scan of those files'
+named columns then finds the files holding a match, and only they are read whole. A partition that
+is rolling makes the plan
 wait: a roll records its partition's rows from its sweep, and a delete must not change them under
 it. A rewritten file keeps its partition's place: a standard partition's in the partition's
 directory (``del-<delete>-v<snapshot>-<attempt>-<k>.snappy.parquet``, never a name a sweep's
@@ -13,21 +15,28 @@ rolls and housekeeping still know its chunk). A file left with no row is removed
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from ingest.deletes.predicate import Predicate
 from metastore import storage
+from metastore.delta.arrow import arrow_type
 from metastore.delta.files import LiveFile, read_file, remove_file, write_parquet
 from metastore.delta.layout import partition_dir, staged_dir
 from metastore.models import PartitionState, Table
 
+_PERIOD = pa.timestamp("us", tz="UTC")  # a partition column's type
 TOUCHED = (PartitionState.STREAMING, PartitionState.ROLLING, PartitionState.STANDARD)
 
 _MINE = re.compile(r"^del-([0-9a-f]{8})-v(\d+)-[0-9a-f]{8}-\d{5}\.snappy\.parquet$")
@@ -72,12 +81,54 @@ def candidates(
 
 
 def _view(table: Table, predicate: Predicate, f: LiveFile, data: pa.Table) -> pa.Table:
-    """The file's rows with its partition column when the predicate names it (files lack it: the
-    partition's directory says it)."""
-    if table.partition_column not in predicate.columns or table.partition_column in data.column_names:
-        return data
-    value = pa.array([f.partition] * data.num_rows, pa.timestamp("us", tz="UTC"))
-    return data.append_column(table.partition_column, value)
+    """The file's rows with every column the predicate names: the partition column (files lack it:
+    the partition's directory says it), and NULL for a column added after the file was written."""
+    for name, kind in _named(table, predicate).items():
+        if name not in data.column_names:
+            value = f.partition if name == table.partition_column else None
+            data = data.append_column(name, pa.array([value] * data.num_rows, kind))
+    return data
+
+
+def _named(table: Table, predicate: Predicate) -> dict[str, pa.DataType]:
+    """The Arrow type of each column the predicate names."""
+    types = {c.name: arrow_type(c.type) for c in table.columns}
+    types[table.partition_column] = _PERIOD
+    return {name: types[name] for name in sorted(predicate.columns)}
+
+
+def holding_matches(table: Table, predicate: Predicate, files: Sequence[LiveFile]) -> set[str] | None:
+    """The paths among ``files`` holding a row the predicate matches, found by one scan of the
+    columns it names (Arrow's dataset scanner: C++ threads, Parquet statistics), so that only those
+    files are read whole and rewritten. None where it cannot tell (see :func:`_scan`)."""
+    scan = _scan(table, predicate, files)
+    if scan is None:
+        return None
+    dataset, by_full = scan
+    try:
+        found = dataset.to_table(filter=predicate.matches, columns=["__filename"])
+    except (pa.ArrowException, OSError):
+        return None
+    return {by_full[name] for name in pc.unique(found.column("__filename")).to_pylist()}
+
+
+def _scan(
+    table: Table, predicate: Predicate, files: Sequence[LiveFile]
+) -> tuple[ds.Dataset, dict[str, str]] | None:
+    """``files`` as one Arrow dataset of the columns the predicate names (NULL in a file written
+    before its column was added; the partition column from each file's partition), with each full
+    path's log path. None for a table in a bucket: its files are read through ``storage``."""
+    if not files or storage.is_remote(table.location):
+        return None
+    local, fmt = pafs.LocalFileSystem(), ds.ParquetFileFormat()
+    by_full = {os.path.join(table.location, f.path): f.path for f in files}
+    period = pc.field(table.partition_column)
+    fragments = [
+        fmt.make_fragment(full, local, partition_expression=period == pa.scalar(f.partition, _PERIOD))
+        for full, f in zip(by_full, files, strict=True)
+    ]
+    schema = pa.schema(list(_named(table, predicate).items()))
+    return ds.FileSystemDataset(fragments, schema, fmt, local), by_full
 
 
 # Files read and rewritten at once: pyarrow reads, filters and writes Parquet without holding the GIL,
@@ -98,6 +149,10 @@ def rewrite(
     """Read ``files`` (of snapshot ``version``) and write each that holds a match again without it
     (``dry_run``: only count what would go)."""
 
+    files = list(files)
+    hits = holding_matches(table, predicate, files)
+    todo = files if hits is None else [f for f in files if f.path in hits]
+
     def one(k: int, f: LiveFile) -> tuple[LiveFile, int, int, tuple[str, datetime, int] | None]:
         data = read_file(table, f.path)
         view = _view(table, predicate, f, data)
@@ -114,7 +169,7 @@ def rewrite(
     done: list[tuple[LiveFile, int, int, tuple[str, datetime, int] | None]] = []
     failed: BaseException | None = None
     with ThreadPoolExecutor(THREADS) as pool:
-        for future in [pool.submit(one, k, f) for k, f in enumerate(files)]:  # in the files' order
+        for future in [pool.submit(one, k, f) for k, f in enumerate(todo)]:  # in the files' order
             try:
                 done.append(future.result())
             except BaseException as exc:
@@ -124,9 +179,11 @@ def rewrite(
             if added is not None:
                 remove_file(table, added[0])
         raise failed
-    plan = Plan(version)
+    rewritten = {f.path for f in todo}
+    plan = Plan(
+        version, files_read=len(files), rows_read=sum(f.rows for f in files if f.path not in rewritten)
+    )
     for f, read, gone, added in done:
-        plan.files_read += 1
         plan.rows_read += read
         if gone:
             plan.removes.append(f)
@@ -146,10 +203,15 @@ def matches_every_row(
         return False
     if any(not predicate.partition_may_match({table.partition_column: f.partition}) for f in touched):
         return False
+    scan = _scan(table, predicate, touched)
+    if scan is not None:
+        with contextlib.suppress(pa.ArrowException, OSError):  # else: file by file, as in a bucket
+            return scan[0].head(1, columns=["__filename"], filter=predicate.keeps).num_rows == 0
     wanted = [c for c in predicate.columns if c != table.partition_column]
     for f in touched:
         with storage.open_input(storage.join(table.location, f.path)) as handle:
-            data = pq.read_table(handle, columns=wanted)
+            parquet = pq.ParquetFile(handle)
+            data = parquet.read(columns=[c for c in wanted if c in parquet.schema_arrow.names])
         if _view(table, predicate, f, data).filter(predicate.keeps).num_rows:
             return False
     return True

@@ -27,7 +27,7 @@ from metastore.delta.layout import partition_dir
 from metastore.errors import DeleteBusyError, ReadOnlyLinkError, RetriableError, UserInputError
 from metastore.integrity import check_table
 from metastore.links import LinkSpec
-from metastore.models import DeleteState, PartitionState, Table, TableKind, TableName
+from metastore.models import Column, DeleteState, PartitionState, Table, TableKind, TableName
 from scheduler.config import HousekeepingConfig
 from scheduler.housekeeping import Housekeeper
 from scheduler.roll import Roller
@@ -36,6 +36,7 @@ from tests.helpers import (
     all_ids,
     assert_gone_early_flagged,
     cli_process,
+    delta_file_paths,
     delta_rows,
     ids_by_partition,
     jsonl,
@@ -261,7 +262,8 @@ def test_a_delete_racing_writers_rolls_and_replication_loses_and_resurrects_noth
     standard = {p.value for p in catalog.partitions(table) if p.state is PartitionState.STANDARD}
     assert catalog.replicas.present_on(table, "c2") == standard
     assert any(c.generation for c in catalog.store.list_copies(table.id, "c2")), "no copy was rewritten"
-    assert {v: sorted(ids) for v, ids in copy.items()} == {v: sorted(primary[v]) for v in standard}
+    held = {v: sorted(ids) for v, ids in primary.items() if v in standard}  # (a partition may be left empty)
+    assert {v: sorted(ids) for v, ids in copy.items()} == held
     assert [p for p in check_table(catalog, table) if p.severity == "error"] == []
 
 
@@ -293,6 +295,30 @@ def test_a_delete_reaches_the_secondaries(catalog, tmp_path) -> None:
     assert {(c.state, c.generation) for c in copies} == {(CopyState.PRESENT, 1)}
     assert Replicator(catalog).replicate(table).copied == []  # nothing owed
     assert [p for p in check_table(catalog, table) if p.severity == "error"] == []
+    # the secondary's replaced files: kept while its log holds a version listing them, then gone
+    root = Path(copy.location)
+    before = {f.relative_to(root) for f in root.rglob("*.parquet") if "_delta_log" not in f.parts}
+    now = set(ids_by_partition(copy))  # (partition values)
+    old_files = before - {Path(f) for f in delta_file_paths(copy)}
+    assert len(old_files) == 2
+    keeper = Housekeeper(catalog, HousekeepingConfig(retention="1h", checkpoint_every=1))
+    later = datetime.now(UTC) + timedelta(hours=2)
+    assert keeper.run(now=later).secondary_files_reclaimed == 0  # version 0.. still readable there
+    from metastore.delta.checkpoints import set_log_settings
+
+    set_log_settings(catalog.warehouse.load(copy), log_retention=timedelta(hours=1))
+    Roller(catalog).roll_table(table, force=True)  # (a commit after the settings, on the primary)
+    old = time.time() - 7200
+    for path in (root / "_delta_log").iterdir():
+        os.utime(path, (old, old))
+    first, second = keeper.run(now=later), keeper.run(now=later)
+    assert not first.errors and not second.errors, (first.errors, second.errors)
+    gone = first.secondary_files_reclaimed + second.secondary_files_reclaimed
+    assert gone == 2 and not any((root / f).exists() for f in old_files)
+    assert (
+        table_rows(copy) == [(i, i % 5) for i in range(20) if i % 5 != 1]
+        and set(ids_by_partition(copy)) == now
+    )
 
 
 def test_migrations_0016_and_0017_go_back_and_forth_keeping_every_row(metastore_url: str, tmp_path) -> None:
@@ -375,4 +401,22 @@ def test_a_delete_racing_expiry_passes_leaves_every_partition_whole_or_gone(cata
             kept = sorted(h * 10 + k for k in range(10) if k % 5 != 2)
             assert sorted(by_partition.get(value, [])) == kept, f"partition {iso(value)} lost rows"
     assert sum(s is PartitionState.EXPIRED for s in states.values()) == 8
+    assert [p for p in check_table(catalog, table) if p.severity == "error"] == []
+
+
+def test_a_column_added_after_files_were_written_is_null_in_them(catalog) -> None:
+    """Files written before ``country`` was added lack it: there it is NULL, so ``country = 'DE'``
+    matches none of their rows and ``country IS NULL`` every one (as Spark and delta-rs read them)."""
+    table, ids = filled(catalog)
+    catalog.schemas.alter(table, add=[Column(name="country", type="string", nullable=True)])
+    table = catalog.table("ns.events")
+    later = [{"id": 200 + k, "ts": "2026-11-21T10:15:00Z", "user_id": 1, "country": ["DE", None][k % 2]}
+             for k in range(10)]  # fmt: skip
+    ChunkWriter(catalog, table).write(jsonl(later), Format.JSONL)
+    [de] = Deleter(catalog).delete(table, "country = 'DE'")
+    assert de.rows == 5 and de.files_removed == 1
+    [unknown] = Deleter(catalog).delete(table, "country IS NULL AND user_id = 1")
+    assert unknown.rows == 16 + 5
+    got = delta_rows(table, columns="id, country").to_pylist()
+    assert sorted(r["id"] for r in got) == sorted(i for i in ids if i % 5 != 1)
     assert [p for p in check_table(catalog, table) if p.severity == "error"] == []

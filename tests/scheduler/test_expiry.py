@@ -349,3 +349,19 @@ def test_expired_partitions_leave_the_secondaries_too(catalog, tmp_path) -> None
     assert catalog.replicas.present_on(table, "c2") == set()
     assert Replicator(catalog).replicate(table).copied == []  # nothing is owed to c2
     assert [p for p in check_table(catalog, table) if p.severity == "error"] == []
+    # their files there go once the secondary's log forgets the versions listing them
+    dirs = [
+        Path(copy.location) / partition_dir(table, c.partition_value)
+        for c in catalog.store.list_copies(table.id, "c2")
+    ]
+    keeper = Housekeeper(catalog, HousekeepingConfig(retention="1h", checkpoint_every=1))
+    later = datetime.now(UTC) + timedelta(hours=2)
+    assert keeper.run(now=later).secondary_files_reclaimed == 0 and all(d.is_dir() for d in dirs)
+    set_log_settings(catalog.warehouse.load(copy), log_retention=timedelta(hours=1))
+    old = time.time() - 2 * 3600
+    for path in (Path(copy.location) / "_delta_log").iterdir():
+        os.utime(path, (old, old))
+    first, second = keeper.run(now=later), keeper.run(now=later)
+    assert not first.errors and not second.errors, (first.errors, second.errors)
+    assert first.secondary_files_reclaimed + second.secondary_files_reclaimed == 3
+    assert not any(d.exists() for d in dirs) and all_ids(copy) == []
