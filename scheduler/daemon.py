@@ -346,6 +346,8 @@ class RollDaemon:
         m.chunks_pruned.inc(report.chunks_pruned)
         m.checkpoints.inc(len(report.checkpoints))
         m.partitions_reclaimed.inc(report.partitions_reclaimed)
+        m.files_reclaimed.labels(where="primary").inc(report.deleted_files_reclaimed)
+        m.files_reclaimed.labels(where="secondary").inc(report.secondary_files_reclaimed)
         event(
             log,
             logging.WARNING if report.errors else logging.INFO,

@@ -118,6 +118,13 @@ class SchedulerMetrics:
             "Expired partitions whose files were deleted (no readable version lists them any more).",
             registry=r,
         )
+        self.files_reclaimed = Counter(
+            "streampart_housekeeping_files_reclaimed",
+            "Files deleted once no readable version lists them: replaced by a delete on the primary "
+            "(where=primary), or removed by an expiry or a delete's copy on a secondary (where=secondary).",
+            ["where"],
+            registry=r,
+        )
 
     def _replication_series(self, r: CollectorRegistry) -> None:
         self.copies = Counter(
