@@ -26,13 +26,7 @@ def check(
 
     cli = cli_context(ctx)
     catalog = cli.catalog()
-    if name:
-        tables = [catalog.table(name)]
-    else:
-        listed = catalog.list_tables()
-        if listed.warning():
-            cli.output.warn(str(listed.warning()))
-        tables = listed.merged()
+    tables = cli.tables(catalog, name)
     problems = [p for t in tables for p in check_table(catalog, t)]
     errors = sum(p.severity == "error" for p in problems)
     cli.output.result(

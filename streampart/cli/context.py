@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import typer
 
@@ -17,7 +17,11 @@ from streampart.cli.output import Output, TextOutput
 
 if TYPE_CHECKING:
     from metastore.catalog import Catalog
+    from metastore.models import Table
+    from metastore.router import FanOut
     from streampart.config import Settings
+
+T = TypeVar("T")
 
 __all__ = ["CliContext", "cli_context"]
 
@@ -75,6 +79,17 @@ class CliContext:
             fail_fast_s=s.federation.health_interval.total_seconds(),
             create=create,
         )
+
+    def answered(self, fanned: FanOut[list[T]]) -> list[T]:
+        """A listing over the federation, merged, after a warning naming the metastores that did
+        not answer (their part is missing)."""
+        if fanned.warning():
+            self.output.warn(str(fanned.warning()))
+        return fanned.merged()
+
+    def tables(self, catalog: Catalog, name: str | None) -> list[Table]:
+        """The table ``name``, or every table of the federation (companions too) when it is None."""
+        return [catalog.table(name)] if name else self.answered(catalog.list_tables())
 
 
 def cli_context(ctx: typer.Context) -> CliContext:

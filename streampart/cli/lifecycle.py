@@ -30,13 +30,7 @@ def expire(
     cli = cli_context(ctx)
     settings = cli.settings()
     catalog = cli.catalog()
-    if name:
-        tables = [catalog.table(name)]
-    else:
-        listed = catalog.list_tables()
-        if listed.warning():
-            cli.output.warn(str(listed.warning()))
-        tables = listed.merged()  # companions too: they keep what their main table keeps
+    tables = cli.tables(catalog, name)  # every table: companions too, they keep what their main table keeps
     at = parse_instant(now, "--now") if now else None
     results = []
     for table in tables:

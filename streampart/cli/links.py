@@ -172,10 +172,9 @@ def link_list(
         catalog.namespaces.get(namespace)  # a clear error for a namespace that does not exist
         links = catalog.links.list(namespace)
     else:
-        listed = catalog.router.fan_out(lambda store: store.list_links())
-        if listed.warning():
-            cli.output.warn(str(listed.warning()))
-        links = sorted(listed.merged(), key=lambda x: str(x.name))
+        links = sorted(
+            cli.answered(catalog.router.fan_out(lambda store: store.list_links())), key=lambda x: str(x.name)
+        )
     cli.output.result([catalog.links.info(link) for link in links], _print_list)
 
 

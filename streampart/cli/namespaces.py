@@ -135,10 +135,8 @@ def namespace_list(ctx: typer.Context, _json: JsonFlag = False) -> None:
             )
         return rows
 
-    listed = catalog.router.fan_out(rows_of)
-    if listed.warning():
-        cli.output.warn(str(listed.warning()))
-    cli.output.result(sorted(listed.merged(), key=lambda r: r["namespace"]), _print_list)
+    rows = cli.answered(catalog.router.fan_out(rows_of))
+    cli.output.result(sorted(rows, key=lambda r: r["namespace"]), _print_list)
 
 
 def _print_list(out: TextOutput, rows: list[dict[str, Any]]) -> None:
