@@ -33,12 +33,11 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
 from typing import Any
-from urllib.parse import unquote
 
 from metastore import storage
 from metastore.catalog import Catalog
 from metastore.delta.checkpoints import last_checkpoint_version
-from metastore.delta.files import live_files, partition_dir_entries
+from metastore.delta.files import disk_path, live_files, partition_dir_entries
 from metastore.delta.history import oldest_readable_version
 from metastore.delta.layout import SUCCESS_MARKER, partition_dir
 from metastore.delta.log import (
@@ -310,7 +309,7 @@ def _gone_early(table: Table, removers: set[int], latest: int, live: set[str]) -
             path = (action.get("remove") or {}).get("path")
             if not path:
                 continue
-            path = unquote(path) if "%" in path else path
+            path = disk_path(path)
             if path not in live and not storage.exists(storage.join(table.location, path)):
                 missing.append((version, path))
     if not missing:

@@ -23,11 +23,10 @@ An expired copy's directory goes whole once no data file is left in it.
 from __future__ import annotations
 
 from datetime import datetime
-from urllib.parse import unquote
 
 from metastore import storage
 from metastore.catalog import Catalog
-from metastore.delta.files import live_files
+from metastore.delta.files import disk_path, live_files
 from metastore.delta.history import commit_time, oldest_readable_version
 from metastore.delta.layout import partition_dir
 from metastore.delta.log import commit_actions
@@ -47,7 +46,7 @@ def listed_by_readable_versions(catalog: Catalog, target: Table, oldest: int) ->
         for action in commit_actions(target, version) or []:
             path = (action.get("add") or {}).get("path")
             if path:
-                listed.add(unquote(path) if "%" in path else path)
+                listed.add(disk_path(path))
     return listed
 
 

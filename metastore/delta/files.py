@@ -89,6 +89,11 @@ def files_stats(files: Iterable[LiveFile]) -> dict[datetime, PartitionStats]:
     }
 
 
+def disk_path(path: str) -> str:
+    """A file's path as the log holds it (a URI path, encoded) as it is on disk."""
+    return urllib.parse.unquote(path) if "%" in path else path
+
+
 def live_files(dt: Any) -> list[LiveFile]:
     """The files of the snapshot ``dt`` (a loaded DeltaTable), as its add actions list them."""
     adds = pa.table(dt.get_add_actions(flatten=True))
@@ -98,7 +103,6 @@ def live_files(dt: Any) -> list[LiveFile]:
     out = []
     # a snapshot holds few partitions and may hold ten thousand files: parse each value once
     values: dict[Any, datetime] = {}
-    unquote = urllib.parse.unquote
     for path, pv, size, rows in zip(
         adds.column("path").to_pylist(),
         adds.column(pcol).to_pylist(),
@@ -110,7 +114,7 @@ def live_files(dt: Any) -> list[LiveFile]:
         if value is None:
             value = values[pv] = parse_partition_value(pv)
         # the log holds URI-encoded paths; ours on disk are the decoded form
-        out.append(LiveFile(unquote(path) if "%" in path else path, value, int(size), int(rows or 0)))
+        out.append(LiveFile(disk_path(path), value, int(size), int(rows or 0)))
     return out
 
 
