@@ -42,6 +42,7 @@ from metastore.delta.checkpoints import MIN_LOG_RETENTION, last_checkpoint_versi
 from metastore.delta.files import live_files, remove_file
 from metastore.delta.history import oldest_readable_version
 from metastore.delta.layout import STAGING_DIR, chunk_of_staged, partition_dir, value_of_dir
+from metastore.delta.log import log_dir
 from metastore.delta.staging import files as staged_files
 from metastore.delta.staging import partition_dirs as staging_partition_dirs
 from metastore.durations import format_duration
@@ -311,7 +312,7 @@ class Housekeeper:
         gone = 0
         for replica in self.catalog.replicas.list(table):
             target = replica_table(table, replica)
-            if not storage.is_dir(storage.join(target.location, "_delta_log")):
+            if not storage.is_dir(log_dir(target.location)):
                 continue  # nothing copied there yet
             self.checkpoint(target)
             self.clean_log(target)

@@ -52,10 +52,9 @@ def listed_by_readable_versions(catalog: Catalog, target: Table, oldest: int) ->
 
 def reclaim_secondary(catalog: Catalog, table: Table, replica: Replica, cutoff: datetime) -> int:
     """Delete the files on ``replica``'s cluster that no readable version there lists, of partitions
-    whose copy is settled, older than ``cutoff`` (see the module's docstring); how many went."""
+    whose copy is settled, older than ``cutoff`` (see the module's docstring); how many went. The
+    caller has checked that the secondary has a Delta log (something was copied there)."""
     target = replica_table(table, replica)
-    if not storage.is_dir(storage.join(target.location, "_delta_log")):
-        return 0  # nothing copied there yet
     states = {
         c.partition_value: c.state
         for c in catalog.store.list_copies(table.id, replica.cluster)
