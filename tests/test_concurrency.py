@@ -85,6 +85,37 @@ def test_writers_rollers_and_readers_at_once(storage_catalog) -> None:
 
 
 @pytest.mark.process
+def test_a_quota_set_while_writers_begin_their_commits_holds_them(catalog) -> None:
+    """Commits into a namespace without a quota do not queue behind each other's quota check (a
+    shared lock); a quota set between a writer's first read and its lock still holds it: the
+    writer checks again under the exclusive lock, so the quota is never passed."""
+    if catalog.store.is_sqlite:
+        pytest.skip("SQLite's write lock holds the whole transaction: no quota can be set inside it")
+    table = make_table(catalog, "lateq.t")
+    ChunkWriter(catalog, table).write(records(range(ROWS)), Format.JSONL, key="first")
+    one_chunk = catalog.store.committed_bytes("lateq")
+    writers = [
+        spawn(catalog, table, "writer", "--writer", str(k + 1), "--count", "1", "--rows", str(ROWS),
+              pausepoint="chunk-quota-read@1:3")
+        for k in range(WRITERS)
+    ]  # fmt: skip
+    for w in writers:  # each has read "no quota" and waits before it locks the namespace
+        assert w.stderr is not None
+        line = w.stderr.readline()
+        assert "pausepoint chunk-quota-read" in line, line
+    quota = one_chunk * 2 + one_chunk // 2  # room for one more chunk of about the same size
+    catalog.store.alter_namespace("lateq", quota_bytes=quota)
+    outputs = [w.communicate(timeout=180) for w in writers]
+    for (_out, err), w in zip(outputs, writers, strict=True):
+        assert w.returncode == 0, err
+    said = [json.loads(line) for out, _ in outputs for line in out.splitlines()]
+    refused = [s for s in said if "refused" in s]
+    assert len(said) == WRITERS and len(refused) == WRITERS - 1, said
+    assert catalog.store.committed_bytes("lateq") <= quota
+    assert len(all_ids(table)) == 2 * ROWS
+
+
+@pytest.mark.process
 def test_concurrent_writers_never_pass_a_namespace_quota(storage_catalog) -> None:
     """Writer processes race into a namespace a few chunks short of its quota (invariant 7 and
     issue 10's quota): the committed bytes never pass it, every acknowledged chunk is there,

@@ -139,7 +139,7 @@ def stage_upload(
         if records == 0:
             raise BodyError("the upload holds no records; nothing was staged")
         return Staged(
-            writer.stage_files(chunk, files, bad, digest),
+            writer.stage_files(chunk, files, bad, digest, read_again=False),  # (the route read it)
             dict(ignored),
             dict(rounded),
             {c.name: c.sql_type for c in added},

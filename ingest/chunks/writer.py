@@ -247,14 +247,18 @@ class ChunkWriter:
         files: Sequence[StagedFile],
         bad: Sequence[DeadLetter],
         digest: str | None = None,
+        *,
+        read_again: bool = True,
     ) -> Chunk:
         """Record files already written to staging (by :func:`write_staged_files`) as the chunk's data.
 
         This is how a distributed writer stages a chunk: each Spark task writes its own files,
         the driver records them all here and commits once. An earlier attempt's files that the
-        new set does not replace are removed.
+        new set does not replace are removed. ``read_again=False``: the caller read ``chunk`` and
+        found it open just before (the record itself still refuses a chunk no longer open).
         """
-        chunk = self.store.get_chunk(chunk.id)
+        if read_again:
+            chunk = self.store.get_chunk(chunk.id)
         self._require_state(chunk, ChunkState.RESERVED, "write to")
         self._check_bad(bad)
         return self._record_files(chunk, files, bad, digest)

@@ -10,6 +10,7 @@ step. Every step names the precondition that failed when it loses (see ``precond
 from __future__ import annotations
 
 import uuid
+from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -19,10 +20,10 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
 from metastore import schema as s
-from metastore.errors import ConflictError, NotFoundError, StreampartError, TableIntegrityError
+from metastore.errors import NotFoundError, StreampartError, TableIntegrityError
 from metastore.models import Chunk, ChunkState, StagedFile, TableActivity, check_transition, utc
 from metastore.store.engine import Database, _db, _now, _out
-from metastore.store.namespaces import check_quota, fence_table
+from metastore.store.namespaces import QuotaSetMeanwhile, fence_commit, fence_table
 from metastore.store.preconditions import Precondition, at, failed_precondition, guarded_update, state_in
 from metastore.store.schema_changes import finish_change
 
@@ -192,21 +193,27 @@ class ChunkStore(Database):
         self, table_id: int, key: str | None, ttl: timedelta, now: datetime | None = None
     ) -> Chunk:
         """Reserve a new chunk, or return the chunk already reserved under the idempotency ``key``."""
+        return self.reserve_or_find(table_id, key, ttl, now)[0]
+
+    def reserve_or_find(
+        self, table_id: int, key: str | None, ttl: timedelta, now: datetime | None = None
+    ) -> tuple[Chunk, bool]:
+        """:meth:`reserve_chunk`, and whether the chunk is one reserved before under ``key``."""
         now = now or _now()
         if key is not None:
             existing = self.find_chunk_by_key(table_id, key)
             if existing is not None:
-                return existing
+                return existing, True
         try:
             with self.tx() as conn:
                 fence_table(conn, table_id, self.label, main_only=True)
-                return insert_chunk(conn, table_id, key, ttl, now)
+                return insert_chunk(conn, table_id, key, ttl, now), False
         except IntegrityError:
             if key is None:
                 raise
             found = self.find_chunk_by_key(table_id, key)
             assert found is not None
-            return found
+            return found, True
 
     def find_chunk_by_key(self, table_id: int, key: str) -> Chunk | None:
         """The table's chunk reserved under the idempotency ``key``, if any."""
@@ -321,25 +328,24 @@ class ChunkStore(Database):
         preconditions = [_in_state(ChunkState.RESERVED), _unexpired(now)]
         if content_digest is not None:
             preconditions.append(_holds_content(content_digest))
-        with self.tx() as conn:
-            # the exclusive lock check_quota takes next anyway (a shared one first would deadlock)
-            fence_table(conn, chunk.table_id, self.label, share=False, main_only=True)
-            check_quota(conn, chunk.id)
-            row = guarded_update(
-                conn,
-                s.chunks,
-                s.chunks.c.id == chunk.id,
-                f"chunk {chunk.id}",
-                preconditions,
-                {
-                    "state": ChunkState.COMMITTING.value,
-                    "committing_since": _db(now),
-                    "attempt": str(uuid.uuid4()),
-                    "base_version": base_version,
-                    "holder": holder,
-                },
-            )
-        return chunk_from_row(row)
+        values = {
+            "state": ChunkState.COMMITTING.value,
+            "committing_since": _db(now),
+            "attempt": str(uuid.uuid4()),
+            "base_version": base_version,
+            "holder": holder,
+        }
+        for exclusive in (False, True):
+            try:
+                with self.tx() as conn:
+                    fence_commit(conn, chunk.id, chunk.table_id, self.label, exclusive=exclusive)
+                    row = guarded_update(
+                        conn, s.chunks, s.chunks.c.id == chunk.id, f"chunk {chunk.id}", preconditions, values
+                    )
+                return chunk_from_row(row)
+            except QuotaSetMeanwhile:
+                continue  # again, under the exclusive lock the check needs
+        raise AssertionError("unreachable: the exclusive attempt never asks for another")
 
     def take_over_commit(self, chunk: Chunk, now: datetime | None = None, holder: str | None = None) -> Chunk:
         """Replace a stale commit attempt (past its deadline, or its holder gone) by a new one."""
@@ -420,42 +426,47 @@ class ChunkStore(Database):
             TableIntegrityError: the metastore holds another commit at one of the versions (its
                 commit file was deleted and the version reused); nothing is recorded.
         """
-        out: list[Chunk | StreampartError] = []
+        out: dict[int, Chunk | StreampartError] = {}
+        committing = [_in_state(ChunkState.COMMITTING)]
+        # the chunks recorded alike (one version, the same partitions and late rows: a group commit's
+        # members, as a rule) in one UPDATE; the bytes added to each partition in one UPDATE each
+        alike: dict[tuple[int, tuple[str, ...], int], list[int]] = {}
+        for i, (chunk, version, partitions, late_rows) in enumerate(done):
+            check_transition(chunk.state, ChunkState.COMMITTED)
+            values = tuple(utc(p).isoformat() for p in partitions)
+            alike.setdefault((version, values, late_rows), []).append(i)
+        added: Counter[tuple[int, datetime]] = Counter()
         with self.tx() as conn:
             _refuse_reused_versions(conn, done, named)
-            for chunk, version, partitions, late_rows in done:
-                check_transition(chunk.state, ChunkState.COMMITTED)
-                try:
-                    row = guarded_update(
-                        conn,
-                        s.chunks,
-                        s.chunks.c.id == chunk.id,
-                        f"chunk {chunk.id}",
-                        [_in_state(ChunkState.COMMITTING)],
-                        {
-                            "state": ChunkState.COMMITTED.value,
-                            "version": version,
-                            "partitions": [utc(p).isoformat() for p in partitions],
-                            "late_rows": late_rows,
-                        },
-                    )
-                except (ConflictError, NotFoundError) as exc:
-                    out.append(exc)
-                    continue
-                finished = chunk_from_row(row)
-                out.append(finished)
-                for value in partitions:
-                    conn.execute(
-                        sa.update(s.partitions)
-                        .where(
-                            s.partitions.c.table_id == finished.table_id, s.partitions.c.value == _db(value)
+            for (version, values, late_rows), members in alike.items():
+                ids = [done[i][0].id for i in members]
+                q = (
+                    sa.update(s.chunks)
+                    .where(s.chunks.c.id.in_(ids), *(p.clause for p in committing))
+                    .values(state=ChunkState.COMMITTED.value, version=version,
+                            partitions=list(values), late_rows=late_rows)
+                )  # fmt: skip
+                finished = {r.id: chunk_from_row(r) for r in conn.execute(q.returning(*s.chunks.c))}
+                for i in members:
+                    chunk = done[i][0]
+                    if chunk.id not in finished:  # not COMMITTING any more: say why, record the rest
+                        out[i] = failed_precondition(
+                            conn, s.chunks, s.chunks.c.id == chunk.id, f"chunk {chunk.id}", committing
                         )
-                        .values(staged_bytes=s.partitions.c.staged_bytes + bytes_in(finished, value))
-                    )
+                        continue
+                    out[i] = finished[chunk.id]
+                    for value in done[i][2]:
+                        added[(chunk.table_id, value)] += bytes_in(finished[chunk.id], value)
+            for (table_id, value), n in sorted(added.items()):  # (one order: no deadlock between groups)
+                conn.execute(
+                    sa.update(s.partitions)
+                    .where(s.partitions.c.table_id == table_id, s.partitions.c.value == _db(value))
+                    .values(staged_bytes=s.partitions.c.staged_bytes + n)
+                )
             if schema_change is not None and done:
                 chunk, version = done[0][0], done[0][1]
                 finish_change(conn, chunk.table_id, schema_change, version, _now(), strict=False)
-        return out
+        return [out[i] for i in range(len(done))]
 
     def committed_at(
         self, table_id: int, versions: Collection[int] | None = None, since: int | None = None

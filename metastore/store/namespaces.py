@@ -6,9 +6,10 @@ more) plus the bytes committed into its other partitions
 (``sp_partitions.staged_bytes``, added by ``finish_commit`` in the same transaction that makes a
 chunk COMMITTED) plus every chunk COMMITTING right now (in flight: counted before it lands).
 ``begin_commit`` checks, in its own transaction, that a chunk's bytes fit under the quota and
-takes the namespace's row lock first (SQLite's write lock serialises it anyway), so concurrent
-writers are checked one after another against each other's in-flight chunks: the quota is not
-passed by commits of user data. Never refused, but counted: the dead-letter and late-data chunks
+takes the namespace's row lock first, exclusively where the namespace has a quota (SQLite's write
+lock serialises it anyway), so concurrent writers are checked one after another against each
+other's in-flight chunks: the quota is not passed by commits of user data (:func:`fence_commit`).
+Never refused, but counted: the dead-letter and late-data chunks
 that belong to a main chunk's commit (refusing one half-way would split that commit), and rolls
 (compaction may change a partition's bytes).
 
@@ -183,28 +184,46 @@ def committed_bytes(conn: Connection, namespace: str) -> int:
     return int(conn.execute(sa.select(partitions + in_flight)).scalar() or 0)
 
 
-def check_quota(conn: Connection, chunk_id: str) -> None:
-    """Refuse the chunk ``chunk_id`` if its bytes would take its namespace past the namespace's quota.
+class QuotaSetMeanwhile(Exception):
+    """:func:`fence_commit` found a quota set after its first read, under a shared lock that cannot
+    become the exclusive one the check needs: run the transaction again (it will take that lock)."""
 
-    Call inside the transaction that makes the chunk COMMITTING: the namespace's row stays
-    locked until it ends, so the next writer's check counts this chunk.
+
+def fence_commit(
+    conn: Connection, chunk_id: str, table_id: int, label: str, *, exclusive: bool = False
+) -> None:
+    """``begin_commit``'s fence and quota check of chunk ``chunk_id`` (of table ``table_id``).
+
+    Refuses the chunk while its namespace is fenced by a move (:func:`fence_table`), and if its bytes
+    would take the namespace past its quota. A namespace with a quota is locked exclusively until the
+    transaction ends, so the next writer's check counts this chunk (writers are checked one after
+    another); one without is locked shared, enough to hold a move's fence or a new quota off until
+    this chunk is COMMITTING (counted), so commits there do not queue behind each other. The quota is
+    read once without a lock to choose; if it was set meanwhile, :class:`QuotaSetMeanwhile` (retry
+    with ``exclusive``).
+
+    A companion's chunk (dead letters, late rows) is part of a main chunk's commit that was checked
+    already; refusing it half-way would split that commit. It passes both (its bytes still count).
     """
-    t, c = s.tables.c, s.chunks.c
+    t, c, n = s.tables.c, s.chunks.c, s.namespaces.c
     found = conn.execute(
-        sa.select(t.namespace, t.kind, c.bytes)
-        .select_from(s.chunks.join(s.tables, c.table_id == t.id))
+        sa.select(t.namespace, t.kind, c.bytes, n.quota_bytes)
+        .select_from(
+            s.chunks.join(s.tables, c.table_id == t.id).outerjoin(s.namespaces, n.name == t.namespace)
+        )
         .where(c.id == chunk_id)
     ).first()
-    if found is None:
+    if found is None or found.kind != TableKind.MAIN.value:
+        fence_table(conn, table_id, label, main_only=True)  # a table that is gone says so
         return
-    namespace, kind, chunk_bytes = found
-    if kind != TableKind.MAIN.value:
-        # A companion's chunk (dead letters, late rows) is part of a main chunk's commit that was
-        # checked already; refusing it half-way would split that commit. Its bytes still count.
-        return
-    row = lock_namespace(conn, namespace)
+    namespace, _, chunk_bytes, quota = found
+    if quota is None:
+        pausepoint("chunk-quota-read")  # tests: a quota is set meanwhile
+    row = fence_namespace(conn, namespace, share=quota is None and not exclusive)
     if row is None or row.quota_bytes is None:
         return
+    if quota is None and not exclusive:
+        raise QuotaSetMeanwhile(namespace)
     used = committed_bytes(conn, namespace)
     pausepoint("chunk-quota-checked")  # tests: other writers' checks arrive meanwhile
     if used + chunk_bytes > row.quota_bytes:

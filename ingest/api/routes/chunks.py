@@ -73,8 +73,7 @@ def open_chunk(
 
     def open_in(t: Table) -> tuple[Table, Chunk, bool]:
         w = st.writer(t)
-        existing = w.store.find_chunk_by_key(t.id, key) if key is not None else None
-        return t, existing or w.reserve(key), existing is not None
+        return t, *w.store.reserve_or_find(t.id, key, w.config.ttl)
 
     t, chunk, existing = st.lookups.retrying(t, open_in)
     st.lookups.remember_chunk(chunk.id, t.name)
