@@ -17,7 +17,6 @@ key (a fresh one if none is given), so however often it retries, the chunk lands
 
 from __future__ import annotations
 
-import hashlib
 import random
 import time
 import uuid
@@ -30,7 +29,7 @@ from urllib.parse import quote
 import httpx
 
 from ingest.api.media import FORMAT_MEDIA_TYPES
-from ingest.digests import PREFIX, digest_pieces
+from ingest.digests import digest_pieces
 from ingest.errors import ApiClientError, ApiRequestError, ApiUnavailableError
 
 __all__ = ["ApiClientError", "ApiRequestError", "ApiUnavailableError", "Client", "Retrying"]
@@ -102,12 +101,20 @@ class Client:
             body["cluster"] = cluster
         return self._call("POST", f"{_table_path(table)}/chunks", json=body).json()
 
-    def upload(self, chunk_id: str, data: Body, format: str = "jsonl") -> dict[str, Any]:
-        """Upload the chunk's data (bytes, a file streamed from disk, or a factory of byte pieces)."""
+    def upload(
+        self, chunk_id: str, data: Body, format: str = "jsonl", commit: bool = False
+    ) -> dict[str, Any]:
+        """Upload the chunk's data (bytes, a file streamed from disk, or a factory of byte pieces).
+
+        ``commit``: commit it in the same request; the answer is then the commit's (as :meth:`commit`).
+        """
         if format not in FORMAT_MEDIA_TYPES:
             raise ApiRequestError(f"format must be one of {', '.join(FORMAT_MEDIA_TYPES)}; got {format!r}")
         headers = {"Content-Type": FORMAT_MEDIA_TYPES[format]}
-        return self._call("PUT", _chunk_path(chunk_id, "/data"), body=data, headers=headers).json()
+        params = {"commit": "true"} if commit else None
+        return self._call(
+            "PUT", _chunk_path(chunk_id, "/data"), body=data, headers=headers, params=params
+        ).json()
 
     def commit(self, chunk_id: str, content_sha256: str | None = None) -> dict[str, Any]:
         """Commit the chunk; retried until it has landed (or is known not to).
@@ -167,18 +174,14 @@ class Client:
         chunk = self.open_chunk(table, key, cluster)
         if chunk["state"] != "reserved":
             return self.commit(chunk["id"], content_digest(data))
-        hashing = _Hashing(data)  # digests the bytes as they stream out: the body is read once
         for attempt in range(1, SCHEMA_RETRIES + 1):
-            try:
-                self.upload(chunk["id"], hashing.body, format)
+            try:  # staged and committed in one request (the server checks the upload's own digest)
+                return self.upload(chunk["id"], data, format, commit=True)
             except ApiRequestError as exc:
-                # an earlier attempt (whose answer was lost) committed it already: the commit says
-                if exc.code != "chunk_state":
-                    raise
-                return self.commit(chunk["id"], content_digest(data))
-            try:
-                return self.commit(chunk["id"], hashing.digest())
-            except ApiRequestError as exc:
+                if exc.code == "chunk_state":
+                    # an earlier attempt (whose answer was lost) committed it already: the commit
+                    # says (and refuses it if it holds other data)
+                    return self.commit(chunk["id"], content_digest(data))
                 # staged before another writer added one of its new fields as another type (schema
                 # evolution): the chunk was released, nothing of it committed; upload it again, to
                 # be parsed as the table is now
@@ -228,23 +231,6 @@ class Client:
 
 # How many times write() uploads a chunk again after its commit answered schema_conflict.
 SCHEMA_RETRIES = 3
-
-
-class _Hashing:
-    """``data`` as an upload body that digests what each attempt sends (the last one counts)."""
-
-    def __init__(self, data: Body) -> None:
-        self.data = data
-        self._hash = hashlib.sha256()
-
-    def body(self) -> Iterator[bytes]:
-        self._hash = hashlib.sha256()
-        for piece in _pieces(self.data):
-            self._hash.update(piece)
-            yield piece
-
-    def digest(self) -> str:
-        return PREFIX + self._hash.hexdigest()
 
 
 def content_digest(data: Body) -> str:

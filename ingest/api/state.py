@@ -203,13 +203,19 @@ class ApiState:
     def writer(self, table: Table) -> ChunkWriter:
         return ChunkWriter(self.catalog, table, self.chunk)
 
-    def commit(self, w: ChunkWriter, chunk_id: str, digest: str | None = None) -> CommitResult:
+    def commit(
+        self, w: ChunkWriter, chunk_id: str, digest: str | None = None, staged: Chunk | None = None
+    ) -> CommitResult:
         """Commit the chunk, counting it, its rows and the commit's duration (or its abort, when over
-        its namespace's quota)."""
+        its namespace's quota). ``staged``: the chunk as the same request just staged it (not read
+        again)."""
         t0 = time.perf_counter()
         with blame("id"):
             try:
-                result = w.commit(chunk_id, content_digest=digest)
+                if staged is not None:
+                    result = w.commit_staged(staged, content_digest=digest)
+                else:
+                    result = w.commit(chunk_id, content_digest=digest)
             except QuotaExceededError:  # the writer aborted it: count it so
                 self.metrics.chunks.labels(str(w.table.name), "aborted").inc()
                 raise

@@ -333,6 +333,18 @@ class ChunkWriter:
         """
         return self._rebinding(lambda: self._commit(chunk_id, owner_is_dead, content_digest))
 
+    def commit_staged(self, chunk: Chunk, content_digest: str | None = None) -> CommitResult:
+        """:meth:`commit` of a chunk this caller has just staged: ``chunk`` as staging returned it (read
+        in that transaction), not read again; read afresh only if a move makes it commit elsewhere."""
+        fresh = [chunk]
+        return self._rebinding(
+            lambda: (
+                self._commit_chunk(fresh.pop(), False, content_digest)
+                if fresh
+                else self._commit(chunk.id, False, content_digest)
+            )
+        )
+
     def _commit(self, chunk_id: str, owner_is_dead: bool, content_digest: str | None) -> CommitResult:
         return self._commit_chunk(self.store.get_chunk(chunk_id), owner_is_dead, content_digest)
 

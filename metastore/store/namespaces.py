@@ -117,15 +117,26 @@ def fence_table(
         NamespaceMovingError: its namespace is being moved; NotFoundError: the table is not in this
             metastore (dropped, or its namespace moved away and its rows here were removed).
     """
-    t = s.tables.c
-    row = conn.execute(sa.select(t.namespace, t.kind).where(t.id == table_id)).first()
-    if row is None:
-        raise NotFoundError(
-            f"table #{table_id} does not exist in metastore {label} (dropped, or its namespace moved)"
-        )
+    t, n = s.tables.c, s.namespaces.c
+    # one statement: the table's kind and its namespace's row, locked (a companion's too: it waits
+    # for a move's fence to commit, then passes)
+    q = (
+        sa.select(t.kind, n.name, n.moving_to, n.moving_since)
+        .select_from(s.tables.join(s.namespaces, n.name == t.namespace))
+        .where(t.id == table_id)
+    )
+    if conn.dialect.name == "postgresql":
+        q = q.with_for_update(read=share, of=s.namespaces)
+    row = conn.execute(q).first()
+    if row is None:  # no such table here, or its namespace has no row (then nothing fences it)
+        if conn.execute(sa.select(t.id).where(t.id == table_id)).first() is None:
+            raise NotFoundError(
+                f"table #{table_id} does not exist in metastore {label} (dropped, or its namespace moved)"
+            )
+        return
     if main_only and row.kind != TableKind.MAIN.value:
         return
-    fence_namespace(conn, row.namespace, share=share)
+    refuse_if_moving(row)
 
 
 def missing_namespace(name: str) -> NotFoundError:

@@ -1,7 +1,8 @@
 """A short version of the load benchmark (bench/http_load.py) in the test-suite.
 
-8 producers commit through a real server for 10 s while a real roll daemon rolls the table
-every 3 s; every acknowledged chunk must be present exactly once, whole, in one partition.
+8 producers commit through a real server for 8 s while a real roll daemon rolls the table
+every 3 s; every acknowledged chunk must be present exactly once, whole, in one partition. Once
+with the three requests of the protocol, once with the upload committing (``?commit=true``).
 """
 
 from __future__ import annotations
@@ -14,8 +15,14 @@ from bench.http_load import load
 
 
 @pytest.mark.process
-def test_concurrent_producers_while_rolls_run_land_every_acknowledged_chunk_once(tmp_path: Path) -> None:
-    result = load(tmp_path / "warehouse", None, producers=8, seconds=10, roll_every="3s", log_dir=tmp_path)
+@pytest.mark.parametrize("one_request", [False, True], ids=["three-requests", "upload-commits"])
+def test_concurrent_producers_while_rolls_run_land_every_acknowledged_chunk_once(
+    tmp_path: Path, one_request: bool
+) -> None:
+    result = load(
+        tmp_path / "warehouse", None, producers=8, seconds=8, roll_every="3s", log_dir=tmp_path,
+        one_request=one_request,
+    )  # fmt: skip
     summary = result.summary()
     print(summary)
     assert result.verified, summary

@@ -64,6 +64,32 @@ def test_open_upload_commit_makes_the_chunk_visible_postgresql(pg: Server) -> No
 
 
 @pytest.mark.spark
+def test_an_upload_with_commit_true_stages_and_commits_in_one_request(pg: Server) -> None:
+    """``PUT …/data?commit=true`` answers as the commit; the rows are visible (read by delta-rs); a
+    retry after a lost answer meets 409 chunk_state and the commit answers with the one that landed;
+    a malformed upload so commits nothing and leaves the chunk open."""
+    table = pg.catalog.table("ns.events")
+    ids = range(7000, 7040)
+    with httpx.Client(base_url=pg.url, headers=auth(pg.admin), timeout=30) as http:
+        chunk = http.post("/v1/tables/ns/events/chunks", json={}).json()
+        url, ndjson = f"/v1/chunks/{chunk['id']}/data", {"Content-Type": "application/x-ndjson"}
+        bad = http.put(url, params={"commit": "true"}, content=b'{"id": "x"}\n', headers=ndjson)
+        assert bad.status_code == 400 and bad.json()["line"] == 1, bad.text
+        assert http.get(f"/v1/chunks/{chunk['id']}").json()["state"] == "reserved"
+        done = http.put(url, params={"commit": "true"}, content=records(ids), headers=ndjson)
+        assert done.status_code == 200, done.text
+        result = done.json()
+        assert result["chunk"] == chunk["id"] and result["rows"] == len(ids) and result["version"] >= 1
+        again = http.put(url, params={"commit": "true"}, content=records(ids), headers=ndjson)
+        assert again.status_code == 409 and again.json()["error"] == "chunk_state", again.text
+        assert http.post(f"/v1/chunks/{chunk['id']}/commit").json()["version"] == result["version"]
+    assert sorted(i for i in all_ids(table) if i in ids) == list(ids)
+    with Client(pg.url, pg.admin) as api:  # the client's write: open, then upload and commit at once
+        wrote = api.write("ns.events", records(range(7100, 7110)), idempotency_key="one-request")
+        assert api.write("ns.events", records(range(7100, 7110)), idempotency_key="one-request") == wrote
+    assert sorted(i for i in all_ids(table) if i >= 7100) == list(range(7100, 7110))
+
+
 def test_committed_rows_are_what_streampart_query_reads(server: Server, spark) -> None:
     from streampart.query import run_sql
 
@@ -92,7 +118,7 @@ def test_an_aborted_chunk_is_never_visible_and_its_files_go(server: Server) -> N
 
 def test_a_commit_whose_response_was_lost_is_retried_by_the_client_and_lands_once(server: Server) -> None:
     table = server.catalog.table("ns.events")
-    proxy = LossyProxy(server.port, b"/commit")
+    proxy = LossyProxy(server.port, b"commit")  # (the write commits with its upload: ?commit=true)
     try:
         with Client(proxy.url, server.admin, backoff=0.05) as api:
             proxy.drop = 1

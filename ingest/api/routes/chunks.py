@@ -103,8 +103,23 @@ def get_chunk(id: str, who: Caller, st: State) -> ChunkInfo:
 
 @router.put(
     "/v1/chunks/{id}/data",
-    response_model=ChunkInfo,
-    responses=error_responses(400, 401, 403, 404, 409, 413, 415),
+    response_model=None,
+    responses={
+        200: {
+            "description": "The chunk staged (ChunkInfo); with ``commit=true``, its commit (CommitInfo)",
+            "content": {
+                media.JSON: {
+                    "schema": {
+                        "anyOf": [
+                            {"$ref": "#/components/schemas/ChunkInfo"},
+                            {"$ref": "#/components/schemas/CommitInfo"},
+                        ]
+                    }
+                }
+            },
+        },
+        **error_responses(400, 401, 403, 404, 409, 413, 415, 422, 503),
+    },
     openapi_extra=_UPLOAD_BODY,
     summary="Upload a chunk's data",
 )
@@ -116,11 +131,18 @@ async def upload(
     format: Annotated[
         Format | None, Query(description="jsonl, csv or parquet [default: from the Content-Type]")
     ] = None,
-) -> ChunkInfo:
+    commit: Annotated[
+        bool,
+        Query(description="Commit the chunk once staged, in this same request (answers as the commit)"),
+    ] = False,
+) -> dict[str, Any]:
     """Stage the chunk's records, replacing an earlier upload's; the body is streamed to storage.
 
     A malformed record fails the upload with its line (row) and nothing is staged, unless the
-    table has a dead-letter table; the chunk stays open for another upload.
+    table has a dead-letter table; the chunk stays open for another upload. ``commit=true``:
+    then commit it (as ``POST /v1/chunks/{id}/commit`` with the upload's digest), one request
+    instead of two; the answer is the commit's. A retry after a lost answer meets 409
+    ``chunk_state`` (the chunk committed): ``POST …/commit`` answers with the commit that landed.
     """
     chunk, t = await run_in_threadpool(st.chunk_of, who, Permission.WRITE, id)
     fmt = format or _upload_format(request.headers.get("content-type"))
@@ -146,13 +168,16 @@ async def upload(
                     f.write(piece)
                     digest.update(piece)
         st.metrics.upload_bytes.inc(size)
+        content = digests.PREFIX + digest.hexdigest()
         staged = await run_in_threadpool(
-            stage_upload, w, chunk, spool, fmt, st.server.upload_batch_rows, f"http:chunk:{chunk.id}",
-            digests.PREFIX + digest.hexdigest(),
-        )  # fmt: skip
+            stage_upload, w, chunk, spool, fmt, st.server.upload_batch_rows, f"http:chunk:{chunk.id}", content
+        )
     finally:
         spool.unlink(missing_ok=True)
-    return ChunkInfo.of(staged.chunk, t).model_copy(update=staged.answer())
+    if not commit:
+        return ChunkInfo.of(staged.chunk, t).model_dump(mode="json") | staged.answer()
+    done = await run_in_threadpool(st.commit, w, chunk.id, content, staged.chunk)
+    return done.to_json() | staged.answer()
 
 
 @router.post(
