@@ -40,6 +40,7 @@ from metastore.delta.layout import partition_dir
 from metastore.models import Column, Table, iso
 from scheduler.compacted_names import compacted_name, spark_attempt_dir
 from scheduler.errors import RollFailedError
+from scheduler.spark_files import parquet_files
 
 # A Spark session for the cluster of a table: ``streampart`` builds it (``Settings.spark_for``).
 SparkFactory = Callable[[Table], Any]
@@ -87,8 +88,7 @@ def compact_with_spark(
         with _spark_failures(what):
             spark.conf.set(*TIMESTAMP_TYPE)
             (
-                spark.read.schema(ddl)
-                .parquet(*paths)
+                parquet_files(spark, ddl, paths)
                 .coalesce(count)
                 .write.mode("errorifexists")
                 .option("compression", "snappy")

@@ -27,6 +27,7 @@ from metastore.errors import UserInputError
 from metastore.links import Resolved
 from metastore.models import Column, Table, TableName
 from metastore.namespaces import check_namespace
+from scheduler.spark_files import parquet_files
 from streampart import query_policy
 from streampart.bucket_reads import bucket_frame
 from streampart.class_archive import java_options
@@ -131,7 +132,7 @@ def snapshot_frame(spark: SparkSession, snap: Snapshot) -> DataFrame:
     if storage.is_remote(table.location):  # no JVM S3 connector: Spark's Python workers read them
         return bucket_frame(spark, snap, ddl)
     paths = [str(Path(table.location) / f.path) for f in snap.files]
-    data = spark.read.schema(ddl).parquet(*paths)
+    data = parquet_files(spark, ddl, paths)
     names = spark.createDataFrame(
         [(f.name, f.partition) for f in snap.files], f"`__sp_file` STRING, `{pcol}` TIMESTAMP"
     )
