@@ -73,6 +73,12 @@ SCALES: dict[str, dict[str, Any]] = {
         "deletes_partitions": 1000,
         "deletes_rows": 20,
         "deletes_reps": 3,
+        "jdbc_chunks": 200,
+        "jdbc_reps": 10,
+        "tables_count": 100,
+        "tables_seconds": 300,
+        "tables_rate": 1.0,
+        "tables_roll_every": "1m",
         "objects_commits": 150,
         "objects_scan_rows": 4_000_000,
         "objects_scan_chunks": 8,
@@ -132,6 +138,12 @@ SCALES: dict[str, dict[str, Any]] = {
         "deletes_partitions": 100,
         "deletes_rows": 20,
         "deletes_reps": 2,
+        "jdbc_chunks": 20,
+        "jdbc_reps": 3,
+        "tables_count": 10,
+        "tables_seconds": 20,
+        "tables_rate": 1.0,
+        "tables_roll_every": "10s",
         "objects_commits": 20,
         "objects_scan_rows": 400_000,
         "objects_scan_chunks": 4,
@@ -161,12 +173,14 @@ def benchmarks() -> dict[str, Any]:
         kafka_fleet,
         kafka_ingest,
         link_planning,
+        many_tables,
         objects,
         replication,
         roll,
         router,
         snapshot_read,
         spark_roll,
+        sql_roundtrip,
         sqlscan,
     )
 
@@ -181,6 +195,8 @@ def benchmarks() -> dict[str, Any]:
         kafka_fleet,
         kafka_avro,
         deletes,
+        sql_roundtrip,
+        many_tables,
     )  # fmt: skip
     return {m.NAME: m for m in modules}
 
@@ -203,6 +219,8 @@ NAMES = (
     "kafka_fleet",
     "kafka_avro",
     "deletes",
+    "jdbc",
+    "tables",
 )
 
 

@@ -103,7 +103,7 @@ def _env(warehouse: Path, metastore: str | None, **extra: str) -> dict[str, str]
     return env
 
 
-def _start_server(warehouse: Path, metastore: str | None, log: Path) -> tuple[subprocess.Popen[bytes], str]:
+def start_server(warehouse: Path, metastore: str | None, log: Path) -> tuple[subprocess.Popen[bytes], str]:
     import httpx
 
     with log.open("wb") as out:
@@ -130,7 +130,7 @@ def _start_server(warehouse: Path, metastore: str | None, log: Path) -> tuple[su
     raise RuntimeError(f"streampart serve did not start: {log.read_text()[-2000:]}")
 
 
-def _start_daemon(warehouse: Path, metastore: str | None, log: Path) -> subprocess.Popen[bytes]:
+def start_daemon(warehouse: Path, metastore: str | None, log: Path) -> subprocess.Popen[bytes]:
     with log.open("wb") as out:
         return subprocess.Popen(
             [*COMMAND, "scheduler", "run"], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
@@ -140,7 +140,7 @@ def _start_daemon(warehouse: Path, metastore: str | None, log: Path) -> subproce
         )  # fmt: skip
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
+def stop_process(proc: subprocess.Popen[bytes]) -> None:
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
         try:
@@ -150,7 +150,7 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
             proc.wait(10)
 
 
-def _records(first: int, rows: int) -> bytes:
+def json_records(first: int, rows: int) -> bytes:
     from datetime import UTC, datetime
 
     ts = datetime.now(UTC).isoformat()
@@ -193,8 +193,8 @@ def load(
     )  # fmt: skip
     token = new_token()
     catalog.store.create_token("bench", hash_token(token), [Scope.parse("write:bench")])
-    server, url = _start_server(warehouse, metastore, log_dir / "http-server.log")
-    daemon = _start_daemon(warehouse, metastore, log_dir / "roll-daemon.log")
+    server, url = start_server(warehouse, metastore, log_dir / "http-server.log")
+    daemon = start_daemon(warehouse, metastore, log_dir / "roll-daemon.log")
     result = LoadResult(producers, seconds)
     acked: list[tuple[int, str]] = []
     lock = threading.Lock()
@@ -205,7 +205,7 @@ def load(
             k = 0
             while time.monotonic() < stop_at:
                 first = p * 1_000_000_000 + k * rows
-                content = _records(first, rows)
+                content = json_records(first, rows)
                 try:
                     t0 = time.perf_counter()
                     chunk = api.open_chunk(TABLE, f"p{p}-{k}")
@@ -239,8 +239,8 @@ def load(
             t.join(seconds + 300)
         result.elapsed = time.perf_counter() - started
     finally:
-        _stop(daemon)
-        _stop(server)
+        stop_process(daemon)
+        stop_process(server)
     # -- verify with delta-rs, independently of streampart --------------------------------------
     data = (
         QueryBuilder()
@@ -305,7 +305,7 @@ def bare_appender(path: Path, seconds: float, rows: int = ROWS) -> AppendResult:
     options = pj.ParseOptions(explicit_schema=schema)
 
     def batch(first: int) -> pa.Table:
-        data = pj.read_json(io.BytesIO(_records(first, rows)), parse_options=options)
+        data = pj.read_json(io.BytesIO(json_records(first, rows)), parse_options=options)
         period = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
         return data.append_column(
             pa.field("ts_period", pa.timestamp("us", tz="UTC"), nullable=False),
