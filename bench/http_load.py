@@ -6,9 +6,9 @@ chunks of 100 rows through a real ``streampart serve`` process for a fixed time,
 back with delta-rs: every acknowledged chunk must be there exactly once, whole, in one
 partition. Reports throughput and p50/p99 latency of the commit call and of the whole write.
 
-Run twice: producers calling the protocol's three requests (open → upload → commit), then
-producers calling ``Client.write`` (open, then upload and commit in one request: ``PUT
-…/data?commit=true``), each against a fresh table and server.
+Run three times, each against a fresh table and server: producers calling the protocol's three
+requests (open → upload → commit); producers calling ``Client.write`` (open, then upload and
+commit in one request: ``PUT …/data?commit=true``); the same against ``serve --workers 2``.
 
 The baseline, measured in the same run for as long (half before the loads, half after): one
 bare ``deltalake.write_deltalake(mode="append")`` loop of the same 100-row batches into a plain
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -103,12 +104,15 @@ def _env(warehouse: Path, metastore: str | None, **extra: str) -> dict[str, str]
     return env
 
 
-def start_server(warehouse: Path, metastore: str | None, log: Path) -> tuple[subprocess.Popen[bytes], str]:
+def start_server(
+    warehouse: Path, metastore: str | None, log: Path, workers: int = 1
+) -> tuple[subprocess.Popen[bytes], str]:
     import httpx
 
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            [*COMMAND, "serve", "--port", "0"], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+            [*COMMAND, "serve", "--port", "0", "--workers", str(workers)], cwd=ROOT, stdout=out,
+            stderr=subprocess.STDOUT,
             env=_env(warehouse, metastore, STREAMPART_SERVER__LOG_FORMAT="json"),
         )  # fmt: skip
     deadline = time.monotonic() + 60
@@ -169,10 +173,12 @@ def load(
     rows: int = ROWS,
     log_dir: Path | None = None,
     one_request: bool = False,
+    workers: int = 1,
 ) -> LoadResult:
     """Run the load and verify the table; the server and the roll daemon are real processes.
 
-    ``one_request``: each producer uploads and commits in one request (``Client.write``'s way).
+    ``one_request``: each producer uploads and commits in one request (``Client.write``'s way);
+    ``workers``: the server's processes (``serve --workers``).
     """
     from deltalake import DeltaTable, QueryBuilder
 
@@ -193,7 +199,7 @@ def load(
     )  # fmt: skip
     token = new_token()
     catalog.store.create_token("bench", hash_token(token), [Scope.parse("write:bench")])
-    server, url = start_server(warehouse, metastore, log_dir / "http-server.log")
+    server, url = start_server(warehouse, metastore, log_dir / "http-server.log", workers)
     daemon = start_daemon(warehouse, metastore, log_dir / "roll-daemon.log")
     result = LoadResult(producers, seconds)
     acked: list[tuple[int, str]] = []
@@ -345,6 +351,14 @@ def merged(*runs: AppendResult) -> AppendResult:
     return out
 
 
+# The ways producers write, each a run of its own: (label, upload commits, server processes).
+_WAYS = (
+    ("three requests", False, 1),
+    ("two requests", True, 1),
+    ("two requests, 2 workers", True, 2),
+)
+
+
 def run(scale: dict[str, Any]) -> BenchResult:
     producers = scale.get("http_producers", 32)
     seconds = scale.get("http_seconds", 60)
@@ -356,8 +370,9 @@ def run(scale: dict[str, Any]) -> BenchResult:
         title="HTTP API under load while rolls run",
         method=[
             f"{producers} producer threads, each with its own ingest.client.Client, write chunks of {ROWS} "
-            f"JSON-lines rows through one `streampart serve` for {seconds} s, twice: open → upload → "
-            "commit (three requests), then open → upload with ?commit=true (two: Client.write's way)",
+            f"JSON-lines rows through one `streampart serve` for {seconds} s, three times: open → upload → "
+            "commit (three requests); open → upload with ?commit=true (two: Client.write's way); the same "
+            "with `serve --workers 2`",
             f"a real `streampart scheduler run` rolls the arrival-mode table every {roll_every} meanwhile",
             f"metastore: {backend}" + (f" ({pg_url_safe()})" if backend == "postgresql" else f" ({problem})"),
             "commit latency: the call that commits (POST …/commit, or the PUT with ?commit=true) as the "
@@ -377,12 +392,13 @@ def run(scale: dict[str, Any]) -> BenchResult:
         # Half the baseline before the loads, half after: the machine's other load (2 shared cores)
         # drifts over minutes, and this way it weighs on both sides alike.
         before = bare_appender(tmp / "bare", seconds / 2)
-        for label, one_request in (("three requests", False), ("two requests", True)):
-            url = fresh_metastore_url(backend, tmp / label.replace(" ", "-"))
+        for label, one_request, workers in _WAYS:
+            here = tmp / re.sub(r"\W+", "-", label)
+            url = fresh_metastore_url(backend, here)
             try:
                 runs[label] = load(
-                    tmp / label.replace(" ", "-") / "warehouse", url, producers, seconds, roll_every,
-                    log_dir=tmp, one_request=one_request,
+                    here / "warehouse", url, producers, seconds, roll_every, log_dir=here,
+                    one_request=one_request, workers=workers,
                 )  # fmt: skip
             finally:
                 drop_pg_schema(url)

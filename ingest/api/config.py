@@ -19,6 +19,16 @@ class ServerConfig(BaseModel):
     port: int = Field(
         8080, ge=0, le=65535, description="Port to listen on (0: a free port, logged at start)."
     )
+    # Why 1: one process serves a modest load and keeps the simplest picture (one commit group per
+    # table, one cache); more use more cores: each worker is a whole server (its own commit groups,
+    # caches and metastore connections) on the one port.
+    workers: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="Server processes sharing the port (streampart serve --workers); /metrics adds up "
+        "their counts.",
+    )
     # Why 256 MiB: an upload is spooled to the table's staging area, not held in memory, but
     # CSV and Parquet uploads are parsed whole (JSON lines in batches of upload_batch_rows), so
     # the limit bounds the server's memory per concurrent upload. Larger data: more chunks.

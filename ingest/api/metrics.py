@@ -1,14 +1,17 @@
 """Prometheus metrics of the HTTP API server, served at ``/metrics``, and the middleware that counts requests.
 
-Each app has its own registry (tests run several apps in one process). :class:`MetricsMiddleware`
-counts and times every request by its route template; the routes count chunks, rows and bytes;
-:class:`NamespaceCollector` reports each namespace's capacity when Prometheus scrapes, and
-:class:`~metastore.health.FederationCollector` each metastore's health and call latency.
+Each app has its own registry (tests run several apps in one process); under ``streampart serve
+--workers`` a scrape adds up every worker's counts (``streampart/cli/server_workers.py``).
+:class:`MetricsMiddleware` counts and times every request by its route template; the routes count
+chunks, rows and bytes; :class:`NamespaceCollector` reports each namespace's capacity when
+Prometheus scrapes, and :class:`~metastore.health.FederationCollector` each metastore's health and
+call latency.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -17,6 +20,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics
 from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
 from metastore import clock
@@ -43,9 +47,19 @@ class ApiMetrics:
 
     def __init__(self, catalog: Catalog | None = None) -> None:
         self.registry = r = CollectorRegistry()
+        # what a scrape shows: this registry, or under ``serve --workers`` (Prometheus' multiprocess
+        # mode) every worker's counters and histograms added up, beside the scrape-time series
+        self.exposition = r
+        scraped: list[Collector] = []
         if catalog is not None:
-            r.register(NamespaceCollector(catalog))
-            r.register(FederationCollector(catalog.router))  # metastore up, call latency, route version
+            scraped = [NamespaceCollector(catalog), FederationCollector(catalog.router)]
+            for c in scraped:  # namespaces' capacity; metastore up, call latency, route version
+                r.register(c)
+        if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+            self.exposition = CollectorRegistry()
+            MultiProcessCollector(self.exposition)
+            for c in scraped:
+                self.exposition.register(c)
         self.requests = Counter(
             "streampart_http_requests",
             "HTTP requests by method, route template and status code.",

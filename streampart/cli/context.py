@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-__all__ = ["CliContext", "cli_context"]
+__all__ = ["CliContext", "catalog_of", "cli_context"]
 
 
 @dataclass
@@ -68,17 +68,7 @@ class CliContext:
                 (:class:`~metastore.errors.MissingStoreError`: one line naming it and how to make
                 one), so a mistyped ``--warehouse`` or ``--metastore`` is not a new empty one.
         """
-        from metastore.catalog import Catalog
-
-        s = settings if settings is not None else self.settings()
-        return Catalog.open(
-            s.warehouse,
-            s.metastore.get_secret_value() if s.metastore else None,
-            secrets=s.federation.secret_values(),
-            refresh_s=s.federation.refresh_interval.total_seconds(),
-            fail_fast_s=s.federation.health_interval.total_seconds(),
-            create=create,
-        )
+        return catalog_of(settings if settings is not None else self.settings(), create=create)
 
     def answered(self, fanned: FanOut[list[T]]) -> list[T]:
         """A listing over the federation, merged, after a warning naming the metastores that did
@@ -95,3 +85,18 @@ class CliContext:
 def cli_context(ctx: typer.Context) -> CliContext:
     """The call's :class:`CliContext` (a default one where no root command made it)."""
     return ctx.ensure_object(CliContext)
+
+
+def catalog_of(settings: Settings, *, create: bool = False) -> Catalog:
+    """The catalog (warehouse and metastore) of ``settings`` (see :meth:`CliContext.catalog`); also
+    what each of ``streampart serve --workers``' processes opens."""
+    from metastore.catalog import Catalog
+
+    return Catalog.open(
+        settings.warehouse,
+        settings.metastore.get_secret_value() if settings.metastore else None,
+        secrets=settings.federation.secret_values(),
+        refresh_s=settings.federation.refresh_interval.total_seconds(),
+        fail_fast_s=settings.federation.health_interval.total_seconds(),
+        create=create,
+    )

@@ -6,7 +6,6 @@ Registered on the root app in :mod:`streampart.cli.root`; imports nothing heavy 
 from __future__ import annotations
 
 import logging
-import signal
 import socket
 import sys
 from typing import Annotated
@@ -37,19 +36,20 @@ def serve(
         typer.Option("--insecure-no-auth", help="Accept requests without a token (trusted networks only)"),
     ] = False,
     log_format: Annotated[str | None, typer.Option(help="json or text [default: from config]")] = None,
+    workers: Annotated[
+        int | None,
+        typer.Option(help="Server processes sharing the port, each a whole server [default: from config, 1]"),
+    ] = None,
 ) -> None:
     """Serve the HTTP chunk API (OpenAPI at /openapi.json, docs at /docs) and the status page (/ui)
     until SIGTERM/SIGINT."""
-    import uvicorn
-
-    from ingest.api.app import create_app
     from metastore.logs import configure_logging
 
     cli = cli_context(ctx)
-    settings = cli.settings(server={"host": host, "port": port, "log_format": log_format})
+    settings = cli.settings(server={"host": host, "port": port, "log_format": log_format, "workers": workers})
     config = settings.server
     configure_logging(config.log_format, config.log_level)
-    catalog = cli.catalog(settings)
+    catalog = cli.catalog(settings)  # (a warehouse or metastore that does not exist: one error, here)
     sock = _listen(config.host, config.port)
     bound = sock.getsockname()[1]
     url = f"http://{config.host if ':' not in config.host else f'[{config.host}]'}:{bound}"
@@ -57,36 +57,25 @@ def serve(
         banner = _INSECURE_BANNER.format(url=url)
         cli.output.err.print(f"[bold red]{banner}[/]", highlight=False)
         log.warning(banner, extra={"event": "server.insecure_no_auth"})
-    app = create_app(catalog, config, settings.chunk, auth=not insecure_no_auth)
-    from scheduler.status_page import StatusPage, router
-
-    # the operators' status page, with the API's tokens (and their cache)
-    app.state.status_page = StatusPage(
-        catalog, settings.scheduler, app.state.api.authenticator, auth=not insecure_no_auth
-    )
-    app.include_router(router)
     log.info(
-        "HTTP API listening on %s (docs at %s/docs, status page at %s/ui)",
+        "HTTP API listening on %s (docs at %s/docs, status page at %s/ui)%s",
         url,
         url,
         url,
-        extra={"event": "server.listening", "url": url, "auth": not insecure_no_auth},
-    )
-    from ingest.api.protocol import header_timeout_protocol
+        f"; {config.workers} worker processes" if config.workers > 1 else "",
+        extra={
+            "event": "server.listening", "url": url, "auth": not insecure_no_auth, "workers": config.workers,
+        },
+    )  # fmt: skip
+    if config.workers == 1:
+        from streampart.cli.server_app import run_server
 
-    server = uvicorn.Server(
-        uvicorn.Config(
-            app,
-            log_config=None,
-            access_log=config.access_log,
-            timeout_graceful_shutdown=20,
-            http=header_timeout_protocol(config.header_timeout.total_seconds()),
-        )
-    )
-    # uvicorn shuts down gracefully on SIGTERM, then raises the signal again with the handler it
-    # found at start: make that one a clean exit (status 0), as for the roll daemon.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    server.run(sockets=[sock])
+        run_server(settings, catalog, sock, insecure_no_auth)
+        return
+    catalog.close()
+    from streampart.cli.server_workers import supervise
+
+    sys.exit(supervise(settings, sock, insecure_no_auth))
 
 
 def _listen(host: str, port: int) -> socket.socket:

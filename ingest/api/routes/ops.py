@@ -35,4 +35,4 @@ def metrics(request: Request, st: State, credentials: Credentials) -> Response:
     ``server.metrics_require_token`` is set (Prometheus sends one with ``authorization``)."""
     if st.server.metrics_require_token:
         authenticate(st, credentials, client_address(request))
-    return Response(generate_latest(st.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+    return Response(generate_latest(st.metrics.exposition), media_type=CONTENT_TYPE_LATEST)
