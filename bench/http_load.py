@@ -134,12 +134,15 @@ def start_server(
     raise RuntimeError(f"streampart serve did not start: {log.read_text()[-2000:]}")
 
 
-def start_daemon(warehouse: Path, metastore: str | None, log: Path) -> subprocess.Popen[bytes]:
+def start_daemon(
+    warehouse: Path, metastore: str | None, log: Path, roll_workers: int = 4
+) -> subprocess.Popen[bytes]:
     with log.open("wb") as out:
         return subprocess.Popen(
             [*COMMAND, "scheduler", "run"], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
             env=_env(warehouse, metastore, STREAMPART_SCHEDULER__METRICS="false",
                      STREAMPART_SCHEDULER__SYNC_INTERVAL="2s",
+                     STREAMPART_SCHEDULER__WORKERS=str(roll_workers),
                      STREAMPART_SCHEDULER__HOUSEKEEPING__ENABLED="false"),
         )  # fmt: skip
 

@@ -60,10 +60,31 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def _server_cpu(pid: int) -> float:
+    """CPU seconds of the server ``pid`` and of its worker processes (its children)."""
+    total = _cpu_seconds(pid)
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            if parent == pid:
+                total += _cpu_seconds(int(entry.name))
+    return total
+
+
 def _load(
-    tmp: Path, metastore: str | None, tables: int, rate: float, seconds: float, roll_every: str
+    tmp: Path,
+    metastore: str | None,
+    tables: int,
+    rate: float,
+    seconds: float,
+    roll_every: str,
+    workers: tuple[int, int] = (1, 4),
 ) -> dict[str, Any]:
-    """The load, its verification and the rolls' lateness, as a summary."""
+    """The load, its verification and the rolls' lateness, as a summary. ``workers``: the server's
+    processes (``serve --workers``) and the roll daemon's threads (``scheduler.workers``)."""
     from deltalake import DeltaTable
 
     from ingest.api.auth import hash_token, new_token
@@ -90,8 +111,8 @@ def _load(
     ]
     token = new_token()
     catalog.store.create_token("bench", hash_token(token), [Scope.parse("write:many")])
-    server, url = start_server(warehouse, metastore, tmp / "server.log")
-    daemon = start_daemon(warehouse, metastore, tmp / "daemon.log")
+    server, url = start_server(warehouse, metastore, tmp / "server.log", workers[0])
+    daemon = start_daemon(warehouse, metastore, tmp / "daemon.log", workers[1])
     acked: list[tuple[int, int]] = []  # (table, first id)
     latencies: list[float] = []
     errors: list[str] = []
@@ -99,7 +120,7 @@ def _load(
     period = 1.0 / rate
     start_at = time.monotonic() + 1.0
     stop_at = start_at + seconds
-    cpu0 = _cpu_seconds(server.pid)
+    cpu0 = _server_cpu(server.pid)
 
     def producer(t: int) -> None:
         name = str(made[t].name)
@@ -133,7 +154,7 @@ def _load(
         for th in threads:
             th.join(seconds + 300)
         elapsed = time.monotonic() - start_at
-        cpu = (_cpu_seconds(server.pid) - cpu0) / elapsed
+        cpu = (_server_cpu(server.pid) - cpu0) / elapsed
     finally:
         stop_process(daemon)
         stop_process(server)
@@ -178,6 +199,7 @@ def run(scale: dict[str, Any]) -> BenchResult:
     rate = scale.get("tables_rate", 1.0)
     seconds = scale.get("tables_seconds", 300)
     roll_every = scale.get("tables_roll_every", "1m")
+    workers = (scale.get("tables_server_workers", 1), scale.get("tables_roll_workers", 4))
     problem = postgres_problem()
     backend = "postgresql" if problem is None else "sqlite"
     res = BenchResult(
@@ -186,7 +208,8 @@ def run(scale: dict[str, Any]) -> BenchResult:
         method=[
             f"{tables} arrival-mode tables rolling every {roll_every}; a producer thread per table (its own "
             f"ingest.client.Client) writes a {ROWS}-row chunk every {1 / rate:g} s with Client.write, for "
-            f"{seconds} s; one `streampart serve`, one `streampart scheduler run`",
+            f"{seconds} s; one `streampart serve --workers {workers[0]}`, one `streampart scheduler run` "
+            f"(scheduler.workers = {workers[1]})",
             f"metastore: {backend}" + (f" ({pg_url_safe()})" if backend == "postgresql" else f" ({problem})"),
             "write latency: Client.write as the producer sees it (open, then upload with ?commit=true)",
             "a roll's lateness: its start minus its partition's due time (scheduler.roll.due_time); "
@@ -203,13 +226,15 @@ def run(scale: dict[str, Any]) -> BenchResult:
             "seconds": seconds,
             "roll_every": roll_every,
             "backend": backend,
+            "server_workers": workers[0],
+            "roll_workers": workers[1],
         },
     )
     with workdir("tables") as tmp:
         before = bare_appender(tmp / "bare", 15)
         url = fresh_metastore_url(backend, tmp)
         try:
-            s = _load(tmp, url, tables, rate, seconds, roll_every)
+            s = _load(tmp, url, tables, rate, seconds, roll_every, workers)
         finally:
             drop_pg_schema(url)
         b = merged(before, bare_appender(tmp / "bare", 15)).summary()
