@@ -176,7 +176,10 @@ class Client:
             return self.commit(chunk["id"], content_digest(data))
         for attempt in range(1, SCHEMA_RETRIES + 1):
             try:  # staged and committed in one request (the server checks the upload's own digest)
-                return self.upload(chunk["id"], data, format, commit=True)
+                answer = self.upload(chunk["id"], data, format, commit=True)
+                if "chunk" not in answer:  # a server older than ?commit=true only staged it
+                    return self.commit(chunk["id"], content_digest(data))
+                return answer
             except ApiRequestError as exc:
                 if exc.code == "chunk_state":
                     # an earlier attempt (whose answer was lost) committed it already: the commit

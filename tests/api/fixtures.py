@@ -168,11 +168,12 @@ class LossyProxy:
     """A TCP proxy to the server that loses the answer to the next ``drop`` matching requests.
 
     The request reaches the server and is carried out; the proxy then closes the client's
-    connection instead of passing the answer on: the client sees a lost response.
+    connection instead of passing the answer on: the client sees a lost response. ``rewrite``:
+    ``(old, new)`` bytes replaced in what the client sends (a server of an older version, say).
     """
 
-    def __init__(self, upstream_port: int, match: bytes) -> None:
-        self.upstream_port, self.match = upstream_port, match
+    def __init__(self, upstream_port: int, match: bytes, rewrite: tuple[bytes, bytes] | None = None) -> None:
+        self.upstream_port, self.match, self.rewrite = upstream_port, match, rewrite
         self.drop = 0
         self.dropped = 0
         self._sock = socket.socket()
@@ -211,6 +212,8 @@ class LossyProxy:
                         if self.match in data and self.drop > 0:
                             self.drop -= 1
                             dropping = True
+                    if self.rewrite is not None:
+                        data = data.replace(*self.rewrite)
                     upstream.sendall(data)
                 if upstream in ready:
                     data = upstream.recv(65536)

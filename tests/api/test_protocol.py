@@ -133,6 +133,20 @@ def test_a_commit_whose_response_was_lost_is_retried_by_the_client_and_lands_onc
     assert server.catalog.store.get_chunk(result["chunk"]).state is ChunkState.COMMITTED
 
 
+def test_client_write_commits_through_a_server_that_predates_commit_true(server: Server) -> None:
+    """A server older than ``?commit=true`` ignores it and only stages the upload (the proxy strips
+    it from the request line): ``Client.write`` sees a staged chunk, not a commit, and commits it."""
+    table = server.catalog.table("ns.events")
+    proxy = LossyProxy(server.port, b"-", rewrite=(b"/data?commit=true ", b"/data "))
+    try:
+        with Client(proxy.url, server.admin) as api:
+            result = api.write("ns.events", records(range(9400, 9410)), idempotency_key="older-server")
+    finally:
+        proxy.close()
+    assert result["rows"] == 10 and result["version"] >= 1, result
+    assert sorted(i for i in all_ids(table) if 9400 <= i < 9410) == list(range(9400, 9410))
+
+
 def test_a_commit_request_whose_caller_vanished_lands_and_a_retry_answers_with_it(server: Server) -> None:
     table = server.catalog.table("ns.events")
     with Client(server.url, server.admin) as api:
