@@ -64,14 +64,11 @@ def _env(warehouse: Path) -> dict[str, str]:
 
 
 def _start(warehouse: Path, env: dict[str, str], log: Path) -> tuple[subprocess.Popen[bytes], Any]:
-    import socket
-
+    from ingest.kafka.devbroker import free_port
     from metastore.delta.warehouse import Warehouse
     from streampart.sql_endpoint import running_server
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     with log.open("wb") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "streampart", "sql-server", "--port", str(port)],

@@ -53,6 +53,8 @@ _STOP_S = 30.0
 def supervise(settings: Settings, sock: socket.socket, insecure_no_auth: bool) -> int:
     """Run ``settings.server.workers`` workers on ``sock`` until SIGTERM/SIGINT; the exit status."""
     metrics_dir, ours = _metrics_dir()
+    from prometheus_client.multiprocess import mark_process_dead  # (after the directory is set)
+
     context = multiprocessing.get_context("spawn")
     stopping: list[int] = []
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -72,7 +74,8 @@ def supervise(settings: Settings, sock: socket.socket, insecure_no_auth: bool) -
             for i, (p, started) in enumerate(workers):
                 if p.is_alive():
                     continue
-                _forget(metrics_dir, p.pid)
+                if p.pid is not None:  # its live gauges go; its counters stay (they were counted)
+                    mark_process_dead(p.pid, str(metrics_dir))
                 # exited by itself right after it started (not killed): it cannot start, every time
                 if time.monotonic() - started < _SETTLE_S and (p.exitcode or 0) >= 0:
                     log.error(
@@ -120,13 +123,6 @@ def _metrics_dir() -> tuple[Path, bool]:
     path = Path(tempfile.mkdtemp(prefix="streampart-metrics-"))
     os.environ[MULTIPROC_ENV] = str(path)
     return path, True
-
-
-def _forget(metrics_dir: Path, pid: int | None) -> None:
-    """A dead worker's live gauges go (its counters stay: they were counted)."""
-    if pid is not None:
-        for f in metrics_dir.glob(f"gauge_live*_{pid}.db"):
-            f.unlink(missing_ok=True)
 
 
 def _stop_all(workers: list[BaseProcess]) -> None:
