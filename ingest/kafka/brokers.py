@@ -41,6 +41,12 @@ T = TypeVar("T")
 # within half a minute.
 MAX_BACKOFF_S = 30.0
 
+# Why 1 s: Spark asks for the offsets several times in a row when a query starts (available-now
+# target, initial, latest), and kafka-python refreshes metadata at most once per
+# ``retry_backoff_ms`` (0.1 s), waiting out the rest: each listing of partitions would cost 0.1 s.
+# Within a second they share one listing; a new topic or partition is seen by the next trigger.
+LISTING_REUSED_S = 1.0
+
 
 def retriable(exc: BaseException) -> bool:
     """Whether ``exc`` is a transient broker or network error, worth another attempt."""
@@ -101,11 +107,15 @@ class OffsetClient:
     """Driver-side metadata: which partitions exist and their earliest/latest offsets.
 
     Holds one consumer (no group, never assigned) and re-creates it after a failure.
+
+    :meth:`partitions` asks the brokers for fresh metadata, except within :data:`LISTING_REUSED_S`
+    of its last answer.
     """
 
     def __init__(self, opts: KafkaSourceOptions) -> None:
         self.opts = opts
         self._consumer: Any = None
+        self._listed: tuple[float, list[TP]] | None = None  # (time.monotonic(), partitions)
 
     def _get(self) -> Any:
         if self._consumer is None:
@@ -123,6 +133,9 @@ class OffsetClient:
 
     def partitions(self) -> list[TP]:
         """Every partition of the subscribed topics, from fresh metadata, sorted."""
+        listed = self._listed
+        if listed is not None and time.monotonic() - listed[0] < LISTING_REUSED_S:
+            return list(listed[1])
 
         def discover(consumer: Any) -> list[TP]:
             names = consumer.topics()  # always a metadata round trip: sees new topics/partitions
@@ -132,7 +145,10 @@ class OffsetClient:
                     found.extend((topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ()))
             return found
 
-        return self._call("listing partitions", discover)
+        asked = time.monotonic()
+        found = self._call("listing partitions", discover)
+        self._listed = (asked, found)
+        return list(found)
 
     def _offsets(self, what: str, tps: Sequence[TP], earliest: bool) -> OffsetMap:
         if not tps:

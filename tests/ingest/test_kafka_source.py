@@ -239,6 +239,28 @@ def test_latest_offset_finds_new_partitions_and_starts_them_at_zero(kafka_broker
         reader.stop()
 
 
+def test_partitions_are_listed_afresh_except_right_after_a_listing(
+    kafka_broker: EmbeddedBroker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the calls of one trigger share a listing (kafka-python would wait out its metadata backoff)
+    from ingest.kafka import brokers
+
+    prefix = topic_name()
+    kafka_broker.create_topic(f"{prefix}-a", 1)
+    client = brokers.OffsetClient(
+        KafkaSourceOptions.parse(options(kafka_broker, subscribePattern=f"{prefix}-.*"))
+    )
+    try:
+        monkeypatch.setattr(brokers, "LISTING_REUSED_S", 600.0)  # "right after", however slow the machine
+        assert client.partitions() == [(f"{prefix}-a", 0)]
+        kafka_broker.create_topic(f"{prefix}-b", 1)
+        assert client.partitions() == [(f"{prefix}-a", 0)]
+        monkeypatch.setattr(brokers, "LISTING_REUSED_S", 0.0)  # the window passed: the brokers are asked
+        assert client.partitions() == [(f"{prefix}-a", 0), (f"{prefix}-b", 0)]
+    finally:
+        client.close()
+
+
 FakeRecord = namedtuple("FakeRecord", "topic partition offset key value timestamp timestamp_type headers")
 
 
