@@ -28,6 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from streampart import spark_home
 from streampart.errors import StreampartError
 from streampart.spark_hooks import cache_dir, compile_hooks
 
@@ -41,13 +42,14 @@ BUILDING = "_STREAMPART_CLASS_ARCHIVE"
 
 def archive_path() -> Path:
     """Where the archive for this pyspark installation, these hooks and this ``java`` lives (it may
-    not exist). Named ``spark-classes-<where>-<what>.jsa``: ``where`` is the pyspark installation (the
-    JVM's class path names its jars, so each virtualenv has its own archive), ``what`` its version,
-    the hooks and the JDK."""
+    not exist). Named ``spark-classes-<where>-<what>.jsa``: ``where`` is the Spark home the driver
+    starts from (:func:`streampart.spark_home.current`: the JVM's class path names the jars there, so
+    each virtualenv has its own archive), ``what`` pyspark's version, the hooks and the JDK."""
     import pyspark
 
     java = _java()
-    where = hashlib.sha256(str(Path(pyspark.__file__).resolve().parent).encode()).hexdigest()[:12]
+    # the class path names the jars under the Spark home the driver starts from
+    where = hashlib.sha256(str(spark_home.current()).encode()).hexdigest()[:12]
     what = hashlib.sha256(pyspark.__version__.encode())
     what.update(compile_hooks().name.encode())
     what.update(f"{java}:{java.stat().st_mtime_ns if java.exists() else 0}".encode())

@@ -58,7 +58,8 @@ def test_spark_starts_from_the_archive_and_ignores_one_that_does_not_fit(
     assert "cds" not in err.lower() and "shared" not in err.lower(), err
 
 
-def test_the_setting_turns_it_off(archive: Path) -> None:
+def test_the_setting_turns_it_off(archive: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SPARK_HOME")  # the test's refusing home (tests/markers.py): the archive is ours
     assert f"-XX:SharedArchiveFile={archive}" in class_archive.java_options()
     assert class_archive.java_options(use=False) == []
 
