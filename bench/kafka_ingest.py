@@ -156,9 +156,19 @@ def plain_batches(ends: dict[int, int], max_offsets: int) -> list[list[tuple[int
 def run_plain(spark: Any, bootstrap: str, topic: str, max_offsets: int, out: Path) -> float:
     """The plain PySpark job: per batch, one task per partition reads its offset range with
     kafka-python inside ``mapInArrow`` (assign + seek, no group), ``from_json`` into the table
-    schema, ``write.mode("append").parquet``. No streaming query, no checkpoint, no validation."""
+    schema, ``write.mode("append").parquet``. No streaming query, no checkpoint, no validation.
+
+    Its consumers read as the streampart source's do: the same consumer settings (the source's own
+    ``kafka_config``: fetch sizes, records per poll, isolation level), the same records asked of
+    each poll and the same 10,000-record Arrow batches, one consumer per task."""
     from kafka import KafkaConsumer, TopicPartition
     from pyspark.sql import functions as F
+
+    from ingest.kafka.options import KafkaSourceOptions
+
+    config = KafkaSourceOptions.parse(
+        {"kafka.bootstrap.servers": bootstrap, "subscribe": topic}, batch=True
+    ).kafka_config()
 
     def read(batches: Any) -> Any:  # nested, so Spark pickles it by value: the worker imports no bench
         import pyarrow as pa
@@ -166,16 +176,15 @@ def run_plain(spark: Any, bootstrap: str, topic: str, max_offsets: int, out: Pat
 
         for ranges in batches:
             for p, start, end in zip(*(ranges.column(i).to_pylist() for i in range(3)), strict=True):
-                consumer = KafkaConsumer(
-                    bootstrap_servers=bootstrap, enable_auto_commit=False, max_poll_records=5_000
-                )
+                consumer = KafkaConsumer(**config)
                 tp = TopicPartition(topic, p)
                 consumer.assign([tp])
                 consumer.seek(tp, start)
                 values: list[bytes] = []
                 offset = start
                 while offset < end:
-                    for record in consumer.poll(timeout_ms=500).get(tp, ()):
+                    polled = consumer.poll(timeout_ms=500, max_records=max(1, min(10_000, end - offset)))
+                    for record in polled.get(tp, ()):
                         if record.offset >= end:
                             break
                         values.append(record.value)
@@ -492,7 +501,10 @@ def run(scale: dict[str, Any]) -> BenchResult:
             "(metastore + Delta transaction).",
             "plain = a plain PySpark job, per batch: one task per partition reads its offset range with "
             "kafka-python inside mapInArrow (assign + seek), from_json into the table schema, "
-            "write.mode('append').parquet(dir). No streaming query, checkpoint, validation or commit.",
+            "write.mode('append').parquet(dir). No streaming query, checkpoint, validation or commit. "
+            "Its consumers read as the source's: the source's own consumer settings (fetch sizes, "
+            "records per poll, read_committed), the same records asked of each poll, 10,000-record "
+            "Arrow batches, one consumer per task.",
             "Time = wall clock from starting the query (or the first batch) to its end; records/s = "
             "records / time; MB/s = JSON payload bytes (10^6) / time.",
             f"{warm} warm-up round(s) (discarded) and {reps} timed round(s), the two sides alternating "
