@@ -207,8 +207,8 @@ class ApiState:
         self, w: ChunkWriter, chunk_id: str, digest: str | None = None, staged: Chunk | None = None
     ) -> CommitResult:
         """Commit the chunk, counting it, its rows and the commit's duration (or its abort, when over
-        its namespace's quota). ``staged``: the chunk as the same request just staged it (not read
-        again)."""
+        its namespace's quota); a chunk that had committed before (a retry) is not counted again.
+        ``staged``: the chunk as the same request just staged it (not read again)."""
         t0 = time.perf_counter()
         with blame("id"):
             try:
@@ -219,6 +219,8 @@ class ApiState:
             except QuotaExceededError:  # the writer aborted it: count it so
                 self.metrics.chunks.labels(str(w.table.name), "aborted").inc()
                 raise
+        if result.repeated:  # a retry's answer: the call that committed it counted it
+            return result
         self.metrics.commit_seconds.observe(time.perf_counter() - t0)
         self.metrics.chunks.labels(str(w.table.name), "committed").inc()
         self.metrics.rows.labels(str(w.table.name)).inc(result.rows)

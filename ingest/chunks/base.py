@@ -52,6 +52,9 @@ class CommitResult:
     new_columns: dict[str, str] = field(default_factory=dict)
     # ignored fields that schema evolution could not make columns, and why
     refused_fields: dict[str, str] = field(default_factory=dict)
+    # the chunk had committed before this call (another attempt did): an answer to a retry, which
+    # counts nothing again; not part of the answer, which is the same either way
+    repeated: bool = field(default=False, compare=False)
 
     def to_json(self) -> dict[str, Any]:
         return {

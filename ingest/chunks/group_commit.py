@@ -26,6 +26,7 @@ exactly a lone chunk's (see ``ingest/chunks/__init__.py``).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import random
 import threading
@@ -502,7 +503,7 @@ def _record_group(
         # not COMMITTING any more: another attempt recorded this very commit (it is in the log)
         current = store.get_chunk(m.item.chunk.id)
         if current.state is ChunkState.COMMITTED:
-            m.resolve(writer.result(current))
+            m.resolve(dataclasses.replace(writer.result(current), repeated=True))
         else:
             m.fail(done)
 

@@ -355,7 +355,7 @@ class ChunkWriter:
             raise ChunkStateError(f"chunk {chunk_id} belongs to another table")
         self.check_digest(chunk, content_digest)
         if chunk.state is ChunkState.COMMITTED:
-            return self.result(chunk)
+            return dataclasses.replace(self.result(chunk), repeated=True)
         if chunk.state in (ChunkState.ABORTED, ChunkState.EXPIRED):
             raise ChunkStateError(
                 f"chunk {chunk.id} is {chunk.state.value}{': ' + chunk.error if chunk.error else ''}"
