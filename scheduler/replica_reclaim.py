@@ -29,7 +29,7 @@ from metastore.catalog import Catalog
 from metastore.delta.files import disk_path, live_files
 from metastore.delta.history import commit_time, oldest_readable_version
 from metastore.delta.layout import partition_dir
-from metastore.delta.log import commit_actions
+from metastore.delta.log import commit_actions, newest_version
 from metastore.models import Table
 from metastore.replicas import CopyState, Replica, replica_table
 
@@ -39,8 +39,9 @@ _SETTLED = (CopyState.PRESENT, CopyState.EXPIRED)
 def listed_by_readable_versions(catalog: Catalog, target: Table, oldest: int) -> set[str]:
     """Every data file some version of ``target``'s log still holds lists: the oldest readable
     version's files and every file a later commit added."""
-    dt = catalog.warehouse.load(target)
-    newest = int(dt.version())
+    newest = newest_version(target, oldest)  # a few file checks, not a load of the whole table
+    if newest is None:  # the log's tail is damaged: the load names it
+        newest = int(catalog.warehouse.load(target).version())
     listed = {f.path for f in live_files(catalog.warehouse.load(target, oldest))}
     for version in range(oldest + 1, newest + 1):
         for action in commit_actions(target, version) or []:
