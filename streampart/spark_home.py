@@ -14,8 +14,9 @@ the zip then names no file, Python skips it, and finds pyspark installed beside 
 the same version, compiled when it was installed. A ``SPARK_HOME`` already set (a Spark
 distribution, a test's) stands.
 
-Built once per installation in the cache directory (``spark-home-<where>``); the links are made in
-a temporary directory renamed into place, so processes racing each other find a whole one.
+Built once per installation in the cache directory (``spark-home-<where>``, :func:`home_for`); the
+links are made in a temporary directory renamed into place, so processes racing each other find a
+whole one.
 """
 
 from __future__ import annotations
@@ -39,9 +40,14 @@ def installed() -> Path:
 
 
 def home_for(package: Path) -> Path:
-    """Where the Spark home of the pyspark installed at ``package`` lives (it may not exist)."""
-    where = hashlib.sha256(str(package).encode()).hexdigest()[:12]
-    return cache_dir() / f"spark-home-{where}"
+    """Where the Spark home of the pyspark installed at ``package`` lives (it may not exist): named
+    after the package's place and the entries it links, so a pyspark upgraded in place (another
+    ``py4j-*.zip``, new entries) gets a home of its own."""
+    where = hashlib.sha256(str(package).encode())
+    for directory in (package, package / "python", package / "python" / "lib"):
+        if directory.is_dir():
+            where.update("\0".join(sorted(e.name for e in directory.iterdir())).encode())
+    return cache_dir() / f"spark-home-{where.hexdigest()[:12]}"
 
 
 def build(package: Path) -> Path | None:
