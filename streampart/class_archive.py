@@ -93,11 +93,22 @@ def build(force: bool = False, timeout: float = 300) -> Path | None:
         tmp.replace(target)
     finally:
         tmp.unlink(missing_ok=True)
-    where = target.name.split("-")[2]  # this installation's older archives (other versions) go
-    for old in target.parent.glob(f"spark-classes-{where}-*.jsa"):
-        if old != target:
-            old.unlink(missing_ok=True)
+    remove_older(target)
     return target
+
+
+def remove_older(target: Path) -> None:
+    """Remove this installation's archives other than ``target``: those of other Spark, hooks or JDK
+    builds (the same ``where``), and the one named after the pyspark package's place, as archives
+    were named before the Spark home (:mod:`streampart.spark_home`) named them."""
+    import pyspark
+
+    package = Path(pyspark.__file__).resolve().parent
+    names = {target.name.split("-")[2], hashlib.sha256(str(package).encode()).hexdigest()[:12]}
+    for where in names:
+        for old in target.parent.glob(f"spark-classes-{where}-*.jsa"):
+            if old != target:
+                old.unlink(missing_ok=True)
 
 
 def verify(archive: Path, timeout: float = 300) -> bool:

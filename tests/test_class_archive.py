@@ -74,3 +74,22 @@ def test_a_truncated_archive_is_refused_before_it_could_take_the_archives_place(
     assert class_archive.verify(truncated, timeout=120) is False  # mapped, it crashes the JVM (SIGBUS)
     assert set(Path.cwd().glob("hs_err_pid*.log")) == crash_logs  # its crash report is not left here
     assert class_archive.verify(archive, timeout=120) is True
+
+
+def test_an_installation_s_other_archives_go_and_others_stay(tmp_path: Path) -> None:
+    import hashlib
+
+    import pyspark
+
+    package = Path(pyspark.__file__).resolve().parent
+    before = hashlib.sha256(str(package).encode()).hexdigest()[:12]  # named after the package's place
+    target = tmp_path / "spark-classes-aaaaaaaaaaaa-111111111111.jsa"
+    gone = [
+        tmp_path / "spark-classes-aaaaaaaaaaaa-222222222222.jsa",
+        tmp_path / f"spark-classes-{before}-3.jsa",
+    ]
+    kept = tmp_path / "spark-classes-bbbbbbbbbbbb-111111111111.jsa"  # another virtualenv's
+    for f in (target, *gone, kept):
+        f.write_bytes(b"")
+    class_archive.remove_older(target)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([target.name, kept.name])
