@@ -48,8 +48,7 @@ def archive_path() -> Path:
     import pyspark
 
     java = _java()
-    # the class path names the jars under the Spark home the driver starts from
-    where = hashlib.sha256(str(spark_home.current()).encode()).hexdigest()[:12]
+    where = _where(spark_home.current())  # the class path names the jars under it
     what = hashlib.sha256(pyspark.__version__.encode())
     what.update(compile_hooks().name.encode())
     what.update(f"{java}:{java.stat().st_mtime_ns if java.exists() else 0}".encode())
@@ -101,14 +100,15 @@ def remove_older(target: Path) -> None:
     """Remove this installation's archives other than ``target``: those of other Spark, hooks or JDK
     builds (the same ``where``), and the one named after the pyspark package's place, as archives
     were named before the Spark home (:mod:`streampart.spark_home`) named them."""
-    import pyspark
-
-    package = Path(pyspark.__file__).resolve().parent
-    names = {target.name.split("-")[2], hashlib.sha256(str(package).encode()).hexdigest()[:12]}
-    for where in names:
+    for where in {target.name.split("-")[2], _where(spark_home.installed())}:
         for old in target.parent.glob(f"spark-classes-{where}-*.jsa"):
             if old != target:
                 old.unlink(missing_ok=True)
+
+
+def _where(place: Path) -> str:
+    """The ``where`` of an archive's name: which Spark home (or, before them, pyspark package) it is for."""
+    return hashlib.sha256(str(place).encode()).hexdigest()[:12]
 
 
 def verify(archive: Path, timeout: float = 300) -> bool:
