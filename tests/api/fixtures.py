@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import select
 import signal
 import socket
@@ -162,6 +163,20 @@ def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 def auth(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
+
+
+def committed_counts(srv: Server, table: str = "ns.events") -> tuple[float, float]:
+    """The chunks and rows ``/metrics`` counts as committed into ``table``, as one scrape (a new
+    connection: under ``--workers``, whichever worker answers) says."""
+    text = httpx.get(f"{srv.url}/metrics", headers=auth(srv.admin), timeout=30).text
+    found = [
+        re.search(rf"^{name}\{{{labels}\}} (\S+)$", text, re.M)
+        for name, labels in (
+            ("streampart_http_chunks_total", f'outcome="committed",table="{table}"'),
+            ("streampart_http_rows_committed_total", f'table="{table}"'),
+        )
+    ]
+    return (float(found[0][1]) if found[0] else 0.0, float(found[1][1]) if found[1] else 0.0)
 
 
 class LossyProxy:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import io
 import json
-import re
 import socket
 import subprocess
 from pathlib import Path
@@ -22,7 +21,7 @@ import pytest
 from ingest.client import Client
 from ingest.errors import ApiRequestError
 from metastore.models import ChunkState
-from tests.api.fixtures import COMMAND, ROOT, LossyProxy, Server, auth, pg_server
+from tests.api.fixtures import COMMAND, ROOT, LossyProxy, Server, auth, committed_counts, pg_server
 from tests.fixtures import make_table
 from tests.helpers import all_ids, duplicates, records, wait_for
 from tests.helpers import jsonl as jsonl_bytes
@@ -117,22 +116,9 @@ def test_an_aborted_chunk_is_never_visible_and_its_files_go(server: Server) -> N
     assert not any((Path(table.location) / f.path).exists() for f in staged)
 
 
-def committed_metrics(server: Server) -> tuple[float, float]:
-    """``/metrics``' count of chunks and rows committed into ns.events."""
-    text = httpx.get(f"{server.url}/metrics", headers=auth(server.admin), timeout=30).text
-    found = [
-        re.search(rf"^{name}\{{{labels}\}} (\S+)$", text, re.M)
-        for name, labels in (
-            ("streampart_http_chunks_total", 'outcome="committed",table="ns.events"'),
-            ("streampart_http_rows_committed_total", 'table="ns.events"'),
-        )
-    ]
-    return (float(found[0].group(1)) if found[0] else 0.0, float(found[1].group(1)) if found[1] else 0.0)
-
-
 def test_a_commit_whose_response_was_lost_is_retried_by_the_client_and_lands_once(server: Server) -> None:
     table = server.catalog.table("ns.events")
-    counted = committed_metrics(server)
+    counted = committed_counts(server)
     proxy = LossyProxy(server.port, b"commit")  # (the write commits with its upload: ?commit=true)
     try:
         with Client(proxy.url, server.admin, backoff=0.05) as api:
@@ -147,7 +133,7 @@ def test_a_commit_whose_response_was_lost_is_retried_by_the_client_and_lands_onc
     assert sorted(i for i in ids if 200 <= i < 230) == list(range(200, 230)) and not duplicates(ids)
     assert server.catalog.store.get_chunk(result["chunk"]).state is ChunkState.COMMITTED
     # counted once, by the request that committed it; the retries' answers count nothing again
-    chunks, rows = committed_metrics(server)
+    chunks, rows = committed_counts(server)
     assert (chunks - counted[0], rows - counted[1]) == (1, 30)
 
 

@@ -9,7 +9,6 @@ SIGTERM stops them all and the server exits 0.
 from __future__ import annotations
 
 import os
-import re
 import signal
 import threading
 import time
@@ -20,7 +19,7 @@ import httpx
 import pytest
 
 from ingest.client import Client
-from tests.api.fixtures import Server, auth
+from tests.api.fixtures import Server, auth, committed_counts
 from tests.fixtures import fresh_metastore_url, make_table
 from tests.helpers import all_ids, duplicates, records, wait_for
 from tests.pg import drop_scratch_schema
@@ -59,13 +58,6 @@ def _children(pid: int) -> set[int]:
     return out
 
 
-def _committed(srv: Server) -> float:
-    """``streampart_http_chunks_total{outcome="committed"}`` as one scrape (a new connection) says."""
-    text = httpx.get(f"{srv.url}/metrics", timeout=10).text
-    found = re.search(r'streampart_http_chunks_total\{outcome="committed",table="ns.events"\} (\S+)', text)
-    return float(found[1]) if found else 0.0
-
-
 def _write(srv: Server, producer: int, chunks: int, acked: list[int]) -> None:
     with Client(srv.url, srv.admin, backoff=0.05) as api:
         for k in range(chunks):
@@ -91,7 +83,7 @@ def test_two_workers_share_the_port_and_their_metrics_add_up(two_workers: Server
     # both workers counted requests into the shared directory, and every scrape adds them up
     counted = {p.name for p in (tmp_path / "metrics").glob("counter_*.db")}
     assert len(counted) == 2, counted
-    assert [_committed(srv) for _ in range(6)] == [PRODUCERS * CHUNKS] * 6
+    assert [committed_counts(srv)[0] for _ in range(6)] == [PRODUCERS * CHUNKS] * 6
 
     # a worker killed outright is replaced, and writes go on
     victim = min(_children(server))
