@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import annotated_types
-from pydantic import BaseModel, SecretStr
+from pydantic import BaseModel, IPvAnyNetwork, SecretStr
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
@@ -98,6 +98,10 @@ def _type(annotation: Any) -> str:
     if origin is dict:
         key, value = typing.get_args(annotation)
         return f"mapping of {_type(key)} to {_type(value)}"
+    if origin in (list, tuple):
+        return f"list of {_type(typing.get_args(annotation)[0])}"
+    if annotation is IPvAnyNetwork:
+        return "IP address or network"
     names = {bool: "boolean", int: "integer", float: "number", str: "string", Path: "path"}
     if annotation in names:
         return names[annotation]
@@ -115,6 +119,8 @@ def _value(value: Any) -> str:
         return format_duration(value)
     if isinstance(value, Path):
         return value.as_posix() if value.is_absolute() else f"./{value.as_posix()}"
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_value(v) for v in value) + "]"
     return str(value)
 
 

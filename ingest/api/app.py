@@ -19,6 +19,7 @@ from __future__ import annotations
 import importlib.metadata
 
 from fastapi import FastAPI
+from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from ingest.api.auth import Authenticator
 from ingest.api.config import ServerConfig
@@ -81,6 +82,10 @@ def create_app(
         serve_docs(app)
     app.state.api = st
     app.add_middleware(MetricsMiddleware, metrics=st.metrics)
+    # Outermost, so every route and the status page see the client it finds. Nothing trusted (the
+    # default) leaves a request's address its peer's whatever it sends; the server that runs the app
+    # must not believe forwarded headers itself (streampart.cli.server_app: proxy_headers=False).
+    app.add_middleware(ProxyHeadersMiddleware, trusted_hosts=[str(n) for n in server.trusted_proxies])
     install_error_handlers(app)
     for routes in (chunks, events, tables, deletes, namespaces, federation, ingest_jobs, ops):
         app.include_router(routes.router)

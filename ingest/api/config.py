@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, IPvAnyNetwork
 
 from metastore.durations import Duration
 
@@ -61,25 +61,49 @@ class ServerConfig(BaseModel):
         timedelta(seconds=1),
         description="How long a server remembers a table looked up by name (0: look it up on every request).",
     )
-    # Why 10 a minute, then a minute: a person who mistypes a token, or a client with a revoked one,
-    # fails a few times; a guesser needs billions of tries (a token has 256 random bits), so 10 a
-    # minute per address stops nothing legitimate and makes the log say who is trying.
-    login_max_failures: int = Field(
-        10,
-        ge=0,
-        description="Failed logins (an unknown or revoked token) one client address may make within "
-        "login_window before it is locked out for login_lockout: its requests then answer 429 with "
-        "Retry-After. Each failed login is logged with the address. 0: never locked out.",
+    # Why 1 s doubling to 10 s within a minute: a person who mistypes a token, or a client with a
+    # revoked one, fails a few times and waits a second or two each; a script trying tokens one
+    # after another gets one answer per 10 s. Nothing is locked out: a lockout lets anyone who knows
+    # the key it counts by (a name, a shared address) lock its owner out, and guards nothing (a token
+    # has 256 random bits). Why 32 waiting: a waiting answer holds a thread on the SQL server and the
+    # status page (a connection on the HTTP API); 32 of them leave the servers' threads to the rest.
+    login_delay: Duration = Field(
+        timedelta(seconds=1),
+        ge=timedelta(0),
+        description="How long the answer to a failed login (an unknown or revoked token, a wrong "
+        "password) waits, doubled for each earlier failure from the same client within login_window, "
+        "up to login_delay_max. A correct token is never delayed or refused, whatever failed before. "
+        "Each failed login is logged once (login.failed) with the client's address. 0: no delay. "
+        "Replaces login_max_failures and login_lockout (no lockout any more: still accepted, "
+        "ignored with a warning).",
+    )
+    login_delay_max: Duration = Field(
+        timedelta(seconds=10),
+        ge=timedelta(0),
+        description="The longest a failed login's answer waits (see login_delay).",
     )
     login_window: Duration = Field(
         timedelta(minutes=1),
         gt=timedelta(0),
-        description="The window in which login_max_failures failed logins lock an address out.",
+        description="How long a failed login makes the same client's next failed logins wait longer.",
     )
-    login_lockout: Duration = Field(
-        timedelta(minutes=1),
-        gt=timedelta(0),
-        description="How long an address that failed login_max_failures logins is refused (429).",
+    login_max_delayed: int = Field(
+        32,
+        ge=0,
+        description="How many answers to failed logins may wait at once in one server process; a failed "
+        "login past that is answered at once (logged as not slowed), so slowing never holds more.",
+    )
+    # Why none by default: a forwarded header is only what the client wrote, unless a proxy of ours
+    # wrote it; trusting one from any peer (uvicorn trusts 127.0.0.1's) lets anyone on the host pick
+    # the address its failed logins count against: unlimited tries, or another address locked out.
+    trusted_proxies: tuple[IPvAnyNetwork, ...] = Field(
+        (),
+        max_length=1000,
+        description="Addresses or networks (10.0.0.5, 10.0.0.0/24, ::1) of the reverse proxies in front "
+        "of the server: only a request whose peer is one of them has its X-Forwarded-For (the client "
+        "the proxy saw: the nearest address not itself a listed proxy) and X-Forwarded-Proto believed. "
+        "Empty: none, every request's address is its peer's (behind a proxy, the proxy's). In the "
+        'environment a JSON list: \'["10.0.0.5", "10.1.0.0/16"]\'.',
     )
     docs: bool = Field(
         True, description="Serve interactive API docs at /docs (the OpenAPI JSON is always served)."

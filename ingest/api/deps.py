@@ -57,7 +57,9 @@ def authenticate(
 
 
 def client_address(request: Request) -> str:
-    """The address a request came from (the peer's; behind a proxy, the proxy's)."""
+    """The address a request came from: its peer's, or, when the peer is one of the settings'
+    ``server.trusted_proxies``, the client that proxy forwarded (X-Forwarded-For, read by the app's
+    outermost middleware, :func:`ingest.api.app.create_app`). Failed logins count against it."""
     return request.client.host if request.client is not None else "unknown"
 
 

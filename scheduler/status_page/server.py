@@ -46,7 +46,13 @@ class StatusServer:
         self.url = f"http://{socket.gethostname()}:{self.port}/ui"
         self._server = uvicorn.Server(
             uvicorn.Config(
-                standalone_app(page), log_config=None, access_log=False, timeout_graceful_shutdown=5
+                standalone_app(page),
+                log_config=None,
+                access_log=False,
+                timeout_graceful_shutdown=5,
+                # a login's address is its peer's: no forwarded header is believed, from anyone
+                # (uvicorn's default believes any process on this host)
+                proxy_headers=False,
             )
         )
         self._thread = threading.Thread(

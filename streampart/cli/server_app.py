@@ -40,6 +40,9 @@ def run_server(settings: Settings, catalog: Catalog, sock: socket.socket, insecu
             access_log=config.access_log,
             timeout_graceful_shutdown=20,
             http=header_timeout_protocol(config.header_timeout.total_seconds()),
+            # forwarded headers are believed only from settings' server.trusted_proxies, by the app
+            # (ingest.api.app); uvicorn's own default would believe any process on this host
+            proxy_headers=False,
         )
     )
     # uvicorn shuts down gracefully on SIGTERM, then raises the signal again with the handler it
