@@ -44,9 +44,10 @@ call may be retried: open with an `idempotency_key`, and a retried commit answer
 commit that landed. **Events**: `POST …/events` commits a batch (Flume's JSON events or a JSON
 array of records) as one chunk. **Auth**: `Authorization: Bearer <token>` (`streampart token
 create`), scopes `read`, `write`, `admin` per namespace; the federation's administration
-(`/v1/admin/federation/…`) needs `admin:*`; steering a Kafka ingest job (`/v1/admin/ingest/jobs/…`)
-needs `admin` on the namespaces it writes to. Errors are JSON
-`{"error", "message", "field", "line"}` naming the field at fault.
+(`/v1/admin/federation/…`) needs `admin:*`; steering a topic of a Kafka ingest job
+(`/v1/admin/ingest/jobs/…`) needs `admin` on every namespace the job's routes can send that topic to
+(`admin:*` when that is open-ended). Errors are JSON `{"error", "message", "field", "line"}` naming
+the field at fault.
 """
 
 

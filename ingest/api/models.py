@@ -553,8 +553,9 @@ class IngestJobReport(BaseModel):
     updated_at: datetime = Field(description="When the job last published its status (after a batch).")
     status: dict[str, Any] = Field(
         description="`topics`: per topic `state` (reading or paused), `table`, `committed` and `latest` "
-        "offsets per partition, `lag_records`, `lag_seconds`, `last_error`; and the job's `routes`, "
-        "`batches`, `refused` tables and `failure`."
+        "offsets per partition, `lag_records`, `lag_seconds`, `last_error`; and the job's `routes` (in "
+        "words; `route_specs`: each route's topic or pattern, table template and table field, from which "
+        "steering is authorised), `dead_letter_table`, `batches`, `refused` tables and `failure`."
     )
     requests: list[IngestRequest] = Field(description="Its newest requests, newest first.")
 

@@ -339,7 +339,9 @@ def _start(
         lambda batch_id: topics_with_data(checkpoint, batch_id),
         options.record_schemas(),
     )
-    sink = IngestSink(batches, options, checkpoint, Steering(catalog, options.job, control_file))
+    sink = IngestSink(
+        batches, options, checkpoint, Steering(catalog, options.job, control_file, options.dead_letter_table)
+    )
     sink.resume()
     sink.steering.apply(routes())  # requests made while the job was down
     reader = spark.readStream.format(source_format)

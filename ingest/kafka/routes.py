@@ -95,6 +95,48 @@ class Route:
             return topic == self.topic
         return re.fullmatch(self.pattern or "", topic) is not None
 
+    def namespaces(self, topic: str | None, dead_letter: str | None) -> frozenset[str] | None:
+        """The namespaces the route's records of ``topic`` (None: of any topic it matches) can reach:
+        its table's, and ``dead_letter``'s (the job's dead-letter table, NS.TABLE) when some of them may
+        be unrouted. None when that cannot be decided: the namespace depends on what a record or an
+        unnamed topic holds (``{field}`` or ``{topic}`` before the first dot), or an unrouted record
+        has no dead-letter table named to go to.
+
+        The table is the template formatted as :meth:`Routes.resolve` formats it; the part of it known
+        before the first undecided placeholder decides the namespace if it holds a dot (a table name
+        is NAMESPACE.TABLE, split at its only dot)."""
+        formatter = string.Formatter()
+        known, complete, unrouted = "", True, self.table_field is not None  # a record without the field
+        try:
+            for literal, name, spec, conversion in formatter.parse(self.table):
+                known += literal
+                if name is None:
+                    continue
+                if name != "topic" or topic is None or "{" in (spec or ""):
+                    complete = False
+                    break
+                known += formatter.format_field(formatter.convert_field(topic, conversion), spec or "")
+        except (ValueError, TypeError):  # a template str.format refuses too: no record is routed by it
+            return None
+        reached: set[str] = set()
+        if complete:
+            if table_name_problem(known) is None:
+                reached.add(known.split(".", 1)[0])
+            else:
+                unrouted = True
+        else:
+            if "." not in known:
+                return None
+            namespace = known.split(".", 1)[0]
+            if _IDENT.fullmatch(namespace):
+                reached.add(namespace)
+            unrouted = True  # what follows may not make a table name
+        if unrouted:
+            if dead_letter is None or table_name_problem(dead_letter) is not None:
+                return None
+            reached.add(dead_letter.split(".", 1)[0])
+        return frozenset(reached)
+
     @property
     def fixed_table(self) -> str | None:
         """The table every record of the route goes to, if the template has no placeholder."""
@@ -147,6 +189,24 @@ class Routes:
             if r.matches(topic):
                 return r
         return None
+
+    def namespaces_of_topic(self, topic: str, dead_letter: str | None) -> frozenset[str] | None:
+        """The namespaces ``topic``'s records can reach under these routes (:meth:`Route.namespaces`),
+        whether or not the job has seen the topic yet; None when that is open-ended, or when no route
+        takes the topic (a route added later could send it anywhere)."""
+        r = self.route_of(topic)
+        return None if r is None else r.namespaces(topic, dead_letter)
+
+    def namespaces(self, dead_letter: str | None) -> frozenset[str] | None:
+        """The namespaces any record the routes take can reach (every topic a pattern may match, seen
+        or not); None when that is open-ended."""
+        reached: set[str] = set()
+        for r in self.routes:
+            some = r.namespaces(r.topic, dead_letter)
+            if some is None:
+                return None
+            reached |= some
+        return frozenset(reached)
 
     def table_of_topic(self, topic: str) -> str | None:
         """The table all of ``topic``'s records go to, when its route names one without reading them."""

@@ -26,7 +26,7 @@ from typing import Any
 
 from ingest.kafka.control import Control, read_control, update_control
 from ingest.kafka.offsets import TP, OffsetMap, load_from, load_offsets, reset_mark
-from ingest.kafka.routes import Routes
+from ingest.kafka.routes import RouteError, Routes
 from metastore.catalog import Catalog
 from metastore.errors import NotFoundError
 from metastore.models import IngestAction, IngestRequest
@@ -93,14 +93,38 @@ def job_reports(store: IngestJobStore, job: str | None = None, requests: int = 1
     ]
 
 
-def job_namespaces(report: dict[str, Any]) -> set[str] | None:
-    """The namespaces a job's published status shows it writing to; None where that is open-ended
-    (a topic whose table a template or a record's field names, or a job that has read nothing yet)."""
-    topics = report.get("status", {}).get("topics", {})
-    tables = [t.get("table") for t in topics.values()]
-    if not tables or any(not t or "{" in t for t in tables):
+def _published_routes(report: dict[str, Any]) -> tuple[Routes, str | None] | None:
+    """The routes and dead-letter table a job's status was published with; None if it names none (a
+    job of an older version) or they do not read as routes."""
+    status = report.get("status")
+    specs = status.get("route_specs") if isinstance(status, dict) else None
+    if not isinstance(specs, list) or not specs:
         return None
-    return {t.split(".", 1)[0] for t in tables}
+    try:
+        routes = Routes.from_json(specs)
+    except (RouteError, TypeError, ValueError):
+        return None
+    dead_letter = status.get("dead_letter_table") if isinstance(status, dict) else None
+    return routes, dead_letter if isinstance(dead_letter, str) else None
+
+
+def job_namespaces(report: dict[str, Any]) -> set[str] | None:
+    """The namespaces a job can write to, decided from the routes it last published (every topic its
+    patterns may match, seen or not, and its dead-letter table where a record may be unrouted); None
+    where that is open-ended (a template whose namespace a topic or a record's field names) or not
+    known (the job has not published its routes)."""
+    found = _published_routes(report)
+    reached = found[0].namespaces(found[1]) if found is not None else None
+    return None if reached is None else set(reached)
+
+
+def topic_namespaces(report: dict[str, Any], topic: str) -> set[str] | None:
+    """The namespaces ``topic``'s records can reach under the routes the job last published, whether
+    the job has read the topic yet or not; None where that is open-ended, not known, or no route takes
+    the topic (:meth:`ingest.kafka.routes.Routes.namespaces_of_topic`)."""
+    found = _published_routes(report)
+    reached = found[0].namespaces_of_topic(topic, found[1]) if found is not None else None
+    return None if reached is None else set(reached)
 
 
 def _apply(control: Control, request: IngestRequest, routes: Routes) -> tuple[Control, str]:
@@ -143,10 +167,13 @@ def _moved(topic: str, moved: OffsetMap, was_at: OffsetMap) -> str:
 class Steering:
     """The job's side of steering: see the module docstring."""
 
-    def __init__(self, catalog: Catalog, job: str, control_file: str) -> None:
+    def __init__(
+        self, catalog: Catalog, job: str, control_file: str, dead_letter_table: str | None = None
+    ) -> None:
         self.store = catalog.store
         self.job = job
         self.control_file = control_file
+        self.dead_letter_table = dead_letter_table  # published: where unrouted records go
         self._failing = False
 
     def _quietly(self, what: str, exc: Exception) -> None:
@@ -231,7 +258,9 @@ class Steering:
     ) -> dict[str, Any]:
         """Publish the job's status (see :func:`job_status`); returns it."""
         control = read_control(self.control_file)
-        status = job_status(control, routes, committed, latest, waiting, refused, batches, failure)
+        status = job_status(
+            control, routes, committed, latest, waiting, refused, batches, failure, self.dead_letter_table
+        )
         try:
             self.store.publish_ingest_status(self.job, status)
         except Exception as exc:
@@ -256,9 +285,12 @@ def job_status(
     refused: dict[str, str],
     batches: int,
     failure: str | None,
+    dead_letter_table: str | None = None,
 ) -> dict[str, Any]:
     """Per topic the job has read or routes: state, offsets, lag in records and in seconds (the
-    oldest waiting record's age: :mod:`ingest.kafka.lag`), its table's refusal."""
+    oldest waiting record's age: :mod:`ingest.kafka.lag`), its table's refusal; and the routes
+    themselves (``route_specs``) with the job's dead-letter table, from which the HTTP API decides
+    who may steer a topic (:func:`topic_namespaces`)."""
     now = datetime.now(UTC)
     topics: dict[str, Any] = {}
     names = {t for t, _ in committed} | {t for t, _ in latest} | set(routes.topics)
@@ -280,6 +312,8 @@ def job_status(
         "at": now.isoformat(),
         "batches": batches,
         "routes": str(routes),
+        "route_specs": routes.to_json(),
+        "dead_letter_table": dead_letter_table,
         "paused": sorted(control.paused),
         "refused": refused,
         "failure": failure,

@@ -10,8 +10,11 @@ import sqlite3
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
+
 from ingest.kafka.control import Control, read_control, write_control
-from ingest.kafka.steering import Steering, job_namespaces
+from ingest.kafka.routes import Route, Routes
+from ingest.kafka.steering import Steering, job_namespaces, job_reports, topic_namespaces
 from metastore.catalog import Catalog
 from metastore.models import IngestAction
 
@@ -70,10 +73,69 @@ def test_a_reset_applied_by_the_batch_records_what_it_moved(sqlite_catalog: Cata
     assert [r.outcome for r in store.ingest_requests("j-now")] == [outcome]
 
 
-def test_the_namespaces_a_job_is_steered_by() -> None:
-    def report(*tables: str | None) -> dict:
-        return {"status": {"topics": {f"t{i}": {"table": t} for i, t in enumerate(tables)}}}
+def _published(catalog: Catalog, tmp_path: Path, routes: Routes, dead_letter: str | None) -> dict:
+    """The job's report after it published its status as a running job does (nothing read yet)."""
+    control = str(tmp_path / "control.json")
+    write_control(control, Control(topics=frozenset(routes.topics)))
+    Steering(catalog, "j", control, dead_letter).publish(routes, {}, {}, {}, {}, 0)
+    [report] = job_reports(catalog.store, "j")
+    return report
 
-    assert job_namespaces(report("a.x", "a.y", "b.z")) == {"a", "b"}
-    assert job_namespaces(report("a.x", None)) is None  # a record's field names the table
-    assert job_namespaces(report()) is None  # nothing read yet
+
+# (routes, the job's dead-letter table, topic, namespaces the topic's records can reach: None is
+# open-ended or undecidable, so only admin:* may steer it)
+TOPIC_CASES = [
+    # a fixed table: its namespace, seen or not; a pattern's topic the job has not read yet too
+    ([Route("a.t", topic="o")], "ops.dl", "o", {"a"}),
+    ([Route("a.t", topic="o"), Route("b.t", pattern="x-.*")], "ops.dl", "x-new", {"b"}),
+    # {topic}: decided by the topic named; a name it cannot make goes to the dead letters only
+    ([Route("{topic}", pattern=r"shop\..*")], "ops.dl", "shop.new", {"shop"}),
+    ([Route("{topic}", pattern=r"shop\..*")], "ops.dl", "shop.x.y", {"ops"}),
+    ([Route("raw.{topic}", pattern="ev-.*")], "ops.dl", "ev-1", {"ops"}),  # '-': not a table name
+    ([Route("{topic!s:.4}.t", pattern="abcdef")], "ops.dl", "abcdef", {"abcd"}),  # as str.format formats
+    # {field}: its namespace when the text before it holds the dot, plus the dead letters (no field)
+    ([Route("a.{field}", topic="ev", table_field="k")], "ops.dl", "ev", {"a", "ops"}),
+    ([Route("a.t", topic="ev", table_field="k")], "ops.dl", "ev", {"a", "ops"}),
+    ([Route("{field}.t", topic="ev", table_field="k")], "ops.dl", "ev", None),
+    ([Route("{topic}{field}.t", pattern="ev", table_field="k")], "ops.dl", "ev", None),
+    ([Route("a{field}.t", topic="ev", table_field="k")], "ops.dl", "ev", None),
+    ([Route("a.{field}", topic="ev", table_field="k")], None, "ev", None),  # unrouted, but to where?
+    # a topic no route takes: a route added later could send it anywhere
+    ([Route("a.t", topic="o")], "ops.dl", "other", None),
+]
+
+
+@pytest.mark.parametrize("routes, dead_letter, topic, reached", TOPIC_CASES)
+def test_a_topic_is_steered_by_the_namespaces_its_routes_can_send_it_to(
+    sqlite_catalog: Catalog, tmp_path: Path, routes: list[Route], dead_letter: str | None, topic: str,
+    reached: set[str] | None,
+) -> None:  # fmt: skip
+    report = _published(sqlite_catalog, tmp_path, Routes(tuple(routes)), dead_letter)
+    assert topic_namespaces(report, topic) == reached
+
+
+# (routes, the job's dead-letter table, namespaces any of its records can reach)
+JOB_CASES = [
+    ([Route("a.t", topic="o"), Route("b.t", pattern="x-.*")], "ops.dl", {"a", "b"}),
+    ([Route("a.t", topic="o"), Route("{topic}", pattern=r"shop\..*")], "ops.dl", None),  # any namespace
+    ([Route("a.t", topic="o"), Route("c.{topic}", pattern="x_.*")], "ops.dl", {"a", "c", "ops"}),
+    ([Route("a.{field}", topic="ev", table_field="k")], "ops.dl", {"a", "ops"}),
+]
+
+
+@pytest.mark.parametrize("routes, dead_letter, reached", JOB_CASES)
+def test_a_job_is_read_by_the_namespaces_all_its_routes_can_reach(
+    sqlite_catalog: Catalog, tmp_path: Path, routes: list[Route], dead_letter: str | None,
+    reached: set[str] | None,
+) -> None:  # fmt: skip
+    report = _published(sqlite_catalog, tmp_path, Routes(tuple(routes)), dead_letter)
+    assert job_namespaces(report) == reached
+
+
+def test_a_status_without_its_routes_decides_nothing() -> None:
+    """A status published by a job of an older version names topics' tables but not its routes: the
+    topics it has not read could go anywhere, so only admin:* may steer it."""
+    report = {"status": {"topics": {"t0": {"table": "a.x"}}, "routes": "t0→a.x"}}
+    assert job_namespaces(report) is None and topic_namespaces(report, "t0") is None
+    forged = {"status": {"route_specs": [{"table": "a.x", "topic": "t0", "evil": 1}]}}
+    assert job_namespaces(forged) is None and topic_namespaces(forged, "t0") is None

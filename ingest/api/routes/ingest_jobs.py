@@ -5,10 +5,14 @@ through the same calls (:mod:`ingest.kafka.steering`): a request is a row in the
 running job applies between batches and stamps done with its outcome, so ``202 Accepted`` answers
 with the request, and ``GET …/jobs/{job}`` shows when it was applied and what it moved.
 
-Every route needs ``admin`` scope on each namespace the job writes to, as its published status
-shows them (each topic's table); a job whose tables are open-ended (a table template or a record's
-field names them) or that has not run yet needs ``admin:*``. Listing shows the jobs the token may
-steer.
+Who may do what is decided from the routes the job last published (:mod:`ingest.kafka.routes`),
+never from the topics it happens to have read: pausing, resuming or resetting a topic needs ``admin``
+on every namespace that topic's records can reach under those routes (its route's table, and the
+job's dead-letter table where a record may be unrouted), whether the job has seen the topic yet or
+not; reading a job's status needs it on every namespace any of its routes can reach. Where that is
+open-ended (a table template whose namespace a topic or a record's field names) or cannot be decided
+(the job has not published its routes, or no route takes the topic) only ``admin:*`` may. Listing
+shows the jobs the token may read.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from ingest.api.auth import Principal
 from ingest.api.deps import Caller, State
 from ingest.api.errors import ApiError
 from ingest.api.models import IngestJobReport, IngestRequestInfo, ResetTopic, error_responses
-from ingest.kafka.steering import job_namespaces, job_reports, request_change
+from ingest.kafka.steering import job_namespaces, job_reports, request_change, topic_namespaces
 from metastore.errors import NotFoundError
 from metastore.models import IngestAction, Permission
 
@@ -45,13 +49,30 @@ def _report(st: Any, job: str) -> dict[str, Any] | None:
         return None
 
 
-def _require(who: Principal, job: str, report: dict[str, Any] | None) -> None:
-    if _may_steer(who, report):
+def _refuse(who: Principal, namespaces: set[str] | None, what: str, unknown: str) -> None:
+    """403 unless ``who`` has admin on each of ``namespaces`` (None: open-ended, ``admin:*``)."""
+    if namespaces is not None and all(who.allows(Permission.ADMIN, ns) for ns in namespaces):
         return
-    namespaces = job_namespaces(report) if report is not None else None
+    if namespaces is None and who.allows(Permission.ADMIN, "*"):
+        return
     scope = "admin:*" if namespaces is None else ", ".join(f"admin:{ns}" for ns in sorted(namespaces))
-    why = "" if namespaces is not None else " (the tables it writes to are open-ended or not known yet)"
-    raise ApiError(403, "forbidden", f"token {who.name!r} lacks the scope {scope} to steer job {job}{why}")
+    why = f" ({unknown})" if namespaces is None else ""
+    raise ApiError(
+        403, "forbidden", f"token {who.name!r} lacks the scope {scope} to {what}{why}", "Authorization"
+    )
+
+
+def _require(who: Principal, job: str, report: dict[str, Any] | None) -> None:
+    namespaces = job_namespaces(report) if report is not None else None
+    _refuse(who, namespaces, f"steer job {job}", "the tables its routes write to are open-ended or not known")
+
+
+def _require_topic(who: Principal, job: str, topic: str, report: dict[str, Any] | None) -> None:
+    namespaces = topic_namespaces(report, topic) if report is not None else None
+    _refuse(
+        who, namespaces, f"steer topic {topic} of job {job}",
+        "where its routes send the topic is open-ended or not known",
+    )  # fmt: skip
 
 
 @router.get(
@@ -83,7 +104,7 @@ def get_job(job: str, who: Caller, st: State) -> dict[str, Any]:
 def _request(
     who: Principal, st: Any, job: str, topic: str, action: IngestAction, target: str | None = None
 ) -> dict[str, Any]:
-    _require(who, job, _report(st, job))
+    _require_topic(who, job, topic, _report(st, job))
     try:
         request, known = request_change(st.catalog.store, job, topic, action, who.name, target)
     except ValueError as exc:
