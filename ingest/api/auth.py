@@ -11,6 +11,8 @@ import hmac
 import secrets
 from dataclasses import dataclass
 
+from starlette.concurrency import run_in_threadpool
+
 from ingest.api.ttl_cache import TtlCache
 from ingest.login_guard import LoginGuard, credential_hint
 from metastore.models import ApiToken, Permission
@@ -57,21 +59,23 @@ class Authenticator:
         self.guard = guard
         self._cache: TtlCache[str, tuple[ApiToken | None]] = TtlCache(ttl_seconds)
 
-    def authenticate(self, credential: str, client: str | None = None) -> ApiToken | None:
-        """The live token of ``credential``, or None (unknown or revoked).
-
-        With a ``guard`` and the ``client``'s address, a failed login is logged and counted, and an
-        address locked out raises :class:`~ingest.login_guard.LoginLockedError` before the
-        credential is looked at.
-        """
-        if self.guard is not None and client is not None:
-            self.guard.check(client)
+    def authenticate(self, credential: str) -> ApiToken | None:
+        """The live token of ``credential``, or None (unknown or revoked); nothing logged or slowed:
+        a login attempt goes through :meth:`login`."""
         digest = hash_token(credential)
         # (a 1-tuple: an unknown token is remembered too, as (None,))
         (token,) = self._cache.get(digest, lambda: (self.store.find_token_by_hash(digest),))
         # the database compared digests already; this keeps the final check constant-time
         if token is None or not hmac.compare_digest(token.token_hash, digest):
-            if self.guard is not None and client is not None:
-                self.guard.failed(client, credential_hint(credential))
             return None
+        return token
+
+    async def login(self, credential: str, client: str) -> ApiToken | None:
+        """:meth:`authenticate` as a login from ``client`` (its address): the credential is always
+        looked up first, so a live token gets in at once whatever failed before; a failure is logged
+        and answered late by the ``guard`` (:class:`~ingest.login_guard.LoginGuard`), waiting
+        without holding a thread."""
+        token = await run_in_threadpool(self.authenticate, credential)
+        if token is None and self.guard is not None:
+            await self.guard.failed_async(client, credential_hint(credential))
         return token

@@ -2,18 +2,37 @@
 
 from __future__ import annotations
 
+import logging
 from datetime import timedelta
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, IPvAnyNetwork
+from pydantic import BaseModel, ConfigDict, Field, IPvAnyNetwork, model_validator
 
 from metastore.durations import Duration
+
+log = logging.getLogger("streampart.config")
+
+# Settings that once were and now do nothing: given, each is dropped with a warning saying why, so
+# a configuration written for them keeps working (any other unknown key is an error).
+RETIRED = {
+    "login_max_failures": "failed logins are no longer locked out, only slowed down (login_delay)",
+    "login_lockout": "failed logins are no longer locked out, only slowed down (login_delay)",
+}
 
 
 class ServerConfig(BaseModel):
     """The HTTP chunk API (``[server]`` in conf/streampart.toml, ``STREAMPART_SERVER__*``)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _drop_retired(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or not RETIRED.keys() & data.keys():
+            return data
+        for key in sorted(RETIRED.keys() & data.keys()):
+            log.warning("server.%s is ignored: %s; remove it from the configuration", key, RETIRED[key])
+        return {k: v for k, v in data.items() if k not in RETIRED}
 
     host: str = Field("127.0.0.1", description="Address to listen on (0.0.0.0: every interface).")
     port: int = Field(

@@ -16,7 +16,6 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from ingest.api.auth import Principal
 from ingest.api.errors import ApiError
 from ingest.api.state import ApiState
-from ingest.login_guard import LoginLockedError
 
 bearer = HTTPBearer(auto_error=False, description="A token made by `streampart token create`.")
 Credentials = Annotated[HTTPAuthorizationCredentials | None, Security(bearer)]
@@ -31,12 +30,14 @@ def api_state(request: Request) -> ApiState:
 State = Annotated[ApiState, Depends(api_state)]
 
 
-def authenticate(
-    st: ApiState, credentials: HTTPAuthorizationCredentials | None, client: str | None = None
+async def authenticate(
+    st: ApiState, credentials: HTTPAuthorizationCredentials | None, client: str = "unknown"
 ) -> Principal:
-    """The caller with ``credentials``; 401 without a bearer token or with an unknown one, 429 with
-    Retry-After while ``client`` (its address) is locked out after too many failed logins
-    (:mod:`ingest.login_guard`; each failed login is logged with the address)."""
+    """The caller with ``credentials``; 401 without a bearer token or with an unknown one.
+
+    A live token is always accepted at once, whatever failed before from ``client`` (its address);
+    an unknown or revoked one is logged and its 401 delayed (:mod:`ingest.login_guard`).
+    """
     if not st.auth:
         return Principal(None, insecure=True)
     challenge = {"WWW-Authenticate": "Bearer"}
@@ -45,12 +46,7 @@ def authenticate(
             401, "unauthorized", "no bearer token: send 'Authorization: Bearer <token>'",
             "Authorization", challenge,
         )  # fmt: skip
-    try:
-        token = st.authenticator.authenticate(credentials.credentials, client)
-    except LoginLockedError as exc:
-        raise ApiError(
-            429, "too_many_failed_logins", str(exc), "Authorization", {"Retry-After": exc.retry_after_header}
-        ) from None
+    token = await st.authenticator.login(credentials.credentials, client)
     if token is None:
         raise ApiError(401, "unauthorized", "unknown or revoked token", "Authorization", challenge)
     return Principal(token)
@@ -63,8 +59,8 @@ def client_address(request: Request) -> str:
     return request.client.host if request.client is not None else "unknown"
 
 
-def principal(request: Request, st: State, credentials: Credentials) -> Principal:
-    return authenticate(st, credentials, client_address(request))
+async def principal(request: Request, st: State, credentials: Credentials) -> Principal:
+    return await authenticate(st, credentials, client_address(request))
 
 
 Caller = Annotated[Principal, Depends(principal)]

@@ -21,7 +21,6 @@ from starlette.concurrency import run_in_threadpool
 
 from ingest.api.auth import Authenticator, Principal
 from ingest.api.ttl_cache import TtlCache
-from ingest.login_guard import LoginLockedError
 from metastore.catalog import Catalog
 from metastore.models import Permission
 from scheduler.config import SchedulerConfig
@@ -138,12 +137,8 @@ async def login(request: Request) -> Response:
     token = (form.get("token") or [""])[0].strip()
     client = request.client.host if request.client is not None else "unknown"
     known = not sp.auth
-    if sp.auth and token:
-        try:  # a login attempt: counted and logged per address, as the API's (ingest.login_guard)
-            known = await run_in_threadpool(sp.authenticator.authenticate, token, client) is not None
-        except LoginLockedError as exc:
-            headers = {"Retry-After": exc.retry_after_header}
-            return HTMLResponse(render.login(str(exc)), status_code=429, headers=headers)
+    if sp.auth and token:  # a login attempt: logged and slowed when it fails, as the API's
+        known = await sp.authenticator.login(token, client) is not None
     if not known:
         return HTMLResponse(render.login("unknown or revoked token" if token else "enter a token"), 401)
     answer = RedirectResponse("/ui/", status_code=303)

@@ -11,6 +11,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.concurrency import run_in_threadpool
 
 from ingest.api.deps import Credentials, State, authenticate, client_address
 from ingest.api.models import Health
@@ -30,9 +31,10 @@ def healthz(st: State) -> Any:
 
 
 @router.get("/metrics", include_in_schema=False)
-def metrics(request: Request, st: State, credentials: Credentials) -> Response:
+async def metrics(request: Request, st: State, credentials: Credentials) -> Response:
     """Prometheus text format: table names and row counts, so behind any valid token when
     ``server.metrics_require_token`` is set (Prometheus sends one with ``authorization``)."""
     if st.server.metrics_require_token:
-        authenticate(st, credentials, client_address(request))
-    return Response(generate_latest(st.metrics.exposition), media_type=CONTENT_TYPE_LATEST)
+        await authenticate(st, credentials, client_address(request))
+    text = await run_in_threadpool(generate_latest, st.metrics.exposition)
+    return Response(text, media_type=CONTENT_TYPE_LATEST)
