@@ -17,6 +17,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from metastore.models import Chunk, ChunkState, IngestRequest, Table, iso
 from metastore.namespaces import Namespace
 
+MAX_NEW_COLUMNS = 10_000
+
 # Idempotency keys are stored in the metastore (512 characters) and must be printable text.
 KEY_PATTERN = r"^[^\x00-\x1f\x7f]+$"
 
@@ -291,8 +293,15 @@ class AlterTable(BaseModel):
     schema_evolution: str | None = Field(
         None, max_length=100, description="What rows may change: none, add-columns or add-and-widen."
     )
+    # Why at most 10,000: evolution adds a column per new field name, and a table of tens of thousands
+    # of columns is no table any engine reads well; the bound also keeps the value in the metastore's
+    # integer column. Strict: 7, not "7", 7.0 or true.
     max_new_columns: int | None = Field(
-        None, ge=0, description="The most columns rows may add, per chunk and per table."
+        None,
+        strict=True,
+        ge=0,
+        le=MAX_NEW_COLUMNS,
+        description=f"The most columns rows may add, per chunk and per table (0 to {MAX_NEW_COLUMNS:,}).",
     )
     retain: str | None = Field(
         None,

@@ -35,25 +35,56 @@ from metastore.store import IngestJobStore
 log = logging.getLogger(__name__)
 
 
+# Kafka's own ranges: a partition is a 32-bit signed number, an offset a 64-bit one.
+MAX_PARTITION = 2**31 - 1
+MAX_OFFSET = 2**63 - 1
+
+
+def _shown(text: str) -> str:
+    """``text`` quoted for a one-line message, cut short if long."""
+    return repr(text if len(text) <= 60 else text[:60] + "…")
+
+
+def _offsets(text: str) -> dict[int, int]:
+    """JSON offsets ``{"partition": offset}``: partitions as decimal numbers 0..MAX_PARTITION, offsets
+    as JSON whole numbers 0..MAX_OFFSET (not 1e3, 2.0, true, nor a numeric string)."""
+
+    def refuse(_: str) -> Any:
+        raise ValueError
+
+    problem = (
+        f'offsets must be JSON like {{"0": 42, "1": 7}}: partitions 0 to {MAX_PARTITION}, offsets whole '
+        f"numbers 0 to {MAX_OFFSET}; got {_shown(text)}"
+    )
+    try:
+        given = json.loads(text, parse_float=refuse, parse_constant=refuse)
+    except (ValueError, RecursionError):
+        raise ValueError(problem) from None
+    if not isinstance(given, dict) or not given:
+        raise ValueError(problem)
+    out: dict[int, int] = {}
+    for p, o in given.items():
+        if not (p.isascii() and p.isdigit() and len(p) <= 10 and int(p) <= MAX_PARTITION):
+            raise ValueError(problem)
+        if type(o) is not int or not 0 <= o <= MAX_OFFSET:
+            raise ValueError(problem)
+        out[int(p)] = o
+    return out
+
+
 def reset_target(text: str) -> str:
     """A reset's target checked and normalized: earliest, latest, an ISO-8601 time (UTC if it names no
-    zone), or JSON offsets ``{"partition": offset}``. Raises ValueError saying what it must be."""
+    zone), or JSON offsets ``{"partition": offset}`` within Kafka's ranges. Raises ValueError saying
+    what it must be, in one line."""
     if text in ("earliest", "latest"):
         return text
     if text.lstrip().startswith("{"):
-        problem = f'offsets must be JSON like {{"0": 42, "1": 7}} (partition: offset ≥ 0); got {text!r}'
-        try:
-            given = {int(p): int(o) for p, o in json.loads(text).items()}
-        except (ValueError, TypeError, AttributeError):
-            raise ValueError(problem) from None
-        if not given or min(given.values()) < 0:
-            raise ValueError(problem)
-        return json.dumps({str(p): o for p, o in given.items()})
+        return json.dumps({str(p): o for p, o in _offsets(text).items()})
     try:
         when = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
         raise ValueError(
-            f'takes earliest, latest, an ISO-8601 time or JSON offsets {{"0": 42}}; got {text!r}'
+            f'takes earliest, latest, an ISO-8601 time or JSON offsets {{"0": 42}}; got {_shown(text)}'
         ) from None
     return (when if when.tzinfo else when.replace(tzinfo=UTC)).isoformat()
 
