@@ -18,7 +18,8 @@ while a chunk is parsed, which fields become columns and of which type:
   ``timestamp[ms]`` is ``TIMESTAMP``, ``uint32`` is ``BIGINT``, a dictionary its values' type).
 
 A field becomes no column, and stays counted with the ignored fields with the reason, when its
-name is not a valid column name, differs from a column's only in case, is the partition column's,
+name is not a valid column name, is a name Spark's reads reserve (``_metadata``, ``__sp_…``:
+``metastore.models.reserved_refusal``), differs from a column's only in case, is the partition column's,
 holds only nulls (nothing says its type), or holds only nested values (objects, arrays, structs,
 lists, maps: streampart's columns are flat).
 
@@ -41,7 +42,7 @@ import pyarrow as pa
 from ingest.errors import MalformedChunkError
 from metastore.delta.arrow import delta_type
 from metastore.errors import UserInputError
-from metastore.models import Column, SchemaEvolution, check_identifier, widening_refusal
+from metastore.models import Column, SchemaEvolution, check_identifier, reserved_refusal, widening_refusal
 
 # The integer types, narrowest first, and the values each holds.
 INT_RANGES = {
@@ -242,6 +243,9 @@ class NewFields:
             check_identifier(name, "field name")
         except UserInputError as exc:
             return f"not a column name: {exc}"
+        reserved = reserved_refusal(name)
+        if reserved is not None:
+            return f"a reserved name: {reserved}"
         if name.lower() == self.partition_column.lower():
             return "it is the table's partition column, which the log holds"
         same = next((c.name for c in self.columns if c.name.lower() == name.lower()), None)

@@ -22,7 +22,7 @@ with the store's options in it, and never printed.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from metastore import storage
@@ -38,11 +38,24 @@ if TYPE_CHECKING:
 TASK_BYTES = 64 * 1024 * 1024
 
 
+def unused_name(base: str, taken: Iterable[str]) -> str:
+    """``base``, with ``_`` appended until it differs from every name of ``taken`` but for case (as
+    Spark matches names): a name for a read's own column that no column of the table can shadow.
+    (Columns named ``__sp_…`` are refused, but a table's log may hold one from before.)"""
+    lower = {t.lower() for t in taken}
+    name = base
+    while name.lower() in lower:
+        name += "_"
+    return name
+
+
 def bucket_frame(spark: SparkSession, snap: Snapshot, ddl: str) -> DataFrame:
     """The rows of ``snap`` (a table in a bucket) in its version's columns (``ddl``) and the partition
     column, read by Spark's Python workers (see the module docstring)."""
     table = snap.table
     pcol = table.partition_column
+    task_col = unused_name("__sp_task", [pcol])
+    path_col = unused_name("__sp_path", [pcol, task_col])
     tasks = _tasks(snap.files, max(1, spark.sparkContext.defaultParallelism))
     files = spark.createDataFrame(
         [
@@ -50,10 +63,10 @@ def bucket_frame(spark: SparkSession, snap: Snapshot, ddl: str) -> DataFrame:
             for task, group in enumerate(tasks)
             for f in group
         ],
-        f"`__sp_task` INT, `__sp_path` STRING, `{pcol}` TIMESTAMP",
+        f"`{task_col}` INT, `{path_col}` STRING, `{pcol}` TIMESTAMP",
     )
-    reader = _Reader(storage.current(), snap.columns, pcol)
-    return files.repartition(len(tasks), "__sp_task").mapInArrow(reader, f"{ddl}, `{pcol}` TIMESTAMP")
+    reader = _Reader(storage.current(), snap.columns, pcol, path_col)
+    return files.repartition(len(tasks), task_col).mapInArrow(reader, f"{ddl}, `{pcol}` TIMESTAMP")
 
 
 def _tasks(files: Sequence[Any], cores: int) -> list[list[Any]]:
@@ -73,8 +86,10 @@ def _tasks(files: Sequence[Any], cores: int) -> list[list[Any]]:
 class _Reader:
     """What each task runs: its files read and conformed, a row group at a time (picklable)."""
 
-    def __init__(self, options: storage.S3Options, columns: tuple[Column, ...], pcol: str) -> None:
-        self.options, self.columns, self.pcol = options, columns, pcol
+    def __init__(
+        self, options: storage.S3Options, columns: tuple[Column, ...], pcol: str, path_col: str
+    ) -> None:
+        self.options, self.columns, self.pcol, self.path_col = options, columns, pcol, path_col
 
     def __call__(self, batches: Iterator[Any]) -> Iterator[Any]:
         import pyarrow as pa
@@ -85,7 +100,7 @@ class _Reader:
         storage.configure(self.options)  # this worker's store: the driver's settings
         names = [c.name for c in self.columns]
         for batch in batches:
-            paths = batch.column("__sp_path").to_pylist()
+            paths = batch.column(self.path_col).to_pylist()
             values = batch.column(self.pcol).cast(pa.timestamp("us", tz="UTC"))
             for i, path in enumerate(paths):
                 with storage.open_input(path) as handle:

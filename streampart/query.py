@@ -132,6 +132,8 @@ def snapshot_frame(spark: SparkSession, snap: Snapshot) -> DataFrame:
     """
     from pyspark.sql import functions as F
 
+    from streampart.bucket_reads import unused_name
+
     table = snap.table
     pcol = table.partition_column
     ddl = spark_ddl(snap.columns)
@@ -140,15 +142,27 @@ def snapshot_frame(spark: SparkSession, snap: Snapshot) -> DataFrame:
     if storage.is_remote(table.location):  # no JVM S3 connector: Spark's Python workers read them
         return bucket_frame(spark, snap, ddl)
     paths = [str(Path(table.location) / f.path) for f in snap.files]
-    data = parquet_files(spark, ddl, paths)
+    # Names Spark's reads give a meaning are refused as columns, but a table's log may hold one from
+    # before. Spark's Parquet reader fills a column read as exactly ``_tmp_metadata_row_index`` with
+    # row numbers (measured: every row with its row-based reader, those of files lacking it with the
+    # vectorized one), so such a column is read under another case (Spark matches a file's columns
+    # without case) and named back. Each row's file name comes from Spark's hidden file metadata,
+    # reached so that no data column (``_metadata``) shadows it, and is joined under a name no
+    # column of the table takes.
+    row_index, read_as = "_tmp_metadata_row_index", "_TMP_METADATA_ROW_INDEX"
+    holds = any(c.name == row_index for c in snap.columns)
+    read = [c.model_copy(update={"name": read_as}) if c.name == row_index else c for c in snap.columns]
+    data = parquet_files(spark, spark_ddl(read), paths)
+    key = unused_name("__sp_file", [*(c.name for c in snap.columns), pcol])
     names = spark.createDataFrame(
-        [(f.name, f.partition) for f in snap.files], f"`__sp_file` STRING, `{pcol}` TIMESTAMP"
+        [(f.name, f.partition) for f in snap.files], f"`{key}` STRING, `{pcol}` TIMESTAMP"
     )
-    return (
-        data.withColumn("__sp_file", F.col("_metadata.file_name"))
-        .join(F.broadcast(names), "__sp_file")
-        .drop("__sp_file")
+    frame = (
+        data.withColumn(key, data.metadataColumn("_metadata").getField("file_name"))
+        .join(F.broadcast(names), key)
+        .drop(key)
     )
+    return frame.withColumnRenamed(read_as, row_index) if holds else frame
 
 
 def read_table(

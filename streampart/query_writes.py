@@ -47,6 +47,7 @@ from metastore.models import (
     check_identifier,
     format_schema,
     parse_schema,
+    reserved_refusal,
 )
 from streampart.query_policy import Output
 
@@ -133,8 +134,9 @@ def result_columns(schema: StructType) -> tuple[Column, ...]:
     """The columns of a query's result (a Spark schema) as a streampart table's columns.
 
     Raises:
-        UserInputError: a column without a plain name (``count(*)``: name it), two of one name,
-            or of a type a table cannot hold (an array, a map, ``TIMESTAMP_NTZ``: cast it).
+        UserInputError: a column without a plain name (``count(*)``: name it), of a reserved name
+            (``_metadata``, ``__sp_…``: rename it), two of one name, or of a type a table cannot hold
+            (an array, a map, ``TIMESTAMP_NTZ``: cast it).
     """
     columns: list[Column] = []
     seen: set[str] = set()
@@ -145,6 +147,11 @@ def result_columns(schema: StructType) -> tuple[Column, ...]:
             raise UserInputError(
                 f"the query's result has a column {field.name!r}: give it a plain name (… AS name)"
             ) from None
+        reserved = reserved_refusal(field.name)
+        if reserved is not None:
+            raise UserInputError(
+                f"the query's result has a column {field.name!r}, a reserved name: {reserved} (… AS name)"
+            )
         if field.name.lower() in seen:
             raise UserInputError(
                 f"the query's result has two columns named {field.name}: name them apart (… AS name)"

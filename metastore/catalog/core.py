@@ -57,6 +57,7 @@ from metastore.models import (
     TableKind,
     TableName,
     TableSpec,
+    check_column_name,
 )
 from metastore.router import FAIL_FAST_S, REFRESH_S, FanOut
 from metastore.store import Metastore, default_url
@@ -492,7 +493,11 @@ class Catalog(Routing):
 
 
 def _check_spec(spec: TableSpec) -> None:
-    """Raise UserInputError for a spec no table may have (its time and partition columns, intervals)."""
+    """Raise UserInputError for a spec no table may have (reserved column names, its time and partition
+    columns, intervals)."""
+    for c in spec.columns:
+        check_column_name(c.name, "column")
+    check_column_name(spec.partition_column, "partition column")
     names = {c.name for c in spec.columns}
     if spec.time_column not in names:
         raise UserInputError(f"time column {spec.time_column!r} is not in the schema")

@@ -10,7 +10,14 @@ module of streampart uses these nouns, so this ``__init__`` exports them all: im
 ``metastore.models``.
 """
 
-from metastore.models.columns import SQL_TYPES, Column, format_schema, parse_schema
+from metastore.models.columns import (
+    SQL_TYPES,
+    Column,
+    check_column_name,
+    format_schema,
+    parse_schema,
+    reserved_refusal,
+)
 from metastore.models.evolution import (
     SchemaChange,
     SchemaEvolution,
@@ -114,6 +121,7 @@ __all__ = [
     "TableKind",
     "TableName",
     "TableSpec",
+    "check_column_name",
     "check_identifier",
     "check_token_name",
     "check_transition",
@@ -129,6 +137,7 @@ __all__ = [
     "parse_schema",
     "period_start",
     "plan_alter",
+    "reserved_refusal",
     "saturating_add",
     "utc",
     "widening_refusal",

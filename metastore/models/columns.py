@@ -1,4 +1,5 @@
-"""A table's columns: SQL type names, Delta types, and the ``name TYPE [NOT NULL], …`` schema text."""
+"""A table's columns: SQL type names, Delta types, the ``name TYPE [NOT NULL], …`` schema text, and
+the names no column may take."""
 
 from __future__ import annotations
 
@@ -32,6 +33,45 @@ SQL_TYPES = {
 }
 _DECIMAL = re.compile(r"^DECIMAL\s*\(\s*(\d+)\s*,\s*(\d+)\s*\)$")
 _COLUMN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)\s+(.+?)(\s+NOT\s+NULL)?$", re.IGNORECASE)
+
+# Names a column may not take, because a Spark read of the table's files gives them a meaning: a
+# data column of one of these names hides or breaks what the read needs (a table read by Spark
+# joins each row to its file's partition value by ``_metadata.file_name``). Matched without regard
+# to case, as Spark matches names. Refused when a table is created, by ALTER and by schema
+# evolution from data; a table whose log holds one already still reads (``snapshot_frame``).
+RESERVED_NAMES = {
+    "_metadata": "Spark's file sources read each file's path, name and size under that name",
+}
+RESERVED_PREFIXES = {
+    "_tmp_metadata_": "Spark's Parquet reader names its temporary columns so (_tmp_metadata_row_index)",
+    "__sp_": "streampart names the columns of its own reads so",
+}
+
+
+def reserved_refusal(name: str) -> str | None:
+    """Why ``name`` may not be a column's name although it is a plain identifier (None: it may).
+
+    The one rule for every way a column is made (``table create``, ``ALTER``, ``CREATE TABLE … AS``,
+    the HTTP API, schema evolution from data): see :data:`RESERVED_NAMES` and :data:`RESERVED_PREFIXES`.
+    """
+    key = name.lower()
+    why = RESERVED_NAMES.get(key)
+    if why is None:
+        why = next((w for prefix, w in RESERVED_PREFIXES.items() if key.startswith(prefix)), None)
+    return f"{why}; choose another name" if why is not None else None
+
+
+def check_column_name(name: str, what: str) -> str:
+    """Return ``name`` if a column may take it: a plain identifier that no read reserves.
+
+    Raises:
+        UserInputError: naming the column and why (``what`` says which name it is).
+    """
+    check_identifier(name, what)
+    why = reserved_refusal(name)
+    if why is not None:
+        raise UserInputError(f"{what} {name!r} is reserved: {why}")
+    return name
 
 
 class Column(BaseModel):

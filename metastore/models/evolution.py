@@ -19,8 +19,7 @@ from enum import StrEnum
 from pydantic import BaseModel, ConfigDict
 
 from metastore.errors import UserInputError
-from metastore.models.columns import Column, parse_schema
-from metastore.models.names import check_identifier
+from metastore.models.columns import Column, check_column_name, parse_schema
 
 
 class SchemaEvolution(StrEnum):
@@ -110,7 +109,7 @@ def _added_problems(
     for c in add:
         key = c.name.lower()
         try:
-            check_identifier(c.name, "new column name")
+            check_column_name(c.name, "new column name")
         except UserInputError as exc:
             problems.append(str(exc))
         if key == partition_column.lower():
