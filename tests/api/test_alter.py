@@ -111,6 +111,9 @@ REFUSALS = [
     ({"widen_columns": ["msg INT"]}, 400, "body", "STRING to INT changes the kind of the column"),
     ({"add_columns": ["ts_period STRING"]}, 400, "body", "is the partition column's name"),
     ({"add_columns": ["MSG STRING"]}, 400, "body", "only in case"),
+    # names Spark's reads give a meaning (any case): one among good ones refuses them all
+    ({"add_columns": ["coupon STRING", "_Metadata STRING"]}, 400, "body", "'_Metadata' is reserved"),
+    ({"add_columns": ["__sp_file STRING"]}, 400, "body", "'__sp_file' is reserved"),
     ({"add_columns": ["coupon"]}, 400, "add_columns", "add_columns 'coupon'"),
     ({"widen_columns": ["qty BIGINT, n INT"]}, 400, "widen_columns", "give one column"),
     ({"schema_evolution": "sometimes"}, 400, "schema_evolution", "give one of none, add-columns"),
