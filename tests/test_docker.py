@@ -27,7 +27,18 @@ STREAMPART = (
     if (_BIN / "streampart").is_file()
     else [sys.executable, "-m", "streampart.cli"]
 )
-EXPECTED = {"postgres", "kafka", "minio", "spark-master", "spark-worker", "ingest", "roller", "api"}
+EXPECTED = {
+    "postgres",
+    "kafka",
+    "minio",
+    "spark-master",
+    "spark-worker",
+    "ingest",
+    "roller",
+    "api",
+    "sql-server",
+}
+OURS = ("spark-master", "spark-worker", "ingest", "roller", "api", "sql-server")
 
 
 def _compose() -> dict[str, Any]:
@@ -47,12 +58,37 @@ def test_the_stack_has_every_part_and_our_services_share_image_volume_and_metast
     services = _compose()["services"]
     assert set(services) == EXPECTED
     assert services["roller"]["deploy"]["replicas"] == 2
-    for name in ("spark-master", "spark-worker", "ingest", "roller", "api"):
+    for name in OURS:
         s = services[name]
         assert _ours(s) and s["build"]["dockerfile"] == "docker/Dockerfile", name
         assert "warehouse:/warehouse" in s["volumes"], name
         assert s["environment"]["STREAMPART_METASTORE"].startswith("postgresql://"), name
     assert services["api"]["ports"] == ["8080:8080"]
+    assert services["sql-server"]["ports"] == ["127.0.0.1:10000:10000"]  # unencrypted: loopback only
+
+
+def test_every_streampart_process_of_the_image_and_the_stack_runs_unprivileged() -> None:
+    """Never root: a client that got code to run in a server would own the host
+    (docs/security.md). The image's last USER and every service of ours name uid 10001, which
+    the image creates and gives the warehouse; no service of ours gets capabilities back or may
+    gain privileges through a setuid program."""
+    users = [
+        line.split()[1]
+        for line in (DOCKER / "Dockerfile").read_text().splitlines()
+        if line.startswith("USER ")
+    ]
+    assert users and users[-1] == "10001:10001"
+    dockerfile = (DOCKER / "Dockerfile").read_text()
+    assert (
+        "--uid 10001 --gid 10001 streampart" in dockerfile
+        and "chown streampart:streampart /warehouse" in dockerfile
+    )
+    for name, s in _compose()["services"].items():
+        if _ours(s):
+            assert s["user"] == "10001:10001", name
+            assert s["cap_drop"] == ["ALL"] and "cap_add" not in s and "privileged" not in s, name
+            assert s["security_opt"] == ["no-new-privileges:true"], name
+    assert sorted(n for n, s in _compose()["services"].items() if _ours(s)) == sorted(OURS)
 
 
 @pytest.mark.process
@@ -68,7 +104,7 @@ def test_every_streampart_command_of_the_stack_is_one_the_cli_accepts() -> None:
             assert re.fullmatch(
                 r"org\.apache\.spark\.deploy\.(master\.Master|worker\.Worker)", s["command"][0]
             )
-    assert len(commands) == 4
+    assert len(commands) == 5
 
     def check(cmd: list[str]) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
