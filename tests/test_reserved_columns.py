@@ -166,6 +166,30 @@ def test_evolution_from_data_refuses_reserved_fields_and_commits_the_rows_withou
     assert sorted(data.column("id").to_pylist()) == [0, 1, 2]  # every row landed, without the fields
 
 
+def test_kafka_staging_on_an_evolving_table_stages_no_reserved_field_as_a_column(sqlite_catalog) -> None:
+    """A Kafka task's staging (the row-wise path, where new fields' types are inferred) makes no
+    column of a reserved field: it counts it with the ignored fields, as the chunk writer does."""
+    from ingest.kafka.staging import stage_records, stage_spec
+
+    table = sqlite_catalog.schemas.set_evolution(make_table(sqlite_catalog), "add-columns")
+    values = [json.dumps(r).encode() for r in EVOLVING_ROWS]
+    batch = pa.RecordBatch.from_pydict(
+        {
+            "value": pa.array(values, pa.binary()),
+            "topic": pa.array(["t"] * 3),
+            "partition": pa.array([0] * 3, pa.int32()),
+            "offset": pa.array(range(3), pa.int64()),
+        }
+    )
+    spec = stage_spec(sqlite_catalog.warehouse, table, "c1", "json", 1 << 20, None)
+    out = stage_records(spec, 0, iter([batch])).to_pylist()
+    [staged] = [r for r in out if r["path"] is not None]
+    assert [c["name"] for c in json.loads(staged["columns"])] == ["id", "ts", "msg", "ok"]
+    assert pq.read_table(Path(table.location) / staged["path"]).column_names == ["id", "ts", "msg", "ok"]
+    ignored = [json.loads(r["ignored"]) for r in out if r["ignored"] is not None]
+    assert ignored == [dict.fromkeys(RESERVED_FIELDS, 3)]
+
+
 def test_a_csv_header_naming_a_reserved_field_fails_the_chunk_naming_it(catalog: Catalog) -> None:
     """A CSV header that names a field that cannot be a column fails the chunk (as a bad name does)."""
     table = catalog.schemas.set_evolution(make_table(catalog), "add-columns")
