@@ -35,11 +35,16 @@ _BASE = "/v1/admin/ingest/jobs"
 _TOPIC = _BASE + "/{job}/topics/{topic}"
 
 
-def _may_steer(who: Principal, report: dict[str, Any] | None) -> bool:
-    namespaces = job_namespaces(report) if report is not None else None
-    if namespaces is None:
+def _admin_on(who: Principal, namespaces: set[str] | None) -> bool:
+    """Whether ``who`` has admin on each of ``namespaces``; None (or none: nothing decided) needs
+    ``admin:*``."""
+    if not namespaces:
         return who.allows(Permission.ADMIN, "*")
     return all(who.allows(Permission.ADMIN, ns) for ns in namespaces)
+
+
+def _may_steer(who: Principal, report: dict[str, Any] | None) -> bool:
+    return _admin_on(who, job_namespaces(report) if report is not None else None)
 
 
 def _report(st: Any, job: str) -> dict[str, Any] | None:
@@ -51,12 +56,10 @@ def _report(st: Any, job: str) -> dict[str, Any] | None:
 
 def _refuse(who: Principal, namespaces: set[str] | None, what: str, unknown: str) -> None:
     """403 unless ``who`` has admin on each of ``namespaces`` (None: open-ended, ``admin:*``)."""
-    if namespaces is not None and all(who.allows(Permission.ADMIN, ns) for ns in namespaces):
+    if _admin_on(who, namespaces):
         return
-    if namespaces is None and who.allows(Permission.ADMIN, "*"):
-        return
-    scope = "admin:*" if namespaces is None else ", ".join(f"admin:{ns}" for ns in sorted(namespaces))
-    why = f" ({unknown})" if namespaces is None else ""
+    scope = ", ".join(f"admin:{ns}" for ns in sorted(namespaces)) if namespaces else "admin:*"
+    why = "" if namespaces else f" ({unknown})"
     raise ApiError(
         403, "forbidden", f"token {who.name!r} lacks the scope {scope} to {what}{why}", "Authorization"
     )
