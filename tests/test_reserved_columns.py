@@ -259,6 +259,15 @@ def test_create_table_as_and_alter_table_statements_refuse_reserved_names(
         assert says in str(caught.value), (sql, str(caught.value))
     assert cat.store.find_table(TableName.parse("ns.x")) is None
     assert [c.name for c in schema_at(Path(table.location))] == ["id", "ts", "msg"]
+    # INSERT … BY NAME into an evolving table, whose new result columns become the table's: refused
+    # too, before anything is written
+    cat.schemas.set_evolution(table, "add-columns")
+    version = int(DeltaTable(table.location).version())
+    with pytest.raises(UserInputError) as caught:
+        query(cat, "INSERT INTO ns.src BY NAME SELECT id + 10 AS id, ts, msg, msg AS _metadata FROM ns.src")
+    assert "column '_metadata', a reserved name" in str(caught.value)
+    assert int(DeltaTable(table.location).version()) == version
+    assert [c.name for c in schema_at(Path(table.location))] == ["id", "ts", "msg"]
 
 
 # -- a table whose log holds such columns already still reads ---------------------------------------------
