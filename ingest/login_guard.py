@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import threading
 import time
 from collections import OrderedDict, deque
@@ -47,7 +46,6 @@ from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Protocol
 
-from metastore.errors import StreampartError
 from metastore.logs import event
 
 log = logging.getLogger("streampart.auth")
@@ -60,22 +58,6 @@ MAX_CLIENTS = 10_000
 # How much of a bearer token a log line may show: "spt_" and 4 characters of its 43 random ones
 # (24 of 256 bits) — enough to tell a stale token from a mistyped one, nothing to guess with.
 HINT_CHARS = 8
-
-
-class LoginLockedError(StreampartError):
-    """Never raised: logins are no longer locked out (:class:`LoginGuard`).
-
-    Kept so that callers written for the lockout still import; they should stop catching it.
-    """
-
-    def __init__(self, message: str, retry_after: float) -> None:
-        super().__init__(message)
-        self.retry_after = retry_after
-
-    @property
-    def retry_after_header(self) -> str:
-        """``Retry-After``'s value: whole seconds, at least 1."""
-        return str(max(1, math.ceil(self.retry_after)))
 
 
 def credential_hint(secret: str) -> str:
@@ -151,12 +133,6 @@ class LoginGuard:
         """How many answers to failed logins are waiting now."""
         with self._lock:
             return self._delayed
-
-    def check(self, client: str) -> None:
-        """Does nothing: nothing is refused before a credential is looked at (no lockout).
-
-        Kept so that callers written for the lockout still run; they should stop calling it.
-        """
 
     def failed(self, client: str, tried: str, user: str | None = None) -> float:
         """Log a failed login of ``client``, then wait before the caller answers it.

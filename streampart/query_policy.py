@@ -328,15 +328,33 @@ def _versioned(name: str, version: exp.Version | None) -> TableRef:
     kind = str(version.name).upper()
     value = version.expression
     if kind == "VERSION" and isinstance(value, exp.Literal) and not value.is_string:
+        return versioned(name, str(value.this), None)
+    if kind == "TIMESTAMP" and isinstance(value, exp.Literal) and value.is_string:
+        return versioned(name, None, str(value.this))
+    raise UserInputError(
+        f"{name}: use VERSION AS OF <number> or TIMESTAMP AS OF '<ISO-8601 time>' (literals only)"
+    )
+
+
+def versioned(name: str, version: str | None, timestamp: str | None) -> TableRef:
+    """The reference to ``name`` at ``VERSION AS OF version`` or ``TIMESTAMP AS OF timestamp`` (each as
+    written; ``?`` for a timestamp that is no literal), or at the newest version (both None).
+
+    Raises:
+        UserInputError: a version that is no number, a timestamp that is no literal.
+    """
+    if version is not None:
         try:
-            number = int(value.this)
+            number = int(version)
         except ValueError:
             number = -1
         if number < 0:
             raise UserInputError(f"{name}: VERSION AS OF takes a version number (0, 1, 2, …)")
         return TableRef(name, version=number)
-    if kind == "TIMESTAMP" and isinstance(value, exp.Literal) and value.is_string:
-        return TableRef(name, timestamp=value.this)
+    if timestamp is not None and timestamp != "?":
+        return TableRef(name, timestamp=timestamp)
+    if timestamp is None:
+        return TableRef(name)
     raise UserInputError(
         f"{name}: use VERSION AS OF <number> or TIMESTAMP AS OF '<ISO-8601 time>' (literals only)"
     )

@@ -2,59 +2,58 @@
 
 Spark's own answers would list its session catalog, which holds none of streampart's tables;
 these list the warehouse's namespaces, tables and links as a client's token may read them (as
-``GET /v1/tables`` does), each answered as a query over literal rows.
+``GET /v1/tables`` does), each answered as a query over literal rows. Which statement a client
+sent is Spark's parser's reading (``streampart/java/Reading.java``), not this module's.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Sequence
 
 from metastore.catalog import Catalog
 from metastore.delta.metadata import columns_of
 from metastore.links import Reference
 from metastore.models import TableName
+from metastore.namespaces import check_namespace
 from streampart.errors import QueryRefusedError
 
-_SHOW_SCHEMAS = re.compile(r"^\s*SHOW\s+(?:SCHEMAS|DATABASES|NAMESPACES)\s*;?\s*$", re.IGNORECASE)
-_SHOW_TABLES = re.compile(
-    r"^\s*SHOW\s+TABLES(?:\s+(?:IN|FROM)\s+`?([A-Za-z_][A-Za-z0-9_]*)`?)?\s*;?\s*$", re.IGNORECASE
-)
-_DESCRIBE = re.compile(r"^\s*(?:DESCRIBE|DESC)(?:\s+TABLE)?\s+([A-Za-z0-9_.@`]+)\s*;?\s*$", re.IGNORECASE)
+
+def schemas(catalog: Catalog, may_read: Callable[[str], bool]) -> str:
+    """``SHOW SCHEMAS``: the namespaces holding a table or link the client may read."""
+    names = sorted({n for n, _, _ in _readable(catalog, may_read)})
+    return _rows(["namespace"], [(n,) for n in names])
 
 
-def listing(catalog: Catalog, sql: str, may_read: Callable[[str], bool], namespace: str | None) -> str | None:
-    """The query answering ``sql`` if it is one of the statements above, else None.
+def tables(catalog: Catalog, may_read: Callable[[str], bool], within: str | None) -> str:
+    """``SHOW TABLES [IN within]``: the tables and links the client may read (of ``within`` only,
+    if given: the namespace named, or the session's)."""
+    if within is not None:
+        within = catalog.namespaces.named(check_namespace(within))
+    rows = [r for r in _readable(catalog, may_read) if within is None or r[0] == within]
+    return _rows(["namespace", "tableName", "kind"], sorted(rows))
 
-    Args:
-        may_read: Whether the client may read a namespace.
-        namespace: The client session's namespace (its ``USE``): the default of ``SHOW TABLES``.
+
+def describe(catalog: Catalog, written: str, namespace: str | None, may_read: Callable[[str], bool]) -> str:
+    """``DESCRIBE name``: the columns of the newest version of the table (or a link's source).
+
+    Raises:
+        QueryRefusedError: the client may not read the table's namespace.
     """
-    if _SHOW_SCHEMAS.match(sql):
-        names = sorted({n for n, _, _ in _readable(catalog, may_read)})
-        return _rows(["namespace"], [(n,) for n in names])
-    m = _SHOW_TABLES.match(sql)
-    if m is not None:
-        within = m.group(1) or namespace
-        rows = [r for r in _readable(catalog, may_read) if within is None or r[0] == within]
-        return _rows(["namespace", "tableName", "kind"], sorted(rows))
-    m = _DESCRIBE.match(sql)
-    if m is not None:
-        written = m.group(1).replace("`", "")
-        refuse_unreadable(catalog, written, namespace, may_read)
-        resolved = catalog.resolve(written, namespace)
-        if not may_read(resolved.name.namespace):
-            raise QueryRefusedError(
-                f"the token may not read namespace {resolved.name.namespace!r} "
-                f"(needs read:{resolved.name.namespace})"
-            )
-        table = resolved.table  # a link's source: a link shows its source's columns
-        # the newest version's columns, from the log (what a query reads), not the metastore's
-        newest = columns_of(catalog.load(table), f"table {table.name}")
-        columns = [(c.name, c.sql_type.lower(), "") for c in newest]
-        columns.append((table.partition_column, "timestamp", f"partition ({table.mode.value} mode)"))
-        return _rows(["col_name", "data_type", "comment"], columns)
-    return None
+    refuse_unreadable(catalog, written, namespace, may_read)
+    resolved = catalog.resolve(written, namespace)
+    ns = resolved.name.namespace
+    if not may_read(ns):
+        raise QueryRefusedError(f"the token may not read namespace {ns!r} (needs read:{ns})")
+    table = resolved.table  # a link's source: a link shows its source's columns
+    # the newest version's columns, from the log (what a query reads), not the metastore's
+    newest = columns_of(catalog.load(table), f"table {table.name}")
+    columns = [(c.name, c.sql_type.lower(), "") for c in newest]
+    columns.append((table.partition_column, "timestamp", f"partition ({table.mode.value} mode)"))
+    return _rows(["col_name", "data_type", "comment"], columns)
+
+
+NO_ROWS = "SELECT CAST(NULL AS STRING) AS `result` WHERE false"
+"""What a statement that answers no rows (``USE``) runs."""
 
 
 def refuse_unreadable(

@@ -1,30 +1,31 @@
-"""What the SQL server does with a client's statement before Spark sees it.
+"""What the SQL server lets a client's statement do, decided on Spark's own reading of it.
 
-Every statement a HiveServer2 client sends (``streampart sql-server``) reaches :meth:`SqlGate.rewrite`
-first (through the JVM's parser hook, :mod:`streampart.sql_server`), which treats it as
-``streampart query`` treats a read:
+Every statement a HiveServer2 client sends (``streampart sql-server``) is read by Spark's lexer
+and parser in the JVM (``Reading`` in ``streampart/java/``): the text is split at the semicolons
+Spark finds, leading ``USE ns;`` statements are taken off, and the last statement is parsed into
+the plan Spark will run. Anything but one query, ``USE``, ``SHOW SCHEMAS``, ``SHOW TABLES`` or
+``DESCRIBE`` — a script, a command, DML, DDL, ``SET`` — is refused there, before analysis. That
+reading reaches :meth:`SqlGate.decide`:
 
-- it is checked by the same query policy (:mod:`streampart.query_policy`): names resolve as in
-  ``streampart query`` (``NS.T``; inside a namespace set by ``USE NS`` also ``T`` and ``T@SRC``),
-  and the statement is regenerated from the checked tree. Statements that write (INSERT INTO,
-  CREATE TABLE … AS) are refused, pointing at ``streampart query``; any other DDL or DML too;
-- every namespace a statement reads needs ``read`` in the client's token (the client logs in
-  with the token's name as user and the token as password); ``SHOW SCHEMAS``, ``SHOW TABLES``
-  and ``DESCRIBE`` list what the token may read (:mod:`streampart.sql_catalog`);
+- names resolve as in ``streampart query`` (``NS.T``; inside a namespace set by ``USE NS`` also
+  ``T`` and ``T@SRC``); every namespace a statement reads needs ``read`` in the client's token
+  (the client logs in with the token's name as user and the token as password), asked before
+  the name is looked up; ``SHOW SCHEMAS``, ``SHOW TABLES`` and ``DESCRIBE`` list what the token
+  may read (:mod:`streampart.sql_catalog`);
 - each table it names is read at one pinned Delta version (one snapshot per table per
   statement, shared by a link to it in the same statement). A pinned snapshot is reused by the
   statements of the next ``freshness`` seconds, then pinned again: a commit or a roll is visible
   to a statement that starts at most ``freshness`` after it;
-- the session runs with the server's Spark settings: settings a client sends when it connects
-  (``set:hiveconf:…``, ``#var=…`` in a JDBC URL) are undone at its first statement, and ``${…}``
-  is never substituted (``spark.sql.variable.substitute`` is off).
+- the session runs with the server's Spark settings: connection settings are refused when the
+  session opens (``Gate``), ``SET`` is refused, the server's settings are put back in the
+  session at its first statement, and ``${…}`` is never substituted.
 
 A snapshot is a DataFrame over the fixed file list of its version, made once per version in the
-server's own session; its analyzed plan is staged for the statement (``Statements`` in
-``streampart/java/``), and Spark's analyzer, in the client's session, puts it where the
-statement names the table, then ``Policy`` checks what the statement resolved to. What a roll
-sweeps stays on disk until housekeeping removes it past its retention (days), so a pinned
-version never loses a file while a statement reads it — the protection ``streampart query`` has.
+server's own session; its analyzed plan is staged for the statement (``Statements``), Spark's
+analyzer puts it where the statement names the table, and ``Policy`` checks what the statement
+resolved to; in a client session it refuses any plan that was not staged so. What a roll sweeps
+stays on disk until housekeeping removes it past its retention (days), so a pinned version never
+loses a file while a statement reads it — the protection ``streampart query`` has.
 """
 
 from __future__ import annotations
@@ -48,18 +49,15 @@ from metastore.models import ApiToken, Permission, TableName
 from metastore.namespaces import check_namespace
 from streampart.errors import QueryRefusedError
 from streampart.query import (
-    Prepared,
     Snapshot,
     catalog_resolver,
     identity,
     pin,
-    prepare,
-    split_use,
     version_of,
     view_of,
 )
-from streampart.query_policy import TableRef
-from streampart.sql_catalog import listing, refuse_unreadable
+from streampart.query_policy import Read, TableRef, versioned
+from streampart.sql_catalog import NO_ROWS, describe, refuse_unreadable, schemas, tables
 from streampart.sql_endpoint import LOCAL_USER
 
 if TYPE_CHECKING:
@@ -73,8 +71,6 @@ _FORGET_EVERY = 64  # statements between two looks for closed client sessions
 # statement stages its plan at once, so only a statement between staging and analysis needs an
 # older one.
 _FRAMES_KEPT = 4
-
-_BARE_USE = re.compile(r"^\s*USE\s+(`?[A-Za-z_][A-Za-z0-9_]*`?)\s*;?\s*$", re.IGNORECASE)
 
 
 @dataclass
@@ -121,7 +117,7 @@ class SqlGate:
     ) -> None:
         self.catalog, self.spark, self.secret = catalog, spark, secret
         # Thrift's SASL handshake hides the client's address from the login check: failures are
-        # counted per user name (a token's name), which still stops guessing at one token
+        # counted (and slowed) per user name, a token's name
         self.guard = guard or LoginGuard(service="SQL server", clock=clock)
         self.freshness = freshness.total_seconds()
         self.token_ttl, self.clock = token_ttl, clock
@@ -145,20 +141,16 @@ class SqlGate:
 
     # -- who ------------------------------------------------------------------------------------
     def authenticate(self, user: str, password: str) -> str | None:
-        """None if ``user``/``password`` may connect, else why not (one line). Each failure is logged
-        (``login.failed``, the user and the token's first characters); a user name that failed
-        ``server.login_max_failures`` times within ``server.login_window`` is refused for
-        ``server.login_lockout``."""
-        from ingest.login_guard import LoginLockedError, credential_hint
+        """None if ``user``/``password`` may connect, else why not (one line). The credential is
+        always checked first: a correct one is accepted at once, whatever failed before. Each failure
+        is logged once (``login.failed``: the user and the password's first characters; Thrift's
+        SASL handshake does not give the client's address) and its answer slowed
+        (:mod:`ingest.login_guard`); nothing locks a user out."""
+        from ingest.login_guard import credential_hint
 
-        who = f"user {user!r}"
-        try:
-            self.guard.check(who)
-        except LoginLockedError as exc:
-            return str(exc)
         refused = self._refusal(user, password)
         if refused is not None:
-            self.guard.failed(who, tried=credential_hint(password))
+            self.guard.failed(f"user {user!r}", tried=credential_hint(password), user=user)
         return refused
 
     def _refusal(self, user: str, password: str) -> str | None:
@@ -211,44 +203,89 @@ class SqlGate:
         self._settled.add(client.session)
 
     # -- what -----------------------------------------------------------------------------------
-    def rewrite(self, fields: Any, sql: str, session: Any) -> str:
-        """What Spark runs for ``sql`` from the client session ``fields`` (``Hooks.clientOf``) whose
-        Spark session (a py4j object) is ``session``: the id its snapshots were staged under (empty
-        if none), a colon, and the statement.
+    def decide(self, fields: Any, kind: str, used: str | None, args: Any, session: Any) -> str:
+        """Decide one statement of the client session ``fields`` (``Hooks.clientOf``), whose Spark
+        session (a py4j object) is ``session``, as Spark's parser read it (``Reading.java``):
+
+        - ``use`` (``args``: the namespace): the session's namespace from now on;
+        - ``show_schemas``, ``show_tables`` (``args``: the namespace, or none), ``describe``
+          (``args``: the name parts): what the token may read, as literal rows;
+        - ``query`` (``args``: its table references, ``Reading.refs``): every name resolved and
+          authorised, its snapshot pinned and staged.
+
+        ``used`` is the namespace of the statement's leading ``USE ns;`` (None: the session's).
+
+        Returns:
+            The id of the statement's staged snapshots, a colon, and — for all but a query — the
+            statement Spark runs instead.
 
         Raises:
             StreampartError: the statement is refused, naming why (one line).
         """
         client = Client.of(fields)
+        self._note_statement()
+        may_read = self._may_read(client)
+        self._settle(client, session)
+        names = [str(a) for a in args]
+        if kind == "use":
+            named = ".".join(names)
+            # ``default``: what JDBC clients USE on connect; it means no namespace
+            chosen = None if named.lower() == "default" else self._namespace(named, may_read)
+            with self._lock:
+                self._namespaces[client.session] = chosen
+            return self._answer(NO_ROWS)
+        with self._lock:
+            namespace = self._namespaces.get(client.session)
+        if used is not None:
+            namespace = None if used.lower() == "default" else self._namespace(used, may_read)
+        if kind == "show_schemas":
+            return self._answer(schemas(self.catalog, may_read))
+        if kind == "show_tables":
+            return self._answer(tables(self.catalog, may_read, ".".join(names) if names else namespace))
+        if kind == "describe":
+            return self._answer(describe(self.catalog, ".".join(names), namespace, may_read))
+        if kind != "query":
+            raise QueryRefusedError(f"{kind}: the SQL server only reads (SELECT, WITH …)")
+        return f"{self._stage(self._reads(client, namespace, may_read, names))}:"
+
+    def check(self, fields: Any) -> None:
+        """Raise if the client session ``fields`` may not go on (its token was revoked)."""
+        self._may_read(Client.of(fields))
+
+    def _note_statement(self) -> None:
         with self._lock:
             self._statements += 1
-            if self._statements % _FORGET_EVERY == 1:  # the first statement too: a fault shows at once
-                self._forget_closed()
-            may_read = self._may_read(client)
-            self._settle(client, session)
-            bare = _BARE_USE.match(sql)
-            if bare is not None and bare.group(1).upper() != "CLUSTER":
-                namespace = bare.group(1).strip("`")
-                # ``default``: what JDBC clients USE on connect; it means no namespace
-                self._namespaces[client.session] = (
-                    None if namespace.lower() == "default" else self._namespace(namespace, may_read)
-                )
-                return ":USE default"
-            used = split_use(sql.strip().rstrip(";"))
-            if used.cluster is not None:
-                raise QueryRefusedError(
-                    "USE CLUSTER: the SQL server reads each table on its primary; run a statement on "
-                    "another cluster with `streampart query --cluster C`"
-                )
-            if used.namespace is not None:
-                self._namespace(used.namespace, may_read)
-            namespace = used.namespace or self._namespaces.get(client.session)
-            listed = listing(self.catalog, used.sql, may_read, namespace)
-            if listed is not None:
-                return ":" + listed
-            _only_queries(used.sql)
-            prepared = prepare(used.sql, self._readable(client, namespace, may_read))
-            return f"{self._stage(prepared)}:{prepared.text}"
+            forget = self._statements % _FORGET_EVERY == 1  # the first statement too: a fault shows at once
+        if forget:
+            self._forget_closed()
+
+    def _answer(self, text: str) -> str:
+        """A statement that reads no table: staged with none (in a client session every analysed
+        plan must belong to a staged statement), answering ``text``."""
+        return f"{self._stage([])}:{text}"
+
+    def _reads(
+        self, client: Client, namespace: str | None, may_read: Callable[[str], bool], refs: list[str]
+    ) -> list[Read]:
+        """Each table reference of a query (``Reading.refs``), resolved and authorised."""
+        readable = self._readable(client, namespace, may_read)
+        reads: dict[str, Read] = {}
+        for encoded in refs:
+            key, written_parts, version, timestamp, cte = encoded.split("\x03")
+            if key in reads:
+                continue
+            parts = written_parts.split("\x01")
+            try:
+                written = _written(parts)
+                resolved = readable(written)
+            except StreampartError:
+                if cte:  # a common table expression's name: Spark reads the CTE where it is in scope
+                    continue
+                raise
+            ref = versioned(resolved, version[1:] if version else None, timestamp[1:] if timestamp else None)
+            alias = parts[-1].split("@")[0] if "@" in parts[-1] else TableName.parse(resolved).table
+            reads[key] = Read(key, ref, alias)
+        return list(reads.values())
 
     def _namespace(self, namespace: str, may_read: Callable[[str], bool]) -> str:
         """``USE namespace``: a namespace the client may read (as it is named in the catalog)."""
@@ -277,15 +314,15 @@ class SqlGate:
 
         return readable
 
-    def _stage(self, prepared: Prepared) -> str:
+    def _stage(self, reads: list[Read]) -> str:
         """Stage the snapshot of each table the statement reads; the id they were staged under."""
         jvm = self.spark._jvm
         assert jvm is not None
         statements = jvm.streampart.sqlserver.Statements
         statement = statements.open()
         try:
-            pinned = self._pin(prepared.refs)
-            for read in prepared.reads:
+            pinned = self._pin(tuple(dict.fromkeys(read.ref for read in reads)))
+            for read in reads:
                 resolved, snap, at = pinned[read.ref]
                 plan = self._plan(read.ref, resolved, snap, at)
                 statements.put(
@@ -334,25 +371,28 @@ class SqlGate:
         return plan
 
 
-def _only_queries(sql: str) -> None:
-    """Refuse a statement that is not a query, saying where it runs instead (a statement that does
-    not parse is left to :func:`prepare`, which says where it fails)."""
-    import sqlglot
-    from sqlglot import exp
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:@[A-Za-z_][A-Za-z0-9_]*)?")
 
-    from streampart.query_policy import quote_link_references
 
-    try:
-        statements = [s for s in sqlglot.parse(quote_link_references(sql), read="spark") if s is not None]
-    except sqlglot.errors.ParseError:
-        return
-    if len(statements) == 1 and not isinstance(statements[0], exp.Query):
-        words = " ".join(statements[0].sql(dialect="spark").split()[:2]) or "this statement"
+def _written(parts: list[str]) -> str:
+    """A table reference's name parts as ``NAMESPACE.TABLE`` (or ``TABLE``, ``TABLE@SOURCE``).
+
+    Raises:
+        QueryRefusedError: more than two parts (a catalog, a path), or a part that is no
+            streampart name (a quoted name holding a dot, a slash, a space, …).
+    """
+    if len(parts) > 2:
         raise QueryRefusedError(
-            f"{words}: the SQL server only reads (SELECT, WITH …); INSERT INTO, CREATE TABLE … AS and "
-            "ALTER TABLE … ADD COLUMNS run with `streampart query`, tables are made, altered and dropped "
-            "with `streampart table …`"
+            f"{'.'.join(parts)}: queries read streampart tables as NAMESPACE.TABLE, not through a "
+            "catalog or a path"
         )
+    for part in parts:
+        if not _NAME.fullmatch(part):
+            raise QueryRefusedError(
+                f"{'.'.join(parts)}: queries read streampart tables (NAMESPACE.TABLE, or inside a "
+                "namespace TABLE and TABLE@SOURCE), not files or other names"
+            )
+    return ".".join(parts)
 
 
 def refusal(exc: Exception) -> str:

@@ -11,10 +11,15 @@ through py4j's callback server:
 
 - ``Auth`` (HiveServer2's CUSTOM authentication): user and password go to
   :meth:`SqlGate.authenticate` — a token's name and the token;
-- ``Extensions`` (``spark.sql.extensions``): a parser in front of Spark's that sends every
-  statement of a client session to :meth:`SqlGate.rewrite`, which refuses it or answers the
-  statement Spark runs, over pinned snapshots (:mod:`streampart.sql_gate`);
-- ``Hooks``: which client session (and user) a Spark session serves.
+- ``Gate``: every Thrift call of a client passes it — connection settings refused (``use:database``
+  checked as ``USE`` once the session is bound to its login), every error one line;
+- ``Extensions`` (``spark.sql.extensions``): a parser in front of Spark's that reads every
+  statement of a client session with Spark's own lexer and parser (``Reading``) and sends that
+  reading to :meth:`SqlGate.decide`, which refuses it or authorises it and stages the pinned
+  snapshots it reads (:mod:`streampart.sql_gate`); Spark then runs the very plan it parsed, and a
+  check rule (``Policy``) refuses any plan of a client session that was not so decided;
+- ``Hooks``: which client session (and user) a Spark session serves; every session but the
+  server's own is a client's.
 
 The server writes ``<warehouse>/.sql-server.json`` (host, port, pid, a secret for this host's
 ``streampart query`` and ``streampart sql``, mode 0600) while it runs.
@@ -81,11 +86,18 @@ class _Bridge:
         except Exception as exc:  # the JVM gets one line, never a Python traceback
             return refusal(exc)
 
-    def rewrite(self, client: Any, sql: str, spark: Any) -> str:
+    def decide(self, client: Any, kind: str, used: str | None, args: Any, spark: Any) -> str:
         try:
-            return "OK:" + self.gate.rewrite(client, sql, spark)
+            return "OK:" + self.gate.decide(client, kind, used, args, spark)
         except Exception as exc:  # a refused statement is the client's error, not the server's
             return "ERR:" + refusal(exc)
+
+    def check(self, client: Any) -> str | None:
+        try:
+            self.gate.check(client)
+        except Exception as exc:  # the JVM gets one line, never a Python traceback
+            return refusal(exc)
+        return None
 
     class Java:
         implements = ["streampart.sqlserver.Bridge"]
@@ -131,6 +143,8 @@ class SqlServer:
             "spark.scheduler.allocation.file": str(_fair_pools()),
             "spark.sql.thriftServer.queryTimeout": f"{max(1, int(self.statement_timeout.total_seconds()))}s",
             "spark.sql.thriftServer.interruptOnCancel": "true",
+            # a client statement is one query: a SQL script is refused before analysis too
+            "spark.sql.scripting.enabled": "false",
         }
         spark = self.spark = spark_session(self.spark_config.model_copy(update={"conf": conf}))
         gateway = spark.sparkContext._gateway
@@ -157,7 +171,7 @@ class SqlServer:
             raise SqlServerError(
                 f"the SQL server could not listen on {self.host}:{self.port}: {str(exc).splitlines()[0]}"
             ) from None
-        hooks_class.install(bridge, self._server)
+        hooks_class.install(bridge, self._server, spark._jsparkSession)
         info = ServerInfo(self.host, self.port, os.getpid(), self.secret)
         write_server_file(self.catalog.warehouse.local_dir, info)
         return info

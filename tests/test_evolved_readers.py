@@ -39,7 +39,7 @@ from scheduler.config import RollConfig
 from scheduler.roll import Roller
 from streampart.query import run_sql
 from streampart.snapshots import pin, read_batches
-from streampart.sql_catalog import listing
+from streampart.sql_catalog import describe
 from tests.fixtures import make_table
 from tests.helpers import jsonl, records
 from tests.test_cli_chunks import Env, env  # noqa: F401  (the fixture)
@@ -204,8 +204,7 @@ def test_table_read_shows_each_version_in_its_own_columns(env: Env) -> None:  # 
 
 def test_describe_on_the_sql_server_lists_the_log_s_columns(catalog: Catalog) -> None:
     e = evolved_table(catalog)
-    sql = listing(catalog, "DESCRIBE ns.t", lambda _: True, None)
-    assert sql is not None
+    sql = describe(catalog, "ns.t", None, lambda _: True)
     assert "('qty', 'bigint', '')" in sql and "('amount', 'decimal(9,2)', '')" in sql
     assert sql.index("('amount'") < sql.index("('coupon', 'string', '')") < sql.index("('ts_period'")
     assert e.table.columns == parse_schema(SCHEMA)  # the metastore still has the old ones

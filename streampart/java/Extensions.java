@@ -6,7 +6,10 @@ import org.apache.spark.sql.SparkSessionExtensions;
 import org.apache.spark.sql.catalyst.FunctionIdentifier;
 import org.apache.spark.sql.catalyst.TableIdentifier;
 import org.apache.spark.sql.catalyst.expressions.Expression;
+import org.apache.spark.sql.catalyst.parser.NamedParameterContext;
+import org.apache.spark.sql.catalyst.parser.ParameterContext;
 import org.apache.spark.sql.catalyst.parser.ParseException;
+import org.apache.spark.sql.catalyst.parser.PositionalParameterContext;
 import org.apache.spark.sql.catalyst.parser.ParserInterface;
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
 import org.apache.spark.sql.catalyst.rules.Rule;
@@ -20,10 +23,10 @@ import scala.runtime.BoxedUnit;
 /**
  * spark.sql.extensions of every streampart SparkSession: {@link Statements.Resolve} puts each
  * staged statement's pinned snapshots where its table names stand, and {@link Policy} checks what
- * that statement resolved to. On the SQL server, every statement of a client session goes to the
- * Python driver first, which checks and authorises it, pins and stages the snapshots it reads and
- * answers the statement Spark parses (and analyses over those snapshots) instead. Other sessions
- * parse as Spark does.
+ * that statement resolved to. On the SQL server, every statement of a client session is read by
+ * Spark's parser ({@link Reading}) and sent, as read, to the Python driver, which authorises it
+ * and pins and stages the snapshots it reads; Spark then analyses and runs that same plan. Other
+ * sessions parse as Spark does.
  */
 public final class Extensions extends AbstractFunction1<SparkSessionExtensions, BoxedUnit> {
     @Override
@@ -37,13 +40,13 @@ public final class Extensions extends AbstractFunction1<SparkSessionExtensions, 
         extensions.injectResolutionRule(new AbstractFunction1<SparkSession, Rule<LogicalPlan>>() {
             @Override
             public Rule<LogicalPlan> apply(SparkSession spark) {
-                return new Statements.Resolve();
+                return new Statements.Resolve(spark);
             }
         });
         extensions.injectCheckRule(new AbstractFunction1<SparkSession, scala.Function1<LogicalPlan, BoxedUnit>>() {
             @Override
             public scala.Function1<LogicalPlan, BoxedUnit> apply(SparkSession spark) {
-                return new Policy();
+                return new Policy(spark);
             }
         });
         return BoxedUnit.UNIT;
@@ -61,32 +64,55 @@ public final class Extensions extends AbstractFunction1<SparkSessionExtensions, 
             Hooks.remember(spark, Auth.loggedIn());
         }
 
+        /**
+         * A client session's statement: read by Spark's own lexer and parser ({@link Reading}),
+         * decided by the Python driver on that reading (who may read what; the snapshots staged),
+         * and run as that very plan. Every other session parses as Spark does.
+         */
         @Override
         public LogicalPlan parsePlan(String sql) throws ParseException {
-            String[] client = Hooks.clientOf(spark);
-            Bridge b = Hooks.bridge();
-            if (client == null || b == null) {
+            if (!Hooks.isClient(spark)) {
                 return delegate.parsePlan(sql);
             }
             Statements.finish();
-            String answer = b.rewrite(client, sql, spark);
-            if (answer != null && answer.startsWith("OK:")) {
-                // "OK:<staged statement id>:<text>"; no id: the text reads no table
-                int colon = answer.indexOf(':', 3);
-                String id = answer.substring(3, colon);
-                LogicalPlan plan;
+            String[] client = Hooks.clientOf(spark);
+            Bridge b = Hooks.bridge();
+            if (client == null || b == null) {
+                throw Extensions.<RuntimeException>sneaky(new Refused("this session is not bound to a login: reconnect"));
+            }
+            Reading reading = Reading.of(delegate, sql);
+            String[] args = reading.kind == Reading.Kind.QUERY ? reading.refs() : reading.name.toArray(new String[0]);
+            String answer = b.decide(client, reading.kind.name().toLowerCase(java.util.Locale.ROOT), reading.used, args, spark);
+            if (answer == null || !answer.startsWith("OK:")) {
+                throw Extensions.<RuntimeException>sneaky(new Refused(answer == null ? "the SQL server could not check the statement" : answer.substring(4)));
+            }
+            // "OK:<staged statement id>:<text>": a query runs as read; a listing runs the driver's text
+            int colon = answer.indexOf(':', 3);
+            String id = answer.substring(3, colon);
+            LogicalPlan plan = reading.plan;
+            if (reading.kind != Reading.Kind.QUERY) {
                 try {
                     plan = delegate.parsePlan(answer.substring(colon + 1));
                 } catch (ParseException e) {
                     Statements.discard(id);
-                    // Spark's picture of where (the statement, a caret), without the server's stack
-                    throw Extensions.<RuntimeException>sneaky(new Refused(e.getMessage().strip()));
+                    throw Extensions.<RuntimeException>sneaky(new Refused(firstLine(e.getMessage())));
                 }
-                Statements.activate(id.isEmpty() ? null : id);
-                return plan;
             }
-            String why = answer == null ? "the SQL server could not check the statement" : answer.substring(4);
-            throw Extensions.<RuntimeException>sneaky(new Refused(why));
+            Statements.activate(id, spark);
+            return plan;
+        }
+
+        @Override
+        public LogicalPlan parsePlanWithParameters(String sql, ParameterContext parameters) throws ParseException {
+            if (!Hooks.isClient(spark)) {
+                return delegate.parsePlanWithParameters(sql, parameters);
+            }
+            boolean none = parameters instanceof PositionalParameterContext p && p.params().isEmpty()
+                || parameters instanceof NamedParameterContext n && n.params().isEmpty();
+            if (!none) {
+                throw Extensions.<RuntimeException>sneaky(new Refused("statements take no parameters here: write the values in the statement"));
+            }
+            return parsePlan(sql);
         }
 
         @Override
@@ -112,6 +138,9 @@ public final class Extensions extends AbstractFunction1<SparkSessionExtensions, 
 
         @Override
         public LogicalPlan parseQuery(String sql) throws ParseException {
+            if (Hooks.isClient(spark)) { // a view's text, say: no client statement is parsed but by parsePlan
+                throw Extensions.<RuntimeException>sneaky(new Refused("the SQL server runs only the statements it has checked"));
+            }
             return delegate.parseQuery(sql);
         }
 
@@ -134,13 +163,31 @@ public final class Extensions extends AbstractFunction1<SparkSessionExtensions, 
     /** A refused statement: the client's error, with its one-line reason and no server stack. */
     static final class Refused extends HiveSQLException {
         Refused(String why) {
-            super(why, "42000");
+            this(why, "42000");
+        }
+
+        Refused(String why, String sqlState) {
+            super(firstLine(why), sqlState);
         }
 
         @Override
         public synchronized Throwable fillInStackTrace() {
             return this;
         }
+
+        @Override
+        public void setStackTrace(StackTraceElement[] trace) {
+            // Spark sets the caller's stack on errors of lazy analysis: a client never sees one
+        }
+    }
+
+    /** The first line of {@code text}, without Spark's SQLSTATE suffix: what a client is told. */
+    static String firstLine(String text) {
+        if (text == null || text.isBlank()) {
+            return "the statement failed";
+        }
+        String line = text.strip().lines().findFirst().orElse("").strip();
+        return line.replaceAll("\\s*SQLSTATE: \\w+;?", "").strip();
     }
 
     @SuppressWarnings("unchecked")

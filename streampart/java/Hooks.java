@@ -8,25 +8,50 @@ import org.apache.hive.service.cli.SessionHandle;
 import org.apache.hive.service.cli.session.HiveSession;
 import org.apache.hive.service.cli.session.HiveSessionImpl;
 import org.apache.hive.service.cli.session.SessionManager;
+import org.apache.hive.service.cli.thrift.ThriftCLIService;
 import org.apache.spark.sql.SparkSession;
 import org.apache.spark.sql.hive.thriftserver.server.SparkSQLOperationManager;
 
-/** The running server's Python bridge and the Thrift server whose sessions it serves. */
+/**
+ * The running server's Python bridge, the Thrift server whose sessions it serves, and which
+ * SparkSessions are the server's own: in a serving JVM every other session is a client's, and
+ * is held to the gate ({@link Extensions.Parser}, {@link Policy}, {@link Gate}).
+ */
 public final class Hooks {
     private static volatile Bridge bridge;
     private static volatile SessionManager sessions;
+    private static volatile SparkSession own;
 
     private Hooks() {}
 
-    public static void install(Bridge b, Object server) {
-        bridge = b;
-        if (server instanceof org.apache.hive.service.CompositeService) {
-            for (Service s : ((org.apache.hive.service.CompositeService) server).getServices()) {
-                if (s instanceof CLIService) {
-                    sessions = ((CLIService) s).getSessionManager();
-                }
+    /**
+     * Serve {@code server}'s clients through {@code b}: every Thrift call of a client now passes
+     * {@link Gate}, and every session but {@code serverSession} is a client's. Until this returns,
+     * logins are refused ({@link Auth}), so no client session exists before the gate does.
+     */
+    public static void install(Bridge b, Object server, SparkSession serverSession) throws Exception {
+        own = serverSession;
+        for (Service s : ((org.apache.hive.service.CompositeService) server).getServices()) {
+            if (s instanceof CLIService cli) {
+                sessions = cli.getSessionManager();
             }
         }
+        for (Service s : ((org.apache.hive.service.CompositeService) server).getServices()) {
+            if (s instanceof ThriftCLIService thrift) {
+                java.lang.reflect.Field field = ThriftCLIService.class.getDeclaredField("cliService");
+                field.setAccessible(true);
+                field.set(thrift, new Gate((CLIService) field.get(thrift)));
+            }
+        }
+        if (sessions == null) {
+            throw new IllegalStateException("the Thrift server has no CLI service to gate");
+        }
+        bridge = b;
+    }
+
+    /** Whether {@code spark} is a client's session of a serving SQL server (not the server's own). */
+    static boolean isClient(SparkSession spark) {
+        return bridge != null && spark != own;
     }
 
     private static final Map<SparkSession, String> LOGINS =
@@ -68,23 +93,47 @@ public final class Hooks {
         SparkSQLOperationManager operations = (SparkSQLOperationManager) manager.getOperationManager();
         for (Map.Entry<SessionHandle, SparkSession> e : operations.sessionToContexts().entrySet()) {
             if (e.getValue() == spark) {
-                try {
-                    HiveSession session = manager.getSession(e.getKey());
-                    String password = session instanceof HiveSessionImpl impl ? impl.getPassword() : null;
-                    String address = session instanceof HiveSessionImpl impl ? impl.getIpAddress() : null;
-                    String digest = password != null && !password.isEmpty() ? sha256(password) : LOGINS.get(spark);
-                    return new String[] {
-                        e.getKey().getSessionId().toString(),
-                        session.getUserName(),
-                        digest == null ? "" : digest,
-                        address == null ? "" : address,
-                    };
-                } catch (Exception missing) {
-                    return null;
-                }
+                return describe(manager, e.getKey(), spark);
             }
         }
         return null;
+    }
+
+    /** {@link #clientOf} the client session {@code handle}, or null if it is not open. */
+    static String[] clientOf(SessionHandle handle) {
+        SessionManager manager = sessions;
+        if (manager == null) {
+            return null;
+        }
+        SparkSQLOperationManager operations = (SparkSQLOperationManager) manager.getOperationManager();
+        SparkSession spark = operations.sessionToContexts().get(handle);
+        return spark == null ? null : describe(manager, handle, spark);
+    }
+
+    /** The Spark session of client session {@code handle}, or null if it is not open. */
+    static SparkSession sessionOf(SessionHandle handle) {
+        SessionManager manager = sessions;
+        if (manager == null) {
+            return null;
+        }
+        return ((SparkSQLOperationManager) manager.getOperationManager()).sessionToContexts().get(handle);
+    }
+
+    private static String[] describe(SessionManager manager, SessionHandle handle, SparkSession spark) {
+        try {
+            HiveSession session = manager.getSession(handle);
+            String password = session instanceof HiveSessionImpl impl ? impl.getPassword() : null;
+            String address = session instanceof HiveSessionImpl impl ? impl.getIpAddress() : null;
+            String digest = password != null && !password.isEmpty() ? sha256(password) : LOGINS.get(spark);
+            return new String[] {
+                handle.getSessionId().toString(),
+                session.getUserName(),
+                digest == null ? "" : digest,
+                address == null ? "" : address,
+            };
+        } catch (Exception missing) {
+            return null;
+        }
     }
 
     /**

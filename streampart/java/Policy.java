@@ -14,6 +14,8 @@ import org.apache.spark.sql.catalyst.expressions.ExpressionInfo;
 import org.apache.spark.sql.catalyst.expressions.PythonUDF;
 import org.apache.spark.sql.catalyst.expressions.SubqueryExpression;
 import org.apache.spark.sql.catalyst.expressions.UserDefinedExpression;
+import org.apache.spark.sql.catalyst.plans.logical.DeserializeToObject;
+import org.apache.spark.sql.catalyst.plans.logical.LocalRelation;
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
 import org.apache.spark.sql.catalyst.plans.logical.MapInArrow;
 import org.apache.spark.sql.execution.LogicalRDD;
@@ -41,17 +43,38 @@ public final class Policy extends AbstractFunction1<LogicalPlan, BoxedUnit> {
         "Distinct", "Deduplicate", "Sample", "Generate", "Expand", "Pivot", "WithCTE", "CTERelationDef",
         "CTERelationRef", "UnionLoop", "UnionLoopRef", "Repartition", "RepartitionByExpression",
         "RebalancePartitions", "ResolvedHint", "OneRowRelation", "LocalRelation", "Range", "EmptyRelation",
-        "LogicalRelation", "LogicalRDD");
+        "LogicalRelation", "LogicalRDD", "Subquery");
 
     private static final String EXPRESSIONS = "org.apache.spark.sql.catalyst.expressions.";
 
     private static volatile Map<String, String> builtins; // class name → function name
     private static volatile Set<String> refusedClasses;
 
+    private final org.apache.spark.sql.SparkSession session;
+
+    Policy(org.apache.spark.sql.SparkSession session) {
+        this.session = session;
+    }
+
+    /**
+     * Check {@code plan}, analysed in this rule's session. A plan with no staged statement is the
+     * driver's own (a snapshot frame, Spark's work) in its own sessions. In a SQL server's client
+     * session nothing is analysed but the statements the gate read and staged, and what Spark
+     * plans again while running them (a subquery prepared for execution): a plan with no staged
+     * statement there must hold only what a query may, and read only the snapshots of the
+     * session's recent statements; an encoder's (which reads nothing) passes as it is.
+     */
     @Override
     public BoxedUnit apply(LogicalPlan plan) {
-        Statements.Context ctx = Statements.current();
+        Statements.Context ctx = Statements.current(session);
         if (ctx == null) {
+            if (!Hooks.isClient(session) || encoderOnly(plan)) {
+                return BoxedUnit.UNIT;
+            }
+            String why = refusal(plan, Statements.recent(session));
+            if (why != null) {
+                throw Extensions.<RuntimeException>sneaky(new Extensions.Refused(why));
+            }
             return BoxedUnit.UNIT;
         }
         Statements.finish();
@@ -59,7 +82,17 @@ public final class Policy extends AbstractFunction1<LogicalPlan, BoxedUnit> {
         if (why != null) {
             throw Extensions.<RuntimeException>sneaky(new Extensions.Refused(why));
         }
+        Statements.checked(ctx);
         return BoxedUnit.UNIT;
+    }
+
+    /**
+     * Whether {@code plan} is what Spark analyses to turn a result's rows into objects (an
+     * encoder's deserializer over an empty relation of the result's columns): it reads nothing
+     * and runs nothing, and comes after the statement's own analysis, when its rows are collected.
+     */
+    static boolean encoderOnly(LogicalPlan plan) {
+        return plan instanceof DeserializeToObject d && d.child() instanceof LocalRelation r && r.data().isEmpty();
     }
 
     /**

@@ -15,7 +15,6 @@ import org.apache.spark.sql.catalyst.AliasIdentifier;
 import org.apache.spark.sql.catalyst.analysis.RelationTimeTravel;
 import org.apache.spark.sql.catalyst.analysis.UnresolvedRelation;
 import org.apache.spark.sql.catalyst.expressions.Expression;
-import org.apache.spark.sql.catalyst.expressions.Literal;
 import org.apache.spark.sql.catalyst.plans.logical.CreateTableAsSelect;
 import org.apache.spark.sql.catalyst.plans.logical.InsertIntoStatement;
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
@@ -39,14 +38,17 @@ import scala.runtime.AbstractPartialFunction;
  * analyzed plan if it holds anything but allowed plan nodes, allowed functions and the staged
  * snapshots' files. Names are matched without regard to case, as Spark matches them.
  *
- * <p>Statements of other threads — Spark's own work, the driver's snapshot frames — have no
- * staged context and are neither rewritten nor checked.
+ * <p>A staged statement belongs to the session it was staged for and to the thread that analyses
+ * it. Plans of the driver's own sessions with none — Spark's own work, the snapshot frames — are
+ * neither rewritten nor checked; in a SQL server's client session a plan with none is refused
+ * ({@link Policy}).
  */
 public final class Statements {
     /** What one statement may read: each name's snapshot plan, and the data sources those hold. */
     public static final class Context {
         final Map<String, LogicalPlan> plans = new HashMap<>();
         final Set<Object> sources = Collections.newSetFromMap(new IdentityHashMap<>());
+        Object owner; // the SparkSession whose statement this is: no other session's analysis uses it
     }
 
     private static final ThreadLocal<Context> CURRENT = new ThreadLocal<>();
@@ -93,22 +95,65 @@ public final class Statements {
         });
     }
 
-    /** Make staged statement {@code id} the one this thread analyses next. */
-    public static void activate(String id) {
+    /** Make staged statement {@code id} the one this thread analyses next, in session {@code owner}. */
+    public static void activate(String id, Object owner) {
         Context ctx = id == null ? null : STAGED.remove(id);
         if (ctx == null) {
             CURRENT.remove();
         } else {
+            ctx.owner = owner;
             CURRENT.set(ctx);
         }
     }
 
-    static Context current() {
-        return CURRENT.get();
+    /** The statement this thread analyses in {@code session}, or null (none, or another session's). */
+    static Context current(Object session) {
+        Context ctx = CURRENT.get();
+        return ctx != null && ctx.owner == session ? ctx : null;
     }
 
     static void finish() {
         CURRENT.remove();
+    }
+
+    // Why 8: the statements of one session whose plans may still be analysed again after their
+    // own check (a subquery prepared for execution, on the statement's thread or another): a
+    // session runs a few statements at once at most, each re-planned while it runs.
+    private static final int RECENT = 8;
+
+    private static final Map<Object, java.util.ArrayDeque<Context>> CHECKED =
+        Collections.synchronizedMap(new java.util.WeakHashMap<>());
+
+    /** Remember {@code ctx}, just checked, as one of its session's statements in flight. */
+    static void checked(Context ctx) {
+        if (ctx.owner == null) {
+            return;
+        }
+        synchronized (CHECKED) {
+            java.util.ArrayDeque<Context> recent = CHECKED.computeIfAbsent(ctx.owner, k -> new java.util.ArrayDeque<>());
+            recent.addLast(ctx);
+            while (recent.size() > RECENT) {
+                recent.removeFirst();
+            }
+        }
+    }
+
+    /**
+     * What a plan analysed again in {@code session} after its statement's check may read: the
+     * snapshots of the session's recent statements (an empty context when there are none).
+     */
+    static Context recent(Object session) {
+        Context all = new Context();
+        all.owner = session;
+        synchronized (CHECKED) {
+            java.util.ArrayDeque<Context> recent = CHECKED.get(session);
+            if (recent != null) {
+                for (Context ctx : recent) {
+                    all.sources.addAll(ctx.sources);
+                }
+            }
+        }
+        return all;
     }
 
     /**
@@ -119,7 +164,7 @@ public final class Statements {
     public static Object analyze(Object session, String sql, String id) throws Exception {
         org.apache.spark.sql.classic.SparkSession spark = (org.apache.spark.sql.classic.SparkSession) session;
         LogicalPlan parsed = queryOf(spark.sessionState().sqlParser().parsePlan(sql));
-        activate(id);
+        activate(id, session);
         try {
             return org.apache.spark.sql.classic.Dataset.ofRows(spark, parsed);
         } finally {
@@ -164,9 +209,15 @@ public final class Statements {
 
     /** The resolution rule: each staged name becomes its snapshot; a name not staged is refused. */
     public static final class Resolve extends Rule<LogicalPlan> {
+        private final Object session;
+
+        Resolve(Object session) {
+            this.session = session;
+        }
+
         @Override
         public LogicalPlan apply(LogicalPlan plan) {
-            Context ctx = CURRENT.get();
+            Context ctx = current(session);
             if (ctx == null) {
                 return plan;
             }
@@ -187,9 +238,7 @@ public final class Statements {
                         version = rt.version().isDefined() ? rt.version().get() : null;
                         Option<Expression> ts = rt.timestamp();
                         if (ts.isDefined()) {
-                            timestamp = ts.get() instanceof Literal lit && lit.value() != null
-                                ? lit.value().toString()
-                                : "?";
+                            timestamp = Reading.timestampKey(ts.get());
                         }
                     } else {
                         parts = CollectionConverters.asJava(((UnresolvedRelation) p).multipartIdentifier());

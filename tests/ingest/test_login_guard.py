@@ -93,7 +93,6 @@ def test_a_correct_token_gets_in_at_once_whatever_failed_before_from_its_address
     assert wrong == [None] * 50 and right == token
     waited = len(clock.waits)
     assert waited == 50 and clock.waits[-1] == 10  # each failure waited, the last ones the cap
-    guard.check("10.0.0.1")  # kept for old callers: refuses nothing
     assert asyncio.run(auth.login(good, "10.0.0.1")) == token and len(clock.waits) == waited  # no wait
 
 

@@ -1,0 +1,373 @@
+package streampart.sqlserver;
+
+import java.util.ArrayList;
+import java.util.HashSet;
+import java.util.List;
+import java.util.Locale;
+import java.util.Set;
+
+import org.antlr.v4.runtime.CharStreams;
+import org.antlr.v4.runtime.Token;
+import org.apache.spark.sql.catalyst.analysis.RelationTimeTravel;
+import org.apache.spark.sql.catalyst.analysis.UnresolvedNamespace;
+import org.apache.spark.sql.catalyst.analysis.UnresolvedRelation;
+import org.apache.spark.sql.catalyst.analysis.UnresolvedTableOrView;
+import org.apache.spark.sql.catalyst.analysis.UnresolvedTableValuedFunction;
+import org.apache.spark.sql.catalyst.expressions.Expression;
+import org.apache.spark.sql.catalyst.expressions.Literal;
+import org.apache.spark.sql.catalyst.parser.ParseException;
+import org.apache.spark.sql.catalyst.parser.ParserInterface;
+import org.apache.spark.sql.catalyst.parser.SqlBaseLexer;
+import org.apache.spark.sql.catalyst.parser.UpperCaseCharStream;
+import org.apache.spark.sql.catalyst.plans.logical.CompoundBody;
+import org.apache.spark.sql.catalyst.plans.logical.DescribeRelation;
+import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
+import org.apache.spark.sql.catalyst.plans.logical.SetCatalogAndNamespace;
+import org.apache.spark.sql.catalyst.plans.logical.ShowTables;
+import org.apache.spark.sql.catalyst.plans.logical.SubqueryAlias;
+import org.apache.spark.sql.catalyst.plans.logical.UnresolvedWith;
+import org.apache.spark.sql.execution.command.SetNamespaceCommand;
+import org.apache.spark.sql.execution.command.ShowNamespacesCommand;
+
+import scala.Tuple3;
+import scala.jdk.javaapi.CollectionConverters;
+
+/**
+ * One client statement as Spark's own lexer and parser read it: the only reading that decides what
+ * the statement is and which tables it reads.
+ *
+ * <p>The text is split into statements at the semicolons Spark's lexer finds (outside strings,
+ * comments and quoted names, as Spark's parser would see them); every statement but the last must
+ * be {@code USE namespace}, and the last is parsed by Spark's parser into the very plan Spark then
+ * analyses and runs. A link written {@code t@b} (Spark's grammar has no {@code @}) is first made
+ * the quoted name {@code `t@b`}, found among the tokens of that same lexer. What the plan is — one
+ * query, {@code USE}, {@code SHOW SCHEMAS}, {@code SHOW TABLES}, {@code DESCRIBE} — is read off the
+ * plan; anything else (a script, a command, several statements, DML, DDL, {@code SET}) is refused
+ * here, before analysis. A query may hold only the plan nodes of {@link #QUERY_NODES}; its tables
+ * are every relation in it, subqueries included ({@link #refs}).
+ */
+final class Reading {
+    enum Kind { QUERY, USE, SHOW_SCHEMAS, SHOW_TABLES, DESCRIBE }
+
+    /** The plan nodes Spark's parser makes of a query (simple class names): anything else is refused. */
+    static final Set<String> QUERY_NODES = Set.of(
+        "Project", "Filter", "Aggregate", "Join", "LateralJoin", "Union", "Intersect", "Except", "Sort",
+        "GlobalLimit", "LocalLimit", "Offset", "Tail", "SubqueryAlias", "Distinct", "Sample", "Generate",
+        "Pivot", "Unpivot", "RepartitionByExpression", "UnresolvedHint", "UnresolvedWith", "UnresolvedHaving",
+        "UnresolvedSubqueryColumnAliases", "UnresolvedTVFAliases", "UnresolvedInlineTable", "WithWindowDefinition",
+        "OneRowRelation", "LocalRelation", "UnresolvedRelation", "RelationTimeTravel",
+        "UnresolvedTableValuedFunction", "PipeOperator");
+
+    /** Table-valued functions a query may call: they read no table and no file. */
+    static final Set<String> TABLE_FUNCTIONS = Set.of(
+        "range", "explode", "explode_outer", "inline", "inline_outer", "posexplode", "posexplode_outer",
+        "stack", "json_tuple");
+
+    final Kind kind;
+    final LogicalPlan plan;
+    /** USE: the namespace; SHOW TABLES: the namespace (empty: the session's); DESCRIBE: the name. */
+    final List<String> name;
+    /** The namespace of the leading {@code USE ns;} statements (the last one), or null. */
+    final String used;
+
+    private Reading(Kind kind, LogicalPlan plan, List<String> name, String used) {
+        this.kind = kind;
+        this.plan = plan;
+        this.name = name;
+        this.used = used;
+    }
+
+    /**
+     * Read {@code sql} with Spark's lexer and {@code parser} (Spark's own).
+     *
+     * @throws Extensions.Refused anything but one query, USE, SHOW SCHEMAS, SHOW TABLES or DESCRIBE
+     *     (leading USE statements allowed), naming why in one line
+     */
+    static Reading of(ParserInterface parser, String sql) {
+        List<String> statements = statements(sql);
+        if (statements.isEmpty()) {
+            throw refused("the statement is empty: give one query (SELECT, WITH …)");
+        }
+        String used = null;
+        for (int i = 0; i < statements.size() - 1; i++) {
+            LogicalPlan plan = parse(parser, statements.get(i));
+            List<String> namespace = useOf(plan);
+            if (namespace == null) {
+                throw refused("give one statement at a time (USE NAMESPACE; may come before it): "
+                    + words(statements.get(i)) + " is followed by another statement");
+            }
+            if (namespace.size() != 1) {
+                throw refused("USE " + String.join(".", namespace) + ": USE takes one namespace name");
+            }
+            used = namespace.get(0);
+        }
+        String last = statements.get(statements.size() - 1);
+        LogicalPlan plan = parse(parser, last);
+        List<String> namespace = useOf(plan);
+        if (namespace != null) {
+            return new Reading(Kind.USE, plan, namespace, used);
+        }
+        if (plan instanceof ShowNamespacesCommand show) {
+            if (show.pattern().isDefined() || !(show.child() instanceof UnresolvedNamespace ns)
+                    || !ns.multipartIdentifier().isEmpty()) {
+                throw refused("SHOW SCHEMAS lists every namespace the token may read; it takes no LIKE or IN");
+            }
+            return new Reading(Kind.SHOW_SCHEMAS, plan, List.of(), used);
+        }
+        if (plan instanceof ShowTables show) {
+            if (show.pattern().isDefined()) {
+                throw refused("SHOW TABLES lists the tables and links the token may read; it takes no LIKE");
+            }
+            List<String> in = show.namespace() instanceof UnresolvedNamespace ns
+                ? CollectionConverters.asJava(ns.multipartIdentifier())
+                : List.of();
+            return new Reading(Kind.SHOW_TABLES, plan, in, used);
+        }
+        if (plan instanceof DescribeRelation describe && describe.relation() instanceof UnresolvedTableOrView t) {
+            return new Reading(Kind.DESCRIBE, plan, CollectionConverters.asJava(t.multipartIdentifier()), used);
+        }
+        if (plan instanceof CompoundBody) {
+            throw refused("a SQL script (BEGIN … END): the SQL server runs one query at a time");
+        }
+        String why = notAQuery(plan);
+        if (why != null) {
+            throw refused(why.isEmpty()
+                ? words(last) + ": the SQL server only reads (SELECT, WITH …); INSERT INTO, CREATE TABLE … AS and "
+                    + "ALTER TABLE … ADD COLUMNS run with `streampart query`, tables are made, altered and dropped "
+                    + "with `streampart table …`"
+                : why);
+        }
+        return new Reading(Kind.QUERY, plan, List.of(), used);
+    }
+
+    /** The namespace a {@code USE} statement names, or null if {@code plan} is not one. */
+    private static List<String> useOf(LogicalPlan plan) {
+        if (plan instanceof SetCatalogAndNamespace use && use.child() instanceof UnresolvedNamespace ns) {
+            return CollectionConverters.asJava(ns.multipartIdentifier());
+        }
+        if (plan instanceof SetNamespaceCommand use) {
+            return CollectionConverters.asJava(use.namespace());
+        }
+        return null;
+    }
+
+    private static LogicalPlan parse(ParserInterface parser, String statement) {
+        try {
+            return parser.parsePlan(statement);
+        } catch (ParseException e) {
+            String words = words(statement);
+            if (words.equals("USE CLUSTER")) {
+                throw refused("USE CLUSTER: the SQL server reads each table on its primary; run a statement on "
+                    + "another cluster with `streampart query --cluster C`");
+            }
+            throw refused(Extensions.firstLine(e.getMessage()));
+        }
+    }
+
+    /**
+     * Why {@code plan} is not one query: "" for a statement of another kind, a reason for a query
+     * holding what queries may not, null for a query.
+     */
+    private static String notAQuery(LogicalPlan plan) {
+        String[] why = new String[1];
+        visit(plan, p -> {
+            if (why[0] != null) {
+                return;
+            }
+            String kind = p.getClass().getSimpleName();
+            if (kind.equals("ScriptTransformation")) {
+                why[0] = "TRANSFORM … USING runs a program; queries may not run programs";
+            } else if (!QUERY_NODES.contains(kind)) {
+                why[0] = p == plan ? "" : kind + " in a query: queries read streampart tables (SELECT, WITH …) and "
+                    + "nothing else";
+            } else if (p instanceof UnresolvedRelation r && (!r.options().isEmpty() || r.isStreaming())) {
+                why[0] = "table " + String.join(".", CollectionConverters.asJava(r.multipartIdentifier()))
+                    + ": a table is read as it is, without options or STREAM";
+            } else if (p instanceof UnresolvedTableValuedFunction f) {
+                List<String> name = CollectionConverters.asJava(f.name());
+                if (name.size() != 1 || !TABLE_FUNCTIONS.contains(name.get(0).toLowerCase(Locale.ROOT))) {
+                    why[0] = String.join(".", name) + "() in FROM: queries read streampart tables (NAMESPACE.TABLE), "
+                        + "range() and generators (explode, inline, stack, …) only, not files or other table functions";
+                }
+            }
+        });
+        return why[0];
+    }
+
+    /**
+     * Each table reference of the query, encoded for the driver: its key ({@link Statements#key}),
+     * its name parts as written, the version asked for ({@code =n} or empty), the time asked for
+     * ({@code =text}, {@code ?} when not a literal, or empty), and {@code cte} when a common table
+     * expression of the statement has that name — separated by U+0003, the parts by U+0001.
+     */
+    String[] refs() {
+        Set<String> ctes = new HashSet<>();
+        visit(plan, p -> {
+            if (p instanceof UnresolvedWith with) {
+                for (Tuple3<String, SubqueryAlias, scala.Option<Object>> cte
+                        : CollectionConverters.asJava(with.cteRelations())) {
+                    ctes.add(cte._1().toLowerCase(Locale.ROOT));
+                }
+            }
+        });
+        List<String> out = new ArrayList<>();
+        Set<Object> timeTravelled = java.util.Collections.newSetFromMap(new java.util.IdentityHashMap<>());
+        visit(plan, p -> {
+            List<String> parts;
+            String version = null;
+            String timestamp = null;
+            if (p instanceof RelationTimeTravel rt && rt.relation() instanceof UnresolvedRelation r) {
+                timeTravelled.add(r);
+                parts = CollectionConverters.asJava(r.multipartIdentifier());
+                version = rt.version().isDefined() ? rt.version().get() : null;
+                if (rt.timestamp().isDefined()) {
+                    timestamp = timestampKey(rt.timestamp().get());
+                }
+            } else if (p instanceof UnresolvedRelation r && !timeTravelled.contains(r)) {
+                parts = CollectionConverters.asJava(r.multipartIdentifier());
+            } else {
+                return;
+            }
+            for (String part : parts) {
+                checkPrintable(part);
+            }
+            checkPrintable(version);
+            checkPrintable(timestamp);
+            boolean cte = parts.size() == 1 && ctes.contains(parts.get(0).toLowerCase(Locale.ROOT));
+            out.add(Statements.key(parts, version, timestamp) + '\u0003' + String.join("\u0001", parts) + '\u0003'
+                + (version == null ? "" : "=" + version) + '\u0003' + (timestamp == null ? "" : "=" + timestamp)
+                + '\u0003' + (cte ? "cte" : ""));
+        });
+        return out.toArray(new String[0]);
+    }
+
+    /** How {@code TIMESTAMP AS OF} is keyed: a literal's text, else "?" (refused by the driver). */
+    static String timestampKey(Expression ts) {
+        return ts instanceof Literal lit && lit.value() != null ? lit.value().toString() : "?";
+    }
+
+    private static void checkPrintable(String text) {
+        if (text == null) {
+            return;
+        }
+        for (int i = 0; i < text.length(); i++) {
+            if (text.charAt(i) < 0x20) {
+                throw refused("a table name or version holds a control character");
+            }
+        }
+    }
+
+    /** Every node of {@code plan}, and of the plans of its subquery expressions, parents first. */
+    static void visit(LogicalPlan plan, java.util.function.Consumer<LogicalPlan> each) {
+        each.accept(plan);
+        for (LogicalPlan sub : CollectionConverters.asJava(plan.subqueries())) {
+            visit(sub, each);
+        }
+        for (LogicalPlan child : CollectionConverters.asJava(plan.children())) {
+            visit(child, each);
+        }
+    }
+
+    // -- Spark's lexer ---------------------------------------------------------------------------
+
+    /**
+     * The statements of {@code sql}: split at the semicolons Spark's lexer finds, each with its
+     * links ({@code t@b}) quoted; statements of nothing but spaces and comments are dropped.
+     */
+    static List<String> statements(String sql) {
+        SqlBaseLexer lexer = new SqlBaseLexer(new UpperCaseCharStream(CharStreams.fromString(sql)));
+        lexer.removeErrorListeners();
+        List<? extends Token> tokens = lexer.getAllTokens();
+        int[] at = charOffsets(sql);
+        List<String> out = new ArrayList<>();
+        StringBuilder current = new StringBuilder();
+        boolean meaningful = false;
+        int last = 0; // code points of sql consumed
+        for (int i = 0; i < tokens.size(); i++) {
+            Token t = tokens.get(i);
+            current.append(slice(sql, at, last, t.getStartIndex()));
+            last = t.getStopIndex() + 1;
+            if (t.getChannel() != Token.DEFAULT_CHANNEL) {
+                current.append(slice(sql, at, t.getStartIndex(), last));
+                continue;
+            }
+            if (t.getType() == SqlBaseLexer.SEMICOLON) {
+                if (meaningful) {
+                    out.add(current.toString());
+                }
+                current.setLength(0);
+                meaningful = false;
+                continue;
+            }
+            meaningful = true;
+            if (i + 2 < tokens.size() && isName(tokens.get(i)) && "@".equals(tokens.get(i + 1).getText())
+                    && isName(tokens.get(i + 2))
+                    && tokens.get(i + 1).getStartIndex() == last
+                    && tokens.get(i + 2).getStartIndex() == tokens.get(i + 1).getStopIndex() + 1) {
+                String link = unquote(t.getText()) + "@" + unquote(tokens.get(i + 2).getText());
+                current.append('`').append(link.replace("`", "``")).append('`');
+                last = tokens.get(i + 2).getStopIndex() + 1;
+                i += 2;
+                continue;
+            }
+            current.append(slice(sql, at, t.getStartIndex(), last));
+        }
+        current.append(slice(sql, at, last, at.length - 1));
+        if (meaningful) {
+            out.add(current.toString());
+        }
+        return out;
+    }
+
+    /** The first two words of a statement, as Spark's lexer reads them (keywords in capitals). */
+    static String words(String statement) {
+        SqlBaseLexer lexer = new SqlBaseLexer(new UpperCaseCharStream(CharStreams.fromString(statement)));
+        lexer.removeErrorListeners();
+        List<String> words = new ArrayList<>();
+        for (Token t : lexer.getAllTokens()) {
+            if (t.getChannel() != Token.DEFAULT_CHANNEL) {
+                continue;
+            }
+            String text = t.getText();
+            words.add(t.getType() == SqlBaseLexer.IDENTIFIER || t.getType() == SqlBaseLexer.BACKQUOTED_IDENTIFIER
+                ? text
+                : text.toUpperCase(Locale.ROOT));
+            if (words.size() == 2) {
+                break;
+            }
+        }
+        return words.isEmpty() ? "this statement" : String.join(" ", words);
+    }
+
+    private static boolean isName(Token t) {
+        return t.getType() == SqlBaseLexer.BACKQUOTED_IDENTIFIER || t.getText().matches("[A-Za-z_][A-Za-z0-9_]*");
+    }
+
+    private static String unquote(String name) {
+        if (name.length() >= 2 && name.startsWith("`") && name.endsWith("`")) {
+            return name.substring(1, name.length() - 1).replace("``", "`");
+        }
+        return name;
+    }
+
+    /** The text of code points {@code [from, to)} of {@code sql}: the lexer counts code points, not chars. */
+    private static String slice(String sql, int[] at, int from, int to) {
+        return to <= from ? "" : sql.substring(at[from], at[to]);
+    }
+
+    /** Where each code point of {@code sql} starts (in chars), and its length last. */
+    private static int[] charOffsets(String sql) {
+        int[] at = new int[sql.codePointCount(0, sql.length()) + 1];
+        int chars = 0;
+        for (int i = 0; i < at.length - 1; i++) {
+            at[i] = chars;
+            chars += Character.charCount(sql.codePointAt(chars));
+        }
+        at[at.length - 1] = sql.length();
+        return at;
+    }
+
+    static RuntimeException refused(String why) {
+        return Extensions.<RuntimeException>sneaky(new Extensions.Refused(why));
+    }
+}
