@@ -184,6 +184,7 @@ def benchmarks() -> dict[str, Any]:
         router,
         snapshot_read,
         spark_roll,
+        sql_fairness,
         sql_roundtrip,
         sqlscan,
     )
@@ -201,6 +202,7 @@ def benchmarks() -> dict[str, Any]:
         deletes,
         sql_roundtrip,
         many_tables,
+        sql_fairness,
     )  # fmt: skip
     return {m.NAME: m for m in modules}
 
@@ -225,6 +227,7 @@ NAMES = (
     "deletes",
     "jdbc",
     "tables",
+    "fairness",
 )
 
 

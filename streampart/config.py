@@ -165,6 +165,15 @@ class SqlServerConfig(BaseModel):
         gt=timedelta(0),
         description="A statement that runs longer is cancelled, its tasks stopped, and its client told so.",
     )
+    # Why 16: a BI tool keeps a few connections per user (a pool of 4-8 in DBeaver, Superset and
+    # Tableau), and each open session holds one of the Thrift server's worker threads; without a
+    # cap, one token's thousand idle sessions once took every thread and locked others out.
+    sessions_per_token: int = Field(
+        16,
+        ge=1,
+        le=10_000,
+        description="The most sessions one token may have open at once; a login past it is refused.",
+    )
 
 
 class StorageConfig(BaseModel):

@@ -135,9 +135,10 @@ class SqlGate:
         jvm = self.spark._jvm
         assert jvm is not None
         open_now = set(jvm.streampart.sqlserver.Hooks.openSessions())
-        for session in [s for s in self._namespaces if s not in open_now]:
-            del self._namespaces[session]
-        self._settled &= open_now
+        with self._lock:
+            for session in [s for s in self._namespaces if s not in open_now]:
+                del self._namespaces[session]
+            self._settled &= open_now
 
     # -- who ------------------------------------------------------------------------------------
     def authenticate(self, user: str, password: str) -> str | None:
@@ -195,15 +196,17 @@ class SqlGate:
         """Put back the server's Spark settings in a client's session, once: what a client sends when
         it connects (``set:hiveconf:k=v``, ``#var=v`` in a JDBC URL) becomes session settings, and
         ``SET`` is refused for the same reason — a statement is checked under the server's settings."""
-        if client.session in self._settled:
-            return
+        with self._lock:
+            if client.session in self._settled:
+                return
         jvm = self.spark._jvm
         assert jvm is not None
         jvm.streampart.sqlserver.Hooks.settle(session, self.spark._jsparkSession)
-        self._settled.add(client.session)
+        with self._lock:
+            self._settled.add(client.session)
 
     # -- what -----------------------------------------------------------------------------------
-    def decide(self, fields: Any, kind: str, used: str | None, args: Any, session: Any) -> str:
+    def decide(self, fields: Any, kind: str, used: Any, args: Any, session: Any) -> str:
         """Decide one statement of the client session ``fields`` (``Hooks.clientOf``), whose Spark
         session (a py4j object) is ``session``, as Spark's parser read it (``Reading.java``):
 
@@ -213,7 +216,8 @@ class SqlGate:
         - ``query`` (``args``: its table references, ``Reading.refs``): every name resolved and
           authorised, its snapshot pinned and staged.
 
-        ``used`` is the namespace of the statement's leading ``USE ns;`` (None: the session's).
+        ``used`` are the namespaces of the statement's leading ``USE ns;`` statements, each checked;
+        the last one is the statement's namespace (none: the session's).
 
         Returns:
             The id of the statement's staged snapshots, a colon, and — for all but a query — the
@@ -236,8 +240,8 @@ class SqlGate:
             return self._answer(NO_ROWS)
         with self._lock:
             namespace = self._namespaces.get(client.session)
-        if used is not None:
-            namespace = None if used.lower() == "default" else self._namespace(used, may_read)
+        for use in [str(u) for u in used]:
+            namespace = None if use.lower() == "default" else self._namespace(use, may_read)
         if kind == "show_schemas":
             return self._answer(schemas(self.catalog, may_read))
         if kind == "show_tables":
@@ -362,12 +366,15 @@ class SqlGate:
         # a link admits partitions by the time too: its frame of the newest version is made per pin
         at = pinned_at if newest and resolved.link is not None else None
         key = (f"{identity(snap.table)}/{resolved.name}", snap.version, at)
-        plan = self._frames.get(key)
-        if plan is None:
-            plan = self._frames[key] = snapshot_frame(self.spark, snap)._jdf.queryExecution().analyzed()
-            same = [k for k in self._frames if k[0] == key[0]]
-            for old in same[:-_FRAMES_KEPT]:
-                del self._frames[old]
+        with self._lock:
+            plan = self._frames.get(key)
+        if plan is None:  # made outside the lock: other sessions' statements go on meanwhile
+            plan = snapshot_frame(self.spark, snap)._jdf.queryExecution().analyzed()
+            with self._lock:
+                plan = self._frames.setdefault(key, plan)
+                same = [k for k in self._frames if k[0] == key[0]]
+                for old in same[:-_FRAMES_KEPT]:
+                    del self._frames[old]
         return plan
 
 

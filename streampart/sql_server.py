@@ -86,7 +86,7 @@ class _Bridge:
         except Exception as exc:  # the JVM gets one line, never a Python traceback
             return refusal(exc)
 
-    def decide(self, client: Any, kind: str, used: str | None, args: Any, spark: Any) -> str:
+    def decide(self, client: Any, kind: str, used: Any, args: Any, spark: Any) -> str:
         try:
             return "OK:" + self.gate.decide(client, kind, used, args, spark)
         except Exception as exc:  # a refused statement is the client's error, not the server's
@@ -116,8 +116,10 @@ class SqlServer:
         token_ttl: float = 5.0,
         statement_timeout: timedelta = timedelta(minutes=10),
         guard: LoginGuard | None = None,
+        sessions_per_token: int = 16,
     ) -> None:
         self.catalog, self.host, self.port = catalog, host, port
+        self.sessions_per_token = sessions_per_token
         self.spark_config, self.freshness, self.token_ttl = spark_config, freshness, token_ttl
         self.statement_timeout, self.guard = statement_timeout, guard
         self.secret = secrets.token_urlsafe(32)
@@ -145,6 +147,13 @@ class SqlServer:
             "spark.sql.thriftServer.interruptOnCancel": "true",
             # a client statement is one query: a SQL script is refused before analysis too
             "spark.sql.scripting.enabled": "false",
+            # what one statement can take of the driver (executors run in it, on a local master):
+            # a task that runs out of memory fails its statement, not the server (Spark would exit
+            # the JVM on a task's OutOfMemoryError); results reach the driver a partition at a
+            # time, and no more than 256 MB of task results at once (broadcasts included)
+            "spark.executor.killOnFatalError.depth": "0",
+            "spark.sql.thriftServer.incrementalCollect": "true",
+            "spark.driver.maxResultSize": "256m",
         }
         spark = self.spark = spark_session(self.spark_config.model_copy(update={"conf": conf}))
         gateway = spark.sparkContext._gateway
@@ -171,7 +180,7 @@ class SqlServer:
             raise SqlServerError(
                 f"the SQL server could not listen on {self.host}:{self.port}: {str(exc).splitlines()[0]}"
             ) from None
-        hooks_class.install(bridge, self._server, spark._jsparkSession)
+        hooks_class.install(bridge, self._server, spark._jsparkSession, self.sessions_per_token)
         info = ServerInfo(self.host, self.port, os.getpid(), self.secret)
         write_server_file(self.catalog.warehouse.local_dir, info)
         return info

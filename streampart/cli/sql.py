@@ -58,6 +58,7 @@ def sql_server(
         settings.server.auth_cache_ttl.total_seconds(),
         config.statement_timeout,
         LoginGuard.of(settings.server, service="SQL server"),
+        config.sessions_per_token,
     )
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

@@ -56,6 +56,12 @@ final class Gate extends CLIService {
 
     static final String USE = "use:database";
 
+    /** The session setting naming the scheduler pool its statements run in (Spark's Thrift server's). */
+    static final String POOL = "spark.sql.thriftserver.scheduler.pool";
+
+    /** The most sessions one token may have open at once ({@code sqlserver.sessions_per_token}). */
+    static volatile int sessionsPerToken = 16;
+
     private final CLIService spark;
 
     Gate(CLIService spark) {
@@ -144,11 +150,12 @@ final class Gate extends CLIService {
         return database;
     }
 
-    /** Check {@code use:database} as {@code USE} is, now that the session is bound to its login. */
+    /**
+     * A session just opened: its statements run in its token's scheduler pool (the pools, and
+     * the statements in them, share the executors fairly: {@link Preemption}); at most {@link #sessionsPerToken} are open per
+     * token; and {@code use:database} is checked as {@code USE} is, now that it is bound to its login.
+     */
     private SessionHandle bind(SessionHandle handle, String database) throws HiveSQLException {
-        if (database == null) {
-            return handle;
-        }
         try {
             String[] client = Hooks.clientOf(handle);
             org.apache.spark.sql.SparkSession session = Hooks.sessionOf(handle);
@@ -156,13 +163,22 @@ final class Gate extends CLIService {
             if (client == null || session == null || b == null) {
                 throw new Extensions.Refused("the session could not be opened: reconnect");
             }
+            String user = client[1];
+            if (Hooks.sessionsOf(user) > sessionsPerToken) {
+                throw new Extensions.Refused("token " + user + " has " + sessionsPerToken + " sessions open already "
+                    + "(sqlserver.sessions_per_token): close one first");
+            }
+            session.conf().set(POOL, Preemption.poolFor(session.sparkContext(), user));
+            if (database == null) {
+                return handle;
+            }
             List<String> parts = CollectionConverters.asJava(
                 ((org.apache.spark.sql.classic.SparkSession) session).sessionState().sqlParser()
                     .parseMultipartIdentifier(database));
             if (parts.size() != 1) {
                 throw new Extensions.Refused("use:database " + database + ": give one namespace name");
             }
-            String answer = b.decide(client, "use", null, parts.toArray(new String[0]), session);
+            String answer = b.decide(client, "use", new String[0], parts.toArray(new String[0]), session);
             if (answer == null || !answer.startsWith("OK:")) {
                 throw new Extensions.Refused(answer == null ? "the SQL server could not check use:database"
                     : "use:database: " + answer.substring(4));

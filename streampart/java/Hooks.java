@@ -29,8 +29,10 @@ public final class Hooks {
      * {@link Gate}, and every session but {@code serverSession} is a client's. Until this returns,
      * logins are refused ({@link Auth}), so no client session exists before the gate does.
      */
-    public static void install(Bridge b, Object server, SparkSession serverSession) throws Exception {
+    public static void install(Bridge b, Object server, SparkSession serverSession, int sessionsPerToken)
+            throws Exception {
         own = serverSession;
+        Gate.sessionsPerToken = sessionsPerToken;
         for (Service s : ((org.apache.hive.service.CompositeService) server).getServices()) {
             if (s instanceof CLIService cli) {
                 sessions = cli.getSessionManager();
@@ -41,12 +43,46 @@ public final class Hooks {
                 java.lang.reflect.Field field = ThriftCLIService.class.getDeclaredField("cliService");
                 field.setAccessible(true);
                 field.set(thrift, new Gate((CLIService) field.get(thrift)));
+                front(thrift);
             }
         }
         if (sessions == null) {
             throw new IllegalStateException("the Thrift server has no CLI service to gate");
         }
+        Preemption.start(serverSession.sparkContext());
         bridge = b;
+    }
+
+    /**
+     * Put {@link Front} before {@code thrift}'s Thrift server: its connections' processors then
+     * read an OpenSession's settings before Hive's service does. The Thrift server is made on the
+     * service's own thread as it starts: wait for it (a few seconds at most).
+     */
+    private static void front(ThriftCLIService thrift) throws Exception {
+        java.lang.reflect.Field field = null;
+        for (Class<?> c = thrift.getClass(); c != null && field == null; c = c.getSuperclass()) {
+            try {
+                field = c.getDeclaredField("server");
+            } catch (NoSuchFieldException e) {
+                // declared by a superclass
+            }
+        }
+        if (field == null) {
+            throw new IllegalStateException("the Thrift service has no server to put a front before");
+        }
+        field.setAccessible(true);
+        long deadline = System.currentTimeMillis() + 60_000;
+        Object tserver = field.get(thrift);
+        while (tserver == null && System.currentTimeMillis() < deadline) {
+            Thread.sleep(50);
+            tserver = field.get(thrift);
+        }
+        if (tserver == null) {
+            throw new IllegalStateException("the Thrift server did not start within 60 s");
+        }
+        java.lang.reflect.Field factory = org.apache.thrift.server.TServer.class.getDeclaredField("processorFactory_");
+        factory.setAccessible(true);
+        factory.set(tserver, Front.processors(thrift));
     }
 
     /** Whether {@code spark} is a client's session of a serving SQL server (not the server's own). */
@@ -110,6 +146,26 @@ public final class Hooks {
         return spark == null ? null : describe(manager, handle, spark);
     }
 
+    /** How many client sessions are open with user name {@code user}. */
+    static int sessionsOf(String user) {
+        SessionManager manager = sessions;
+        if (manager == null) {
+            return 0;
+        }
+        int n = 0;
+        SparkSQLOperationManager operations = (SparkSQLOperationManager) manager.getOperationManager();
+        for (SessionHandle handle : operations.sessionToContexts().keySet()) {
+            try {
+                if (user.equals(manager.getSession(handle).getUserName())) {
+                    n++;
+                }
+            } catch (Exception closed) {
+                // closed meanwhile: not open
+            }
+        }
+        return n;
+    }
+
     /** The Spark session of client session {@code handle}, or null if it is not open. */
     static SparkSession sessionOf(SessionHandle handle) {
         SessionManager manager = sessions;
@@ -148,6 +204,9 @@ public final class Hooks {
         Map<String, String> given = scala.jdk.javaapi.CollectionConverters.asJava(mine.getAllConfs());
         Map<String, String> wanted = scala.jdk.javaapi.CollectionConverters.asJava(theirs.getAllConfs());
         for (String key : new java.util.ArrayList<>(given.keySet())) {
+            if (key.equals(Gate.POOL)) {
+                continue; // the token's scheduler pool, set when the session opened
+            }
             String value = wanted.get(key);
             if (value == null) {
                 mine.unsetConf(key);

@@ -141,6 +141,11 @@ public final class Policy extends AbstractFunction1<LogicalPlan, BoxedUnit> {
                 visit(e, ctx, found);
             }
         }
+        for (Object inner : CollectionConverters.asJava(plan.innerChildren())) {
+            if (inner instanceof LogicalPlan p && !bucketRead) {
+                visit(p, ctx, found);
+            }
+        }
         for (LogicalPlan child : CollectionConverters.asJava(plan.children())) {
             visit(child, ctx, found);
         }

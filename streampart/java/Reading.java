@@ -67,10 +67,10 @@ final class Reading {
     final LogicalPlan plan;
     /** USE: the namespace; SHOW TABLES: the namespace (empty: the session's); DESCRIBE: the name. */
     final List<String> name;
-    /** The namespace of the leading {@code USE ns;} statements (the last one), or null. */
-    final String used;
+    /** The namespaces of the leading {@code USE ns;} statements, in order (the last one applies). */
+    final String[] used;
 
-    private Reading(Kind kind, LogicalPlan plan, List<String> name, String used) {
+    private Reading(Kind kind, LogicalPlan plan, List<String> name, String[] used) {
         this.kind = kind;
         this.plan = plan;
         this.name = name;
@@ -88,7 +88,7 @@ final class Reading {
         if (statements.isEmpty()) {
             throw refused("the statement is empty: give one query (SELECT, WITH …)");
         }
-        String used = null;
+        List<String> uses = new ArrayList<>();
         for (int i = 0; i < statements.size() - 1; i++) {
             LogicalPlan plan = parse(parser, statements.get(i));
             List<String> namespace = useOf(plan);
@@ -99,8 +99,9 @@ final class Reading {
             if (namespace.size() != 1) {
                 throw refused("USE " + String.join(".", namespace) + ": USE takes one namespace name");
             }
-            used = namespace.get(0);
+            uses.add(namespace.get(0));
         }
+        String[] used = uses.toArray(new String[0]);
         String last = statements.get(statements.size() - 1);
         LogicalPlan plan = parse(parser, last);
         List<String> namespace = useOf(plan);
@@ -257,11 +258,19 @@ final class Reading {
         }
     }
 
-    /** Every node of {@code plan}, and of the plans of its subquery expressions, parents first. */
+    /**
+     * Every node of {@code plan}, parents first: its children, the plans of its subquery
+     * expressions, and the plans it holds besides its children (a WITH clause's definitions).
+     */
     static void visit(LogicalPlan plan, java.util.function.Consumer<LogicalPlan> each) {
         each.accept(plan);
         for (LogicalPlan sub : CollectionConverters.asJava(plan.subqueries())) {
             visit(sub, each);
+        }
+        for (Object inner : CollectionConverters.asJava(plan.innerChildren())) {
+            if (inner instanceof LogicalPlan p) {
+                visit(p, each);
+            }
         }
         for (LogicalPlan child : CollectionConverters.asJava(plan.children())) {
             visit(child, each);
