@@ -183,8 +183,10 @@ def check_max_new_columns(value: int | None, default: int) -> int:
     """``--max-new-columns``, or ``default`` when not given (UserInputError if negative)."""
     if value is None:
         return default
-    if value < 0:
-        raise UserInputError(f"--max-new-columns must be 0 or more; got {value}")
+    from ingest.api.models import MAX_NEW_COLUMNS  # the HTTP API's bound too
+
+    if not 0 <= value <= MAX_NEW_COLUMNS:
+        raise UserInputError(f"--max-new-columns must be 0 to {MAX_NEW_COLUMNS}; got {value}")
     return value
 
 
