@@ -163,12 +163,20 @@ class ApiState:
         if not _UUID.match(chunk_id):
             raise ApiError(404, "not_found", f"chunk {chunk_id!r} does not exist", "id")
 
+    @staticmethod
+    def _require_chunk(who: Principal, permission: Permission, namespace: str, chunk_id: str) -> None:
+        """:func:`require`, but a token with no scope at all on the chunk's namespace is told the chunk
+        does not exist, as for an id nobody made: a 403 would say that it exists, and where."""
+        if not any(who.allows(p, namespace) for p in Permission):
+            raise ApiError(404, "not_found", f"chunk {chunk_id!r} does not exist", "id")
+        require(who, permission, namespace)
+
     def chunk_of(self, who: Principal, permission: Permission, chunk_id: str) -> tuple[Chunk, Table]:
         """The chunk named in the path and its table, once ``who`` may use it so."""
         self._check_chunk_id(chunk_id)
         name = self.lookups.chunk_table(chunk_id)
         if name is not None:  # a chunk seen before: read it where its table lives
-            require(who, permission, name.namespace)
+            self._require_chunk(who, permission, name.namespace, chunk_id)
             with blame("id"):
                 table = self.lookups.table(name)
             try:
@@ -180,7 +188,7 @@ class ApiState:
             self.lookups.forget(name)  # the table remembered may be stale: look it all up afresh
         with blame("id"):
             chunk, found = self.catalog.chunk(chunk_id)
-        require(who, permission, found.name.namespace)
+        self._require_chunk(who, permission, found.name.namespace, chunk_id)
         self.lookups.remember_chunk(chunk_id, found.name)
         with blame("id"):
             return chunk, self.lookups.table(found.name)
@@ -196,7 +204,7 @@ class ApiState:
         name = self.lookups.chunk_table(chunk_id)
         if name is None:
             return self.chunk_of(who, permission, chunk_id)[1]
-        require(who, permission, name.namespace)
+        self._require_chunk(who, permission, name.namespace, chunk_id)
         with blame("id"):
             return self.lookups.table(name)
 

@@ -76,12 +76,24 @@ def test_table_listing_shows_only_readable_namespaces(server: Server, tokens: di
     assert httpx.get(f"{server.url}/v1/tables", headers=auth(tokens["writer"])).json() == []
 
 
-def test_chunks_of_another_namespace_are_forbidden(server: Server, tokens: dict[str, str]) -> None:
+def test_chunks_of_another_namespace_answer_as_chunks_nobody_made(
+    server: Server, tokens: dict[str, str]
+) -> None:
+    """A token with no scope on a chunk's namespace is told the chunk does not exist, as for an id
+    nobody made: a 403 said that the chunk existed, and in which namespace. A token that may see
+    the namespace but not do this to it still gets the 403 naming the scope it needs."""
     chunk = _open(server, server.admin, "other/things").json()
+    made_up = "00000000-0000-4000-8000-000000000000"
     for method, path in [("PUT", "/data"), ("POST", "/commit"), ("DELETE", ""), ("GET", "")]:
-        url = f"{server.url}/v1/chunks/{chunk['id']}{path}"
-        r = httpx.request(method, url, headers=auth(tokens["writer"]))
-        assert r.status_code == 403, (method, path, r.text)
+        answers = [
+            httpx.request(method, f"{server.url}/v1/chunks/{id_}{path}", headers=auth(tokens["writer"]))
+            for id_ in (chunk["id"], made_up)
+        ]
+        assert [r.status_code for r in answers] == [404, 404], (method, path, answers[0].text)
+        assert answers[0].json()["error"] == answers[1].json()["error"] == "not_found"
+    mine = _open(server, server.admin, "ns/events").json()
+    r = httpx.post(f"{server.url}/v1/chunks/{mine['id']}/commit", headers=auth(tokens["reader"]))
+    assert r.status_code == 403 and "write:ns" in r.json()["message"], r.text  # read does not imply write
 
 
 @pytest.mark.parametrize("who", ["reader", "writer", "ns_admin"])
