@@ -56,6 +56,28 @@ class StorageFullError(StorageError, RetriableError):
     """No space left on the warehouse's storage; retrying once space is freed is safe."""
 
 
+class StoreUnavailableError(StorageError, RetriableError, OSError):
+    """The object store did not serve a request, past the client's retries: it answered 5xx (503
+    Slow Down, say) or 429, refused or dropped the connection, or did not answer in time.
+
+    Nothing is known to be damaged (the bytes were never read): retry once the store answers.
+    ``store`` is its address, ``answered`` what it answered, ``retry_after`` the seconds to wait
+    (HTTP's Retry-After). Decided in one place, ``metastore/storage/faults.py``.
+
+    An ``OSError`` too, so the storage layer's callers that retry or clean up after any I/O
+    failure (a create sent again, a temp file removed, a commit looked up) do so for this one.
+    """
+
+    def __init__(
+        self, message: str, store: str | None = None, answered: str | None = None, retry_after: float = 2
+    ) -> None:
+        super().__init__(message)
+        self.store, self.answered, self.retry_after = store, answered, retry_after
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
 class ConflictError(RetriableError):
     """A conditional update matched no row: another process changed the state first.
 

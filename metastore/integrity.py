@@ -27,6 +27,10 @@ looks for every such problem at once, for ``streampart check``:
   there at once (so queries stop reading it, and the next copy pass copies it again); (a
   warning) a partition in the secondary's log not yet recorded present (a copy that stopped
   between its commit and its record: the next copy pass records it).
+
+A store that does not serve while a table is checked (it answers 503, refuses or drops
+connections, times out) is not damage: the table gets one ``store_unavailable`` problem naming
+the store's address and what it answered, and is checked again once the store answers.
 """
 
 from __future__ import annotations
@@ -54,9 +58,10 @@ from metastore.delta.log import (
 )
 from metastore.delta.metadata import columns_of
 from metastore.delta.warehouse import Warehouse
-from metastore.errors import NotFoundError, StreampartError, TableIntegrityError
+from metastore.errors import NotFoundError, StoreUnavailableError, StreampartError, TableIntegrityError
 from metastore.models import ChunkState, Delete, Expiry, PartitionState, Table, iso
 from metastore.replicas import CopyState, PartitionCopy, Replica, replica_table
+from metastore.storage import faults
 
 RESTORE = "restore it from a backup"
 
@@ -64,18 +69,32 @@ RESTORE = "restore it from a backup"
 @dataclass(frozen=True)
 class Problem:
     table: str
-    kind: str  # a stable code: log_unreadable, log_behind, commit_damaged, log_gap, file_missing, …
+    kind: str  # a stable code: log_unreadable, log_behind, commit_damaged, log_gap, file_missing,
+    # store_unavailable, …
     message: str
     severity: str = "error"  # "warning": the table reads correctly, but something needs a look
     version: int | None = None
     path: str | None = None
+    store: str | None = None  # the store's address, for store_unavailable
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
 
 def check_table(catalog: Catalog, table: Table) -> list[Problem]:
-    """Every problem of ``table`` that can be seen from its files and the metastore."""
+    """Every problem of ``table`` that can be seen from its files and the metastore.
+
+    A store that does not serve (5xx, no answer: ``metastore/storage/faults.py``) is a problem of
+    its own kind, ``store_unavailable``, naming the store's address: nothing was read, so nothing
+    is called damaged; the table is checked again once the store answers.
+    """
+    try:
+        return _check_table(catalog, table)
+    except StoreUnavailableError as exc:
+        return [Problem(str(table.name), "store_unavailable", str(exc), store=exc.store)]
+
+
+def _check_table(catalog: Catalog, table: Table) -> list[Problem]:
     name = str(table.name)
     wh = catalog.warehouse
     problems: list[Problem] = []
@@ -461,7 +480,12 @@ def _file_problem(table: Table, path: str, size: int, rows: int) -> Problem | No
     try:
         with storage.open_input(full) as handle:
             found = pq.read_metadata(handle).num_rows
+    except StoreUnavailableError:
+        raise
     except (pa.ArrowInvalid, OSError) as exc:
+        unavailable = faults.unavailable(exc, f"reading data file {path} of table {name}")
+        if unavailable is not None:  # pyarrow's own OSError around the store's
+            raise unavailable from None
         message = f"data file {path} is not readable Parquet ({exc}); {RESTORE}"
         return Problem(name, "file_unreadable", message, path=path)
     if rows and found != rows:

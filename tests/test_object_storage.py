@@ -480,3 +480,202 @@ def test_an_empty_log_left_by_a_crashed_create_is_no_other_table(tmp_path: Path)
     _commit(ChunkWriter(catalog, table), range(3))
     assert sorted(all_ids(table)) == [0, 1, 2]
     catalog.close()
+
+
+# -- a store that does not serve is unavailable, never damage ---------------------------------------
+# Each case: what the store does to every request for the table's Delta log, and what the message
+# says it answered. The client's retries are cut short (storage.retries, storage.retry_timeout).
+OUTAGES = [
+    ("503", "answered 503 Service Unavailable (SlowDown)"),  # a store shedding load
+    ("drop-before", "closed the connection without answering"),  # a store dropping connections
+]
+
+
+@pytest.mark.parametrize(("kind", "answered"), OUTAGES, ids=[k for k, _ in OUTAGES])
+def test_a_store_outage_is_unavailable_not_a_damaged_log(
+    s3_server: S3Server, s3_catalog: Catalog, kind: str, answered: str
+) -> None:
+    """Loading the log, committing and `check` while the store does not serve the log: each says the
+    store at its address is unavailable (retriable), none calls the log damaged; all read the same
+    rows once the store answers again."""
+    from datetime import timedelta
+
+    from metastore.errors import RetriableError, StoreUnavailableError, TableIntegrityError
+    from metastore.integrity import check_table
+
+    table = make_table(s3_catalog)
+    writer = ChunkWriter(s3_catalog, table)
+    _commit(writer, range(10))
+    storage.configure(storage.S3Options(retries=1, retry_timeout=timedelta(seconds=2)))
+    try:
+        s3_server.proxy.arm("GET", r"_delta_log/\d{20}\.json", kind, times=1_000_000)
+        with pytest.raises(StoreUnavailableError) as refused:
+            s3_catalog.warehouse.load(table)
+        assert not isinstance(refused.value, TableIntegrityError)
+        assert refused.value.store == s3_server.endpoint
+        assert f"the store at {s3_server.endpoint} is unavailable: it {answered}" in str(refused.value)
+        assert "damaged" not in str(refused.value).replace("nothing was found damaged", "")
+        with pytest.raises(RetriableError, match=f"the store at {s3_server.endpoint} is unavailable"):
+            _commit(ChunkWriter(s3_catalog, table), range(10, 20))
+        [problem] = check_table(s3_catalog, table)
+        assert (problem.kind, problem.store, problem.severity) == (
+            "store_unavailable",
+            s3_server.endpoint,
+            "error",
+        )
+        s3_server.proxy.clear()
+        assert check_table(s3_catalog, table) == []
+    finally:
+        s3_server.proxy.clear()
+        storage.configure(storage.S3Options())
+    assert sorted(all_ids(table)) == list(range(10))  # the failed commit left nothing
+
+
+def test_a_store_that_answers_403_is_not_called_unavailable() -> None:
+    """Only an outage (5xx, 429, no answer) is *unavailable*: a refusal or a missing key is an
+    answer (here, as object_store words them)."""
+    from metastore.storage import faults
+
+    url = "http://127.0.0.1:9000/b/wh/ns/t/_delta_log/00000000000000000001.json"
+    for text in (
+        f"Generic S3 error: Error performing GET {url} in 3ms - Client error with status 403 Forbidden: "
+        "<Error><Code>AccessDenied</Code></Error>",
+        f"Generic S3 error: Error performing GET {url} in 3ms, after 0 retries, max_retries: 4, "
+        "retry_timeout: 5s - Server returned non-2xx status code: 400 Bad Request",
+        "Kernel error -> Invalid JSON in log record",
+    ):
+        assert faults.unavailable(OSError(5, text)) is None, text
+    said = faults.unavailable(
+        OSError(5, f"Generic S3 error: Error performing GET {url} in 1.2s, after 4 retries - HTTP error: "
+                "error sending request: client error (Connect): tcp connect error: Connection refused")
+    )  # fmt: skip
+    assert (
+        said is not None
+        and said.store == "http://127.0.0.1:9000"
+        and said.answered == "refused the connection"
+    )
+
+
+@pytest.mark.process
+def test_the_cli_names_a_store_outage_in_one_line_and_check_lists_it(
+    s3_root: str, s3_server: S3Server, tmp_path: Path
+) -> None:
+    """What a user sees while the bucket answers 503 to the Delta log: `table read` and `write` exit 1
+    with one line naming the store's address and what it answered (not "restore from a backup"),
+    and `check --json` lists a store_unavailable problem naming the address, no traceback."""
+    import json
+    import os
+    import subprocess
+
+    from tests.test_cli import COMMAND, CREATE
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMPART_")}
+    env |= {"STREAMPART_STORAGE__RETRY_TIMEOUT": "3s", "STREAMPART_STORAGE__RETRIES": "1"}
+    base = [*COMMAND, "--warehouse", s3_root, "--metastore", f"sqlite:///{tmp_path / 'metastore.sqlite'}"]
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*base, *args], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300
+        )
+
+    (tmp_path / "rows.jsonl").write_bytes(records(range(5)))
+    for args in (
+        ("table", "create", "shop.orders", *CREATE),
+        ("write", "shop.orders", str(tmp_path / "rows.jsonl")),
+    ):
+        done = run(*args)
+        assert done.returncode == 0, done.stderr
+    said = f"error: the store at {s3_server.endpoint} is unavailable: it answered 503 Service Unavailable"
+    s3_server.proxy.arm("GET", r"_delta_log/\d{20}\.json", "503", times=1_000_000)
+    for args in (
+        ("table", "read", "shop.orders"),
+        ("write", "shop.orders", str(tmp_path / "rows.jsonl"), "--key", "second"),
+    ):
+        done = run(*args)
+        assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+        assert done.stderr.startswith(said) and len(done.stderr.strip().splitlines()) == 1, done.stderr
+        assert "restore" not in done.stderr
+    checked = run("check", "--json")
+    assert checked.returncode == 1 and "Traceback" not in checked.stderr, checked.stderr
+    [problem] = json.loads(checked.stdout)["problems"]
+    assert (problem["kind"], problem["store"]) == ("store_unavailable", s3_server.endpoint)
+    s3_server.proxy.clear()
+    assert run("check").returncode == 0
+
+
+@pytest.mark.process
+def test_a_commit_over_http_while_the_store_is_out_is_a_503_with_retry_after(
+    s3_root: str, s3_server: S3Server, tmp_path: Path
+) -> None:
+    """`streampart serve` on a bucket whose Delta log the store does not serve: a commit answers 503
+    ``unavailable`` with Retry-After and the store's address (a 500 said the log was damaged); the
+    same commit lands once the store answers."""
+    import httpx
+
+    from tests.api.fixtures import Server, auth
+
+    srv = Server(s3_root, f"sqlite:///{tmp_path / 'metastore.sqlite'}", tmp_path)  # type: ignore[arg-type]
+    table = make_table(srv.catalog, "ns.events")
+    srv.admin = srv.token("admin", "admin:*")
+    srv.start(STREAMPART_STORAGE__RETRY_TIMEOUT="3s", STREAMPART_STORAGE__RETRIES="1")
+    try:
+        with httpx.Client(base_url=srv.url, headers=auth(srv.admin), timeout=120) as http:
+            chunk = http.post("/v1/tables/ns/events/chunks", json={}).json()
+            up = http.put(
+                f"/v1/chunks/{chunk['id']}/data",
+                content=records(range(10)),
+                headers={"Content-Type": "application/x-ndjson"},
+            )
+            assert up.status_code == 200, up.text
+            for method in ("GET", "HEAD", "PUT"):
+                s3_server.proxy.arm(method, r"_delta_log/", "503", times=1_000_000)
+            refused = http.post(f"/v1/chunks/{chunk['id']}/commit")
+            assert refused.status_code == 503, refused.text
+            assert refused.json()["error"] == "unavailable" and int(refused.headers["Retry-After"]) >= 1
+            assert refused.json()["store"] == s3_server.endpoint
+            assert f"the store at {s3_server.endpoint} is unavailable" in refused.json()["message"]
+            s3_server.proxy.clear()
+            done = http.post(f"/v1/chunks/{chunk['id']}/commit")
+            assert done.status_code == 200, done.text
+        ids = all_ids(table)
+        assert sorted(ids) == list(range(10)) and not duplicates(ids)
+    finally:
+        s3_server.proxy.clear()
+        srv.close()
+
+
+@pytest.mark.process
+def test_an_endpoint_without_a_scheme_is_one_line_naming_the_setting(s3_root: str, tmp_path: Path) -> None:
+    """``AWS_ENDPOINT_URL=127.0.0.1:5055`` (as MinIO prints its address): one line naming the variable
+    and the URL to write, no Rust panic, no traceback; the same from the settings' storage.endpoint."""
+    import os
+    import subprocess
+
+    from tests.test_cli import COMMAND
+
+    base = [
+        *COMMAND,
+        "--warehouse",
+        s3_root,
+        "--metastore",
+        f"sqlite:///{tmp_path / 'm.sqlite'}",
+        "table",
+        "list",
+    ]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMPART_")}
+    for extra, setting in (
+        ({"AWS_ENDPOINT_URL": "127.0.0.1:5055"}, "AWS_ENDPOINT_URL '127.0.0.1:5055'"),
+        (
+            {"STREAMPART_STORAGE__ENDPOINT": "localhost:5055"},
+            "storage.endpoint (STREAMPART_STORAGE__ENDPOINT) 'localhost:5055'",
+        ),
+    ):
+        done = subprocess.run(
+            base, capture_output=True, text=True, cwd=tmp_path, env=env | extra, timeout=120
+        )
+        assert done.returncode == 1 and "Traceback" not in done.stderr and "panicked" not in done.stderr, (
+            done.stderr
+        )
+        assert done.stderr.startswith(f"error: {setting} is not the store's URL"), done.stderr
+        assert "write it as http://" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "m.sqlite").exists()

@@ -38,9 +38,11 @@ from metastore.errors import (
     SchemaConflictError,
     SecondaryWriteError,
     StorageFullError,
+    StoreUnavailableError,
     StreampartError,
     UserInputError,
 )
+from metastore.storage import faults
 
 log = logging.getLogger("streampart.api")
 
@@ -105,6 +107,9 @@ _MAP: list[tuple[type[BaseException], int, str, int | None]] = [
     (StorageFullError, 507, "storage_full", 5),
     # Retry-After: when its circuit breaker lets a call through again (error_response)
     (MetastoreDownError, 503, "metastore_down", None),
+    # the object store did not serve (503 Slow Down, no answer): Retry-After its retry_after, and its
+    # address beside the message (error_response)
+    (StoreUnavailableError, 503, "unavailable", None),
     (RetriableError, 503, "unavailable", 2),
 ]
 
@@ -112,6 +117,8 @@ _MAP: list[tuple[type[BaseException], int, str, int | None]] = [
 def error_response(exc: BaseException) -> tuple[int, dict[str, Any], dict[str, str]]:
     """The status, JSON body and headers that answer ``exc``."""
     body: dict[str, Any]
+    if isinstance(exc, OSError) and not isinstance(exc, StreampartError):
+        exc = faults.unavailable(exc) or exc  # a store's fault no path named: named as every path does
     if isinstance(exc, ApiError):
         body = {"error": exc.code, "message": str(exc), "field": exc.field}
         return exc.status, body, exc.headers
@@ -126,6 +133,9 @@ def error_response(exc: BaseException) -> tuple[int, dict[str, Any], dict[str, s
                 body["line"] = exc.line  # type: ignore[attr-defined]
             if isinstance(exc, MetastoreDownError):
                 body["metastore"] = exc.metastore
+                retry = max(1, math.ceil(exc.retry_after))
+            if isinstance(exc, StoreUnavailableError):
+                body["store"] = exc.store
                 retry = max(1, math.ceil(exc.retry_after))
             return status, body, ({"Retry-After": str(retry)} if retry else {})
     if isinstance(exc, StreampartError):  # a fault of the server or its storage, not the client's

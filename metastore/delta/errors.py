@@ -18,9 +18,11 @@ from metastore.errors import (
     ConflictError,
     StorageError,
     StorageFullError,
+    StoreUnavailableError,
     TableIntegrityError,
 )
 from metastore.models import Table
+from metastore.storage import faults
 
 _OUT_OF_SPACE = (errno.ENOSPC, errno.EDQUOT)
 T = TypeVar("T")
@@ -49,7 +51,11 @@ def first_line(exc: BaseException) -> str:
 
 
 def storage_error(exc: BaseException, what: str) -> StorageError:
-    """The StreampartError that says what an I/O failure while ``what`` means for the user."""
+    """The StreampartError that says what an I/O failure while ``what`` means for the user: a store
+    that does not serve is unavailable (``storage/faults.py`` decides), a full one full."""
+    unavailable = faults.unavailable(exc, what)
+    if unavailable is not None:
+        return unavailable
     text = first_line(exc)
     # delta-rs' errors carry no errno: the cause is in a later line of their message
     if getattr(exc, "errno", None) in _OUT_OF_SPACE or "No space left on device" in str(exc):
@@ -69,28 +75,41 @@ def storage_errors(what: str, cleanup: Path | None = None) -> Iterator[None]:
         if cleanup is not None:
             with contextlib.suppress(OSError):
                 cleanup.unlink(missing_ok=True)
+        if isinstance(exc, StoreUnavailableError):  # named already, by the request that failed
+            raise
         raise storage_error(exc, what) from exc
 
 
 @contextlib.contextmanager
 def log_errors(table: Table) -> Iterator[None]:
     """Turn a Delta log that cannot be read (missing, a gap, a corrupt commit file) into a
-    :class:`TableIntegrityError` naming the table and what to do."""
+    :class:`TableIntegrityError` naming the table and what to do; a store that did not serve it
+    (5xx, no answer) into a :class:`StoreUnavailableError`: damage is claimed only of bytes read."""
     from deltalake.exceptions import DeltaError, TableNotFoundError
 
+    what = f"reading the Delta log of table {table.name}"
     try:
         yield
+    except StoreUnavailableError:
+        raise
     except TableNotFoundError:
         raise TableIntegrityError(
             f"table {table.name}: no Delta log at {table.location}/_delta_log; restore the "
             "table's directory from a backup, or drop the table"
         ) from None
     except (DeltaError, OSError) as exc:
+        unavailable = faults.unavailable(exc, what)
+        if unavailable is not None:
+            raise unavailable from None
         raise TableIntegrityError(
             f"table {table.name}: its Delta log cannot be read ({first_line(exc)}); restore the "
             f"damaged commit file under {table.location}/_delta_log from a backup; "
             "`streampart check` lists every problem"
         ) from None
+    except BaseException as exc:
+        if faults.is_panic(exc):
+            raise faults.panic_error(exc, what) from None
+        raise
 
 
 @contextlib.contextmanager
@@ -121,9 +140,17 @@ def commit_errors(table: Table, what: str) -> Iterator[None]:
     except (DeltaProtocolError, SchemaMismatchError):
         raise
     except (DeltaError, OSError) as exc:
-        full = storage_error(exc, f"the {what} to {table.name}")
-        if isinstance(full, StorageFullError):  # the commit file could not be written: not landed
-            raise full from exc
+        cause = storage_error(exc, f"the {what} to {table.name}")
+        if isinstance(cause, StorageFullError):  # the commit file could not be written: not landed
+            raise cause from exc
+        if isinstance(cause, StoreUnavailableError):  # an answer may have been lost: still unknown
+            raise CommitStateUnknownError(
+                f"{what} to {table.name} failed and may have landed: {cause}"
+            ) from cause
         raise CommitStateUnknownError(
             f"{what} to {table.name} failed and may have landed: {first_line(exc)}"
         ) from exc
+    except BaseException as exc:
+        if faults.is_panic(exc):
+            raise faults.panic_error(exc, f"the {what} to {table.name}") from None
+        raise

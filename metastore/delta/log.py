@@ -63,7 +63,7 @@ def delta_table(location: str, version: int | None = None) -> Any:
     from deltalake import DeltaTable
     from deltalake.exceptions import DeltaError
 
-    options = storage.delta_options(location)
+    options = storage.delta_client_options(location)
     for attempt in range(LISTING_RETRIES + 1):
         try:
             if version is None:

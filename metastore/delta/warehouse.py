@@ -123,7 +123,7 @@ class Warehouse:
             return  # created by an earlier attempt that crashed before the metastore noticed
         DeltaTable.create(
             location,
-            storage_options=storage.delta_options(location),
+            storage_options=storage.delta_client_options(location),
             schema=table_schema(table),
             partition_by=[table.partition_column],
             name=str(table.name),

@@ -38,6 +38,7 @@ __all__ = [
     "current",
     "delete",
     "delete_tree",
+    "delta_client_options",
     "delta_options",
     "exists",
     "is_dir",
@@ -100,6 +101,12 @@ def check_root(root: str, setting: str) -> None:
 def delta_options(location: str) -> dict[str, str] | None:
     """What delta-rs (and polars, and DuckDB's readers) take as ``storage_options`` for ``location``."""
     return current().delta_options() if is_remote(location) else None
+
+
+def delta_client_options(location: str) -> dict[str, str] | None:
+    """What delta-rs itself takes as ``storage_options`` for ``location``: :func:`delta_options` and
+    the store's retries and timeouts (``storage.retries``, ``storage.retry_timeout``)."""
+    return current().delta_client_options() if is_remote(location) else None
 
 
 def read_bytes(path: str) -> bytes:

@@ -82,6 +82,17 @@ class S3Options:
             out["AWS_SESSION_TOKEN"] = self.session_token
         return out
 
+    def delta_client_options(self) -> dict[str, str]:
+        """:meth:`delta_options` and the retries and timeouts, for delta-rs' own client (polars refuses
+        these keys as text), so a store that does not serve is given up on as obstore's is."""
+        return {
+            **self.delta_options(),
+            "max_retries": str(self.retries),
+            "retry_timeout": f"{self.retry_timeout.total_seconds():g}s",
+            "connect_timeout": f"{self.connect_timeout.total_seconds():g}s",
+            "timeout": f"{self.request_timeout.total_seconds():g}s",
+        }
+
     def where(self) -> str:
         """The endpoint, for an error message: never a secret."""
         return self.endpoint or f"AWS S3 ({self.signing_region})"
@@ -99,10 +110,53 @@ def configure(options: S3Options) -> None:
 
 
 def current() -> S3Options:
-    """The options in force: the configured ones over the environment over the AWS config files."""
+    """The options in force: the configured ones over the environment over the AWS config files.
+
+    Raises:
+        UserInputError: the endpoint in force is not a URL the store's client takes, naming the
+            setting it came from (checked here, before it reaches object_store, which panics).
+    """
     with _lock:
         configured = _configured
-    return configured.over(from_environment().over(from_config_files()))
+    env, files = from_environment(), from_config_files()
+    out = configured.over(env.over(files))
+    if out.endpoint is not None:
+        if configured.endpoint:
+            setting = "storage.endpoint (STREAMPART_STORAGE__ENDPOINT)"
+        elif env.endpoint:
+            setting = "AWS_ENDPOINT_URL_S3" if os.environ.get("AWS_ENDPOINT_URL_S3") else "AWS_ENDPOINT_URL"
+        else:
+            setting = "endpoint_url in the AWS config file"
+        check_endpoint(out.endpoint, setting)
+    return out
+
+
+def check_endpoint(endpoint: str, setting: str) -> None:
+    """Refuse an endpoint that is not ``http(s)://HOST[:PORT][/PATH]`` (``127.0.0.1:9000``, as MinIO
+    prints its address, lacks the scheme), naming ``setting``."""
+    from urllib.parse import urlsplit
+
+    from metastore.errors import UserInputError
+
+    why = None
+    try:
+        parts = urlsplit(endpoint)
+        port = parts.port  # a port that is not a number raises
+    except ValueError as exc:
+        why, parts, port = str(exc), None, None
+    if why is None and parts is not None:
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            why = "not a URL with http:// or https://"
+        elif any(c.isspace() for c in endpoint) or parts.query or parts.fragment:
+            why = "not a plain URL"
+        elif port == 0:
+            why = "port 0"
+    if why is not None:
+        hint = endpoint if "://" not in endpoint else endpoint.split("://", 1)[1]
+        raise UserInputError(
+            f"{setting} {endpoint!r} is not the store's URL ({why}): write it as "
+            f"http://{hint.strip()} (or https://… for TLS)"
+        )
 
 
 def from_environment(env: dict[str, str] | None = None) -> S3Options:

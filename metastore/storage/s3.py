@@ -14,7 +14,9 @@ does with a rename or a hard link, a bucket does with an object's atomic appeara
 Transient failures (5xx, a dropped connection, a timeout) are retried by the client with
 exponential backoff (``options.py`` says how long). Every failure is raised as the ``OSError``
 a local file system would raise for it (``FileNotFoundError``, ``FileExistsError``,
-``PermissionError``, ``OSError``), so the Delta layer's error handling is one for both.
+``PermissionError``, ``OSError``), so the Delta layer's error handling is one for both; a store
+that still does not serve after the retries is a ``StoreUnavailableError`` (an ``OSError`` as
+well: ``faults.py`` decides).
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ import threading
 from collections.abc import Iterator
 from typing import IO, Any
 
+from metastore.errors import StoreUnavailableError
+from metastore.storage import faults
 from metastore.storage.entries import Entry, FileStat
 from metastore.storage.options import S3Options, current
 
@@ -88,6 +92,8 @@ def errors(url: str) -> Iterator[None]:
 
     try:
         yield
+    except StoreUnavailableError:
+        raise
     except (ox.NotFoundError, FileNotFoundError) as exc:
         raise FileNotFoundError(errno.ENOENT, _first(exc), url) from None
     except (ox.AlreadyExistsError, ox.PreconditionError, FileExistsError) as exc:
@@ -95,7 +101,14 @@ def errors(url: str) -> Iterator[None]:
     except (ox.PermissionDeniedError, ox.UnauthenticatedError, PermissionError) as exc:
         raise PermissionError(errno.EACCES, _first(exc), url) from None
     except (ox.BaseError, OSError) as exc:
+        out = faults.unavailable(exc)
+        if out is not None:  # an OSError too: callers that retry or clean up on I/O failures still do
+            raise out from None
         raise OSError(errno.EIO, _first(exc), url) from None
+    except BaseException as exc:
+        if faults.is_panic(exc):
+            raise faults.panic_error(exc, f"reaching {url}") from None
+        raise
 
 
 def _first(exc: BaseException) -> str:
@@ -358,6 +371,9 @@ def check(url: str, setting: str) -> None:
             break
     except (ox.BaseError, OSError) as exc:
         text = str(exc)
+        out = faults.unavailable(exc, f"checking {setting} {url}")
+        if out is not None and out.answered and out.answered[:1].isdigit():
+            raise out from None  # it answered (503 Slow Down, say): the endpoint is right, the store busy
         if "169.254.169.254" in text or "169.254.170.2" in text:  # the instance's metadata service
             raise UserInputError(
                 f"{setting} {url}: no credentials for the store at {where}: none set, and none from "
@@ -381,3 +397,7 @@ def check(url: str, setting: str) -> None:
             f"{setting} {url}: the store at {where} does not answer ({_first(exc)}); check "
             "storage.endpoint or AWS_ENDPOINT_URL"
         ) from None
+    except BaseException as exc:
+        if faults.is_panic(exc):
+            raise faults.panic_error(exc, f"checking {setting} {url}") from None
+        raise

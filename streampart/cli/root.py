@@ -116,3 +116,21 @@ def main() -> None:
     except KeyboardInterrupt:
         err.print("interrupted")
         sys.exit(130)
+    except BaseException as exc:  # a store's fault, or a native library's panic, that no path named
+        named = _store_fault(exc)
+        if named is None:
+            raise
+        err.print(f"[red]error:[/] {escape(str(named))}", highlight=False, emoji=False)
+        sys.exit(1)
+
+
+def _store_fault(exc: BaseException) -> StreampartError | None:
+    """What an error no command turned into a StreampartError is, if it is the store's (it did not
+    serve) or a native library's panic: as ``metastore/storage/faults.py`` decides for every path."""
+    from metastore.storage import faults
+
+    if faults.is_panic(exc):
+        return faults.panic_error(exc, "running the command")
+    if isinstance(exc, OSError) or type(exc).__name__ == "DeltaError":
+        return faults.unavailable(exc)
+    return None
