@@ -392,6 +392,18 @@ CORPUS: dict[str, list[str]] = {
     "functions": [f"SELECT {r}" for r in _REFLECT]
     + [p.format(f=f"reflect({CHMOD})") for p in _PLACES]
     + [
+        # XML parsers that load the DTD a DOCTYPE names: any address, any file (stdin froze tasks)
+        f"SELECT xpath_string('{XXE}', 'a')",
+        "SELECT xpath_string('<!DOCTYPE r SYSTEM \"file:///proc/self/fd/0\"><r>x</r>', '/r')",
+        "SELECT xpath('<!DOCTYPE r SYSTEM \"http://127.0.0.1:9/x.dtd\"><r>x</r>', '/r')",
+        "SELECT xpath_int('<a>1</a>', '/a')",
+        "SELECT xpath_long('<a>1</a>', 'a')",
+        "SELECT xpath_boolean('<a><b>1</b></a>', 'a/b')",
+        "SELECT `XPATH_STRING`('<a>b</a>', 'a')",
+        "SELECT count(xpath_string(concat('<r>', id, '</r>'), '/r')) FROM a.t",
+        # the server's file paths
+        "SELECT input_file_name() FROM a.t",
+        "SELECT input_file_block_start() FROM a.t",
         "SELECT TRANSFORM(1) USING 'id' AS (o STRING)",
         "SELECT TRANSFORM(id) USING 'id' FROM a.t",
         "SELECT TRANSFORM(id) USING 'chmod 777 <watched>' FROM a.t",
@@ -652,8 +664,7 @@ ANSWERED: list[tuple[str, list[tuple[Any, ...]]]] = [
     # ${…} is text, never substituted
     (f"SELECT '${{env:{SECRET_VARIABLE}}}'", [(f"${{env:{SECRET_VARIABLE}}}",)]),
     (f"SELECT count(*) FROM a.t WHERE msg = '${{env:{SECRET_VARIABLE}}}'", [(0,)]),
-    # Spark's XML readers resolve no external entity: the watched file is not read
-    (f"SELECT xpath_string('{XXE}', 'a')", [("",)]),
+    # from_xml's parser loads no external entity: the watched file is not read
     (f"SELECT from_xml('{XXE.replace('&e;', '<b>&e;</b>')}', 'b STRING')", [('{"b":null}',)]),
     # listings hold only what the token may read; a namespace it may not read lists nothing
     ("SHOW SCHEMAS", [("a",)]),

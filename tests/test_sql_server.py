@@ -417,6 +417,45 @@ def test_what_a_statement_runs_is_decided_on_what_spark_resolved(served: Served)
         assert home == "${env:HOME}"
 
 
+def test_no_function_fetches_a_document_or_shows_a_path(served: Served) -> None:
+    """Spark's xpath functions loaded the DTD a document's DOCTYPE named — from any address (the
+    server fetched it) or any file (a read of the server's own stdin froze both task threads for
+    good); ``input_file_name()`` showed where the warehouse is. They are refused, and the JVM's XML
+    parsers (``from_xml``'s too) load no external DTD at all."""
+    import http.server
+    import threading
+
+    fetched: list[str] = []
+
+    class Recorder(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            fetched.append(self.path)
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b'<!ENTITY g "fetched">')
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    listener = http.server.HTTPServer(("127.0.0.1", 0), Recorder)
+    threading.Thread(target=listener.serve_forever, daemon=True).start()
+    dtd = f"http://127.0.0.1:{listener.server_address[1]}"
+    try:
+        with served.connect("analyst") as conn:
+            for function in ("xpath_string", "xpath", "xpath_int", "xpath_boolean"):
+                doc = f'<!DOCTYPE r SYSTEM "{dtd}/{function}.dtd"><r>&g;</r>'
+                with pytest.raises(Exception, match=rf"function {function}\(\) parses XML"):
+                    conn.execute(f"SELECT {function}('{doc}', '/r')")
+            with pytest.raises(Exception, match="shows where the server keeps"):
+                conn.execute("SELECT input_file_name() FROM shop.quiet")
+            doc = f'<!DOCTYPE r SYSTEM "{dtd}/from_xml.dtd"><r><b>x</b></r>'
+            [(parsed,)] = conn.execute(f"SELECT from_xml('{doc}', 'b STRING')")[1]
+            assert parsed == '{"b":"x"}'
+    finally:
+        listener.shutdown()
+    assert fetched == []
+
+
 def test_a_statement_is_what_spark_reads_it_as_and_only_one_query_runs(served: Served) -> None:
     """A second parser (sqlglot) once decided what a statement read: where it lexed the text
     otherwise than Spark (a ``--`` comment that Spark continues over a backslash-newline), Spark ran

@@ -1,7 +1,6 @@
 package streampart.sqlserver;
 
 import java.util.HashMap;
-import java.util.HashSet;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
@@ -28,13 +27,27 @@ import scala.runtime.BoxedUnit;
 /**
  * What an analyzed statement may hold, decided on what Spark resolved (never on how it was
  * spelled): plan nodes from {@link #PLANS}; expressions that are Spark's built-in functions (but
- * for those that reach the JVM: {@link #REFUSED_FUNCTIONS}) or Spark's own syntax (operators,
+ * for those that reach outside the query: {@link #REFUSED}) or Spark's own syntax (operators,
  * casts, subqueries, lambdas — classes of Spark's expression package that no function name
  * reaches); and data only from the statement's staged snapshots.
  */
 public final class Policy extends AbstractFunction1<LogicalPlan, BoxedUnit> {
-    /** Built-in functions that call Java methods by name: any static method, as the server's user. */
-    static final Set<String> REFUSED_FUNCTIONS = Set.of("reflect", "java_method", "try_reflect");
+    private static final String BY_NAME = "calls Java methods by name (as reflect, java_method and try_reflect do)";
+    private static final String FETCHES = "parses XML with a parser that loads the documents a DOCTYPE names (any "
+        + "address, any file on the server)";
+    private static final String PATHS = "shows where the server keeps the table's files";
+
+    /** Built-in functions a query may not call, and why: each reaches outside the query's snapshots. */
+    static final Map<String, String> REFUSED = Map.ofEntries(
+        Map.entry("reflect", BY_NAME), Map.entry("java_method", BY_NAME), Map.entry("try_reflect", BY_NAME),
+        Map.entry("xpath", FETCHES), Map.entry("xpath_boolean", FETCHES), Map.entry("xpath_double", FETCHES),
+        Map.entry("xpath_float", FETCHES), Map.entry("xpath_int", FETCHES), Map.entry("xpath_long", FETCHES),
+        Map.entry("xpath_number", FETCHES), Map.entry("xpath_short", FETCHES), Map.entry("xpath_string", FETCHES),
+        Map.entry("input_file_name", PATHS), Map.entry("input_file_block_start", PATHS),
+        Map.entry("input_file_block_length", PATHS));
+
+    /** Spark's XPath evaluation, however a plan reaches it. */
+    private static final String XPATH_CLASSES = "org.apache.spark.sql.catalyst.expressions.xml.XPath";
 
     /** The logical plan nodes a query may hold once analysed (simple class names). */
     static final Set<String> PLANS = Set.of(
@@ -48,7 +61,7 @@ public final class Policy extends AbstractFunction1<LogicalPlan, BoxedUnit> {
     private static final String EXPRESSIONS = "org.apache.spark.sql.catalyst.expressions.";
 
     private static volatile Map<String, String> builtins; // class name → function name
-    private static volatile Set<String> refusedClasses;
+    private static volatile Map<String, String> refusedClasses; // class name → why
 
     private final org.apache.spark.sql.SparkSession session;
 
@@ -173,9 +186,20 @@ public final class Policy extends AbstractFunction1<LogicalPlan, BoxedUnit> {
         load();
         String cls = e.getClass().getName();
         String function = builtins.get(cls);
-        if (refusedClasses.contains(cls)) {
-            return "function " + e.prettyName() + "() calls Java methods by name (as reflect, java_method and "
-                + "try_reflect do); queries may not use them";
+        String why = refusedClasses.get(cls);
+        if (why == null && cls.startsWith(XPATH_CLASSES)) {
+            why = FETCHES;
+        }
+        if (why == null && e instanceof org.apache.spark.sql.catalyst.expressions.objects.InvokeLike) {
+            for (Expression child : CollectionConverters.asJava(e.children())) {
+                if (child instanceof org.apache.spark.sql.catalyst.expressions.Literal lit && lit.value() != null
+                        && lit.value().getClass().getName().startsWith(XPATH_CLASSES)) {
+                    why = FETCHES;
+                }
+            }
+        }
+        if (why != null) {
+            return "function " + e.prettyName() + "() " + why + "; queries may not use it";
         }
         if (e instanceof UserDefinedExpression) {
             return "function " + e.prettyName() + "() is not one of Spark's built-in functions; queries may use "
@@ -198,7 +222,7 @@ public final class Policy extends AbstractFunction1<LogicalPlan, BoxedUnit> {
             }
             SimpleFunctionRegistry registry = FunctionRegistry$.MODULE$.builtin();
             Map<String, String> byClass = new HashMap<>();
-            Set<String> refused = new HashSet<>();
+            Map<String, String> refused = new HashMap<>();
             List<FunctionIdentifier> names = CollectionConverters.asJava(registry.listFunction());
             for (FunctionIdentifier name : names) {
                 scala.Option<ExpressionInfo> info = registry.lookupFunction(name);
@@ -206,15 +230,15 @@ public final class Policy extends AbstractFunction1<LogicalPlan, BoxedUnit> {
                     continue;
                 }
                 String cls = info.get().getClassName();
-                if (REFUSED_FUNCTIONS.contains(name.funcName())) {
-                    refused.add(cls);
+                if (REFUSED.containsKey(name.funcName())) {
+                    refused.put(cls, REFUSED.get(name.funcName()));
                     byClass.put(cls, name.funcName());
                 } else {
                     byClass.putIfAbsent(cls, name.funcName());
                 }
             }
             // reflect's class is java_method's too, and try_reflect's replacement
-            refused.add("org.apache.spark.sql.catalyst.expressions.CallMethodViaReflection");
+            refused.put("org.apache.spark.sql.catalyst.expressions.CallMethodViaReflection", BY_NAME);
             refusedClasses = refused;
             builtins = byClass;
         }
