@@ -679,3 +679,27 @@ def test_an_endpoint_without_a_scheme_is_one_line_naming_the_setting(s3_root: st
         assert done.stderr.startswith(f"error: {setting} is not the store's URL"), done.stderr
         assert "write it as http://" in done.stderr and len(done.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "m.sqlite").exists()
+
+
+def test_a_roll_while_the_store_is_out_fails_as_retriable_and_resumes(
+    s3_server: S3Server, s3_catalog: Catalog
+) -> None:
+    """A roll during an outage fails with a retriable error naming the store (the daemon logs such a
+    failure as a warning and retries it with backoff), and the next attempt rolls every row."""
+    from datetime import timedelta
+
+    from metastore.errors import RetriableError
+
+    table = make_table(s3_catalog)
+    _commit(ChunkWriter(s3_catalog, table), range(10))
+    storage.configure(storage.S3Options(retries=1, retry_timeout=timedelta(seconds=2)))
+    try:
+        s3_server.proxy.arm("GET", r"_delta_log/\d{20}\.json", "503", times=1_000_000)
+        with pytest.raises(RetriableError, match=f"the store at {s3_server.endpoint} is unavailable"):
+            Roller(s3_catalog).roll_table(table, force=True)
+    finally:
+        s3_server.proxy.clear()
+        storage.configure(storage.S3Options())
+    results = Roller(s3_catalog).roll_table(table, force=True)  # the failed roll resumed, and so on
+    assert all(r.state == "done" for r in results) and sum(r.rows for r in results) == 10
+    assert sorted(all_ids(table)) == list(range(10))
