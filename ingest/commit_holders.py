@@ -20,6 +20,12 @@ successful renewal plus :data:`TTL`, less :data:`MARGIN`), so a process that sta
 never commits after a successor took its chunk over; the successor waits :data:`GRACE` more, for
 clocks that disagree a little. (The deadline of an attempt, ``chunk.commit_timeout``, still fences
 as before; twice it is still when any retry may take over.)
+
+Deletes and expiry passes use the same lease (:meth:`CommitHolder.holding` under their owner,
+``<holder>/<nonce>``): while one runs the lease is renewed, ~10 s after the process died another
+process takes the work over (:func:`metastore.store.leases.holder_gone`), and the work checks
+:meth:`CommitHolder.require_live` before each commit it makes, so a frozen process that wakes
+after its work was taken over never commits it.
 """
 
 from __future__ import annotations
@@ -40,13 +46,18 @@ from ingest.errors import CommitTimeoutError
 from metastore import clock
 from metastore.errors import StreampartError
 from metastore.models import Chunk
+from metastore.store.leases import HOLDER_GRACE, HOLDER_PREFIX
 
 log = logging.getLogger("streampart.commits")
 
-PREFIX = "commit-holder/"
+PREFIX = HOLDER_PREFIX
 HEARTBEAT = 1.0  # seconds between renewals while commits are in flight
 TTL = timedelta(seconds=8)  # a lease lapses this long after its last renewal
-GRACE = timedelta(seconds=2)  # a successor waits this much longer (clocks of two hosts may differ)
+GRACE = HOLDER_GRACE  # a successor waits this much longer (clocks of two hosts may differ)
+# A holder id leaves room for ``/<nonce>`` (WORK_NONCE characters) within a delete's or an expiry's
+# owner column (64).
+WORK_NONCE = 6
+HOLDER_MAX = 64 - 1 - WORK_NONCE
 MARGIN = 1.0  # seconds: a holder stops publishing this long before its lease would lapse
 
 _ids: dict[int, str] = {}
@@ -61,8 +72,15 @@ def holder_id() -> str:
     """This process's name as a commit holder (a new one after a fork)."""
     pid = os.getpid()
     if pid not in _ids:
-        _ids[pid] = f"{socket.gethostname()}:{pid}:{uuid.uuid4().hex[:8]}"
+        suffix = f":{pid}:{uuid.uuid4().hex[:8]}"  # the host name is cut to fit: pid and nonce stay
+        _ids[pid] = socket.gethostname()[: HOLDER_MAX - len(suffix)] + suffix
     return _ids[pid]
+
+
+def work_owner() -> str:
+    """A new owner for a delete or an expiry pass carried by this process: ``<holder id>/<nonce>``
+    (its own, so two carried by one process never take each other's for theirs)."""
+    return f"{holder_id()}/{uuid.uuid4().hex[:WORK_NONCE]}"
 
 
 class CommitHolder:
@@ -147,6 +165,16 @@ class CommitHolder:
                 "process stalled), so another process may have taken it over; nothing was committed: "
                 "retry with the same idempotency key"
             )
+
+    def holds(self, key: str) -> bool:
+        """Whether this process's lease is live for a while yet and has been all along since the
+        work ``key`` (a delete's or an expiry's owner) entered :meth:`holding`: checked before each
+        commit the work makes, as :meth:`require_live` before a chunk's."""
+        try:
+            self.require_live([key])
+        except CommitTimeoutError:
+            return False
+        return True
 
     def _renew(self) -> None:
         store = self._store()

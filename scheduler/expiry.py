@@ -17,8 +17,11 @@ Unlike a roll there is no seal: a standard partition never takes rows (group com
 row of a non-streaming partition as late), a roll's sweep touches other files, and the removes
 land once by their app transaction, so nothing planned on an older snapshot can undo or repeat
 them. An interrupted pass is resumed (ours, or once its lease lapsed) by the next pass over the
-table; its files are deleted later by housekeeping, once no version time travel still promises
-lists them (:meth:`scheduler.housekeeping.Housekeeper.reclaim_expired`).
+table: while a pass runs, its process keeps its process lease renewed (``ingest/commit_holders.py``,
+as for chunk commits and deletes), so a pass whose process died is taken over about 10 s later, and
+it checks that lease before each commit it makes (a process frozen past it commits nothing). Its
+files are deleted later by housekeeping, once no version time travel still promises lists them
+(:meth:`scheduler.housekeeping.Housekeeper.reclaim_expired`).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
+from ingest.commit_holders import commit_holder, work_owner
 from metastore import clock
 from metastore.catalog import Catalog
 from metastore.crashpoints import crashpoint, pausepoint
@@ -44,7 +48,6 @@ from metastore.replicas import CopyState, app_id, replica_table
 from metastore.retention import due_for_expiry
 from scheduler.config import RollConfig
 from scheduler.errors import RollAbandonedError, RollBusyError, RollFailedError
-from scheduler.roll import owner_id
 
 
 @dataclass(frozen=True)
@@ -81,7 +84,7 @@ class Expirer:
 
     catalog: Catalog
     config: RollConfig = field(default_factory=RollConfig)
-    owner: str = field(default_factory=owner_id)
+    owner: str = field(default_factory=work_owner)
     fence: Lease | None = None  # the roll daemon's leadership: passes begin only while it is held
     should_abandon: Callable[[], bool] | None = None
 
@@ -96,6 +99,12 @@ class Expirer:
         (``dry_run``: only say which, changing nothing)."""
         if (home := self._home(table)) is not None:
             return home.expire_table(table, now, dry_run)
+        if dry_run:
+            return self._expire_table(table, now, dry_run)
+        with commit_holder(self.catalog.store).holding(self.owner):  # renewed while we run
+            return self._expire_table(table, now, dry_run)
+
+    def _expire_table(self, table: Table, now: datetime | None, dry_run: bool) -> list[ExpiryResult]:
         now = now or clock.now()
         store = self.catalog.store
         retain, _ = self.catalog.retention.of(table)
@@ -122,8 +131,17 @@ class Expirer:
         if self.should_abandon is not None and self.should_abandon():
             raise RollAbandonedError(f"expiry abandoned at step {name}; it resumes from there")
 
+    def _fenced(self, table: Table, expiry: Expiry) -> None:
+        """Before a commit: this process's lease has been live all along (see the module's doc)."""
+        if not commit_holder(self.catalog.store).holds(self.owner):
+            raise LeaseLostError(
+                f"expiry {expiry.id} of {table.name}: this process stalled past its lease, so another "
+                "process may have taken the pass over; this one committed nothing more"
+            )
+
     def run(self, table: Table, expiry: Expiry, retain: str | None, resumed: bool = False) -> ExpiryResult:
-        """Carry ``expiry`` from its recorded step to DONE."""
+        """Carry ``expiry`` from its recorded step to DONE (inside :meth:`expire_table`, which holds
+        this process's lease)."""
         store = self.catalog.store
         try:
             expiry = store.claim_expiry(expiry, self.owner, self.config.lease, fence=self.fence)
@@ -155,6 +173,7 @@ class Expirer:
             expiring = [
                 p for p in store.list_partitions(table.id, [PartitionState.EXPIRING]) if p.value in values
             ]
+            self._fenced(table, expiry)
             version = self._commit(table, expiry)
             expiry = store.record_expiry(
                 expiry,
@@ -164,6 +183,7 @@ class Expirer:
                 **_sums(expiring),
             )
             self._step("expire-after-commit")
+        self._fenced(table, expiry)
         self._expire_copies(table, expiry)
         return store.finish_expiry(expiry, self.owner)
 

@@ -5,11 +5,16 @@ read, from standard and streaming partitions alike: each file holding a match is
 without it (``dataChange=true``). Its steps, recorded in ``sp_deletes`` (``metastore/store/deletes.py``):
 
 1. ``begin``: one delete per table at a time (another is ``DeleteBusyError``; one whose process died
-   is resumed by the next delete of the table, once its lease lapsed).
+   is resumed by the next delete of the table). While it runs, its process keeps its process lease
+   renewed (``ingest/commit_holders.py``, as for chunk commits): a delete whose process died is taken
+   over about 10 s later, and before each commit it makes a delete checks that lease, so a process
+   frozen past it never commits a delete another process took over.
 2. ``seal``: a metadata commit, as a roll's: a rewrite attempt planned before it (this delete's own,
    when it resumes one that died) can never commit, so its files may go.
 3. ``plan and rewrite`` at the newest version (:mod:`ingest.deletes.plan`); while a partition holding
-   a match is rolling, the delete waits for that roll (a roll counts its partition's rows).
+   a match is rolling, the delete waits for that roll (a roll counts its partition's rows), and fails
+   with one line if it does not finish. An expiring partition's files are rewritten like a standard
+   one's (its rows are in the snapshot until the expiry's commit removes them): never skipped.
 4. ``commit`` the removes and the rewritten files, at most once (app transaction
    ``streampart.delete/<id>``). Delta refuses it when a concurrent commit removed one of the same
    files (a roll's sweep, an expiry, a seal since the plan): then the delete plans again on the
@@ -25,8 +30,6 @@ housekeeping deletes them.
 from __future__ import annotations
 
 import contextlib
-import os
-import socket
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -34,7 +37,16 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from ingest.deletes.plan import Plan, candidates, matches_every_row, rewrite, rewritten_version, staged_of
+from ingest.commit_holders import commit_holder, work_owner
+from ingest.deletes.plan import (
+    COUNTED,
+    Plan,
+    candidates,
+    matches_every_row,
+    rewrite,
+    rewritten_version,
+    staged_of,
+)
 from ingest.deletes.predicate import Predicate, parse_predicate
 from metastore.catalog import Catalog
 from metastore.crashpoints import crashpoint, pausepoint
@@ -49,11 +61,20 @@ from metastore.delta.files import (
 from metastore.delta.layout import parse_partition_value
 from metastore.delta.log import DELETE_KEY, DELETED_KEY, commit_actions
 from metastore.delta.staging import files as staged_files
-from metastore.errors import ConflictError, DeleteBusyError, StreampartError, UserInputError
+from metastore.errors import (
+    ConflictError,
+    DeleteBusyError,
+    LeaseLostError,
+    StreampartError,
+    UserInputError,
+)
 from metastore.models import Column, Delete, DeleteState, PartitionState, Table, TableKind, iso
 
 # How long a delete waits for a roll of a partition holding a match to finish.
 ROLL_WAIT_S = 120.0
+# Why 10 min: the delete's own lease only matters when its process keeps no process lease (it
+# renews one every second while the delete runs, and is taken over ~10 s after it stops); it
+# bounds how long a delete whose process lease cannot be read blocks its table.
 LEASE = timedelta(minutes=10)
 MARKER_THREADS = 8  # completeness markers of the rewritten standard partitions written at once
 
@@ -84,17 +105,12 @@ class DeleteResult:
         return self.__dict__.copy()
 
 
-def _owner() -> str:
-    suffix = f":{os.getpid()}:{uuid.uuid4().hex[:8]}"
-    return socket.gethostname()[: 64 - len(suffix)] + suffix
-
-
 @dataclass
 class Deleter:
     """Deletes rows of a catalog's tables by predicate; safe alongside writers, rollers and expiries."""
 
     catalog: Catalog
-    owner: str = field(default_factory=_owner)
+    owner: str = field(default_factory=work_owner)
     lease: timedelta = LEASE
     roll_wait_s: float = ROLL_WAIT_S
 
@@ -125,23 +141,27 @@ class Deleter:
             return [self._dry_run(table, predicate)]
         if not all_rows:
             self._refuse_every_row(table, predicate)
-        results = [self._resume(table, d) for d in self.catalog.store.list_deletes(table.id, unfinished=True)]
-        begun = self.catalog.store.begin_delete(table.id, where, requested_by, self.owner, self.lease)
-        return [*results, self._carry(table, begun, predicate)]
+        with commit_holder(self.catalog.store).holding(self.owner):  # renewed while we run
+            store = self.catalog.store
+            results = [self._resume(table, d) for d in store.list_deletes(table.id, unfinished=True)]
+            begun = store.begin_delete(table.id, where, requested_by, self.owner, self.lease)
+            return [*results, self._carry(table, begun, predicate)]
 
     def _resume(self, table: Table, delete: Delete) -> DeleteResult:
         try:
             delete = self.catalog.store.claim_delete(delete, self.owner, self.lease)
-        except ConflictError as exc:
-            raise DeleteBusyError(f"another delete of {table.name} runs: {exc}") from None
+        except ConflictError:
+            raise DeleteBusyError(
+                f"another delete of {table.name} runs ({delete.predicate!r}, by {delete.requested_by}); "
+                "retry once it finished (a delete whose process died is taken over about 10 s after)"
+            ) from None
         return self._carry(
             table, delete, parse_predicate(delete.predicate, where_columns(table), allow_all=True), True
         )
 
     def _refuse_every_row(self, table: Table, predicate: Predicate) -> None:
         """A condition true for every row the table holds is a mistake unless ``--all`` says not."""
-        states = {p.value: p.state for p in self.catalog.partitions(table)}
-        if matches_every_row(table, predicate, live_files(self.catalog.load(table)), states):
+        if matches_every_row(table, predicate, live_files(self.catalog.load(table))):
             raise UserInputError(
                 f"--where {predicate.sql} matches every row of {table.name}; to delete every row, pass --all"
             )
@@ -171,6 +191,14 @@ class Deleter:
         crashpoint(name)
         pausepoint(name)
 
+    def _fenced(self, table: Table, delete: Delete) -> None:
+        """Before a commit: this process's lease has been live all along (see the module's doc)."""
+        if not commit_holder(self.catalog.store).holds(self.owner):
+            raise LeaseLostError(
+                f"delete {delete.id} of {table.name}: this process stalled past its lease, so another "
+                "process may have taken the delete over; this one committed nothing more"
+            )
+
     def _carry(
         self, table: Table, delete: Delete, predicate: Predicate, resumed: bool = False
     ) -> DeleteResult:
@@ -179,6 +207,7 @@ class Deleter:
             self._step("delete-after-begin")
             plan = Plan(delete.read_version or -1)
             if delete.state is DeleteState.PENDING:
+                self._fenced(table, delete)
                 seal = self._seal(table, delete)  # fences every attempt planned before it
                 delete = store.record_delete(delete, self.owner, seal_version=seal)
                 if resumed:  # (a new delete has no earlier attempt)
@@ -188,6 +217,7 @@ class Deleter:
                     delete, self.owner, state=DeleteState.COMMITTED.value, commit_version=version
                 )
                 self._step("delete-after-commit")
+            self._fenced(table, delete)
             delete = self._finish(table, delete)
         except (ConflictError, DeleteBusyError):
             with contextlib.suppress(StreampartError):
@@ -257,6 +287,7 @@ class Deleter:
                     removed_files=[f.path for f in plan.removes],
                 )
                 delete = store.get_delete(delete.id)
+                self._fenced(table, delete)
                 metadata = {DELETED_KEY: delete.id}
                 landed = wh.replace_files(
                     dt,
@@ -306,21 +337,22 @@ class Deleter:
         for f in live_files(self.catalog.warehouse.load(table)):
             if f.partition in touched:
                 live.setdefault(f.partition, []).append(f)
-        standard: dict[datetime, tuple[int, int, int]] = {}
+        counted: dict[datetime, tuple[int, int, int]] = {}  # standard and expiring ones (a roll counted)
         for value in delete.partitions:
-            if states.get(value) is PartitionState.STANDARD:
+            if states.get(value) in COUNTED:
                 mine = live.get(value, [])
-                standard[value] = (sum(f.rows for f in mine), sum(f.size for f in mine), len(mine))
+                counted[value] = (sum(f.rows for f in mine), sum(f.size for f in mine), len(mine))
+        standard = [v for v in counted if states.get(v) is PartitionState.STANDARD]  # (expiring: leaving)
 
         def mark(value: datetime) -> None:
-            rows, _, files = standard[value]
+            rows, _, files = counted[value]
             info = {"table": str(table.name), "partition": iso(value), "delete": delete.id, "rows": rows}
             write_success_marker(table, value, {**info, "files": files})
 
         with ThreadPoolExecutor(MARKER_THREADS) as pool:  # a bucket's PUTs are latency, not CPU
             list(pool.map(mark, standard))
-        others = {v: n for v, n in freed.items() if states.get(v) is not PartitionState.STANDARD}
-        return self.catalog.store.finish_delete(delete, self.owner, standard, others)
+        others = {v: n for v, n in freed.items() if states.get(v) not in COUNTED}
+        return self.catalog.store.finish_delete(delete, self.owner, counted, others)
 
 
 def where_columns(table: Table) -> list[Column]:

@@ -2,10 +2,12 @@
 the rewritten files without those rows (ingest/deletes/deleter.py commits them).
 
 A file is read only if its partition may hold a match (:meth:`Predicate.partition_may_match` on the
-partition column) and its partition is one a delete touches: streaming, rolling or standard
-(expiring and expired ones are leaving the table); on a local disk one Arrow scan of those files'
-named columns then finds the files holding a match, and only they are read whole. A partition that
-is rolling makes the plan
+partition column). Every live file of the snapshot is one a delete touches, whatever its partition's
+state: streaming, rolling, standard, or expiring (an expiry that has not committed yet, or whose
+process died, leaves its partition's files live: readers see their rows, so the delete removes its
+matches there too; the expiry's own commit later removes whatever files are live then). An expired
+partition has no live file. On a local disk one Arrow scan of those files' named columns then finds
+the files holding a match, and only they are read whole. A partition that is rolling makes the plan
 wait: a roll records its partition's rows from its sweep, and a delete must not change them under
 it. A rewritten file keeps its partition's place: a standard partition's in the partition's
 directory (``del-<delete>-v<snapshot>-<attempt>-<k>.snappy.parquet``, never a name a sweep's
@@ -37,7 +39,9 @@ from metastore.delta.layout import partition_dir, staged_dir
 from metastore.models import PartitionState, Table
 
 _PERIOD = pa.timestamp("us", tz="UTC")  # a partition column's type
-TOUCHED = (PartitionState.STREAMING, PartitionState.ROLLING, PartitionState.STANDARD)
+# Partitions whose rows and files the metastore counts (a roll recorded them): counted anew when a
+# delete rewrote them.
+COUNTED = (PartitionState.STANDARD, PartitionState.EXPIRING)
 
 _MINE = re.compile(r"^del-([0-9a-f]{8})-v(\d+)-[0-9a-f]{8}-\d{5}\.snappy\.parquet$")
 
@@ -68,11 +72,13 @@ class Plan:
 def candidates(
     table: Table, predicate: Predicate, files: Iterable[LiveFile], states: Mapping[datetime, PartitionState]
 ) -> tuple[list[LiveFile], list[datetime]]:
-    """The files a delete must read, and the rolling partitions among theirs."""
+    """The files a delete must read, and the rolling partitions among theirs: every live file whose
+    partition may hold a match, whatever the partition's state (never skipped by it: a delete that
+    skipped expiring partitions reported success while readers still saw their matches)."""
     out, rolling = [], set()
     for f in files:
         state = states.get(f.partition)
-        if state not in TOUCHED or not predicate.partition_may_match({table.partition_column: f.partition}):
+        if not predicate.partition_may_match({table.partition_column: f.partition}):
             continue
         if state is PartitionState.ROLLING:
             rolling.add(f.partition)
@@ -88,6 +94,12 @@ def _view(table: Table, predicate: Predicate, f: LiveFile, data: pa.Table) -> pa
             value = f.partition if name == table.partition_column else None
             data = data.append_column(name, pa.array([value] * data.num_rows, kind))
     return data
+
+
+def matching_rows(table: Table, predicate: Predicate, f: LiveFile) -> pa.Table:
+    """The rows of the live file ``f`` that ``predicate`` matches (read whole)."""
+    data = read_file(table, f.path)
+    return _view(table, predicate, f, data).filter(predicate.matches) if data.num_rows else data
 
 
 def _named(table: Table, predicate: Predicate) -> dict[str, pa.DataType]:
@@ -193,12 +205,10 @@ def rewrite(
     return plan
 
 
-def matches_every_row(
-    table: Table, predicate: Predicate, files: Iterable[LiveFile], states: Mapping[datetime, PartitionState]
-) -> bool:
-    """Whether ``predicate`` is true for every row of the files of partitions a delete touches (and
-    there is one): read only as far as the first file holding a row it keeps, its columns only."""
-    touched = [f for f in files if states.get(f.partition) in TOUCHED and f.rows]
+def matches_every_row(table: Table, predicate: Predicate, files: Iterable[LiveFile]) -> bool:
+    """Whether ``predicate`` is true for every row of the live ``files`` (and there is one): read
+    only as far as the first file holding a row it keeps, its columns only."""
+    touched = [f for f in files if f.rows]
     if not touched:
         return False
     if any(not predicate.partition_may_match({table.partition_column: f.partition}) for f in touched):

@@ -1,5 +1,6 @@
 """Deletes by predicate (issue 30): PENDING → COMMITTED → DONE, one live delete per table, owned by one
-deleter under a lease (ingest/deletes/deleter.py carries them).
+deleter under a lease (ingest/deletes/deleter.py carries them): the delete's own, and its process's
+(:func:`metastore.store.leases.holder_gone`: taken over seconds after that process died).
 
 ``begin_delete`` records the delete, refusing while another delete of the table is live (a lapsed
 one is the caller's to resume first: :meth:`DeleteStore.claim_delete`). ``finish_delete`` counts
@@ -19,7 +20,7 @@ import sqlalchemy as sa
 
 from metastore import schema as s
 from metastore.errors import DeleteBusyError
-from metastore.models import Delete, DeleteState, PartitionState, iso
+from metastore.models import Delete, DeleteState, PartitionState
 from metastore.replicas import CopyState
 from metastore.store.engine import Database, _db, _now, _out
 from metastore.store.leased import Work
@@ -52,6 +53,8 @@ def delete_from_row(row: Any) -> Delete:
 
 
 _WORK = Work(s.deletes, delete_from_row, DeleteState.DONE, "delete")
+# Partitions whose rows a roll counted (an expiring one's files stay live until its expiry commits)
+_COUNTED = [PartitionState.STANDARD.value, PartitionState.EXPIRING.value]
 
 
 class DeleteStore(Database):
@@ -80,11 +83,10 @@ class DeleteStore(Database):
             ).first()
             if other is not None:
                 busy = delete_from_row(other)
-                until = f" (its lease runs until {iso(busy.lease_until)})" if busy.lease_until else ""
                 raise DeleteBusyError(
                     f"delete {busy.id} of this table ({busy.predicate!r}, by {busy.requested_by}) is not "
-                    f"finished{until}; retry once it is (a delete whose process died is resumed by the next "
-                    "one, once its lease lapsed)"
+                    "finished; retry once it is (a delete whose process died is taken over by the next "
+                    "one about 10 s after)"
                 )
             delete_id = str(uuid.uuid4())
             conn.execute(
@@ -133,9 +135,9 @@ class DeleteStore(Database):
         freed: Mapping[datetime, int],
         now: datetime | None = None,
     ) -> Delete:
-        """The delete DONE; each standard partition of ``standard`` counted anew (rows, bytes, files),
-        one generation on and its present copies stale; each other partition's quota ledger less the
-        bytes ``freed`` there; in one transaction."""
+        """The delete DONE; each standard (or expiring) partition of ``standard`` counted anew (rows,
+        bytes, files), one generation on and its present copies stale; each other partition's quota
+        ledger less the bytes ``freed`` there; in one transaction."""
         now = now or _now()
         p = s.partitions.c
         with self.tx() as conn:
@@ -152,7 +154,11 @@ class DeleteStore(Database):
             if standard:  # one statement for all (executemany): a delete may rewrite 1,000s
                 conn.execute(
                     sa.update(s.partitions)
-                    .where(mine, p.value == sa.bindparam("b_value"), p.state == PartitionState.STANDARD.value)
+                    .where(
+                        mine,
+                        p.value == sa.bindparam("b_value"),
+                        sa.or_(*(p.state == sa.literal(state) for state in _COUNTED)),  # (no IN: executemany)
+                    )
                     .values(
                         rows=sa.bindparam("b_rows"),
                         bytes=sa.bindparam("b_bytes"),
@@ -166,7 +172,7 @@ class DeleteStore(Database):
                 )
                 # their copies on secondaries hold the deleted rows: not read there until copied again
                 rewritten = sa.select(p.id).where(
-                    mine, p.value.in_([_db(v) for v in standard]), p.state == PartitionState.STANDARD.value
+                    mine, p.value.in_([_db(v) for v in standard]), p.state.in_(_COUNTED)
                 )
                 conn.execute(
                     sa.update(s.partition_copies)
@@ -176,7 +182,7 @@ class DeleteStore(Database):
             for value, size in freed.items():
                 conn.execute(
                     sa.update(s.partitions)
-                    .where(mine, p.value == _db(value), p.state != PartitionState.STANDARD.value)
+                    .where(mine, p.value == _db(value), p.state.not_in(_COUNTED))
                     .values(staged_bytes=sa.case((p.staged_bytes > size, p.staged_bytes - size), else_=0))
                 )
             return _WORK.read(conn, delete.id)

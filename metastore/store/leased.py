@@ -1,6 +1,8 @@
 """The steps every leased piece of work shares (an expiry pass, a delete): its rows have an ``id``, a
 ``state`` whose last value is ``done``, an ``owner`` and a ``lease_until``. Claimed by whoever holds
-it or once its lease lapsed (:func:`metastore.store.rolls.ours_or_lapsed`), moved one recorded step
+it, once its lease lapsed (:func:`metastore.store.rolls.ours_or_lapsed`), or once the process its
+owner names stopped renewing its process lease (:func:`metastore.store.leases.holder_gone`: seconds
+after a SIGKILL, where the work's own lease may run for minutes), moved one recorded step
 at a time by its owner, let go at once when it fails. A roll's steps (``rolls.py``) are the model;
 rolls keep their own functions, as their rows join their partition's.
 """
@@ -18,6 +20,7 @@ from sqlalchemy.engine import Connection
 from metastore.errors import ConflictError, NotFoundError
 from metastore.models import check_transition
 from metastore.store.engine import _db
+from metastore.store.leases import holder_gone
 from metastore.store.preconditions import Precondition, guarded_update, state_in
 from metastore.store.rolls import ours_or_lapsed, owned_by, unfinished
 
@@ -51,11 +54,18 @@ class Work:
         )
 
     def claim(self, conn: Connection, work: Any, owner: str, lease: timedelta, now: datetime) -> Any:
-        """Take over (or extend) an unfinished one that is ``owner``'s or whose lease lapsed."""
+        """Take over (or extend) an unfinished one that is ``owner``'s, whose lease lapsed, or whose
+        owner's process is gone (then only while that dead process still owns it: of several
+        successors racing, one wins)."""
+        held_by = conn.execute(sa.select(self.table.c.owner).where(self.table.c.id == work.id)).scalar()
+        if held_by is not None and held_by != owner and holder_gone(conn, held_by, now):
+            whose = owned_by(held_by, self.table)
+        else:
+            whose = ours_or_lapsed(owner, now, self.table)
         self.update(
             conn,
             work.id,
-            [unfinished(self.table, self.done.value), ours_or_lapsed(owner, now, self.table)],
+            [unfinished(self.table, self.done.value), whose],
             {"owner": owner, "lease_until": _db(now + lease), "error": None},
         )
         return self.read(conn, work.id)

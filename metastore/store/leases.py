@@ -5,6 +5,12 @@ fencing token. A holder's later writes check, in their own transaction, that the
 still theirs at that epoch (:func:`check_fence`), so a deposed leader that wakes up late can
 change nothing. Failing that check is :class:`~metastore.errors.LeaseLostError`, which names
 what happened to the lease: lapsed, released, or taken by another holder.
+
+A process's own lease, ``commit-holder/<host:pid:nonce>``, says it is alive: it keeps it renewed
+every second while it has a commit, a delete or an expiry in flight (``ingest/commit_holders.py``).
+Work it owns (a chunk's commit attempt, a delete, an expiry pass) names the process, so another
+process takes it over once that lease lapsed, :data:`HOLDER_GRACE` later (:func:`holder_gone`),
+instead of after the work's own, long lease.
 """
 
 from __future__ import annotations
@@ -21,6 +27,32 @@ from metastore.errors import LeaseLostError
 from metastore.models import Lease
 from metastore.store.engine import Database, _db, _now, _out
 from metastore.store.preconditions import Precondition, at, guarded_update
+
+HOLDER_PREFIX = "commit-holder/"
+# Why 2 s: a successor waits this much past the holder's lease (clocks of two hosts may differ a
+# little); the holder itself stops writing a second before its lease lapses by its own clock.
+HOLDER_GRACE = timedelta(seconds=2)
+
+
+def process_of(owner: str) -> str:
+    """The process (commit holder id) named by the owner of a piece of work: ``<holder>/<nonce>``
+    for a delete or an expiry (one process may carry several at once), the holder id itself for a
+    chunk's commit attempt."""
+    return owner.split("/", 1)[0]
+
+
+def holder_gone(conn: Connection, owner: str, now: datetime) -> bool:
+    """Inside a transaction: whether the process named by ``owner`` is known to have stopped
+    (its lease released, or lapsed more than :data:`HOLDER_GRACE` before ``now``). False when it
+    keeps no lease (an owner that is no process, such as a daemon renewing the work's own lease):
+    then the work's own lease decides."""
+    row = conn.execute(
+        sa.select(s.leases).where(s.leases.c.name == HOLDER_PREFIX + process_of(owner))
+    ).first()
+    if row is None:
+        return False
+    lease = lease_from_row(row)
+    return lease.holder is None or lease.expires_at + HOLDER_GRACE < now
 
 
 def lease_from_row(row: Any) -> Lease:

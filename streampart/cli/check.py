@@ -20,14 +20,16 @@ def check(
 
     Finds lost, empty or truncated commit files, gaps in the log, a log behind the metastore,
     missing, truncated or unreadable data files, standard partitions without their marker or
-    with other rows than rolled, and (warnings) stray files in standard partitions' directories.
+    with other rows than rolled, rows a finished delete should have removed, and (warnings) stray
+    files in standard partitions' directories.
     """
+    from ingest.deletes.audit import missed_by_deletes
     from metastore.integrity import check_table
 
     cli = cli_context(ctx)
     catalog = cli.catalog()
     tables = cli.tables(catalog, name)
-    problems = [p for t in tables for p in check_table(catalog, t)]
+    problems = [p for t in tables for p in [*check_table(catalog, t), *missed_by_deletes(catalog, t)]]
     errors = sum(p.severity == "error" for p in problems)
     cli.output.result(
         {"tables": len(tables), "errors": errors, "problems": [p.to_json() for p in problems]}, _print_checked

@@ -164,7 +164,8 @@ def test_links_companions_and_a_second_delete_are_refused(catalog) -> None:
         Deleter(catalog).delete(catalog.companion(dead, TableKind.DEAD_LETTER), "id = 1")
     catalog.store.begin_delete(table.id, "user_id = 3", "someone", "another-process", timedelta(minutes=5))
     with pytest.raises(
-        DeleteBusyError, match=r"another delete of ns.events runs: delete .* is held by another-process"
+        DeleteBusyError,
+        match=r"another delete of ns.events runs \(.user_id = 3., by someone\); retry once it finished",
     ):
         Deleter(catalog).delete(table, "user_id = 1")
 
@@ -420,3 +421,163 @@ def test_a_column_added_after_files_were_written_is_null_in_them(catalog) -> Non
     got = delta_rows(table, columns="id, country").to_pylist()
     assert sorted(r["id"] for r in got) == sorted(i for i in ids if i % 5 != 1)
     assert [p for p in check_table(catalog, table) if p.severity == "error"] == []
+
+
+# -- a partition in between states is never skipped; a dead or frozen deleter is taken over in seconds
+
+H = datetime(2026, 11, 21, tzinfo=UTC)
+
+
+def two_hours(catalog: Catalog) -> Table:
+    """An hourly event-time table: hours H and H+1, three rows each (g = 1, 2, 3), both rolled, and
+    kept one hour after its period (so both are due at H+4h)."""
+    from metastore.models import Mode, iso
+
+    table = make_table(catalog, "ns.t", mode=Mode.EVENT_TIME, schema="id BIGINT, ts TIMESTAMP, g BIGINT")
+    w = ChunkWriter(catalog, table)
+    for h in range(2):
+        ts = iso(H + timedelta(hours=h, minutes=15))
+        w.write(jsonl([{"id": h * 3 + g, "ts": ts, "g": g} for g in (1, 2, 3)]), Format.JSONL)
+    Roller(catalog).roll_table(table, now=H + timedelta(hours=3))
+    return catalog.retention.set(table, timedelta(hours=1))
+
+
+def g_rows(table: Table) -> list[tuple[int, int]]:
+    """(id, g) of every row, read by delta-rs."""
+    return sorted((r["id"], r["g"]) for r in delta_rows(table, columns="id, g").to_pylist())
+
+
+def killed_expiry(catalog: Catalog, table: Table) -> None:
+    """``streampart expire`` SIGKILLed right after it marked both partitions EXPIRING."""
+    from metastore.models import iso
+
+    proc = cli_process(
+        catalog, "expire", "ns.t", "--now", iso(H + timedelta(hours=4)), crashpoint="expire-after-begin"
+    )
+    proc.communicate(timeout=120)
+    assert proc.returncode == -signal.SIGKILL
+    assert {p.state for p in catalog.partitions(table)} == {PartitionState.EXPIRING}
+
+
+@pytest.mark.process
+def test_a_delete_removes_the_matches_of_partitions_a_dead_expiry_left_expiring(catalog) -> None:
+    """The reproducer: 6 rows in two partitions, an expiry SIGKILLed after it marked them EXPIRING
+    (their files still in the table, every reader sees their rows), then ``streampart delete --where
+    "g = 3"``. It used to skip both partitions, exit 0 with ``rows: 0`` and leave the g = 3 rows
+    visible; the delete now removes them (delta-rs reads none), ``check`` is clean, and the expiry
+    resumed later removes the rest."""
+    from scheduler.expiry import Expirer
+
+    table = two_hours(catalog)
+    killed_expiry(catalog, table)
+    deleting = cli_process(catalog, "delete", "ns.t", "--where", "g = 3")
+    out, err = deleting.communicate(timeout=120)
+    assert deleting.returncode == 0, err
+    [done] = json.loads(out)["deletes"]
+    assert done["rows"] == 2
+    assert g_rows(table) == [(1, 1), (2, 2), (4, 1), (5, 2)]
+    checked = cli_process(catalog, "check", "ns.t")
+    out, err = checked.communicate(timeout=120)
+    assert checked.returncode == 0, out + err
+    [expiry] = catalog.store.list_expiries(table.id, unfinished=True)
+    assert expiry.lease_until is not None  # (its process died: once its lease lapsed, resumed)
+    resumed = Expirer(catalog)
+    catalog.store.claim_expiry(
+        expiry, resumed.owner, timedelta(minutes=1), now=expiry.lease_until + timedelta(seconds=1)
+    )
+    [result] = resumed.expire_table(table, now=H + timedelta(hours=4))
+    assert result.resumed and g_rows(table) == []
+    assert [p for p in check_table(catalog, table) if p.severity == "error"] == []
+
+
+@pytest.mark.process
+def test_check_names_a_row_a_finished_delete_left_visible(catalog, monkeypatch) -> None:
+    """A delete that skips a partition (as one did with expiring partitions) finishes with the
+    matching rows still visible: ``streampart check`` names one of them, and the delete to run
+    again."""
+    import ingest.deletes.deleter as deleter_module
+    from ingest.deletes.plan import candidates
+
+    table = two_hours(catalog)
+    killed_expiry(catalog, table)
+
+    def skipping(table, predicate, files, states):  # the old plan: expiring partitions left out
+        files = [f for f in files if states.get(f.partition) is not PartitionState.EXPIRING]
+        return candidates(table, predicate, files, states)
+
+    monkeypatch.setattr(deleter_module, "candidates", skipping)
+    [done] = Deleter(catalog).delete(table, "g = 3")
+    assert done.rows == 0 and (3, 3) in g_rows(table)
+    checked = cli_process(catalog, "check", "ns.t")
+    out, err = checked.communicate(timeout=120)
+    assert checked.returncode == 1, out + err
+    missed = [p for p in json.loads(out)["problems"] if p["kind"] == "delete_missed_rows"]
+    assert len(missed) == 2, out  # one file in each partition
+    assert all(done.delete in p["message"] and "g=3" in p["message"] for p in missed), missed
+    assert all("run the delete again" in p["message"] for p in missed)
+
+
+def _retry_until_taken_over(catalog: Catalog, table: Table, where: str, since: float) -> list:
+    """Delete ``where`` in this process, again while the dead or frozen one holds the table."""
+    busy = 0
+    while True:
+        try:
+            return [busy, time.monotonic() - since, Deleter(catalog).delete(table, where)]
+        except DeleteBusyError as exc:
+            assert "taken over" in str(exc) and "about 10 s after" in str(exc), exc
+            busy += 1
+            assert time.monotonic() - since < 60, "the dead delete was never taken over"
+            time.sleep(0.5)
+
+
+@pytest.mark.process
+def test_a_killed_delete_is_taken_over_within_seconds_by_the_next(catalog) -> None:
+    """A ``streampart delete`` SIGKILLed after its rewrite held its table for its whole lease
+    (10 minutes); its process lease now lapses ~8 s after its last renewal, and the next delete,
+    refused until then, takes it over and finishes it, then runs its own."""
+    table, ids = filled(catalog)
+    proc = cli_process(
+        catalog, "delete", "ns.events", "--where", "user_id = 4", crashpoint="delete-after-rewrite"
+    )
+    proc.communicate(timeout=120)
+    assert proc.returncode == -signal.SIGKILL
+    [dead] = catalog.store.list_deletes(table.id, unfinished=True)
+    assert dead.lease_until is not None and dead.lease_until > datetime.now(UTC) + timedelta(minutes=5)
+    busy, took, results = _retry_until_taken_over(catalog, table, "user_id = 3", time.monotonic())
+    assert busy > 0, "taken over while its process lease was live"
+    assert took < 20, f"taken over after {took:.1f} s"
+    assert [(r.where, r.resumed) for r in results] == [("user_id = 4", True), ("user_id = 3", False)]
+    assert table_rows(table) == [(i, i % 5) for i in ids if i % 5 not in (3, 4)]
+
+
+# A ``streampart delete`` frozen (SIGSTOP) at a step, taken over by another delete, then woken:
+# it must commit nothing — no seal, no rewrite — and exit with one line.
+FROZEN = [
+    # recorded, not sealed: its own lease check (the fence) stops it before its seal
+    ("delete-after-begin", 0),
+    # sealed and rewritten, not committed: the delete is no longer its own; its rewrite is discarded
+    ("delete-after-rewrite", 1),
+]
+
+
+@pytest.mark.process
+@pytest.mark.parametrize(("point", "sealed"), FROZEN)
+def test_a_frozen_delete_woken_after_its_takeover_commits_nothing(catalog, point: str, sealed: int) -> None:
+    table, ids = filled(catalog)
+    before = int(catalog.load(table).version())
+    proc = cli_process(catalog, "delete", "ns.events", "--where", "user_id = 4", pausepoint=f"{point}:3")
+    assert proc.stderr is not None
+    assert proc.stderr.readline().strip() == f"pausepoint {point}"
+    proc.send_signal(signal.SIGSTOP)
+    try:
+        _, took, results = _retry_until_taken_over(catalog, table, "user_id = 3", time.monotonic())
+    finally:
+        proc.send_signal(signal.SIGCONT)
+    assert took < 20
+    assert [(r.where, r.resumed) for r in results] == [("user_id = 4", True), ("user_id = 3", False)]
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    # each delete here: one seal and one commit; the frozen one's seal only if it sealed before
+    assert int(catalog.load(table).version()) == before + sealed + 4
+    assert table_rows(table) == [(i, i % 5) for i in ids if i % 5 not in (3, 4)]
+    assert [p for p in check_table(catalog, table) if p.severity != "info"] == []  # no stray file

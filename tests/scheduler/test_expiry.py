@@ -365,3 +365,68 @@ def test_expired_partitions_leave_the_secondaries_too(catalog, tmp_path) -> None
     assert not first.errors and not second.errors, (first.errors, second.errors)
     assert first.secondary_files_reclaimed + second.secondary_files_reclaimed == 3
     assert not any(d.exists() for d in dirs) and all_ids(copy) == []
+
+
+def _expire_until_taken_over(catalog: Catalog, table: Table, now: datetime) -> tuple[int, float, list]:
+    """Expire in this process, again while the dead or frozen expirer holds its pass ("nothing to
+    expire": its partitions are EXPIRING, and its pass is not ours to resume yet)."""
+    since, idle = time.monotonic(), 0
+    while not (results := Expirer(catalog).expire_table(table, now=now)):
+        idle += 1
+        assert time.monotonic() - since < 60, "the dead expiry was never taken over"
+        time.sleep(0.5)
+    return idle, time.monotonic() - since, results
+
+
+@pytest.mark.process
+def test_a_killed_expirer_is_taken_over_within_seconds_by_the_next(catalog) -> None:
+    """A ``streampart expire`` SIGKILLed after it marked its partitions held them for its whole
+    lease (10 minutes; meanwhile expire found nothing to expire); its process lease now lapses ~8 s
+    after its last renewal, and the next pass resumes it."""
+    table = backfilled(catalog)
+    now = H + timedelta(hours=7)
+    before = int(catalog.load(table).version())
+    proc = cli_process(catalog, "expire", "ns.events", "--now", iso(now), crashpoint="expire-after-begin")
+    proc.communicate(timeout=120)
+    assert proc.returncode == -signal.SIGKILL
+    [dead] = catalog.store.list_expiries(table.id, unfinished=True)
+    assert dead.lease_until is not None and dead.lease_until > datetime.now(UTC) + timedelta(minutes=5)
+    idle, took, [result] = _expire_until_taken_over(catalog, table, now)
+    assert idle > 0, "taken over while its process lease was live"
+    assert took < 20, f"taken over after {took:.1f} s"
+    assert result.resumed and result.expiry == dead.id and result.version == before + 1
+    assert sorted(all_ids(table)) == list(range(40, 60))
+
+
+# A ``streampart expire`` frozen (SIGSTOP) at a step, its pass taken over and finished by another
+# expirer, then woken: it must commit and record nothing, and exit with one line.
+FROZEN = [
+    # partitions marked, nothing removed: its lease check stops it before its commit
+    "expire-after-begin",
+    # removes committed, pass not finished: its lease check stops it before it finishes the pass
+    "expire-after-commit",
+]
+
+
+@pytest.mark.process
+@pytest.mark.parametrize("point", FROZEN)
+def test_a_frozen_expirer_woken_after_its_takeover_commits_nothing(catalog, point: str) -> None:
+    table = backfilled(catalog)
+    now = H + timedelta(hours=7)
+    before = int(catalog.load(table).version())
+    proc = cli_process(catalog, "expire", "ns.events", "--now", iso(now), pausepoint=f"{point}:3")
+    assert proc.stderr is not None
+    assert proc.stderr.readline().strip() == f"pausepoint {point}"
+    proc.send_signal(signal.SIGSTOP)
+    try:
+        _, took, [result] = _expire_until_taken_over(catalog, table, now)
+    finally:
+        proc.send_signal(signal.SIGCONT)
+    assert took < 20 and result.resumed
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert int(catalog.load(table).version()) == before + 1  # one commit removed them, once
+    assert sorted(all_ids(table)) == list(range(40, 60))
+    [done] = catalog.store.list_expiries(table.id)
+    assert done.id == result.expiry and done.commit_version == before + 1
+    assert [p for p in check_table(catalog, table) if p.severity == "error"] == []
