@@ -42,9 +42,14 @@ public final class Policy extends AbstractFunction1<LogicalPlan, BoxedUnit> {
         Map.entry("reflect", BY_NAME), Map.entry("java_method", BY_NAME), Map.entry("try_reflect", BY_NAME),
         Map.entry("xpath", FETCHES), Map.entry("xpath_boolean", FETCHES), Map.entry("xpath_double", FETCHES),
         Map.entry("xpath_float", FETCHES), Map.entry("xpath_int", FETCHES), Map.entry("xpath_long", FETCHES),
-        Map.entry("xpath_number", FETCHES), Map.entry("xpath_short", FETCHES), Map.entry("xpath_string", FETCHES),
-        Map.entry("input_file_name", PATHS), Map.entry("input_file_block_start", PATHS),
-        Map.entry("input_file_block_length", PATHS));
+        Map.entry("xpath_number", FETCHES), Map.entry("xpath_short", FETCHES), Map.entry("xpath_string", FETCHES));
+
+    /**
+     * Built-in functions a SQL server's client may not call, and why: they show what the server's
+     * user sees (a local `streampart query` runs as the user who can read the files anyway).
+     */
+    static final Map<String, String> REFUSED_TO_CLIENTS = Map.of(
+        "input_file_name", PATHS, "input_file_block_start", PATHS, "input_file_block_length", PATHS);
 
     /** Spark's XPath evaluation, however a plan reaches it. */
     private static final String XPATH_CLASSES = "org.apache.spark.sql.catalyst.expressions.xml.XPath";
@@ -62,6 +67,7 @@ public final class Policy extends AbstractFunction1<LogicalPlan, BoxedUnit> {
 
     private static volatile Map<String, String> builtins; // class name → function name
     private static volatile Map<String, String> refusedClasses; // class name → why
+    private static volatile Map<String, String> refusedToClients; // class name → why
 
     private final org.apache.spark.sql.SparkSession session;
 
@@ -169,6 +175,10 @@ public final class Policy extends AbstractFunction1<LogicalPlan, BoxedUnit> {
             return;
         }
         String why = refusal(e);
+        if (why == null && ctx.client) {
+            String function = refusedToClients.get(e.getClass().getName());
+            why = function == null ? null : "function " + e.prettyName() + "() " + function + "; queries may not use it";
+        }
         if (why != null) {
             found[0] = why;
             return;
@@ -223,6 +233,7 @@ public final class Policy extends AbstractFunction1<LogicalPlan, BoxedUnit> {
             SimpleFunctionRegistry registry = FunctionRegistry$.MODULE$.builtin();
             Map<String, String> byClass = new HashMap<>();
             Map<String, String> refused = new HashMap<>();
+            Map<String, String> clients = new HashMap<>();
             List<FunctionIdentifier> names = CollectionConverters.asJava(registry.listFunction());
             for (FunctionIdentifier name : names) {
                 scala.Option<ExpressionInfo> info = registry.lookupFunction(name);
@@ -230,6 +241,9 @@ public final class Policy extends AbstractFunction1<LogicalPlan, BoxedUnit> {
                     continue;
                 }
                 String cls = info.get().getClassName();
+                if (REFUSED_TO_CLIENTS.containsKey(name.funcName())) {
+                    clients.put(cls, REFUSED_TO_CLIENTS.get(name.funcName()));
+                }
                 if (REFUSED.containsKey(name.funcName())) {
                     refused.put(cls, REFUSED.get(name.funcName()));
                     byClass.put(cls, name.funcName());
@@ -239,6 +253,7 @@ public final class Policy extends AbstractFunction1<LogicalPlan, BoxedUnit> {
             }
             // reflect's class is java_method's too, and try_reflect's replacement
             refused.put("org.apache.spark.sql.catalyst.expressions.CallMethodViaReflection", BY_NAME);
+            refusedToClients = clients;
             refusedClasses = refused;
             builtins = byClass;
         }

@@ -49,6 +49,7 @@ public final class Statements {
         final Map<String, LogicalPlan> plans = new HashMap<>();
         final Set<Object> sources = Collections.newSetFromMap(new IdentityHashMap<>());
         Object owner; // the SparkSession whose statement this is: no other session's analysis uses it
+        boolean client; // whether that is a SQL server client's session (Policy refuses it more)
     }
 
     private static final ThreadLocal<Context> CURRENT = new ThreadLocal<>();
@@ -102,6 +103,7 @@ public final class Statements {
             CURRENT.remove();
         } else {
             ctx.owner = owner;
+            ctx.client = owner instanceof org.apache.spark.sql.SparkSession spark && Hooks.isClient(spark);
             CURRENT.set(ctx);
         }
     }
@@ -145,6 +147,7 @@ public final class Statements {
     static Context recent(Object session) {
         Context all = new Context();
         all.owner = session;
+        all.client = true; // asked only for a client's session
         synchronized (CHECKED) {
             java.util.ArrayDeque<Context> recent = CHECKED.get(session);
             if (recent != null) {
