@@ -912,14 +912,19 @@ def attacked(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Attacked]:
         catalog.close()
 
 
-@pytest.fixture(scope="module")
-def cursor(attacked: Attacked) -> Iterator[Any]:
-    """One connection for every statement of the corpus."""
+def _cursor_of(attacked: Attacked) -> Iterator[Any]:
+    """A cursor of a new connection, closed after."""
     conn = attacked.connect()
     try:
         yield conn.cursor()
     finally:
         conn.close()
+
+
+@pytest.fixture(scope="module")
+def cursor(attacked: Attacked) -> Iterator[Any]:
+    """One connection for every statement of the corpus."""
+    yield from _cursor_of(attacked)
 
 
 def _status(exc: Exception) -> Any:
@@ -1224,11 +1229,7 @@ _OUTCOMES: list[str] = []  # "accepted" or "refused", per example the property t
 @pytest.fixture(scope="module")
 def property_cursor(attacked: Attacked) -> Iterator[Any]:
     """A connection of its own: the corpus's may have changed its session (a USE, say)."""
-    conn = attacked.connect()
-    try:
-        yield conn.cursor()
-    finally:
-        conn.close()
+    yield from _cursor_of(attacked)
 
 
 @settings(
