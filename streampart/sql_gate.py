@@ -33,7 +33,6 @@ from __future__ import annotations
 import hashlib
 import hmac
 import logging
-import re
 import threading
 import time
 from collections.abc import Callable
@@ -45,7 +44,7 @@ from ingest.login_guard import LoginGuard
 from metastore.catalog import Catalog
 from metastore.errors import StreampartError, UserInputError
 from metastore.links import Resolved
-from metastore.models import ApiToken, Permission, TableName
+from metastore.models import ApiToken, Permission, TableName, check_identifier
 from metastore.namespaces import check_namespace
 from streampart.errors import QueryRefusedError
 from streampart.query import (
@@ -378,9 +377,6 @@ class SqlGate:
         return plan
 
 
-_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:@[A-Za-z_][A-Za-z0-9_]*)?")
-
-
 def _written(parts: list[str]) -> str:
     """A table reference's name parts as ``NAMESPACE.TABLE`` (or ``TABLE``, ``TABLE@SOURCE``).
 
@@ -393,12 +389,14 @@ def _written(parts: list[str]) -> str:
             f"{'.'.join(parts)}: queries read streampart tables as NAMESPACE.TABLE, not through a "
             "catalog or a path"
         )
-    for part in parts:
-        if not _NAME.fullmatch(part):
+    for piece in [p for part in parts for p in part.split("@", 1)]:
+        try:
+            check_identifier(piece, "name")
+        except UserInputError:
             raise QueryRefusedError(
                 f"{'.'.join(parts)}: queries read streampart tables (NAMESPACE.TABLE, or inside a "
                 "namespace TABLE and TABLE@SOURCE), not files or other names"
-            )
+            ) from None
     return ".".join(parts)
 
 
