@@ -17,14 +17,17 @@ from pathlib import Path
 import pytest
 
 # runs `streampart ARGS…` (argv[2:]) in this process, then lists the modules it imported into argv[1]
+# (at exit: the command line ends its process itself once its exit handlers have run)
 _WRAPPER = """
-import json, runpy, sys
+import atexit, json, runpy, sys
 report, sys.argv = sys.argv[1], ["streampart", *sys.argv[2:]]
-try:
-    runpy.run_module("streampart", run_name="__main__")
-finally:
+
+def listed():
     with open(report, "w") as f:
         json.dump(sorted(sys.modules), f)
+
+atexit.register(listed)
+runpy.run_module("streampart", run_name="__main__")
 """
 SPARK = ("pyspark", "py4j")
 

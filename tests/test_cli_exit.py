@@ -1,0 +1,61 @@
+"""How a ``streampart`` process ends: with its command's status, and only once the work the
+command started in the background (a Delta checkpoint after a commit) is done, as at an
+interpreter's normal exit (the command line ends its process itself, skipping native libraries'
+static destructors: ``streampart.cli.root._leave``)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+def streampart(wh: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMPART_")}
+    env |= {"STREAMPART_WAREHOUSE": str(wh), "TZ": "UTC"}
+    return subprocess.run(
+        [sys.executable, "-m", "streampart", *args], capture_output=True, text=True, env=env, timeout=120
+    )
+
+
+@pytest.mark.process
+def test_a_checkpoint_the_command_started_is_written_before_the_process_ends(tmp_path: Path) -> None:
+    wh, rows = tmp_path / "wh", tmp_path / "rows.jsonl"
+    rows.write_text("".join(f'{{"id": {i}, "ts": "2026-11-21T10:00:00Z"}}\n' for i in range(50)))
+    for args in [
+        (
+            "table",
+            "create",
+            "ns.t",
+            "--schema",
+            "id BIGINT, ts TIMESTAMP",
+            "--time-column",
+            "ts",
+            "--roll-every",
+            "1h",
+        ),
+        ("table", "alter", "ns.t", "--checkpoint-interval", "1"),  # every commit checkpoints
+    ]:
+        done = streampart(wh, *args)
+        assert done.returncode == 0, done.stderr
+    before = set(wh.rglob("_delta_log/*.checkpoint.parquet"))
+    done = streampart(wh, "write", "ns.t", str(rows))
+    assert done.returncode == 0, done.stderr
+    # the write's checkpoint runs in a thread of its own after the commit, off the commit path
+    made = set(wh.rglob("_delta_log/*.checkpoint.parquet")) - before
+    assert made, f"no checkpoint after the write's commit: {sorted(p.name for p in before)}"
+
+
+@pytest.mark.process
+def test_the_status_is_the_commands(tmp_path: Path) -> None:
+    wh = tmp_path / "wh"
+    done = streampart(wh, "table", "list")  # no warehouse yet: the user's mistake, in one line
+    assert (done.returncode, done.stderr.count("\n")) == (1, 1), done.stderr
+    assert "does not exist" in done.stderr
+    assert streampart(wh, "table", "frobnicate").returncode == 2  # a usage error, as click says
+    done = streampart(wh, "namespace", "create", "ns")
+    assert done.returncode == 0, done.stderr
+    assert streampart(wh, "table", "list").returncode == 0
