@@ -1,22 +1,35 @@
 """The checker: pure functions over a history and an independent final read of the table.
 
-What it proves (architecture.md, invariants 1–5; no delete or expiry is in these histories yet,
-so no row may leave the table once seen):
+What it proves (architecture.md, invariants 1–5, and issue 30's deletes). A row may leave the table
+only by a delete of the history whose predicate it matches (:class:`Deletes`): a delete that
+finished removes the matching rows acknowledged before it was invoked (later ones it may or may not);
+one that failed or died may still be resumed by the next delete, so its matches may go any time.
 
-- ``lost``: an acknowledged write's row is missing from the final read;
+- ``lost``: an acknowledged write's row is missing from the final read, and no delete may have
+  removed it;
 - ``duplicated``: a row is in the final read more than once (whatever its write's outcome);
 - ``failed_present``: a row of a write that failed for sure (a 4xx) is in the final read;
+- ``failed_read``: a read saw a row of a write that failed for sure (no aborted row is ever read);
+- ``deleted_present``: a row acknowledged before a delete matching it was invoked is in the final
+  read or in a read of a version at or after that delete's commit, once the delete finished;
 - ``phantom``: a row nobody wrote is read;
 - ``two_partitions``: a row is in two partitions of the final read;
 - ``partial_chunk``: a read (or the final read) holds some but not all rows of one chunk;
 - ``not_monotonic``: a reader's latest-version reads go back in version, or lose rows;
 - ``not_repeatable``: two reads of one version saw different rows;
 - ``stale_read``: a read invoked after a write was acknowledged does not hold its rows (a
-  committed chunk is visible to queries at once).
+  committed chunk is visible to queries at once);
+- error classes (:func:`classify`): every failed or unknown operation's message is one the product
+  means to give: ``internal_error`` (an HTTP 500, "internal"), ``claims_damage`` (a message saying
+  something is damaged, corrupt or to be restored: the nemesis never damages anything, it only makes
+  processes, the metastore and the store unavailable), ``traceback`` (a Python traceback where one
+  clear line is due) and ``unclassified_error`` (a message none of the known classes matches);
+- ``check_error``: ``streampart check`` after the run found an error problem.
 """
 
 from __future__ import annotations
 
+import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -25,6 +38,88 @@ from tests.history.history import Op
 
 # The reasons a producer gives, at invocation, for a write it sends to be refused.
 EXPECTED_REFUSALS = ("malformed record", "acknowledged key")
+# What a CLI write's error says when, for sure, nothing of it landed.
+NOT_COMMITTED = ("nothing was committed", "nothing of this content was written")
+
+# An error message's class, by the first pattern (case-insensitive) it matches: the ones first in
+# this list are anomalies whatever else the message says.
+ANOMALOUS = {"internal_error", "claims_damage", "traceback"}
+ERROR_CLASSES: tuple[tuple[str, str], ...] = (
+    ("traceback", r"Traceback \(most recent call last\)"),
+    ("internal_error", r"HTTP 500|\binternal\b"),
+    ("claims_damage", r"damaged|corrupt|restore"),
+    ("killed", r"killed by signal"),
+    ("refused", r"malformed|expected an integer|idempotency key .* used for different|HTTP 4\d\d"),
+    ("not_committed", r"nothing was committed|nothing of this content was written"),
+    ("unknown_outcome", r"may have landed|outcome is unknown|not in the Delta log"),
+    ("unavailable", r"unavailable|HTTP 503|HTTP 50[24]|connection (refused|failed|reset)|timed? ?out|"
+                    r"ConnectError|ReadError|RemoteProtocolError|no success in|did not answer|"
+                    r"server closed the connection|terminating connection|Slow ?Down"),
+    ("conflict", r"conflict|busy|taken over|another (delete|roll|process)|lease|is rolling"),
+)  # fmt: skip
+
+
+def classify(detail: str) -> str:
+    """The class of an error message (see :data:`ERROR_CLASSES`), or ``unclassified``."""
+    for name, pattern in ERROR_CLASSES:
+        if re.search(pattern, detail, re.IGNORECASE):
+            return name
+    return "unclassified"
+
+
+_DELETE = re.compile(r"msg = 'g(\d)' AND id BETWEEN (\d+) AND (\d+)")
+
+
+@dataclass(frozen=True)
+class Delete:
+    """A delete of the history, as the checker reads its predicate (the deleter's one shape)."""
+
+    op: Op
+    group: int
+    lo: int
+    hi: int
+
+    @classmethod
+    def of(cls, op: Op) -> Delete:
+        m = _DELETE.fullmatch(op.where)
+        assert m, f"not a predicate of the deleter's shape: {op.where!r}"
+        return cls(op, int(m[1]), int(m[2]), int(m[3]))
+
+    def matches(self, i: int) -> bool:
+        return i % 10 == self.group and self.lo <= i <= self.hi
+
+
+class Deletes:
+    """What the deletes of a history allow and demand, row by row."""
+
+    def __init__(self, history: list[Op]) -> None:
+        self.all = [Delete.of(op) for op in history if op.kind == "delete"]
+        self.done = [d for d in self.all if d.op.outcome == "ok"]
+        self._removable: dict[str, frozenset[int]] = {}
+
+    def removable(self, write: Op) -> frozenset[int]:
+        """The rows of ``write`` some delete may have removed: one that finished after ``write`` was
+        invoked, or one that did not finish (the next delete may resume it at a later snapshot)."""
+        if (found := self._removable.get(write.id)) is None:
+            found = frozenset(
+                i
+                for d in self.all
+                if d.op.outcome != "ok" or d.op.completed is None or write.invoked < d.op.completed
+                for i in write.ids
+                if d.matches(i)
+            )
+            self._removable[write.id] = found
+        return found
+
+    def must_remove(self, i: int, write: Op) -> Delete | None:
+        """A finished delete that must have removed row ``i`` of acknowledged ``write``: one matching
+        it, invoked after ``write`` was acknowledged."""
+        if write.outcome != "ok" or write.completed is None:
+            return None
+        for d in self.done:
+            if d.matches(i) and write.completed < d.op.invoked:
+                return d
+        return None
 
 
 @dataclass(frozen=True)
@@ -46,6 +141,8 @@ class Report:
     operations: int
     faults: int
     outcomes: dict[str, Counter[str]] = field(default_factory=dict)  # kind -> outcome -> count
+    faults_by_kind: Counter[str] = field(default_factory=Counter)  # "kill ok", "pg-pause ok", …
+    errors_by_class: Counter[str] = field(default_factory=Counter)  # "write unavailable", …
     anomalies: list[Anomaly] = field(default_factory=list)
     # writes refused for sure (4xx) that their producer did not send to be refused (no reason given
     # at invocation): not an anomaly of the invariants, but a refusal nobody asked for
@@ -57,6 +154,8 @@ class Report:
     def summary(self) -> str:
         by_kind = ", ".join(f"{k}: {dict(c)}" for k, c in sorted(self.outcomes.items()))
         lines = [f"operations: {self.operations} ({by_kind})", f"faults injected: {self.faults}",
+                 f"  by kind: {dict(sorted(self.faults_by_kind.items()))}",
+                 f"errors by class: {dict(sorted(self.errors_by_class.items()))}",
                  f"anomalies: {len(self.anomalies)}"]  # fmt: skip
         lines += [f"  {a.kind}: {a.message}" for a in self.anomalies[:20]]
         return "\n".join(lines)
@@ -67,8 +166,10 @@ def _short(ids: Iterable[int]) -> str:
     return f"{s[:8]}{'…' if len(s) > 8 else ''} ({len(s)} rows)"
 
 
-def check_final(writes: list[Op], final: FinalRead) -> list[Anomaly]:
-    """Invariants 1, 2 and 4 on the final read: exactly once, nothing failed, one partition each."""
+def check_final(writes: list[Op], final: FinalRead, deletes: Deletes | None = None) -> list[Anomaly]:
+    """Invariants 1, 2 and 4 on the final read: exactly once, nothing failed, one partition each;
+    and what the deletes removed gone, nothing else."""
+    deletes = deletes or Deletes([])
     out: list[Anomaly] = []
     counts = Counter(i for i, _ in final.rows)
     partitions: dict[int, set[str]] = defaultdict(set)
@@ -86,33 +187,47 @@ def check_final(writes: list[Op], final: FinalRead) -> list[Anomaly]:
     for w in writes:
         ids = set(w.ids)
         present = ids & counts.keys()
-        if w.outcome == "ok" and present != ids:
-            out.append(
-                Anomaly("lost", f"{w.client} {w.key}: acknowledged rows missing: {_short(ids - present)}")
-            )
-        elif w.outcome == "fail" and present:
+        missing = ids - present - deletes.removable(w)
+        if w.outcome == "ok" and missing:
+            out.append(Anomaly("lost", f"{w.client} {w.key}: acknowledged rows missing: {_short(missing)}"))
+        if kept := {i: d for i in present if (d := deletes.must_remove(i, w))}:
+            where = next(iter(kept.values())).op.where
+            out.append(Anomaly("deleted_present", f"{w.client} {w.key}: in the final read, rows acknowledged "
+                               f"before delete [{where}] was invoked: {_short(kept)}"))  # fmt: skip
+        if w.outcome == "fail" and present:
             out.append(
                 Anomaly("failed_present", f"{w.client} {w.key} ({w.detail}): rows present: {_short(present)}")
             )
-    out += _partial(writes, set(counts), f"final read at version {final.version}")
+    out += _partial(writes, set(counts), f"final read at version {final.version}", deletes)
     return out
 
 
-def _partial(writes: list[Op], seen: set[int], where: str) -> list[Anomaly]:
+def _partial(writes: list[Op], seen: set[int], where: str, deletes: Deletes) -> list[Anomaly]:
+    """Chunks partly in ``seen``, their rows that a delete may have removed left aside."""
     out = []
     for w in writes:
-        ids = set(w.ids)
+        ids = set(w.ids) - deletes.removable(w)
         if ids & seen and not ids <= seen:
             out.append(Anomaly("partial_chunk", f"{where}: {len(ids & seen)} of the {len(ids)} rows of "
                                                 f"{w.client} {w.key}"))  # fmt: skip
     return out
 
 
-def check_reads(writes: list[Op], reads: list[Op]) -> list[Anomaly]:
+def check_reads(writes: list[Op], reads: list[Op], deletes: Deletes | None = None) -> list[Anomaly]:
     """Invariant 3 on every read: repeatable by version, monotonic per reader, whole chunks,
-    no phantom rows, and every write acknowledged before the read began visible in it."""
+    no phantom rows, no row of a failed write, and every write acknowledged before the read began
+    visible in it (rows a delete may have removed left aside; rows a finished delete must have
+    removed absent from every version at or after its commit)."""
+    deletes = deletes or Deletes([])
     out: list[Anomaly] = []
     written = {i for w in writes for i in w.ids}
+    failed = {i: w for w in writes if w.outcome == "fail" for i in w.ids}
+    gone_from: dict[int, Delete] = {}  # row -> a finished delete that must have removed it
+    removable = frozenset().union(*(deletes.removable(w) for w in writes))
+    for w in writes:
+        for i in w.ids:
+            if (d := deletes.must_remove(i, w)) and d.op.version is not None:
+                gone_from[i] = d
     by_version: dict[int, tuple[Op, frozenset[int]]] = {}
     last: dict[str, tuple[Op, frozenset[int]]] = {}
     # a chunk's rows may be split among several write ops only when they share its key (retries)
@@ -136,8 +251,8 @@ def check_reads(writes: list[Op], reads: list[Op]) -> list[Anomaly]:
                 out.append(
                     Anomaly("not_monotonic", f"{r.client} read version {p_op.version}, then {r.version}")
                 )
-            elif not p_seen <= seen:
-                gone = f"rows seen at version {p_op.version} gone at {r.version}: {_short(p_seen - seen)}"
+            elif vanished := p_seen - seen - removable:
+                gone = f"rows seen at version {p_op.version} gone at {r.version}: {_short(vanished)}"
                 out.append(Anomaly("not_monotonic", f"{r.client}: {gone}"))
         if r.kind == "read":
             last[r.client] = (r, seen)
@@ -145,11 +260,23 @@ def check_reads(writes: list[Op], reads: list[Op]) -> list[Anomaly]:
             out.append(
                 Anomaly("phantom", f"{r.client} at version {r.version}: rows nobody wrote: {_short(phantom)}")
             )
-        out += _partial(chunks, set(seen), f"{r.client} at version {r.version}")
+        if aborted := seen & failed.keys():
+            w = failed[next(iter(aborted))]
+            why = f"rows of a write that failed for sure ({w.client} {w.key}: {w.detail[:200]})"
+            out.append(Anomaly("failed_read", f"{r.client} at version {r.version}: {why}: {_short(aborted)}"))
+        kept = {
+            i
+            for i in seen
+            if (d := gone_from.get(i)) and d.op.version is not None and r.version >= d.op.version
+        }
+        if kept:
+            out.append(Anomaly("deleted_present", f"{r.client} at version {r.version}: rows a finished "
+                               f"delete removed at an earlier version: {_short(kept)}"))  # fmt: skip
+        out += _partial(chunks, set(seen), f"{r.client} at version {r.version}", deletes)
         if r.kind == "read":
             for w in writes:
                 acked_before = w.outcome == "ok" and w.completed is not None and w.completed < r.invoked
-                if acked_before and (missing := set(w.ids) - seen):
+                if acked_before and (missing := set(w.ids) - seen - deletes.removable(w)):
                     after = f"invoked after {w.client} {w.key} was acknowledged"
                     out.append(
                         Anomaly(
@@ -160,19 +287,47 @@ def check_reads(writes: list[Op], reads: list[Op]) -> list[Anomaly]:
     return out
 
 
+def check_errors(history: list[Op]) -> list[Anomaly]:
+    """Every failed or unknown operation's message is of a class the product means to give."""
+    out = []
+    for op in history:
+        if op.kind in ("fault", "read", "read_at", "check") or op.outcome == "ok":
+            continue
+        if op.outcome == "unknown" and not op.detail:
+            continue  # its client died with it: nothing was said
+        cls = classify(op.detail)
+        if cls in ANOMALOUS or cls == "unclassified":
+            kind = "unclassified_error" if cls == "unclassified" else cls
+            out.append(Anomaly(kind, f"{op.client} {op.kind} {op.outcome}: {op.detail[:400]}"))
+    return out
+
+
 def check(history: list[Op], final: FinalRead) -> Report:
     """Every check over ``history`` and ``final``; the report's ``anomalies`` must be empty."""
     writes = [op for op in history if op.kind == "write"]
+    deletes = Deletes(history)
     reads = [op for op in history if op.kind in ("read", "read_at")]
     outcomes: dict[str, Counter[str]] = defaultdict(Counter)
     for op in history:
         outcomes[op.kind][op.outcome] += 1
     report = Report(
-        operations=sum(1 for op in history if op.kind != "fault"),
-        faults=sum(1 for op in history if op.kind == "fault"),
+        operations=sum(1 for op in history if op.kind not in ("fault", "log")),
+        faults=sum(1 for op in history if op.kind == "fault" and op.outcome == "ok"),
         outcomes=dict(outcomes),
+        faults_by_kind=Counter(f"{op.key} {op.outcome}" for op in history if op.kind == "fault"),
+        errors_by_class=Counter(
+            f"{op.kind} {classify(op.detail)}"
+            for op in history
+            if op.outcome != "ok" and op.detail and op.kind not in ("fault", "check")
+        ),
     )
-    report.anomalies = check_final(writes, final) + check_reads(writes, reads)
+    report.anomalies = check_final(writes, final, deletes) + check_reads(writes, reads, deletes)
+    report.anomalies += check_errors(history)
+    report.anomalies += [
+        Anomaly("check_error", f"streampart check: {op.detail[:600]}")
+        for op in history
+        if op.kind == "check" and op.outcome != "ok"
+    ]
     report.unexplained_refusals = [
         f"{w.client} {w.key}: {w.detail}"
         for w in writes

@@ -20,9 +20,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 Outcome = Literal["ok", "fail", "unknown"]
-# write: a chunk sent by a producer (ids: its rows); read: the latest version read by a reader;
-# read_at: a version read again by time travel; roll: a forced roll; fault: what the nemesis did
-Kind = Literal["write", "read", "read_at", "roll", "fault"]
+# write: a chunk sent by a producer or a CLI writer (ids: its rows); read: the latest version read by
+# a reader; read_at: a version read again by time travel; roll: a forced roll; delete: rows deleted by
+# predicate (where: its condition; version: its commit's); check: ``streampart check`` after the run;
+# log: an error line a server wrote in its log; fault: what the nemesis did
+Kind = Literal["write", "read", "read_at", "roll", "delete", "check", "log", "fault"]
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,7 @@ class Op:
     version: int | None = None  # read/read_at: the Delta version read
     key: str | None = None  # write: the idempotency key
     detail: str = ""  # why it failed, what fault, …
+    where: str = ""  # delete: its predicate (SQL, as sent)
 
 
 @dataclass
@@ -59,12 +62,13 @@ class History:
             os.close(fd)
 
     def invoke(self, client: str, kind: Kind, *, ids: Iterable[int] = (), key: str | None = None,
-               version: int | None = None, detail: str = "") -> str:  # fmt: skip
+               version: int | None = None, detail: str = "", where: str = "") -> str:  # fmt: skip
         """Record the start of an operation; returns its id, for :meth:`complete`."""
         with self._lock:
             op_id = f"{self._prefix}-{next(self._seq)}"
         self._append({"type": "invoke", "op": op_id, "client": client, "kind": kind, "time": time.time(),
-                      "ids": list(ids), "key": key, "version": version, "detail": detail})  # fmt: skip
+                      "ids": list(ids), "key": key, "version": version, "detail": detail,
+                      "where": where})  # fmt: skip
         return op_id
 
     def complete(self, op_id: str, outcome: Outcome, *, ids: Iterable[int] | None = None,
@@ -97,6 +101,7 @@ def load(path: Path) -> list[Op]:
                 outcome="unknown" if done is None else done["outcome"],
                 ids=tuple(ids), version=version, key=inv["key"],
                 detail=" ".join(d for d in (inv["detail"], "" if done is None else done["detail"]) if d),
+                where=inv.get("where", ""),
             )
         )  # fmt: skip
     return sorted(ops, key=lambda op: op.invoked)

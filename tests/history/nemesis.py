@@ -3,30 +3,66 @@
 - ``kill``: SIGKILL the ``streampart serve`` process (no cleanup, no graceful shutdown), wait,
   start it again on the same port;
 - ``pause``: SIGSTOP it (it holds its connections, leases and any metastore transaction while
-  frozen), wait, SIGCONT.
+  frozen), wait, SIGCONT;
+- ``kill-cli`` / ``pause-cli``: the same to a running CLI process (a ``streampart write`` or
+  ``streampart delete`` of a client, see :class:`tests.history.clients.Processes`);
+- ``pg-restart``: stop the private PostgreSQL of the metastore (``fast``: its clients' sessions are
+  ended; ``immediate``: a crash as clients see it), leave it down, start it on the same port;
+- ``pg-pause``: SIGSTOP its postmaster and every backend (connections hang: no answer, no
+  refusal), wait, SIGCONT.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import random
 import signal
 import threading
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from tests.api.fixtures import Server
+from tests.history.clients import Processes
 from tests.history.history import History
+from tests.private_pg import PrivatePostgres
+
+SERVER_FAULTS = ("kill", "pause")
+CLI_FAULTS = ("kill-cli", "pause-cli")
+PG_FAULTS = ("pg-restart", "pg-pause")
+# Why 5 s: CLI processes come and go (about one a second per client); a fault aimed at one waits
+# this long for one to be running before it is recorded as not injected.
+CLI_WAIT_S = 5.0
+
+
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` (from /proc)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+            found.append(int(entry.name))
+    return found
 
 
 @dataclass
 class Nemesis:
-    server: Server
     history: History
+    server: Server | None = None
+    procs: Processes | None = None
+    pg: PrivatePostgres | None = None
     rng: random.Random = field(default_factory=random.Random)
     name: str = "nemesis"
 
     def kill(self, down: float) -> None:
         """SIGKILL the server, leave it dead ``down`` seconds, restart it (waits until it answers)."""
-        op = self.history.invoke(self.name, "fault", detail="sigkill")
+        assert self.server is not None
+        op = self.history.invoke(self.name, "fault", key="kill", detail="sigkill serve")
         self.server.kill()
         threading.Event().wait(down)
         self.server.start()
@@ -34,9 +70,10 @@ class Nemesis:
 
     def pause(self, frozen: float) -> None:
         """SIGSTOP the server for ``frozen`` seconds, then SIGCONT."""
+        assert self.server is not None
         proc = self.server.proc
         assert proc is not None and proc.poll() is None, "the server is not running"
-        op = self.history.invoke(self.name, "fault", detail="sigstop")
+        op = self.history.invoke(self.name, "fault", key="pause", detail="sigstop serve")
         proc.send_signal(signal.SIGSTOP)
         try:
             threading.Event().wait(frozen)
@@ -44,12 +81,86 @@ class Nemesis:
             proc.send_signal(signal.SIGCONT)
         self.history.complete(op, "ok", detail=f"sigcont after {frozen:.1f}s")
 
+    def cli(self, fault: str, frozen: float) -> None:
+        """SIGKILL (``kill-cli``) or SIGSTOP for ``frozen`` seconds (``pause-cli``) a running CLI process."""
+        assert self.procs is not None
+        op = self.history.invoke(self.name, "fault", key=fault)
+        deadline = threading.Event()
+        picked = self.procs.pick(self.rng)
+        waited = 0.0
+        while picked is None and waited < CLI_WAIT_S:
+            deadline.wait(0.05)
+            waited += 0.05
+            picked = self.procs.pick(self.rng)
+        if picked is None:
+            self.history.complete(op, "fail", detail="no CLI process running")
+            return
+        client, proc = picked
+        try:
+            if fault == "kill-cli":
+                proc.send_signal(signal.SIGKILL)
+                self.history.complete(op, "ok", detail=f"sigkill {client} pid {proc.pid}")
+                return
+            proc.send_signal(signal.SIGSTOP)
+            try:
+                deadline.wait(frozen)
+            finally:
+                proc.send_signal(signal.SIGCONT)
+        except ProcessLookupError:  # it ended between the pick and the signal
+            self.history.complete(op, "fail", detail=f"{client} pid {proc.pid} ended first")
+            return
+        self.history.complete(
+            op, "ok", detail=f"sigstop {client} pid {proc.pid}, sigcont after {frozen:.1f}s"
+        )
+
+    def pg_restart(self, down: float) -> None:
+        """Stop the metastore's PostgreSQL (fast or immediate), ``down`` seconds, start it again."""
+        assert self.pg is not None
+        mode = self.rng.choice(["fast", "immediate"])
+        op = self.history.invoke(self.name, "fault", key="pg-restart", detail=f"pg stop {mode}")
+        self.pg.stop(mode)  # type: ignore[arg-type]
+        threading.Event().wait(down)
+        self.pg.start()
+        self.history.complete(op, "ok", detail=f"started after {down:.1f}s down")
+
+    def pg_pause(self, frozen: float) -> None:
+        """SIGSTOP the postmaster, then its children, for ``frozen`` seconds; SIGCONT in reverse."""
+        assert self.pg is not None
+        op = self.history.invoke(self.name, "fault", key="pg-pause", detail="pg sigstop")
+        postmaster = int((self.pg.data / "postmaster.pid").read_text().split()[0])
+        os.kill(postmaster, signal.SIGSTOP)  # first: it forks no new backend while the rest stop
+        frozen_pids = [postmaster]
+        try:
+            for child in _children(postmaster):
+                try:
+                    os.kill(child, signal.SIGSTOP)
+                    frozen_pids.append(child)
+                except ProcessLookupError:
+                    pass
+            threading.Event().wait(frozen)
+        finally:
+            for pid in reversed(frozen_pids):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGCONT)
+        self.history.complete(op, "ok", detail=f"{len(frozen_pids)} processes, sigcont after {frozen:.1f}s")
+
+    def inject(self, fault: str) -> None:
+        if fault == "kill":
+            self.kill(down=self.rng.uniform(0.2, 1.5))
+        elif fault == "pause":
+            self.pause(frozen=self.rng.uniform(1.0, 4.0))
+        elif fault in CLI_FAULTS:
+            self.cli(fault, frozen=self.rng.uniform(0.5, 4.0))
+        elif fault == "pg-restart":
+            self.pg_restart(down=self.rng.uniform(0.5, 3.0))
+        elif fault == "pg-pause":
+            self.pg_pause(frozen=self.rng.uniform(1.0, 4.0))
+        else:
+            raise ValueError(f"no such fault: {fault}")
+
     def run(self, schedule: list[str], stop: threading.Event, gap: tuple[float, float]) -> None:
-        """Inject the faults of ``schedule`` (``kill`` / ``pause``) in order, a random ``gap`` apart."""
+        """Inject the faults of ``schedule`` in order, a random ``gap`` apart."""
         for fault in schedule:
             if stop.wait(self.rng.uniform(*gap)):
                 return
-            if fault == "kill":
-                self.kill(down=self.rng.uniform(0.2, 1.5))
-            else:
-                self.pause(frozen=self.rng.uniform(1.0, 4.0))
+            self.inject(fault)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 import threading
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,20 +17,25 @@ from tests.history import clients
 from tests.history.checker import FinalRead, Report, check
 from tests.history.history import History, Op
 from tests.history.nemesis import Nemesis
+from tests.private_pg import PrivatePostgres
 
 TABLE = "ns.events"
 # Why 0.5 s: a commit left COMMITTING by a killed server is taken over by a retry after twice the
 # commit timeout; short, so the producers' retries resolve it well within their budget.
 FAST = {"STREAMPART_CHUNK__COMMIT_TIMEOUT": "PT0.5S"}
+PRODUCER_BASE, CLI_BASE = 1_000_000, 10_000_000  # producer k writes ids from (k + 1) * base, …
 
 
 @dataclass(frozen=True)
 class Run:
     producers: int
     readers: int
-    faults: list[str]  # kill / pause, in order
+    faults: list[str]  # see tests/history/nemesis.py, in order
     gap: tuple[float, float]  # seconds between two faults
     roll_every: tuple[float, float]
+    cli_writers: int = 0
+    deleters: int = 0
+    delete_every: tuple[float, float] = (2.0, 5.0)
     seed: int = 45
 
 
@@ -43,20 +49,49 @@ def final_read(location: str) -> FinalRead:
     return FinalRead(dt.version(), tuple((i, str(p)) for i, p in zip(ids, parts, strict=True)))
 
 
-def run(tmp_path: Path, spec: Run) -> Report:
-    """Clients and the nemesis against one ``streampart serve`` on SQLite; the checker's report."""
-    srv = Server(tmp_path / "wh", f"sqlite:///{tmp_path / 'wh' / '_metastore.sqlite'}", tmp_path, FAST)
+def record_server_errors(log_dir: Path, history: History) -> None:
+    """Every error a server wrote in its logs (an answer 500, a traceback), as a ``log`` operation."""
+    for log in sorted(log_dir.glob("server-*.log")):
+        for line in log.read_text(errors="replace").splitlines():
+            if "Traceback" in line or "request failed" in line or '"level": "error"' in line.lower():
+                op = history.invoke(log.name, "log")
+                history.complete(op, "fail", detail=line[:600])
+
+
+def run(tmp_path: Path, spec: Run, pg: PrivatePostgres | None = None) -> Report:
+    """Clients and the nemesis against one ``streampart serve`` (and CLI processes) on a SQLite
+    metastore, or on a database of the private PostgreSQL ``pg`` (which the nemesis may then stop
+    and freeze); the checker's report."""
+    if pg is None:
+        metastore = f"sqlite:///{tmp_path / 'wh' / '_metastore.sqlite'}"
+    else:
+        metastore = pg.create_database(f"history_{uuid.uuid4().hex[:12]}")
+    srv = Server(tmp_path / "wh", metastore, tmp_path, FAST)
     table = make_table(srv.catalog, TABLE)
     token = srv.token("producers", "admin:*")
     history = History(tmp_path / "history.jsonl")
+    cli = clients.Cli(str(srv.warehouse), metastore, FAST)
+    procs = clients.Processes()
+    (work := tmp_path / "cli").mkdir()
     rng = random.Random(spec.seed)
     stop = threading.Event()
     srv.start()
+    producer_bases = [(k + 1) * PRODUCER_BASE for k in range(spec.producers)]
+    cli_bases = [(k + 1) * CLI_BASE for k in range(spec.cli_writers)]
     try:
         workers = [
-            threading.Thread(target=clients.producer, args=(f"producer-{k}", (k + 1) * 1_000_000, srv.url,
-                             token, TABLE, history, stop, random.Random(rng.random())))
-            for k in range(spec.producers)
+            threading.Thread(target=clients.producer, args=(f"producer-{k}", base, srv.url, token, TABLE,
+                             history, stop, random.Random(rng.random())))
+            for k, base in enumerate(producer_bases)
+        ] + [
+            threading.Thread(target=clients.cli_writer, args=(f"cli-writer-{k}", base, cli, TABLE, history,
+                             stop, random.Random(rng.random()), procs, work))
+            for k, base in enumerate(cli_bases)
+        ] + [
+            threading.Thread(target=clients.deleter, args=(f"deleter-{k}", cli, TABLE,
+                             producer_bases + cli_bases, history, stop, random.Random(rng.random()), procs,
+                             spec.delete_every))
+            for k in range(spec.deleters)
         ] + [
             threading.Thread(target=clients.reader, args=(f"reader-{k}", table.location, history, stop,
                              random.Random(rng.random())))
@@ -67,12 +102,15 @@ def run(tmp_path: Path, spec: Run) -> Report:
         ]  # fmt: skip
         for w in workers:
             w.start()
-        Nemesis(srv, history, random.Random(rng.random())).run(spec.faults, stop, spec.gap)
+        nemesis = Nemesis(history, server=srv, procs=procs, pg=pg, rng=random.Random(rng.random()))
+        nemesis.run(spec.faults, stop, spec.gap)
         stop.wait(3)  # a quiet end: the last unknown writes resolve against a live server
         stop.set()
         for w in workers:
-            w.join(clients.RETRY_FOR * (1 + clients.UNKNOWN_RETRIES) + 30)
+            w.join(max(clients.RETRY_FOR, clients.CLI_TIMEOUT) * (1 + clients.UNKNOWN_RETRIES) + 30)
             assert not w.is_alive(), f"{w.name} did not stop"
+        clients.cli_check(cli, history)
+        record_server_errors(tmp_path, history)
         report = check(history.load(), final_read(table.location))
     finally:
         stop.set()
@@ -81,38 +119,70 @@ def run(tmp_path: Path, spec: Run) -> Report:
     return report
 
 
-@pytest.mark.process
-@pytest.mark.timeout(300)
-def test_history_under_kills_and_a_pause_has_no_anomaly(tmp_path: Path) -> None:
-    """CI size: 3 producers, 2 readers, a roller; 3 SIGKILLs with restarts and 1 SIGSTOP."""
-    spec = Run(producers=3, readers=2, faults=["kill", "pause", "kill", "kill"], gap=(3.0, 6.0),
-               roll_every=(4.0, 8.0))  # fmt: skip
-    report = run(tmp_path, spec)
+def assert_clean(report: Report, spec: Run) -> None:
     assert report.faults == len(spec.faults)
     assert report.outcomes["write"]["ok"] > 0 and report.outcomes["read"]["ok"] > 0
     assert not report.anomalies, report.summary()
     assert not report.unexplained_refusals, report.unexplained_refusals
 
 
+@pytest.mark.process
+@pytest.mark.timeout(300)
+def test_history_under_kills_and_pauses_has_no_anomaly(tmp_path: Path) -> None:
+    """CI size, SQLite: 3 producers, 2 CLI writers, a deleter, 2 readers, a roller; 3 SIGKILLs of
+    serve with restarts and 1 SIGSTOP; 3 SIGKILLs and 2 SIGSTOPs of CLI writers and deletes."""
+    faults = ["kill", "kill-cli", "pause", "pause-cli", "kill", "kill-cli", "pause-cli", "kill", "kill-cli"]
+    spec = Run(producers=3, readers=2, cli_writers=2, deleters=1, faults=faults, gap=(2.0, 5.0),
+               roll_every=(4.0, 8.0))  # fmt: skip
+    report = run(tmp_path, spec)
+    assert_clean(report, spec)
+    assert report.outcomes["delete"]["ok"] > 0
+
+
+@pytest.mark.process
+@pytest.mark.timeout(300)
+def test_history_on_postgresql_under_restarts_and_pauses_has_no_anomaly(tmp_path: Path, private_pg) -> None:
+    """CI size, a private PostgreSQL metastore: 2 producers, 2 CLI writers, a deleter, 2 readers, a
+    roller; the metastore stopped and started 3 times and frozen twice, serve SIGKILLed once."""
+    faults = ["pg-restart", "pg-pause", "kill", "pg-restart", "pg-pause", "pg-restart", "kill-cli"]
+    spec = Run(producers=2, readers=2, cli_writers=2, deleters=1, faults=faults, gap=(3.0, 6.0),
+               roll_every=(4.0, 8.0))  # fmt: skip
+    assert_clean(run(tmp_path, spec, private_pg), spec)
+
+
 @pytest.mark.soak
 @pytest.mark.process
 @pytest.mark.timeout(3600)
 def test_soak_history_under_many_faults_has_no_anomaly(tmp_path: Path) -> None:
-    """Minutes: 5 producers, 3 readers, a roller; 40 faults (3 kills to 1 pause)."""
-    faults = ["pause" if k % 4 == 1 else "kill" for k in range(40)]
-    report = run(
-        tmp_path, Run(producers=5, readers=3, faults=faults, gap=(3.0, 12.0), roll_every=(3.0, 15.0))
-    )
-    assert report.faults == len(faults)
-    assert not report.anomalies, report.summary()
+    """Minutes, SQLite: 5 producers, 3 CLI writers, a deleter, 3 readers, a roller; 60 faults."""
+    faults = [("kill", "pause", "kill-cli", "pause-cli", "kill", "kill-cli")[k % 6] for k in range(60)]
+    spec = Run(producers=5, readers=3, cli_writers=3, deleters=1, faults=faults, gap=(3.0, 12.0),
+               roll_every=(3.0, 15.0))  # fmt: skip
+    assert_clean(run(tmp_path, spec), spec)
+
+
+@pytest.mark.soak
+@pytest.mark.process
+@pytest.mark.timeout(3600)
+def test_soak_history_on_postgresql_has_no_anomaly(tmp_path: Path, private_pg) -> None:
+    """Minutes, a private PostgreSQL metastore: 40 faults, half of them on the metastore."""
+    cycle = ("pg-restart", "kill", "pg-pause", "kill-cli", "pg-restart", "pause", "pg-pause", "pause-cli")
+    faults = [cycle[k % len(cycle)] for k in range(40)]
+    spec = Run(producers=3, readers=2, cli_writers=2, deleters=1, faults=faults, gap=(3.0, 12.0),
+               roll_every=(3.0, 15.0))  # fmt: skip
+    assert_clean(run(tmp_path, spec, private_pg), spec)
 
 
 # -- the checker can fail -------------------------------------------------------------------
 
 
-def _op(n: int, client: str, kind: str, outcome: str, ids: list[int], version: int | None = None) -> Op:
+def _op(n: int, client: str, kind: str, outcome: str, ids: list[int], version: int | None = None,
+        detail: str = "", where: str = "") -> Op:  # fmt: skip
+    if not detail and outcome == "fail" and kind == "write":
+        detail = "malformed record HTTP 422 malformed_chunk: record 3: column 'id': expected an integer"
     return Op(id=str(n), client=client, kind=kind, invoked=float(n), completed=n + 0.5,  # type: ignore[arg-type]
-              outcome=outcome, ids=tuple(ids), version=version, key=f"k{n}")  # type: ignore[arg-type]  # fmt: skip
+              outcome=outcome, ids=tuple(ids), version=version, key=f"k{n}", detail=detail,  # type: ignore[arg-type]
+              where=where)  # fmt: skip
 
 
 def test_the_checker_reports_a_doubled_row_a_lost_row_and_a_read_going_back() -> None:
@@ -135,7 +205,7 @@ def test_the_checker_reports_a_doubled_row_a_lost_row_and_a_read_going_back() ->
 def test_the_checker_passes_a_clean_history() -> None:
     history = [
         _op(1, "p", "write", "ok", [1, 2]),
-        _op(2, "p", "write", "unknown", [3, 4]),
+        _op(2, "p", "write", "unknown", [3, 4], detail="HTTP 503 unavailable: metastore m is unavailable"),
         _op(3, "p", "write", "fail", [5, 6]),
         _op(4, "r", "read", "ok", [1, 2], version=1),
         _op(5, "r2", "read_at", "ok", [1, 2], version=1),
@@ -144,3 +214,68 @@ def test_the_checker_passes_a_clean_history() -> None:
     report = check(history, FinalRead(2, ((1, "a"), (2, "a"), (3, "b"), (4, "b"))))
     assert not report.anomalies, report.summary()
     assert (report.operations, report.faults) == (6, 0)
+
+
+# rows 11 and 31 are in group 1 (msg = 'g1'); 12 is not
+DELETE_G1 = "msg = 'g1' AND id BETWEEN 10 AND 40"
+DELETE_G2 = "msg = 'g2' AND id BETWEEN 0 AND 99"
+DAMAGED = "error: the commit file 00000000000000000042.json is damaged: restore it from a backup"
+
+
+def test_the_checker_lets_a_delete_remove_the_rows_it_matches_and_nothing_else() -> None:
+    history = [
+        _op(1, "p", "write", "ok", [11, 12]),
+        _op(2, "r", "read", "ok", [11, 12], version=1),
+        _op(3, "d", "delete", "ok", [], version=2, detail="rows 1", where=DELETE_G1),
+        _op(4, "r", "read", "ok", [12], version=2),  # 11 deleted: neither lost nor a partial chunk
+        _op(5, "p", "write", "ok", [31, 32]),  # after the delete: stays
+        _op(6, "d", "delete", "unknown", [], detail="killed by signal 9", where=DELETE_G2),
+        _op(7, "r", "read", "ok", [12, 31, 32], version=3),
+    ]  # fmt: skip
+    final = FinalRead(4, ((31, "a"), (32, "a")))  # 12 gone: the killed delete may have been resumed
+    report = check(history, final)
+    assert not report.anomalies, report.summary()
+
+
+def test_the_checker_reports_a_row_a_finished_delete_left_and_a_row_no_delete_matched_gone() -> None:
+    history = [
+        _op(1, "p", "write", "ok", [11, 12]),
+        _op(2, "d", "delete", "ok", [], version=2, detail="rows 1", where=DELETE_G1),
+        _op(3, "r", "read", "ok", [11, 12], version=2),  # 11 still there at the delete's version
+        _op(4, "p", "write", "fail", [13, 14]),
+        _op(5, "r", "read", "ok", [12, 13, 14], version=3),  # a write refused for sure, read
+    ]
+    report = check(history, FinalRead(3, ((11, "a"),)))  # 11 left, 12 gone though no delete matched it
+    assert {"deleted_present", "lost", "failed_read"} <= report.kinds(), report.summary()
+    assert any("[12]" in a.message for a in report.anomalies if a.kind == "lost")
+    assert sum(a.kind == "deleted_present" for a in report.anomalies) == 2  # the read and the final read
+
+
+@pytest.mark.parametrize(
+    ("detail", "kind"),
+    [
+        ("HTTP 500 internal: internal server error (see the server's log)", "internal_error"),
+        (DAMAGED, "claims_damage"),
+        ("Traceback (most recent call last):\n  File \"x.py\", line 1\nKeyError: 'chunk'", "traceback"),
+        ("error: something odd happened", "unclassified_error"),
+    ],
+)  # fmt: skip
+def test_the_checker_reports_an_error_of_the_wrong_class(detail: str, kind: str) -> None:
+    history = [
+        _op(1, "p", "write", "ok", [1, 2]),
+        _op(2, "c", "write", "unknown", [3, 4], detail=detail),
+        _op(
+            3, "c", "write", "unknown", [5, 6], detail="error: metastore m is unavailable: connection refused"
+        ),
+    ]
+    report = check(history, FinalRead(1, ((1, "a"), (2, "a"))))
+    assert report.kinds() == {kind}, report.summary()
+
+
+def test_the_checker_reports_what_streampart_check_found() -> None:
+    history = [
+        _op(1, "p", "write", "ok", [1]),
+        _op(2, "check", "check", "fail", [], detail="missed_by_delete: row id=1 matches finished delete …"),
+    ]
+    report = check(history, FinalRead(1, ((1, "a"),)))
+    assert report.kinds() == {"check_error"}, report.summary()
