@@ -24,6 +24,8 @@ one that failed or died may still be resumed by the next delete, so its matches 
   something is damaged, corrupt or to be restored: the nemesis never damages anything, it only makes
   processes, the metastore and the store unavailable), ``traceback`` (a Python traceback where one
   clear line is due) and ``unclassified_error`` (a message none of the known classes matches);
+- ``untruthful_failure``: a write said nothing of it was committed, and it was (a retry under its
+  key was answered with the version of a commit a reader had seen before the retry was sent);
 - ``check_error``: ``streampart check`` after the run found an error problem.
 """
 
@@ -40,6 +42,8 @@ from tests.history.history import Op
 EXPECTED_REFUSALS = ("malformed record", "acknowledged key")
 # What a CLI write's error says when, for sure, nothing of it landed.
 NOT_COMMITTED = ("nothing was committed", "nothing of this content was written")
+# What a failed write's error says when sending it again under its key is the way on.
+RETRY_SAME_KEY = "retry with the same idempotency key"
 
 # An error message's class, by the first pattern (case-insensitive) it matches: the ones first in
 # this list are anomalies whatever else the message says.
@@ -184,6 +188,7 @@ def check_final(writes: list[Op], final: FinalRead, deletes: Deletes | None = No
         out.append(Anomaly("phantom", f"rows nobody wrote, at version {final.version}: {_short(phantom)}"))
     if spread := {i for i, ps in partitions.items() if len(ps) > 1}:
         out.append(Anomaly("two_partitions", f"rows in two partitions: {_short(spread)}"))
+    again = _sent_again(writes)
     for w in writes:
         ids = set(w.ids)
         present = ids & counts.keys()
@@ -194,11 +199,43 @@ def check_final(writes: list[Op], final: FinalRead, deletes: Deletes | None = No
             where = next(iter(kept.values())).op.where
             out.append(Anomaly("deleted_present", f"{w.client} {w.key}: in the final read, rows acknowledged "
                                f"before delete [{where}] was invoked: {_short(kept)}"))  # fmt: skip
-        if w.outcome == "fail" and present:
+        if w.outcome == "fail" and (present := present - again.get(w.key, set())):
             out.append(
                 Anomaly("failed_present", f"{w.client} {w.key} ({w.detail}): rows present: {_short(present)}")
             )
     out += _partial(writes, set(counts), f"final read at version {final.version}", deletes)
+    return out
+
+
+def _sent_again(writes: list[Op]) -> dict[str | None, set[int]]:
+    """Per key, the rows of its writes that did not fail for sure (a retry of a write that failed,
+    retriably, may land them: whether the failure told the truth, :func:`check_truthful_failures` asks)."""
+    out: dict[str | None, set[int]] = defaultdict(set)
+    for w in writes:
+        if w.outcome != "fail":
+            out[w.key].update(w.ids)
+    return out
+
+
+def check_truthful_failures(writes: list[Op], reads: list[Op]) -> list[Anomaly]:
+    """``untruthful_failure``: a write acknowledged with the version of an earlier commit (a replay
+    under its key), that a read had seen before it was invoked, though every earlier attempt under
+    that key failed for sure ("nothing was committed"): one of them did commit."""
+    out = []
+    seen_by: list[tuple[float, int]] = sorted(
+        (r.completed, r.version) for r in reads if r.outcome == "ok" and r.completed is not None
+        and r.version is not None
+    )  # fmt: skip
+    for w in writes:
+        if w.outcome != "ok" or w.version is None:
+            continue
+        earlier = [e for e in writes if e.key == w.key and e.ids == w.ids and e.invoked < w.invoked]
+        if not earlier or any(e.outcome != "fail" for e in earlier):
+            continue
+        if any(done < w.invoked and version >= w.version for done, version in seen_by):
+            said = earlier[-1].detail[:200]
+            what = f"committed at version {w.version}, read before its retry was sent"
+            out.append(Anomaly("untruthful_failure", f"{w.client} {w.key}: {what}, though it said: {said}"))
     return out
 
 
@@ -221,7 +258,8 @@ def check_reads(writes: list[Op], reads: list[Op], deletes: Deletes | None = Non
     deletes = deletes or Deletes([])
     out: list[Anomaly] = []
     written = {i for w in writes for i in w.ids}
-    failed = {i: w for w in writes if w.outcome == "fail" for i in w.ids}
+    again = _sent_again(writes)
+    failed = {i: w for w in writes if w.outcome == "fail" for i in w.ids if i not in again.get(w.key, ())}
     gone_from: dict[int, Delete] = {}  # row -> a finished delete that must have removed it
     removable = frozenset().union(*(deletes.removable(w) for w in writes))
     for w in writes:
@@ -323,6 +361,7 @@ def check(history: list[Op], final: FinalRead) -> Report:
     )
     report.anomalies = check_final(writes, final, deletes) + check_reads(writes, reads, deletes)
     report.anomalies += check_errors(history)
+    report.anomalies += check_truthful_failures(writes, reads)
     report.anomalies += [
         Anomaly("check_error", f"streampart check: {op.detail[:600]}")
         for op in history
@@ -331,6 +370,8 @@ def check(history: list[Op], final: FinalRead) -> Report:
     report.unexplained_refusals = [
         f"{w.client} {w.key}: {w.detail}"
         for w in writes
-        if w.outcome == "fail" and not w.detail.startswith(EXPECTED_REFUSALS)
+        if w.outcome == "fail"
+        and not w.detail.startswith(EXPECTED_REFUSALS)
+        and RETRY_SAME_KEY not in w.detail
     ]
     return report

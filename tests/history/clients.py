@@ -35,7 +35,7 @@ from pathlib import Path
 from ingest.client import Client
 from ingest.errors import ApiClientError
 from tests.helpers import ROOT, jsonl
-from tests.history.checker import EXPECTED_REFUSALS, NOT_COMMITTED
+from tests.history.checker import EXPECTED_REFUSALS, NOT_COMMITTED, RETRY_SAME_KEY
 from tests.history.history import History, Outcome
 
 CHUNK_ROWS = 20
@@ -113,15 +113,16 @@ class Cli:
         return proc.returncode, out, err
 
 
-def cli_outcome(status: int, err: str, why: str) -> tuple[Outcome, str]:
+def cli_outcome(status: int, err: str, why: str) -> tuple[Outcome, str, bool]:
     """A CLI write's outcome by its exit status and message: ok; fail when it says nothing was
-    committed, or it refused what was sent to be refused; else unknown (it may have landed)."""
+    committed, or it refused what was sent to be refused; else unknown (it may have landed). And
+    whether to send it again under the same key: after an unknown, or a fail that says to."""
     if status == 0:
-        return "ok", ""
+        return "ok", "", False
     detail = err.strip()[-600:] if status > 0 else f"killed by signal {-status} {err.strip()[-300:]}"
     if status > 0 and (why or any(s in err for s in NOT_COMMITTED)):
-        return "fail", detail
-    return "unknown", detail
+        return "fail", detail, not why and RETRY_SAME_KEY in err
+    return "unknown", detail, True
 
 
 def producer(name: str, base: int, url: str, token: str, table: str, history: History,
@@ -142,7 +143,7 @@ def producer(name: str, base: int, url: str, token: str, table: str, history: Hi
             for _attempt in range(1 + UNKNOWN_RETRIES):
                 op = history.invoke(name, "write", ids=ids, key=key, detail=why)
                 try:
-                    api.write(table, body, idempotency_key=key)
+                    answer = api.write(table, body, idempotency_key=key)
                 except ApiClientError as exc:
                     certain = exc.status is not None and 400 <= exc.status < 500
                     detail = f"HTTP {exc.status} {exc.code}: {exc}"[:300]
@@ -152,7 +153,7 @@ def producer(name: str, base: int, url: str, token: str, table: str, history: Hi
                 except Exception as exc:  # an answer we could not read: it may have landed
                     history.complete(op, "unknown", detail=f"{type(exc).__name__}: {exc}"[:300])
                 else:
-                    history.complete(op, "ok")
+                    history.complete(op, "ok", version=answer.get("version"))
                     if not why:
                         acked.append(key)
                     break
@@ -216,12 +217,13 @@ def cli_writer(name: str, base: int, cli: Cli, table: str, history: History, sto
         file.write_bytes(body)
         for _attempt in range(1 + UNKNOWN_RETRIES):
             op = history.invoke(name, "write", ids=ids, key=key, detail=why)
-            status, _out, err = cli.run(name, ["write", table, str(file), "--key", key], procs)
-            outcome, detail = cli_outcome(status, err, why)
-            history.complete(op, outcome, detail=detail)
+            status, out, err = cli.run(name, ["write", table, str(file), "--key", key], procs)
+            outcome, detail, again = cli_outcome(status, err, why)
+            version = json.loads(out)["version"] if outcome == "ok" else None
+            history.complete(op, outcome, detail=detail, version=version)
             if outcome == "ok" and not why:
                 acked.append(key)
-            if outcome != "unknown":
+            if not again:
                 break
         file.unlink()
 

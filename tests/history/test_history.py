@@ -177,11 +177,11 @@ def test_soak_history_on_postgresql_has_no_anomaly(tmp_path: Path, private_pg) -
 
 
 def _op(n: int, client: str, kind: str, outcome: str, ids: list[int], version: int | None = None,
-        detail: str = "", where: str = "") -> Op:  # fmt: skip
+        detail: str = "", where: str = "", key: str | None = None) -> Op:  # fmt: skip
     if not detail and outcome == "fail" and kind == "write":
         detail = "malformed record HTTP 422 malformed_chunk: record 3: column 'id': expected an integer"
     return Op(id=str(n), client=client, kind=kind, invoked=float(n), completed=n + 0.5,  # type: ignore[arg-type]
-              outcome=outcome, ids=tuple(ids), version=version, key=f"k{n}", detail=detail,  # type: ignore[arg-type]
+              outcome=outcome, ids=tuple(ids), version=version, key=key or f"k{n}", detail=detail,  # type: ignore[arg-type]
               where=where)  # fmt: skip
 
 
@@ -279,3 +279,26 @@ def test_the_checker_reports_what_streampart_check_found() -> None:
     ]
     report = check(history, FinalRead(1, ((1, "a"),)))
     assert report.kinds() == {"check_error"}, report.summary()
+
+
+NOT_COMMITTED = (
+    "error: chunk c did not commit in time; nothing was committed: retry with the same idempotency key"
+)
+
+
+def test_the_checker_tells_a_truthful_retriable_failure_from_an_untruthful_one() -> None:
+    truthful = [
+        _op(1, "c", "write", "fail", [1, 2], detail=NOT_COMMITTED, key="c-1"),
+        _op(2, "r", "read", "ok", [], version=1),
+        _op(3, "c", "write", "ok", [1, 2], version=2, key="c-1"),  # the retry committed it, at a new version
+        _op(4, "r", "read", "ok", [1, 2], version=2),
+    ]
+    report = check(truthful, FinalRead(2, ((1, "a"), (2, "a"))))
+    assert not report.anomalies and not report.unexplained_refusals, report.summary()
+    untruthful = [
+        _op(1, "c", "write", "fail", [1, 2], detail=NOT_COMMITTED, key="c-1"),
+        _op(2, "r", "read", "ok", [1, 2], version=1),  # it had landed: a reader saw it
+        _op(3, "c", "write", "ok", [1, 2], version=1, key="c-1"),  # the retry answers that commit
+    ]
+    report = check(untruthful, FinalRead(1, ((1, "a"), (2, "a"))))
+    assert report.kinds() == {"untruthful_failure"}, report.summary()
