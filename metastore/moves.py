@@ -38,20 +38,23 @@ the flip it fences again (idempotent), drains, clears M2's partial copy and copi
 the flip it finishes the cleanup. ``namespace move --abort NS`` rolls a move that has not flipped
 back: M2's partial copy is cleared, M1 unfenced, the record removed. Chunks keep their ids and
 idempotency keys, so a writer that retries with the same key after the move finds its chunk in M2.
-One mover at a time: the record names its mover and a heartbeat, every step is guarded by it, and a
-rerun takes over a mover whose process is gone on this host at once (elsewhere once stale).
+One mover at a time: the record names its mover and a heartbeat (renewed every second by a thread
+while the mover runs), every step is guarded by it, and a rerun takes over a mover whose process is
+gone on this host at once (elsewhere once its heartbeat is 10 s stale).
 Crash points: ``move-after-fence``, ``move-mid-copy``, ``move-before-flip``, ``move-after-flip``,
 ``move-mid-cleanup``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
+import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
 
@@ -64,6 +67,7 @@ from metastore.errors import (
     NamespaceMovingError,
     NotFoundError,
     RetriableError,
+    StreampartError,
     UserInputError,
 )
 from metastore.federation import may_create, may_write
@@ -81,10 +85,11 @@ log = logging.getLogger(__name__)
 DRAIN_TIMEOUT_S: float = 180
 # Why 0.05 s: draining polls one indexed query of M1; commits in flight end in milliseconds.
 DRAIN_POLL_S: float = 0.05
-# Why 60 s: a mover shows it is alive (its heartbeat in the move's record) at every step, between
-# tables and while draining, so 60 s without one means it died, unless one table's copy (one
-# transaction) takes longer; a mover on the same host whose process is gone is replaced at once.
-STALE_S: float = 60
+# Why 10 s: a mover shows it is alive (its heartbeat in the move's record) every second from a
+# thread of its own, whatever step it is at, so ten seconds without one means its process died or
+# froze, or cannot reach the primary (then its next step, guarded by the record's owner, fails
+# anyway); a mover on the same host whose process is gone is replaced at once.
+STALE_S: float = 10
 # Why 1 s: a heartbeat is one write to the primary; once a second is plenty against STALE_S.
 HEARTBEAT_S: float = 1
 
@@ -205,6 +210,11 @@ class NamespaceMover:
             move = self._claim(found)
             report = MoveReport(namespace, move.source, target, resumed_at=move.step.value)
             log.info("resuming the move of %s to %s at step %s", namespace, target, move.step.value)
+        with self._alive(move):
+            return self._carry(move, report)
+
+    def _carry(self, move: Move, report: MoveReport) -> MoveReport:
+        namespace, target = move.namespace, move.target
         if move.step is not MoveStep.FLIPPED:
             move = self._fence_and_copy(move, report)
             crashpoint("move-before-flip")
@@ -328,6 +338,31 @@ class NamespaceMover:
                 f"{STALE_S:g} s without a sign of it"
             ) from None
 
+    @contextlib.contextmanager
+    def _alive(self, move: Move) -> Iterator[None]:
+        """While inside, a thread shows this mover alive every HEARTBEAT_S (a step that runs long,
+        such as one table's copy in one transaction, does not make it look dead). It stops once
+        another mover took the move over, or the move ended; the steps themselves are guarded
+        by the record's owner, so a mover taken over changes nothing more."""
+        stop = threading.Event()
+
+        def beat() -> None:
+            while not stop.wait(HEARTBEAT_S):
+                try:
+                    self.primary.touch_move(move, self.owner)
+                except (ConflictError, NotFoundError):
+                    return  # taken over, or the move ended: the next step says so
+                except StreampartError as exc:  # the primary is unavailable: the next beat tries again
+                    log.warning("move of %s: heartbeat not recorded: %s", move.namespace, exc)
+
+        thread = threading.Thread(target=beat, name=f"mover-{move.namespace}", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join()
+
     def _heartbeat(self, move: Move, *, force: bool = False) -> None:
         """Show this mover is alive (at most every HEARTBEAT_S); ConflictError if it was taken over."""
         now = time.monotonic()
@@ -352,7 +387,8 @@ class NamespaceMover:
                 f"finished (streampart namespace move {namespace} --to {move.target}), not rolled back"
             )
         move = self._claim(move)
-        self._roll_back(move)
+        with self._alive(move):
+            self._roll_back(move)
         return MoveReport(namespace, move.source, move.target, resumed_at=move.step.value, aborted=True)
 
     def _roll_back(self, move: Move) -> None:

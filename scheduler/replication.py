@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from ingest.commit_holders import commit_holder
 from metastore import clock, storage
 from metastore.catalog import Catalog
 from metastore.crashpoints import crashpoint, pausepoint
@@ -234,6 +235,12 @@ class Replicator:
             ReplicationFailedError: the copy failed (recorded, with its retry time).
             ReplicationAbandonedError, LeaseLostError: stopped on request, or leadership lost.
         """
+        with commit_holder(self.catalog.store).holding(self.owner):  # renewed while we copy
+            return self._copy(table, partition, replica, progress)
+
+    def _copy(
+        self, table: Table, partition: Partition, replica: Replica, progress: Callable[[int], None] | None
+    ) -> CopyResult | None:
         started, claimed_at = clock.monotonic(), clock.now()
         try:
             copy = self._claim(partition, replica)
@@ -283,6 +290,11 @@ class Replicator:
                 table, partition, replica, copy, target, files, attempt, progress
             )
             self._step("replica-before-commit")
+            if not commit_holder(self.catalog.store).holds(self.owner):
+                raise LeaseLostError(
+                    f"copy of {iso(partition.value)} to {replica.cluster}: this process stalled past "
+                    "its lease, so another copier may have taken the copy over; this one committed nothing"
+                )
             if have is None:
                 columns = columns_of(source, str(table.name))
                 version = self._commit(target, columns, files, partition.value, pdir)

@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import os
-import socket
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -33,6 +31,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ingest.commit_holders import commit_holder, work_owner
 from metastore import clock, storage
 from metastore.catalog import Catalog
 from metastore.crashpoints import crashpoint, pausepoint
@@ -98,17 +97,12 @@ class RollResult:
         return self.__dict__.copy()
 
 
-# The rolls.owner column's width: an owner id longer than this is refused by PostgreSQL.
-OWNER_MAX = 64
-
-
 def owner_id() -> str:
-    """A unique id of this process as a roller (``host:pid:random``), at most :data:`OWNER_MAX` long.
-
-    The host name is cut to fit: the pid and the random part keep ids unique on one host.
-    """
-    suffix = f":{os.getpid()}:{uuid.uuid4().hex[:8]}"
-    return socket.gethostname()[: OWNER_MAX - len(suffix)] + suffix
+    """A unique owner id for a roller in this process: ``<commit holder id>/<nonce>``
+    (:func:`ingest.commit_holders.work_owner`; at most 64 characters, the rolls.owner column's
+    width). While a roll runs, the process keeps its commit-holder lease renewed, so another roller
+    takes over a roll whose process died seconds after its death, not after the roll's lease."""
+    return work_owner()
 
 
 # The due time of a partition too close to the end of the calendar: it never rolls on time.
@@ -200,13 +194,14 @@ class Roller:
         if (home := self._home(table)) is not None:
             return home.roll_partition(table, partition, now)
         next_value = next_partition_value(table, partition, now) if table.mode is Mode.ARRIVAL else None
-        try:
-            roll = self.catalog.store.begin_roll(
-                partition, next_value, self.owner, self.config.lease, now=now, fence=self.fence
-            )
-        except ConflictError:  # (a LeaseLostError, not a ConflictError, means we are no longer leader)
-            return None  # another roller began it
-        result = self.run(table, roll)
+        with commit_holder(self.catalog.store).holding(self.owner):  # renewed while we roll
+            try:
+                roll = self.catalog.store.begin_roll(
+                    partition, next_value, self.owner, self.config.lease, now=now, fence=self.fence
+                )
+            except ConflictError:  # (a LeaseLostError, not a ConflictError, means we are no longer leader)
+                return None  # another roller began it
+            result = self.run(table, roll)
         return RollResult(**{**result.__dict__, "next_partition": iso(next_value) if next_value else None})
 
     def _step(self, name: str) -> None:
@@ -222,16 +217,24 @@ class Roller:
             return home.run(table, roll, resumed)
         started = clock.monotonic()
         store = self.catalog.store
-        try:
-            roll = store.claim_roll(roll, self.owner, self.config.lease, fence=self.fence)
-        except ConflictError as exc:
-            raise RollBusyError(str(exc)) from None
-        try:
-            roll, chunks = self._carry(table, roll)
-        except (RollAbandonedError, RollBusyError, ConflictError, LeaseLostError):
-            raise  # stopped on request, another roller has it or moved it on, or leadership is lost
-        except Exception as exc:
-            raise self._failed(table, roll, exc) from exc
+        with commit_holder(store).holding(self.owner):  # renewed while we roll
+            try:
+                roll = store.claim_roll(roll, self.owner, self.config.lease, fence=self.fence)
+            except ConflictError as exc:
+                raise RollBusyError(str(exc)) from None
+            try:
+                roll, chunks = self._carry(table, roll)
+            except RollAbandonedError:
+                raise  # stopped on request: the daemon lets its rolls go as it stops
+            except (RollBusyError, ConflictError, LeaseLostError) as exc:
+                # another roller has it or moved it on, a commit conflicted (a seal racing a
+                # schema change), or leadership is lost: if it is still ours, the next attempt
+                # (any roller's) resumes it at once rather than after its lease
+                with contextlib.suppress(StreampartError):
+                    store.release_roll(roll, self.owner, error=first_line(exc))
+                raise
+            except Exception as exc:
+                raise self._failed(table, roll, exc) from exc
         return RollResult(
             table=str(table.name),
             partition=iso(roll.partition_value),
@@ -254,6 +257,7 @@ class Roller:
         # Every run seals afresh (a resumed roll too): that fences the sweep of whoever held
         # this roll before us, and this seal's version is what lets us tell a dead sweep
         # attempt's files from a live one's (see _remove_leftovers).
+        self._fenced(table, roll)
         seal_version = wh.seal(table, roll.id)
         if roll.state is RollState.SEALING:
             self._step("roll-after-seal")
@@ -261,6 +265,16 @@ class Roller:
         if roll.state is RollState.SWEEPING:
             return self._sweep(table, roll, seal_version)
         return roll, self._chunks_rolled(table, roll)
+
+    def _fenced(self, table: Table, roll: Roll) -> None:
+        """Before a Delta commit: this process's lease has been live all along since the roll
+        began here, so no other roller can have taken it over meanwhile (a frozen roller that
+        wakes commits nothing)."""
+        if not commit_holder(self.catalog.store).holds(self.owner):
+            raise LeaseLostError(
+                f"roll {roll.id} of {table.name}: this process stalled past its lease, so another "
+                "roller may have taken the roll over; this one committed nothing more"
+            )
 
     def _failed(self, table: Table, roll: Roll, exc: Exception) -> StreampartError:
         """Record why the roll failed and let it go, so the next attempt (any roller) resumes at once.
@@ -310,6 +324,7 @@ class Roller:
                     remove_file(table, path)
                 raise
             try:
+                self._fenced(table, roll)
                 version = wh.replace_files(
                     dt, table, files, compacted, {SWEEP_KEY: f"{roll.id}/{uuid.uuid4().hex}"}
                 )

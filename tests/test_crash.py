@@ -25,7 +25,7 @@ from metastore.delta.layout import partition_dir
 from metastore.models import ChunkState, PartitionState
 from scheduler.roll import Roller
 from tests.fixtures import make_table
-from tests.helpers import all_ids, duplicates, ids_by_partition, records, worker_call
+from tests.helpers import all_ids, cli_process, duplicates, ids_by_partition, records, worker_call
 
 
 def run_worker(catalog, table, *args: str, crashpoint: str | None = None, timeout: float = 120):
@@ -197,6 +197,55 @@ def test_roller_killed_at_each_step_then_resumed_rolls_once(storage_catalog, poi
     assert on_disk == live and "_SUCCESS" in {e.name for e in listed}
     p = catalog.store.get_partition(table.id, value)
     assert (p.state, p.rows, p.chunks) == (PartitionState.STANDARD, 40, 4)
+
+
+@pytest.mark.process
+def test_a_killed_roller_is_taken_over_within_seconds_by_the_next(catalog) -> None:
+    """A ``streampart roll`` SIGKILLed mid-roll held its roll for its whole lease (10 minutes); its
+    process lease now lapses ~8 s after its last renewal, and the next roller, refused until then,
+    takes the roll over and finishes it once."""
+    table = make_table(catalog)
+    w = ChunkWriter(catalog, table, ChunkConfig())
+    value = catalog.store.streaming_partition(table.id).value
+    for k in range(3):
+        w.write(records(range(k * 10, k * 10 + 10)), Format.JSONL)
+    proc = cli_process(catalog, "roll", str(table.name), "--force", crashpoint="roll-after-seal")
+    proc.communicate(timeout=120)
+    assert proc.returncode == -signal.SIGKILL
+    [dead] = catalog.store.list_rolls(table.id, unfinished=True)
+    assert dead.lease_until is not None and dead.lease_until > clock.now() + timedelta(minutes=5)
+    since, busy = time.monotonic(), 0
+    while not (results := Roller(catalog).roll_table(table)):  # the dead one's roll is busy: skipped
+        busy += 1
+        assert time.monotonic() - since < 60, "the dead roller's roll was never taken over"
+        time.sleep(0.5)
+    took = time.monotonic() - since
+    assert busy > 0, "taken over while its process lease was live"
+    assert took < 20, f"taken over after {took:.1f} s"
+    assert [(r.roll, r.resumed, r.rows) for r in results] == [(dead.id, True, 30)]
+    assert sorted(ids_by_partition(table)[value]) == list(range(30))
+
+
+def test_a_roll_whose_seal_conflicts_is_let_go_at_once(catalog, monkeypatch) -> None:
+    """A roll that failed on a commit conflict (its seal raced a schema change) kept its lease, so
+    no roller could resume it for 10 minutes; it is now let go, and the next roll resumes it."""
+    from metastore.errors import ConflictError
+
+    table = make_table(catalog)
+    ChunkWriter(catalog, table, ChunkConfig()).write(records(range(10)), Format.JSONL)
+    seal = type(catalog.warehouse).seal
+
+    def conflicting(self, *args, **kwargs):
+        raise ConflictError("the table's Delta log moved on (a concurrent schema change)")
+
+    monkeypatch.setattr(type(catalog.warehouse), "seal", conflicting)
+    with pytest.raises(ConflictError):
+        Roller(catalog).roll_table(table, force=True)
+    [roll] = catalog.store.list_rolls(table.id, unfinished=True)
+    assert roll.lease_until is not None and roll.lease_until <= clock.now(), roll
+    assert roll.error is not None and "concurrent schema change" in roll.error
+    monkeypatch.setattr(type(catalog.warehouse), "seal", seal)
+    assert [(r.roll, r.resumed, r.rows) for r in Roller(catalog).roll_table(table)] == [(roll.id, True, 10)]
 
 
 def _wait_for_pause(proc: subprocess.Popen, step: str, timeout: float = 60) -> None:

@@ -17,7 +17,9 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -227,3 +229,35 @@ def test_a_move_killed_at_each_step_then_finished_loses_and_doubles_nothing(
     finally:
         stop.touch()
     stop_and_check(catalog, table, src, stop, procs, final)
+
+
+@pytest.mark.process
+@pytest.mark.parametrize("federation", ["sqlite"], indirect=True)
+def test_a_mover_dead_on_another_host_is_taken_over_within_seconds(federation: Catalog) -> None:
+    """A mover that died on another host (its process cannot be looked up from here) held the move
+    until its heartbeat was 60 s stale; it beats every second from a thread of its own now, so 10 s
+    without one is enough, and the next mover takes the move over and finishes it."""
+    catalog = federation
+    table, _ = setup_namespace(catalog)
+    ChunkWriter(catalog, table).write(records(range(ROWS)), Format.JSONL, key="before")
+    crashed = mover(catalog, "shop", "--to", "m2", "--grace", "0", crashpoint="move-mid-copy")
+    assert crashed.returncode == -signal.SIGKILL, crashed.stderr
+    # as a mover on another host leaves it: its owner names that host, last seen just now
+    [move] = catalog.primary.list_moves()
+    assert move.heartbeat_at is not None
+    elsewhere = catalog.primary.claim_move(
+        move, "elsewhere:4242:0badf00d", stale_before=move.heartbeat_at + timedelta(seconds=1)
+    )
+    assert elsewhere.owner == "elsewhere:4242:0badf00d"
+    since, busy = time.monotonic(), []
+    while (done := mover(catalog, "shop", "--to", "m2", "--grace", "0")).returncode != 0:
+        assert "elsewhere:4242:0badf00d" in done.stderr and done.stderr.count("\n") == 1, done.stderr
+        busy.append(time.monotonic() - since)
+        assert time.monotonic() - since < 60, "the dead mover's move was never taken over"
+        time.sleep(0.5)
+    took = time.monotonic() - since
+    assert busy, "taken over while its heartbeat was fresh"
+    assert took < 25, f"taken over after {took:.1f} s"
+    assert json.loads(done.stdout)["resumed_at"] == "copying"
+    whole_in_one_metastore(catalog, "m2")
+    assert sorted(all_ids(catalog.rebound(table))) == list(range(ROWS))

@@ -20,9 +20,8 @@ from sqlalchemy.engine import Connection
 from metastore.errors import ConflictError, NotFoundError
 from metastore.models import check_transition
 from metastore.store.engine import _db
-from metastore.store.leases import holder_gone
 from metastore.store.preconditions import Precondition, guarded_update, state_in
-from metastore.store.rolls import ours_or_lapsed, owned_by, unfinished
+from metastore.store.rolls import claimable, owned_by, unfinished
 
 T = TypeVar("T")
 
@@ -57,11 +56,7 @@ class Work:
         """Take over (or extend) an unfinished one that is ``owner``'s, whose lease lapsed, or whose
         owner's process is gone (then only while that dead process still owns it: of several
         successors racing, one wins)."""
-        held_by = conn.execute(sa.select(self.table.c.owner).where(self.table.c.id == work.id)).scalar()
-        if held_by is not None and held_by != owner and holder_gone(conn, held_by, now):
-            whose = owned_by(held_by, self.table)
-        else:
-            whose = ours_or_lapsed(owner, now, self.table)
+        whose = claimable(conn, self.table, self.table.c.id == work.id, owner, now)
         self.update(
             conn,
             work.id,

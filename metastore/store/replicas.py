@@ -24,6 +24,7 @@ from metastore.store.engine import Database, _db, _now, _out
 from metastore.store.leases import check_fence
 from metastore.store.namespaces import fence_table
 from metastore.store.preconditions import Precondition, at, guarded_update, state_in
+from metastore.store.rolls import claimable
 
 
 def replica_from_row(row: Any) -> Replica:
@@ -253,7 +254,8 @@ class ReplicaStore(Database):
             if replica is None:
                 raise ConflictError(f"table #{partition.table_id} has no replica on {cluster} (any more)")
             values = {"owner": owner, "lease_until": _db(now + lease), "generation": generation}
-            if conn.execute(sa.select(c.state).where(_copy_key(partition.id, cluster))).first() is None:
+            key = _copy_key(partition.id, cluster)
+            if conn.execute(sa.select(c.state).where(key)).first() is None:
                 conn.execute(
                     sa.insert(s.partition_copies).values(
                         partition_id=partition.id,
@@ -269,9 +271,12 @@ class ReplicaStore(Database):
                 guarded_update(
                     conn,
                     s.partition_copies,
-                    _copy_key(partition.id, cluster),
+                    key,
                     f"the copy of partition {iso(partition.value)} on {cluster}",
-                    [_CLAIMABLE, _ours_or_lapsed(owner, now)],
+                    [
+                        _CLAIMABLE,
+                        claimable(conn, s.partition_copies, key, owner, now, _ours_or_lapsed(owner, now)),
+                    ],
                     {**values, "state": CopyState.COPYING.value},
                     gone=ConflictError,
                 )

@@ -25,7 +25,7 @@ from metastore import schema as s
 from metastore.errors import ConflictError, NotFoundError
 from metastore.models import Lease, Partition, PartitionState, Roll, RollState, check_transition
 from metastore.store.engine import Database, _db, _now, _out
-from metastore.store.leases import check_fence
+from metastore.store.leases import check_fence, holder_gone
 from metastore.store.namespaces import fence_table
 from metastore.store.preconditions import Precondition, at, guarded_update, state_in
 from metastore.store.tables import insert_partition, partition_subject
@@ -98,6 +98,26 @@ def ours_or_lapsed(owner: str, now: datetime, table: sa.Table = s.rolls) -> Prec
         lambda m: m["owner"] == owner or m["lease_until"] is None or m["lease_until"] < _db(now),
         lambda m: f"is held by {m['owner']} until {at(m['lease_until'])}",
     )
+
+
+def claimable(
+    conn: Connection,
+    table: sa.Table,
+    where: Any,
+    owner: str,
+    now: datetime,
+    otherwise: Precondition | None = None,
+) -> Precondition:
+    """Inside a transaction: that ``owner`` may claim the leased work at ``where`` (a row of
+    ``table``, which has ``owner`` and ``lease_until``): it is ours, its lease lapsed, or the process
+    its owner names stopped renewing its process lease (:func:`metastore.store.leases.holder_gone`:
+    seconds after a SIGKILL, where the work's own lease may run for minutes); then only while that
+    dead owner still has it, so of several successors racing one wins. (``otherwise``: the kind's
+    own "ours or lapsed", if not :func:`ours_or_lapsed`.)"""
+    held_by = conn.execute(sa.select(table.c.owner).where(where)).scalar()
+    if held_by is not None and held_by != owner and holder_gone(conn, held_by, now):
+        return owned_by(held_by, table)
+    return otherwise or ours_or_lapsed(owner, now, table)
 
 
 def _update_roll(
@@ -219,7 +239,7 @@ class RollStore(Database):
             _update_roll(
                 conn,
                 roll,
-                [unfinished(), ours_or_lapsed(owner, now)],
+                [unfinished(), claimable(conn, s.rolls, s.rolls.c.id == roll.id, owner, now)],
                 {"owner": owner, "lease_until": _db(now + lease)},
             )
             return _read_roll(conn, roll.id)

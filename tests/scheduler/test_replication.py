@@ -280,6 +280,38 @@ def test_a_copier_killed_at_each_step_is_resumed_and_copies_once(
     assert os.listdir(Path(replica.location)) != []
 
 
+@pytest.mark.process
+def test_a_killed_copier_is_taken_over_within_seconds(catalog: Catalog, tmp_path: Path) -> None:
+    """A copier SIGKILLed mid-copy held the copy for its whole lease (10 minutes here); its process
+    lease now lapses ~8 s after its last renewal, and the next copier, which found the copy busy
+    until then, takes it over and copies it once."""
+    import time
+
+    _clusters(catalog, tmp_path, "c1", "c2")
+    table = _table(catalog)
+    ids = _rolled(catalog, table, 1)
+    [replica] = catalog.replicas.list(table)
+    killed = subprocess.run(
+        **worker_call(catalog, table, "replicator", "--count", "1", "--lease", "600",
+                      crashpoint="replica-after-file"),
+        capture_output=True, timeout=120,
+    )  # fmt: skip
+    assert killed.returncode == -9, killed.stderr
+    [dead] = catalog.store.list_copies(table.id)
+    assert dead.lease_until is not None and dead.lease_until > datetime.now(UTC) + timedelta(minutes=5)
+    since, busy = time.monotonic(), 0
+    while not (report := Replicator(catalog).replicate(table)).copied:  # busy: left for its holder
+        busy += 1
+        assert time.monotonic() - since < 60, "the dead copier's copy was never taken over"
+        time.sleep(0.5)
+    took = time.monotonic() - since
+    assert busy > 0, "taken over while its process lease was live"
+    assert took < 20, f"taken over after {took:.1f} s"
+    assert [c.resumed for c in report.copied] == [True]
+    assert sorted(all_ids(replica_table(table, replica))) == ids
+    assert set(_replica_commits(replica, table).values()) == {1}
+
+
 def test_a_metastore_from_before_replicas_upgrades_unchanged(metastore_url: str, tmp_path: Path) -> None:
     """0006 → 0007: tables and their partitions stay as they were, with no replicas; a replica
     added afterwards receives the partitions rolled before the upgrade."""
