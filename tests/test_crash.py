@@ -214,16 +214,51 @@ def test_a_killed_roller_is_taken_over_within_seconds_by_the_next(catalog) -> No
     assert proc.returncode == -signal.SIGKILL
     [dead] = catalog.store.list_rolls(table.id, unfinished=True)
     assert dead.lease_until is not None and dead.lease_until > clock.now() + timedelta(minutes=5)
-    since, busy = time.monotonic(), 0
-    while not (results := Roller(catalog).roll_table(table)):  # the dead one's roll is busy: skipped
-        busy += 1
-        assert time.monotonic() - since < 60, "the dead roller's roll was never taken over"
-        time.sleep(0.5)
-    took = time.monotonic() - since
+    busy, took, results = _roll_until_taken_over(catalog, table)
     assert busy > 0, "taken over while its process lease was live"
     assert took < 20, f"taken over after {took:.1f} s"
     assert [(r.roll, r.resumed, r.rows) for r in results] == [(dead.id, True, 30)]
     assert sorted(ids_by_partition(table)[value]) == list(range(30))
+
+
+def _roll_until_taken_over(catalog, table) -> tuple[int, float, list]:
+    since, busy = time.monotonic(), 0
+    while not (results := Roller(catalog).roll_table(table)):  # the other's roll is busy: skipped
+        busy += 1
+        assert time.monotonic() - since < 60, "the roll was never taken over"
+        time.sleep(0.5)
+    return busy, time.monotonic() - since, results
+
+
+@pytest.mark.process
+@pytest.mark.parametrize("point", ["roll-after-begin", "roll-after-compact"])
+def test_a_frozen_roller_woken_after_its_takeover_commits_nothing(catalog, point: str) -> None:
+    """A ``streampart roll`` frozen (SIGSTOP) before its seal, or before its sweep commit, is taken
+    over ~10 s later; woken, it commits nothing (its process lease lapsed meanwhile) and exits with
+    one line."""
+    table = make_table(catalog)
+    w = ChunkWriter(catalog, table, ChunkConfig())
+    value = catalog.store.streaming_partition(table.id).value
+    for k in range(3):
+        w.write(records(range(k * 10, k * 10 + 10)), Format.JSONL)
+    proc = cli_process(catalog, "roll", str(table.name), "--force", pausepoint=f"{point}:3")
+    assert proc.stderr is not None
+    assert proc.stderr.readline().strip() == f"pausepoint {point}"
+    proc.send_signal(signal.SIGSTOP)
+    try:
+        busy, took, results = _roll_until_taken_over(catalog, table)
+    finally:
+        proc.send_signal(signal.SIGCONT)
+    assert busy > 0 and took < 20, (busy, took)
+    version = int(catalog.load(table).version())
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert "stalled past its lease" in err or "is owned by" in err, err
+    assert int(catalog.load(table).version()) == version  # the woken roller committed nothing
+    assert [(r.resumed, r.rows) for r in results] == [(True, 30)]
+    assert sorted(ids_by_partition(table)[value]) == list(range(30))
+    p = catalog.store.get_partition(table.id, value)
+    assert (p.state, p.rows) == (PartitionState.STANDARD, 30)
 
 
 def test_a_roll_whose_seal_conflicts_is_let_go_at_once(catalog, monkeypatch) -> None:
