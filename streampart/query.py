@@ -27,6 +27,7 @@ from metastore.errors import UserInputError
 from metastore.links import Resolved
 from metastore.models import Column, Table, TableName
 from metastore.namespaces import check_namespace
+from metastore.storage import faults
 from scheduler.spark_files import parquet_files
 from streampart import query_policy, spark_home
 from streampart.bucket_reads import bucket_frame
@@ -476,7 +477,9 @@ def run_sql(spark: SparkSession, catalog: Catalog, sql: str, namespace: str | No
 def spark_errors() -> Iterator[None]:
     """Turn Spark's errors (analysis, a data file that cannot be read, …) into one-line QueryErrors;
     a statement the check rule refused is a :class:`QueryRefusedError`, a syntax error Spark found
-    keeps Spark's picture of where (the statement with a caret)."""
+    keeps Spark's picture of where (the statement with a caret), and a task that met a store that
+    did not serve a table's file (a 503, no answer) the :class:`StoreUnavailableError` it relays
+    (``metastore/storage/faults.py``: retriable, never "damaged")."""
     from py4j.protocol import Py4JError
     from pyspark.errors import ParseException, PySparkException
 
@@ -488,6 +491,9 @@ def spark_errors() -> Iterator[None]:
         java = getattr(exc, "java_exception", None)
         if java is not None and java.getClass().getName() == REFUSED:
             raise QueryRefusedError(str(java.getMessage())) from None
+        unavailable = faults.relayed(f"{exc} {java if java is not None else ''}")
+        if unavailable is not None:
+            raise unavailable from None
         raise QueryError(f"query failed: {_spark_message(exc)}") from None
 
 

@@ -703,3 +703,79 @@ def test_a_roll_while_the_store_is_out_fails_as_retriable_and_resumes(
     results = Roller(s3_catalog).roll_table(table, force=True)  # the failed roll resumed, and so on
     assert all(r.state == "done" for r in results) and sum(r.rows for r in results) == 10
     assert sorted(all_ids(table)) == list(range(10))
+
+
+# -- the table's data files not served, while its Delta log is -------------------------------------
+DATA_FILE = r"\.parquet"
+# a dropped connection, as obstore's reader words it for a GET of a data file
+DATA_OUTAGES = [OUTAGES[0], ("drop-before", "did not answer (the request could not be sent)")]
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize(("kind", "answered"), DATA_OUTAGES, ids=[k for k, _ in DATA_OUTAGES])
+def test_a_query_whose_data_files_the_store_does_not_serve_is_unavailable(
+    spark, s3_server: S3Server, s3_catalog: Catalog, kind: str, answered: str
+) -> None:
+    """A Spark query of a table in a bucket reads its files in Spark's Python workers
+    (streampart/bucket_reads.py): a worker meeting a store that does not serve a file fails the job
+    with a Java exception holding its traceback. That is the store's StoreUnavailableError again
+    (retriable, naming the store's address and what it answered), not "query failed: An exception
+    was thrown from the Python worker:"; the same query reads every row once the store answers."""
+    from datetime import timedelta
+
+    from metastore.errors import StoreUnavailableError
+    from streampart.query import run_sql, spark_errors
+
+    table = make_table(s3_catalog)
+    _commit(ChunkWriter(s3_catalog, table), range(10))
+    storage.configure(storage.S3Options(retries=1, retry_timeout=timedelta(seconds=2)))
+    try:
+        s3_server.proxy.arm("GET", DATA_FILE, kind, times=1_000_000)
+        frame = run_sql(spark, s3_catalog, "SELECT count(*) AS n, sum(id) AS s FROM ns.events")
+        with pytest.raises(StoreUnavailableError) as refused, spark_errors():
+            frame.collect()
+        assert refused.value.store == s3_server.endpoint
+        assert f"the store at {s3_server.endpoint} is unavailable: it {answered} to GET /" in str(
+            refused.value
+        )
+        assert len(str(refused.value).splitlines()) == 1 and "Traceback" not in str(refused.value)
+        s3_server.proxy.clear()
+        # a new frame: Spark keeps the failed stage of the one it ran
+        again = run_sql(spark, s3_catalog, "SELECT count(*) AS n, sum(id) AS s FROM ns.events")
+        assert [tuple(r) for r in again.collect()] == [(10, 45)]
+    finally:
+        s3_server.proxy.clear()
+        storage.configure(storage.S3Options())
+
+
+@pytest.mark.process
+@pytest.mark.spark
+def test_the_cli_names_a_store_not_serving_data_files_in_one_line(
+    s3_root: str, s3_server: S3Server, tmp_path: Path
+) -> None:
+    """`query` (Spark) and `table read` (pyarrow) while the bucket answers 503 to the table's data
+    files (its Delta log served): each exits 1 with one line naming the store's address and what it
+    answered, no Python worker's traceback nor Spark's JVM stack before it."""
+    import os
+    import subprocess
+
+    from tests.test_cli import COMMAND
+
+    catalog = Catalog.open(s3_root, f"sqlite:///{tmp_path / 'metastore.sqlite'}")
+    _commit(ChunkWriter(catalog, make_table(catalog, "shop.orders")), range(5))
+    catalog.close()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMPART_")}
+    env |= {"STREAMPART_STORAGE__RETRY_TIMEOUT": "3s", "STREAMPART_STORAGE__RETRIES": "1"}
+    env |= {"STREAMPART_SPARK__SHUFFLE_PARTITIONS": "2", "STREAMPART_SPARK__DRIVER_MEMORY": "1g"}
+    base = [*COMMAND, "--warehouse", s3_root, "--metastore", f"sqlite:///{tmp_path / 'metastore.sqlite'}"]
+    said = f"error: the store at {s3_server.endpoint} is unavailable: it answered 503 Service Unavailable"
+    s3_server.proxy.arm("GET", DATA_FILE, "503", times=1_000_000)
+    for args in (("query", "SELECT sum(id) AS s FROM shop.orders"), ("table", "read", "shop.orders")):
+        done = subprocess.run(
+            [*base, *args], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300
+        )
+        assert done.returncode == 1, done.stderr
+        # a JVM's start prints its own notes first (a query's, every time): the error is the last line
+        errors = [line for line in done.stderr.splitlines() if "error" in line.lower() or "Traceback" in line]
+        assert errors == [done.stderr.strip().splitlines()[-1]], done.stderr
+        assert errors[0].startswith(said) and " to GET /" in errors[0], done.stderr

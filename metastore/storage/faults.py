@@ -9,6 +9,11 @@ text and returns a :class:`~metastore.errors.StoreUnavailableError` naming the s
 and what it answered, or None when the failure is something else (a missing key, refused
 credentials, bytes that do not parse: only those may be called damage).
 
+A Spark job whose task met such a failure reports it as text (the Python worker's traceback
+inside the Java exception the job failed with): :func:`relayed` reads that text back into the same
+error, and only that text, not every Spark failure that mentions a timeout or a refused connection.
+An error raised ``from`` one of these (a commit whose state is unknown, say) reports it too.
+
 A panic in a native library (``pyo3_runtime.PanicException``, a ``BaseException``) is turned
 into one line by :func:`panic_error`: the settings checks (``options.py``) keep known causes
 from reaching one.
@@ -46,19 +51,87 @@ _NO_ANSWER = (
 )
 
 
+# What every unavailable message ends with (and how :func:`relayed` knows one in another's text)
+_RETRY_HINT = (
+    "nothing was found damaged: retry once the store answers (storage.retries, "
+    "storage.retry_timeout: how long each request is retried)"
+)
+# An unavailable message as this module words it: the store, and what it said (how it answered, to
+# what request, while doing what)
+_RELAYED = re.compile(
+    r"the store at (?P<store>\S+) is unavailable: it (?P<said>.+?); " + re.escape(_RETRY_HINT)
+)
+_ANSWERED = re.compile(
+    r"answered (?P<answered>(?:429|5\d\d)[A-Za-z ]*?(?: \([A-Za-z]+\))?)(?= to | while | \(after |$)"
+)
+
+
 def plain(text: str) -> str:
     """A native library's message on one line: without colours, ``↳`` markers and line breaks."""
     return " ".join(_ANSI.sub("", text).replace("↳", " ").split())
 
 
 def unavailable(exc: BaseException, what: str | None = None) -> StoreUnavailableError | None:
-    """The store-unavailable error ``exc`` is (or reports), or None if it is another failure.
+    """The store-unavailable error ``exc`` is (or reports, or was raised from), or None if it is
+    another failure.
 
     ``what`` says what was being done (``reading the Delta log of table ns.t``), for the message.
     """
-    if isinstance(exc, StoreUnavailableError):
-        return exc
+    for cause in _chain(exc):
+        if isinstance(cause, StoreUnavailableError):
+            return cause
     text = plain(str(exc))
+    return _relayed(text, what) or _answer(text, what)
+
+
+def relayed(exc: BaseException | str, what: str | None = None) -> StoreUnavailableError | None:
+    """The store-unavailable error a Spark job's failure ``exc`` (or its text) relays from a task,
+    or None.
+
+    A task reading a table's files in a Python worker (``streampart/bucket_reads.py``) raised a
+    :class:`StoreUnavailableError`, or the store's client's own error (``Error performing GET
+    http://…``); the job fails with a Java exception whose text holds the worker's traceback. Only
+    those are taken for the store's fault: a Spark failure that merely says "timed out" or
+    "Connection refused" may be the cluster's (an executor lost), not the store's.
+    """
+    text = plain(exc if isinstance(exc, str) else str(exc))
+    found = _relayed(text, what)
+    if found is None and _REQUEST.search(text) is not None:
+        found = _answer(text, what)
+    return found
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    """``exc`` and the errors it was raised ``from``, outermost first (a cycle ends the chain)."""
+    chain: list[BaseException] = []
+    at: BaseException | None = exc
+    while at is not None and all(at is not seen for seen in chain):
+        chain.append(at)
+        at = at.__cause__
+    return chain
+
+
+def _relayed(text: str, what: str | None) -> StoreUnavailableError | None:
+    """An unavailable message of this module's inside ``text`` (another process's), as the error."""
+    found = _RELAYED.search(text)
+    if found is None:
+        return None
+    said = found.group("said")
+    answered = _ANSWERED.match(said)
+    told = (
+        answered.group("answered")
+        if answered is not None
+        else next((no for _, no in _NO_ANSWER if said.startswith(no)), said)
+    )
+    if what and " while " not in said:
+        said += f" while {what}"
+    store = found.group("store")
+    message = f"the store at {store} is unavailable: it {said}; {_RETRY_HINT}"
+    return StoreUnavailableError(message, store=store, answered=told, retry_after=RETRY_AFTER_S)
+
+
+def _answer(text: str, what: str | None) -> StoreUnavailableError | None:
+    """What the store's client says in ``text`` (one line) about a request the store did not serve."""
     lower = text.lower().replace("retry_timeout", "")  # the client's setting, named in every message
     status = _STATUS.search(text)
     answered: str | None = None
@@ -82,8 +155,7 @@ def unavailable(exc: BaseException, what: str | None = None) -> StoreUnavailable
         parts.append(f" (after {tried.group('retries')} retries in {_seconds(tried.group('took'))})")
     if what:
         parts.append(f" while {what}")
-    parts.append("; nothing was found damaged: retry once the store answers (storage.retries, "
-                 "storage.retry_timeout: how long each request is retried)")  # fmt: skip
+    parts.append(f"; {_RETRY_HINT}")
     return StoreUnavailableError("".join(parts), store=store, answered=answered, retry_after=RETRY_AFTER_S)
 
 
