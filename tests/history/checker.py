@@ -51,20 +51,25 @@ ANOMALOUS = {"internal_error", "claims_damage", "traceback"}
 ERROR_CLASSES: tuple[tuple[str, str], ...] = (
     ("traceback", r"Traceback \(most recent call last\)"),
     ("internal_error", r"HTTP 500|\binternal\b"),
-    ("claims_damage", r"damaged|corrupt|restore"),
+    ("claims_damage", r"damaged|corrupt|\brestore"),
     ("killed", r"killed by signal"),
     ("refused", r"malformed|expected an integer|idempotency key .* used for different|HTTP 4\d\d"),
     ("not_committed", r"nothing was committed|nothing of this content was written"),
     ("unknown_outcome", r"may have landed|outcome is unknown|not in the Delta log"),
     ("unavailable", r"unavailable|HTTP 503|HTTP 50[24]|connection (refused|failed|reset)|timed? ?out|"
-                    r"ConnectError|ReadError|RemoteProtocolError|no success in|did not answer|"
+                    r"ConnectError|ReadError|RemoteProtocolError|no success in|(did|does) not answer|"
                     r"server closed the connection|terminating connection|Slow ?Down"),
     ("conflict", r"conflict|busy|taken over|another (delete|roll|process)|lease|is rolling"),
 )  # fmt: skip
 
 
+# What a message says to rule damage out ("…; nothing was found damaged: retry once the store answers").
+NOT_DAMAGED = re.compile(r"nothing (was|is) (found |known to be )?damaged", re.IGNORECASE)
+
+
 def classify(detail: str) -> str:
     """The class of an error message (see :data:`ERROR_CLASSES`), or ``unclassified``."""
+    detail = NOT_DAMAGED.sub("", detail)
     for name, pattern in ERROR_CLASSES:
         if re.search(pattern, detail, re.IGNORECASE):
             return name

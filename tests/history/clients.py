@@ -163,13 +163,15 @@ def reader(name: str, location: str, history: History, stop: threading.Event, rn
     """Read the table with delta-rs until ``stop``: its latest version, sometimes an earlier one."""
     from deltalake import DeltaTable, QueryBuilder
 
+    from metastore.storage import delta_options
+
     seen: list[int] = []
     while not stop.wait(rng.uniform(0.05, 0.4)):
         again = seen and rng.random() < 0.25
         version = rng.choice(seen) if again else None
         op = history.invoke(name, "read_at" if again else "read", version=version)
         try:
-            dt = DeltaTable(location, version=version)
+            dt = DeltaTable(location, version=version, storage_options=delta_options(location))
             got = dt.version()
             ids = QueryBuilder().register("t", dt).execute("SELECT id FROM t").read_all().column("id")
         except Exception as exc:

@@ -9,7 +9,11 @@
 - ``pg-restart``: stop the private PostgreSQL of the metastore (``fast``: its clients' sessions are
   ended; ``immediate``: a crash as clients see it), leave it down, start it on the same port;
 - ``pg-pause``: SIGSTOP its postmaster and every backend (connections hang: no answer, no
-  refusal), wait, SIGCONT.
+  refusal), wait, SIGCONT;
+- ``s3-503`` / ``s3-drop``: the S3 fault proxy (``tests/s3server.py``) answers every request 503
+  Slow Down / drops every connection unanswered, for a few seconds;
+- ``s3-freeze``: SIGSTOP the S3 server (moto's process group: requests hang), wait, SIGCONT. (Not
+  SIGKILL: moto keeps its buckets in memory, a restart would lose every object.)
 """
 
 from __future__ import annotations
@@ -26,10 +30,13 @@ from tests.api.fixtures import Server
 from tests.history.clients import Processes
 from tests.history.history import History
 from tests.private_pg import PrivatePostgres
+from tests.s3server import S3Server
 
 SERVER_FAULTS = ("kill", "pause")
 CLI_FAULTS = ("kill-cli", "pause-cli")
 PG_FAULTS = ("pg-restart", "pg-pause")
+S3_FAULTS = ("s3-503", "s3-drop", "s3-freeze")
+S3_METHODS = ("GET", "PUT", "HEAD", "DELETE", "POST")
 # Why 5 s: CLI processes come and go (about one a second per client); a fault aimed at one waits
 # this long for one to be running before it is recorded as not injected.
 CLI_WAIT_S = 5.0
@@ -56,6 +63,7 @@ class Nemesis:
     server: Server | None = None
     procs: Processes | None = None
     pg: PrivatePostgres | None = None
+    s3: S3Server | None = None
     rng: random.Random = field(default_factory=random.Random)
     name: str = "nemesis"
 
@@ -144,6 +152,28 @@ class Nemesis:
                     os.kill(pid, signal.SIGCONT)
         self.history.complete(op, "ok", detail=f"{len(frozen_pids)} processes, sigcont after {frozen:.1f}s")
 
+    def s3_fault(self, fault: str, seconds: float) -> None:
+        """The store fails every request (``s3-503``, ``s3-drop``) or hangs (``s3-freeze``) ``seconds``."""
+        assert self.s3 is not None
+        op = self.history.invoke(self.name, "fault", key=fault)
+        if fault == "s3-freeze":
+            assert self.s3.process is not None
+            os.killpg(self.s3.process.pid, signal.SIGSTOP)
+            try:
+                threading.Event().wait(seconds)
+            finally:
+                os.killpg(self.s3.process.pid, signal.SIGCONT)
+            self.history.complete(op, "ok", detail=f"sigcont after {seconds:.1f}s")
+            return
+        kind = "503" if fault == "s3-503" else "drop-before"
+        try:
+            for method in S3_METHODS:
+                self.s3.proxy.arm(method, r".", kind, times=1_000_000)
+            threading.Event().wait(seconds)
+        finally:
+            self.s3.proxy.clear()
+        self.history.complete(op, "ok", detail=f"{kind} for {seconds:.1f}s")
+
     def inject(self, fault: str) -> None:
         if fault == "kill":
             self.kill(down=self.rng.uniform(0.2, 1.5))
@@ -155,6 +185,8 @@ class Nemesis:
             self.pg_restart(down=self.rng.uniform(0.5, 3.0))
         elif fault == "pg-pause":
             self.pg_pause(frozen=self.rng.uniform(1.0, 4.0))
+        elif fault in S3_FAULTS:
+            self.s3_fault(fault, seconds=self.rng.uniform(1.0, 4.0))
         else:
             raise ValueError(f"no such fault: {fault}")
 

@@ -8,6 +8,7 @@ import threading
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,6 +19,7 @@ from tests.history.checker import FinalRead, Report, check
 from tests.history.history import History, Op
 from tests.history.nemesis import Nemesis
 from tests.private_pg import PrivatePostgres
+from tests.s3server import S3Server
 
 TABLE = "ns.events"
 # Why 0.5 s: a commit left COMMITTING by a killed server is taken over by a retry after twice the
@@ -43,7 +45,9 @@ def final_read(location: str) -> FinalRead:
     """The table's rows and their partitions, read by delta-rs after the run."""
     from deltalake import DeltaTable, QueryBuilder
 
-    dt = DeltaTable(location)
+    from metastore.storage import delta_options
+
+    dt = DeltaTable(location, storage_options=delta_options(location))
     rows = QueryBuilder().register("t", dt).execute("SELECT id, ts_period FROM t").read_all()
     ids, parts = rows.column("id").to_pylist(), rows.column("ts_period").to_pylist()
     return FinalRead(dt.version(), tuple((i, str(p)) for i, p in zip(ids, parts, strict=True)))
@@ -58,15 +62,18 @@ def record_server_errors(log_dir: Path, history: History) -> None:
                 history.complete(op, "fail", detail=line[:600])
 
 
-def run(tmp_path: Path, spec: Run, pg: PrivatePostgres | None = None) -> Report:
+def run(tmp_path: Path, spec: Run, pg: PrivatePostgres | None = None, s3: S3Server | None = None,
+        bucket_root: str | None = None) -> Report:  # fmt: skip
     """Clients and the nemesis against one ``streampart serve`` (and CLI processes) on a SQLite
     metastore, or on a database of the private PostgreSQL ``pg`` (which the nemesis may then stop
-    and freeze); the checker's report."""
+    and freeze); the warehouse on the local disk, or at ``bucket_root`` in the S3 server ``s3``
+    (whose fault proxy the nemesis may then arm, and which it may freeze); the checker's report."""
     if pg is None:
-        metastore = f"sqlite:///{tmp_path / 'wh' / '_metastore.sqlite'}"
+        metastore = f"sqlite:///{tmp_path / 'metastore.sqlite'}"
     else:
         metastore = pg.create_database(f"history_{uuid.uuid4().hex[:12]}")
-    srv = Server(tmp_path / "wh", metastore, tmp_path, FAST)
+    warehouse: Any = bucket_root or tmp_path / "wh"  # Server takes a Path; a bucket's URL works as a str
+    srv = Server(warehouse, metastore, tmp_path, FAST)
     table = make_table(srv.catalog, TABLE)
     token = srv.token("producers", "admin:*")
     history = History(tmp_path / "history.jsonl")
@@ -102,7 +109,7 @@ def run(tmp_path: Path, spec: Run, pg: PrivatePostgres | None = None) -> Report:
         ]  # fmt: skip
         for w in workers:
             w.start()
-        nemesis = Nemesis(history, server=srv, procs=procs, pg=pg, rng=random.Random(rng.random()))
+        nemesis = Nemesis(history, server=srv, procs=procs, pg=pg, s3=s3, rng=random.Random(rng.random()))
         nemesis.run(spec.faults, stop, spec.gap)
         stop.wait(3)  # a quiet end: the last unknown writes resolve against a live server
         stop.set()
@@ -150,6 +157,20 @@ def test_history_on_postgresql_under_restarts_and_pauses_has_no_anomaly(tmp_path
     assert_clean(run(tmp_path, spec, private_pg), spec)
 
 
+@pytest.mark.process
+@pytest.mark.timeout(300)
+def test_history_in_a_bucket_under_store_faults_has_no_anomaly(tmp_path: Path, s3_server: S3Server,
+                                                               s3_root: str) -> None:  # fmt: skip
+    """CI size, the warehouse in an S3 bucket (moto behind the fault proxy): 2 producers, a CLI
+    writer, a deleter, 2 readers, a roller; the store answering 503 and dropping connections, serve
+    SIGKILLed once. (A frozen store, s3-freeze, is in the soak: requests sent to it meanwhile may hang
+    for the proxy's 60 s timeout, too long for CI.)"""
+    faults = ["s3-503", "s3-drop", "kill", "s3-503", "s3-drop", "s3-503"]
+    spec = Run(producers=2, readers=2, cli_writers=1, deleters=1, faults=faults, gap=(3.0, 6.0),
+               roll_every=(4.0, 8.0))  # fmt: skip
+    assert_clean(run(tmp_path, spec, s3=s3_server, bucket_root=s3_root), spec)
+
+
 @pytest.mark.soak
 @pytest.mark.process
 @pytest.mark.timeout(3600)
@@ -171,6 +192,18 @@ def test_soak_history_on_postgresql_has_no_anomaly(tmp_path: Path, private_pg) -
     spec = Run(producers=3, readers=2, cli_writers=2, deleters=1, faults=faults, gap=(3.0, 12.0),
                roll_every=(3.0, 15.0))  # fmt: skip
     assert_clean(run(tmp_path, spec, private_pg), spec)
+
+
+@pytest.mark.soak
+@pytest.mark.process
+@pytest.mark.timeout(3600)
+def test_soak_history_in_a_bucket_has_no_anomaly(tmp_path: Path, s3_server: S3Server, s3_root: str) -> None:
+    """Minutes, the warehouse in an S3 bucket: 20 faults, most of them on the store (frozen too)."""
+    cycle = ("s3-503", "s3-freeze", "kill", "s3-drop", "kill-cli", "s3-503", "s3-freeze", "pause")
+    faults = [cycle[k % len(cycle)] for k in range(20)]
+    spec = Run(producers=2, readers=2, cli_writers=1, deleters=1, faults=faults, gap=(3.0, 12.0),
+               roll_every=(3.0, 15.0))  # fmt: skip
+    assert_clean(run(tmp_path, spec, s3=s3_server, bucket_root=s3_root), spec)
 
 
 # -- the checker can fail -------------------------------------------------------------------
@@ -302,3 +335,11 @@ def test_the_checker_tells_a_truthful_retriable_failure_from_an_untruthful_one()
     ]
     report = check(untruthful, FinalRead(1, ((1, "a"), (2, "a"))))
     assert report.kinds() == {"untruthful_failure"}, report.summary()
+
+
+def test_a_message_ruling_damage_out_is_no_claim_of_damage() -> None:
+    from tests.history.checker import classify
+
+    said = "error: the store at http://x is unavailable: it answered 503; nothing was found damaged: retry"
+    assert classify(said) == "unavailable"
+    assert classify(DAMAGED) == "claims_damage"
