@@ -53,7 +53,14 @@ from metastore.delta.files import (
 )
 from metastore.delta.layout import partition_dir
 from metastore.delta.metadata import columns_of
-from metastore.errors import ConflictError, LeaseLostError, StorageError, StreampartError
+from metastore.errors import (
+    ConflictError,
+    LeaseLostError,
+    RetriableError,
+    StorageError,
+    StoreUnavailableError,
+    StreampartError,
+)
 from metastore.links import PartitionRange
 from metastore.logs import event
 from metastore.models import Column, Lease, Partition, PartitionState, Table, iso
@@ -67,6 +74,7 @@ from metastore.replicas import (
     not_present,
     replica_table,
 )
+from metastore.storage import faults
 from scheduler.config import ReplicationConfig
 from scheduler.errors import ReplicationAbandonedError, ReplicationFailedError
 from scheduler.file_copies import CopyMismatchError, copy_verified
@@ -200,7 +208,7 @@ class Replicator:
             for partition in self.pending(table, replica, within, include_waiting=include_waiting):
                 try:
                     result = self.copy(table, partition, replica, progress)
-                except ReplicationFailedError as exc:
+                except (ReplicationFailedError, StoreUnavailableError) as exc:  # recorded, retried later
                     report.failed.append(CopyFailure(replica.cluster, iso(partition.value), str(exc)))
                     break
                 if result is None:
@@ -233,6 +241,7 @@ class Replicator:
 
         Raises:
             ReplicationFailedError: the copy failed (recorded, with its retry time).
+            StoreUnavailableError: the store did not serve (recorded, with its retry time).
             ReplicationAbandonedError, LeaseLostError: stopped on request, or leadership lost.
         """
         with commit_holder(self.catalog.store).holding(self.owner):  # renewed while we copy
@@ -507,11 +516,23 @@ class Replicator:
     def _failed(
         self, table: Table, partition: Partition, copy: PartitionCopy, exc: Exception
     ) -> StreampartError:
-        """Record why the copy failed and let it go, retried after a doubling backoff."""
+        """Record why the copy failed and let it go, retried after a doubling backoff.
+
+        A store that did not serve (a 503, no answer: ``metastore/storage/faults.py`` decides) fails
+        it as a :class:`StoreUnavailableError`, retriable, logged as a warning; any other failure is
+        a :class:`ReplicationFailedError`, logged as an error."""
         where = f"copy of {table.name} partition {iso(partition.value)} to {copy.cluster}"
         error: StreampartError
+        unavailable = faults.unavailable(exc)
         if isinstance(exc, ReplicationFailedError):
             error = ReplicationFailedError(f"{where} failed: {exc}")
+        elif unavailable is not None:
+            error = StoreUnavailableError(
+                f"{where} failed: {unavailable}",
+                store=unavailable.store,
+                answered=unavailable.answered,
+                retry_after=unavailable.retry_after,
+            )
         elif isinstance(exc, OSError | StorageError):
             cause = storage_error(exc, where) if isinstance(exc, OSError) else exc
             error = ReplicationFailedError(f"{cause}")
@@ -520,9 +541,10 @@ class Replicator:
         retry_at = clock.now() + backoff(copy.attempts + 1, self.retry_base, self.retry_max)
         with contextlib.suppress(StreampartError):
             self.catalog.store.release_copy(copy, self.owner, error=str(error), retry_at=retry_at)
+        transient = isinstance(error, RetriableError)
         event(
             log,
-            logging.WARNING,
+            logging.WARNING if transient else logging.ERROR,
             "replica.failed",
             "copy failed; it is retried with backoff",
             table=str(table.name),
@@ -530,6 +552,7 @@ class Replicator:
             cluster=copy.cluster,
             error=str(error),
             retry_at=retry_at,
+            transient=transient,
         )
         return error
 

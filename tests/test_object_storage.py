@@ -20,7 +20,8 @@ from metastore import storage
 from metastore.catalog import Catalog
 from metastore.delta.files import live_files
 from metastore.errors import UserInputError
-from metastore.models import PartitionState
+from metastore.models import PartitionState, iso
+from metastore.replicas import replica_table
 from scheduler.roll import Roller
 from tests.fixtures import make_table
 from tests.helpers import all_ids, duplicates, records
@@ -779,3 +780,55 @@ def test_the_cli_names_a_store_not_serving_data_files_in_one_line(
         errors = [line for line in done.stderr.splitlines() if "error" in line.lower() or "Traceback" in line]
         assert errors == [done.stderr.strip().splitlines()[-1]], done.stderr
         assert errors[0].startswith(said) and " to GET /" in errors[0], done.stderr
+
+
+def test_a_replica_copy_while_the_store_is_out_is_retriable_and_copied_later(
+    s3_root: str, s3_server: S3Server, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A copy to a secondary in a bucket while the store answers 503 fails as the store's
+    StoreUnavailableError (retriable, naming the copy and the store), not a ReplicationFailedError:
+    recorded with its retry time and logged as a warning; the next pass once the store answers
+    copies the partition."""
+    import logging
+    from datetime import timedelta
+
+    from metastore.errors import RetriableError, StoreUnavailableError
+    from scheduler.errors import ReplicationFailedError
+    from scheduler.replication import Replicator
+
+    catalog = Catalog.open(tmp_path / "warehouse", f"sqlite:///{tmp_path / 'metastore.sqlite'}")
+    (tmp_path / "disk").mkdir()
+    catalog.clusters.add("disk", str(tmp_path / "disk"), "local[2]")
+    catalog.clusters.add("bucket", storage.join(s3_root, "cluster"), "local[2]")
+    table = make_table(catalog, "ns.up", cluster="disk", replicate_to=("bucket",))
+    _commit(ChunkWriter(catalog, table), range(30))
+    Roller(catalog).roll_table(table, force=True)
+    [partition] = catalog.store.list_partitions(table.id, [PartitionState.STANDARD])
+    [replica] = catalog.replicas.list(table)
+    storage.configure(storage.S3Options(retries=1, retry_timeout=timedelta(seconds=2)))
+    try:
+        s3_server.proxy.arm("PUT", r"/cluster/", "503", times=1_000_000)
+        with caplog.at_level(logging.WARNING, "streampart.replication"):
+            with pytest.raises(StoreUnavailableError) as refused:
+                Replicator(catalog).copy(table, partition, replica)
+            report = Replicator(catalog).replicate(table, include_waiting=True)  # a pass: recorded
+        assert isinstance(refused.value, RetriableError)
+        assert not isinstance(refused.value, ReplicationFailedError)
+        assert refused.value.store == s3_server.endpoint
+        assert str(refused.value).startswith(
+            f"copy of ns.up partition {iso(partition.value)} to bucket failed: the store at "
+            f"{s3_server.endpoint} is unavailable: it answered 503 Service Unavailable (SlowDown)"
+        )
+        [failure] = report.failed
+        assert "is unavailable" in failure.error and not report.copied
+        logged = [r for r in caplog.records if getattr(r, "event", None) == "replica.failed"]
+        assert [(r.levelno, r.transient) for r in logged] == [(logging.WARNING, True)] * 2  # type: ignore[attr-defined]
+        [recorded] = catalog.store.list_copies(table.id, "bucket")
+        assert recorded.retry_at is not None and "is unavailable" in (recorded.error or "")
+        assert Replicator(catalog).replicate(table).failed == []  # waits for its retry time
+    finally:
+        s3_server.proxy.clear()
+        storage.configure(storage.S3Options())
+    [copied] = Replicator(catalog).replicate(table, include_waiting=True).copied
+    assert copied.cluster == "bucket" and sorted(all_ids(replica_table(table, replica))) == list(range(30))
+    catalog.close()

@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 from urllib.parse import urlsplit
 
-from metastore.errors import StorageError, StoreUnavailableError
+from metastore.errors import StorageError, StoreUnavailableError, StreampartError
 
 # Why 2 s: a store that sheds load (503 Slow Down) asks clients to back off; the client library
 # retried for storage.retry_timeout already, so the caller's next attempt comes a little later.
@@ -76,10 +76,14 @@ def unavailable(exc: BaseException, what: str | None = None) -> StoreUnavailable
     another failure.
 
     ``what`` says what was being done (``reading the Delta log of table ns.t``), for the message.
+    A streampart error's text is not read: whoever raised it decided what it is (a metastore that
+    refused the connection is not the store), and only the errors it was raised from are looked at.
     """
     for cause in _chain(exc):
         if isinstance(cause, StoreUnavailableError):
             return cause
+    if isinstance(exc, StreampartError):
+        return None
     text = plain(str(exc))
     return _relayed(text, what) or _answer(text, what)
 
