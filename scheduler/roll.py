@@ -19,6 +19,7 @@ that resumes someone else's roll seals again first, which fences the old holder'
 from __future__ import annotations
 
 import contextlib
+import copy
 import itertools
 import uuid
 from collections import deque
@@ -286,8 +287,9 @@ class Roller:
         where = f"roll of {table.name} partition {iso(roll.partition_value)}"
         error: StreampartError
         resumes = "; the roll resumes from its last step on the next attempt"
-        if isinstance(exc, StorageError):  # (a full disk during a seal or a compaction)
-            error = type(exc)(f"{exc}{resumes}")
+        if isinstance(exc, StorageError):  # a full disk during a seal or a compaction, a store out
+            error = copy.copy(exc)  # the same kind, with its fields (the store's address, its answer)
+            error.args = (f"{exc}{resumes}",)
         elif isinstance(exc, StreampartError):
             error = exc
         else:

@@ -6,11 +6,13 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import pytest
 
 from ingest.chunks import ChunkWriter
 from ingest.formats import Format
 from metastore.delta.files import live_files
 from metastore.delta.layout import partition_dir
+from metastore.errors import RetriableError, StoreUnavailableError
 from metastore.models import Mode, PartitionState
 from scheduler.config import RollConfig
 from scheduler.roll import Roller
@@ -151,3 +153,22 @@ def test_a_roller_on_a_host_with_a_long_name_rolls(catalog, monkeypatch) -> None
     assert len(roller.owner) <= 64 and roller.owner.startswith("build-agent-xxx")
     [result] = roller.roll_table(table, force=True)
     assert result.rows == 3
+
+
+def test_a_roll_failing_while_the_store_is_out_says_so_with_the_stores_address(catalog, monkeypatch) -> None:
+    """The roll's error says it resumes, and stays the store's: retriable, with the store's address
+    and what it answered (the daemon logs it as a warning, the HTTP API answers 503)."""
+    table = make_table(catalog)
+    ChunkWriter(catalog, table).write(records(range(3)), Format.JSONL)
+
+    def out(self, *args, **kwargs):
+        raise StoreUnavailableError(
+            "the store at http://127.0.0.1:9 is unavailable: it answered 503", "http://127.0.0.1:9", "503"
+        )
+
+    monkeypatch.setattr(type(catalog.warehouse), "seal", out)
+    with pytest.raises(StoreUnavailableError) as raised:
+        Roller(catalog).roll_table(table, force=True)
+    assert isinstance(raised.value, RetriableError)
+    assert (raised.value.store, raised.value.answered) == ("http://127.0.0.1:9", "503")
+    assert str(raised.value).endswith("the roll resumes from its last step on the next attempt")
