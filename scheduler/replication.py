@@ -35,6 +35,7 @@ import hashlib
 import logging
 import uuid
 from collections.abc import Callable, Sequence
+from copy import copy as copy_of
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -56,6 +57,7 @@ from metastore.delta.metadata import columns_of
 from metastore.errors import (
     ConflictError,
     LeaseLostError,
+    MetastoreUnavailableError,
     RetriableError,
     StorageError,
     StoreUnavailableError,
@@ -519,7 +521,8 @@ class Replicator:
         """Record why the copy failed and let it go, retried after a doubling backoff.
 
         A store that did not serve (a 503, no answer: ``metastore/storage/faults.py`` decides) fails
-        it as a :class:`StoreUnavailableError`, retriable, logged as a warning; any other failure is
+        it as a :class:`StoreUnavailableError`, retriable, logged as a warning (an unavailable
+        metastore likewise, as a :class:`MetastoreUnavailableError`); any other failure is
         a :class:`ReplicationFailedError`, logged as an error."""
         where = f"copy of {table.name} partition {iso(partition.value)} to {copy.cluster}"
         error: StreampartError
@@ -533,6 +536,9 @@ class Replicator:
                 answered=unavailable.answered,
                 retry_after=unavailable.retry_after,
             )
+        elif isinstance(exc, MetastoreUnavailableError):  # the metastore did not answer: as the store
+            error = copy_of(exc)
+            error.args = (f"{where} failed: {exc}",)
         elif isinstance(exc, OSError | StorageError):
             cause = storage_error(exc, where) if isinstance(exc, OSError) else exc
             error = ReplicationFailedError(f"{cause}")

@@ -312,6 +312,34 @@ def test_a_killed_copier_is_taken_over_within_seconds(catalog: Catalog, tmp_path
     assert set(_replica_commits(replica, table).values()) == {1}
 
 
+def test_a_copy_failing_while_the_metastore_is_out_is_retriable(
+    catalog: Catalog, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The metastore not answering as a copy finishes is the metastore's outage (retriable, a
+    warning), not a failed copy; the next pass copies the partition."""
+    from metastore.errors import MetastoreUnavailableError
+    from scheduler.errors import ReplicationFailedError
+
+    _clusters(catalog, tmp_path, "c1", "c2")
+    table = _table(catalog)
+    ids = _rolled(catalog, table, 1)
+    [partition] = catalog.store.list_partitions(table.id, [PartitionState.STANDARD])
+    [replica] = catalog.replicas.list(table)
+    finish = type(catalog.store).finish_copy
+
+    def out(self, *args, **kwargs):
+        raise MetastoreUnavailableError("the metastore at sqlite:///… is locked for too long")
+
+    monkeypatch.setattr(type(catalog.store), "finish_copy", out)
+    with pytest.raises(MetastoreUnavailableError) as refused:
+        Replicator(catalog).copy(table, partition, replica)
+    assert not isinstance(refused.value, ReplicationFailedError)
+    assert str(refused.value).startswith(f"copy of ns.events partition {iso(partition.value)} to c2 failed: ")
+    monkeypatch.setattr(type(catalog.store), "finish_copy", finish)
+    assert len(Replicator(catalog).replicate(table, include_waiting=True).copied) == 1
+    assert sorted(all_ids(replica_table(table, replica))) == ids
+
+
 def test_a_metastore_from_before_replicas_upgrades_unchanged(metastore_url: str, tmp_path: Path) -> None:
     """0006 → 0007: tables and their partitions stay as they were, with no replicas; a replica
     added afterwards receives the partitions rolled before the upgrade."""
