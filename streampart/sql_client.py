@@ -21,7 +21,8 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from metastore.errors import RetriableError, UserInputError
+from metastore.errors import RetriableError, StreampartError, UserInputError
+from metastore.storage import faults
 from streampart.errors import QueryError
 from streampart.sql_endpoint import LOCAL_USER, running_server
 
@@ -174,7 +175,7 @@ class Connection:
         try:
             cursor.execute(sql)
         except OperationalError as exc:
-            raise QueryError(server_message(exc)) from None
+            raise _failed(exc) from None
         description = cursor.description or []
         names = [d[0] for d in description]
         convert = [_converter(str(d[1])) for d in description]
@@ -190,7 +191,7 @@ class Connection:
                             c(v) if v is not None else None for c, v in zip(convert, row, strict=True)
                         )
             except OperationalError as exc:
-                raise QueryError(server_message(exc)) from None
+                raise _failed(exc) from None
             finally:
                 cursor.close()
 
@@ -199,6 +200,13 @@ class Connection:
 
 # Spark's wrapping: "Error running query: [CLASS] org.apache….AnalysisException: [CLASS] what"
 _ERROR_RUNNING = re.compile(r"^(?:Error running query: )?(?:\[[A-Z_.]+\] )?(?:[\w.$]+(?:Exception|Error): )?")
+
+
+def _failed(exc: Exception) -> StreampartError:
+    """What the server's refusal or failure is: the store's outage it relays (a table's files in a
+    bucket that did not serve them: retriable, never "damaged"), else a QueryError."""
+    message = server_message(exc)
+    return faults.relayed(message) or QueryError(message)
 
 
 def server_message(exc: Exception) -> str:

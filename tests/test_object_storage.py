@@ -347,13 +347,15 @@ def test_credentials_the_store_refuses_are_one_error_naming_them(
 @pytest.mark.process
 @pytest.mark.spark
 def test_the_sql_server_serves_a_warehouse_in_a_bucket(
-    s3_catalog: Catalog, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    s3_catalog: Catalog, s3_server: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``streampart sql-server`` on ``--warehouse s3://…``: its file on this host's disk
     (``Warehouse.local_dir``), statements read the bucket's tables through the query policy (and
-    see a commit made after the server started)."""
+    see a commit made after the server started); while the bucket does not serve the files, a
+    client is told so in the store's one line."""
     import os
 
+    from metastore.errors import StoreUnavailableError
     from streampart.sql_client import Connection, Target
     from streampart.sql_endpoint import LOCAL_USER
     from tests.helpers import ROOT, sql_server, wait_for
@@ -368,6 +370,8 @@ def test_the_sql_server_serves_a_warehouse_in_a_bucket(
         STREAMPART_METASTORE=s3_catalog.store.url,
         STREAMPART_SPARK__SHUFFLE_PARTITIONS="2",
         STREAMPART_SPARK__DRIVER_MEMORY="1g",
+        STREAMPART_STORAGE__RETRIES="1",
+        STREAMPART_STORAGE__RETRY_TIMEOUT="2s",
         PYTHONPATH=str(ROOT),
     )
     with (
@@ -382,6 +386,18 @@ def test_the_sql_server_serves_a_warehouse_in_a_bucket(
             "the new chunk to be read (sqlserver.freshness)",
         )
         assert (tmp_path / "state" / "streampart").is_dir()
+        # the bucket stops serving the table's files: the client is told the store's one line
+        # (retriable: StoreUnavailableError), not the first line of a Python worker's traceback
+        s3_server.proxy.arm("GET", DATA_FILE, "503", times=1_000_000)
+        try:
+            with pytest.raises(StoreUnavailableError) as refused:
+                list(conn.execute("SELECT count(*), max(id) FROM ns.events")[1])
+        finally:
+            s3_server.proxy.clear()
+        assert refused.value.store == s3_server.endpoint, refused.value
+        said = f"the store at {s3_server.endpoint} is unavailable: it answered 503"
+        assert str(refused.value).startswith(said), refused.value
+        assert list(conn.execute("SELECT count(*), min(id) FROM ns.events")[1]) == [(40, 0)]
 
 
 @pytest.mark.parametrize("stall", [1.4, 4.0], ids=["reaches-the-store-first", "reaches-it-after-the-retry"])

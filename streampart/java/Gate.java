@@ -5,6 +5,8 @@ import java.util.List;
 import java.util.Map;
 import java.util.Set;
 import java.util.TreeMap;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
 
 import javax.security.auth.login.LoginException;
 
@@ -438,10 +440,21 @@ final class Gate extends CLIService {
      * What a client is told of {@code e}: a refusal as it is; any other error as the first line of
      * its message (never a stack, never the plan Spark prints after it), with its SQL state.
      */
+    // A task's StoreUnavailableError (metastore/errors.py), raised in the Python worker that read a
+    // table's files in a bucket: its line in the worker's traceback is what the client needs (the
+    // store's address and what it answered), not the traceback's first line.
+    private static final Pattern STORE_UNAVAILABLE = Pattern.compile("StoreUnavailableError: (the store at .+)");
+
     static HiveSQLException oneLine(Throwable e) {
         for (Throwable t = e; t != null; t = t.getCause()) {
             if (t instanceof Extensions.Refused refused) { // a fresh one: Spark may have set a stack on it
                 return new Extensions.Refused(refused.getMessage(), refused.getSQLState());
+            }
+        }
+        for (Throwable t = e; t != null; t = t.getCause()) {
+            Matcher store = STORE_UNAVAILABLE.matcher(t.getMessage() == null ? "" : t.getMessage());
+            if (store.find()) {
+                return new Extensions.Refused(store.group(1).strip(), "08S01"); // SQLSTATE: connection failure
             }
         }
         String state = e instanceof HiveSQLException h ? h.getSQLState() : null;
