@@ -43,7 +43,12 @@ from metastore.durations import Duration, format_duration
 from metastore.errors import UserInputError
 from metastore.federation import SECRET_ENV_PREFIX
 from metastore.storage import configure as configure_storage
-from metastore.storage.options import DEFAULT_RETRIES, DEFAULT_RETRY_TIMEOUT, S3Options
+from metastore.storage.options import (
+    DEFAULT_REQUEST_TIMEOUT,
+    DEFAULT_RETRIES,
+    DEFAULT_RETRY_TIMEOUT,
+    S3Options,
+)
 from scheduler.config import RollConfig, SchedulerConfig, check_heartbeat
 
 # The TOML file of the settings being loaded: load_settings names it for its own call only (a
@@ -203,6 +208,12 @@ class StorageConfig(BaseModel):
     retry_timeout: Duration = Field(
         DEFAULT_RETRY_TIMEOUT, gt=timedelta(0), description="How long one request is retried at most."
     )
+    request_timeout: Duration = Field(
+        DEFAULT_REQUEST_TIMEOUT,
+        gt=timedelta(0),
+        description="How long one attempt of a request may take before it is given up as not answered "
+        "(and retried): a store that froze is reported this long after, times the retries.",
+    )
 
     def options(self) -> S3Options:
         def secret(value: SecretStr | None) -> str | None:
@@ -216,6 +227,7 @@ class StorageConfig(BaseModel):
             session_token=secret(self.session_token),
             retries=self.retries,
             retry_timeout=self.retry_timeout,
+            request_timeout=self.request_timeout,
         )
 
 

@@ -174,3 +174,17 @@ def test_the_cli_refuses_an_unknown_key_in_one_line(tmp_path: Path) -> None:
         "(did you mean STREAMPART_CHUNK__TTL?)\n",
     )
     assert not (tmp_path / "wh").exists()
+
+
+def test_the_stores_request_timeout_is_a_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    """How long one attempt of a request may take (a frozen store is reported after it)."""
+    from datetime import timedelta
+
+    from streampart.config import load_settings
+
+    assert load_settings().storage.options().request_timeout == timedelta(seconds=120)
+    monkeypatch.setenv("STREAMPART_STORAGE__REQUEST_TIMEOUT", "3s")
+    assert load_settings().storage.options().request_timeout == timedelta(seconds=3)
+    monkeypatch.setenv("STREAMPART_STORAGE__REQUEST_TIMEOUT", "0s")
+    with pytest.raises(UserInputError, match=r"storage\.request_timeout"):
+        load_settings()
