@@ -59,3 +59,19 @@ def test_the_status_is_the_commands(tmp_path: Path) -> None:
     done = streampart(wh, "namespace", "create", "ns")
     assert done.returncode == 0, done.stderr
     assert streampart(wh, "table", "list").returncode == 0
+
+
+@pytest.mark.process
+def test_an_idle_thread_pool_does_not_hold_the_process(tmp_path: Path) -> None:
+    """A thread pool nobody shut down (an idle worker waiting for work) is told to stop at exit, as
+    the interpreter does, rather than joined forever."""
+    script = (
+        "import concurrent.futures, sys\n"
+        "pool = concurrent.futures.ThreadPoolExecutor(2)\n"
+        "pool.submit(lambda: None).result()\n"
+        "sys.argv = ['streampart', '--version']\n"
+        "from streampart.cli import main\n"
+        "main()\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout.startswith("streampart ")) == (0, True), done.stderr

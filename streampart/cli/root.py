@@ -149,10 +149,16 @@ def _leave(code: object) -> None:
     else:  # sys.exit("message"), as Python ends it
         print(code, file=sys.stderr)
         status = 1
-    current = threading.current_thread()
-    for thread in threading.enumerate():
-        if thread is not current and not thread.daemon:
-            thread.join()  # a checkpoint the command started finishes, as at a normal exit
+    shutdown = getattr(threading, "_shutdown", None)  # what the interpreter itself runs at exit
+    if shutdown is not None and threading.current_thread() is threading.main_thread():
+        # threading's exit hooks first (a thread pool's idle workers are told to stop), then every
+        # non-daemon thread is joined: a checkpoint the command started finishes
+        shutdown()
+    else:
+        current = threading.current_thread()
+        for thread in threading.enumerate():
+            if thread is not current and not thread.daemon:
+                thread.join()
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):  # a reader gone (`| head`), a closed stream
