@@ -75,3 +75,15 @@ def test_an_idle_thread_pool_does_not_hold_the_process(tmp_path: Path) -> None:
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert (done.returncode, done.stdout.startswith("streampart ")) == (0, True), done.stderr
+
+
+@pytest.mark.process
+def test_a_metastore_that_refuses_connections_is_one_line(tmp_path: Path) -> None:
+    """PostgreSQL's driver words a refused connection over two lines: the CLI says it in one."""
+    from tests.private_pg import free_port
+
+    url = f"postgresql+psycopg://postgres@127.0.0.1:{free_port()}/nothing"
+    (tmp_path / "wh").mkdir()
+    done = streampart(tmp_path / "wh", "--metastore", url, "table", "list")
+    assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
+    assert "is unavailable" in done.stderr and "Connection refused" in done.stderr, done.stderr

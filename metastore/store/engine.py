@@ -315,7 +315,7 @@ class Database:
                     retry_after=self.fail_fast_s,
                     metastore=self.name,
                 ) from exc
-            raise MetastoreUnavailableError(f"metastore {self.label} is unavailable: {exc.orig}") from exc
+            raise MetastoreUnavailableError(f"metastore {self.label} is unavailable: {why}") from exc
         except BaseException:
             self.call_times.observe(time.perf_counter() - started)
             raise
