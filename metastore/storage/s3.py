@@ -353,13 +353,15 @@ def check(url: str, setting: str) -> None:
 
     Raises:
         UserInputError: naming ``setting`` (where the URL came from) and what is wrong: the
-            endpoint does not answer, the store refuses the credentials, or the bucket does not
-            exist. Nothing is created: streampart never makes buckets.
+            store refuses the credentials, the bucket does not exist, or the endpoint is no store.
+            Nothing is created: streampart never makes buckets.
+        StoreUnavailableError: the store did not answer (refused, dropped or timed out: down, or
+            a wrong address), or answered that it is busy (a 5xx).
     """
     import obstore
     from obstore import exceptions as ox
 
-    from metastore.errors import UserInputError
+    from metastore.errors import StoreUnavailableError, UserInputError
 
     bucket, key = split(url)
     opts = current()
@@ -392,6 +394,13 @@ def check(url: str, setting: str) -> None:
             raise UserInputError(
                 f"{setting} {url}: bucket {bucket} does not exist at {where} (create it first: "
                 "streampart makes no buckets; or set storage.endpoint / AWS_ENDPOINT_URL)"
+            ) from None
+        if out is not None:  # no answer (refused, dropped, timed out): a store down, or a wrong address
+            raise StoreUnavailableError(
+                f"{setting} {url}: the store at {where} does not answer ({_first(exc)}); if it is down, "
+                "retry once it answers; if the address is wrong, set storage.endpoint or AWS_ENDPOINT_URL",
+                store=out.store,
+                answered=out.answered,
             ) from None
         raise UserInputError(
             f"{setting} {url}: the store at {where} does not answer ({_first(exc)}); check "
