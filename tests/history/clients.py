@@ -14,6 +14,11 @@
 - :func:`deleter`: ``streampart delete NS.T --where "msg = 'gR' AND id BETWEEN LO AND HI"`` processes
   (a residue class of ids, in a range of one writer's ids: part of some chunks, written before or
   while it runs), recorded with the predicate and the version of the delete's commit.
+- :func:`sql_reader`: statements through a running ``streampart sql-server`` (a token with
+  ``read:NS``), on one connection kept while it works (a new one after any error): the newest
+  snapshot's ids (``sql_read``), a version's ids (``sql_read_at``, ``VERSION AS OF``, the version
+  picked among the last ones delta-rs lists), or a count (``sql_count``: ``count(*)`` and
+  ``count(DISTINCT id)``, at a version or the newest);
 - :func:`cli_check`: ``streampart check --json`` after the run, its problems recorded.
 
 Every row a client writes has ``msg = 'g<id % 10>'``: the column deletes pick rows by.
@@ -36,7 +41,7 @@ from ingest.client import Client
 from ingest.errors import ApiClientError
 from tests.helpers import ROOT, jsonl
 from tests.history.checker import EXPECTED_REFUSALS, NOT_COMMITTED, RETRY_SAME_KEY
-from tests.history.history import History, Outcome
+from tests.history.history import History, Kind, Outcome
 
 CHUNK_ROWS = 20
 # Why 20 s: a restarted server answers within a few seconds, and a commit its dead predecessor left
@@ -199,6 +204,53 @@ def roller(name: str, warehouse: str, metastore: str, table: str, history: Histo
                 history.complete(op, "ok", detail=f"rolled {len(results)}")
     finally:
         catalog.close()
+
+
+def sql_reader(name: str, address: tuple[str, int], user: str, token: str, table: str, location: str,
+               history: History, stop: threading.Event, rng: random.Random) -> None:  # fmt: skip
+    """Read ``table`` through the SQL server at ``address`` until ``stop`` (see the module's docstring)."""
+    from deltalake import DeltaTable
+
+    from metastore.storage import delta_options
+    from streampart.sql_client import Connection, Target
+
+    conn: Connection | None = None
+    try:
+        while not stop.wait(rng.uniform(0.1, 0.5)):
+            roll, version = rng.random(), None
+            if roll < 0.4:  # a version among the last ones (delta-rs says which exist)
+                try:
+                    newest = DeltaTable(location, storage_options=delta_options(location)).version()
+                except Exception:
+                    continue  # the store may be down: delta-rs readers record that, not this one
+                version = rng.randint(max(0, newest - 8), newest)
+            at = "" if version is None else f" VERSION AS OF {version}"
+            if roll < 0.12 or roll > 0.92:
+                kind: Kind = "sql_count"
+                sql = f"SELECT count(*), count(DISTINCT id) FROM {table}{at}"
+            else:
+                kind = "sql_read" if version is None else "sql_read_at"
+                sql = f"SELECT id FROM {table}{at}"
+            op = history.invoke(name, kind, version=version, where=sql)
+            try:
+                if conn is None:
+                    conn = Connection(Target(address[0], address[1], user, token))
+                rows = list(conn.execute(sql)[1])
+            except Exception as exc:  # recorded with its type: the checker classifies it
+                history.complete(op, "fail", detail=f"{type(exc).__name__}: {exc}"[:400])
+                if conn is not None:
+                    conn.close()
+                conn = None
+                stop.wait(1.0)  # a server down (or starting: a JVM) is not asked ten times a second
+                continue
+            if kind == "sql_count":
+                [(count, distinct)] = rows
+                history.complete(op, "ok", count=int(count), detail=f"distinct {int(distinct)}")
+            else:
+                history.complete(op, "ok", ids=[int(r[0]) for r in rows])
+    finally:
+        if conn is not None:
+            conn.close()
 
 
 def cli_writer(name: str, base: int, cli: Cli, table: str, history: History, stop: threading.Event,

@@ -23,8 +23,14 @@ Outcome = Literal["ok", "fail", "unknown"]
 # write: a chunk sent by a producer or a CLI writer (ids: its rows); read: the latest version read by
 # a reader; read_at: a version read again by time travel; roll: a forced roll; delete: rows deleted by
 # predicate (where: its condition; version: its commit's); check: ``streampart check`` after the run;
-# log: an error line a server wrote in its log; fault: what the nemesis did
-Kind = Literal["write", "read", "read_at", "roll", "delete", "check", "log", "fault"]
+# log: an error line a server wrote in its log; fault: what the nemesis did; sql_read: the newest
+# snapshot read through the SQL server (no version: it does not say which); sql_read_at: a version
+# read through it (``VERSION AS OF``); sql_count: ``count(*)`` and ``count(DISTINCT id)`` through it
+# (count: the first; detail: ``distinct N``), at a version or the newest. A ``roll`` of the client
+# ``daemon`` is a roll attempt of a daemon process, observed in the metastore after the run (key:
+# the partition's value).
+Kind = Literal["write", "read", "read_at", "roll", "delete", "check", "log", "fault", "sql_read",
+               "sql_read_at", "sql_count"]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -41,7 +47,8 @@ class Op:
     version: int | None = None  # read/read_at: the Delta version read
     key: str | None = None  # write: the idempotency key
     detail: str = ""  # why it failed, what fault, …
-    where: str = ""  # delete: its predicate (SQL, as sent)
+    where: str = ""  # delete: its predicate (SQL, as sent); sql_*: the statement
+    count: int | None = None  # sql_count: the rows counted
 
 
 @dataclass
@@ -72,11 +79,11 @@ class History:
         return op_id
 
     def complete(self, op_id: str, outcome: Outcome, *, ids: Iterable[int] | None = None,
-                 version: int | None = None, detail: str = "") -> None:  # fmt: skip
-        """Record the outcome of operation ``op_id`` (``ids``/``version``: what a read saw)."""
+                 version: int | None = None, detail: str = "", count: int | None = None) -> None:  # fmt: skip
+        """Record the outcome of operation ``op_id`` (``ids``/``version``/``count``: what a read saw)."""
         seen = None if ids is None else list(ids)
         self._append({"type": "complete", "op": op_id, "time": time.time(), "outcome": outcome,
-                      "ids": seen, "version": version, "detail": detail})  # fmt: skip
+                      "ids": seen, "version": version, "detail": detail, "count": count})  # fmt: skip
 
     def load(self) -> list[Op]:
         return load(self.path)
@@ -101,7 +108,7 @@ def load(path: Path) -> list[Op]:
                 outcome="unknown" if done is None else done["outcome"],
                 ids=tuple(ids), version=version, key=inv["key"],
                 detail=" ".join(d for d in (inv["detail"], "" if done is None else done["detail"]) if d),
-                where=inv.get("where", ""),
+                where=inv.get("where", ""), count=None if done is None else done.get("count"),
             )
         )  # fmt: skip
     return sorted(ops, key=lambda op: op.invoked)

@@ -14,6 +14,16 @@
   Slow Down / drops every connection unanswered, for a few seconds;
 - ``s3-freeze``: SIGSTOP the S3 server (moto's process group: requests hang), wait, SIGCONT. (Not
   SIGKILL: moto keeps its buckets in memory, a restart would lose every object.)
+- ``kill-daemon``: SIGKILL the roll daemon that leads (its lease names its pid), wait, start it
+  again (the standby takes leadership meanwhile, and resumes any roll the dead one left);
+- ``pause-daemon``: SIGSTOP the leading daemon 1–6 s (longer than its lease, 1.5 s: the standby
+  takes leadership while it is frozen and it wakes up deposed), then SIGCONT;
+- ``clock-daemon``: SIGKILL one daemon and start it again with its clock moved (``offset``: -5 s,
+  +5 s or +40 s: leases and periods read by a clock the others do not share), leave it so a few
+  seconds, then SIGKILL it and start it with the true clock again;
+- ``kill-sql``: SIGKILL the ``streampart sql-server`` process group (its Python driver and its
+  JVM), wait, start it again on the same port (not waiting until it listens: a JVM takes tens of
+  seconds to start; its clients are refused meanwhile).
 """
 
 from __future__ import annotations
@@ -29,6 +39,7 @@ from pathlib import Path
 from tests.api.fixtures import Server
 from tests.history.clients import Processes
 from tests.history.history import History
+from tests.history.services import Daemons, SqlServerProc
 from tests.private_pg import PrivatePostgres
 from tests.s3server import S3Server
 
@@ -37,6 +48,12 @@ CLI_FAULTS = ("kill-cli", "pause-cli")
 PG_FAULTS = ("pg-restart", "pg-pause")
 S3_FAULTS = ("s3-503", "s3-drop", "s3-freeze")
 S3_METHODS = ("GET", "PUT", "HEAD", "DELETE", "POST")
+DAEMON_FAULTS = ("kill-daemon", "pause-daemon", "clock-daemon")
+SQL_FAULTS = ("kill-sql",)
+CLOCK_OFFSETS = (-5.0, 5.0, 40.0)
+# Why 30 s: a daemon started a moment ago takes the lease within its heartbeat, and a standby
+# within the lease's 1.5 s after the leader went silent; a leader not found by then is not injured.
+LEADER_WAIT_S = 30.0
 # Why 5 s: CLI processes come and go (about one a second per client); a fault aimed at one waits
 # this long for one to be running before it is recorded as not injected.
 CLI_WAIT_S = 5.0
@@ -64,8 +81,65 @@ class Nemesis:
     procs: Processes | None = None
     pg: PrivatePostgres | None = None
     s3: S3Server | None = None
+    daemons: Daemons | None = None
+    sql: SqlServerProc | None = None
     rng: random.Random = field(default_factory=random.Random)
     name: str = "nemesis"
+
+    def _pids(self) -> str:
+        assert self.daemons is not None
+        return ", ".join(f"{slot}: pid {p.pid}{'' if p.poll() is None else ' (exited)'}"
+                         for slot, p in sorted(self.daemons.procs.items()))  # fmt: skip
+
+    def daemon_fault(self, fault: str) -> None:
+        """``kill-daemon``, ``pause-daemon`` or ``clock-daemon`` (see the module's docstring)."""
+        assert self.daemons is not None
+        daemons, wait = self.daemons, threading.Event().wait
+        op = self.history.invoke(self.name, "fault", key=fault)
+        if fault == "clock-daemon":
+            slot = self.rng.randrange(daemons.count)
+            offset, hold = self.rng.choice(CLOCK_OFFSETS), self.rng.uniform(3.0, 10.0)
+            daemons.kill(slot)
+            daemons.start(slot, offset)
+            wait(hold)
+            after = daemons.leader()
+            daemons.kill(slot)
+            daemons.start(slot)
+            self.history.complete(op, "ok", detail=f"daemon {slot} clock {offset:+.0f}s for {hold:.1f}s "
+                                  f"(leader then: {after and after[0]}); {self._pids()}")  # fmt: skip
+            return
+        found = daemons.wait_leader(LEADER_WAIT_S)
+        if found is None:
+            self.history.complete(op, "fail", detail=f"no daemon leads; {self._pids()}")
+            return
+        slot, proc = found
+        if fault == "kill-daemon":
+            down = self.rng.uniform(0.5, 3.0)
+            daemons.kill(slot)
+            wait(down)
+            daemons.start(slot)
+            detail = f"sigkill leader {slot} pid {proc.pid}, started again after {down:.1f}s"
+        else:
+            frozen = self.rng.uniform(1.0, 6.0)
+            proc.send_signal(signal.SIGSTOP)
+            try:
+                wait(frozen)
+                during = daemons.leader()
+            finally:
+                proc.send_signal(signal.SIGCONT)
+            detail = (
+                f"sigstop leader {slot} pid {proc.pid} {frozen:.1f}s (leader then: {during and during[0]})"
+            )
+        self.history.complete(op, "ok", detail=f"{detail}; {self._pids()}")
+
+    def kill_sql(self, down: float) -> None:
+        """SIGKILL the SQL server's process group, ``down`` seconds, start it again (no wait)."""
+        assert self.sql is not None
+        op = self.history.invoke(self.name, "fault", key="kill-sql", detail="sigkill sql-server")
+        self.sql.kill()
+        threading.Event().wait(down)
+        self.sql.start()
+        self.history.complete(op, "ok", detail=f"started again (start {self.sql.starts}) after {down:.1f}s")
 
     def kill(self, down: float) -> None:
         """SIGKILL the server, leave it dead ``down`` seconds, restart it (waits until it answers)."""
@@ -187,6 +261,10 @@ class Nemesis:
             self.pg_pause(frozen=self.rng.uniform(1.0, 4.0))
         elif fault in S3_FAULTS:
             self.s3_fault(fault, seconds=self.rng.uniform(1.0, 4.0))
+        elif fault in DAEMON_FAULTS:
+            self.daemon_fault(fault)
+        elif fault == "kill-sql":
+            self.kill_sql(down=self.rng.uniform(0.5, 2.0))
         else:
             raise ValueError(f"no such fault: {fault}")
 

@@ -18,6 +18,7 @@ from tests.history import clients
 from tests.history.checker import FinalRead, Report, check
 from tests.history.history import History, Op
 from tests.history.nemesis import Nemesis
+from tests.history.services import Daemons, SqlServerProc
 from tests.private_pg import PrivatePostgres
 from tests.s3server import S3Server
 
@@ -34,11 +35,14 @@ class Run:
     readers: int
     faults: list[str]  # see tests/history/nemesis.py, in order
     gap: tuple[float, float]  # seconds between two faults
-    roll_every: tuple[float, float]
+    roll_every: tuple[float, float] | None  # the in-process forced roller's pace (None: no roller)
     cli_writers: int = 0
     deleters: int = 0
     delete_every: tuple[float, float] = (2.0, 5.0)
     seed: int = 45
+    daemons: int = 0  # `streampart scheduler run` processes (a leader and standbys)
+    table_roll_every: str = "1h"  # the table's roll_every (the daemons roll it on their own)
+    sql_readers: int = 0  # clients of one `streampart sql-server` (started when > 0)
 
 
 def final_read(location: str) -> FinalRead:
@@ -54,12 +58,31 @@ def final_read(location: str) -> FinalRead:
 
 
 def record_server_errors(log_dir: Path, history: History) -> None:
-    """Every error a server wrote in its logs (an answer 500, a traceback), as a ``log`` operation."""
-    for log in sorted(log_dir.glob("server-*.log")):
+    """Every error a server or a roll daemon wrote in its logs (an answer 500, a traceback, an error
+    line), as a ``log`` operation."""
+    logs = sorted(log_dir.glob("server-*.log")) + sorted(log_dir.glob("daemon-*.log"))
+    for log in logs:
         for line in log.read_text(errors="replace").splitlines():
-            if "Traceback" in line or "request failed" in line or '"level": "error"' in line.lower():
+            lowered = line.lower()
+            if (
+                "Traceback" in line
+                or "request failed" in line
+                or any(f'"level": "{level}"' in lowered for level in ("error", "critical"))
+            ):
                 op = history.invoke(log.name, "log")
                 history.complete(op, "fail", detail=line[:600])
+
+
+def record_daemon_rolls(catalog: Any, table_id: int, history: History) -> None:
+    """Every roll attempt of the daemons, as the metastore kept it, as a ``roll`` of ``daemon``: ok
+    (done), fail (failed, its error) or unknown (abandoned: lost leadership, shut down)."""
+    outcomes = {"done": "ok", "failed": "fail", "abandoned": "unknown"}
+    for a in reversed(catalog.store.list_roll_attempts(table_id, limit=1_000_000)):
+        value = None if a.partition_value is None else a.partition_value.isoformat()
+        said = (f"owner {a.owner} epoch {a.epoch} resumed {a.resumed} rows {a.rows} "
+                f"started {a.started_at.isoformat()} finished {a.finished_at.isoformat()}")  # fmt: skip
+        op = history.invoke("daemon", "roll", key=value, detail=said)
+        history.complete(op, outcomes[a.outcome.value], detail=a.error or "")  # type: ignore[arg-type]
 
 
 def run(tmp_path: Path, spec: Run, pg: PrivatePostgres | None = None, s3: S3Server | None = None,
@@ -74,8 +97,12 @@ def run(tmp_path: Path, spec: Run, pg: PrivatePostgres | None = None, s3: S3Serv
         metastore = pg.create_database(f"history_{uuid.uuid4().hex[:12]}")
     warehouse: Any = bucket_root or tmp_path / "wh"  # Server takes a Path; a bucket's URL works as a str
     srv = Server(warehouse, metastore, tmp_path, FAST)
-    table = make_table(srv.catalog, TABLE)
+    table = make_table(srv.catalog, TABLE, roll_every=spec.table_roll_every)
     token = srv.token("producers", "admin:*")
+    sql = SqlServerProc(str(srv.warehouse), metastore, tmp_path) if spec.sql_readers else None
+    if sql is not None:
+        sql.start()  # a JVM: tens of seconds, while the rest starts and the clients work
+    daemons = Daemons(srv.catalog, tmp_path, spec.daemons) if spec.daemons else None
     history = History(tmp_path / "history.jsonl")
     cli = clients.Cli(str(srv.warehouse), metastore, FAST)
     procs = clients.Processes()
@@ -83,6 +110,8 @@ def run(tmp_path: Path, spec: Run, pg: PrivatePostgres | None = None, s3: S3Serv
     rng = random.Random(spec.seed)
     stop = threading.Event()
     srv.start()
+    if daemons is not None:
+        daemons.start_all()
     producer_bases = [(k + 1) * PRODUCER_BASE for k in range(spec.producers)]
     cli_bases = [(k + 1) * CLI_BASE for k in range(spec.cli_writers)]
     try:
@@ -106,21 +135,45 @@ def run(tmp_path: Path, spec: Run, pg: PrivatePostgres | None = None, s3: S3Serv
         ] + [
             threading.Thread(target=clients.roller, args=("roller", str(srv.warehouse), srv.metastore, TABLE,
                              history, stop, random.Random(rng.random()), spec.roll_every))
+            for _ in range(1 if spec.roll_every is not None else 0)
         ]  # fmt: skip
+        if sql is not None:
+            reader_token = srv.token("reader", f"read:{TABLE.split('.')[0]}")
+            workers += [
+                threading.Thread(target=clients.sql_reader, args=(f"sql-reader-{k}", (sql.host, sql.port),
+                                 "reader", reader_token, TABLE, table.location, history, stop,
+                                 random.Random(rng.random())))
+                for k in range(spec.sql_readers)
+            ]  # fmt: skip
         for w in workers:
             w.start()
-        nemesis = Nemesis(history, server=srv, procs=procs, pg=pg, s3=s3, rng=random.Random(rng.random()))
+        nemesis = Nemesis(history, server=srv, procs=procs, pg=pg, s3=s3, daemons=daemons, sql=sql,
+                          rng=random.Random(rng.random()))  # fmt: skip
+        if sql is not None:
+            print(f"\nthe SQL server listened after {sql.wait_ready():.0f}s more")
         nemesis.run(spec.faults, stop, spec.gap)
         stop.wait(3)  # a quiet end: the last unknown writes resolve against a live server
         stop.set()
         for w in workers:
             w.join(max(clients.RETRY_FOR, clients.CLI_TIMEOUT) * (1 + clients.UNKNOWN_RETRIES) + 30)
             assert not w.is_alive(), f"{w.name} did not stop"
+        if daemons is not None:  # SIGTERM: a roll under way finishes within the shutdown grace
+            for slot, code in daemons.stop_all().items():
+                if code != 0:  # a daemon that does not leave cleanly on SIGTERM
+                    history.complete(history.invoke(f"daemon-{slot}", "log"), "fail",
+                                     detail=f"exited with status {code} on SIGTERM")  # fmt: skip
+            record_daemon_rolls(srv.catalog, table.id, history)
         clients.cli_check(cli, history)
         record_server_errors(tmp_path, history)
         report = check(history.load(), final_read(table.location))
+        for defect in report.known_defects[:10]:
+            print(f"known defect: {defect}")
     finally:
         stop.set()
+        if daemons is not None:
+            daemons.stop_all()
+        if sql is not None:
+            sql.stop()
         srv.close()
     print(f"\nhistory: {history.path}\n{report.summary()}")
     return report
@@ -171,6 +224,47 @@ def test_history_in_a_bucket_under_store_faults_has_no_anomaly(tmp_path: Path, s
     assert_clean(run(tmp_path, spec, s3=s3_server, bucket_root=s3_root), spec)
 
 
+@pytest.mark.process
+@pytest.mark.spark
+@pytest.mark.timeout(400)
+def test_history_with_roll_daemons_and_a_sql_server_under_their_faults_has_no_anomaly(tmp_path: Path) -> None:
+    """CI size, SQLite: 2 producers, a CLI writer, a deleter, a delta-rs reader, 2 readers through
+    `streampart sql-server`; no forced roller: 2 `streampart scheduler run` daemons roll the table
+    (roll_every 3s) on their own. The leading daemon SIGKILLed twice and frozen twice, one daemon's
+    clock moved, the SQL server SIGKILLed (with its JVM) and started again, serve SIGKILLed once."""
+    faults = [
+        "kill-daemon",
+        "kill-sql",
+        "pause-daemon",
+        "clock-daemon",
+        "kill",
+        "pause-daemon",
+        "kill-daemon",
+    ]
+    spec = Run(producers=2, readers=1, cli_writers=1, deleters=1, faults=faults, gap=(2.0, 4.0),
+               roll_every=None, daemons=2, table_roll_every="3s", sql_readers=2)  # fmt: skip
+    report = run(tmp_path, spec)
+    assert_clean(report, spec)
+    assert report.outcomes["sql_read"]["ok"] > 0 and report.outcomes["roll"]["ok"] > 0
+
+
+@pytest.mark.soak
+@pytest.mark.process
+@pytest.mark.spark
+@pytest.mark.timeout(3600)
+def test_soak_history_with_roll_daemons_and_a_sql_server_has_no_anomaly(tmp_path: Path) -> None:
+    """About 15 minutes, SQLite: the CI run's clients, more of them, and 80 faults: the daemons'
+    (killed, frozen, clocks moved), the SQL server's, serve's and the CLI processes'."""
+    cycle = ("kill-daemon", "pause-daemon", "kill-sql", "clock-daemon", "kill", "kill-cli", "pause-daemon",
+             "clock-daemon", "pause", "kill-daemon", "pause-cli", "clock-daemon")  # fmt: skip
+    faults = [cycle[k % len(cycle)] for k in range(80)]
+    spec = Run(producers=3, readers=2, cli_writers=2, deleters=1, faults=faults, gap=(3.0, 10.0),
+               roll_every=None, daemons=2, table_roll_every="3s", sql_readers=2, seed=46)  # fmt: skip
+    report = run(tmp_path, spec)
+    assert_clean(report, spec)
+    assert report.outcomes["sql_read"]["ok"] > 0 and report.outcomes["roll"]["ok"] > 0
+
+
 @pytest.mark.soak
 @pytest.mark.process
 @pytest.mark.timeout(3600)
@@ -209,13 +303,14 @@ def test_soak_history_in_a_bucket_has_no_anomaly(tmp_path: Path, s3_server: S3Se
 # -- the checker can fail -------------------------------------------------------------------
 
 
-def _op(n: int, client: str, kind: str, outcome: str, ids: list[int], version: int | None = None,
-        detail: str = "", where: str = "", key: str | None = None) -> Op:  # fmt: skip
+def _op(n: float, client: str, kind: str, outcome: str, ids: list[int], version: int | None = None,
+        detail: str = "", where: str = "", key: str | None = None, count: int | None = None,
+        took: float = 0.5) -> Op:  # fmt: skip
     if not detail and outcome == "fail" and kind == "write":
         detail = "malformed record HTTP 422 malformed_chunk: record 3: column 'id': expected an integer"
-    return Op(id=str(n), client=client, kind=kind, invoked=float(n), completed=n + 0.5,  # type: ignore[arg-type]
+    return Op(id=str(n), client=client, kind=kind, invoked=float(n), completed=n + took,  # type: ignore[arg-type]
               outcome=outcome, ids=tuple(ids), version=version, key=key or f"k{n}", detail=detail,  # type: ignore[arg-type]
-              where=where)  # fmt: skip
+              where=where, count=count)  # fmt: skip
 
 
 def test_the_checker_reports_a_doubled_row_a_lost_row_and_a_read_going_back() -> None:
@@ -343,3 +438,69 @@ def test_a_message_ruling_damage_out_is_no_claim_of_damage() -> None:
     said = "error: the store at http://x is unavailable: it answered 503; nothing was found damaged: retry"
     assert classify(said) == "unavailable"
     assert classify(DAMAGED) == "claims_damage"
+
+
+CUT = "TTransportException: TSocket read 0 bytes"
+DEPOSED = ("StorageError: storage failed while compacting partition 2026-11-29T13:34:12Z of table ns.events: "
+           "[Errno 2] No such file or directory: '/wh/ns/e/ts_period=x/.part-0a-00000.snappy.parquet.9.tmp'"
+           " -> '/wh/ns/e/ts_period=x/part-0a-00000.snappy.parquet'")  # fmt: skip
+REFUSED = (
+    "SqlServerUnavailableError: nothing listens at 127.0.0.1:1 (connection refused): start the SQL server"
+)
+
+
+def test_the_checker_passes_clean_sql_reads_and_daemon_rolls() -> None:
+    history = [
+        _op(1, "p", "write", "ok", [1, 2]),
+        _op(2, "s", "sql_read", "ok", []),  # within the freshness of the write: may miss it
+        _op(3, "s", "sql_read", "ok", [1, 2]),
+        _op(4, "r", "read", "ok", [1, 2], version=1),
+        _op(5, "s", "sql_read_at", "ok", [1, 2], version=1),
+        _op(6, "s", "sql_count", "ok", [], version=1, count=2, detail="distinct 2"),
+        _op(7, "nemesis", "fault", "ok", [], key="kill-sql", took=2.0),
+        _op(7.5, "s", "sql_read", "fail", [], detail=CUT),  # cut by the kill: counted, not an anomaly
+        _op(8, "s", "sql_read", "fail", [], detail=REFUSED),  # down: unavailable
+        _op(10, "daemon", "roll", "ok", [], key="2026-01-01T00:00:00+00:00"),
+        _op(11, "daemon", "roll", "unknown", [], key="2026-01-01T00:00:03+00:00"),
+        _op(12, "daemon", "roll", "ok", [], key="2026-01-01T00:00:03+00:00"),  # resumed: rolled once
+        _op(13, "nemesis", "fault", "ok", [], key="pause-daemon"),
+        _op(14, "daemon", "roll", "fail", [], key="2026-01-01T00:00:06+00:00", detail=DEPOSED),  # known
+    ]
+    report = check(history, FinalRead(1, ((1, "a"), (2, "a"))), freshness=1.0)
+    assert not report.anomalies, report.summary()
+    named = [d.split(":")[0] for d in report.known_defects]
+    assert named == ["sql-client-unwrapped", "deposed-roll-storage-error"], report.summary()
+
+
+def test_the_checker_reports_what_sql_reads_and_daemon_rolls_get_wrong() -> None:
+    history = [
+        _op(1, "p", "write", "ok", [1, 2]),
+        _op(2, "p", "write", "fail", [3, 4]),
+        _op(3, "s", "sql_read", "ok", [1, 2]),
+        _op(4, "s", "sql_read", "ok", [3, 4]),  # 1, 2 gone; a failed write read; 1, 2 stale (acked at 1.5)
+        _op(5, "r", "read", "ok", [1, 2], version=1),
+        _op(6, "s", "sql_count", "ok", [], version=1, count=3, detail="distinct 3"),  # not what v1 holds
+        _op(7, "s", "sql_read_at", "ok", [1], version=1),  # half a chunk, and not v1's rows
+        _op(8, "s", "sql_count", "ok", [], count=4, detail="distinct 3"),  # a row twice
+        _op(9, "s", "sql_read", "fail", [], detail=CUT),  # no kill-sql then: an anomaly
+        _op(10, "daemon", "roll", "ok", [], key="2026-01-01T00:00:00+00:00"),
+        _op(11, "daemon", "roll", "ok", [], key="2026-01-01T00:00:00+00:00"),
+        _op(12, "daemon", "roll", "fail", [], key="2026-01-01T00:00:03+00:00", detail=DEPOSED),  # no pause
+    ]
+    report = check(history, FinalRead(1, ((1, "a"), (2, "a"))), freshness=1.0)
+    assert sum(a.kind == "unclassified_error" for a in report.anomalies) == 2, report.summary()
+    assert {"not_monotonic", "failed_read", "stale_sql_read", "not_repeatable", "partial_chunk", "duplicated",
+            "unclassified_error", "rolled_twice"} <= report.kinds(), report.summary()  # fmt: skip
+    assert not report.known_defects
+
+
+def test_the_checker_wants_a_finished_delete_gone_from_sql_reads_after_the_freshness() -> None:
+    history = [
+        _op(1, "p", "write", "ok", [11, 12]),
+        _op(2, "d", "delete", "ok", [], version=2, detail="rows 1", where=DELETE_G1),  # done at 2.5
+        _op(3, "s", "sql_read", "ok", [11, 12]),  # within the freshness: may still hold 11
+        _op(4, "s", "sql_read", "ok", [11, 12]),  # 1.5 s after: must not
+    ]
+    report = check(history, FinalRead(2, ((12, "a"),)), freshness=1.0)
+    assert report.kinds() == {"deleted_present"}, report.summary()
+    assert sum(a.kind == "deleted_present" for a in report.anomalies) == 1
