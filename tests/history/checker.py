@@ -102,6 +102,8 @@ ERROR_CLASSES: tuple[tuple[str, str], ...] = (
                     r"ConnectError|ReadError|RemoteProtocolError|no success in|(did|does) not answer|"
                     r"server closed the connection|terminating connection|Slow ?Down"),
     ("conflict", r"conflict|busy|taken over|another (delete|roll|process)|lease|is rolling"),
+    # a daemon's roll attempt stopped at a step boundary (leadership lost, shut down): resumed later
+    ("abandoned", r"abandoned at step [\w-]+; it resumes from there"),
 )  # fmt: skip
 
 
