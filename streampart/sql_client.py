@@ -163,19 +163,32 @@ class Connection:
         with contextlib.suppress(Exception):  # the server went away: nothing is left to close
             self._conn.close()
 
+    def _lost(self, exc: Exception) -> SqlServerUnavailableError:
+        """The connection broke under a statement (the server stopped or restarted): retriable;
+        a read sent again on a new connection answers from a snapshot of its own."""
+        why = " ".join(str(exc).split()) or type(exc).__name__
+        return SqlServerUnavailableError(
+            f"the SQL server at {self.target.address} closed the connection during the statement "
+            f"({why}): it stopped or restarted; connect again and send the statement again"
+        )
+
     def execute(self, sql: str) -> tuple[list[str], Iterator[tuple[Any, ...]]]:
         """Run one statement: its column names, and its rows as they are fetched.
 
         Raises:
             QueryError: the server refused the statement or Spark failed it (its one-line message).
+            SqlServerUnavailableError: the connection broke under the statement.
         """
         from pyhive.exc import OperationalError
+        from thrift.transport.TTransport import TTransportException
 
         cursor = self._conn.cursor()
         try:
             cursor.execute(sql)
         except OperationalError as exc:
             raise _failed(exc) from None
+        except (TTransportException, OSError) as exc:
+            raise self._lost(exc) from None
         description = cursor.description or []
         names = [d[0] for d in description]
         convert = [_converter(str(d[1])) for d in description]
@@ -192,6 +205,8 @@ class Connection:
                         )
             except OperationalError as exc:
                 raise _failed(exc) from None
+            except (TTransportException, OSError) as exc:
+                raise self._lost(exc) from None
             finally:
                 cursor.close()
 

@@ -746,3 +746,63 @@ def test_a_statement_running_across_an_expiry_and_a_delete_answers_from_its_snap
             "the expiry and the delete to be seen",
             timeout=30,
         )
+
+
+class _Relay:
+    """A TCP relay to the server that can cut every connection through it (as a server that dies
+    does, seen from its clients)."""
+
+    def __init__(self, host: str, port: int) -> None:
+        import socket
+        import threading
+
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.pairs: list[tuple[Any, Any]] = []
+
+        def pipe(src: Any, dst: Any) -> None:
+            try:
+                while data := src.recv(65536):
+                    dst.sendall(data)
+            except OSError:
+                pass
+
+        def accept() -> None:
+            while True:
+                try:
+                    client, _ = self.listener.accept()
+                except OSError:
+                    return
+                server = socket.create_connection((host, port))
+                self.pairs.append((client, server))
+                for a, b in ((client, server), (server, client)):
+                    threading.Thread(target=pipe, args=(a, b), daemon=True).start()
+
+        threading.Thread(target=accept, daemon=True).start()
+
+    def cut(self) -> None:
+        import contextlib
+        import socket
+
+        for pair in self.pairs:
+            for s in pair:
+                with contextlib.suppress(OSError):
+                    s.shutdown(socket.SHUT_RDWR)
+                s.close()
+        self.listener.close()
+
+
+def test_a_connection_broken_under_a_statement_is_the_servers_unavailability(served: Served) -> None:
+    """The server dies (or restarts) under a statement: the client is told so in one retriable
+    line, not Thrift's ``TSocket read 0 bytes``."""
+    from streampart.sql_client import SqlServerUnavailableError
+
+    relay = _Relay(served.info.host, served.info.port)
+    conn = Connection(Target("127.0.0.1", relay.port, "analyst", served.tokens["analyst"]))
+    try:
+        assert list(conn.execute("SELECT count(*) FROM shop.quiet")[1]) == [(5,)]
+        relay.cut()
+        with pytest.raises(SqlServerUnavailableError, match="closed the connection during the statement"):
+            list(conn.execute("SELECT count(*) FROM shop.quiet")[1])
+    finally:
+        conn.close()
