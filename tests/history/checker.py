@@ -64,6 +64,14 @@ run goes on showing what else it finds; the same message without that fault is a
   its hidden temp file; it reports ``StorageError: storage failed while compacting partition …:
   [Errno 2] No such file or directory: '….part-….tmp'`` (log level error) — a storage failure, where
   the truth is that its roll was taken over.
+- ``sql-login-refused-while-starting``: a SQL server that accepts connections but is still starting
+  (a ``sql-starting`` log operation spans its start until its server file names it) refuses a valid
+  token's login as wrong credentials ("refused the login of 'reader': log in with a token's name as
+  user and the token as password": a UserInputError, not retriable);
+- ``delta-log-listing-gap``: a CLI command (seen: ``streampart delete``) fails with delta-rs'
+  multi-line ``Generic delta kernel error: Expected contiguous commit files, but found gap`` — a
+  listing of ``_delta_log`` that raced a commit being added (the log has no gap afterwards) —
+  where a retriable one-line error (or a new listing) is due. Any time: no fault provokes it.
 
 Roll daemons (``roll`` operations of the client ``daemon``, observed in the metastore after the run,
 key: the partition's value): ``rolled_twice``: two attempts finished the same partition's roll
@@ -125,8 +133,9 @@ def classify(detail: str) -> str:
 # widens what is forgiven as at most ``freshness`` old.
 SQL_MARGIN = 0.25
 SQL_KINDS = ("sql_read", "sql_read_at", "sql_count")
-# name -> (the kinds of operation, the message, the faults one of which must overlap the operation
-# — any time in the run when the operation's own time is not comparable: a daemon's roll attempt)
+# name -> (the kinds of operation, the message, the faults (or ``log`` operations, by key) one of
+# which must overlap the operation — any time in the run when the operation's own time is not
+# comparable: a daemon's roll attempt; none: any time)
 KNOWN_DEFECTS: dict[str, tuple[tuple[str, ...], str, tuple[str, ...]]] = {
     "sql-client-unwrapped": (
         SQL_KINDS, r"^TTransportException: |TSocket read 0 bytes|Broken pipe|Connection reset", ("kill-sql",)
@@ -135,6 +144,10 @@ KNOWN_DEFECTS: dict[str, tuple[tuple[str, ...], str, tuple[str, ...]]] = {
         ("roll", "log"),
         r"storage failed while compacting partition .*No such file or directory: '[^']*/\.part-",
         ("pause-daemon", "clock-daemon"),
+    ),
+    "sql-login-refused-while-starting": (SQL_KINDS, r"refused the login of", ("sql-starting",)),
+    "delta-log-listing-gap": (
+        ("write", "delete", "roll", "log", *SQL_KINDS), r"Expected contiguous commit files, but found gap", ()
     ),
 }  # fmt: skip
 
@@ -401,10 +414,12 @@ def known_defect(op: Op, history: list[Op]) -> str | None:
     for name, (kinds, pattern, faults) in KNOWN_DEFECTS.items():
         if op.kind not in kinds or not re.search(pattern, op.detail):
             continue
+        if not faults:
+            return name
         overlap = op.kind in SQL_KINDS  # a daemon's roll, a log line: any time in the run
         end = op.completed if op.completed is not None else float("inf")
         for f in history:
-            if f.kind != "fault" or f.key not in faults:
+            if f.kind not in ("fault", "log") or f.key not in faults:
                 continue
             f_end = f.completed if f.completed is not None else float("inf")
             if not overlap or (f.invoked <= end and op.invoked <= f_end):

@@ -139,6 +139,7 @@ class Nemesis:
         self.sql.kill()
         threading.Event().wait(down)
         self.sql.start()
+        self.sql.record_start(self.history)
         self.history.complete(op, "ok", detail=f"started again (start {self.sql.starts}) after {down:.1f}s")
 
     def kill(self, down: float) -> None:

@@ -22,6 +22,7 @@ from typing import Any
 
 from metastore.catalog import Catalog
 from tests.helpers import ROOT
+from tests.history.history import History
 from tests.private_pg import free_port
 from tests.scheduler.helpers import daemon_env, leader_pid
 
@@ -152,6 +153,21 @@ class SqlServerProc:
                  str(self.port), "--freshness", self.freshness],
                 cwd=ROOT, env=self.env(), stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
             )  # fmt: skip
+
+    def record_start(self, history: History) -> None:
+        """A ``sql-starting`` log operation from now until it listens (ok), or exits or takes more
+        than 300 s (fail), completed by a thread of its own."""
+        op = history.invoke("sql-server", "log", key="sql-starting", detail=f"start {self.starts}")
+
+        def watch() -> None:
+            try:
+                took = self.wait_ready()
+            except AssertionError as exc:
+                history.complete(op, "fail", detail=str(exc))
+            else:
+                history.complete(op, "ok", detail=f"listening after {took:.1f}s")
+
+        threading.Thread(target=watch, daemon=True).start()
 
     def ready(self) -> bool:
         """It listens (its server file names it)."""

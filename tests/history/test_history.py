@@ -97,13 +97,14 @@ def run(tmp_path: Path, spec: Run, pg: PrivatePostgres | None = None, s3: S3Serv
         metastore = pg.create_database(f"history_{uuid.uuid4().hex[:12]}")
     warehouse: Any = bucket_root or tmp_path / "wh"  # Server takes a Path; a bucket's URL works as a str
     srv = Server(warehouse, metastore, tmp_path, FAST)
+    history = History(tmp_path / "history.jsonl")
     table = make_table(srv.catalog, TABLE, roll_every=spec.table_roll_every)
     token = srv.token("producers", "admin:*")
     sql = SqlServerProc(str(srv.warehouse), metastore, tmp_path) if spec.sql_readers else None
     if sql is not None:
         sql.start()  # a JVM: tens of seconds, while the rest starts and the clients work
+        sql.record_start(history)
     daemons = Daemons(srv.catalog, tmp_path, spec.daemons) if spec.daemons else None
-    history = History(tmp_path / "history.jsonl")
     cli = clients.Cli(str(srv.warehouse), metastore, FAST)
     procs = clients.Processes()
     (work := tmp_path / "cli").mkdir()
@@ -447,6 +448,12 @@ CUT = "TTransportException: TSocket read 0 bytes"
 DEPOSED = ("StorageError: storage failed while compacting partition 2026-11-29T13:34:12Z of table ns.events: "
            "[Errno 2] No such file or directory: '/wh/ns/e/ts_period=x/.part-0a-00000.snappy.parquet.9.tmp'"
            " -> '/wh/ns/e/ts_period=x/part-0a-00000.snappy.parquet'")  # fmt: skip
+GAP = (
+    "DeltaError: Kernel error: Generic delta kernel error: Expected contiguous commit files, but found gap: …"
+)
+LOGIN = (
+    "UserInputError: the SQL server at 127.0.0.1:1 refused the login of 'reader': log in with a token's name"
+)
 REFUSED = (
     "SqlServerUnavailableError: nothing listens at 127.0.0.1:1 (connection refused): start the SQL server"
 )
@@ -463,6 +470,8 @@ def test_the_checker_passes_clean_sql_reads_and_daemon_rolls() -> None:
         _op(7, "nemesis", "fault", "ok", [], key="kill-sql", took=2.0),
         _op(7.5, "s", "sql_read", "fail", [], detail=CUT),  # cut by the kill: counted, not an anomaly
         _op(8, "s", "sql_read", "fail", [], detail=REFUSED),  # down: unavailable
+        _op(8.5, "sql-server", "log", "ok", [], key="sql-starting", took=1.0),
+        _op(9, "s", "sql_read", "fail", [], detail=LOGIN),  # starting: known
         _op(10, "daemon", "roll", "ok", [], key="2026-01-01T00:00:00+00:00"),
         _op(11, "daemon", "roll", "unknown", [], key="2026-01-01T00:00:03+00:00"),
         _op(
@@ -477,11 +486,16 @@ def test_the_checker_passes_clean_sql_reads_and_daemon_rolls() -> None:
         _op(12, "daemon", "roll", "ok", [], key="2026-01-01T00:00:03+00:00"),  # resumed: rolled once
         _op(13, "nemesis", "fault", "ok", [], key="pause-daemon"),
         _op(14, "daemon", "roll", "fail", [], key="2026-01-01T00:00:06+00:00", detail=DEPOSED),  # known
+        _op(15, "d", "delete", "fail", [], where=DELETE_G2, detail=GAP),  # known, any time
     ]
     report = check(history, FinalRead(1, ((1, "a"), (2, "a"))), freshness=1.0)
     assert not report.anomalies, report.summary()
     named = [d.split(":")[0] for d in report.known_defects]
-    assert named == ["sql-client-unwrapped", "deposed-roll-storage-error"], report.summary()
+    assert named == [
+        "sql-client-unwrapped",
+        "sql-login-refused-while-starting",
+        "deposed-roll-storage-error",
+    ], report.summary()
 
 
 def test_the_checker_reports_what_sql_reads_and_daemon_rolls_get_wrong() -> None:
@@ -495,12 +509,13 @@ def test_the_checker_reports_what_sql_reads_and_daemon_rolls_get_wrong() -> None
         _op(7, "s", "sql_read_at", "ok", [1], version=1),  # half a chunk, and not v1's rows
         _op(8, "s", "sql_count", "ok", [], count=4, detail="distinct 3"),  # a row twice
         _op(9, "s", "sql_read", "fail", [], detail=CUT),  # no kill-sql then: an anomaly
+        _op(9.5, "s", "sql_read", "fail", [], detail=LOGIN),  # not starting: an anomaly
         _op(10, "daemon", "roll", "ok", [], key="2026-01-01T00:00:00+00:00"),
         _op(11, "daemon", "roll", "ok", [], key="2026-01-01T00:00:00+00:00"),
         _op(12, "daemon", "roll", "fail", [], key="2026-01-01T00:00:03+00:00", detail=DEPOSED),  # no pause
     ]
     report = check(history, FinalRead(1, ((1, "a"), (2, "a"))), freshness=1.0)
-    assert sum(a.kind == "unclassified_error" for a in report.anomalies) == 2, report.summary()
+    assert sum(a.kind == "unclassified_error" for a in report.anomalies) == 3, report.summary()
     assert {"not_monotonic", "failed_read", "stale_sql_read", "not_repeatable", "partial_chunk", "duplicated",
             "unclassified_error", "rolled_twice"} <= report.kinds(), report.summary()  # fmt: skip
     assert not report.known_defects
