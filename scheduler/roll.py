@@ -235,7 +235,7 @@ class Roller:
                     store.release_roll(roll, self.owner, error=first_line(exc))
                 raise
             except Exception as exc:
-                raise self._failed(table, roll, exc) from exc
+                raise (self._taken_over(table, roll) or self._failed(table, roll, exc)) from exc
         return RollResult(
             table=str(table.name),
             partition=iso(roll.partition_value),
@@ -266,6 +266,21 @@ class Roller:
         if roll.state is RollState.SWEEPING:
             return self._sweep(table, roll, seal_version)
         return roll, self._chunks_rolled(table, roll)
+
+    def _taken_over(self, table: Table, roll: Roll) -> RollBusyError | None:
+        """If another roller took the roll over meanwhile (this one stalled past its lease: a frozen
+        process, a deposed leader), that is why this one failed, not what it met next (a temporary
+        file the other removed, say): it committed nothing since, as its commits are fenced."""
+        try:
+            now = self.catalog.store.get_roll(roll.id)
+        except StreampartError:
+            return None  # the metastore is what failed: the failure is reported as it is
+        if now.owner == self.owner and now.state is not RollState.DONE:
+            return None
+        return RollBusyError(
+            f"roll {roll.id} of {table.name} partition {iso(roll.partition_value)} was taken over by "
+            f"{now.owner} while this roller stalled; this one stopped and committed nothing more"
+        )
 
     def _fenced(self, table: Table, roll: Roll) -> None:
         """Before a Delta commit: this process's lease has been live all along since the roll

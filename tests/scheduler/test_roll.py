@@ -172,3 +172,23 @@ def test_a_roll_failing_while_the_store_is_out_says_so_with_the_stores_address(c
     assert isinstance(raised.value, RetriableError)
     assert (raised.value.store, raised.value.answered) == ("http://127.0.0.1:9", "503")
     assert str(raised.value).endswith("the roll resumes from its last step on the next attempt")
+
+
+def test_a_roller_that_stalled_and_was_taken_over_says_so(catalog, monkeypatch) -> None:
+    """A roller that stalled past its lease (frozen, or a deposed leader) meets the traces of the
+    one that took its roll over (its temporary file removed): it says it was taken over, a busy
+    roll, not a storage failure."""
+    from scheduler.errors import RollBusyError
+
+    table = make_table(catalog)
+    ChunkWriter(catalog, table).write(records(range(3)), Format.JSONL)
+
+    def stalled(self, table, value, files, roll_id, base):
+        [roll] = catalog.store.list_rolls(table.id, unfinished=True)
+        later = datetime.now(UTC) + timedelta(hours=1)  # its lease lapsed meanwhile: another took it
+        catalog.store.claim_roll(roll, "elsewhere:1:0badf00d/abc123", timedelta(minutes=1), now=later)
+        raise FileNotFoundError(2, "No such file or directory", f"{table.location}/.part-x.tmp")
+
+    monkeypatch.setattr(Roller, "_compact", stalled)
+    with pytest.raises(RollBusyError, match=r"was taken over by elsewhere:1:0badf00d/abc123"):
+        Roller(catalog).roll_table(table, force=True)
