@@ -174,7 +174,7 @@ class Recorder(Progress):
 
 @contextmanager
 def sql_server(
-    warehouse: Path | str, env: dict[str, str], log_path: Path, timeout: float = 240
+    warehouse: Path | str, env: dict[str, str], log_path: Path, timeout: float = 240, port: int | None = None
 ) -> Iterator[Any]:
     """A real ``streampart sql-server`` process serving ``warehouse`` on a free loopback port, its
     output in ``log_path``; yields its ``ServerInfo`` once it listens, and stops it (SIGTERM) after.
@@ -191,7 +191,7 @@ def sql_server(
     here = Warehouse(str(warehouse)).local_dir
     with log_path.open("w") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "streampart", "sql-server", "--port", str(free_port())],
+            [sys.executable, "-m", "streampart", "sql-server", "--port", str(port or free_port())],
             cwd=ROOT,
             env=env,
             stdout=out,

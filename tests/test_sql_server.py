@@ -11,7 +11,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +39,8 @@ class Served:
     info: ServerInfo
     env: dict[str, str]
     tokens: dict[str, str]  # name → token
+    # what logins with a valid token were told while the server started (see _Logins)
+    refused_while_starting: list[str] = field(default_factory=list)
 
     def connect(self, user: str, password: str | None = None) -> Connection:
         return Connection(Target(self.info.host, self.info.port, user, password or self.tokens[user]))
@@ -96,12 +98,46 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
         "STREAMPART_SERVER__LOGIN_DELAY": "100ms",
         "STREAMPART_SERVER__LOGIN_DELAY_MAX": "1s",
     }
+    port = free_port()
+    logins = _Logins(Target("127.0.0.1", port, "analyst", tokens["analyst"]))  # from the start
     try:
-        with sql_server(warehouse, env, root / "server.log", timeout=180) as info:
-            yield Served(catalog, info, env, tokens)
+        with sql_server(warehouse, env, root / "server.log", timeout=180, port=port) as info:
+            logins.stop()
+            yield Served(catalog, info, env, tokens, logins.refused)
     finally:
+        logins.stop()
         catalog.close()
     assert not (warehouse / ".sql-server.json").exists(), "the server left its file behind"
+
+
+class _Logins:
+    """Logins with a valid token, one after another from before the server starts listening until
+    it is up: what each was told, but for "nothing listens" (it was not listening yet)."""
+
+    def __init__(self, target: Target) -> None:
+        import threading
+
+        from streampart.sql_client import SqlServerUnavailableError
+
+        self.refused: list[str] = []
+        self._stop = threading.Event()
+
+        def run() -> None:
+            while not self._stop.wait(0.02):
+                try:
+                    Connection(target).close()
+                except SqlServerUnavailableError as exc:
+                    if "nothing listens" not in str(exc):
+                        self.refused.append(f"{type(exc).__name__}: {exc}")
+                except Exception as exc:
+                    self.refused.append(f"{type(exc).__name__}: {exc}")
+
+        self._thread = threading.Thread(target=run, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
 
 
 def _versions_of(table, answers_from: int) -> Iterator[tuple[int, list[int]]]:
@@ -806,3 +842,9 @@ def test_a_connection_broken_under_a_statement_is_the_servers_unavailability(ser
             list(conn.execute("SELECT count(*) FROM shop.quiet")[1])
     finally:
         conn.close()
+
+
+def test_a_valid_login_while_the_server_starts_is_never_refused(served: Served) -> None:
+    """The port accepts connections a moment before the server can check tokens: a login then
+    waits; it was refused as wrong credentials ("refused the login of 'analyst'")."""
+    assert served.refused_while_starting == [], served.refused_while_starting[:3]

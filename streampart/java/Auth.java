@@ -6,9 +6,23 @@ import org.apache.hive.service.auth.PasswdAuthenticationProvider;
 
 /** HiveServer2's CUSTOM authentication: the password is a streampart API token, checked in Python. */
 public final class Auth implements PasswdAuthenticationProvider {
+    private static final long STARTING_WAIT_MS = 120_000;
+
     @Override
     public void Authenticate(String user, String password) throws AuthenticationException {
         Bridge b = Hooks.bridge();
+        // The port accepts connections a moment before the server's hooks are in place: a login
+        // then waits for them (a refusal would read as wrong credentials: the client hears only
+        // "Error validating the login").
+        for (long waited = 0; b == null && waited < STARTING_WAIT_MS; waited += 50) {
+            try {
+                Thread.sleep(50);
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+                break;
+            }
+            b = Hooks.bridge();
+        }
         if (b == null) {
             throw new AuthenticationException("the SQL server is starting; try again");
         }
