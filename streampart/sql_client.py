@@ -185,11 +185,11 @@ class Connection:
         cursor = self._conn.cursor()
         try:
             cursor.execute(sql)
+            description = cursor.description or []  # (a call to the server too)
         except OperationalError as exc:
             raise _failed(exc) from None
         except (TTransportException, OSError) as exc:
             raise self._lost(exc) from None
-        description = cursor.description or []
         names = [d[0] for d in description]
         convert = [_converter(str(d[1])) for d in description]
 
@@ -208,7 +208,8 @@ class Connection:
             except (TTransportException, OSError) as exc:
                 raise self._lost(exc) from None
             finally:
-                cursor.close()
+                with contextlib.suppress(TTransportException, OSError):  # a server gone: nothing to close
+                    cursor.close()
 
         return names, rows()
 
