@@ -87,3 +87,22 @@ def test_a_metastore_that_refuses_connections_is_one_line(tmp_path: Path) -> Non
     done = streampart(tmp_path / "wh", "--metastore", url, "table", "list")
     assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
     assert "is unavailable" in done.stderr and "Connection refused" in done.stderr, done.stderr
+
+
+def test_a_listing_of_the_log_that_raced_a_commit_is_one_retriable_line() -> None:
+    """delta-rs' listing of a big ``_delta_log`` may miss a commit file being added (readdir promises
+    nothing of entries added meanwhile) and say, over several lines, that the log has a gap: a
+    command it escapes is told so in one line, as a conflict to run again, never as damage."""
+    from deltalake.exceptions import DeltaError
+
+    from metastore.errors import ConflictError
+    from streampart.cli.root import _store_fault
+
+    raced = DeltaError(
+        "Generic delta kernel error: Expected contiguous commit files, but found gap\n"
+        "  versions: [2026, 2028]"
+    )
+    said = _store_fault(raced)
+    assert isinstance(said, ConflictError), said
+    assert "\n" not in str(said) and "run the command again" in str(said) and "damaged" in str(said)
+    assert _store_fault(DeltaError("Generic delta kernel error: something else")) is None

@@ -57,6 +57,13 @@ SCHEMA_KEY = "streampart.schema"
 LISTING_RETRIES = 3
 
 
+def listing_raced(exc: BaseException) -> bool:
+    """Whether delta-rs' error ``exc`` says its listing of the log showed a gap: a directory listing
+    taken while commits land may miss a file created during it (POSIX readdir promises nothing about
+    entries added meanwhile), a gap that is not there; listed again, it is gone."""
+    return "contiguous" in str(exc)
+
+
 def delta_table(location: str, version: int | None = None) -> Any:
     """A delta-rs DeltaTable of the table at ``location`` (a path or an ``s3://`` URL), at
     ``version`` (default: the newest), with the storage options its store needs."""
@@ -73,7 +80,7 @@ def delta_table(location: str, version: int | None = None) -> Any:
             # A directory listing taken while commits land may miss a file created during it (POSIX
             # readdir promises nothing about entries added meanwhile): a gap that is not there. A
             # gap that is (a lost commit file) stays, and is reported as damage.
-            if "contiguous" not in str(exc) or attempt == LISTING_RETRIES:
+            if not listing_raced(exc) or attempt == LISTING_RETRIES:
                 raise
             time.sleep(0.01 * (attempt + 1))
     raise AssertionError("unreachable")  # pragma: no cover

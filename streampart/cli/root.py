@@ -14,7 +14,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from metastore.errors import StreampartError
+from metastore.errors import ConflictError, StreampartError
 from streampart.cli.check import check
 from streampart.cli.chunks import chunk_app
 from streampart.cli.clusters import cluster_app
@@ -169,8 +169,14 @@ def _leave(code: object) -> None:
 def _store_fault(exc: BaseException) -> StreampartError | None:
     """What an error no command turned into a StreampartError is, if it is the store's (it did not
     serve) or a native library's panic: as ``metastore/storage/faults.py`` decides for every path."""
+    from metastore.delta.log import listing_raced
     from metastore.storage import faults
 
+    if type(exc).__name__ == "DeltaError" and listing_raced(exc):
+        return ConflictError(
+            "a listing of the table's Delta log raced a commit landing (it missed the file being "
+            "added); nothing was found damaged: run the command again (it resumes where it stopped)"
+        )
     if faults.is_panic(exc):
         return faults.panic_error(exc, "running the command")
     if isinstance(exc, OSError) or type(exc).__name__ == "DeltaError":
