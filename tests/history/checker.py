@@ -56,15 +56,10 @@ Known product defects (:data:`KNOWN_DEFECTS`): errors the runs found, each only 
 that provokes it, are counted by name in :attr:`Report.known_defects` instead of as anomalies, so a
 run goes on showing what else it finds; the same message without that fault is an anomaly:
 
-- ``sql-client-unwrapped``: a statement whose connection broke under it while a ``kill-sql`` killed
-  its server ends with Thrift's own ``TTransportException`` ("TSocket read 0 bytes", "unexpected
-  exception"): ``sql_client.Connection.execute`` wraps a break in ``cursor.execute`` and in the
-  fetches, but ``cursor.description`` (PyHive asks the server for the result's metadata) is outside
-  its ``try``;
-- ``delta-log-listing-gap``: a CLI command (seen: ``streampart delete``) fails with delta-rs'
-  multi-line ``Generic delta kernel error: Expected contiguous commit files, but found gap`` — a
-  listing of ``_delta_log`` that raced a commit being added (the log has no gap afterwards) —
-  where a retriable one-line error (or a new listing) is due. Any time: no fault provokes it.
+None is open. Fixed, and anomalies again: Thrift's raw ``TTransportException`` from a statement
+whose server was killed under it; a stalled roller's storage error on the temporary file of the roller
+that took its roll over; a valid login refused while the SQL server started; delta-rs' multi-line
+log-gap error from a listing that raced a commit, escaping ``streampart delete``.
 
 Roll daemons (``roll`` operations of the client ``daemon``, observed in the metastore after the run,
 key: the partition's value): ``rolled_twice``: two attempts finished the same partition's roll
@@ -101,8 +96,9 @@ ERROR_CLASSES: tuple[tuple[str, str], ...] = (
     ("unknown_outcome", r"may have landed|outcome is unknown|not in the Delta log"),
     ("unavailable", r"unavailable|HTTP 503|HTTP 50[24]|connection (refused|failed|reset)|timed? ?out|"
                     r"ConnectError|ReadError|RemoteProtocolError|no success in|(did|does) not answer|"
-                    r"server closed the connection|terminating connection|Slow ?Down"),
-    ("conflict", r"conflict|busy|taken over|another (delete|roll|process)|lease|is rolling"),
+                    r"server closed the connection|closed the connection during the statement|"
+                    r"terminating connection|Slow ?Down"),
+    ("conflict", r"conflict|busy|taken over|another (delete|roll|process)|lease|is rolling|raced a commit"),
     # a daemon's roll attempt stopped at a step boundary (leadership lost, shut down): resumed later
     ("abandoned", r"abandoned at step [\w-]+; it resumes from there"),
 )  # fmt: skip
@@ -130,10 +126,7 @@ SQL_KINDS = ("sql_read", "sql_read_at", "sql_count")
 # which must overlap the operation — any time in the run when the operation's own time is not
 # comparable: a daemon's roll attempt; none: any time)
 KNOWN_DEFECTS: dict[str, tuple[tuple[str, ...], str, tuple[str, ...]]] = {
-    "sql-client-unwrapped": (SQL_KINDS, r"^TTransportException: ", ("kill-sql",)),
-    "delta-log-listing-gap": (
-        ("write", "delete", "roll", "log", *SQL_KINDS), r"Expected contiguous commit files, but found gap", ()
-    ),
+    # none open: each one the runs found is fixed, and its message is an anomaly again
 }  # fmt: skip
 
 
