@@ -175,7 +175,7 @@ def _store_fault(exc: BaseException) -> StreampartError | None:
     if type(exc).__name__ == "DeltaError" and listing_raced(exc):
         return ConflictError(
             "a listing of the table's Delta log raced a commit landing (it missed the file being "
-            "added); nothing was found damaged: run the command again (it resumes where it stopped)"
+            "added); nothing was found damaged: run the command again"
         )
     if faults.is_panic(exc):
         return faults.panic_error(exc, "running the command")

@@ -457,7 +457,7 @@ LOST = (
 )
 RACED = (
     "error: a listing of the table's Delta log raced a commit landing (it missed the file being added); "
-    "nothing was found damaged: run the command again (it resumes where it stopped)"
+    "nothing was found damaged: run the command again"
 )
 LOGIN = (
     "UserInputError: the SQL server at 127.0.0.1:1 refused the login of 'reader': log in with a token's name"
