@@ -60,6 +60,7 @@ def describe(
         "schema": ", ".join(f"{c.name} {c.sql_type}" for c in table.columns),
         "schema_evolution": table.schema_evolution.value,
         "max_new_columns": table.max_new_columns,
+        "keys": None if table.keys is None else table.keys.model_dump(mode="json"),
         "schema_changes": [
             {"version": c.version, "change": c.change, "source": c.source, "at": iso(c.at)}
             for c in schema_changes

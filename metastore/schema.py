@@ -53,6 +53,9 @@ tables = Table(
     # How long a standard partition is kept after its period ends (migration 0016; NULL: the
     # namespace's default_retain_s, 0: for ever). See metastore/retention.py.
     Column("retain_s", BigInteger),
+    # A keyed table's primary key, sequence and op column (migration 0018; NULL: a table of
+    # appends). See metastore/models/keys.py.
+    Column("keys", JSON),
     UniqueConstraint("namespace", "name", name="uq_sp_tables_name"),
     Index("ix_sp_tables_uid", "uid", unique=True),
 )

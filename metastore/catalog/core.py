@@ -58,6 +58,7 @@ from metastore.models import (
     TableName,
     TableSpec,
     check_column_name,
+    check_keys,
 )
 from metastore.router import FAIL_FAST_S, REFRESH_S, FanOut
 from metastore.store import Metastore, default_url
@@ -187,6 +188,8 @@ class Catalog(Routing):
         primary = self.clusters.get(spec.cluster)
         for name in replicate_to:
             self.replicas.check_secondary(spec.name, primary, name)
+        if spec.keys is not None:  # its key columns become NOT NULL
+            spec = spec.model_copy(update={"columns": check_keys(spec.keys, spec.columns, spec.time_column)})
         _check_spec(spec)
         self.retention.check_new(spec)
         if self._find_created(store, spec.name) is not None:

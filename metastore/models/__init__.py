@@ -2,10 +2,11 @@
 
 A package, one module per concept: ``lifecycles`` (the state enums and their allowed
 transitions), ``names`` (identifiers, table names), ``periods`` (UTC instants and periods),
-``columns`` (a table's columns and schema text), ``evolution`` (schema changes: which types
-widen in place, the checks of an ALTER), ``schema_history`` (a table's recorded schema
-changes), ``tables`` (TableSpec, Table, modes, kinds, companions), ``records`` (partitions,
-chunks, rolls, leases, moves, status rows) and ``tokens`` (the HTTP API's tokens). Almost every
+``columns`` (a table's columns and schema text), ``keys`` (a keyed table's key, sequence and op
+column), ``evolution`` (schema changes: which types widen in place, the checks of an ALTER),
+``schema_history`` (a table's recorded schema changes), ``tables`` (TableSpec, Table, modes,
+kinds, companions), ``records`` (partitions, chunks, rolls, leases, moves, status rows) and
+``tokens`` (the HTTP API's tokens). Almost every
 module of streampart uses these nouns, so this ``__init__`` exports them all: import them from
 ``metastore.models``.
 """
@@ -27,6 +28,16 @@ from metastore.models.evolution import (
     widening_refusal,
 )
 from metastore.models.ingest_jobs import IngestAction, IngestJobStatus, IngestRequest
+from metastore.models.keys import (
+    ARRIVAL_COLUMN,
+    ARRIVAL_SPAN,
+    ARRIVAL_TAG,
+    Keys,
+    arrival_of,
+    check_keys,
+    parse_key_columns,
+    parse_ops,
+)
 from metastore.models.lifecycles import (
     ChunkState,
     DeleteState,
@@ -78,6 +89,9 @@ from metastore.models.tables import (
 from metastore.models.tokens import ApiToken, Permission, Scope, check_token_name
 
 __all__ = [
+    "ARRIVAL_COLUMN",
+    "ARRIVAL_SPAN",
+    "ARRIVAL_TAG",
     "COMPANION_SUFFIX",
     "DEFAULT_MAX_NEW_COLUMNS",
     "EPOCH",
@@ -98,6 +112,7 @@ __all__ = [
     "IngestAction",
     "IngestJobStatus",
     "IngestRequest",
+    "Keys",
     "LateDataPolicy",
     "Lease",
     "Mode",
@@ -121,8 +136,10 @@ __all__ = [
     "TableKind",
     "TableName",
     "TableSpec",
+    "arrival_of",
     "check_column_name",
     "check_identifier",
+    "check_keys",
     "check_token_name",
     "check_transition",
     "column_changes",
@@ -134,6 +151,8 @@ __all__ = [
     "merge_proposals",
     "parse_column_change",
     "parse_instant",
+    "parse_key_columns",
+    "parse_ops",
     "parse_schema",
     "period_start",
     "plan_alter",

@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from metastore.models.columns import Column
 from metastore.models.evolution import SchemaEvolution
+from metastore.models.keys import Keys
 from metastore.models.names import PRIMARY, TableName
 from metastore.models.periods import MAX_EVENT_TIME, MIN_EVENT_TIME, period_start, saturating_add
 
@@ -94,6 +95,7 @@ class TableSpec(BaseModel):
         ge=0,
         description="How many columns evolution from data may add to the table in all (not ALTER's).",
     )
+    keys: Keys | None = Field(None, description="A keyed table's primary key (None: a table of appends).")
 
     @property
     def data_columns(self) -> tuple[Column, ...]:

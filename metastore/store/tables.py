@@ -23,6 +23,7 @@ from metastore.models import (
     PRIMARY,
     ChunkState,
     Column,
+    Keys,
     LateDataPolicy,
     Mode,
     Partition,
@@ -67,6 +68,7 @@ def table_from_row(row: Any, metastore: str = PRIMARY) -> Table:
         created_at=utc(m["created_at"]),
         schema_evolution=SchemaEvolution(m["schema_evolution"]),
         max_new_columns=m["max_new_columns"],
+        keys=None if m.get("keys") is None else Keys(**m["keys"]),
     )
 
 
@@ -152,6 +154,7 @@ class TableStore(Database):
             "uid": str(uuid.uuid4()),
             "schema_evolution": spec.schema_evolution.value,
             "max_new_columns": spec.max_new_columns,
+            "keys": None if spec.keys is None else spec.keys.model_dump(mode="json"),
         }
         try:
             with self.tx() as conn:

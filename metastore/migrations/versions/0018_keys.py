@@ -1,0 +1,22 @@
+"""Keyed tables: a table's primary key, sequence column and op column (``sp_tables.keys``, JSON;
+NULL on a table of appends). See metastore/models/keys.py.
+
+Revision ID: 0018
+Revises: 0017
+"""
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0018"
+down_revision = "0017"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    op.add_column("sp_tables", sa.Column("keys", sa.JSON))
+
+
+def downgrade() -> None:
+    op.drop_column("sp_tables", "keys")
