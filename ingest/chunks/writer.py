@@ -33,6 +33,7 @@ from ingest.errors import (
 )
 from ingest.evolution import NewFields
 from ingest.formats import Format, parse, parse_arrow
+from ingest.keys import staged_versions
 from ingest.records import BadRecord, Parsed, RecordValidator, TimeBounds
 from metastore import clock
 from metastore.catalog import Catalog
@@ -81,10 +82,12 @@ def write_staged_files(
     event-time mode. Runs wherever the rows are: in the writer, or in a Spark task (with a
     ``prefix`` of ``<chunk>-<task>``), so it touches storage only, never the metastore.
     ``columns``: the data's columns when they are not the table's (:attr:`Parsed.columns`): each
-    file records them, so its commit adds the ones the table lacks.
+    file records them, so its commit adds the ones the table lacks. A keyed table's ``data`` is
+    staged as its newest version of each key (``ingest/keys.py``).
     """
     if data.num_rows == 0:
         return []
+    data = staged_versions(table.keys, data)  # a keyed table's: its newest version of each key
     groups: list[tuple[datetime | None, pa.Table]]
     if table.mode is Mode.EVENT_TIME:
         periods = [period_start(ts, table.roll_every) for ts in data.column(table.time_column).to_pylist()]

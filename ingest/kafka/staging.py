@@ -98,6 +98,9 @@ class StageSpec:
     # where binary records' writer schemas come from (an ``ingest.kafka.registry.RecordSchemas``):
     # avro, protobuf, jsonschema
     schemas: Any = None
+    # a keyed table's key (JSON of a ``metastore.models.Keys``): each task stages the newest
+    # version of each key among its records (``ingest/keys.py``)
+    keys: str | None = None
 
 
 def stage_spec(
@@ -142,6 +145,7 @@ def stage_spec(
         columns=columns_json(columns) if added else None,
         ignorable=ignorable,
         schemas=schemas,
+        keys=None if table.keys is None else table.keys.model_dump_json(),
     )
 
 
@@ -177,6 +181,11 @@ def stage_records(spec: StageSpec, task: int, batches: Iterator[pa.RecordBatch])
         rows, bad = row_wise.finish(task, good, ignored)
         return pa.RecordBatch.from_pylist(rows + bad + _ignored_row(ignored), schema=STAGED_SCHEMA)
     data = pa.concat_tables(good) if good else spec.schema.empty_table()
+    if spec.keys is not None and data.num_rows:
+        from ingest.keys import staged_versions
+        from metastore.models import Keys
+
+        data = staged_versions(Keys.model_validate_json(spec.keys), data)
     if data.num_rows:
         path = spec.staging_template.replace("\0", f"{task:05d}")
         rows.append(

@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import json
 import urllib.parse
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from metastore import storage
 from metastore.delta.log import ACTIONS_KEY, SCHEMA_KEY, commit_file
 from metastore.errors import ConflictError
+from metastore.models.keys import ARRIVAL_TAG, arrival_of
 
 ENGINE = "streampart"
 
@@ -56,6 +57,7 @@ def append_actions(
     *,
     schema_change: dict[str, Any] | None = None,
     operation: tuple[str, dict[str, str]] | None = None,
+    arrival: int | None = None,
 ) -> bytes:
     """The commit file of an append: ``files`` as ``(path, partition value, rows, size, mtime ms)``.
 
@@ -65,7 +67,8 @@ def append_actions(
     change's key if ``metadata`` gives one there, else how many fields the new schema has.
     Like a roll's seal, it makes every blind append that planned on an older version conflict.
     ``operation``: the commitInfo's operation and its parameters (default: an append's ``WRITE``;
-    :func:`schema_operation` for a schema-only commit).
+    :func:`schema_operation` for a schema-only commit). ``arrival``: the version this body is
+    written as, on a keyed table: each add is tagged with its rows' arrival (``ARRIVAL_TAG``).
     """
     files = list(files)
     name, parameters = operation or (
@@ -87,19 +90,18 @@ def append_actions(
         actions.append({"metaData": schema_change})
     if app_id is not None:
         actions.append({"txn": {"appId": app_id, "version": 1, "lastUpdated": now_ms}})
-    for path, value, rows, size, mtime in files:
-        actions.append(
-            {
-                "add": {
-                    "path": log_path(path),
-                    "partitionValues": {partition_column: value},
-                    "size": size,
-                    "modificationTime": mtime,
-                    "dataChange": True,
-                    "stats": json.dumps({"numRecords": rows}),
-                }
-            }
-        )
+    for place, (path, value, rows, size, mtime) in enumerate(files):
+        add: dict[str, Any] = {
+            "path": log_path(path),
+            "partitionValues": {partition_column: value},
+            "size": size,
+            "modificationTime": mtime,
+            "dataChange": True,
+            "stats": json.dumps({"numRecords": rows}),
+        }
+        if arrival is not None:
+            add["tags"] = {ARRIVAL_TAG: str(arrival_of(arrival, place))}
+        actions.append({"add": add})
     return "".join(json.dumps(a) + "\n" for a in actions).encode()
 
 
@@ -121,9 +123,14 @@ def schema_operation(
 
 
 def publish(
-    location: str, body: bytes, read_version: int, max_retries: int, app_id: str | None = None
+    location: str,
+    body: bytes | Callable[[int], bytes],
+    read_version: int,
+    max_retries: int,
+    app_id: str | None = None,
 ) -> int:
-    """Write ``body`` as the next commit after ``read_version``; the version it became.
+    """Write ``body`` as the next commit after ``read_version``; the version it became. ``body`` may
+    be a function of the version it is written as (a keyed table's adds carry their version).
 
     Raises:
         ConflictError: a commit since ``read_version`` changed the table's metadata or protocol
@@ -134,7 +141,8 @@ def publish(
     for _ in range(max_retries + 1):
         # ``body`` is unique to this commit (its commitInfo carries the committer's random key), so
         # a version found holding exactly it is this commit's own, landed by a retried request
-        if storage.put_if_absent(commit_file(location, version), body):
+        text = body(version) if callable(body) else body
+        if storage.put_if_absent(commit_file(location, version), text):
             return version
         conflict = _conflict(location, version, app_id)
         if conflict:

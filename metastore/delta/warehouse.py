@@ -204,6 +204,11 @@ class Warehouse:
         """
         files = list(files)
         if not self._plain_appends(table):
+            if table.keys is not None:  # its adds must carry their arrival, which delta-rs cannot write
+                raise UserInputError(
+                    f"{table.name} is keyed and its Delta log has table features: streampart cannot "
+                    "append to it"
+                )
             if schema_change is not None:
                 raise ValueError(
                     f"{table.name} has Delta table features: change its schema with commit_schema"
@@ -219,14 +224,20 @@ class Warehouse:
             for path, part, rows in files:
                 st = storage.stat(storage.join(table.location, path))
                 entries.append((path, partition_value_text(part), rows, st.size, st.mtime_ms))
-        body = append.append_actions(
-            table.partition_column,
-            entries,
-            metadata,
-            int(time.time() * 1000),
-            app_id,
-            schema_change=schema_change,
-        )
+        now_ms = int(time.time() * 1000)
+
+        def body(version: int) -> bytes:  # a keyed table's adds carry their arrival: the version
+            arrival = version if table.keys is not None else None
+            return append.append_actions(
+                table.partition_column,
+                entries,
+                metadata,
+                now_ms,
+                app_id,
+                schema_change=schema_change,
+                arrival=arrival,
+            )
+
         with self._commit_lock(table):
             if fence is not None:
                 fence()

@@ -1,0 +1,93 @@
+"""Keyed tables' versions in Arrow: which records delete their key, and the newest version of each key.
+
+Every record written to a keyed table (``metastore/models/keys.py``) is a version of its key. A chunk
+is staged with its newest version of each key only — the greatest by the table's sequence column,
+then by its place in the chunk — so one staged file holds a key at most once, and the order of a
+key's versions across files is the order of their commits (the arrival the commit's add actions
+carry). The same resolution, with the arrival of every row given, is what a roll and a read apply
+to the versions of several files (:func:`newest_versions`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ingest.errors import MalformedChunkError
+from metastore.models import Keys
+
+_PLACE = "__sp_place"  # a temporary column: a row's place in what is resolved
+
+
+def deletes(keys: Keys, data: pa.Table) -> pa.ChunkedArray | pa.Array:
+    """Which rows of ``data`` delete their key (its op value is a delete value; a null op upserts)."""
+    if keys.op_column is None or keys.op_column not in data.column_names:
+        return pa.array([False] * data.num_rows, pa.bool_())
+    found = pc.is_in(data.column(keys.op_column), value_set=pa.array(list(keys.delete_ops), pa.string()))
+    return pc.fill_null(found, False)
+
+
+def check_ops(keys: Keys, data: pa.Table) -> None:
+    """Refuse a chunk holding an op value that neither upserts nor deletes.
+
+    Raises:
+        MalformedChunkError: naming the column, the first such value and how many records hold one.
+    """
+    if keys.op_column is None or keys.op_column not in data.column_names or data.num_rows == 0:
+        return
+    column = data.column(keys.op_column)
+    known = pa.array([*keys.upsert_ops, *keys.delete_ops], pa.string())
+    unknown = pc.and_(pc.invert(pc.is_in(column, value_set=known)), pc.is_valid(column))
+    count = pc.sum(unknown).as_py() or 0
+    if count:
+        first = column.filter(unknown)[0].as_py()
+        raise MalformedChunkError(
+            f"column {keys.op_column!r} holds {first!r} in {count} record(s): neither an upsert "
+            f"({', '.join(keys.upsert_ops)}) nor a delete ({', '.join(keys.delete_ops)}); "
+            "nothing was committed"
+        )
+
+
+def newest_versions(keys: Keys, data: pa.Table, order: Sequence[str] = ()) -> pa.Table:
+    """The newest version of each key in ``data``: the row greatest by the sequence column, then by
+    the columns ``order`` (each ascending: later is newer), then by its place in ``data``.
+
+    Deletes are kept (a delete is a key's version too); :func:`live` drops them. Rows come out in
+    the order of their keys.
+    """
+    if data.num_rows <= 1:
+        return data
+    placed = data.append_column(_PLACE, pa.array(range(data.num_rows), pa.int64()))
+    by = [(c, "ascending") for c in keys.columns]
+    if keys.sequence_by is not None:
+        by.append((keys.sequence_by, "ascending"))
+    by += [(c, "ascending") for c in order]
+    by.append((_PLACE, "ascending"))
+    ordered = placed.sort_by(by)
+    n = ordered.num_rows
+    last = None  # whether each row is the last of its key's run
+    for name in keys.columns:
+        column = ordered.column(name)
+        differs = pc.not_equal(column.slice(0, n - 1), column.slice(1))
+        last = differs if last is None else pc.or_(last, differs)
+    assert last is not None
+    flags = pa.concat_arrays([c for c in pa.chunked_array(last).chunks] + [pa.array([True])])
+    return ordered.filter(flags).drop_columns([_PLACE])
+
+
+def live(keys: Keys, data: pa.Table) -> pa.Table:
+    """``data`` (one version per key, :func:`newest_versions`) without the keys whose version deletes."""
+    if keys.op_column is None:
+        return data
+    return data.filter(pc.invert(deletes(keys, data)))
+
+
+def staged_versions(keys: Keys | None, data: pa.Table) -> pa.Table:
+    """What a chunk of ``data`` stages: on a keyed table its newest version of each key (its op values
+    checked first); on a table of appends ``data`` itself."""
+    if keys is None:
+        return data
+    check_ops(keys, data)
+    return newest_versions(keys, data)
