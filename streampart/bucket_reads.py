@@ -22,11 +22,11 @@ with the store's options in it, and never printed.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from metastore import storage
-from metastore.models import Column
+from metastore.models import ARRIVAL_COLUMN, Column
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -49,24 +49,29 @@ def unused_name(base: str, taken: Iterable[str]) -> str:
     return name
 
 
-def bucket_frame(spark: SparkSession, snap: Snapshot, ddl: str) -> DataFrame:
+def bucket_frame(
+    spark: SparkSession, snap: Snapshot, ddl: str, arrivals: Mapping[str, int] | None = None
+) -> DataFrame:
     """The rows of ``snap`` (a table in a bucket) in its version's columns (``ddl``) and the partition
-    column, read by Spark's Python workers (see the module docstring)."""
+    column, read by Spark's Python workers (see the module docstring). With ``arrivals`` (a keyed
+    table's), each row's arrival too, as ``streampart.query.files_frame`` reads it."""
     table = snap.table
     pcol = table.partition_column
     task_col = unused_name("__sp_task", [pcol])
     path_col = unused_name("__sp_path", [pcol, task_col])
     tasks = _tasks(snap.files, max(1, spark.sparkContext.defaultParallelism))
+    keyed = arrivals is not None
     files = spark.createDataFrame(
         [
-            (task, storage.join(table.location, f.path), f.partition)
+            (task, storage.join(table.location, f.path), f.partition, (arrivals or {}).get(f.path))
             for task, group in enumerate(tasks)
             for f in group
         ],
-        f"`{task_col}` INT, `{path_col}` STRING, `{pcol}` TIMESTAMP",
+        f"`{task_col}` INT, `{path_col}` STRING, `{pcol}` TIMESTAMP, `{ARRIVAL_COLUMN}` BIGINT",
     )
-    reader = _Reader(storage.current(), snap.columns, pcol, path_col)
-    return files.repartition(len(tasks), task_col).mapInArrow(reader, f"{ddl}, `{pcol}` TIMESTAMP")
+    reader = _Reader(storage.current(), snap.columns, pcol, path_col, keyed)
+    extra = f", `{ARRIVAL_COLUMN}` BIGINT" if keyed else ""
+    return files.repartition(len(tasks), task_col).mapInArrow(reader, f"{ddl}, `{pcol}` TIMESTAMP{extra}")
 
 
 def _tasks(files: Sequence[Any], cores: int) -> list[list[Any]]:
@@ -87,9 +92,15 @@ class _Reader:
     """What each task runs: its files read and conformed, a row group at a time (picklable)."""
 
     def __init__(
-        self, options: storage.S3Options, columns: tuple[Column, ...], pcol: str, path_col: str
+        self,
+        options: storage.S3Options,
+        columns: tuple[Column, ...],
+        pcol: str,
+        path_col: str,
+        keyed: bool = False,
     ) -> None:
         self.options, self.columns, self.pcol, self.path_col = options, columns, pcol, path_col
+        self.keyed = keyed  # a keyed table's: each row's arrival, its file's column or its file's tag
 
     def __call__(self, batches: Iterator[Any]) -> Iterator[Any]:
         import pyarrow as pa
@@ -99,14 +110,27 @@ class _Reader:
 
         storage.configure(self.options)  # this worker's store: the driver's settings
         names = [c.name for c in self.columns]
+        if self.keyed:
+            names.append(ARRIVAL_COLUMN)
         for batch in batches:
             paths = batch.column(self.path_col).to_pylist()
             values = batch.column(self.pcol).cast(pa.timestamp("us", tz="UTC"))
+            tags = batch.column(ARRIVAL_COLUMN).to_pylist() if self.keyed else None
             for i, path in enumerate(paths):
                 with storage.open_input(path) as handle:
                     source = pq.ParquetFile(handle)
                     present = [n for n in names if n in source.schema_arrow.names]
                     for group in range(source.num_row_groups):
-                        data = conform(source.read_row_group(group, columns=present), self.columns)
+                        read = source.read_row_group(group, columns=present)
+                        data = conform(read, self.columns)
                         value = pa.repeat(values[i], data.num_rows)
-                        yield from data.append_column(self.pcol, value).to_batches()
+                        data = data.append_column(self.pcol, value)
+                        if tags is not None:
+                            own = read.column(ARRIVAL_COLUMN) if ARRIVAL_COLUMN in present else None
+                            arrival = (
+                                own
+                                if own is not None
+                                else pa.repeat(pa.scalar(tags[i], pa.int64()), data.num_rows)
+                            )
+                            data = data.append_column(ARRIVAL_COLUMN, arrival)
+                        yield from data.to_batches()

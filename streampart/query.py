@@ -25,7 +25,7 @@ from metastore.catalog import Catalog
 from metastore.delta.log import version_at
 from metastore.errors import UserInputError
 from metastore.links import Resolved
-from metastore.models import Column, Table, TableName
+from metastore.models import ARRIVAL_COLUMN, Column, Table, TableName
 from metastore.namespaces import check_namespace
 from metastore.storage import faults
 from scheduler.spark_files import parquet_files
@@ -129,7 +129,20 @@ def snapshot_frame(spark: SparkSession, snap: Snapshot) -> DataFrame:
     """A DataFrame of exactly the rows of ``snap`` in its version's columns, partition column included.
 
     Spark's Parquet reader, given the version's columns as the read schema, reads a column a file
-    lacks (added after it was written) as nulls and a widened one in its wider type.
+    lacks (added after it was written) as nulls and a widened one in its wider type. A keyed table's
+    rows are its keys' newest versions, merged on read (:mod:`streampart.merge_on_read`).
+    """
+    if snap.table.keys is not None:
+        from streampart.merge_on_read import keyed_frame
+
+        return keyed_frame(spark, snap)
+    return files_frame(spark, snap)
+
+
+def files_frame(spark: SparkSession, snap: Snapshot, arrivals: Mapping[str, int] | None = None) -> DataFrame:
+    """Every row of ``snap``'s files (see :func:`snapshot_frame`). With ``arrivals`` (a keyed table's
+    files' arrivals from the log, by path), also each row's arrival, as :data:`ARRIVAL_COLUMN`: the
+    file's own column where it has one (a roll or a delete wrote it), else its file's in ``arrivals``.
     """
     from pyspark.sql import functions as F
 
@@ -138,10 +151,12 @@ def snapshot_frame(spark: SparkSession, snap: Snapshot) -> DataFrame:
     table = snap.table
     pcol = table.partition_column
     ddl = spark_ddl(snap.columns)
+    keyed = arrivals is not None
+    extra = f", `{ARRIVAL_COLUMN}` BIGINT" if keyed else ""
     if not snap.files:
-        return spark.createDataFrame([], f"{ddl}, `{pcol}` TIMESTAMP")
+        return spark.createDataFrame([], f"{ddl}, `{pcol}` TIMESTAMP{extra}")
     if storage.is_remote(table.location):  # no JVM S3 connector: Spark's Python workers read them
-        return bucket_frame(spark, snap, ddl)
+        return bucket_frame(spark, snap, ddl, arrivals)
     paths = [str(Path(table.location) / f.path) for f in snap.files]
     # Names Spark's reads give a meaning are refused as columns, but a table's log may hold one from
     # before. Spark's Parquet reader fills a column read as exactly ``_tmp_metadata_row_index`` with
@@ -153,16 +168,27 @@ def snapshot_frame(spark: SparkSession, snap: Snapshot) -> DataFrame:
     row_index, read_as = "_tmp_metadata_row_index", "_TMP_METADATA_ROW_INDEX"
     holds = any(c.name == row_index for c in snap.columns)
     read = [c.model_copy(update={"name": read_as}) if c.name == row_index else c for c in snap.columns]
-    data = parquet_files(spark, spark_ddl(read), paths)
+    data = parquet_files(spark, spark_ddl(read) + extra, paths)
     key = unused_name("__sp_file", [*(c.name for c in snap.columns), pcol])
-    names = spark.createDataFrame(
-        [(f.name, f.partition) for f in snap.files], f"`{key}` STRING, `{pcol}` TIMESTAMP"
-    )
+    if keyed:
+        assert arrivals is not None
+        tag = unused_name("__sp_tag", [*(c.name for c in snap.columns), pcol, key])
+        names = spark.createDataFrame(
+            [(f.name, f.partition, arrivals.get(f.path)) for f in snap.files],
+            f"`{key}` STRING, `{pcol}` TIMESTAMP, `{tag}` BIGINT",
+        )
+    else:
+        names = spark.createDataFrame(
+            [(f.name, f.partition) for f in snap.files], f"`{key}` STRING, `{pcol}` TIMESTAMP"
+        )
     frame = (
         data.withColumn(key, data.metadataColumn("_metadata").getField("file_name"))
         .join(F.broadcast(names), key)
         .drop(key)
     )
+    if keyed:
+        frame = frame.withColumn(ARRIVAL_COLUMN, F.coalesce(F.col(ARRIVAL_COLUMN), F.col(tag))).drop(tag)
+        frame = frame.select(*(F.col(f"`{c}`") for c in [*(c.name for c in read), pcol, ARRIVAL_COLUMN]))
     return frame.withColumnRenamed(read_as, row_index) if holds else frame
 
 

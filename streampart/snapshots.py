@@ -22,7 +22,7 @@ from metastore.catalog import Catalog
 from metastore.delta.files import check_files, live_files
 from metastore.delta.metadata import columns_of
 from metastore.links import Resolved
-from metastore.models import Column, Table
+from metastore.models import ARRIVAL_COLUMN, Column, Table
 
 __all__ = ["Snapshot", "pin", "read_batches", "view_of"]
 
@@ -72,6 +72,9 @@ def read_batches(snap: Snapshot, limit: int | None = None) -> Iterator[Any]:
 
     table = snap.table
     pcol = partition_field(table)
+    if table.keys is not None:
+        yield from _keyed_batches(snap, limit)
+        return
     left = limit
     for f in sorted(snap.files, key=lambda f: (f.partition, f.path)):
         if left is not None and left <= 0:
@@ -87,3 +90,36 @@ def read_batches(snap: Snapshot, limit: int | None = None) -> Iterator[Any]:
                 yield from data.append_column(pcol, value).to_batches()
                 if left is not None and left <= 0:
                     return
+
+
+def _keyed_batches(snap: Snapshot, limit: int | None) -> Iterator[Any]:
+    """:func:`read_batches` of a keyed table: every version read, the newest of each key kept
+    (``ingest/keys.py``), deletes dropped; the rows of the oldest partition first."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from ingest.keys import live, newest_versions
+    from metastore.delta.arrivals import arrivals
+    from metastore.delta.arrow import conform, partition_field
+
+    table = snap.table
+    assert table.keys is not None
+    pcol = partition_field(table)
+    tags = arrivals(table, snap.version) if any(f.staged for f in snap.files) else {}
+    parts = []
+    for f in snap.files:
+        with storage.open_input(storage.join(table.location, f.path)) as handle:
+            read = pq.read_table(handle)
+        data = conform(read, snap.columns).append_column(
+            pcol, pa.array([f.partition] * read.num_rows, pcol.type)
+        )
+        own = read.column(ARRIVAL_COLUMN) if ARRIVAL_COLUMN in read.column_names else None
+        arrival = own if own is not None else pa.array([tags.get(f.path)] * read.num_rows, pa.int64())
+        parts.append(data.append_column(ARRIVAL_COLUMN, arrival.cast(pa.int64())))
+    if not parts:
+        return
+    rows = live(table.keys, newest_versions(table.keys, pa.concat_tables(parts), [ARRIVAL_COLUMN]))
+    rows = rows.drop_columns([ARRIVAL_COLUMN]).sort_by([(pcol.name, "ascending")])
+    if limit is not None:
+        rows = rows.slice(0, limit)
+    yield from rows.to_batches()

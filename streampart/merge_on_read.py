@@ -1,0 +1,113 @@
+"""A keyed table read in Spark: one row per live key, its newest version at the snapshot's version.
+
+A keyed table's snapshot holds two kinds of files:
+
+- *resolved* files, those of its standard partitions: a roll left at most one version of each key
+  in all of them together (``scheduler/keyed_rolls.py``);
+- *unresolved* files, the chunks of its open partitions: versions of keys as they arrived, at most
+  one per key in each file (``ingest/keys.py``), older ones beside newer ones.
+
+A version is newer than another if its sequence column is greater (a table with ``sequence_by``),
+then if it arrived later (:data:`ARRIVAL_COLUMN`: its commit, then its place in the commit). So:
+
+1. the newest unresolved version of each key (a window over the unresolved rows: few);
+2. a resolved row is kept unless an unresolved version of its key is newer (one read of the
+   resolved files, joined on the keys of the unresolved versions, which are broadcast);
+3. the newest unresolved version is kept unless the resolved row of its key is newer (the resolved
+   files read again for the key, sequence and arrival columns only, of those keys);
+4. deletes go: a key whose newest version deletes it has no row.
+
+A snapshot with no unresolved file (every partition rolled) is its resolved files as they are.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from metastore.delta.arrivals import arrivals
+from metastore.models import ARRIVAL_COLUMN, Keys
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column as SparkColumn
+    from pyspark.sql import DataFrame, SparkSession
+
+    from streampart.snapshots import Snapshot
+
+
+def keyed_frame(spark: SparkSession, snap: Snapshot) -> DataFrame:
+    """The live rows of ``snap`` (a keyed table's snapshot), in its columns and partition column."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    from streampart.query import files_frame
+    from streampart.snapshots import Snapshot
+
+    keys = snap.table.keys
+    assert keys is not None
+    columns = [*(c.name for c in snap.columns), snap.table.partition_column]
+    unresolved = tuple(f for f in snap.files if f.staged)
+    resolved = tuple(f for f in snap.files if not f.staged)
+    tags = arrivals(snap.table, snap.version) if unresolved else {}
+    s = files_frame(spark, Snapshot(snap.table, snap.version, resolved, snap.columns), tags)
+    if not unresolved:
+        return _live(keys, s).select(*(F.col(f"`{c}`") for c in columns))
+    t = files_frame(spark, Snapshot(snap.table, snap.version, unresolved, snap.columns), tags)
+    key_cols = [F.col(f"`{k}`") for k in keys.columns]
+    rank = "__sp_rank"
+    order = [F.col(f"`{keys.sequence_by}`").desc()] if keys.sequence_by else []
+    order.append(F.col(ARRIVAL_COLUMN).desc())
+    newest_t = (
+        t.withColumn(rank, F.row_number().over(Window.partitionBy(*key_cols).orderBy(*order)))
+        .filter(F.col(rank) == 1)
+        .drop(rank)
+    )
+    if not resolved:
+        return _live(keys, newest_t).select(*(F.col(f"`{c}`") for c in columns))
+    # what each side needs of the other: the key and the version's order
+    versions = [*keys.columns, *([keys.sequence_by] if keys.sequence_by else []), ARRIVAL_COLUMN]
+    t_versions = _renamed(newest_t.select(*versions), "__sp_t_")
+    s_versions = _renamed(s.select(*versions), "__sp_s_")
+    kept_s = s.join(F.broadcast(t_versions), _on(s, t_versions, keys.columns, "__sp_t_"), "left").filter(
+        F.col(f"__sp_t_{keys.columns[0]}").isNull() | _newer(keys, s, "__sp_t_")
+    )
+    kept_t = newest_t.join(
+        s_versions.join(
+            F.broadcast(t_versions.select(*(f"__sp_t_{k}" for k in keys.columns))),
+            [F.col(f"__sp_s_{k}") == F.col(f"__sp_t_{k}") for k in keys.columns],
+            "left_semi",
+        ),
+        _on(newest_t, s_versions, keys.columns, "__sp_s_"),
+        "left",
+    ).filter(F.col(f"__sp_s_{keys.columns[0]}").isNull() | _newer(keys, newest_t, "__sp_s_"))
+    both = kept_s.select(*s.columns).unionByName(kept_t.select(*newest_t.columns))
+    return _live(keys, both).select(*(F.col(f"`{c}`") for c in columns))
+
+
+def _renamed(frame: DataFrame, prefix: str) -> DataFrame:
+    return frame.toDF(*(prefix + c for c in frame.columns))
+
+
+def _on(left: DataFrame, right: DataFrame, names: tuple[str, ...], prefix: str) -> SparkColumn:
+    from functools import reduce
+
+    return reduce(lambda a, b: a & b, [left[f"`{k}`"] == right[prefix + k] for k in names])
+
+
+def _newer(keys: Keys, frame: DataFrame, prefix: str) -> SparkColumn:
+    """Whether ``frame``'s row is a newer version than the other side's (columns ``prefix`` + name)."""
+    from pyspark.sql import functions as F
+
+    arrival = frame[ARRIVAL_COLUMN] > F.col(prefix + ARRIVAL_COLUMN)
+    if keys.sequence_by is None:
+        return arrival
+    mine, theirs = frame[f"`{keys.sequence_by}`"], F.col(prefix + keys.sequence_by)
+    return (mine > theirs) | ((mine == theirs) & arrival)
+
+
+def _live(keys: Keys, frame: DataFrame) -> DataFrame:
+    from pyspark.sql import functions as F
+
+    if keys.op_column is None:
+        return frame
+    op = F.col(f"`{keys.op_column}`")
+    return frame.filter(op.isNull() | ~op.isin(*keys.delete_ops))
