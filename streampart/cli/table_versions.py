@@ -120,8 +120,16 @@ def table_read(
     if version is not None:
         check_readable(table, version, newest, retention)
     snap = view_of(resolved, pin(catalog, table, version))
-    total = sum(f.rows for f in snap.files)
-    batches = read_batches(snap, limit or None)
+    if table.keys is None:
+        total = sum(f.rows for f in snap.files)
+        batches: Any = read_batches(snap, limit or None)
+    else:  # its rows are its live keys, known once every version was read
+        import pyarrow as pa
+
+        got = list(read_batches(snap))
+        every = pa.Table.from_batches(got) if got else None
+        total = every.num_rows if every is not None else 0
+        batches = [] if every is None else (every.slice(0, limit) if limit else every).to_batches()
     cli.output.note(
         f"{resolved.name} at version {snap.version}"
         + (f" (newest {newest})" if snap.version != newest else " (the newest)")
