@@ -33,6 +33,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ingest.commit_holders import commit_holder, work_owner
+from ingest.deletes.deleter import recount
 from metastore import clock, storage
 from metastore.catalog import Catalog
 from metastore.crashpoints import crashpoint, pausepoint
@@ -45,8 +46,8 @@ from metastore.delta.files import (
     remove_file,
     write_success_marker,
 )
-from metastore.delta.layout import partition_dir
-from metastore.delta.log import SWEEP_KEY
+from metastore.delta.layout import parse_partition_value, partition_dir
+from metastore.delta.log import SWEEP_KEY, commit_actions, commit_info
 from metastore.delta.metadata import columns_of
 from metastore.errors import ConflictError, LeaseLostError, StorageError, StreampartError
 from metastore.models import (
@@ -66,6 +67,7 @@ from metastore.progress import Progress
 from scheduler.compacted_names import compacted_name, compacted_version
 from scheduler.config import RollConfig
 from scheduler.errors import RollAbandonedError, RollBusyError, RollFailedError
+from scheduler.keyed_rolls import KeyedSweep, keyed_sweep
 from scheduler.spark_compaction import SparkFactory, compact_with_spark
 
 # How the local engine writes a standard partition's files. Why 1 Mi rows a row group (pyarrow's
@@ -77,6 +79,7 @@ from scheduler.spark_compaction import SparkFactory, compact_with_spark
 COMPRESSION = "snappy"
 ROW_GROUP_ROWS = 1024 * 1024
 ROW_GROUP_BYTES = 64 * 1024 * 1024
+KEYED_FILE_ROWS = 4 * 1024 * 1024  # a keyed sweep's files: at most this many rows each
 
 
 @dataclass(frozen=True)
@@ -333,20 +336,27 @@ class Roller:
                 sum(f.size for f in files),
                 "bytes",
             )
-            compacted = self._compact(table, value, files, roll.id, dt)
+            keyed = self._keyed_sweep(table, value, dt, roll.id) if table.keys is not None else None
+            compacted = (
+                keyed.compacted if keyed is not None else self._compact(table, value, files, roll.id, dt)
+            )
+            written = keyed.written() if keyed is not None else [p for p, _, _ in compacted]
             try:
                 self._step("roll-after-compact")
             except RollAbandonedError:
-                for path, _, _ in compacted:  # never committed: nobody can see them
+                for path in written:  # never committed: nobody can see them
                     remove_file(table, path)
                 raise
             try:
                 self._fenced(table, roll)
-                version = wh.replace_files(
-                    dt, table, files, compacted, {SWEEP_KEY: f"{roll.id}/{uuid.uuid4().hex}"}
-                )
+                info = {SWEEP_KEY: f"{roll.id}/{uuid.uuid4().hex}"}
+                if keyed is None:
+                    version = wh.replace_files(dt, table, files, compacted, info)
+                else:  # rows go (older versions, deletes): a change of data
+                    removes, adds = [*files, *keyed.removes], [*compacted, *keyed.adds]
+                    version = wh.replace_files(dt, table, removes, adds, info, data_change=True)
             except ConflictError:
-                for path, _, _ in compacted:
+                for path in written:
                     remove_file(table, path)
                 raise
             self._step("roll-after-sweep")
@@ -370,8 +380,62 @@ class Roller:
         )
         self._step("roll-before-finish")
         chunks = self._chunks_rolled(table, roll)
-        roll = store.finish_roll(roll, self.owner, chunks=chunks, rows=rows, bytes=size, files=len(final))
+        rewritten, freed = self._rewritten(table, roll) if table.keys is not None else ({}, {})
+        roll = store.finish_roll(
+            roll,
+            self.owner,
+            chunks=chunks,
+            rows=rows,
+            bytes=size,
+            files=len(final),
+            rewritten=rewritten,
+            freed=freed,
+        )
         return roll, chunks
+
+    def _keyed_sweep(self, table: Table, value: datetime, base: Any, roll_id: str) -> KeyedSweep:
+        """A keyed table's sweep of ``value`` at the snapshot ``base``, written (not committed):
+        ``scheduler/keyed_rolls.py``. Rolled here whatever ``roll.engine`` says."""
+        attempt = uuid.uuid4().hex[:8]
+        base_version, columns = int(base.version()), columns_of(base, f"table {table.name}")
+        sweep = keyed_sweep(
+            table,
+            columns,
+            base_version,
+            value,
+            live_files(base),
+            lambda n: compacted_name(roll_id, base_version, attempt, n),
+            KEYED_FILE_ROWS,
+        )
+        self.progress.advance(sum(f.size for f in live_files(base) if f.partition == value))
+        return sweep
+
+    def _rewritten(
+        self, table: Table, roll: Roll
+    ) -> tuple[dict[datetime, tuple[int, int, int]], dict[datetime, int]]:
+        """The other partitions a keyed sweep rewrote, counted anew (standard ones) or the bytes it
+        freed there (streaming ones): from its commit, found in the log if the roller that made it
+        died before recording its version."""
+        version = roll.sweep_version
+        if version is None and roll.seal_version is not None:
+            newest = int(self.catalog.warehouse.load(table).version())
+            for v in range(roll.seal_version + 1, newest + 1):
+                info = commit_info(table, v) or {}
+                if str(info.get(SWEEP_KEY, "")).startswith(f"{roll.id}/"):
+                    version = v
+                    break
+        if version is None:
+            return {}, {}
+        touched = set()
+        for action in commit_actions(table, version) or []:
+            for kind in ("add", "remove"):
+                a = action.get(kind)
+                if a is not None:
+                    touched.add(parse_partition_value(a["partitionValues"][table.partition_column]))
+        touched.discard(roll.partition_value)
+        if not touched:
+            return {}, {}
+        return recount(self.catalog, table, version, touched, {"roll": roll.id})
 
     def _chunks_rolled(self, table: Table, roll: Roll) -> int:
         """How many chunks the roll swept: distinct chunks among the partition's staged files.

@@ -324,35 +324,47 @@ class Deleter:
     def _finish(self, table: Table, delete: Delete) -> Delete:
         """Count the rewritten standard partitions anew and free the streaming ones' quota; DONE."""
         assert delete.commit_version is not None
-        freed: dict[datetime, int] = {}
-        for action in commit_actions(table, delete.commit_version) or []:
-            for kind, sign in (("remove", 1), ("add", -1)):
-                a = action.get(kind)
-                if a is not None:
-                    value = parse_partition_value(a["partitionValues"][table.partition_column])
+        counted, freed = recount(
+            self.catalog, table, delete.commit_version, set(delete.partitions), {"delete": delete.id}
+        )
+        return self.catalog.store.finish_delete(delete, self.owner, counted, freed)
+
+
+def recount(
+    catalog: Catalog, table: Table, version: int, touched: set[datetime], marked: dict[str, Any]
+) -> tuple[dict[datetime, tuple[int, int, int]], dict[datetime, int]]:
+    """After the commit at ``version`` rewrote files of the partitions ``touched`` (copy-on-write: a
+    delete's, a keyed roll's): the standard and expiring ones counted anew (rows, bytes, files; the
+    standard ones' completeness markers written again, saying ``marked`` too), and the bytes it freed
+    in each other one (its quota ledger's), as ``finish_delete`` and ``finish_roll`` record them."""
+    freed: dict[datetime, int] = {}
+    for action in commit_actions(table, version) or []:
+        for kind, sign in (("remove", 1), ("add", -1)):
+            a = action.get(kind)
+            if a is not None:
+                value = parse_partition_value(a["partitionValues"][table.partition_column])
+                if value in touched:
                     freed[value] = freed.get(value, 0) + sign * int(a.get("size") or 0)
-        states = {p.value: p.state for p in self.catalog.partitions(table)}
-        touched = set(delete.partitions)
-        live: dict[datetime, list[LiveFile]] = {}
-        for f in live_files(self.catalog.warehouse.load(table)):
-            if f.partition in touched:
-                live.setdefault(f.partition, []).append(f)
-        counted: dict[datetime, tuple[int, int, int]] = {}  # standard and expiring ones (a roll counted)
-        for value in delete.partitions:
-            if states.get(value) in COUNTED:
-                mine = live.get(value, [])
-                counted[value] = (sum(f.rows for f in mine), sum(f.size for f in mine), len(mine))
-        standard = [v for v in counted if states.get(v) is PartitionState.STANDARD]  # (expiring: leaving)
+    states = {p.value: p.state for p in catalog.partitions(table)}
+    live: dict[datetime, list[LiveFile]] = {}
+    for f in live_files(catalog.warehouse.load(table)):
+        if f.partition in touched:
+            live.setdefault(f.partition, []).append(f)
+    counted: dict[datetime, tuple[int, int, int]] = {}  # standard and expiring ones (a roll counted)
+    for value in touched:
+        if states.get(value) in COUNTED:
+            mine = live.get(value, [])
+            counted[value] = (sum(f.rows for f in mine), sum(f.size for f in mine), len(mine))
+    standard = [v for v in counted if states.get(v) is PartitionState.STANDARD]  # (expiring: leaving)
 
-        def mark(value: datetime) -> None:
-            rows, _, files = counted[value]
-            info = {"table": str(table.name), "partition": iso(value), "delete": delete.id, "rows": rows}
-            write_success_marker(table, value, {**info, "files": files})
+    def mark(value: datetime) -> None:
+        rows, _, files = counted[value]
+        info = {"table": str(table.name), "partition": iso(value), **marked, "rows": rows}
+        write_success_marker(table, value, {**info, "files": files})
 
-        with ThreadPoolExecutor(MARKER_THREADS) as pool:  # a bucket's PUTs are latency, not CPU
-            list(pool.map(mark, standard))
-        others = {v: n for v, n in freed.items() if states.get(v) not in COUNTED}
-        return self.catalog.store.finish_delete(delete, self.owner, counted, others)
+    with ThreadPoolExecutor(MARKER_THREADS) as pool:  # a bucket's PUTs are latency, not CPU
+        list(pool.map(mark, standard))
+    return counted, {v: n for v, n in freed.items() if states.get(v) not in COUNTED}
 
 
 def where_columns(table: Table) -> list[Column]:

@@ -93,7 +93,7 @@ def _commit_tags(path: str) -> dict[str, int]:
         if '"tags"' not in line:
             continue
         add = json.loads(line).get("add")
-        tag = (add or {}).get("tags", {}).get(ARRIVAL_TAG) if add else None
+        tag = (add.get("tags") or {}).get(ARRIVAL_TAG) if add else None
         if tag is not None:
             found[disk_path(add["path"])] = int(tag)
     return found

@@ -20,11 +20,11 @@ import sqlalchemy as sa
 
 from metastore import schema as s
 from metastore.errors import DeleteBusyError
-from metastore.models import Delete, DeleteState, PartitionState
-from metastore.replicas import CopyState
+from metastore.models import Delete, DeleteState
 from metastore.store.engine import Database, _db, _now, _out
 from metastore.store.leased import Work
 from metastore.store.namespaces import fence_table
+from metastore.store.rewrites import record_rewritten
 
 
 def delete_from_row(row: Any) -> Delete:
@@ -53,8 +53,6 @@ def delete_from_row(row: Any) -> Delete:
 
 
 _WORK = Work(s.deletes, delete_from_row, DeleteState.DONE, "delete")
-# Partitions whose rows a roll counted (an expiring one's files stay live until its expiry commits)
-_COUNTED = [PartitionState.STANDARD.value, PartitionState.EXPIRING.value]
 
 
 class DeleteStore(Database):
@@ -139,7 +137,6 @@ class DeleteStore(Database):
         bytes, files), one generation on and its present copies stale; each other partition's quota
         ledger less the bytes ``freed`` there; in one transaction."""
         now = now or _now()
-        p = s.partitions.c
         with self.tx() as conn:
             fence_table(conn, delete.table_id, self.label)
             done = {
@@ -149,42 +146,7 @@ class DeleteStore(Database):
                 "error": None,
             }
             _WORK.step(conn, delete, owner, done, expected=DeleteState.COMMITTED)
-            mine = p.table_id == delete.table_id
-            c = s.partition_copies.c
-            if standard:  # one statement for all (executemany): a delete may rewrite 1,000s
-                conn.execute(
-                    sa.update(s.partitions)
-                    .where(
-                        mine,
-                        p.value == sa.bindparam("b_value"),
-                        sa.or_(*(p.state == sa.literal(state) for state in _COUNTED)),  # (no IN: executemany)
-                    )
-                    .values(
-                        rows=sa.bindparam("b_rows"),
-                        bytes=sa.bindparam("b_bytes"),
-                        files=sa.bindparam("b_files"),
-                        generation=p.generation + 1,
-                    ),
-                    [
-                        {"b_value": _db(v), "b_rows": rows, "b_bytes": size, "b_files": files}
-                        for v, (rows, size, files) in standard.items()
-                    ],
-                )
-                # their copies on secondaries hold the deleted rows: not read there until copied again
-                rewritten = sa.select(p.id).where(
-                    mine, p.value.in_([_db(v) for v in standard]), p.state.in_(_COUNTED)
-                )
-                conn.execute(
-                    sa.update(s.partition_copies)
-                    .where(c.partition_id.in_(rewritten), c.state == CopyState.PRESENT.value)
-                    .values(state=CopyState.STALE.value, owner=None, lease_until=None)
-                )
-            for value, size in freed.items():
-                conn.execute(
-                    sa.update(s.partitions)
-                    .where(mine, p.value == _db(value), p.state.not_in(_COUNTED))
-                    .values(staged_bytes=sa.case((p.staged_bytes > size, p.staged_bytes - size), else_=0))
-                )
+            record_rewritten(conn, delete.table_id, standard, freed)
             return _WORK.read(conn, delete.id)
 
     def release_delete(self, delete: Delete, owner: str, error: str | None = None) -> bool:

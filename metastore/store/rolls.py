@@ -14,7 +14,7 @@ then resumes from the namespace's new metastore, where the move copied it.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -28,6 +28,7 @@ from metastore.store.engine import Database, _db, _now, _out
 from metastore.store.leases import check_fence, holder_gone
 from metastore.store.namespaces import fence_table
 from metastore.store.preconditions import Precondition, at, guarded_update, state_in
+from metastore.store.rewrites import record_rewritten
 from metastore.store.tables import insert_partition, partition_subject
 
 
@@ -269,9 +270,13 @@ class RollStore(Database):
         rows: int,
         bytes: int,
         files: int,
+        rewritten: Mapping[datetime, tuple[int, int, int]] | None = None,
+        freed: Mapping[datetime, int] | None = None,
         now: datetime | None = None,
     ) -> Roll:
-        """The partition becomes standard and the roll done, in one transaction."""
+        """The partition becomes standard and the roll done, in one transaction; with the other
+        partitions a keyed table's sweep rewrote recorded as a delete's are (``rewritten``: standard
+        ones counted anew, ``freed``: bytes freed in streaming ones, ``record_rewritten``)."""
         now = now or _now()
         check_transition(roll.state, RollState.DONE)
         with self.tx() as conn:
@@ -305,6 +310,8 @@ class RollStore(Database):
                 },
                 gone=ConflictError,
             )
+            if rewritten or freed:
+                record_rewritten(conn, roll.table_id, rewritten or {}, freed or {})
             return _read_roll(conn, roll.id)
 
     # -- roll leases (renewed with the copies' at each heartbeat: DaemonStore) -----------------

@@ -1,0 +1,221 @@
+"""A keyed table's sweep: the rolled partition resolved to one row per key, and the older versions of
+its keys elsewhere removed, in the sweep's one commit.
+
+For each key of the partition being rolled (P) the sweep finds every other version of it in the
+snapshot the sweep is based on: in the other partitions' files, standard or streaming. Then:
+
+- if P's version is the newest (by the sequence column, then arrival), it stays in P — unless it
+  deletes the key, when it goes too — and every other version of the key is removed from the file
+  holding it (that file rewritten without it, copy-on-write, as a delete by predicate does);
+- if a newer version sits elsewhere, P's goes, and the others stay: the partition holding the newest
+  removes them when it rolls.
+
+So after every roll the standard partitions hold at most one version of each key between them, and
+never a delete: a plain Delta or Parquet reader of the standard partitions sees one row per key.
+Every row written here keeps its arrival in :data:`ARRIVAL_COLUMN` (no tag carries it any more).
+
+Finding the other versions reads the key, sequence and arrival columns of every other live file
+(column projection: a fraction of their bytes); the files holding a match are read whole. The sweep
+reports both counts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from ingest.keys import live, newest_versions
+from metastore import storage
+from metastore.delta.arrivals import arrivals
+from metastore.delta.arrow import conform, data_schema
+from metastore.delta.files import LiveFile, remove_file, write_parquet
+from metastore.delta.layout import partition_dir, staged_dir
+from metastore.errors import TableIntegrityError
+from metastore.models import ARRIVAL_COLUMN, Column, Keys, Table
+
+_FILE, _ROW = "__sp_file", "__sp_row"
+_THEIRS = "__sp_p_"  # the rolled partition's version, beside another file's
+
+
+@dataclass
+class KeyedSweep:
+    """What one keyed sweep writes and removes (nothing committed yet)."""
+
+    compacted: list[tuple[str, datetime, int]] = field(default_factory=list)  # P's files
+    removes: list[LiveFile] = field(default_factory=list)  # other partitions' files rewritten
+    adds: list[tuple[str, datetime, int]] = field(default_factory=list)  # … and what replaces them
+    files_scanned: int = 0  # other files whose key columns were read
+    files_rewritten: int = 0
+    versions_removed: int = 0  # older versions removed from other partitions
+    rows_in: int = 0  # versions in P before the sweep
+    rows_out: int = 0
+
+    def written(self) -> list[str]:
+        return [p for p, _, _ in (*self.compacted, *self.adds)]
+
+    def discard(self, table: Table) -> None:
+        for path in self.written():
+            remove_file(table, path)
+
+
+def keyed_sweep(
+    table: Table,
+    columns: tuple[Column, ...],
+    version: int,
+    value: datetime,
+    every_file: Sequence[LiveFile],
+    name: Callable[[int], str],
+    target_rows: int,
+) -> KeyedSweep:
+    """Plan and write the sweep of partition ``value`` of ``table`` at snapshot ``version`` (whose
+    live files are ``every_file`` and columns ``columns``); ``name(k)`` names P's ``k``-th file and
+    each rewritten file's (in its own directory)."""
+    keys = table.keys
+    assert keys is not None
+    tags = arrivals(table, version) if any(f.staged for f in every_file) else {}
+    mine = [f for f in every_file if f.partition == value]
+    others = [f for f in every_file if f.partition != value]
+    out = KeyedSweep()
+    try:
+        versions = pa.concat_tables([_read(table, f, columns, tags) for f in mine]) if mine else None
+        out.rows_in = 0 if versions is None else versions.num_rows
+        newest = newest_versions(keys, versions, [ARRIVAL_COLUMN]) if versions is not None else None
+        beaten: pa.Table | None = None
+        if newest is not None and newest.num_rows and others:
+            beaten = _elsewhere(table, keys, columns, newest, others, tags, name, out)
+        if newest is not None:
+            kept = live(keys, newest)
+            if beaten is not None and beaten.num_rows:
+                kept = kept.join(beaten, list(keys.columns), join_type="left anti")
+            kept = kept.sort_by([(k, "ascending") for k in keys.columns])
+            out.rows_out = kept.num_rows
+            for k, start in enumerate(range(0, kept.num_rows, max(1, target_rows))):
+                part = kept.slice(start, target_rows)
+                path = f"{partition_dir(table, value)}/{name(k)}"
+                write_parquet(table, path, part)
+                out.compacted.append((path, value, part.num_rows))
+    except BaseException:
+        out.discard(table)
+        raise
+    return out
+
+
+def _read(
+    table: Table,
+    f: LiveFile,
+    columns: tuple[Column, ...],
+    tags: dict[str, int],
+    only: Sequence[str] | None = None,
+) -> pa.Table:
+    """``f``'s rows in ``columns`` (``only``: just those named), with each row's arrival."""
+    with storage.open_input(storage.join(table.location, f.path)) as handle:
+        source = pq.ParquetFile(handle)
+        present = set(source.schema_arrow.names)
+        wanted = [c.name for c in columns if only is None or c.name in only]
+        read = source.read(columns=[n for n in [*wanted, ARRIVAL_COLUMN] if n in present])
+    data = conform(read, tuple(c for c in columns if c.name in wanted))
+    if ARRIVAL_COLUMN in read.column_names:
+        arrival = read.column(ARRIVAL_COLUMN)
+    else:
+        tag = tags.get(f.path)
+        if tag is None:
+            raise TableIntegrityError(
+                f"{f.path} of {table.name} has no arrival (neither a column nor a tag in the log)"
+            )
+        arrival = pa.array([tag] * read.num_rows, pa.int64())
+    return data.append_column(ARRIVAL_COLUMN, arrival.cast(pa.int64()))
+
+
+def _elsewhere(
+    table: Table,
+    keys: Keys,
+    columns: tuple[Column, ...],
+    newest: pa.Table,
+    others: Sequence[LiveFile],
+    tags: dict[str, int],
+    name: Callable[[int], str],
+    out: KeyedSweep,
+) -> pa.Table:
+    """Remove (rewrite) the older versions of ``newest``'s keys from ``others``; the keys of
+    ``newest`` whose version is not the newest (a newer one sits elsewhere)."""
+    order = [*([keys.sequence_by] if keys.sequence_by else []), ARRIVAL_COLUMN]
+    projected = [*keys.columns, *order[:-1]]
+    mine = newest.select([*keys.columns, *order])
+    mine = mine.rename_columns([*keys.columns, *(_THEIRS + c for c in order)])
+    matches = []
+    for i, f in enumerate(others):
+        data = _read(table, f, columns, tags, projected)
+        out.files_scanned += 1
+        data = data.append_column(_FILE, pa.array([i] * data.num_rows, pa.int32()))
+        data = data.append_column(_ROW, pa.array(range(data.num_rows), pa.int64()))
+        found = data.join(mine, list(keys.columns), join_type="inner")
+        if found.num_rows:
+            matches.append(found)
+    if not matches:
+        return newest.select(list(keys.columns)).slice(0, 0)
+    found = pa.concat_tables(matches)
+    newer = _newer(found, order)
+    beaten = found.filter(newer).select(list(keys.columns))
+    beaten = beaten.group_by(list(keys.columns)).aggregate([])
+    older = found.filter(pc.invert(newer)).join(beaten, list(keys.columns), join_type="left anti")
+    if older.num_rows:
+        _rewrite(table, columns, others, older, tags, name, out)
+    return beaten
+
+
+def _newer(found: pa.Table, order: list[str]) -> pa.ChunkedArray:
+    """Whether each other version in ``found`` is newer than the rolled partition's beside it."""
+    result = None
+    for c in reversed(order):  # lexicographic: the last column decides only ties of the earlier ones
+        gt = pc.greater(found.column(c), found.column(_THEIRS + c))
+        if result is None:
+            result = gt
+        else:
+            result = pc.or_(gt, pc.and_(pc.equal(found.column(c), found.column(_THEIRS + c)), result))
+    assert result is not None
+    return result
+
+
+def _rewrite(
+    table: Table,
+    columns: tuple[Column, ...],
+    others: Sequence[LiveFile],
+    older: pa.Table,
+    tags: dict[str, int],
+    name: Callable[[int], str],
+    out: KeyedSweep,
+) -> None:
+    """Rewrite each file holding a row of ``older`` without those rows."""
+    by_file: dict[int, list[int]] = {}
+    for i, row in zip(older.column(_FILE).to_pylist(), older.column(_ROW).to_pylist(), strict=True):
+        by_file.setdefault(i, []).append(row)
+    schema = data_schema(columns)
+    for k, (i, rows) in enumerate(sorted(by_file.items())):
+        f = others[i]
+        data = _read(table, f, columns, tags)
+        keep = pc.invert(
+            pc.is_in(pa.array(range(data.num_rows), pa.int64()), value_set=pa.array(rows, pa.int64()))
+        )
+        left = data.filter(keep)
+        out.removes.append(f)
+        out.files_rewritten += 1
+        out.versions_removed += data.num_rows - left.num_rows
+        if left.num_rows == 0:
+            continue
+        assert left.schema.names[: len(schema.names)] == schema.names
+        path = _rewritten_path(table, f, name(10_000 + k))
+        write_parquet(table, path, left)
+        out.adds.append((path, f.partition, left.num_rows))
+
+
+def _rewritten_path(table: Table, f: LiveFile, name: str) -> str:
+    """Where a rewritten ``f`` goes: beside its chunk's files (a staged file keeps its chunk's id in its
+    name, so rolls and housekeeping still know its chunk), or in its standard partition's directory."""
+    if f.staged and f.chunk is not None:
+        return f"{staged_dir(table, f.partition)}/{f.chunk}-{name.removeprefix('part-')}"
+    return f"{partition_dir(table, f.partition)}/{name}"
