@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ingest.errors import MalformedChunkError
-from metastore.models import Keys
+from metastore.models import ARRIVAL_COLUMN, Keys
 
 _PLACE = "__sp_place"  # a temporary column: a row's place in what is resolved
 
@@ -91,3 +91,40 @@ def staged_versions(keys: Keys | None, data: pa.Table) -> pa.Table:
         return data
     check_ops(keys, data)
     return newest_versions(keys, data)
+
+
+def version_order(keys: Keys) -> list[str]:
+    """The columns that order a key's versions: the sequence column (if any), then the arrival."""
+    return [*([keys.sequence_by] if keys.sequence_by else []), ARRIVAL_COLUMN]
+
+
+def newer_versions(found: pa.Table, order: list[str], prefix: str) -> pa.ChunkedArray:
+    """Whether each row's version (columns ``order``) is newer than the other beside it (the same
+    columns, named ``prefix`` + name): compared in that order, a later column deciding ties only."""
+    result = None
+    for c in reversed(order):
+        gt = pc.greater(found.column(c), found.column(prefix + c))
+        if result is None:
+            result = gt
+        else:
+            result = pc.or_(gt, pc.and_(pc.equal(found.column(c), found.column(prefix + c)), result))
+    assert result is not None
+    return result
+
+
+def beaten_by(keys: Keys, rows: pa.Table, kept: pa.Table) -> pa.Table:
+    """The keys of ``rows`` (one version each, with :data:`ARRIVAL_COLUMN`) whose version is older
+    than a delete ``kept`` for them (``metastore/delta/tombstones.py``)."""
+    order = version_order(keys)
+    prefix = "__sp_mine_"
+    mine = rows.select([*keys.columns, *order]).rename_columns([*keys.columns, *(prefix + c for c in order)])
+    found = kept.select([*keys.columns, *order]).join(mine, list(keys.columns), join_type="inner")
+    older = found.filter(newer_versions(found, order, prefix)).select(list(keys.columns))
+    return older.group_by(list(keys.columns)).aggregate([])
+
+
+def without_keys(keys: Keys, rows: pa.Table, gone: pa.Table) -> pa.Table:
+    """``rows`` but those of the keys in ``gone``."""
+    if gone.num_rows == 0:
+        return rows
+    return rows.join(gone, list(keys.columns), join_type="left anti")

@@ -29,12 +29,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ingest.keys import live, newest_versions
+from ingest.keys import beaten_by, deletes, live, newer_versions, newest_versions, version_order
 from metastore import storage
 from metastore.delta.arrivals import arrivals
 from metastore.delta.arrow import conform, data_schema
 from metastore.delta.files import LiveFile, remove_file, write_parquet
 from metastore.delta.layout import partition_dir, staged_dir
+from metastore.delta.tombstones import read_tombstones, tombstone_columns, write_tombstones
 from metastore.errors import TableIntegrityError
 from metastore.models import ARRIVAL_COLUMN, Column, Keys, Table
 
@@ -55,7 +56,10 @@ class KeyedSweep:
     rows_in: int = 0  # versions in P before the sweep
     rows_out: int = 0
 
+    tombstones: str | None = None  # the deletes it keeps (a table with a sequence column)
+
     def written(self) -> list[str]:
+        """The data files it wrote (the deletes it keeps are kept: :mod:`metastore.delta.tombstones`)."""
         return [p for p, _, _ in (*self.compacted, *self.adds)]
 
     def discard(self, table: Table) -> None:
@@ -85,14 +89,24 @@ def keyed_sweep(
         versions = pa.concat_tables([_read(table, f, columns, tags) for f in mine]) if mine else None
         out.rows_in = 0 if versions is None else versions.num_rows
         newest = newest_versions(keys, versions, [ARRIVAL_COLUMN]) if versions is not None else None
-        beaten: pa.Table | None = None
+        beaten: list[pa.Table] = []
         if newest is not None and newest.num_rows and others:
-            beaten = _elsewhere(table, keys, columns, newest, others, tags, name, out)
+            beaten.append(_elsewhere(table, keys, columns, newest, others, tags, name, out))
+        kept_deletes = read_tombstones(table, version)
+        if newest is not None and newest.num_rows and kept_deletes is not None:
+            beaten.append(beaten_by(keys, newest, kept_deletes))
         if newest is not None:
-            kept = live(keys, newest)
-            if beaten is not None and beaten.num_rows:
-                kept = kept.join(beaten, list(keys.columns), join_type="left anti")
-            kept = kept.sort_by([(k, "ascending") for k in keys.columns])
+            winners = newest
+            for keys_beaten in beaten:
+                if keys_beaten.num_rows:
+                    winners = winners.join(keys_beaten, list(keys.columns), join_type="left anti")
+            if keys.sequence_by is not None:  # its deletes are kept: a later, older version loses to them
+                dropped = winners.filter(deletes(keys, winners)).select(tombstone_columns(keys))
+                if dropped.num_rows:
+                    out.tombstones = write_tombstones(
+                        table, name(99_999).removesuffix(".snappy.parquet"), dropped
+                    )
+            kept = live(keys, winners).sort_by([(k, "ascending") for k in keys.columns])
             out.rows_out = kept.num_rows
             for k, start in enumerate(range(0, kept.num_rows, max(1, target_rows))):
                 part = kept.slice(start, target_rows)
@@ -143,7 +157,7 @@ def _elsewhere(
 ) -> pa.Table:
     """Remove (rewrite) the older versions of ``newest``'s keys from ``others``; the keys of
     ``newest`` whose version is not the newest (a newer one sits elsewhere)."""
-    order = [*([keys.sequence_by] if keys.sequence_by else []), ARRIVAL_COLUMN]
+    order = version_order(keys)
     projected = [*keys.columns, *order[:-1]]
     mine = newest.select([*keys.columns, *order])
     mine = mine.rename_columns([*keys.columns, *(_THEIRS + c for c in order)])
@@ -159,26 +173,13 @@ def _elsewhere(
     if not matches:
         return newest.select(list(keys.columns)).slice(0, 0)
     found = pa.concat_tables(matches)
-    newer = _newer(found, order)
+    newer = newer_versions(found, order, _THEIRS)
     beaten = found.filter(newer).select(list(keys.columns))
     beaten = beaten.group_by(list(keys.columns)).aggregate([])
     older = found.filter(pc.invert(newer)).join(beaten, list(keys.columns), join_type="left anti")
     if older.num_rows:
         _rewrite(table, columns, others, older, tags, name, out)
     return beaten
-
-
-def _newer(found: pa.Table, order: list[str]) -> pa.ChunkedArray:
-    """Whether each other version in ``found`` is newer than the rolled partition's beside it."""
-    result = None
-    for c in reversed(order):  # lexicographic: the last column decides only ties of the earlier ones
-        gt = pc.greater(found.column(c), found.column(_THEIRS + c))
-        if result is None:
-            result = gt
-        else:
-            result = pc.or_(gt, pc.and_(pc.equal(found.column(c), found.column(_THEIRS + c)), result))
-    assert result is not None
-    return result
 
 
 def _rewrite(

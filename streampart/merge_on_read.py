@@ -22,9 +22,10 @@ A snapshot with no unresolved file (every partition rolled) is its resolved file
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from metastore.delta.arrivals import arrivals
+from metastore.delta.tombstones import read_tombstones
 from metastore.models import ARRIVAL_COLUMN, Keys
 
 if TYPE_CHECKING:
@@ -61,6 +62,9 @@ def keyed_frame(spark: SparkSession, snap: Snapshot) -> DataFrame:
         .filter(F.col(rank) == 1)
         .drop(rank)
     )
+    kept = read_tombstones(snap.table, snap.version)
+    if kept is not None:  # deletes a roll kept: an older version arriving later loses to them
+        newest_t = _not_older(spark, keys, newest_t, kept)
     if not resolved:
         return _live(keys, newest_t).select(*(F.col(f"`{c}`") for c in columns))
     # what each side needs of the other: the key and the version's order
@@ -81,6 +85,24 @@ def keyed_frame(spark: SparkSession, snap: Snapshot) -> DataFrame:
     ).filter(F.col(f"__sp_s_{keys.columns[0]}").isNull() | _newer(keys, newest_t, "__sp_s_"))
     both = kept_s.select(*s.columns).unionByName(kept_t.select(*newest_t.columns))
     return _live(keys, both).select(*(F.col(f"`{c}`") for c in columns))
+
+
+def _not_older(spark: SparkSession, keys: Keys, newest: DataFrame, kept: Any) -> DataFrame:
+    """``newest`` without the versions older than a delete in ``kept`` (Arrow) for their key."""
+    from pyspark.sql import functions as F
+
+    prefix = "__sp_d_"
+    names = [*keys.columns, *([keys.sequence_by] if keys.sequence_by else []), ARRIVAL_COLUMN]
+    types = {f.name: f.dataType for f in newest.schema.fields}
+    rows = kept.select(names).to_pylist()
+    from pyspark.sql.types import StructField, StructType
+
+    schema = StructType([StructField(prefix + n, types[n]) for n in names])
+    deletes = spark.createDataFrame([tuple(r[n] for n in names) for r in rows], schema)
+    joined = newest.join(F.broadcast(deletes), _on(newest, deletes, keys.columns, prefix), "left")
+    return joined.filter(F.col(prefix + keys.columns[0]).isNull() | _newer(keys, newest, prefix)).select(
+        *(newest[f"`{c}`"] for c in newest.columns)
+    )
 
 
 def _renamed(frame: DataFrame, prefix: str) -> DataFrame:

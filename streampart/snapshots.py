@@ -98,9 +98,10 @@ def _keyed_batches(snap: Snapshot, limit: int | None) -> Iterator[Any]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from ingest.keys import live, newest_versions
+    from ingest.keys import beaten_by, live, newest_versions, without_keys
     from metastore.delta.arrivals import arrivals
     from metastore.delta.arrow import conform, partition_field
+    from metastore.delta.tombstones import read_tombstones
 
     table = snap.table
     assert table.keys is not None
@@ -118,7 +119,11 @@ def _keyed_batches(snap: Snapshot, limit: int | None) -> Iterator[Any]:
         parts.append(data.append_column(ARRIVAL_COLUMN, arrival.cast(pa.int64())))
     if not parts:
         return
-    rows = live(table.keys, newest_versions(table.keys, pa.concat_tables(parts), [ARRIVAL_COLUMN]))
+    newest = newest_versions(table.keys, pa.concat_tables(parts), [ARRIVAL_COLUMN])
+    kept = read_tombstones(table, snap.version)  # deletes a roll kept: older versions lose to them
+    if kept is not None:
+        newest = without_keys(table.keys, newest, beaten_by(table.keys, newest, kept))
+    rows = live(table.keys, newest)
     rows = rows.drop_columns([ARRIVAL_COLUMN]).sort_by([(pcol.name, "ascending")])
     if limit is not None:
         rows = rows.slice(0, limit)

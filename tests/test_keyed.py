@@ -1,0 +1,212 @@
+"""Keyed tables: one current row per key, exact at every version, across rolls and partitions.
+
+The truth is computed here, in plain Python, from the change log the test wrote: each key's newest
+version by its sequence value (tables with ``--sequence-by``), then by the order the test committed
+it (one writer committing in turn: commit order is write order). streampart's answers — ``table
+read`` without Spark, SQL through Spark, and after the rolls delta-rs and polars reading the Delta
+table as plain readers — are compared with it.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from ingest.chunks import ChunkWriter
+from ingest.errors import MalformedChunkError
+from ingest.formats import Format
+from metastore.durations import parse_duration
+from metastore.errors import UserInputError
+from metastore.models import Keys, Mode, TableName, TableSpec, parse_schema
+from scheduler.roll import Roller
+from streampart.snapshots import pin, read_batches
+
+SCHEMA = "id BIGINT, ts TIMESTAMP, v BIGINT, op STRING, lsn BIGINT"
+
+T0 = datetime(2026, 11, 21, 10, 0, tzinfo=UTC)
+
+
+def keyed_table(catalog: Any, name: str = "ns.kv", sequence: bool = False, mode: Mode = Mode.ARRIVAL) -> Any:
+    return catalog.create_table(
+        TableSpec(
+            name=TableName.parse(name),
+            columns=parse_schema(SCHEMA),
+            time_column="ts",
+            mode=mode,
+            roll_every=parse_duration("1h"),
+            max_future=parse_duration("3650d"),
+            keys=Keys(columns=("id",), sequence_by="lsn" if sequence else None, op_column="op"),
+        )
+    )
+
+
+class Truth:
+    """Each key's newest version, applied in the test's commit order."""
+
+    def __init__(self, sequence: bool) -> None:
+        self.sequence = sequence
+        self.rows: dict[int, tuple[tuple[int, int], dict[str, Any]]] = {}
+        self.order = 0
+
+    def apply(self, records: list[dict[str, Any]]) -> None:
+        for r in records:
+            self.order += 1
+            rank = (r["lsn"] if self.sequence else 0, self.order)
+            old = self.rows.get(r["id"])
+            if old is None or rank > old[0]:
+                self.rows[r["id"]] = (rank, r)
+
+    def live(self) -> dict[int, tuple[int, str]]:
+        return {k: (r["v"], r["op"]) for k, (_, r) in self.rows.items() if r["op"] != "d"}
+
+
+def jsonl(records: list[dict[str, Any]]) -> bytes:
+    return "".join(json.dumps(r) + "\n" for r in records).encode()
+
+
+def shown(rows: list[dict[str, Any]]) -> dict[int, tuple[int, str]]:
+    out: dict[int, tuple[int, str]] = {}
+    for r in rows:
+        assert r["id"] not in out, f"key {r['id']} shown twice"
+        out[r["id"]] = (r["v"], r["op"])
+    return out
+
+
+def read_now(catalog: Any, table: Any) -> dict[int, tuple[int, str]]:
+    snap = pin(catalog, table)
+    return shown([row for b in read_batches(snap) for row in b.to_pylist()])
+
+
+def change_log(rng: random.Random, steps: int, keys: int) -> list[list[dict[str, Any]]]:
+    chunks = []
+    for _ in range(steps):
+        chunk = []
+        for _ in range(rng.randint(1, 6)):
+            k = rng.randrange(keys)
+            chunk.append(
+                {
+                    "id": k,
+                    "ts": (T0 + timedelta(minutes=rng.randrange(300))).isoformat(),
+                    "v": rng.randrange(1000),
+                    "op": rng.choice(["c", "u", "u", "r", "d"]),
+                    "lsn": rng.randrange(50),  # out of order, with ties
+                }
+            )
+        chunks.append(chunk)
+    return chunks
+
+
+@pytest.mark.parametrize("sequence", [False, True], ids=["arrival", "sequence-by"])
+def test_random_change_logs_read_exactly_at_every_step_and_plainly_after_the_rolls(
+    catalog, sequence: bool
+) -> None:
+    import deltalake
+    import polars as pl
+
+    table = keyed_table(catalog, sequence=sequence)
+    writer = ChunkWriter(catalog, table)
+    truth = Truth(sequence)
+    rng = random.Random(7 if sequence else 11)
+    for step, chunk in enumerate(change_log(rng, 40, 12)):
+        writer.write(jsonl(chunk), Format.JSONL)
+        truth.apply(chunk)
+        assert read_now(catalog, table) == truth.live(), f"after chunk {step}"
+        if rng.random() < 0.25:  # a roll: a key's versions now sit in several partitions
+            Roller(catalog).roll_table(table, force=True)
+            assert read_now(catalog, table) == truth.live(), f"after the roll at chunk {step}"
+    Roller(catalog).roll_table(table, force=True)
+    assert read_now(catalog, table) == truth.live()
+    # every partition rolled: plain readers of the Delta table see one row per live key
+    dt = deltalake.DeltaTable(table.location)
+    assert shown(dt.to_pyarrow_table().to_pylist()) == truth.live()
+    frame = pl.read_delta(table.location)
+    assert shown(frame.to_dicts()) == truth.live()
+
+
+def test_a_key_deleted_in_a_later_partition_is_gone_from_the_earlier_one_after_its_roll(catalog) -> None:
+    import deltalake
+
+    table = keyed_table(catalog)
+    writer = ChunkWriter(catalog, table)
+    writer.write(
+        jsonl([{"id": k, "ts": T0.isoformat(), "v": k, "op": "c", "lsn": 0} for k in range(5)]),
+        Format.JSONL,
+    )
+    Roller(catalog).roll_table(table, force=True)
+    writer.write(
+        jsonl(
+            [
+                {"id": 1, "ts": T0.isoformat(), "op": "d", "lsn": 1},
+                {"id": 2, "ts": T0.isoformat(), "v": 20, "op": "u", "lsn": 1},
+            ]
+        ),
+        Format.JSONL,
+    )
+    assert read_now(catalog, table) == {0: (0, "c"), 2: (20, "u"), 3: (3, "c"), 4: (4, "c")}
+    [result] = Roller(catalog).roll_table(table, force=True)
+    rows = deltalake.DeltaTable(table.location).to_pyarrow_table().to_pylist()
+    assert shown(rows) == {0: (0, "c"), 2: (20, "u"), 3: (3, "c"), 4: (4, "c")}
+    parts = {p.value: p for p in catalog.partitions(table)}
+    first = min(parts)
+    assert parts[first].rows == 3, "the first partition is counted anew without its two older versions"
+    assert result.rows == 1, "the rolled partition keeps the upsert, not the delete"
+
+
+def test_bad_op_values_and_declarations_are_refused_naming_what_is_wrong(catalog) -> None:
+    table = keyed_table(catalog)
+    writer = ChunkWriter(catalog, table)
+    with pytest.raises(MalformedChunkError, match=r"column 'op' holds 'x' in 1 record"):
+        writer.write(jsonl([{"id": 1, "ts": T0.isoformat(), "v": 1, "op": "x", "lsn": 0}]), Format.JSONL)
+    assert read_now(catalog, table) == {}
+    with pytest.raises(MalformedChunkError, match="'id' is required"):
+        writer.write(jsonl([{"ts": T0.isoformat(), "v": 1, "op": "c", "lsn": 0}]), Format.JSONL)
+
+    def spec(**keys: Any) -> TableSpec:
+        return TableSpec(
+            name=TableName.parse("ns.bad"),
+            columns=parse_schema("id DOUBLE, k BIGINT, ts TIMESTAMP, op BIGINT"),
+            time_column="ts",
+            roll_every=timedelta(hours=1),
+            keys=Keys(**keys),
+        )
+
+    for keys, message in (
+        ({"columns": ("id",)}, "is DOUBLE: a key may not be"),
+        ({"columns": ("nope",)}, "'nope' is not a column of the table"),
+        ({"columns": ("k",), "sequence_by": "k"}, "is a primary key column"),
+        ({"columns": ("k",), "op_column": "op"}, "must be a STRING column"),
+        ({"columns": ("k",), "delete_ops": ("x",)}, "need --op-column"),
+    ):
+        with pytest.raises(UserInputError, match=message):
+            catalog.create_table(spec(**keys))
+
+
+@pytest.mark.spark
+def test_sql_reads_the_newest_version_of_each_key_before_and_after_a_roll(catalog, spark) -> None:
+    from streampart.query import run_sql
+
+    table = keyed_table(catalog, sequence=True)
+    writer = ChunkWriter(catalog, table)
+    truth = Truth(True)
+    rng = random.Random(3)
+
+    def sql() -> dict[int, tuple[int, str]]:
+        return shown([r.asDict() for r in run_sql(spark, catalog, "SELECT id, v, op FROM ns.kv").collect()])
+
+    log = change_log(rng, 12, 8)
+    for chunk in log[:6]:
+        writer.write(jsonl(chunk), Format.JSONL)
+        truth.apply(chunk)
+    assert sql() == truth.live()
+    Roller(catalog).roll_table(table, force=True)
+    assert sql() == truth.live()  # resolved rows only
+    for chunk in log[6:]:
+        writer.write(jsonl(chunk), Format.JSONL)
+        truth.apply(chunk)
+    assert sql() == truth.live()  # resolved rows merged with newer and older versions
+    count = run_sql(spark, catalog, "SELECT count(*) AS n FROM ns.kv").collect()[0]["n"]
+    assert count == len(truth.live())
