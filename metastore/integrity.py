@@ -134,6 +134,9 @@ def _check_table(catalog: Catalog, table: Table) -> list[Problem]:
         live_rows[f.partition] = live_rows.get(f.partition, 0) + f.rows
     # files a delete replaced: on disk for older versions until housekeeping deletes them
     replaced = {path for d in deletes if d.reclaimed_at is None for path in d.removed_files}
+    if table.keys is not None:  # and those a keyed roll replaced (older versions of its keys removed)
+        rolls = store.list_rolls(table.id, limit=1_000_000)
+        replaced |= {path for r in rolls if r.reclaimed_at is None for path in r.removed_files}
     for p in catalog.partitions(table, [PartitionState.STANDARD]):
         directory = storage.join(table.location, partition_dir(table, p.value))
         where = f"standard partition {iso(p.value)}"

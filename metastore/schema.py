@@ -135,6 +135,11 @@ rolls = Table(
     Column("rows", BigInteger),
     Column("bytes", BigInteger),
     Column("error", Text),
+    # A keyed table's roll: the files of other partitions its sweep replaced (removing older
+    # versions of its keys), deleted by housekeeping once no readable version lists them
+    # (migration 0018).
+    Column("removed_files", JSON),
+    Column("reclaimed_at", DateTime),
     UniqueConstraint("partition_id", name="uq_sp_rolls_partition"),
     Index("ix_sp_rolls_state", "table_id", "state"),
 )

@@ -79,7 +79,7 @@ class HousekeepingReport:
     holders_pruned: int = 0  # lapsed commit-holder leases deleted
     requests_pruned: int = 0  # Kafka ingest jobs' requests, applied longer ago than the history kept
     partitions_reclaimed: int = 0  # expired partitions whose files were deleted
-    deleted_files_reclaimed: int = 0  # files a delete by predicate replaced, deleted
+    deleted_files_reclaimed: int = 0  # files a delete by predicate (or a keyed roll) replaced, deleted
     secondary_files_reclaimed: int = 0  # files on secondaries no readable version there lists, deleted
     errors: dict[str, str] = field(default_factory=dict)
 
@@ -126,6 +126,8 @@ class Housekeeper:
                 report.files_removed += self.remove_files(table, now)
                 report.partitions_reclaimed += self.reclaim_expired(table, now)
                 report.deleted_files_reclaimed += self.reclaim_deleted(table, now)
+                if table.keys is not None:
+                    report.deleted_files_reclaimed += self.reclaim_rolled(table, now)
                 version = self.checkpoint(table)
                 if version is not None:
                     report.checkpoints[str(table.name)] = version
@@ -304,6 +306,23 @@ class Housekeeper:
                     remove_file(table, path)
                     gone += 1
             store.mark_delete_reclaimed(d, now)
+        return gone
+
+    def reclaim_rolled(self, table: Table, now: datetime) -> int:
+        """Delete the files of other partitions keyed rolls replaced (older versions of their keys
+        removed), on the same rule as deletes' (:meth:`reclaim_deleted`); how many."""
+        store = self.catalog.store
+        done = store.reclaimable_rolls(table.id, oldest_readable_version(table), now - self.config.retention)
+        if not done:
+            return 0
+        live = {f.path for f in live_files(self.catalog.warehouse.load(table))}  # never one listed now
+        gone = 0
+        for r in done:
+            for path in r.removed_files:
+                if path not in live:
+                    remove_file(table, path)
+                    gone += 1
+            store.mark_roll_reclaimed(r, now)
         return gone
 
     def secondaries(self, table: Table, now: datetime) -> int:

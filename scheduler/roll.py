@@ -41,6 +41,7 @@ from metastore.delta.arrow import conform, data_schema
 from metastore.delta.errors import first_line, storage_error
 from metastore.delta.files import (
     LiveFile,
+    disk_path,
     live_files,
     partition_dir_entries,
     remove_file,
@@ -380,7 +381,7 @@ class Roller:
         )
         self._step("roll-before-finish")
         chunks = self._chunks_rolled(table, roll)
-        rewritten, freed = self._rewritten(table, roll) if table.keys is not None else ({}, {})
+        rewritten, freed, replaced = self._rewritten(table, roll) if table.keys is not None else ({}, {}, [])
         roll = store.finish_roll(
             roll,
             self.owner,
@@ -390,6 +391,7 @@ class Roller:
             files=len(final),
             rewritten=rewritten,
             freed=freed,
+            removed_files=replaced,
         )
         return roll, chunks
 
@@ -412,10 +414,10 @@ class Roller:
 
     def _rewritten(
         self, table: Table, roll: Roll
-    ) -> tuple[dict[datetime, tuple[int, int, int]], dict[datetime, int]]:
+    ) -> tuple[dict[datetime, tuple[int, int, int]], dict[datetime, int], list[str]]:
         """The other partitions a keyed sweep rewrote, counted anew (standard ones) or the bytes it
-        freed there (streaming ones): from its commit, found in the log if the roller that made it
-        died before recording its version."""
+        freed there (streaming ones), and the files it replaced there: from its commit, found in the
+        log (and recorded) if the roller that made it died before recording its version."""
         version = roll.sweep_version
         if version is None and roll.seal_version is not None:
             newest = int(self.catalog.warehouse.load(table).version())
@@ -423,19 +425,24 @@ class Roller:
                 info = commit_info(table, v) or {}
                 if str(info.get(SWEEP_KEY, "")).startswith(f"{roll.id}/"):
                     version = v
+                    roll = self.catalog.store.record_roll_progress(roll, self.owner, sweep_version=v)
                     break
         if version is None:
-            return {}, {}
-        touched = set()
+            return {}, {}, []
+        touched, replaced = set(), []
         for action in commit_actions(table, version) or []:
             for kind in ("add", "remove"):
                 a = action.get(kind)
-                if a is not None:
-                    touched.add(parse_partition_value(a["partitionValues"][table.partition_column]))
-        touched.discard(roll.partition_value)
+                if a is None:
+                    continue
+                value = parse_partition_value(a["partitionValues"][table.partition_column])
+                if value != roll.partition_value:
+                    touched.add(value)
+                    if kind == "remove":
+                        replaced.append(disk_path(a["path"]))
         if not touched:
-            return {}, {}
-        return recount(self.catalog, table, version, touched, {"roll": roll.id})
+            return {}, {}, []
+        return (*recount(self.catalog, table, version, touched, {"roll": roll.id}), replaced)
 
     def _chunks_rolled(self, table: Table, roll: Roll) -> int:
         """How many chunks the roll swept: distinct chunks among the partition's staged files.

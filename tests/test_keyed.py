@@ -10,8 +10,11 @@ table as plain readers — are compared with it.
 from __future__ import annotations
 
 import json
+import os
 import random
+import time
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,9 +22,13 @@ import pytest
 from ingest.chunks import ChunkWriter
 from ingest.errors import MalformedChunkError
 from ingest.formats import Format
+from metastore.delta.checkpoints import set_log_settings
 from metastore.durations import parse_duration
 from metastore.errors import UserInputError
+from metastore.integrity import check_table
 from metastore.models import Keys, Mode, TableName, TableSpec, parse_schema
+from scheduler.config import HousekeepingConfig
+from scheduler.housekeeping import Housekeeper
 from scheduler.roll import Roller
 from streampart.snapshots import pin, read_batches
 
@@ -154,6 +161,33 @@ def test_a_key_deleted_in_a_later_partition_is_gone_from_the_earlier_one_after_i
     first = min(parts)
     assert parts[first].rows == 3, "the first partition is counted anew without its two older versions"
     assert result.rows == 1, "the rolled partition keeps the upsert, not the delete"
+    # the first partition's replaced file stays for older versions (time travel), known as replaced
+    assert check_table(catalog, table) == []
+    [roll] = [r for r in catalog.store.list_rolls(table.id) if r.id == result.roll]
+    [replaced] = roll.removed_files
+    assert (Path(table.location) / replaced).exists()
+    assert roll.sweep_version is not None
+    before = pin(catalog, table, roll.sweep_version - 1)  # time travel: as before this roll
+    assert shown([r for b in read_batches(before) for r in b.to_pylist()]) == {
+        0: (0, "c"),
+        2: (20, "u"),
+        3: (3, "c"),
+        4: (4, "c"),
+    }
+    # housekeeping deletes it once no readable version lists it and the grace passed
+    assert roll.finished_at is not None
+    later = roll.finished_at + timedelta(hours=2)
+    assert (
+        Housekeeper(catalog, HousekeepingConfig(retention="1h")).run(now=later).deleted_files_reclaimed == 0
+    )
+    set_log_settings(catalog.load(table), log_retention=timedelta(hours=1))
+    old = time.time() - 7200
+    for path in (Path(table.location) / "_delta_log").iterdir():
+        os.utime(path, (old, old))
+    keeper = Housekeeper(catalog, HousekeepingConfig(retention="1h", checkpoint_every=1))
+    gone = keeper.run(now=later).deleted_files_reclaimed + keeper.run(now=later).deleted_files_reclaimed
+    assert gone >= 1 and not (Path(table.location) / replaced).exists()
+    assert check_table(catalog, table) == []
 
 
 def test_bad_op_values_and_declarations_are_refused_naming_what_is_wrong(catalog) -> None:

@@ -107,6 +107,8 @@ class Roll(BaseModel):
     rows: int | None = None
     bytes: int | None = None
     error: str | None = None
+    removed_files: tuple[str, ...] = ()  # a keyed table's: other partitions' files its sweep replaced
+    reclaimed_at: datetime | None = None
 
 
 class Expiry(BaseModel):

@@ -14,7 +14,7 @@ then resumes from the namespace's new metastore, where the move copied it.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -51,6 +51,8 @@ def roll_from_row(row: Any) -> Roll:
         rows=m["rows"],
         bytes=m["bytes"],
         error=m["error"],
+        removed_files=tuple(m["removed_files"] or ()),
+        reclaimed_at=_out(m["reclaimed_at"]),
     )
 
 
@@ -272,11 +274,13 @@ class RollStore(Database):
         files: int,
         rewritten: Mapping[datetime, tuple[int, int, int]] | None = None,
         freed: Mapping[datetime, int] | None = None,
+        removed_files: Sequence[str] = (),
         now: datetime | None = None,
     ) -> Roll:
         """The partition becomes standard and the roll done, in one transaction; with the other
         partitions a keyed table's sweep rewrote recorded as a delete's are (``rewritten``: standard
-        ones counted anew, ``freed``: bytes freed in streaming ones, ``record_rewritten``)."""
+        ones counted anew, ``freed``: bytes freed in streaming ones, ``record_rewritten``; the files
+        it replaced there, ``removed_files``, for housekeeping to delete in time)."""
         now = now or _now()
         check_transition(roll.state, RollState.DONE)
         with self.tx() as conn:
@@ -292,6 +296,7 @@ class RollStore(Database):
                     "rows": rows,
                     "bytes": bytes,
                     "files_after": files,
+                    **({"removed_files": list(removed_files)} if removed_files else {}),
                 },
             )
             guarded_update(
@@ -313,6 +318,27 @@ class RollStore(Database):
             if rewritten or freed:
                 record_rewritten(conn, roll.table_id, rewritten or {}, freed or {})
             return _read_roll(conn, roll.id)
+
+    def reclaimable_rolls(self, table_id: int, oldest_readable: int, finished_before: datetime) -> list[Roll]:
+        """Done rolls of a keyed table whose replaced files no readable version lists and whose grace
+        passed (as ``reclaimable_deletes``)."""
+        r = s.rolls.c
+        q = _roll_query().where(
+            r.table_id == table_id,
+            r.state == RollState.DONE.value,
+            r.removed_files.is_not(None),
+            r.reclaimed_at.is_(None),
+            r.sweep_version <= oldest_readable,
+            r.finished_at < _db(finished_before),
+        )
+        with self.read_tx() as conn:
+            return [roll_from_row(row) for row in conn.execute(q).all()]
+
+    def mark_roll_reclaimed(self, roll: Roll, now: datetime | None = None) -> None:
+        with self.tx() as conn:
+            conn.execute(
+                sa.update(s.rolls).where(s.rolls.c.id == roll.id).values(reclaimed_at=_db(now or _now()))
+            )
 
     # -- roll leases (renewed with the copies' at each heartbeat: DaemonStore) -----------------
     def release_roll(
