@@ -46,6 +46,7 @@ from metastore.models import (
     TableSpec,
     check_identifier,
     format_schema,
+    keys_from_options,
     parse_schema,
     reserved_refusal,
 )
@@ -71,7 +72,13 @@ PROPERTIES = (
     "dead_letter",
     "schema_evolution",
     "max_new_columns",
+    "primary_key",
+    "sequence_by",
+    "op_column",
+    "delete_ops",
+    "upsert_ops",
 )
+KEY_PROPERTIES = ("primary_key", "sequence_by", "op_column", "delete_ops", "upsert_ops")
 DEFAULT_ROLL_EVERY = "1h"
 
 
@@ -301,9 +308,12 @@ def table_spec(
     options = {
         key: parse.get(key, lambda v, key=key: parse_duration(v, f"TBLPROPERTIES {key!r}"))(value)
         for key, value in {"roll_every": DEFAULT_ROLL_EVERY, **given}.items()
-        if key != "time_column"
+        if key != "time_column" and key not in KEY_PROPERTIES
     }
-    spec = TableSpec(name=name, columns=tuple(columns), time_column=time_column, cluster=cluster, **options)
+    keys = keys_from_options(*(given.get(k) for k in KEY_PROPERTIES), flag="TBLPROPERTIES '{}'")
+    spec = TableSpec(
+        name=name, columns=tuple(columns), time_column=time_column, cluster=cluster, keys=keys, **options
+    )
     if any(c.name.lower() == spec.partition_column.lower() for c in columns):
         raise UserInputError(
             f"CREATE TABLE {name}: the query's result has a column {spec.partition_column}, the name of the "

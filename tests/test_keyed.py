@@ -244,3 +244,32 @@ def test_sql_reads_the_newest_version_of_each_key_before_and_after_a_roll(catalo
     assert sql() == truth.live()  # resolved rows merged with newer and older versions
     count = run_sql(spark, catalog, "SELECT count(*) AS n FROM ns.kv").collect()[0]["n"]
     assert count == len(truth.live())
+
+
+@pytest.mark.spark
+def test_create_table_as_declares_a_key_and_insert_into_upserts(catalog, spark) -> None:
+    from tests.test_query_writes import query, selected
+
+    source = keyed_table(catalog, "ns.src")
+    rows = [{"id": k % 3, "ts": T0.isoformat(), "v": k, "op": "c", "lsn": k} for k in range(6)]
+    ChunkWriter(catalog, source).write(jsonl(rows), Format.JSONL)
+    query(
+        catalog,
+        "CREATE TABLE ns.copy TBLPROPERTIES ('primary_key' = 'id', 'sequence_by' = 'lsn', "
+        "'op_column' = 'op') AS SELECT id, ts, v, op, lsn FROM ns.src",
+    )
+    copy = catalog.table("ns.copy")
+    assert copy.keys == Keys(columns=("id",), sequence_by="lsn", op_column="op")
+    assert not next(c for c in copy.columns if c.name == "id").nullable
+    # an INSERT INTO is a chunk of versions like any other: upserts and a delete
+    query(
+        catalog,
+        "INSERT INTO ns.copy SELECT id, ts, v + 100 AS v, CASE WHEN id = 0 THEN 'd' ELSE 'u' END AS op, "
+        "lsn + 10 AS lsn FROM ns.src WHERE id < 2",
+    )
+    got = {r["id"]: (r["v"], r["op"]) for r in selected(catalog, "SELECT id, v, op FROM ns.copy")}
+    assert got == {1: (104, "u"), 2: (5, "c")}
+    with pytest.raises(UserInputError, match="TBLPROPERTIES 'op_column' applies to keyed tables only"):
+        query(
+            catalog, "CREATE TABLE ns.bad TBLPROPERTIES ('op_column' = 'op') AS SELECT id, ts, op FROM ns.src"
+        )

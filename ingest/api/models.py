@@ -222,6 +222,21 @@ class RetentionInfo(BaseModel):
     expired: ExpiredInfo
 
 
+class KeysInfo(BaseModel):
+    """A keyed table's primary key, what orders a key's versions, and which records delete."""
+
+    columns: list[str] = Field(description="The primary key's columns.")
+    sequence_by: str | None = Field(
+        description="The column whose greatest value wins (null: the latest to arrive)."
+    )
+    op_column: str | None = Field(
+        description="The column saying whether a record upserts or deletes (null: none)."
+    )
+    upsert_ops: list[str] = Field(description="Values of the op column that upsert the key.")
+    delete_ops: list[str] = Field(description="Values of the op column that delete the key.")
+    history: bool = Field(False, description="Whether every version is kept (valid_from/valid_to).")
+
+
 class TableInfo(BaseModel):
     """The shape of ``streampart table describe --json`` (a link: its source's, with ``link``)."""
 
@@ -247,6 +262,7 @@ class TableInfo(BaseModel):
         "none", description="What rows may change in the schema: none, add-columns, add-and-widen."
     )
     max_new_columns: int = Field(100, description="The most columns rows may add (per chunk and per table).")
+    keys: KeysInfo | None = Field(None, description="A keyed table's key (null: a table of appends).")
     schema_changes: list[SchemaChangeInfo] = Field(
         default_factory=list, description="The table's recent schema changes, newest first."
     )

@@ -35,6 +35,7 @@ from metastore.models.keys import (
     Keys,
     arrival_of,
     check_keys,
+    keys_from_options,
     parse_key_columns,
     parse_ops,
 )
@@ -148,6 +149,7 @@ __all__ = [
     "describe_changes",
     "format_schema",
     "iso",
+    "keys_from_options",
     "merge_proposals",
     "parse_column_change",
     "parse_instant",

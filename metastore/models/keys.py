@@ -65,6 +65,50 @@ class Keys(BaseModel):
         return text
 
 
+def keys_from_options(
+    primary_key: str | None,
+    sequence_by: str | None = None,
+    op_column: str | None = None,
+    delete_ops: str | None = None,
+    upsert_ops: str | None = None,
+    *,
+    flag: str = "--{}",
+) -> Keys | None:
+    """The key a table's options declare (``table create``'s flags, ``TBLPROPERTIES``); None: a table
+    of appends. ``flag`` spells an option's name in messages (``"--{}"`` → ``--primary-key``).
+
+    Raises:
+        UserInputError: a keyed table's option without a key, or a list that is not one.
+    """
+
+    def named(option: str) -> str:
+        return flag.format(option.replace("_", "-") if flag.startswith("--") else option)
+
+    if primary_key is None:
+        given = [
+            n
+            for n, v in (("sequence_by", sequence_by), ("op_column", op_column), ("delete_ops", delete_ops),
+                         ("upsert_ops", upsert_ops))
+            if v is not None
+        ]  # fmt: skip
+        if given:
+            raise UserInputError(
+                f"{named(given[0])} applies to keyed tables only: give {named('primary_key')} too"
+            )
+        return None
+    more: dict[str, tuple[str, ...]] = {}
+    if delete_ops is not None:
+        more["delete_ops"] = parse_ops(delete_ops, named("delete_ops"))
+    if upsert_ops is not None:
+        more["upsert_ops"] = parse_ops(upsert_ops, named("upsert_ops"))
+    return Keys(
+        columns=parse_key_columns(primary_key, named("primary_key")),
+        sequence_by=sequence_by or None,
+        op_column=op_column or None,
+        **more,
+    )
+
+
 def parse_key_columns(text: str, what: str = "--primary-key") -> tuple[str, ...]:
     """``"a, b"`` → ``("a", "b")``; a name given twice or an empty list is refused."""
     names = tuple(n.strip() for n in text.split(","))

@@ -14,7 +14,7 @@ from streampart.cli.params import JsonFlag, choice
 
 if TYPE_CHECKING:
     from metastore.catalog import Catalog
-    from metastore.models import Keys, Table, TableSpec
+    from metastore.models import Table, TableSpec
 
 # Shared by ``table create`` and ``table alter``: the table's Delta log schedule
 # (metastore.delta.checkpoints).
@@ -160,6 +160,7 @@ def table_create(
         SchemaEvolution,
         TableName,
         TableSpec,
+        keys_from_options,
         parse_schema,
     )
     from metastore.retention import parse_retain
@@ -185,7 +186,7 @@ def table_create(
         cluster=cluster,
         schema_evolution=choice(SchemaEvolution, schema_evolution or "none", "--schema-evolution"),
         max_new_columns=check_max_new_columns(max_new_columns, DEFAULT_MAX_NEW_COLUMNS),
-        keys=keys_option(primary_key, sequence_by, op_column, delete_ops, upsert_ops),
+        keys=keys_from_options(primary_key, sequence_by, op_column, delete_ops, upsert_ops),
     )
     secondaries = [c.strip() for c in (replicate_to or "").split(",") if c.strip()]
     cli = cli_context(ctx)
@@ -199,38 +200,6 @@ def table_create(
 
         set_log_settings(catalog.load(table), checkpoint_interval, retention)
     cli.output.result(_created(catalog, table, spec), _print_created)
-
-
-def keys_option(
-    primary_key: str | None,
-    sequence_by: str | None,
-    op_column: str | None,
-    delete_ops: str | None,
-    upsert_ops: str | None,
-) -> Keys | None:
-    """The key ``--primary-key`` and its options declare (None: a table of appends)."""
-    from metastore.models import Keys, parse_key_columns, parse_ops
-
-    if primary_key is None:
-        given = [
-            n
-            for n, v in (
-                ("--sequence-by", sequence_by),
-                ("--op-column", op_column),
-                ("--delete-ops", delete_ops),
-                ("--upsert-ops", upsert_ops),
-            )
-            if v is not None
-        ]
-        if given:
-            raise UserInputError(f"{given[0]} applies to keyed tables only: give --primary-key too")
-        return None
-    more: dict[str, Any] = {}
-    if delete_ops is not None:
-        more["delete_ops"] = parse_ops(delete_ops, "--delete-ops")
-    if upsert_ops is not None:
-        more["upsert_ops"] = parse_ops(upsert_ops, "--upsert-ops")
-    return Keys(columns=parse_key_columns(primary_key), sequence_by=sequence_by, op_column=op_column, **more)
 
 
 def check_max_new_columns(value: int | None, default: int) -> int:
