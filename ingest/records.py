@@ -25,7 +25,7 @@ import pyarrow as pa
 from ingest.errors import MalformedChunkError
 from ingest.evolution import INT_RANGES, ExtraFields, NewFields, widened_type
 from metastore.delta.arrow import arrow_type, data_schema
-from metastore.models import Column, SchemaEvolution, iso, widening_refusal
+from metastore.models import Column, Keys, SchemaEvolution, iso, widening_refusal
 
 
 @dataclass(frozen=True)
@@ -265,8 +265,14 @@ class RecordValidator:
         time_bounds: TimeBounds | None = None,
         new_fields: NewFields | None = None,
         added: Sequence[Column] = (),
+        ops: Keys | None = None,
     ):
         self.columns = tuple(columns)
+        # a keyed table's op column and the values it may hold (others: a bad record)
+        self.ops = ops if ops is not None and ops.op_column is not None else None
+        self._op_values: frozenset[str] = frozenset()
+        if self.ops is not None:
+            self._op_values = frozenset((*self.ops.upsert_ops, *self.ops.delete_ops))
         self.new_fields = new_fields
         self.added = tuple(added)  # the columns of ``columns`` the table lacks (an earlier batch's new ones)
         self.widened: dict[str, str] = {}  # columns values widened (add-and-widen): name → new type
@@ -296,7 +302,14 @@ class RecordValidator:
     def fresh(self) -> RecordValidator:
         """A new, empty validator with the same columns and limits."""
         return RecordValidator(
-            self.columns, self._required_names, self._max, self.max_rows, self.time_bounds, None, self.added
+            self.columns,
+            self._required_names,
+            self._max,
+            self.max_rows,
+            self.time_bounds,
+            None,
+            self.added,
+            self.ops,
         )
 
     def extended(self, new: Sequence[Column], wider: dict[str, str] | None = None) -> RecordValidator:
@@ -316,6 +329,7 @@ class RecordValidator:
             self.time_bounds,
             self.new_fields,
             (*self.added, *new),
+            self.ops,
         )
         v.widened.update(wider or {})
         return v
@@ -380,6 +394,9 @@ class RecordValidator:
                 if fault is not None:
                     self.bad.append(BadRecord(position, f"column {col.name!r}: {fault}", raw))
                     return
+            if self.ops is not None and col.name == self.ops.op_column and value not in self._op_values:
+                self.bad.append(BadRecord(position, op_refusal(self.ops, value), raw))
+                return
             if size > self._max:
                 self.bad.append(
                     BadRecord(
@@ -540,8 +557,26 @@ def _arrow_batch(batch: pa.RecordBatch, v: RecordValidator) -> pa.Table | None:
             longest = pc.max(pc.binary_length(array)).as_py()
             if longest is not None and longest > v._max:
                 return None
+        if v.ops is not None and column.name == v.ops.op_column and not ops_valid(v.ops, array):
+            return None  # the row-wise path names each record whose op is neither
         arrays.append(array)
     return pa.Table.from_arrays(arrays, schema=v.schema)
+
+
+def op_refusal(keys: Keys, value: Any) -> str:
+    """Why a record whose op column holds ``value`` is a bad record."""
+    return (
+        f"column {keys.op_column!r}: {value!r} is neither an upsert ({', '.join(keys.upsert_ops)}) nor a "
+        f"delete ({', '.join(keys.delete_ops)})"
+    )
+
+
+def ops_valid(keys: Keys, array: Any) -> bool:
+    """Whether every value of ``array`` (a keyed table's op column) upserts or deletes (or is null)."""
+    import pyarrow.compute as pc
+
+    known = pa.array([*keys.upsert_ops, *keys.delete_ops], pa.string())
+    return bool(pc.all(pc.fill_null(pc.is_in(array, value_set=known), True)).as_py())
 
 
 def _fast_cast(source: pa.DataType, target: pa.DataType) -> bool:

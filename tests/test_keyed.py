@@ -37,7 +37,13 @@ SCHEMA = "id BIGINT, ts TIMESTAMP, v BIGINT, op STRING, lsn BIGINT"
 T0 = datetime(2026, 11, 21, 10, 0, tzinfo=UTC)
 
 
-def keyed_table(catalog: Any, name: str = "ns.kv", sequence: bool = False, mode: Mode = Mode.ARRIVAL) -> Any:
+def keyed_table(
+    catalog: Any,
+    name: str = "ns.kv",
+    sequence: bool = False,
+    mode: Mode = Mode.ARRIVAL,
+    dead_letter: bool = False,
+) -> Any:
     return catalog.create_table(
         TableSpec(
             name=TableName.parse(name),
@@ -47,6 +53,7 @@ def keyed_table(catalog: Any, name: str = "ns.kv", sequence: bool = False, mode:
             roll_every=parse_duration("1h"),
             max_future=parse_duration("3650d"),
             keys=Keys(columns=("id",), sequence_by="lsn" if sequence else None, op_column="op"),
+            dead_letter=dead_letter,
         )
     )
 
@@ -193,7 +200,7 @@ def test_a_key_deleted_in_a_later_partition_is_gone_from_the_earlier_one_after_i
 def test_bad_op_values_and_declarations_are_refused_naming_what_is_wrong(catalog) -> None:
     table = keyed_table(catalog)
     writer = ChunkWriter(catalog, table)
-    with pytest.raises(MalformedChunkError, match=r"column 'op' holds 'x' in 1 record"):
+    with pytest.raises(MalformedChunkError, match=r"record 1: column 'op': 'x' is neither an upsert"):
         writer.write(jsonl([{"id": 1, "ts": T0.isoformat(), "v": 1, "op": "x", "lsn": 0}]), Format.JSONL)
     assert read_now(catalog, table) == {}
     with pytest.raises(MalformedChunkError, match="'id' is required"):
@@ -273,3 +280,49 @@ def test_create_table_as_declares_a_key_and_insert_into_upserts(catalog, spark) 
         query(
             catalog, "CREATE TABLE ns.bad TBLPROPERTIES ('op_column' = 'op') AS SELECT id, ts, op FROM ns.src"
         )
+
+
+@pytest.mark.spark
+def test_a_kafka_topic_of_changes_lands_one_row_per_key(spark, sqlite_catalog, kafka_broker) -> None:
+    import deltalake
+
+    from ingest.kafka.job import run_kafka_ingest
+    from tests.ingest.test_kafka_ingest import options, topic_name
+
+    table = keyed_table(sqlite_catalog, "ns.events", sequence=True, dead_letter=True)
+    topic = topic_name()
+    kafka_broker.create_topic(topic, partitions=3)
+    rng = random.Random(5)
+    records = [
+        {
+            "id": rng.randrange(40),
+            "ts": T0.isoformat(),
+            "v": n,
+            "op": rng.choice(["c", "u", "u", "d"]),
+            "lsn": rng.randrange(10_000) * 1000 + n,  # unique, out of order across partitions
+        }
+        for n in range(900)
+    ]
+    kafka_broker.produce(topic, [{"value": json.dumps(r), "partition": n % 3} for n, r in enumerate(records)])
+    truth = Truth(True)
+    truth.apply(records)  # unique sequence values: the order of arrival does not matter
+    opts = options(sqlite_catalog, kafka_broker, topic, max_offsets_per_trigger=200)
+    assert run_kafka_ingest(spark, sqlite_catalog, opts) == 5
+    assert read_now(sqlite_catalog, table) == truth.live()
+    Roller(sqlite_catalog).roll_table(table, force=True)
+    assert shown(deltalake.DeltaTable(table.location).to_pyarrow_table().to_pylist()) == truth.live()
+    assert run_kafka_ingest(spark, sqlite_catalog, opts) == 0  # replays add nothing
+    assert read_now(sqlite_catalog, table) == truth.live()
+
+
+def test_a_record_whose_op_is_neither_goes_to_the_dead_letter_table_the_rest_commit(catalog) -> None:
+    table = keyed_table(catalog, dead_letter=True)
+    ok = {"id": 1, "ts": T0.isoformat(), "v": 1, "op": "c", "lsn": 0}
+    ChunkWriter(catalog, table).write(jsonl([ok, {**ok, "id": 2, "op": "upsert"}]), Format.JSONL)
+    assert read_now(catalog, table) == {1: (1, "c")}
+    letters = [
+        r for b in read_batches(pin(catalog, catalog.table("ns.kv__dead_letter"))) for r in b.to_pylist()
+    ]
+    assert [r["reason"] for r in letters] == [
+        "column 'op': 'upsert' is neither an upsert (c, r, u, INSERT, UPDATE) nor a delete (d, DELETE)"
+    ]

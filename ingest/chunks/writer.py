@@ -190,6 +190,7 @@ class ChunkWriter:
             time_bounds(table, now or clock.now()),
             new_fields,
             added,
+            table.keys,
         )
 
     def parse(self, content: bytes, fmt: Format | str, added: Sequence[Column] = ()) -> Parsed:

@@ -286,6 +286,12 @@ def _arrow_json(spec: StageSpec, values: pa.Array, ignored: dict[str, int]) -> p
     if spec.evolving and any(_may_become_column(spec, name, parsed.column(name).type) for name in extra):
         return None  # the row-wise path infers its type
     counts = {name: n - parsed.column(name).null_count for name in extra}
+    keys = None
+    if spec.keys is not None:
+        from ingest.records import ops_valid
+        from metastore.models import Keys
+
+        keys = Keys.model_validate_json(spec.keys)
     arrays = []
     for field, required in zip(spec.schema, spec.required, strict=True):
         array = parsed.column(field.name).combine_chunks()
@@ -293,6 +299,8 @@ def _arrow_json(spec: StageSpec, values: pa.Array, ignored: dict[str, int]) -> p
             return None
         if required and array.null_count:
             return None
+        if keys is not None and field.name == keys.op_column and not ops_valid(keys, array):
+            return None  # the row-wise path makes each record whose op is neither a bad record
         sized = pa.types.is_string(field.type) or pa.types.is_binary(field.type)
         if sized and n - array.null_count and pc.max(pc.binary_length(array)).as_py() > spec.max_value_bytes:
             return None
@@ -331,6 +339,7 @@ class _RowWise:
             time_bounds=bounds,
             new_fields=new_fields if spec.evolving else None,
             added=added,
+            ops=table.keys,
         )
         self.bad: list[dict[str, Any]] = []
         self.decode: Callable[[bytes], Any] | None = None
