@@ -31,6 +31,7 @@ from scheduler.config import HousekeepingConfig
 from scheduler.housekeeping import Housekeeper
 from scheduler.roll import Roller
 from streampart.snapshots import pin, read_batches
+from tests.fixtures import make_table
 
 SCHEMA = "id BIGINT, ts TIMESTAMP, v BIGINT, op STRING, lsn BIGINT"
 
@@ -326,3 +327,70 @@ def test_a_record_whose_op_is_neither_goes_to_the_dead_letter_table_the_rest_com
     assert [r["reason"] for r in letters] == [
         "column 'op': 'upsert' is neither an upsert (c, r, u, INSERT, UPDATE) nor a delete (d, DELETE)"
     ]
+
+
+def debezium_event(rng: random.Random, n: int, envelope: bool) -> dict[str, Any]:
+    """A PostgreSQL connector's change event of row ``id`` (its LSN unique, out of order)."""
+    k = rng.randrange(30)
+    op = rng.choice(["c", "u", "u", "r", "d"])
+    at = T0 + timedelta(seconds=n)
+    # without the envelope's schema a time is a ZonedTimestamp (ISO text); with it, MicroTimestamp
+    row = {"id": k, "ts": int(at.timestamp() * 1_000_000) if envelope else at.isoformat(), "v": n}
+    payload = {
+        "before": row if op == "d" else None,
+        "after": None if op == "d" else row,
+        "op": op,
+        "source": {"connector": "postgresql", "lsn": rng.randrange(10_000) * 1000 + n, "ts_ms": 0},
+        "ts_ms": 0,
+    }
+    if not envelope:
+        return payload
+    micro = "io.debezium.time.MicroTimestamp"
+    fields = [
+        {"field": "id", "type": "int64"},
+        {"field": "ts", "type": "int64", "name": micro},
+        {"field": "v", "type": "int64"},
+    ]
+    side = {"type": "struct", "fields": fields, "optional": True}
+    schema = {"type": "struct", "fields": [{"field": "before", **side}, {"field": "after", **side}]}
+    return {"schema": schema, "payload": payload}
+
+
+@pytest.mark.spark
+def test_debezium_change_events_land_as_their_newest_row_per_key(spark, sqlite_catalog, kafka_broker) -> None:
+    import deltalake
+
+    from ingest.kafka.job import run_kafka_ingest
+    from tests.ingest.test_kafka_ingest import options, topic_name
+
+    table = keyed_table(sqlite_catalog, "ns.events", sequence=True, dead_letter=True)
+    topic = topic_name()
+    kafka_broker.create_topic(topic, partitions=2)
+    rng = random.Random(9)
+    events = [debezium_event(rng, n, envelope=n % 2 == 0) for n in range(400)]
+    values: list[str | None] = [json.dumps(e) for e in events]
+    truth = Truth(True)
+    for e in events:
+        p = e.get("payload", e)
+        row = p["after"] if p["op"] != "d" else p["before"]
+        truth.apply([{"id": row["id"], "v": row["v"], "op": p["op"], "lsn": p["source"]["lsn"]}])
+    truncate = json.dumps({"op": "t", "before": None, "after": None, "source": {"lsn": 1}})
+    values += [None, truncate]  # a tombstone (skipped) and a truncate (refused)
+    kafka_broker.produce(topic, [{"key": "k", "value": v, "partition": n % 2} for n, v in enumerate(values)])
+    opts = options(sqlite_catalog, kafka_broker, topic, format="debezium", max_offsets_per_trigger=150)
+    run_kafka_ingest(spark, sqlite_catalog, opts)
+    assert read_now(sqlite_catalog, table) == truth.live()
+    first = min(r["ts"] for r in read_batches_rows(sqlite_catalog, table))
+    assert first >= T0  # Debezium's MicroTimestamp read as the instant it is
+    letters = read_batches_rows(sqlite_catalog, sqlite_catalog.table("ns.events__dead_letter"))
+    assert [r["reason"][:38] for r in letters] == ["a truncate event (op 't') is not appli"]
+    Roller(sqlite_catalog).roll_table(table, force=True)
+    assert shown(deltalake.DeltaTable(table.location).to_pyarrow_table().to_pylist()) == truth.live()
+    make_table(sqlite_catalog, "ns.other", dead_letter=True)  # a table of appends
+    with pytest.raises(UserInputError, match="must be a keyed table with an op column"):
+        run_kafka_ingest(spark, sqlite_catalog, options(sqlite_catalog, kafka_broker, topic, table="ns.other",
+                                                        format="debezium"))  # fmt: skip
+
+
+def read_batches_rows(catalog: Any, table: Any) -> list[dict[str, Any]]:
+    return [r for b in read_batches(pin(catalog, table)) for r in b.to_pylist()]

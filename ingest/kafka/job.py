@@ -300,8 +300,13 @@ def start_kafka_ingest(
     return _start(spark, catalog, options, config)[0]
 
 
-def _check_one_table(catalog: Catalog, name: str) -> None:
+def _check_one_table(catalog: Catalog, name: str, fmt: str = "json") -> None:
     table = catalog.table(name)
+    if fmt == "debezium" and (table.keys is None or table.keys.op_column is None):
+        raise UserInputError(
+            f"--format debezium writes changes: {table.name} must be a keyed table with an op column "
+            "(table create … --primary-key COLS --op-column COL)"
+        )
     if table.kind is not TableKind.MAIN:
         raise UserInputError(f"{table.name} is a {table.kind.value} table; ingest into its main table")
     if not table.dead_letter:
@@ -319,7 +324,7 @@ def _start(
     config = config or ChunkConfig()
     dead = None
     if options.table is not None:
-        _check_one_table(catalog, options.table)
+        _check_one_table(catalog, options.table, options.format)
     else:
         dead = JobDeadLetters(catalog, job_dead_letters(catalog, str(options.dead_letter_table)), config)
     source_format = register(spark)

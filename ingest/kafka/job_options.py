@@ -54,11 +54,12 @@ class KafkaIngestOptions(BaseModel):
     dead_letter_table: str | None = Field(
         None, description="NS.TABLE for records no table takes (routed jobs); made if absent."
     )
-    format: Literal["json", "csv", "avro", "protobuf", "jsonschema"] = Field(
+    format: Literal["json", "csv", "avro", "protobuf", "jsonschema", "debezium"] = Field(
         "json",
         description="Record format: a JSON object, one CSV line in the table's column order, an Avro "
-        "datum (of the avro_schema, or in the Confluent wire format with schema_registry), or Protobuf "
-        "or JSON Schema in the Confluent wire format (schema_registry).",
+        "datum (of the avro_schema, or in the Confluent wire format with schema_registry), Protobuf "
+        "or JSON Schema in the Confluent wire format (schema_registry), or a Debezium change event "
+        "(JSON, or Avro with avro_schema or schema_registry) into a keyed table with an op column.",
     )
     avro_schema: str | None = Field(None, description="The writer schema of Avro records: an .avsc file.")
     schema_registry: str | None = Field(
@@ -169,7 +170,10 @@ class KafkaIngestOptions(BaseModel):
     @model_validator(mode="after")
     def _avro(self) -> KafkaIngestOptions:
         given = [f for f in ("avro_schema", "schema_registry") if getattr(self, f) is not None]
-        if (self.format == "avro") != (len(given) == 1) or len(given) > 1:
+        if self.format == "debezium":  # JSON events, or Avro ones: of one schema, or the registry's
+            if len(given) > 1:
+                raise ValueError("--format debezium takes at most one of --avro-schema, --schema-registry")
+        elif (self.format == "avro") != (len(given) == 1) or len(given) > 1:
             if self.format in ("protobuf", "jsonschema"):
                 if given != ["schema_registry"]:
                     raise ValueError(
@@ -203,7 +207,8 @@ class KafkaIngestOptions(BaseModel):
             return RecordSchemas(schema=load_schema_file(self.avro_schema))
         if self.schema_registry is not None:
             auth = self.kafka.registry_auth()
-            return RecordSchemas(fmt=self.format, registry=self.schema_registry, auth=auth)
+            fmt = "avro" if self.format == "debezium" else self.format  # Debezium's Avro events
+            return RecordSchemas(fmt=fmt, registry=self.schema_registry, auth=auth)
         return None
 
     @model_validator(mode="after")

@@ -347,13 +347,15 @@ class _RowWise:
             self.decode = spec.schemas.decoder()
 
     def add(self, batch: pa.RecordBatch) -> None:
+        from ingest.kafka.debezium import SKIPPED
+
         values = batch.column("value").to_pylist()
         topics = batch.column("topic").to_pylist()
         partitions = batch.column("partition").to_pylist()
         offsets = batch.column("offset").to_pylist()
         for value, topic, partition, offset in zip(values, topics, partitions, offsets, strict=True):
             reason = parse_value(self.v, self.spec.fmt, offset, value, self.decode)
-            if reason is not None:
+            if reason is not None and reason != SKIPPED:
                 self.bad.append(
                     {"source": f"{topic}/{partition}", "position": offset, "reason": reason, "raw": value}
                 )
@@ -439,11 +441,25 @@ def _parse_value(
     import csv
 
     from ingest.formats import csv_reader
+    from ingest.kafka.debezium import SKIPPED, NotAChange, change_record
 
     if value is None:
-        return "record value is null (a tombstone?)"
+        return SKIPPED if fmt == "debezium" else "record value is null (a tombstone?)"
     record: Any
-    if fmt == "json":
+    if fmt == "debezium":  # a change event: JSON, or Avro through the registry (``decode``)
+        try:
+            event = decode(value) if decode is not None else json_value(value)
+        except ValueError as exc:
+            return f"invalid change event: {exc}"
+        if v.ops is None:
+            return "the table has no op column: --format debezium needs a keyed table with --op-column"
+        try:
+            record = change_record(event, v.ops)
+        except NotAChange as exc:
+            return str(exc)
+        if record is None:
+            return SKIPPED
+    elif fmt == "json":
         try:
             record = json_value(value)
         except ValueError as exc:

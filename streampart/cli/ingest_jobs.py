@@ -130,7 +130,8 @@ FormatOption = Annotated[
     typer.Option(
         "--format",
         help="json, csv (one line, table column order), avro (--avro-schema or --schema-registry), "
-        "protobuf or jsonschema (--schema-registry)",
+        "protobuf or jsonschema (--schema-registry), debezium (change events, JSON or Avro, into a keyed "
+        "table with an op column)",
     ),
 ]
 AvroSchemaOption = Annotated[
