@@ -273,8 +273,9 @@ def test_dropping_a_table_drops_its_schema_history(catalog: Catalog) -> None:
 
 def _rows(conn: sa.Connection, table: sa.Table) -> list[dict[str, Any]]:
     """Every row of ``table`` but the columns migration 0014 (and later ones) add, in key order."""
-    added = {"schema_evolution", "max_new_columns"} | {  # 0016: retention; 0017: deletes
-        "retain_s", "default_retain_s", "expired_at", "expired_version", "reclaimed_at", "generation"
+    added = {"schema_evolution", "max_new_columns"} | {  # 0016: retention; 0017: deletes; 0018: keys
+        "retain_s", "default_retain_s", "expired_at", "expired_version", "reclaimed_at", "generation",
+        "keys", "removed_files",
     }  # fmt: skip
     order = list(table.primary_key.columns)
     rows = conn.execute(sa.select(*(c for c in table.c if c.name not in added)).order_by(*order)).all()
