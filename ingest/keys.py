@@ -11,12 +11,13 @@ to the versions of several files (:func:`newest_versions`).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from ingest.errors import MalformedChunkError
-from metastore.models import ARRIVAL_COLUMN, Keys
+from metastore.models import ARRIVAL_COLUMN, Column, Keys, Table
 
 _PLACE = "__sp_place"  # a temporary column: a row's place in what is resolved
 
@@ -128,3 +129,44 @@ def without_keys(keys: Keys, rows: pa.Table, gone: pa.Table) -> pa.Table:
     if gone.num_rows == 0:
         return rows
     return rows.join(gone, list(keys.columns), join_type="left anti")
+
+
+def current_rows(
+    table: Table, version: int, files: Sequence[Any], columns: Sequence[Column]
+) -> pa.Table | None:
+    """The live rows of a keyed table's snapshot at ``version`` (its live ``files``, its ``columns``),
+    read without Spark: every version read, the newest of each key kept (deletes kept by rolls
+    applied, ``metastore/delta/tombstones.py``), deletes dropped; the partition column last. None: no
+    file.
+
+    Raises:
+        StorageError: a file or the log could not be read.
+    """
+    import pyarrow.parquet as pq
+
+    from metastore import storage
+    from metastore.delta.arrivals import arrivals
+    from metastore.delta.arrow import conform, partition_field
+    from metastore.delta.tombstones import read_tombstones
+
+    keys = table.keys
+    assert keys is not None
+    pcol = partition_field(table)
+    tags = arrivals(table, version) if any(f.staged for f in files) else {}
+    parts = []
+    for f in files:
+        with storage.open_input(storage.join(table.location, f.path)) as handle:
+            read = pq.read_table(handle)
+        data = conform(read, tuple(columns)).append_column(
+            pcol, pa.array([f.partition] * read.num_rows, pcol.type)
+        )
+        own = read.column(ARRIVAL_COLUMN) if ARRIVAL_COLUMN in read.column_names else None
+        arrival = own if own is not None else pa.array([tags.get(f.path)] * read.num_rows, pa.int64())
+        parts.append(data.append_column(ARRIVAL_COLUMN, arrival.cast(pa.int64())))
+    if not parts:
+        return None
+    newest = newest_versions(keys, pa.concat_tables(parts), [ARRIVAL_COLUMN])
+    kept = read_tombstones(table, version)  # deletes a roll kept: older versions lose to them
+    if kept is not None:
+        newest = without_keys(keys, newest, beaten_by(keys, newest, kept))
+    return live(keys, newest).drop_columns([ARRIVAL_COLUMN])

@@ -22,7 +22,7 @@ from metastore.catalog import Catalog
 from metastore.delta.files import check_files, live_files
 from metastore.delta.metadata import columns_of
 from metastore.links import Resolved
-from metastore.models import ARRIVAL_COLUMN, Column, Table
+from metastore.models import Column, Table
 
 __all__ = ["Snapshot", "pin", "read_batches", "view_of"]
 
@@ -93,38 +93,14 @@ def read_batches(snap: Snapshot, limit: int | None = None) -> Iterator[Any]:
 
 
 def _keyed_batches(snap: Snapshot, limit: int | None) -> Iterator[Any]:
-    """:func:`read_batches` of a keyed table: every version read, the newest of each key kept
-    (``ingest/keys.py``), deletes dropped; the rows of the oldest partition first."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+    """:func:`read_batches` of a keyed table: its live keys' newest versions (``ingest/keys.py``),
+    the rows of the oldest partition first."""
+    from ingest.keys import current_rows
 
-    from ingest.keys import beaten_by, live, newest_versions, without_keys
-    from metastore.delta.arrivals import arrivals
-    from metastore.delta.arrow import conform, partition_field
-    from metastore.delta.tombstones import read_tombstones
-
-    table = snap.table
-    assert table.keys is not None
-    pcol = partition_field(table)
-    tags = arrivals(table, snap.version) if any(f.staged for f in snap.files) else {}
-    parts = []
-    for f in snap.files:
-        with storage.open_input(storage.join(table.location, f.path)) as handle:
-            read = pq.read_table(handle)
-        data = conform(read, snap.columns).append_column(
-            pcol, pa.array([f.partition] * read.num_rows, pcol.type)
-        )
-        own = read.column(ARRIVAL_COLUMN) if ARRIVAL_COLUMN in read.column_names else None
-        arrival = own if own is not None else pa.array([tags.get(f.path)] * read.num_rows, pa.int64())
-        parts.append(data.append_column(ARRIVAL_COLUMN, arrival.cast(pa.int64())))
-    if not parts:
+    rows = current_rows(snap.table, snap.version, snap.files, snap.columns)
+    if rows is None:
         return
-    newest = newest_versions(table.keys, pa.concat_tables(parts), [ARRIVAL_COLUMN])
-    kept = read_tombstones(table, snap.version)  # deletes a roll kept: older versions lose to them
-    if kept is not None:
-        newest = without_keys(table.keys, newest, beaten_by(table.keys, newest, kept))
-    rows = live(table.keys, newest)
-    rows = rows.drop_columns([ARRIVAL_COLUMN]).sort_by([(pcol.name, "ascending")])
+    rows = rows.sort_by([(snap.table.partition_column, "ascending")])
     if limit is not None:
         rows = rows.slice(0, limit)
     yield from rows.to_batches()

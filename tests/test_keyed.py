@@ -394,3 +394,34 @@ def test_debezium_change_events_land_as_their_newest_row_per_key(spark, sqlite_c
 
 def read_batches_rows(catalog: Any, table: Any) -> list[dict[str, Any]]:
     return [r for b in read_batches(pin(catalog, table)) for r in b.to_pylist()]
+
+
+def test_a_delete_by_predicate_deletes_the_keys_whose_current_row_matches(catalog) -> None:
+    from ingest.deletes.deleter import Deleter
+
+    table = keyed_table(catalog, sequence=True)
+    writer = ChunkWriter(catalog, table)
+    truth = Truth(True)
+    old = [{"id": k, "ts": T0.isoformat(), "v": 100 + k, "op": "c", "lsn": 1} for k in range(6)]
+    new = [{"id": k, "ts": T0.isoformat(), "v": k, "op": "u", "lsn": 2} for k in range(4)]
+    for chunk in (old, new):
+        writer.write(jsonl(chunk), Format.JSONL)
+        truth.apply(chunk)
+    Roller(catalog).roll_table(table, force=True)
+    writer.write(jsonl(new[:2]), Format.JSONL)  # newer versions again, unrolled: merged on read
+    truth.apply(new[:2])
+    # current rows: v 0..3 and 104, 105; v < 2 matches keys 0 and 1 only — never their older v 100, 101
+    [result] = Deleter(catalog).delete(table, "v < 2")
+    assert result.rows == 2
+    truth.apply([{**r, "op": "d", "lsn": 2} for r in new[:2]])
+    assert (
+        read_now(catalog, table) == truth.live() == {2: (2, "u"), 3: (3, "u"), 4: (104, "c"), 5: (105, "c")}
+    )
+    late = {"id": 0, "ts": T0.isoformat(), "v": 7, "op": "u", "lsn": 3}  # newer than the delete: stands
+    writer.write(jsonl([late]), Format.JSONL)
+    truth.apply([late])
+    Roller(catalog).roll_table(table, force=True)
+    assert read_now(catalog, table) == truth.live()
+    assert Deleter(catalog).delete(table, "v > 1000")[0].rows == 0
+    with pytest.raises(UserInputError, match="matches every row"):
+        Deleter(catalog).delete(table, "v >= 0")

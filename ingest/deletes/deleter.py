@@ -30,6 +30,7 @@ housekeeping deletes them.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -48,6 +49,7 @@ from ingest.deletes.plan import (
     staged_of,
 )
 from ingest.deletes.predicate import Predicate, parse_predicate
+from metastore import clock
 from metastore.catalog import Catalog
 from metastore.crashpoints import crashpoint, pausepoint
 from metastore.delta.errors import COMMIT_ATTEMPTS, retry_conflicts
@@ -68,7 +70,7 @@ from metastore.errors import (
     StreampartError,
     UserInputError,
 )
-from metastore.models import Column, Delete, DeleteState, PartitionState, Table, TableKind, iso
+from metastore.models import Column, Delete, DeleteState, Mode, PartitionState, Table, TableKind, iso
 
 # How long a delete waits for a roll of a partition holding a match to finish.
 ROLL_WAIT_S = 120.0
@@ -137,6 +139,8 @@ class Deleter:
             )
         check_deletable(table)
         predicate = parse_predicate(where, where_columns(table), allow_all=all_rows)
+        if table.keys is not None:
+            return [self._delete_keys(table, predicate, all_rows, dry_run)]
         if dry_run:
             return [self._dry_run(table, predicate)]
         if not all_rows:
@@ -146,6 +150,61 @@ class Deleter:
             results = [self._resume(table, d) for d in store.list_deletes(table.id, unfinished=True)]
             begun = store.begin_delete(table.id, where, requested_by, self.owner, self.lease)
             return [*results, self._carry(table, begun, predicate)]
+
+    def _delete_keys(self, table: Table, predicate: Predicate, all_rows: bool, dry_run: bool) -> DeleteResult:
+        """A keyed table's delete: the keys whose current row (at the newest version) matches get a
+        delete version — the row itself, its op the table's first delete value — committed as one
+        chunk, as a producer's deletes are. A version of such a key that arrives later (or has a
+        greater sequence value) is newer, and stands."""
+        import pyarrow as pa
+
+        from ingest.chunks.writer import ChunkWriter
+        from ingest.keys import current_rows
+        from metastore.delta.metadata import columns_of
+
+        keys = table.keys
+        assert keys is not None
+        if keys.op_column is None:
+            raise UserInputError(
+                f"{table.name} is keyed without an op column: its keys are deleted by writing delete "
+                "versions, which need one; create the table with --op-column"
+            )
+        dt = self.catalog.load(table)
+        version = int(dt.version())
+        columns = columns_of(dt, f"table {table.name}")
+        rows = current_rows(table, version, live_files(dt), columns)
+        if rows is None:
+            rows = pa.table({})
+        hits = rows.filter(predicate.matches) if rows.num_rows else rows
+        if hits.num_rows and hits.num_rows == rows.num_rows and not all_rows:
+            raise UserInputError(
+                f"--where {predicate.sql} matches every row of {table.name}; to delete every row, pass --all"
+            )
+        data = hits.select([c.name for c in columns]) if hits.num_rows else hits
+        ops = pa.array([keys.delete_ops[0]] * data.num_rows, pa.string())
+        data = data.set_column(data.column_names.index(keys.op_column), keys.op_column, ops)
+        if table.mode is Mode.EVENT_TIME and data.num_rows:  # a key's delete may sit in any partition:
+            at = pa.array([clock.now()] * data.num_rows, data.schema.field(table.time_column).type)
+            data = data.set_column(
+                data.column_names.index(table.time_column), table.time_column, at
+            )  # an open one
+        values = hits.column(table.partition_column).to_pylist() if hits.num_rows else []
+        partitions = sorted({iso(v) for v in values})
+        result = DeleteResult(
+            table=str(table.name),
+            where=predicate.text,
+            rows=data.num_rows,
+            files_removed=0,
+            files_added=0,
+            partitions=partitions,
+            rows_read=rows.num_rows,
+            read_version=version,
+            dry_run=dry_run,
+        )
+        if dry_run or data.num_rows == 0:
+            return result
+        commit = ChunkWriter(self.catalog, table).write_table(data)
+        return dataclasses.replace(result, version=commit.version)
 
     def _resume(self, table: Table, delete: Delete) -> DeleteResult:
         try:
