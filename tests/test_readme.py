@@ -37,7 +37,13 @@ from tests.pg import drop_scratch_schema, scratch_schema_url
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
-SECTIONS = ("A five-minute tour", "Namespaces and links", "Clusters", "Metastore federation")
+SECTIONS = (
+    "A five-minute tour",
+    "Namespaces and links",
+    "Clusters",
+    "Metastore federation",
+    "Keyed tables: upserts, deletes and change data capture",
+)
 
 # README text → what the test runs instead. {tmp} is the test's directory, {m1}/{m2} the
 # PostgreSQL URLs of two scratch schemas of STREAMPART_TEST_PG naming their passwords as the
