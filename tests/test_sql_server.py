@@ -27,6 +27,7 @@ from streampart.sql_endpoint import LOCAL_USER, ServerInfo
 from tests.fixtures import make_table
 from tests.helpers import ROOT, all_ids, records, sql_server, wait_for, worker_call
 from tests.private_pg import free_port
+from tests.test_keyed import jsonl, keyed_table
 
 pytestmark = pytest.mark.spark  # every test here starts `streampart sql-server` (Spark) or its CLI client
 
@@ -44,6 +45,16 @@ class Served:
 
     def connect(self, user: str, password: str | None = None) -> Connection:
         return Connection(Target(self.info.host, self.info.port, user, password or self.tokens[user]))
+
+
+_PEOPLE = [
+    {"id": 1, "ts": "2026-11-21T10:00:00Z", "v": 10, "op": "c", "lsn": 1},
+    {"id": 2, "ts": "2026-11-21T10:00:00Z", "v": 20, "op": "c", "lsn": 2},
+    {"id": 1, "ts": "2026-11-21T10:00:00Z", "v": 11, "op": "u", "lsn": 3},
+    {"id": 2, "ts": "2026-11-21T10:00:00Z", "v": 0, "op": "d", "lsn": 4},
+    {"id": 1, "ts": "2026-11-21T10:00:00Z", "v": 9, "op": "u", "lsn": 2},  # older: arrives late, loses
+    {"id": 3, "ts": "2026-11-21T10:00:00Z", "v": 30, "op": "c", "lsn": 5},
+]
 
 
 def _token(catalog: Catalog, name: str, *scopes: str) -> str:
@@ -86,6 +97,8 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     from ingest.formats import Format
 
     ChunkWriter(catalog, quiet, ChunkConfig()).write(records(range(5)), Format.JSONL, key="q0")
+    people = keyed_table(catalog, "hr.people", sequence=True)  # one row per key, merged on read
+    ChunkWriter(catalog, people).write(jsonl(_PEOPLE[:3]), Format.JSONL)
     tokens = {
         "analyst": _token(catalog, "analyst", "read:shop", "read:mirror"),
         "hr": _token(catalog, "hr", "read:hr"),
@@ -848,3 +861,23 @@ def test_a_valid_login_while_the_server_starts_is_never_refused(served: Served) 
     """The port accepts connections a moment before the server can check tokens: a login then
     waits; it was refused as wrong credentials ("refused the login of 'analyst'")."""
     assert served.refused_while_starting == [], served.refused_while_starting[:3]
+
+
+def test_a_keyed_table_answers_one_row_per_key_before_and_after_its_roll(served: Served) -> None:
+    from ingest.chunks import ChunkWriter
+    from ingest.formats import Format
+    from scheduler.roll import Roller
+
+    catalog = served.catalog
+    people = catalog.table("hr.people")
+    token = _token(catalog, "people-reader", "read:hr")  # its own: an earlier test revokes "hr"
+
+    def answer() -> list[tuple[Any, ...]]:
+        with served.connect("people-reader", token) as conn:
+            return sorted(conn.execute("SELECT id, v FROM hr.people")[1])
+
+    assert answer() == [(1, 11), (2, 20)]
+    ChunkWriter(catalog, people).write(jsonl(_PEOPLE[3:]), Format.JSONL)
+    wait_for(lambda: answer() == [(1, 11), (3, 30)], timeout=30, what="the newest versions, key 2 deleted")
+    Roller(catalog).roll_table(people, force=True)
+    wait_for(lambda: answer() == [(1, 11), (3, 30)], timeout=30, what="the same rows after the roll")
