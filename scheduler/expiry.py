@@ -48,6 +48,7 @@ from metastore.replicas import CopyState, app_id, replica_table
 from metastore.retention import due_for_expiry
 from scheduler.config import RollConfig
 from scheduler.errors import RollAbandonedError, RollBusyError, RollFailedError
+from scheduler.keyed_rolls import keep_expired_versions
 
 
 @dataclass(frozen=True)
@@ -233,6 +234,8 @@ class Expirer:
                     )
                 return found
             files = [f for f in live_files(dt) if f.partition in values]
+            if table.keys is not None and table.keys.sequence_by is not None:
+                keep_expired_versions(table, int(dt.version()), files, f"expiry-{expiry.id[:8]}")
             return wh.remove_partitions(dt, table, files, expiry.id)
 
         return retry_conflicts(remove)

@@ -220,3 +220,18 @@ def _rewritten_path(table: Table, f: LiveFile, name: str) -> str:
     if f.staged and f.chunk is not None:
         return f"{staged_dir(table, f.partition)}/{f.chunk}-{name.removeprefix('part-')}"
     return f"{partition_dir(table, f.partition)}/{name}"
+
+
+def keep_expired_versions(table: Table, version: int, files: Sequence[LiveFile], name: str) -> None:
+    """Before an expiry of a keyed table with a sequence column removes ``files`` (at ``version``):
+    keep their versions as deletes. A key whose newest version expires is gone, and an older
+    version of it that arrived late (and sits in an open partition) must not take its place; each
+    kept delete is the expiring version itself, so it beats only what that version beat already."""
+    keys = table.keys
+    assert keys is not None and keys.sequence_by is not None
+    tags = arrivals(table, version) if any(f.staged for f in files) else {}
+    names = tombstone_columns(keys)
+    parts = [_read(table, f, table.columns, tags, names).select(names) for f in files]
+    parts = [p for p in parts if p.num_rows]
+    if parts:
+        write_tombstones(table, name, pa.concat_tables(parts))

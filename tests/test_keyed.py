@@ -425,3 +425,46 @@ def test_a_delete_by_predicate_deletes_the_keys_whose_current_row_matches(catalo
     assert Deleter(catalog).delete(table, "v > 1000")[0].rows == 0
     with pytest.raises(UserInputError, match="matches every row"):
         Deleter(catalog).delete(table, "v >= 0")
+
+
+def test_links_time_travel_and_retention_answer_one_row_per_key(catalog) -> None:
+    from metastore.links import LinkSpec
+    from scheduler.expiry import Expirer
+    from streampart.snapshots import view_of
+
+    table = keyed_table(catalog, sequence=True)
+    catalog.links.create(
+        LinkSpec(name=TableName.parse("mirror.kv"), source=table.name, include_streaming=True)
+    )
+    writer = ChunkWriter(catalog, table)
+    truth = Truth(True)
+    rng = random.Random(21)
+    at: dict[int, dict[int, tuple[int, str]]] = {}  # version → the truth then
+    for step, chunk in enumerate(change_log(rng, 16, 10)):
+        version = writer.write(jsonl(chunk), Format.JSONL).version
+        truth.apply(chunk)
+        assert version is not None
+        at[version] = truth.live()
+        if step % 5 == 4:
+            Roller(catalog).roll_table(table, force=True)
+    for version, expected in at.items():  # time travel: each version as it was
+        assert shown(read_batches_rows_at(catalog, table, version)) == expected, f"version {version}"
+    resolved = catalog.resolve("mirror.kv")
+    linked = view_of(resolved, pin(catalog, resolved.table))
+    assert shown([r for b in read_batches(linked) for r in b.to_pylist()]) == truth.live()
+    # retention: the standard partitions go; a key whose newest version was there is gone with them
+    # (an older version of it in the open partition, arrived late, does not take its place); one
+    # whose newest version is in the open partition stays
+    streaming = catalog.store.streaming_partition(table.id).value
+    rows = read_batches_rows(catalog, table)
+    stays = {r["id"] for r in rows if r[table.partition_column] == streaming}
+    table = catalog.store.set_retain(table.id, timedelta(hours=1))
+    Expirer(catalog).expire_table(table, now=datetime.now(UTC) + timedelta(days=3))
+    assert read_now(catalog, table) == {k: v for k, v in truth.live().items() if k in stays}
+    late = {"id": next(iter(set(truth.live()) - stays)), "ts": T0.isoformat(), "v": 1, "op": "u", "lsn": -1}
+    writer.write(jsonl([late]), Format.JSONL)  # older than its expired version: still gone
+    assert read_now(catalog, table) == {k: v for k, v in truth.live().items() if k in stays}
+
+
+def read_batches_rows_at(catalog: Any, table: Any, version: int) -> list[dict[str, Any]]:
+    return [r for b in read_batches(pin(catalog, table, version)) for r in b.to_pylist()]
