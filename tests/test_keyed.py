@@ -234,8 +234,12 @@ def test_bad_op_values_and_declarations_are_refused_naming_what_is_wrong(catalog
 
 
 @pytest.mark.spark
-def test_sql_reads_the_newest_version_of_each_key_before_and_after_a_roll(catalog, spark) -> None:
+def test_sql_reads_the_newest_version_of_each_key_before_and_after_a_roll(storage_catalog, spark) -> None:
     from streampart.query import run_sql
+
+    catalog = (
+        storage_catalog  # a local disk on both metastores, and a bucket (Spark's Python workers read it)
+    )
 
     table = keyed_table(catalog, sequence=True)
     writer = ChunkWriter(catalog, table)
