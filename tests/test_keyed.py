@@ -478,3 +478,47 @@ def test_links_time_travel_and_retention_answer_one_row_per_key(catalog) -> None
 
 def read_batches_rows_at(catalog: Any, table: Any, version: int) -> list[dict[str, Any]]:
     return [r for b in read_batches(pin(catalog, table, version)) for r in b.to_pylist()]
+
+
+def test_a_keyed_roll_rewriting_standard_partitions_reaches_the_secondaries(catalog, tmp_path) -> None:
+    """The partitions a keyed roll rewrote (older versions removed) go stale on the secondaries at
+    once, and the next copy pass replaces them: a plain reader of the copy sees one row per key."""
+    import deltalake
+
+    from metastore.replicas import CopyState, replica_table
+    from scheduler.replication import Replicator
+
+    for name in ("c1", "c2"):
+        (tmp_path / name).mkdir()
+        catalog.clusters.add(name, str(tmp_path / name), "local[2]")
+    table = catalog.create_table(
+        TableSpec(
+            name=TableName.parse("ns.kv"),
+            columns=parse_schema(SCHEMA),
+            time_column="ts",
+            roll_every=parse_duration("1h"),
+            cluster="c1",
+            keys=Keys(columns=("id",), op_column="op"),
+        ),
+        replicate_to=("c2",),
+    )
+    writer = ChunkWriter(catalog, table)
+    truth = Truth(False)
+    first = [{"id": k, "ts": T0.isoformat(), "v": k, "op": "c", "lsn": 0} for k in range(6)]
+    second = [{"id": k, "ts": T0.isoformat(), "v": 10 + k, "op": "u", "lsn": 0} for k in range(3)]
+    for chunk in (first, second):
+        writer.write(jsonl(chunk), Format.JSONL)
+        truth.apply(chunk)
+        Roller(catalog).roll_table(table, force=True)
+    # the second roll removed keys 0-2's older versions from the first partition before its copy
+    Replicator(catalog).replicate(table)
+    writer.write(jsonl([{"id": 5, "ts": T0.isoformat(), "v": 0, "op": "d", "lsn": 0}]), Format.JSONL)
+    truth.apply([{"id": 5, "ts": T0.isoformat(), "v": 0, "op": "d", "lsn": 0}])
+    Roller(catalog).roll_table(table, force=True)  # rewrites the first partition again: its copy goes stale
+    assert CopyState.STALE in {c.state for c in catalog.store.list_copies(table.id, "c2")}
+    report = Replicator(catalog).replicate(table)
+    assert not report.failed
+    [replica] = catalog.replicas.list(table)
+    copy = replica_table(table, replica)
+    assert shown(deltalake.DeltaTable(copy.location).to_pyarrow_table().to_pylist()) == truth.live()
+    assert {c.state for c in catalog.store.list_copies(table.id, "c2")} == {CopyState.PRESENT}
