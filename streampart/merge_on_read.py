@@ -11,10 +11,15 @@ A version is newer than another if its sequence column is greater (a table with 
 then if it arrived later (:data:`ARRIVAL_COLUMN`: its commit, then its place in the commit). So:
 
 1. the newest unresolved version of each key (a window over the unresolved rows: few);
-2. a resolved row is kept unless an unresolved version of its key is newer (one read of the
-   resolved files, joined on the keys of the unresolved versions, which are broadcast);
-3. the newest unresolved version is kept unless the resolved row of its key is newer (the resolved
-   files read again for the key, sequence and arrival columns only, of those keys);
+2. on a table ordered by arrival, every unresolved version is newer than the resolved row of its
+   key (a roll removes every older version of its keys from every file of its snapshot; what
+   commits after arrives later): the resolved rows of the keys with no unresolved version (one read
+   of the resolved files, an anti-join against the broadcast keys), then the newest unresolved ones;
+3. with a sequence column, an unresolved version may be older (a late event): a resolved row is
+   kept unless an unresolved version of its key is newer (one read, joined with the broadcast
+   unresolved versions), and an unresolved one unless the resolved row of its key is newer (the
+   resolved files' key, sequence and arrival columns streamed against the broadcast unresolved rows);
+   kept deletes (``metastore/delta/tombstones.py``) beat the unresolved versions older than them;
 4. deletes go: a key whose newest version deletes it has no row.
 
 A snapshot with no unresolved file (every partition rolled) is its resolved files as they are.
@@ -67,6 +72,16 @@ def keyed_frame(spark: SparkSession, snap: Snapshot) -> DataFrame:
         newest_t = _not_older(spark, keys, newest_t, kept)
     if not resolved:
         return _live(keys, newest_t).select(*(F.col(f"`{c}`") for c in columns))
+    if keys.sequence_by is None:
+        # ordered by arrival, an unresolved version is always newer than the resolved row of its key:
+        # a roll removed every older version of its keys from every file of its snapshot, and what
+        # committed after that snapshot arrived later. So: the resolved rows of the keys with no
+        # unresolved version (one read, an anti-join against the broadcast keys), then the newest
+        # unresolved versions.
+        t_keys = _renamed(newest_t.select(*keys.columns), "__sp_t_")
+        kept_s = s.join(F.broadcast(t_keys), _on(s, t_keys, keys.columns, "__sp_t_"), "left_anti")
+        both = kept_s.select(*s.columns).unionByName(newest_t.select(*s.columns))
+        return _live(keys, both).select(*(F.col(f"`{c}`") for c in columns))
     # what each side needs of the other: the key and the version's order
     versions = [*keys.columns, *([keys.sequence_by] if keys.sequence_by else []), ARRIVAL_COLUMN]
     t_versions = _renamed(newest_t.select(*versions), "__sp_t_")
@@ -74,14 +89,10 @@ def keyed_frame(spark: SparkSession, snap: Snapshot) -> DataFrame:
     kept_s = s.join(F.broadcast(t_versions), _on(s, t_versions, keys.columns, "__sp_t_"), "left").filter(
         F.col(f"__sp_t_{keys.columns[0]}").isNull() | _newer(keys, s, "__sp_t_")
     )
-    kept_t = newest_t.join(
-        s_versions.join(
-            F.broadcast(t_versions.select(*(f"__sp_t_{k}" for k in keys.columns))),
-            [F.col(f"__sp_s_{k}") == F.col(f"__sp_t_{k}") for k in keys.columns],
-            "left_semi",
-        ),
-        _on(newest_t, s_versions, keys.columns, "__sp_s_"),
-        "left",
+    # the resolved versions of those keys, streamed against the broadcast newest unresolved rows (a
+    # right outer join: every unresolved row kept, with its key's resolved version if any)
+    kept_t = s_versions.join(
+        F.broadcast(newest_t), _on(newest_t, s_versions, keys.columns, "__sp_s_"), "right"
     ).filter(F.col(f"__sp_s_{keys.columns[0]}").isNull() | _newer(keys, newest_t, "__sp_s_"))
     both = kept_s.select(*s.columns).unionByName(kept_t.select(*newest_t.columns))
     return _live(keys, both).select(*(F.col(f"`{c}`") for c in columns))

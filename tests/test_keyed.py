@@ -287,6 +287,14 @@ def test_create_table_as_declares_a_key_and_insert_into_upserts(catalog, spark) 
     )
     got = {r["id"]: (r["v"], r["op"]) for r in selected(catalog, "SELECT id, v, op FROM ns.copy")}
     assert got == {1: (104, "u"), 2: (5, "c")}
+    # a table ordered by arrival, rolled, then updated and deleted: merged on read in Spark
+    Roller(catalog).roll_table(source, force=True)
+    later = [{"id": 0, "ts": T0.isoformat(), "v": 50, "op": "u", "lsn": 0},
+             {"id": 1, "ts": T0.isoformat(), "v": 0, "op": "d", "lsn": 0},
+             {"id": 7, "ts": T0.isoformat(), "v": 70, "op": "c", "lsn": 0}]  # fmt: skip
+    ChunkWriter(catalog, source).write(jsonl(later), Format.JSONL)
+    got = {r["id"]: r["v"] for r in selected(catalog, "SELECT id, v FROM ns.src")}
+    assert got == {0: 50, 2: 5, 7: 70}
     with pytest.raises(UserInputError, match="TBLPROPERTIES 'op_column' applies to keyed tables only"):
         query(
             catalog, "CREATE TABLE ns.bad TBLPROPERTIES ('op_column' = 'op') AS SELECT id, ts, op FROM ns.src"
