@@ -27,6 +27,7 @@ A snapshot with no unresolved file (every partition rolled) is its resolved file
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from metastore.delta.arrivals import arrivals
@@ -40,12 +41,12 @@ if TYPE_CHECKING:
     from streampart.snapshots import Snapshot
 
 
-def keyed_frame(spark: SparkSession, snap: Snapshot) -> DataFrame:
-    """The live rows of ``snap`` (a keyed table's snapshot), in its columns and partition column."""
+def keyed_frame(spark: SparkSession, snap: Snapshot, files_frame: Callable[..., DataFrame]) -> DataFrame:
+    """The live rows of ``snap`` (a keyed table's snapshot), in its columns and partition column;
+    ``files_frame`` reads a snapshot's files with each row's arrival (``streampart.query.files_frame``)."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    from streampart.query import files_frame
     from streampart.snapshots import Snapshot
 
     keys = snap.table.keys

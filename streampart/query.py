@@ -135,7 +135,7 @@ def snapshot_frame(spark: SparkSession, snap: Snapshot) -> DataFrame:
     if snap.table.keys is not None:
         from streampart.merge_on_read import keyed_frame
 
-        return keyed_frame(spark, snap)
+        return keyed_frame(spark, snap, files_frame)
     return files_frame(spark, snap)
 
 
