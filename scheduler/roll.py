@@ -482,13 +482,28 @@ class Roller:
             for path in partition_dir_entries(table, value, directories=True)
             if (v := compacted_version(path.rsplit("/", 1)[-1])) is not None and v < seal_version
         ]
+        if table.keys is not None and roll.files_before is not None:
+            # a keyed sweep attempt also rewrote files of other standard partitions, into their own
+            # directories: its own there are named after this roll (looked for once a sweep began)
+            mine = f"part-{roll.id[:8]}-"
+            for other in self.catalog.partitions(table, [PartitionState.STANDARD]):
+                if other.value == value:
+                    continue
+                for path in partition_dir_entries(table, other.value):
+                    name = path.rsplit("/", 1)[-1]
+                    if (
+                        name.startswith(mine)
+                        and (v := compacted_version(name)) is not None
+                        and v < seal_version
+                    ):
+                        candidates.append(path)
         if not candidates:
             return
         try:
             self.catalog.store.claim_roll(roll, self.owner, self.config.lease, fence=self.fence)
         except ConflictError as exc:
             raise RollBusyError(f"{exc}; leaving its files alone") from None
-        live = {f.path for f in live_files(wh.load(table)) if f.partition == value}
+        live = {f.path for f in live_files(wh.load(table))}
         for path in candidates:
             if path not in live:
                 remove_file(table, path)
