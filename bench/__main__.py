@@ -27,6 +27,12 @@ RESULTS = Path(__file__).parent / "results" / "latest.json"
 # so building 10,000 chunks took 45 minutes; commits now refresh one snapshot in place (about
 # 25 ms each on SQLite here), but the 10,000-chunk run stays opt-in: ``--read-chunks 10000``.
 # Likewise quick builds 150 chunks, not 500, to stay under a minute.
+#
+# Why 300 standard partitions (not 1,000) beside the keyed roll of ``keys``: each is built by a real
+# forced roll, and a keyed roll reads the key columns of every other live file, so building n
+# partitions reads about n²/2 files: 300 took 320 s at load 9 (the append table's 229 s, built at
+# once in another process; the whole ``keys`` run 587 s), 1,000 took 1,803 s (append 967 s; the
+# whole run 2,069 s, at load 4-14). ``--keys-partitions 1000`` runs it.
 SCALES: dict[str, dict[str, Any]] = {
     "default": {
         "rows": 100,
@@ -94,6 +100,15 @@ SCALES: dict[str, dict[str, Any]] = {
         "sqlscan_chunks": 200,
         "sqlscan_rows": 5_000,
         "sqlscan_reps": 3,
+        "keys_ingest_rows": 200_000,
+        "keys_ingest_chunk": 10_000,
+        "keys_ingest_reps": 3,
+        "keys_query_rows": 300_000,
+        "keys_query_reps": 2,
+        "keys_queries": ["count(*)", "sum(v)", "filter + group by", "point lookup"],
+        "keys_roll_partitions": 300,
+        "keys_roll_rows": 20,
+        "keys_roll_reps": 2,
     },
     "quick": {
         "rows": 100,
@@ -161,6 +176,15 @@ SCALES: dict[str, dict[str, Any]] = {
         "sqlscan_chunks": 40,
         "sqlscan_rows": 2_500,
         "sqlscan_reps": 2,
+        "keys_ingest_rows": 50_000,
+        "keys_ingest_chunk": 5_000,
+        "keys_ingest_reps": 1,
+        "keys_query_rows": 10_000,
+        "keys_query_reps": 1,
+        "keys_queries": ["count(*)"],
+        "keys_roll_partitions": 20,
+        "keys_roll_rows": 20,
+        "keys_roll_reps": 1,
     },
 }
 
@@ -176,6 +200,7 @@ def benchmarks() -> dict[str, Any]:
         kafka_avro,
         kafka_fleet,
         kafka_ingest,
+        keys,
         link_planning,
         many_tables,
         objects,
@@ -203,6 +228,7 @@ def benchmarks() -> dict[str, Any]:
         sql_roundtrip,
         many_tables,
         sql_fairness,
+        keys,
     )  # fmt: skip
     return {m.NAME: m for m in modules}
 
@@ -228,6 +254,7 @@ NAMES = (
     "jdbc",
     "tables",
     "fairness",
+    "keys",
 )
 
 
@@ -253,6 +280,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--only", choices=NAMES, metavar="NAME", help=f"run one benchmark: {', '.join(NAMES)}")
     p.add_argument("--roll-chunks", type=int, help="chunks in the rolled partition (overrides the scale)")
     p.add_argument("--read-chunks", type=int, help="chunks in the table read by Spark (overrides the scale)")
+    p.add_argument(
+        "--keys-partitions",
+        type=int,
+        help="keys: standard partitions beside the keyed roll (overrides the scale)",
+    )
     p.add_argument("--links-files", type=int, help="files in the link's source table (overrides the scale)")
     p.add_argument(
         "--federation-rows",
@@ -326,6 +358,8 @@ def main(argv: list[str] | None = None) -> int:
         scale["roll_chunks"] = args.roll_chunks
     if args.read_chunks:
         scale["read_chunks"] = args.read_chunks
+    if args.keys_partitions:
+        scale["keys_roll_partitions"] = args.keys_partitions
     if args.links_files:
         scale["links_files"] = args.links_files
     if args.federation_rows:
