@@ -30,7 +30,7 @@ _CHECKPOINT = re.compile(r"^(\d{20})\.checkpoint(?:\.\d+\.\d+)?\.parquet$")
 _KEPT = 4096  # commit files and checkpoints whose tags this process keeps
 
 _lock = threading.Lock()
-_cache: OrderedDict[tuple[str, str], dict[str, int]] = OrderedDict()
+_cache: OrderedDict[tuple[str, str], dict[str, int]] = OrderedDict()  # (table uid, file) → tags
 
 
 def arrivals(table: Table, version: int) -> dict[str, int]:
@@ -45,9 +45,9 @@ def arrivals(table: Table, version: int) -> dict[str, int]:
         start, checkpoint = _checkpoint_at(table, version)
         found: dict[str, int] = {}
         for path in checkpoint:
-            found.update(_read(path, _checkpoint_tags))
+            found.update(_read(table, path, _checkpoint_tags))
         for v in range(start + 1, version + 1):
-            found.update(_read(commit_file(table.location, v), _commit_tags))
+            found.update(_read(table, commit_file(table.location, v), _commit_tags))
         return found
 
 
@@ -72,8 +72,9 @@ def _checkpoint_at(table: Table, version: int) -> tuple[int, list[str]]:
     return last, [storage.join(log_dir(table.location), n) for n in sorted(names) if _CHECKPOINT.match(n)]
 
 
-def _read(path: str, parse: Any) -> dict[str, int]:
-    key = ("tags", path)
+def _read(table: Table, path: str, parse: Any) -> dict[str, int]:
+    # by the table's identity too: a table dropped and made again under its name has the same paths
+    key = (table.uid or table.location, path)
     with _lock:
         found = _cache.get(key)
         if found is not None:
