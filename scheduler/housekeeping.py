@@ -32,6 +32,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
 
 from ingest.commit_holders import PREFIX as HOLDER_PREFIX
@@ -126,8 +127,6 @@ class Housekeeper:
                 report.files_removed += self.remove_files(table, now)
                 report.partitions_reclaimed += self.reclaim_expired(table, now)
                 report.deleted_files_reclaimed += self.reclaim_deleted(table, now)
-                if table.keys is not None:
-                    report.deleted_files_reclaimed += self.reclaim_rolled(table, now)
                 version = self.checkpoint(table)
                 if version is not None:
                     report.checkpoints[str(table.name)] = version
@@ -290,39 +289,30 @@ class Housekeeper:
         return len(due)
 
     def reclaim_deleted(self, table: Table, now: datetime) -> int:
-        """Delete the files deletes by predicate replaced, on the same rule as expired partitions'
-        (no readable version lists them, the retention passed since); how many."""
+        """Delete the files deletes by predicate replaced — and, on a keyed table, the files of other
+        partitions its rolls replaced (older versions of their keys removed) — on the same rule as
+        expired partitions' (no readable version lists them, the retention passed since); how many."""
         store = self.catalog.store
-        done = store.reclaimable_deletes(
-            table.id, oldest_readable_version(table), now - self.config.retention
-        )
+        oldest, before = oldest_readable_version(table), now - self.config.retention
+        done: list[tuple[tuple[str, ...], Callable[[], None]]] = [
+            (d.removed_files, partial(store.mark_delete_reclaimed, d, now))
+            for d in store.reclaimable_deletes(table.id, oldest, before)
+        ]
+        if table.keys is not None:
+            done += [
+                (r.removed_files, partial(store.mark_roll_reclaimed, r, now))
+                for r in store.reclaimable_rolls(table.id, oldest, before)
+            ]
         if not done:
             return 0
         live = {f.path for f in live_files(self.catalog.warehouse.load(table))}  # never one listed now
         gone = 0
-        for d in done:
-            for path in d.removed_files:
+        for removed, reclaimed in done:
+            for path in removed:
                 if path not in live:
                     remove_file(table, path)
                     gone += 1
-            store.mark_delete_reclaimed(d, now)
-        return gone
-
-    def reclaim_rolled(self, table: Table, now: datetime) -> int:
-        """Delete the files of other partitions keyed rolls replaced (older versions of their keys
-        removed), on the same rule as deletes' (:meth:`reclaim_deleted`); how many."""
-        store = self.catalog.store
-        done = store.reclaimable_rolls(table.id, oldest_readable_version(table), now - self.config.retention)
-        if not done:
-            return 0
-        live = {f.path for f in live_files(self.catalog.warehouse.load(table))}  # never one listed now
-        gone = 0
-        for r in done:
-            for path in r.removed_files:
-                if path not in live:
-                    remove_file(table, path)
-                    gone += 1
-            store.mark_roll_reclaimed(r, now)
+            reclaimed()
         return gone
 
     def secondaries(self, table: Table, now: datetime) -> int:
