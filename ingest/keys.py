@@ -30,6 +30,20 @@ def deletes(keys: Keys, data: pa.Table) -> pa.ChunkedArray | pa.Array:
     return pc.fill_null(found, False)
 
 
+def op_refusal(keys: Keys, value: Any) -> str:
+    """Why a record whose op column holds ``value`` is a bad record."""
+    return (
+        f"column {keys.op_column!r}: {value!r} is neither an upsert ({', '.join(keys.upsert_ops)}) nor a "
+        f"delete ({', '.join(keys.delete_ops)})"
+    )
+
+
+def ops_valid(keys: Keys, array: Any) -> bool:
+    """Whether every value of ``array`` (a keyed table's op column) upserts or deletes (or is null)."""
+    known = pa.array([*keys.upsert_ops, *keys.delete_ops], pa.string())
+    return bool(pc.all(pc.fill_null(pc.is_in(array, value_set=known), True)).as_py())
+
+
 def check_ops(keys: Keys, data: pa.Table) -> None:
     """Refuse a chunk holding an op value that neither upserts nor deletes.
 

@@ -24,6 +24,7 @@ import pyarrow as pa
 
 from ingest.errors import MalformedChunkError
 from ingest.evolution import INT_RANGES, ExtraFields, NewFields, widened_type
+from ingest.keys import op_refusal, ops_valid
 from metastore.delta.arrow import arrow_type, data_schema
 from metastore.models import Column, Keys, SchemaEvolution, iso, widening_refusal
 
@@ -561,22 +562,6 @@ def _arrow_batch(batch: pa.RecordBatch, v: RecordValidator) -> pa.Table | None:
             return None  # the row-wise path names each record whose op is neither
         arrays.append(array)
     return pa.Table.from_arrays(arrays, schema=v.schema)
-
-
-def op_refusal(keys: Keys, value: Any) -> str:
-    """Why a record whose op column holds ``value`` is a bad record."""
-    return (
-        f"column {keys.op_column!r}: {value!r} is neither an upsert ({', '.join(keys.upsert_ops)}) nor a "
-        f"delete ({', '.join(keys.delete_ops)})"
-    )
-
-
-def ops_valid(keys: Keys, array: Any) -> bool:
-    """Whether every value of ``array`` (a keyed table's op column) upserts or deletes (or is null)."""
-    import pyarrow.compute as pc
-
-    known = pa.array([*keys.upsert_ops, *keys.delete_ops], pa.string())
-    return bool(pc.all(pc.fill_null(pc.is_in(array, value_set=known), True)).as_py())
 
 
 def _fast_cast(source: pa.DataType, target: pa.DataType) -> bool:

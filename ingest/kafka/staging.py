@@ -288,7 +288,7 @@ def _arrow_json(spec: StageSpec, values: pa.Array, ignored: dict[str, int]) -> p
     counts = {name: n - parsed.column(name).null_count for name in extra}
     keys = None
     if spec.keys is not None:
-        from ingest.records import ops_valid
+        from ingest.keys import ops_valid
         from metastore.models import Keys
 
         keys = Keys.model_validate_json(spec.keys)
