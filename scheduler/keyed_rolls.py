@@ -29,15 +29,18 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from ingest.deletes.deleter import recount
 from ingest.keys import beaten_by, deletes, live, newer_versions, newest_versions, version_order
 from metastore import storage
+from metastore.catalog import Catalog
 from metastore.delta.arrivals import arrivals
 from metastore.delta.arrow import conform, data_schema
-from metastore.delta.files import LiveFile, remove_file, write_parquet
-from metastore.delta.layout import partition_dir, staged_dir
+from metastore.delta.files import LiveFile, disk_path, remove_file, write_parquet
+from metastore.delta.layout import parse_partition_value, partition_dir, staged_dir
+from metastore.delta.log import SWEEP_KEY, commit_actions, commit_info
 from metastore.delta.tombstones import read_tombstones, tombstone_columns, write_tombstones
 from metastore.errors import TableIntegrityError
-from metastore.models import ARRIVAL_COLUMN, Column, Keys, Table
+from metastore.models import ARRIVAL_COLUMN, Column, Keys, Roll, Table
 
 _FILE, _ROW = "__sp_file", "__sp_row"
 _THEIRS = "__sp_p_"  # the rolled partition's version, beside another file's
@@ -235,3 +238,36 @@ def keep_expired_versions(table: Table, version: int, files: Sequence[LiveFile],
     parts = [p for p in parts if p.num_rows]
     if parts:
         write_tombstones(table, name, pa.concat_tables(parts))
+
+
+def rewritten_by_sweep(
+    catalog: Catalog, table: Table, roll: Roll, owner: str
+) -> tuple[dict[datetime, tuple[int, int, int]], dict[datetime, int], list[str]]:
+    """The other partitions ``roll``'s keyed sweep rewrote, counted anew (standard ones) or the bytes it
+    freed there (streaming ones), and the files it replaced there: from its commit, found in the
+    log (and recorded) if the roller that made it died before recording its version."""
+    version = roll.sweep_version
+    if version is None and roll.seal_version is not None:
+        newest = int(catalog.warehouse.load(table).version())
+        for v in range(roll.seal_version + 1, newest + 1):
+            info = commit_info(table, v) or {}
+            if str(info.get(SWEEP_KEY, "")).startswith(f"{roll.id}/"):
+                version = v
+                roll = catalog.store.record_roll_progress(roll, owner, sweep_version=v)
+                break
+    if version is None:
+        return {}, {}, []
+    touched, replaced = set(), []
+    for action in commit_actions(table, version) or []:
+        for kind in ("add", "remove"):
+            a = action.get(kind)
+            if a is None:
+                continue
+            value = parse_partition_value(a["partitionValues"][table.partition_column])
+            if value != roll.partition_value:
+                touched.add(value)
+                if kind == "remove":
+                    replaced.append(disk_path(a["path"]))
+    if not touched:
+        return {}, {}, []
+    return (*recount(catalog, table, version, touched, {"roll": roll.id}), replaced)

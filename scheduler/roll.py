@@ -33,7 +33,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ingest.commit_holders import commit_holder, work_owner
-from ingest.deletes.deleter import recount
 from metastore import clock, storage
 from metastore.catalog import Catalog
 from metastore.crashpoints import crashpoint, pausepoint
@@ -41,14 +40,13 @@ from metastore.delta.arrow import conform, data_schema
 from metastore.delta.errors import first_line, storage_error
 from metastore.delta.files import (
     LiveFile,
-    disk_path,
     live_files,
     partition_dir_entries,
     remove_file,
     write_success_marker,
 )
-from metastore.delta.layout import parse_partition_value, partition_dir
-from metastore.delta.log import SWEEP_KEY, commit_actions, commit_info
+from metastore.delta.layout import partition_dir
+from metastore.delta.log import SWEEP_KEY
 from metastore.delta.metadata import columns_of
 from metastore.errors import ConflictError, LeaseLostError, StorageError, StreampartError
 from metastore.models import (
@@ -68,7 +66,7 @@ from metastore.progress import Progress
 from scheduler.compacted_names import compacted_name, compacted_version
 from scheduler.config import RollConfig
 from scheduler.errors import RollAbandonedError, RollBusyError, RollFailedError
-from scheduler.keyed_rolls import KeyedSweep, keyed_sweep
+from scheduler.keyed_rolls import KeyedSweep, keyed_sweep, rewritten_by_sweep
 from scheduler.spark_compaction import SparkFactory, compact_with_spark
 
 # How the local engine writes a standard partition's files. Why 1 Mi rows a row group (pyarrow's
@@ -381,7 +379,11 @@ class Roller:
         )
         self._step("roll-before-finish")
         chunks = self._chunks_rolled(table, roll)
-        rewritten, freed, replaced = self._rewritten(table, roll) if table.keys is not None else ({}, {}, [])
+        rewritten, freed, replaced = (
+            rewritten_by_sweep(self.catalog, table, roll, self.owner)
+            if table.keys is not None
+            else ({}, {}, [])
+        )
         roll = store.finish_roll(
             roll,
             self.owner,
@@ -411,38 +413,6 @@ class Roller:
         )
         self.progress.advance(sum(f.size for f in live_files(base) if f.partition == value))
         return sweep
-
-    def _rewritten(
-        self, table: Table, roll: Roll
-    ) -> tuple[dict[datetime, tuple[int, int, int]], dict[datetime, int], list[str]]:
-        """The other partitions a keyed sweep rewrote, counted anew (standard ones) or the bytes it
-        freed there (streaming ones), and the files it replaced there: from its commit, found in the
-        log (and recorded) if the roller that made it died before recording its version."""
-        version = roll.sweep_version
-        if version is None and roll.seal_version is not None:
-            newest = int(self.catalog.warehouse.load(table).version())
-            for v in range(roll.seal_version + 1, newest + 1):
-                info = commit_info(table, v) or {}
-                if str(info.get(SWEEP_KEY, "")).startswith(f"{roll.id}/"):
-                    version = v
-                    roll = self.catalog.store.record_roll_progress(roll, self.owner, sweep_version=v)
-                    break
-        if version is None:
-            return {}, {}, []
-        touched, replaced = set(), []
-        for action in commit_actions(table, version) or []:
-            for kind in ("add", "remove"):
-                a = action.get(kind)
-                if a is None:
-                    continue
-                value = parse_partition_value(a["partitionValues"][table.partition_column])
-                if value != roll.partition_value:
-                    touched.add(value)
-                    if kind == "remove":
-                        replaced.append(disk_path(a["path"]))
-        if not touched:
-            return {}, {}, []
-        return (*recount(self.catalog, table, version, touched, {"roll": roll.id}), replaced)
 
     def _chunks_rolled(self, table: Table, roll: Roll) -> int:
         """How many chunks the roll swept: distinct chunks among the partition's staged files.
