@@ -10,7 +10,7 @@ import pytest
 
 from metastore.catalog import Catalog
 from metastore.durations import parse_duration
-from metastore.models import LateDataPolicy, Mode, Table, TableName, TableSpec, parse_schema
+from metastore.models import Keys, LateDataPolicy, Mode, Table, TableName, TableSpec, parse_schema
 from metastore.store import Metastore
 from tests.pg import drop_scratch_schema, scratch_schema_url
 
@@ -142,6 +142,7 @@ def make_table(
     cluster: str = "default",
     replicate_to: tuple[str, ...] = (),
     retain: str | None = None,
+    keys: Keys | None = None,
 ) -> Table:
     return catalog.create_table(
         TableSpec(
@@ -157,6 +158,7 @@ def make_table(
             max_age=parse_duration(max_age) if max_age is not None else None,
             cluster=cluster,
             retain=parse_duration(retain) if retain is not None else None,
+            keys=keys,
         ),
         replicate_to=replicate_to,
     )

@@ -45,17 +45,14 @@ def keyed_table(
     mode: Mode = Mode.ARRIVAL,
     dead_letter: bool = False,
 ) -> Any:
-    return catalog.create_table(
-        TableSpec(
-            name=TableName.parse(name),
-            columns=parse_schema(SCHEMA),
-            time_column="ts",
-            mode=mode,
-            roll_every=parse_duration("1h"),
-            max_future=parse_duration("3650d"),
-            keys=Keys(columns=("id",), sequence_by="lsn" if sequence else None, op_column="op"),
-            dead_letter=dead_letter,
-        )
+    return make_table(
+        catalog,
+        name,
+        mode=mode,
+        schema=SCHEMA,
+        max_future="3650d",
+        dead_letter=dead_letter,
+        keys=Keys(columns=("id",), sequence_by="lsn" if sequence else None, op_column="op"),
     )
 
 
