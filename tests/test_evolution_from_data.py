@@ -495,7 +495,9 @@ def test_a_chunk_bringing_no_new_field_runs_no_extra_statement_on_an_evolving_ta
     ran: list[str] = []
 
     def count(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
-        ran.append(statement.split()[0])
+        # the commit lease is renewed on time, not per chunk: a slow machine renews it in any write
+        if "sp_leases" not in statement:
+            ran.append(statement.split()[0])
 
     def statements(writer: ChunkWriter, first: int) -> list[str]:
         ran.clear()
