@@ -85,6 +85,11 @@ class ConflictError(RetriableError):
     """
 
 
+class TableChangedError(ConflictError):
+    """A chunk was written for the table as it was before a change that makes it unfit (the table was
+    given a primary key since): it is not committed; the writer reads the table again."""
+
+
 class SchemaConflictError(ConflictError):
     """A table's columns are not the ones a schema change started from: another change landed first.
 

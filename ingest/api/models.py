@@ -325,6 +325,24 @@ class AlterTable(BaseModel):
         description="Keep a standard partition this long after its period ends (90d), then expire it; "
         "none: for ever; namespace: its namespace's default.",
     )
+    primary_key: str | None = Field(
+        None,
+        max_length=1000,
+        description='Give the table, which must be empty, a primary key: its columns, "A,B" (as `table '
+        "alter --primary-key`); it keeps one row per key from then on.",
+    )
+    sequence_by: str | None = Field(
+        None, max_length=200, description="With primary_key: the column whose greatest value wins."
+    )
+    op_column: str | None = Field(
+        None, max_length=200, description="With primary_key: the column saying whether a record deletes."
+    )
+    delete_ops: str | None = Field(
+        None, max_length=1000, description='With op_column: the values that delete, "d,DELETE".'
+    )
+    upsert_ops: str | None = Field(
+        None, max_length=1000, description='With op_column: the values that upsert, "c,r,u,INSERT,UPDATE".'
+    )
 
 
 class DeleteRows(BaseModel):

@@ -48,6 +48,7 @@ from metastore.errors import (
     NotFoundError,
     QuotaExceededError,
     SchemaConflictError,
+    TableChangedError,
 )
 from metastore.models import Chunk, ChunkState, Column, Mode, StagedFile, Table, iso, period_start
 
@@ -373,8 +374,16 @@ class ChunkWriter:
             with holder.holding(chunk.id):  # this process is known to be alive while it commits
                 try:
                     chunk = self.store.begin_commit(
-                        chunk, base_version(self), content_digest=content_digest, holder=holder.id
+                        chunk,
+                        base_version(self),
+                        content_digest=content_digest,
+                        holder=holder.id,
+                        keyed=self.table.keys is not None,
                     )
+                except TableChangedError as exc:  # staged for the table as it was: never committed
+                    self.abort(chunk.id, reason=str(exc))
+                    self.table = self.catalog.rebound(self.table)  # the next chunk is written for it
+                    raise
                 except ConflictError:  # someone else moved or re-staged it; answer from its new state
                     return self._commit(chunk_id, False, content_digest)
                 except QuotaExceededError as exc:  # refused whole: nothing of it stays behind

@@ -21,6 +21,7 @@ from typing import Any
 from metastore import description, storage
 from metastore.catalog.clusters import Clusters
 from metastore.catalog.federation import FederationAdmin
+from metastore.catalog.keys import KeyDeclarations
 from metastore.catalog.links import Links
 from metastore.catalog.namespaces import Namespaces
 from metastore.catalog.replicas import Replicas
@@ -152,6 +153,11 @@ class Catalog(Routing):
     def schemas(self) -> Schemas:
         """Alter a table's columns, recover a change a crash left pending, set its schema evolution."""
         return Schemas(self)
+
+    @property
+    def keys(self) -> KeyDeclarations:
+        """Declare a primary key on a table that exists and is empty (in the table's metastore)."""
+        return KeyDeclarations(self)
 
     @property
     def retention(self) -> Retention:

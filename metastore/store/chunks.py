@@ -311,17 +311,20 @@ class ChunkStore(Database):
         now: datetime | None = None,
         content_digest: str | None = None,
         holder: str | None = None,
+        keyed: bool | None = None,
     ) -> Chunk:
         """RESERVED → COMMITTING, stamping this attempt; only one committer wins.
 
         With ``content_digest``, only if the staged content is that content (another producer
         may have re-staged the chunk under the same idempotency key with other data meanwhile).
-        ``holder``: the process making the attempt (``ingest/commit_holders.py``).
+        ``holder``: the process making the attempt (``ingest/commit_holders.py``). ``keyed``: whether
+        the writer staged it for a keyed table (see ``fence_commit``).
 
         Raises:
             QuotaExceededError: the chunk's bytes would take its namespace past its quota
                 (checked here, under the namespace's lock: see ``namespaces.py``).
             NamespaceMovingError: its namespace is being moved to another metastore (retry).
+            TableChangedError: the table was given a primary key after the chunk was written.
         """
         now = now or _now()
         check_transition(chunk.state, ChunkState.COMMITTING)
@@ -338,7 +341,7 @@ class ChunkStore(Database):
         for exclusive in (False, True):
             try:
                 with self.tx() as conn:
-                    fence_commit(conn, chunk.id, chunk.table_id, self.label, exclusive=exclusive)
+                    fence_commit(conn, chunk.id, chunk.table_id, self.label, exclusive=exclusive, keyed=keyed)
                     row = guarded_update(
                         conn, s.chunks, s.chunks.c.id == chunk.id, f"chunk {chunk.id}", preconditions, values
                     )

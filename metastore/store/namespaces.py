@@ -43,6 +43,7 @@ from metastore.errors import (
     NamespaceMovingError,
     NotFoundError,
     QuotaExceededError,
+    TableChangedError,
     UserInputError,
 )
 from metastore.models import ChunkState, PartitionState, TableKind
@@ -201,7 +202,13 @@ class QuotaSetMeanwhile(Exception):
 
 
 def fence_commit(
-    conn: Connection, chunk_id: str, table_id: int, label: str, *, exclusive: bool = False
+    conn: Connection,
+    chunk_id: str,
+    table_id: int,
+    label: str,
+    *,
+    exclusive: bool = False,
+    keyed: bool | None = None,
 ) -> None:
     """``begin_commit``'s fence and quota check of chunk ``chunk_id`` (of table ``table_id``).
 
@@ -215,10 +222,13 @@ def fence_commit(
 
     A companion's chunk (dead letters, late rows) is part of a main chunk's commit that was checked
     already; refusing it half-way would split that commit. It passes both (its bytes still count).
+
+    ``keyed``: whether the writer staged the chunk for a keyed table; a chunk staged without the key
+    that the table was given since (``TableStore.declare_keys``) is refused (TableChangedError).
     """
     t, c, n = s.tables.c, s.chunks.c, s.namespaces.c
     found = conn.execute(
-        sa.select(t.namespace, t.kind, c.bytes, n.quota_bytes)
+        sa.select(t.namespace, t.kind, c.bytes, n.quota_bytes, t["keys"])
         .select_from(
             s.chunks.join(s.tables, c.table_id == t.id).outerjoin(s.namespaces, n.name == t.namespace)
         )
@@ -227,7 +237,12 @@ def fence_commit(
     if found is None or found.kind != TableKind.MAIN.value:
         fence_table(conn, table_id, label, main_only=True)  # a table that is gone says so
         return
-    namespace, _, chunk_bytes, quota = found
+    namespace, _, chunk_bytes, quota, keys = found
+    if keyed is False and keys is not None:
+        raise TableChangedError(
+            f"chunk {chunk_id} was written before its table was given a primary key: it was not "
+            "committed; write it again"
+        )
     if quota is None:
         pausepoint("chunk-quota-read")  # tests: a quota is set meanwhile
     row = fence_namespace(conn, namespace, share=quota is None and not exclusive)

@@ -18,7 +18,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
 from metastore import schema as s
-from metastore.errors import AlreadyExistsError, NotFoundError
+from metastore.errors import AlreadyExistsError, ConflictError, NotFoundError
 from metastore.models import (
     PRIMARY,
     ChunkState,
@@ -221,6 +221,54 @@ class TableStore(Database):
             conn.execute(sa.delete(s.chunks).where(s.chunks.c.table_id == table_id))
             conn.execute(sa.delete(s.partitions).where(s.partitions.c.table_id == table_id))
             conn.execute(sa.delete(s.tables).where(s.tables.c.id == table_id))
+
+    def declare_keys(self, table_id: int, keys: Keys, columns: Sequence[Column], seen_version: int) -> Table:
+        """Make the empty table ``table_id`` keyed by ``keys``, with ``columns`` (its key columns NOT
+        NULL); the table as it is now.
+
+        ``seen_version``: the table's :meth:`newest_version` when its caller found its snapshot empty.
+        Under its namespace's exclusive lock (which reservations wait for), it refuses while a chunk of
+        the table is reserved or committing, or if one was committed since: every chunk reserved
+        before is seen here, and every chunk reserved after reads the key at its commit
+        (``fence_commit``), so no chunk written without the key commits after it.
+
+        Raises:
+            ConflictError: the table has a key already, a chunk is in flight, or data came meanwhile.
+        """
+        c = s.chunks.c
+        with self.tx() as conn:
+            fence_table(conn, table_id, self.label, share=False)
+            row = conn.execute(sa.select(s.tables).where(s.tables.c.id == table_id)).one()
+            table = table_from_row(row, self.name)
+            if table.keys is not None:
+                raise ConflictError(f"table {table.name} has a primary key already ({table.keys.describe()})")
+            busy = conn.execute(
+                sa.select(c.id, c.state)
+                .where(
+                    c.table_id == table_id,
+                    c.state.in_([ChunkState.RESERVED.value, ChunkState.COMMITTING.value]),
+                )
+                .limit(1)
+            ).first()
+            if busy is not None:
+                raise ConflictError(
+                    f"table {table.name}: chunk {busy.id} is {busy.state}; a key is declared only while no "
+                    "chunk is in flight: run it again once the chunk has committed or expired (streampart "
+                    "chunk list)"
+                )
+            committed = conn.execute(
+                sa.select(sa.func.max(c.version)).where(
+                    c.table_id == table_id, c.state == ChunkState.COMMITTED.value
+                )
+            ).scalar()
+            if committed is not None and committed > seen_version:
+                raise ConflictError(
+                    f"table {table.name} took rows while its key was being declared: it is not empty; "
+                    "nothing was changed"
+                )
+            values = {"keys": keys.model_dump(mode="json"), "columns": [col.model_dump() for col in columns]}
+            conn.execute(sa.update(s.tables).where(s.tables.c.id == table_id).values(**values))
+        return table_from_row({**row._mapping, **values}, self.name)
 
     def newest_version(self, table_id: int) -> int:
         """The newest Delta version at which the metastore recorded a commit of the table (-1: none).

@@ -19,10 +19,15 @@ from streampart.cli.output import TextOutput
 from streampart.cli.params import JsonFlag, choice
 from streampart.cli.tables import (
     CheckpointIntervalOption,
+    DeleteOpsOption,
     LogRetentionOption,
     MaxNewColumnsOption,
+    OpColumnOption,
+    PrimaryKeyOption,
     RetainOption,
     SchemaEvolutionOption,
+    SequenceByOption,
+    UpsertOpsOption,
     check_max_new_columns,
 )
 
@@ -35,7 +40,7 @@ if TYPE_CHECKING:
 _NOTHING = (
     "nothing to change: give --add-column 'NAME TYPE', --widen-column 'NAME TYPE', --schema-evolution MODE, "
     "--max-new-columns N, --add-replica CLUSTER, --drop-replica CLUSTER, --checkpoint-interval N, "
-    "--log-retention DURATION or --retain DURATION|none|namespace"
+    "--log-retention DURATION, --retain DURATION|none|namespace or (on an empty table) --primary-key COLS"
 )
 
 
@@ -74,13 +79,20 @@ def table_alter(
     checkpoint_interval: CheckpointIntervalOption = None,
     log_retention: LogRetentionOption = None,
     retain: RetainOption = None,
+    primary_key: PrimaryKeyOption = None,
+    sequence_by: SequenceByOption = None,
+    op_column: OpColumnOption = None,
+    delete_ops: DeleteOpsOption = None,
+    upsert_ops: UpsertOpsOption = None,
     _json: JsonFlag = False,
 ) -> None:
-    """Change a table's columns or schema evolution, its secondary clusters, or its Delta log schedule."""
+    """Change a table's columns or schema evolution, its secondary clusters, or its Delta log schedule;
+    give an empty table a primary key."""
     from metastore.delta.checkpoints import check_checkpoint_interval, check_log_retention
-    from metastore.models import SchemaEvolution, parse_column_change
+    from metastore.models import SchemaEvolution, keys_from_options, parse_column_change
     from metastore.retention import parse_retain
 
+    keys = keys_from_options(primary_key, sequence_by, op_column, delete_ops, upsert_ops)
     add = [parse_column_change(c, "--add-column") for c in add_column or ()]
     widen = [parse_column_change(c, "--widen-column") for c in widen_column or ()]
     evolution = choice(SchemaEvolution, schema_evolution, "--schema-evolution") if schema_evolution else None
@@ -89,7 +101,7 @@ def table_alter(
     settings_change = evolution is not None or max_new_columns is not None
     log_change = checkpoint_interval is not None or log_retention is not None
     retain_to = parse_retain(retain) if retain is not None else None
-    if not (add or widen or settings_change or add_replica or drop_replica or log_change or retain):
+    if not (add or widen or settings_change or add_replica or drop_replica or log_change or retain or keys):
         raise UserInputError(_NOTHING)
     if checkpoint_interval is not None:
         check_checkpoint_interval(checkpoint_interval)
@@ -101,6 +113,8 @@ def table_alter(
     catalog = cli.catalog()
     table = catalog.table(name)
     _check(catalog, table, add_replica or [], drop_replica or [], retain is not None, retain_to)
+    if keys is not None:  # first: it needs the table empty, and refuses a table keyed otherwise
+        table = catalog.keys.declare(table, keys)
     change = catalog.schemas.alter(table, add, widen).change if add or widen else None
     for cluster in drop_replica or ():
         catalog.replicas.drop(table, cluster)
@@ -134,6 +148,7 @@ def _altered(catalog: Catalog, table: Table, change: RecordedSchemaChange | None
         else {"version": change.version, "change": change.description, "key": change.key},
         "schema_evolution": table.schema_evolution.value,
         "max_new_columns": table.max_new_columns,
+        "keys": None if table.keys is None else table.keys.model_dump(mode="json"),
         "delta_log": log_settings(catalog.load(table)).to_json(),
     }
 
@@ -173,6 +188,12 @@ def _print_altered(out: TextOutput, info: dict[str, Any]) -> None:
         )
         columns = ", ".join(f"{c['name']} {c['type']}" for c in info["columns"])
         out.console.print(f"{escape(info['table'])}: columns {escape(columns)}", highlight=False)
+    if info["keys"] is not None:
+        from metastore.models import Keys
+
+        out.console.print(
+            f"{escape(info['table'])}: {escape(Keys(**info['keys']).describe())}", highlight=False
+        )
     out.console.print(
         f"{escape(info['table'])}: schema evolution {info['schema_evolution']}, at most "
         f"{info['max_new_columns']} new columns from data",

@@ -44,6 +44,29 @@ MaxNewColumnsOption = Annotated[
     typer.Option(help="How many columns evolution from data may add to the table in all [default: 100]"),
 ]
 
+# A keyed table's options (``table create``, and ``table alter`` on an empty table).
+PrimaryKeyOption = Annotated[
+    str | None,
+    typer.Option(help="Key columns (A,B): the table keeps one row per key, every record an upsert of it"),
+]
+SequenceByOption = Annotated[
+    str | None,
+    typer.Option(
+        help="Keyed tables: the version with the greatest value wins [default: the latest to arrive]"
+    ),
+]
+OpColumnOption = Annotated[
+    str | None,
+    typer.Option(help="Keyed tables: the column saying whether a record upserts or deletes its key"),
+]
+DeleteOpsOption = Annotated[
+    str | None, typer.Option(help="Values of --op-column that delete the key [default: d,DELETE]")
+]
+UpsertOpsOption = Annotated[
+    str | None,
+    typer.Option(help="Values of --op-column that upsert the key [default: c,r,u,INSERT,UPDATE]"),
+]
+
 table_app = typer.Typer(help="Create, list, describe and drop streaming tables.", no_args_is_help=True)
 
 
@@ -127,27 +150,11 @@ def table_create(
     log_retention: LogRetentionOption = None,
     schema_evolution: SchemaEvolutionOption = None,
     max_new_columns: MaxNewColumnsOption = None,
-    primary_key: Annotated[
-        str | None,
-        typer.Option(help="Key columns (A,B): the table keeps one row per key, every record an upsert of it"),
-    ] = None,
-    sequence_by: Annotated[
-        str | None,
-        typer.Option(
-            help="Keyed tables: the version with the greatest value wins [default: the latest to arrive]"
-        ),
-    ] = None,
-    op_column: Annotated[
-        str | None,
-        typer.Option(help="Keyed tables: the column saying whether a record upserts or deletes its key"),
-    ] = None,
-    delete_ops: Annotated[
-        str | None, typer.Option(help="Values of --op-column that delete the key [default: d,DELETE]")
-    ] = None,
-    upsert_ops: Annotated[
-        str | None,
-        typer.Option(help="Values of --op-column that upsert the key [default: c,r,u,INSERT,UPDATE]"),
-    ] = None,
+    primary_key: PrimaryKeyOption = None,
+    sequence_by: SequenceByOption = None,
+    op_column: OpColumnOption = None,
+    delete_ops: DeleteOpsOption = None,
+    upsert_ops: UpsertOpsOption = None,
     _json: JsonFlag = False,
 ) -> None:
     """Create a streaming table partitioned by one timestamp column."""

@@ -222,3 +222,48 @@ def test_a_chunk_uploaded_before_another_writer_added_its_field_as_another_type_
     assert done["chunk"] == chunk["id"] and done["rows"] == 2
     found = {r["id"]: r["coupon"] for r in DeltaTable(table.location).to_pyarrow_table().to_pylist()}
     assert {i: found[i] for i in (10, 11, 20)} == {10: "7", 11: "7", 20: "text"}
+
+
+def test_patch_gives_an_empty_table_a_primary_key_and_http_writes_keep_one_row_per_key(
+    server: Server,
+) -> None:
+    """``primary_key`` on an empty table (``--primary-key``'s PATCH); then the events and chunk endpoints
+    write versions of keys, and delta-rs reads one row per key once they are rolled. A table with
+    rows is refused, naming why, and changes nothing."""
+    from scheduler.roll import Roller
+
+    table = make_table(server.catalog, f"alt.keyed{next(_made)}", schema=SCHEMA)
+    done = patch(server, table, {"primary_key": "id", "sequence_by": "qty"})
+    assert done.status_code == 200, done.text
+    assert done.json()["keys"]["columns"] == ["id"] and done.json()["keys"]["sequence_by"] == "qty"
+    ns, t = table.name.namespace, table.name.table
+    ts = "2026-11-21T10:15:00Z"
+    with httpx.Client(base_url=server.url, headers=auth(server.admin), timeout=60) as http:
+        events = [{"id": 1, "ts": ts, "msg": "new", "qty": 2}, {"id": 1, "ts": ts, "msg": "old", "qty": 1}]
+        assert http.post(f"/v1/tables/{ns}/{t}/events", json=events).status_code == 200
+        chunk = http.post(f"/v1/tables/{ns}/{t}/chunks", json={}).json()
+        content = jsonl(
+            [{"id": 2, "ts": ts, "msg": "b", "qty": 5}, {"id": 1, "ts": ts, "msg": "older", "qty": 0}]
+        )
+        upload = http.put(
+            f"/v1/chunks/{chunk['id']}/data",
+            params={"commit": "true"},
+            content=content,
+            headers={"Content-Type": "application/x-ndjson"},
+        )
+        assert upload.status_code == 200, upload.text
+        null_key = http.post(
+            f"/v1/tables/{ns}/{t}/events", json=[{"id": None, "ts": ts, "msg": "x", "qty": 1}]
+        )
+        assert null_key.status_code == 400 and "'id' is required" in null_key.text, null_key.text
+    Roller(server.catalog).roll_table(server.catalog.table(str(table.name)), force=True)
+    found = sorted((r["id"], r["msg"]) for r in DeltaTable(table.location).to_pyarrow_table().to_pylist())
+    assert found == [(1, "new"), (2, "b")]  # by qty: the first event's version is the newest of key 1
+
+    full = table_of(server, "alt.full")
+    version = int(DeltaTable(full.location).version())
+    refused = patch(server, full, {"primary_key": "id"})
+    assert refused.status_code == 400 and refused.json()["field"] == "primary_key", refused.text
+    assert "holds rows" in refused.json()["message"]
+    unchanged(server, full, version)
+    assert server.catalog.table(str(full.name)).keys is None

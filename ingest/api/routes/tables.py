@@ -3,7 +3,8 @@
 All answer in the shape of ``streampart table describe --json`` (:class:`~ingest.api.models.TableInfo`).
 ``PATCH`` (``admin`` scope) is ``streampart table alter``'s schema part: it adds and widens columns
 through ``catalog.schemas`` (one Delta ``metaData`` commit, then the metastore) and sets the table's
-schema evolution. Everything is checked before anything changes: a mistake is a 400 naming it, a
+schema evolution, and gives an empty table a primary key (``catalog.keys``). Everything is checked
+before anything changes: a mistake is a 400 naming it, a
 race with another schema change a 409 ``conflict`` (run it again).
 """
 
@@ -17,7 +18,7 @@ from ingest.api.deps import Caller, State
 from ingest.api.errors import blame
 from ingest.api.models import AlteredTable, AlterTable, TableInfo, error_responses
 from metastore.errors import UserInputError
-from metastore.models import Column, Permission, SchemaEvolution, iso, parse_column_change
+from metastore.models import Column, Permission, SchemaEvolution, iso, keys_from_options, parse_column_change
 from metastore.retention import parse_retain
 
 router = APIRouter(tags=["tables"])
@@ -62,12 +63,12 @@ def describe_table(namespace: str, table: str, who: Caller, st: State) -> dict[s
     response_model=AlteredTable,
     response_model_exclude_unset=True,
     responses=error_responses(400, 401, 403, 404, 409, 422),
-    summary="Change a table's columns or its schema evolution",
+    summary="Change a table's columns, its schema evolution or retention, or give it a primary key",
 )
 def alter_table(namespace: str, table: str, body: AlterTable, who: Caller, st: State) -> dict[str, Any]:
     """Add nullable columns (rows written before read null) and widen columns in place, as ``streampart
-    table alter --add-column/--widen-column`` does, and set ``schema_evolution``, ``max_new_columns`` and
-    ``retain`` (as ``--retain``).
+    table alter --add-column/--widen-column`` does, set ``schema_evolution``, ``max_new_columns`` and
+    ``retain`` (as ``--retain``), and give an empty table a ``primary_key`` (as ``--primary-key``).
     Needs ``admin`` on the namespace. Answers the table as ``GET`` does, with ``schema_change``."""
     found = st.table_of(who, Permission.ADMIN, namespace, table)
     add = _columns(body.add_columns, "add_columns")
@@ -77,11 +78,15 @@ def alter_table(namespace: str, table: str, body: AlterTable, who: Caller, st: S
         with blame("schema_evolution"):
             evolution = _evolution(body.schema_evolution)
     settings = evolution is not None or body.max_new_columns is not None
-    if not (add or widen or settings or body.retain is not None):
+    with blame("primary_key"):
+        keys = keys_from_options(
+            body.primary_key, body.sequence_by, body.op_column, body.delete_ops, body.upsert_ops, flag="{}"
+        )
+    if not (add or widen or settings or body.retain is not None or keys is not None):
         with blame("body"):
             raise UserInputError(
-                "nothing to change: give add_columns, widen_columns, schema_evolution, max_new_columns or "
-                "retain"
+                "nothing to change: give add_columns, widen_columns, schema_evolution, max_new_columns, "
+                "retain or (on an empty table) primary_key"
             )
     retain = None
     if body.retain is not None:
@@ -89,6 +94,9 @@ def alter_table(namespace: str, table: str, body: AlterTable, who: Caller, st: S
             retain = parse_retain(body.retain, "retain")
             st.catalog.retention.check(found, retain)
     try:
+        if keys is not None:
+            with blame("primary_key"):
+                found = st.catalog.keys.declare(found, keys)
         with blame("body"):
             change = (
                 st.catalog.schemas.alter(found, add, widen, source="http").change if add or widen else None
