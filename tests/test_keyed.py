@@ -12,7 +12,11 @@ from __future__ import annotations
 import json
 import os
 import random
+import signal
+import subprocess
+import threading
 import time
+from collections import Counter
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -26,7 +30,7 @@ from metastore.delta.checkpoints import set_log_settings
 from metastore.durations import parse_duration
 from metastore.errors import UserInputError
 from metastore.integrity import check_table
-from metastore.models import Keys, Mode, TableName, TableSpec, parse_schema
+from metastore.models import ChunkState, Keys, Mode, TableName, TableSpec, parse_schema
 from scheduler.config import HousekeepingConfig
 from scheduler.housekeeping import Housekeeper
 from scheduler.roll import Roller
@@ -409,6 +413,123 @@ def test_debezium_change_events_land_as_their_newest_row_per_key(spark, sqlite_c
 
 def read_batches_rows(catalog: Any, table: Any) -> list[dict[str, Any]]:
     return [r for b in read_batches(pin(catalog, table)) for r in b.to_pylist()]
+
+
+# Where the Debezium ingest process dies, then restarts (the crash points of the Kafka ingest's
+# test: COMMITTING recorded but no Delta commit; the Delta commit landed but the metastore not told),
+# and SIGKILLs at random instants from outside
+DEBEZIUM_KILLS = ("chunk-before-delta-commit@2", "chunk-after-delta-commit@2", "random", "random")
+
+
+@pytest.mark.spark
+def test_a_debezium_topic_ingested_under_kills_lands_every_change_once(
+    sqlite_catalog, kafka_broker, tmp_path
+) -> None:
+    """A PostgreSQL connector's topic (keyed by the row's key, a tombstone after each delete, the
+    LSN rising event by event) produced while `streampart ingest kafka --format debezium` is killed
+    again and again: after a final drain each key shows its newest change, never an older one, never
+    twice, and nothing produced is missing; a plain reader after the roll sees the same."""
+    import deltalake
+
+    from tests.ingest.test_kafka_ingest import ingest_cmd, topic_name
+
+    table = keyed_table(sqlite_catalog, "ns.events", sequence=True, dead_letter=True)
+    topic = topic_name()
+    kafka_broker.create_topic(topic, partitions=3)
+    checkpoint = tmp_path / "checkpoint"
+    truth = Truth(True)
+    versions: dict[int, int] = {}  # v (the event's number) → its key: what a row may show
+    stop = threading.Event()
+    failed: list[BaseException] = []
+
+    def produce() -> None:
+        rng, n = random.Random(17), 0
+        try:
+            while not stop.is_set():
+                events, records = [], []
+                for _ in range(15):
+                    e = debezium_event(rng, n, envelope=n % 2 == 0)
+                    p = e.get("payload", e)
+                    p["source"]["lsn"] = 1_000 + n  # the WAL's position: rising with each change
+                    row = p["after"] if p["op"] != "d" else p["before"]
+                    # keys live a while (about ten changes each) and are then left: every batch holds
+                    # some key's last change, so a batch lost shows as a key stale or missing
+                    row["id"] = n // 10 + row["id"] % 20
+                    key = json.dumps({"id": row["id"]})
+                    records.append({"key": key, "value": json.dumps(e), "partition": row["id"] % 3})
+                    if p["op"] == "d":  # Debezium's tombstone, for log compaction: skipped
+                        records.append({"key": key, "value": None, "partition": row["id"] % 3})
+                    events.append({"id": row["id"], "v": row["v"], "op": p["op"], "lsn": 1_000 + n})
+                    versions[n] = row["id"]
+                    n += 1
+                kafka_broker.produce(topic, records)
+                truth.apply(events)
+                stop.wait(0.25)
+        except BaseException as exc:  # the test fails on it below (the truth would be wrong)
+            failed.append(exc)
+
+    cmd = ingest_cmd(
+        sqlite_catalog,
+        kafka_broker.bootstrap,
+        topic,
+        checkpoint,
+        "--format",
+        "debezium",
+        "--trigger",
+        "1s",
+        "--max-offsets-per-trigger",
+        "120",
+    )
+    producer = threading.Thread(target=produce)
+    producer.start()
+    rng = random.Random(4197)
+    try:
+        for kill in DEBEZIUM_KILLS:
+            env = {**os.environ}
+            if kill == "random":
+                proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                # once it committed a chunk, at a random instant
+                seen = len(sqlite_catalog.store.list_chunks(table.id, [ChunkState.COMMITTED]))
+                deadline = time.monotonic() + 120
+                while time.monotonic() < deadline and proc.poll() is None:
+                    if len(sqlite_catalog.store.list_chunks(table.id, [ChunkState.COMMITTED])) > seen:
+                        break
+                    time.sleep(0.2)
+                time.sleep(rng.uniform(0.0, 2.5))
+                proc.send_signal(signal.SIGKILL)
+                _, err = proc.communicate(timeout=60)
+            else:
+                env["STREAMPART_CRASHPOINT"] = kill
+                proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                _, err = proc.communicate(timeout=240)
+            assert proc.returncode == -signal.SIGKILL, (kill, err.decode()[-2000:])
+            # what is committed so far: one row per key (read_now refuses a key shown twice), each
+            # one a version that was produced for its key
+            for k, (v, _) in read_now(sqlite_catalog, table).items():
+                assert versions.get(v) == k, (kill, k, v)
+    finally:
+        stop.set()
+        producer.join()
+    assert not failed, failed
+    assert len(versions) >= 300, len(versions)  # changes arrived all the while
+    final = subprocess.run(
+        ingest_cmd(sqlite_catalog, kafka_broker.bootstrap, topic, checkpoint, "--format", "debezium",
+                   "--available-now"),
+        capture_output=True,
+        timeout=300,
+    )  # fmt: skip
+    assert final.returncode == 0, final.stderr.decode()[-2000:]
+    assert read_now(sqlite_catalog, table) == truth.live()
+    # not rolled yet, the Delta table holds the versions as committed (a chunk stages a key's newest
+    # of its batch only): a batch committed twice would hold its versions twice
+    raw = Counter(deltalake.DeltaTable(table.location).to_pyarrow_table().column("v").to_pylist())
+    assert [v for v, times in raw.items() if times > 1 or v not in versions] == []
+    states = Counter(c.state for c in sqlite_catalog.store.list_chunks(table.id))
+    assert set(states) <= {ChunkState.COMMITTED, ChunkState.RESERVED}, states  # none left COMMITTING
+    assert read_batches_rows(sqlite_catalog, sqlite_catalog.table("ns.events__dead_letter")) == []
+    Roller(sqlite_catalog).roll_table(table, force=True)
+    assert shown(deltalake.DeltaTable(table.location).to_pyarrow_table().to_pylist()) == truth.live()
+    assert read_now(sqlite_catalog, table) == truth.live()
 
 
 def test_a_delete_by_predicate_deletes_the_keys_whose_current_row_matches(catalog) -> None:
