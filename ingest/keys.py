@@ -149,9 +149,24 @@ def current_rows(
     table: Table, version: int, files: Sequence[Any], columns: Sequence[Column]
 ) -> pa.Table | None:
     """The live rows of a keyed table's snapshot at ``version`` (its live ``files``, its ``columns``),
-    read without Spark: every version read, the newest of each key kept (deletes kept by rolls
-    applied, ``metastore/delta/tombstones.py``), deletes dropped; the partition column last. None: no
-    file.
+    read without Spark: :func:`newest_rows` without the deletes and the arrival column. None: no file.
+
+    Raises:
+        StorageError: a file or the log could not be read.
+    """
+    keys = table.keys
+    assert keys is not None
+    newest = newest_rows(table, version, files, columns)
+    return None if newest is None else live(keys, newest).drop_columns([ARRIVAL_COLUMN])
+
+
+def newest_rows(
+    table: Table, version: int, files: Sequence[Any], columns: Sequence[Column]
+) -> pa.Table | None:
+    """The newest version of each key in ``files`` (live files of a keyed table's snapshot at
+    ``version``), read without Spark, with its :data:`ARRIVAL_COLUMN` and the partition column last:
+    every version read, the newest of each key kept, those older than a delete a roll kept dropped
+    (``metastore/delta/tombstones.py``); deletes are kept. None: no file.
 
     Raises:
         StorageError: a file or the log could not be read.
@@ -183,4 +198,4 @@ def current_rows(
     kept = read_tombstones(table, version)  # deletes a roll kept: older versions lose to them
     if kept is not None:
         newest = without_keys(keys, newest, beaten_by(keys, newest, kept))
-    return live(keys, newest).drop_columns([ARRIVAL_COLUMN])
+    return newest

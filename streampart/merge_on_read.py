@@ -30,8 +30,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from metastore.delta.arrivals import arrivals
-from metastore.delta.tombstones import read_tombstones
+from ingest.keys import newest_rows
 from metastore.models import ARRIVAL_COLUMN, Keys
 
 if TYPE_CHECKING:
@@ -44,7 +43,6 @@ if TYPE_CHECKING:
 def keyed_frame(spark: SparkSession, snap: Snapshot, files_frame: Callable[..., DataFrame]) -> DataFrame:
     """The live rows of ``snap`` (a keyed table's snapshot), in its columns and partition column;
     ``files_frame`` reads a snapshot's files with each row's arrival (``streampart.query.files_frame``)."""
-    from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     from streampart.snapshots import Snapshot
@@ -54,23 +52,14 @@ def keyed_frame(spark: SparkSession, snap: Snapshot, files_frame: Callable[..., 
     columns = [*(c.name for c in snap.columns), snap.table.partition_column]
     unresolved = tuple(f for f in snap.files if f.staged)
     resolved = tuple(f for f in snap.files if not f.staged)
-    tags = arrivals(snap.table, snap.version) if unresolved else {}
-    s = files_frame(spark, Snapshot(snap.table, snap.version, resolved, snap.columns), tags)
+    s = files_frame(spark, Snapshot(snap.table, snap.version, resolved, snap.columns), {})
     if not unresolved:
         return _live(keys, s).select(*(F.col(f"`{c}`") for c in columns))
-    t = files_frame(spark, Snapshot(snap.table, snap.version, unresolved, snap.columns), tags)
-    key_cols = [F.col(f"`{k}`") for k in keys.columns]
-    rank = "__sp_rank"
-    order = [F.col(f"`{keys.sequence_by}`").desc()] if keys.sequence_by else []
-    order.append(F.col(ARRIVAL_COLUMN).desc())
-    newest_t = (
-        t.withColumn(rank, F.row_number().over(Window.partitionBy(*key_cols).orderBy(*order)))
-        .filter(F.col(rank) == 1)
-        .drop(rank)
-    )
-    kept = read_tombstones(snap.table, snap.version)
-    if kept is not None:  # deletes a roll kept: an older version arriving later loses to them
-        newest_t = _not_older(spark, keys, newest_t, kept)
+    # the newest unresolved version of each key, kept deletes applied: read on the driver (the open
+    # partitions: few rows), so that Spark reads them once, as rows it holds, however often used
+    newest = newest_rows(snap.table, snap.version, unresolved, snap.columns)
+    assert newest is not None
+    newest_t = local_frame(spark, newest, s.schema)
     if not resolved:
         return _live(keys, newest_t).select(*(F.col(f"`{c}`") for c in columns))
     if keys.sequence_by is None:
@@ -86,35 +75,28 @@ def keyed_frame(spark: SparkSession, snap: Snapshot, files_frame: Callable[..., 
     # what each side needs of the other: the key and the version's order
     versions = [*keys.columns, *([keys.sequence_by] if keys.sequence_by else []), ARRIVAL_COLUMN]
     t_versions = _renamed(newest_t.select(*versions), "__sp_t_")
-    s_versions = _renamed(s.select(*versions), "__sp_s_")
     kept_s = s.join(F.broadcast(t_versions), _on(s, t_versions, keys.columns, "__sp_t_"), "left").filter(
         F.col(f"__sp_t_{keys.columns[0]}").isNull() | _newer(keys, s, "__sp_t_")
     )
-    # the resolved versions of those keys, streamed against the broadcast newest unresolved rows (a
-    # right outer join: every unresolved row kept, with its key's resolved version if any)
-    kept_t = s_versions.join(
-        F.broadcast(newest_t), _on(newest_t, s_versions, keys.columns, "__sp_s_"), "right"
-    ).filter(F.col(f"__sp_s_{keys.columns[0]}").isNull() | _newer(keys, newest_t, "__sp_s_"))
+    # the keys whose resolved version beats their unresolved one: the resolved files' key and order
+    # columns streamed against the broadcast unresolved versions (few keys come out)
+    s_versions = s.select(*versions)
+    beaten = (
+        s_versions.join(F.broadcast(t_versions), _on(s_versions, t_versions, keys.columns, "__sp_t_"))
+        .filter(_newer(keys, s_versions, "__sp_t_"))
+        .select(*(s_versions[f"`{k}`"] for k in keys.columns))
+    )
+    kept_t = newest_t.join(beaten, list(keys.columns), "left_anti")
     both = kept_s.select(*s.columns).unionByName(kept_t.select(*newest_t.columns))
     return _live(keys, both).select(*(F.col(f"`{c}`") for c in columns))
 
 
-def _not_older(spark: SparkSession, keys: Keys, newest: DataFrame, kept: Any) -> DataFrame:
-    """``newest`` without the versions older than a delete in ``kept`` (Arrow) for their key."""
-    from pyspark.sql import functions as F
-
-    prefix = "__sp_d_"
-    names = [*keys.columns, *([keys.sequence_by] if keys.sequence_by else []), ARRIVAL_COLUMN]
-    types = {f.name: f.dataType for f in newest.schema.fields}
-    rows = kept.select(names).to_pylist()
-    from pyspark.sql.types import StructField, StructType
-
-    schema = StructType([StructField(prefix + n, types[n]) for n in names])
-    deletes = spark.createDataFrame([tuple(r[n] for n in names) for r in rows], schema)
-    joined = newest.join(F.broadcast(deletes), _on(newest, deletes, keys.columns, prefix), "left")
-    return joined.filter(F.col(prefix + keys.columns[0]).isNull() | _newer(keys, newest, prefix)).select(
-        *(newest[f"`{c}`"] for c in newest.columns)
-    )
+def local_frame(spark: SparkSession, rows: Any, schema: Any) -> DataFrame:
+    """The Arrow table ``rows`` as a Spark DataFrame of ``schema`` (its columns' names and types, in
+    order), held by the driver: Spark reads it without a job and broadcasts it as it is."""
+    names = schema.fieldNames()
+    data = rows.select(names).to_pylist()
+    return spark.createDataFrame([tuple(r[n] for n in names) for r in data], schema)
 
 
 def _renamed(frame: DataFrame, prefix: str) -> DataFrame:
