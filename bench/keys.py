@@ -12,11 +12,12 @@ Three measurements, each against a table of appends holding the same rows, measu
    table is merged on read: ``streampart/merge_on_read.py``) and the same read without Spark
    (``streampart.snapshots.read_batches``); best of the reps, results checked equal. Goal: ≤ 2x.
 3. **Roll.** A keyed table of many rolled partitions (forced rolls, one per chunk) and a partition
-   updating one key in each of them, rolled (``scheduler/keyed_rolls.py``: every other live file's key
-   columns read, each file holding an older version rewritten without it), against the roll of the
+   updating one key in each of them, rolled (``scheduler/keyed_rolls.py``: the key columns read of
+   every other live file whose key range in the log may hold one of its keys, each file holding an
+   older version rewritten without it), against the roll of the
    same rows in a table of appends with the same rolled partitions. Two more keyed partitions of the
    same size show what the cost is made of: one updating every key of 10 partitions (the rest new
-   keys), one of new keys only (scans, rewrites nothing). The sweep's counts are taken from the
+   keys), one of new keys only (its keys lie outside every file's range: reads and rewrites nothing). The sweep's counts are taken from the
    ``KeyedSweep`` the roll made (a ``Roller`` subclass keeps it) and checked against its commit.
 """
 
@@ -496,6 +497,7 @@ def roll_once(warehouse: Path, saved: Path, ids: list[int]) -> dict[str, Any]:
         "sweep_seconds": roller.sweep_seconds,
         "rows": done.rows,
         "files_scanned": sweep.files_scanned if sweep else 0,
+        "files_skipped": sweep.files_skipped if sweep else 0,
         "files_rewritten": sweep.files_rewritten if sweep else 0,
         "versions_removed": sweep.versions_removed if sweep else 0,
         "removed_in_commit": removed_elsewhere,
@@ -544,8 +546,8 @@ def measure_roll(scale: dict[str, Any], result: BenchResult, tmp: Path, prepared
         f"(best of {reps})",
         title_justify="left",
     )
-    for col in ("partition rolled", "roll", "sweep / compact", "files scanned", "files rewritten",
-                "versions removed", "roll / append roll"):  # fmt: skip
+    for col in ("partition rolled", "roll", "sweep / compact", "files scanned", "skipped by key range",
+                "files rewritten", "versions removed", "roll / append roll"):  # fmt: skip
         t.add_column(col, justify="left" if col == "partition rolled" else "right")
     for case in variants:
         r = runs[case][-1]
@@ -555,6 +557,7 @@ def measure_roll(scale: dict[str, Any], result: BenchResult, tmp: Path, prepared
             fmt(seconds, "s"),
             fmt(best(case, "sweep_seconds"), "s"),
             f"{r['files_scanned']:,}",
+            f"{r.get('files_skipped', 0):,}",
             f"{r['files_rewritten']:,}",
             f"{r['versions_removed']:,}",
             fmt_ratio(seconds / base),

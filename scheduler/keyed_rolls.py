@@ -21,9 +21,10 @@ reports both counts.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -38,6 +39,7 @@ from metastore.delta.arrow import conform, data_schema
 from metastore.delta.files import LiveFile, disk_path, remove_file, write_parquet
 from metastore.delta.layout import parse_partition_value, partition_dir, staged_dir
 from metastore.delta.log import SWEEP_KEY, commit_actions, commit_info
+from metastore.delta.stats import may_hold, ranges_stats
 from metastore.delta.tombstones import read_tombstones, tombstone_columns, write_tombstones
 from metastore.errors import TableIntegrityError
 from metastore.models import ARRIVAL_COLUMN, Column, Keys, Roll, Table
@@ -54,12 +56,14 @@ class KeyedSweep:
     removes: list[LiveFile] = field(default_factory=list)  # other partitions' files rewritten
     adds: list[tuple[str, datetime, int]] = field(default_factory=list)  # … and what replaces them
     files_scanned: int = 0  # other files whose key columns were read
+    files_skipped: int = 0  # other files whose key ranges hold none of its keys: not read
     files_rewritten: int = 0
     versions_removed: int = 0  # older versions removed from other partitions
     rows_in: int = 0  # versions in P before the sweep
     rows_out: int = 0
 
     tombstones: str | None = None  # the deletes it keeps (a table with a sequence column)
+    ranges: dict[str, str] = field(default_factory=dict)  # the key columns' ranges of what it wrote
 
     def written(self) -> list[str]:
         """The data files it wrote (the deletes it keeps are kept: :mod:`metastore.delta.tombstones`)."""
@@ -78,12 +82,16 @@ def keyed_sweep(
     every_file: Sequence[LiveFile],
     name: Callable[[int], str],
     target_rows: int,
+    ranges: Mapping[str, Sequence[tuple[Any, Any]]] | None = None,
 ) -> KeyedSweep:
     """Plan and write the sweep of partition ``value`` of ``table`` at snapshot ``version`` (whose
     live files are ``every_file`` and columns ``columns``); ``name(k)`` names P's ``k``-th file and
-    each rewritten file's (in its own directory)."""
+    each rewritten file's (in its own directory). ``ranges``: the key columns' range in each file
+    whose add gives them (``metastore/delta/stats.py``): only files that may hold one of P's keys
+    are read for older versions."""
     keys = table.keys
     assert keys is not None
+    key_columns = [c for c in columns if c.name in keys.columns]
     tags = arrivals(table, version) if any(f.staged for f in every_file) else {}
     mine = [f for f in every_file if f.partition == value]
     others = [f for f in every_file if f.partition != value]
@@ -94,7 +102,8 @@ def keyed_sweep(
         newest = newest_versions(keys, versions, [ARRIVAL_COLUMN]) if versions is not None else None
         beaten: list[pa.Table] = []
         if newest is not None and newest.num_rows and others:
-            beaten.append(_elsewhere(table, keys, columns, newest, others, tags, name, out))
+            candidates = _candidates(keys, newest, others, ranges or {}, out)
+            beaten.append(_elsewhere(table, keys, columns, newest, candidates, tags, name, out))
         kept_deletes = read_tombstones(table, version)
         if newest is not None and newest.num_rows and kept_deletes is not None:
             beaten.append(beaten_by(keys, newest, kept_deletes))
@@ -116,6 +125,7 @@ def keyed_sweep(
                 path = f"{partition_dir(table, value)}/{name(k)}"
                 write_parquet(table, path, part)
                 out.compacted.append((path, value, part.num_rows))
+                out.ranges[path] = ranges_stats(part, key_columns)
     except BaseException:
         out.discard(table)
         raise
@@ -146,6 +156,26 @@ def _read(
             )
         arrival = pa.array([tag] * read.num_rows, pa.int64())
     return data.append_column(ARRIVAL_COLUMN, arrival.cast(pa.int64()))
+
+
+def _candidates(
+    keys: Keys,
+    newest: pa.Table,
+    others: Sequence[LiveFile],
+    ranges: Mapping[str, Sequence[tuple[Any, Any]]],
+    out: KeyedSweep,
+) -> list[LiveFile]:
+    """The files of ``others`` that may hold a version of ``newest``'s keys: those whose key columns'
+    ranges take one of them, and those without ranges (read whatever they hold)."""
+    mine = newest.select(list(keys.columns))
+    found = []
+    for f in others:
+        bounds = ranges.get(f.path)
+        if bounds is None or may_hold(bounds, mine, keys.columns):
+            found.append(f)
+        else:
+            out.files_skipped += 1
+    return found
 
 
 def _elsewhere(
@@ -195,6 +225,7 @@ def _rewrite(
     out: KeyedSweep,
 ) -> None:
     """Rewrite each file holding a row of ``older`` without those rows."""
+    key_columns = [c for c in columns if table.keys is not None and c.name in table.keys.columns]
     by_file: dict[int, list[int]] = {}
     for i, row in zip(older.column(_FILE).to_pylist(), older.column(_ROW).to_pylist(), strict=True):
         by_file.setdefault(i, []).append(row)
@@ -215,6 +246,7 @@ def _rewrite(
         path = _rewritten_path(table, f, name(10_000 + k))
         write_parquet(table, path, left)
         out.adds.append((path, f.partition, left.num_rows))
+        out.ranges[path] = ranges_stats(left, key_columns)
 
 
 def _rewritten_path(table: Table, f: LiveFile, name: str) -> str:

@@ -353,7 +353,9 @@ class Roller:
                     version = wh.replace_files(dt, table, files, compacted, info)
                 else:  # rows go (older versions, deletes): a change of data
                     removes, adds = [*files, *keyed.removes], [*compacted, *keyed.adds]
-                    version = wh.replace_files(dt, table, removes, adds, info, data_change=True)
+                    version = wh.replace_files(
+                        dt, table, removes, adds, info, data_change=True, ranges=keyed.ranges
+                    )
             except ConflictError:
                 for path in written:
                     remove_file(table, path)
@@ -400,6 +402,9 @@ class Roller:
     def _keyed_sweep(self, table: Table, value: datetime, base: Any, roll_id: str) -> KeyedSweep:
         """A keyed table's sweep of ``value`` at the snapshot ``base``, written (not committed):
         ``scheduler/keyed_rolls.py``. Rolled here whatever ``roll.engine`` says."""
+        from metastore.delta.stats import key_ranges
+
+        assert table.keys is not None
         attempt = uuid.uuid4().hex[:8]
         base_version, columns = int(base.version()), columns_of(base, f"table {table.name}")
         sweep = keyed_sweep(
@@ -410,6 +415,7 @@ class Roller:
             live_files(base),
             lambda n: compacted_name(roll_id, base_version, attempt, n),
             KEYED_FILE_ROWS,
+            key_ranges(base, table.keys.columns),
         )
         self.progress.advance(sum(f.size for f in live_files(base) if f.partition == value))
         return sweep

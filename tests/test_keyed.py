@@ -662,3 +662,40 @@ def test_a_keyed_table_dropped_and_made_again_under_its_name_reads_its_own_arriv
         Roller(catalog).roll_table(table, force=True)
         assert read_now(catalog, table) == {1: (v + 1, "u")}
         catalog.drop_table(table)
+
+
+def test_a_keyed_roll_reads_only_the_files_whose_key_ranges_may_hold_its_keys(catalog, monkeypatch) -> None:
+    """Chunk commits and rolls record each file's key range in its add (Delta ``stats``); a roll looks
+    for older versions of its keys only in the files whose range takes one, and stays exact."""
+    import deltalake
+    import pyarrow as pa
+
+    from scheduler import keyed_rolls
+
+    table = keyed_table(catalog)
+    writer = ChunkWriter(catalog, table)
+    truth = Truth(False)
+    for p in range(6):  # partition p holds keys 10p .. 10p+9
+        chunk = [{"id": 10 * p + k, "ts": T0.isoformat(), "v": p, "op": "c", "lsn": 0} for k in range(10)]
+        writer.write(jsonl(chunk), Format.JSONL)
+        truth.apply(chunk)
+        Roller(catalog).roll_table(table, force=True)
+    adds = pa.table(deltalake.DeltaTable(table.location).get_add_actions(flatten=True))
+    ranges = set(zip(adds.column("min.id").to_pylist(), adds.column("max.id").to_pylist(), strict=True))
+    assert ranges == {(10 * p, 10 * p + 9) for p in range(6)}
+    read: list[str] = []
+    real = keyed_rolls._read
+
+    def counted(table: Any, f: Any, *args: Any, **kwargs: Any) -> Any:
+        read.append(f.path)
+        return real(table, f, *args, **kwargs)
+
+    monkeypatch.setattr(keyed_rolls, "_read", counted)
+    update = [{"id": k, "ts": T0.isoformat(), "v": 100 + k, "op": "u", "lsn": 0} for k in (21, 27, 105)]
+    writer.write(jsonl(update), Format.JSONL)
+    truth.apply(update)
+    Roller(catalog).roll_table(table, force=True)
+    others = [p for p in read if not p.startswith("_staging/")]
+    # partition 2's file twice (its keys read, then rewritten without keys 21 and 27); no other file
+    assert len(set(others)) == 1 and len(others) == 2, read
+    assert shown(deltalake.DeltaTable(table.location).to_pyarrow_table().to_pylist()) == truth.live()

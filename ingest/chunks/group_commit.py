@@ -56,6 +56,7 @@ from metastore.delta.log import (
     newest_version,
     verify_newest,
 )
+from metastore.delta.stats import stats_by_path
 from metastore.errors import (
     CommitStateUnknownError,
     ConflictError,
@@ -414,6 +415,7 @@ def _append(
     if change is not None:
         metadata[SCHEMA_KEY] = change.key
     files = [f for m in active for f in plans[m]]
+    named = {f.path.rsplit("/", 1)[-1]: f.stats for m in active for f in m.item.chunk.files}
     landing["maybe"] = True
     try:
         # fenced: written only while this process's commit-holder lease is live (checked last
@@ -425,6 +427,7 @@ def _append(
             metadata,
             fence=functools.partial(_require_live, active),
             schema_change=change.action if change is not None else None,
+            ranges=stats_by_path(named, [path for path, _, _ in files]),
         )
         if change is not None:
             crashpoint("chunk-evolving-after-delta-commit")

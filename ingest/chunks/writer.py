@@ -40,6 +40,7 @@ from metastore.catalog import Catalog
 from metastore.crashpoints import crashpoint, pausepoint
 from metastore.delta.files import remove_file, write_parquet
 from metastore.delta.layout import staging_path
+from metastore.delta.stats import ranges_stats
 from metastore.delta.warehouse import Warehouse
 from metastore.durations import format_duration
 from metastore.errors import (
@@ -68,6 +69,14 @@ def time_bounds(table: Table, now: datetime) -> TimeBounds | None:
         return None
     why = f"{format_duration(table.max_future)} ahead of now: the table's max-future"
     return TimeBounds(table.time_column, span[0], span[1], why)
+
+
+def key_ranges_of(table: Table, data: pa.Table) -> str:
+    """A keyed table's staged file's key columns' ranges (``metastore/delta/stats.py``): a roll looks
+    for older versions of its keys only in the files whose ranges may hold them."""
+    if table.keys is None:
+        return "{}"
+    return ranges_stats(data, [c for c in table.columns if c.name in table.keys.columns])
 
 
 def write_staged_files(
@@ -104,7 +113,10 @@ def write_staged_files(
         path = staging_path(prefix, k)
         size = write_parquet(table, path, part)
         kept = tuple(columns) if columns is not None else None
-        files.append(StagedFile(path=path, rows=part.num_rows, bytes=size, period=period, columns=kept))
+        ranges = key_ranges_of(table, part)
+        files.append(
+            StagedFile(path=path, rows=part.num_rows, bytes=size, period=period, columns=kept, stats=ranges)
+        )
     return files
 
 

@@ -63,6 +63,8 @@ STAGED_SCHEMA = pa.schema(
         ("columns", pa.string()),
         # the fields of the task's records that the table has no column for (JSON: field → records)
         ("ignored", pa.string()),
+        # a staged file's key columns' ranges (JSON, as StagedFile.stats)
+        ("stats", pa.string()),
     ]
 )
 """What each task returns: its staged files (``path`` set), then its bad records (``path`` null, a
@@ -385,6 +387,7 @@ class _RowWise:
                 "bytes": f.bytes,
                 "period_us": _micros(f.period),
                 "columns": columns,
+                "stats": f.stats,
             }
             for f in files
         ]

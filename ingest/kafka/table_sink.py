@@ -158,6 +158,7 @@ class TableSink:
                         bytes=r.bytes,
                         period=_from_micros(r.period_us),
                         columns=columns,
+                        stats=getattr(r, "stats", None) or "{}",
                     )
                 )
                 self.records += r.rows

@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import json
 import urllib.parse
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from metastore import storage
 from metastore.delta.log import ACTIONS_KEY, SCHEMA_KEY, commit_file
+from metastore.delta.stats import stats_json
 from metastore.errors import ConflictError
 from metastore.models.keys import ARRIVAL_TAG, arrival_of
 
@@ -58,6 +59,7 @@ def append_actions(
     schema_change: dict[str, Any] | None = None,
     operation: tuple[str, dict[str, str]] | None = None,
     arrival: int | None = None,
+    ranges: Mapping[str, str] | None = None,
 ) -> bytes:
     """The commit file of an append: ``files`` as ``(path, partition value, rows, size, mtime ms)``.
 
@@ -69,6 +71,7 @@ def append_actions(
     ``operation``: the commitInfo's operation and its parameters (default: an append's ``WRITE``;
     :func:`schema_operation` for a schema-only commit). ``arrival``: the version this body is
     written as, on a keyed table: each add is tagged with its rows' arrival (``ARRIVAL_TAG``).
+    ``ranges``: columns' statistics of files, by path (``metastore/delta/stats.py``).
     """
     files = list(files)
     name, parameters = operation or (
@@ -97,7 +100,7 @@ def append_actions(
             "size": size,
             "modificationTime": mtime,
             "dataChange": True,
-            "stats": json.dumps({"numRecords": rows}),
+            "stats": stats_json(rows, (ranges or {}).get(path)),
         }
         if arrival is not None:
             add["tags"] = {ARRIVAL_TAG: str(arrival_of(arrival, place))}

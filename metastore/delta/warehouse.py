@@ -10,12 +10,11 @@ that returned is found in the log by the unique key its commitInfo carries.
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -41,6 +40,7 @@ from metastore.delta.log import (
     commit_info,
     delta_table,
 )
+from metastore.delta.stats import stats_json
 from metastore.errors import CommitStateUnknownError, ConflictError, UserInputError
 from metastore.models import Column, Table, TableName
 
@@ -157,7 +157,13 @@ class Warehouse:
             return delta_table(table.location, version)
 
     def _add_action(
-        self, table: Table, relative: str, partition: datetime, rows: int, data_change: bool
+        self,
+        table: Table,
+        relative: str,
+        partition: datetime,
+        rows: int,
+        data_change: bool,
+        ranges: Mapping[str, str] | None = None,
     ) -> Any:
         from deltalake.transaction import AddAction
 
@@ -168,7 +174,7 @@ class Warehouse:
             {table.partition_column: partition_value_text(partition)},
             st.mtime_ms,
             data_change,
-            json.dumps({"numRecords": rows}),
+            stats_json(rows, (ranges or {}).get(relative)),
         )
 
     def commit_files(
@@ -181,6 +187,7 @@ class Warehouse:
         fence: Callable[[], None] | None = None,
         *,
         schema_change: dict[str, Any] | None = None,
+        ranges: Mapping[str, str] | None = None,
     ) -> int:
         """Append ``(path, partition, rows)`` files in one Delta commit after version ``read_version``.
 
@@ -192,6 +199,7 @@ class Warehouse:
         (a writer's check that it may still commit); what it raises stops the commit.
         ``schema_change``: a ``metaData`` action (``metadata.metadata_action``) committed with the
         files, so they land with the columns they need; only on a table that takes plain appends.
+        ``ranges``: the files' columns' statistics, by path (``metastore/delta/stats.py``).
 
         Returns:
             The version of the new commit.
@@ -214,7 +222,7 @@ class Warehouse:
                     f"{table.name} has Delta table features: change its schema with commit_schema"
                 )
             dt = self.load(table, read_version)
-            actions = [self._add_action(table, p, part, rows, True) for p, part, rows in files]
+            actions = [self._add_action(table, p, part, rows, True, ranges) for p, part, rows in files]
             counted = {**metadata, ACTIONS_KEY: str(len(actions))}
             if fence is not None:
                 fence()
@@ -236,6 +244,7 @@ class Warehouse:
                 app_id,
                 schema_change=schema_change,
                 arrival=arrival,
+                ranges=ranges,
             )
 
         with self._commit_lock(table):
@@ -360,10 +369,12 @@ class Warehouse:
         data_change: bool = False,
         app_id: str | None = None,
         txns: Sequence[tuple[str, int]] = (),
+        ranges: Mapping[str, str] | None = None,
     ) -> int:
         """Swap files in one commit: without changing data (``dataChange=false``), the sweep; with
         ``data_change``, a delete's rewrite (at most once with its ``app_id``), or a secondary's copy
-        of a partition a delete rewrote (``txns``: its app transaction at the copy's generation)."""
+        of a partition a delete rewrote (``txns``: its app transaction at the copy's generation).
+        ``ranges``: the added files' columns' statistics, by path (``metastore/delta/stats.py``)."""
         from deltalake.transaction import RemoveAction
 
         now_ms = int(clock.now().timestamp() * 1000)
@@ -377,7 +388,7 @@ class Warehouse:
             )
             for f in removes
         ]
-        actions += [self._add_action(table, p, part, rows, data_change) for p, part, rows in adds]
+        actions += [self._add_action(table, p, part, rows, data_change, ranges) for p, part, rows in adds]
         counted = {**metadata, ACTIONS_KEY: str(len(actions))}
         what = "delete commit" if data_change else "sweep commit"
         return self._transact(dt, table, actions, counted, what, app_id, txns)
