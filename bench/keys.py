@@ -17,7 +17,8 @@ Three measurements, each against a table of appends holding the same rows, measu
    older version rewritten without it), against the roll of the
    same rows in a table of appends with the same rolled partitions. Two more keyed partitions of the
    same size show what the cost is made of: one updating every key of 10 partitions (the rest new
-   keys), one of new keys only (its keys lie outside every file's range: reads and rewrites nothing). The sweep's counts are taken from the
+   keys), one of new keys only (outside every file's range: reads and rewrites nothing). The sweep's
+   counts are taken from the
    ``KeyedSweep`` the roll made (a ``Roller`` subclass keeps it) and checked against its commit.
 """
 
