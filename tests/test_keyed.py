@@ -411,6 +411,89 @@ def test_debezium_change_events_land_as_their_newest_row_per_key(spark, sqlite_c
                                                         format="debezium"))  # fmt: skip
 
 
+def debezium_avro_schema() -> dict[str, Any]:
+    """A PostgreSQL connector's value schema as the AvroConverter registers it (``Envelope``); the
+    row's ``ts`` a long of logicalType ``timestamp-micros``."""
+    ts = {"type": "long", "logicalType": "timestamp-micros"}
+    value = {
+        "type": "record",
+        "name": "Value",
+        "namespace": "pg.public.events",
+        "fields": [{"name": "id", "type": "long"}, {"name": "ts", "type": ts}, {"name": "v", "type": "long"}],
+    }
+    source = {
+        "type": "record",
+        "name": "Source",
+        "namespace": "io.debezium.connector.postgresql",
+        "fields": [
+            {"name": "connector", "type": "string"},
+            {"name": "ts_ms", "type": "long"},
+            {"name": "lsn", "type": ["null", "long"], "default": None},
+        ],
+    }
+    return {
+        "type": "record",
+        "name": "Envelope",
+        "namespace": "pg.public.events",
+        "fields": [
+            {"name": "before", "type": ["null", value], "default": None},
+            {"name": "after", "type": ["null", "Value"], "default": None},
+            {"name": "source", "type": source},
+            {"name": "op", "type": "string"},
+            {"name": "ts_ms", "type": ["null", "long"], "default": None},
+        ],
+    }
+
+
+@pytest.mark.spark
+def test_debezium_avro_change_events_through_the_registry_land_as_one_row_per_key(
+    spark, sqlite_catalog, kafka_broker, registry
+) -> None:
+    """Change events in the Confluent wire format (magic byte, schema id, Avro body), their schema
+    served by the registry: updates, deletes (``before`` only) and LSNs out of order for the same
+    keys, a tombstone after each delete (skipped); each key shows its change of the highest LSN."""
+    import deltalake
+
+    from ingest.config import KafkaConfig
+    from ingest.kafka.job import run_kafka_ingest
+    from tests.ingest.test_kafka_ingest import options, topic_name
+
+    table = keyed_table(sqlite_catalog, "ns.events", sequence=True, dead_letter=True)
+    topic = topic_name()
+    kafka_broker.create_topic(topic, partitions=2)
+    serialize = registry.serializer(debezium_avro_schema())
+    rng = random.Random(13)
+    truth, arrival = Truth(True), Truth(False)
+    records: list[dict[str, Any]] = []
+    for n in range(300):
+        event = debezium_event(rng, n, envelope=True)["payload"]  # ts: MicroTimestamp, an int
+        row = event["after"] if event["op"] != "d" else event["before"]
+        key = json.dumps({"id": row["id"]})
+        value = serialize(event, topic)
+        assert value[0] == 0 and len(value) > 5  # the wire format: magic byte, schema id, the datum
+        records.append({"key": key, "value": value, "partition": row["id"] % 2})
+        if event["op"] == "d":  # Debezium's tombstone, for log compaction: skipped
+            records.append({"key": key, "value": None, "partition": row["id"] % 2})
+        change = {"id": row["id"], "v": row["v"], "op": event["op"], "lsn": event["source"]["lsn"]}
+        truth.apply([change])
+        arrival.apply([change])
+    assert arrival.live() != truth.live()  # the LSNs, not the order produced, decide
+    assert sum(r["value"] is None for r in records) > 20
+    kafka_broker.produce(topic, records)
+    kafka = KafkaConfig(schema_registry_user="ingest", schema_registry_password="s3cret")
+    opts = options(sqlite_catalog, kafka_broker, topic, format="debezium", schema_registry=registry.url,
+                   kafka=kafka, max_offsets_per_trigger=120)  # fmt: skip
+    run_kafka_ingest(spark, sqlite_catalog, opts)
+    assert any(p.startswith("/schemas/ids/") for p in registry.requests)  # decoded by the registry's schema
+    assert read_now(sqlite_catalog, table) == truth.live()
+    rows = read_batches_rows(sqlite_catalog, table)
+    assert all(r["ts"] == T0 + timedelta(seconds=r["v"]) for r in rows)  # the micros read as the instant
+    assert read_batches_rows(sqlite_catalog, sqlite_catalog.table("ns.events__dead_letter")) == []
+    Roller(sqlite_catalog).roll_table(table, force=True)
+    assert shown(deltalake.DeltaTable(table.location).to_pyarrow_table().to_pylist()) == truth.live()
+    assert read_now(sqlite_catalog, table) == truth.live()
+
+
 def read_batches_rows(catalog: Any, table: Any) -> list[dict[str, Any]]:
     return [r for b in read_batches(pin(catalog, table)) for r in b.to_pylist()]
 
