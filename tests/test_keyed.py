@@ -413,8 +413,8 @@ def test_debezium_change_events_land_as_their_newest_row_per_key(spark, sqlite_c
 
 def debezium_avro_schema() -> dict[str, Any]:
     """A PostgreSQL connector's value schema as the AvroConverter registers it (``Envelope``); the
-    row's ``ts`` a long of logicalType ``timestamp-micros``."""
-    ts = {"type": "long", "logicalType": "timestamp-micros"}
+    row's ``ts`` a long named by Connect as Debezium's ``MicroTimestamp`` (no logical type)."""
+    ts = {"type": "long", "connect.version": 1, "connect.name": "io.debezium.time.MicroTimestamp"}
     value = {
         "type": "record",
         "name": "Value",

@@ -11,7 +11,10 @@ fields, which the row-wise validator (:class:`ingest.records.RecordValidator`) c
 table's columns by name, like a JSON object's. Logical types arrive as Python values the validator
 takes exactly: ``timestamp-millis``/``-micros`` an aware UTC datetime (``local-timestamp-*``: taken
 as UTC), ``date`` a date, ``decimal`` a Decimal of the schema's scale; ``uuid`` and ``time-*`` become
-their ISO text (there is no TIME column type). Spark's Python workers decode: fastavro loads only
+their ISO text (there is no TIME column type). Integers that Kafka Connect names as times in the
+schema (``connect.name``: Debezium's ``MicroTimestamp``, ``Timestamp``, ``Date``…, as its Avro
+converter writes them without a logical type) become the instants they are
+(:func:`ingest.kafka.debezium.connect_times`). Spark's Python workers decode: fastavro loads only
 when a task meets an Avro batch.
 """
 
@@ -55,12 +58,17 @@ class AvroDecoder:
     def __init__(self, schema_text: str) -> None:
         import fastavro
 
+        from ingest.kafka.debezium import connect_times
+
         self._read = fastavro.schemaless_reader
-        self.schema = fastavro.parse_schema(json.loads(schema_text))
+        raw = json.loads(schema_text)
+        self.schema = fastavro.parse_schema(raw)
+        self._times = connect_times(raw)
 
     def decode(self, value: bytes) -> dict[str, Any]:
         """The record ``value`` holds. Raises ValueError saying why it is not one."""
-        return _decode(self._read, self.schema, value)
+        record = _decode(self._read, self.schema, value)
+        return self._times(record) if self._times is not None else record
 
 
 def _plain(value: Any) -> Any:

@@ -16,12 +16,15 @@ delete value if the table names its ops otherwise). A table whose ``--sequence-b
 a field of the row takes it from the event's ``source`` block, then from the event itself: ``lsn``
 (PostgreSQL), ``pos`` (a MySQL binlog position), ``ts_ms`` — so out-of-order events still resolve to
 the newest change. Fields the row holds that the table lacks follow the table's
-``--schema-evolution``. With the JSON envelope, Debezium's integer time types (``Timestamp``,
-``MicroTimestamp``, ``NanoTimestamp``, ``Date``) are read as the instants they are.
+``--schema-evolution``. Debezium's integer time types (``Timestamp``, ``MicroTimestamp``,
+``NanoTimestamp``, ``Date``) are read as the instants they are, by their Connect names: from the JSON
+envelope's schema here, from an Avro writer schema's ``connect.name`` as it is decoded
+(:func:`connect_times`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -107,12 +110,68 @@ def _field_schema(schema: Any, name: str) -> dict[str, Any]:
 def _read_times(record: dict[str, Any], schema: dict[str, Any]) -> None:
     """Debezium's integer time values of ``record`` as instants, by their Connect schema's names."""
     for f in schema.get("fields", []):
-        name, kind = f.get("field"), f.get("name")
-        value = record.get(name)
-        if not isinstance(value, int) or isinstance(value, bool):
-            continue
-        if kind in _TIME_TYPES:
-            per_second = _TIME_TYPES[kind]
-            record[name] = _EPOCH + timedelta(microseconds=value * 1_000_000 // per_second)
-        elif kind in _DATE_TYPES:
-            record[name] = (_EPOCH + timedelta(days=value)).date()
+        name = f.get("field")
+        if name in record:
+            record[name] = connect_time(f.get("name"), record[name])
+
+
+def connect_time(kind: str | None, value: Any) -> Any:
+    """``value`` as the instant (or date) it is if ``kind`` names a Connect time type and it is an
+    integer; else ``value`` itself."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        return value
+    if kind in _TIME_TYPES:
+        return _EPOCH + timedelta(microseconds=value * 1_000_000 // _TIME_TYPES[kind])
+    if kind in _DATE_TYPES:
+        return (_EPOCH + timedelta(days=value)).date()
+    return value
+
+
+def connect_times(schema: Any, named: dict[str, Any] | None = None) -> Callable[[Any], Any] | None:
+    """For an Avro schema (its JSON), a function turning the integers of a decoded datum whose type's
+    ``connect.name`` is a Connect time type into instants (records, unions and references to named
+    records followed); None: the schema has none. ``named``: the records defined so far, by name."""
+    named = {} if named is None else named
+    if isinstance(schema, str):  # a primitive, or a record defined before
+        return named.get(schema)
+    if isinstance(schema, list):  # a union: each branch's conversion applies only to its own kind
+        branches = [c for c in (connect_times(s, named) for s in schema) if c is not None]
+        if not branches:
+            return None
+
+        def union(value: Any) -> Any:
+            for convert in branches:
+                value = convert(value)
+            return value
+
+        return union
+    if not isinstance(schema, dict):
+        return None
+    kind = schema.get("connect.name")
+    if schema.get("type") in ("int", "long") and (kind in _TIME_TYPES or kind in _DATE_TYPES):
+        return lambda value: connect_time(kind, value)
+    if schema.get("type") != "record":
+        if isinstance(schema.get("type"), dict | list):  # {"type": {...}}: a nested type
+            return connect_times(schema["type"], named)
+        return None
+    fields = [
+        (f.get("name"), connect_times(f.get("type"), named))
+        for f in schema.get("fields", [])
+        if isinstance(f, dict)
+    ]
+    found = [(name, c) for name, c in fields if c is not None]
+
+    def record(value: Any) -> Any:
+        if isinstance(value, dict):
+            for name, convert in found:
+                if name in value:
+                    value[name] = convert(value[name])
+        return value
+
+    convert = record if found else None
+    name, namespace = schema.get("name"), schema.get("namespace")
+    if isinstance(name, str):  # referred to later by its name, or its full name
+        named[name] = convert
+        if isinstance(namespace, str) and "." not in name:
+            named[f"{namespace}.{name}"] = convert
+    return convert
