@@ -17,9 +17,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ingest.errors import MalformedChunkError
-from metastore.models import ARRIVAL_COLUMN, Column, Keys, Table
+from metastore.models import ARRIVAL_COLUMN, VALID_FROM, VALID_TO, Column, Keys, Table
 
 _PLACE = "__sp_place"  # a temporary column: a row's place in what is resolved
+KEPT = "__sp_kept"  # a temporary column: a version kept by a roll or an expiry (it is no row)
 
 
 def deletes(keys: Keys, data: pa.Table) -> pa.ChunkedArray | pa.Array:
@@ -101,11 +102,80 @@ def live(keys: Keys, data: pa.Table) -> pa.Table:
 
 def staged_versions(keys: Keys | None, data: pa.Table) -> pa.Table:
     """What a chunk of ``data`` stages: on a keyed table its newest version of each key (its op values
-    checked first); on a table of appends ``data`` itself."""
+    checked first), or with history each distinct version (:func:`distinct_versions`, valid from its
+    sequence value, until none yet); on a table of appends ``data`` itself."""
     if keys is None:
         return data
     check_ops(keys, data)
+    if keys.history:
+        return valid_from_sequence(keys, distinct_versions(keys, data))
     return newest_versions(keys, data)
+
+
+def distinct_versions(keys: Keys, data: pa.Table, order: Sequence[str] = ()) -> pa.Table:
+    """With history: one row per key and sequence value, the latest (by ``order``, then place) — a
+    retry, or a correction of the same version. Sorted by key, then sequence value."""
+    assert keys.sequence_by is not None
+    by_version = keys.model_copy(update={"columns": (*keys.columns, keys.sequence_by), "sequence_by": None})
+    return newest_versions(by_version, data, order)
+
+
+def valid_from_sequence(keys: Keys, data: pa.Table, valid_to: Any = None) -> pa.Table:
+    """``data`` with :data:`VALID_FROM` its sequence value and :data:`VALID_TO` ``valid_to`` (an array;
+    None: null), where it has those columns."""
+    assert keys.sequence_by is not None
+    for name, values in ((VALID_FROM, data.column(keys.sequence_by)), (VALID_TO, valid_to)):
+        if name not in data.column_names:
+            continue
+        i = data.column_names.index(name)
+        kind = data.schema.field(i).type
+        column = pa.nulls(data.num_rows, kind) if values is None else pc.cast(values, kind)
+        data = data.set_column(i, data.schema.field(i), column)
+    return data
+
+
+def history_rows(keys: Keys, versions: pa.Table, kept: pa.Table | None = None) -> pa.Table:
+    """A table with history's rows from ``versions`` (versions of its keys, with their
+    :data:`ARRIVAL_COLUMN`; deletes among them) and the deletes rolls ``kept`` (their key, sequence
+    value and arrival): each distinct version (:func:`distinct_versions`) that is not a delete, valid
+    from its sequence value until the next version's of its key (a delete's too; null: the key's
+    current row). Sorted by key, then sequence value; other columns (provenance) kept."""
+    assert keys.sequence_by is not None
+    versions = versions.append_column(KEPT, pa.repeat(False, versions.num_rows))
+    if kept is not None and kept.num_rows:
+        versions = pa.concat_tables([versions, as_deletes(keys, kept, versions.schema)])
+    distinct = distinct_versions(keys, versions, [ARRIVAL_COLUMN])
+    n = distinct.num_rows
+    if n == 0:
+        return distinct.drop_columns([KEPT])
+    seq = distinct.column(keys.sequence_by)
+    same = None  # whether each row's key is the next row's
+    for name in keys.columns:
+        column = distinct.column(name)
+        equal = pc.equal(column.slice(0, n - 1), column.slice(1))
+        same = equal if same is None else pc.and_(same, equal)
+    assert same is not None
+    follows = pa.concat_arrays([*pa.chunked_array(same).chunks, pa.array([False])])
+    following = pa.concat_arrays([*pa.chunked_array(seq.slice(1)).chunks, pa.nulls(1, seq.type)])
+    valid_to = pc.if_else(follows, following, pa.nulls(n, seq.type))
+    rows = valid_from_sequence(keys, distinct, valid_to)
+    gone = pc.or_(deletes(keys, rows), rows.column(KEPT))
+    return rows.filter(pc.invert(gone)).drop_columns([KEPT])
+
+
+def as_deletes(keys: Keys, kept: pa.Table, schema: pa.Schema) -> pa.Table:
+    """Deletes kept by rolls and versions kept by expiries (key, sequence value, arrival) as versions
+    in ``schema`` (with its :data:`KEPT` column: true) that end a version and are no row."""
+    n = kept.num_rows
+    columns = []
+    for field in schema:
+        if field.name == KEPT:
+            columns.append(pa.repeat(True, n))
+        elif field.name in kept.column_names:
+            columns.append(pc.cast(kept.column(field.name), field.type))
+        else:
+            columns.append(pa.nulls(n, field.type))
+    return pa.Table.from_arrays(columns, schema=schema)
 
 
 def version_order(keys: Keys) -> list[str]:
@@ -156,6 +226,14 @@ def current_rows(
     """
     keys = table.keys
     assert keys is not None
+    if keys.history:
+        versions = every_version(table, version, files, columns)
+        if versions is None:
+            return None
+        from metastore.delta.tombstones import read_tombstones
+
+        rows = history_rows(keys, versions, read_tombstones(table, version))
+        return rows.drop_columns([ARRIVAL_COLUMN])
     newest = newest_rows(table, version, files, columns)
     return None if newest is None else live(keys, newest).drop_columns([ARRIVAL_COLUMN])
 
@@ -171,15 +249,35 @@ def newest_rows(
     Raises:
         StorageError: a file or the log could not be read.
     """
+    from metastore.delta.tombstones import read_tombstones
+
+    keys = table.keys
+    assert keys is not None
+    versions = every_version(table, version, files, columns)
+    if versions is None:
+        return None
+    newest = newest_versions(keys, versions, [ARRIVAL_COLUMN])
+    kept = read_tombstones(table, version)  # deletes a roll kept: older versions lose to them
+    if kept is not None:
+        newest = without_keys(keys, newest, beaten_by(keys, newest, kept))
+    return newest
+
+
+def every_version(
+    table: Table, version: int, files: Sequence[Any], columns: Sequence[Column]
+) -> pa.Table | None:
+    """Every row of ``files`` (live files of a keyed table's snapshot at ``version``), read without
+    Spark, with its :data:`ARRIVAL_COLUMN` and the partition column last. None: no file.
+
+    Raises:
+        StorageError: a file or the log could not be read.
+    """
     import pyarrow.parquet as pq
 
     from metastore import storage
     from metastore.delta.arrivals import arrivals
     from metastore.delta.arrow import conform, partition_field
-    from metastore.delta.tombstones import read_tombstones
 
-    keys = table.keys
-    assert keys is not None
     pcol = partition_field(table)
     tags = arrivals(table, version) if any(f.staged for f in files) else {}
     parts = []
@@ -194,8 +292,4 @@ def newest_rows(
         parts.append(data.append_column(ARRIVAL_COLUMN, arrival.cast(pa.int64())))
     if not parts:
         return None
-    newest = newest_versions(keys, pa.concat_tables(parts), [ARRIVAL_COLUMN])
-    kept = read_tombstones(table, version)  # deletes a roll kept: older versions lose to them
-    if kept is not None:
-        newest = without_keys(keys, newest, beaten_by(keys, newest, kept))
-    return newest
+    return pa.concat_tables(parts)

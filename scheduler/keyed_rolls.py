@@ -31,7 +31,16 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ingest.deletes.deleter import recount
-from ingest.keys import beaten_by, deletes, live, newer_versions, newest_versions, version_order
+from ingest.keys import (
+    beaten_by,
+    deletes,
+    distinct_versions,
+    history_rows,
+    live,
+    newer_versions,
+    newest_versions,
+    version_order,
+)
 from metastore import storage
 from metastore.catalog import Catalog
 from metastore.delta.arrivals import arrivals
@@ -42,7 +51,7 @@ from metastore.delta.log import SWEEP_KEY, commit_actions, commit_info
 from metastore.delta.stats import may_hold, ranges_stats
 from metastore.delta.tombstones import read_tombstones, tombstone_columns, write_tombstones
 from metastore.errors import TableIntegrityError
-from metastore.models import ARRIVAL_COLUMN, Column, Keys, Roll, Table
+from metastore.models import ARRIVAL_COLUMN, VALID_TO, Column, Keys, Roll, Table
 
 _FILE, _ROW = "__sp_file", "__sp_row"
 _THEIRS = "__sp_p_"  # the rolled partition's version, beside another file's
@@ -96,6 +105,13 @@ def keyed_sweep(
     mine = [f for f in every_file if f.partition == value]
     others = [f for f in every_file if f.partition != value]
     out = KeyedSweep()
+    if keys.history:
+        try:
+            _history_sweep(table, columns, version, value, mine, others, tags, name, target_rows, ranges, out)
+        except BaseException:
+            out.discard(table)
+            raise
+        return out
     try:
         versions = pa.concat_tables([_read(table, f, columns, tags) for f in mine]) if mine else None
         out.rows_in = 0 if versions is None else versions.num_rows
@@ -130,6 +146,100 @@ def keyed_sweep(
         out.discard(table)
         raise
     return out
+
+
+def _history_sweep(
+    table: Table,
+    columns: tuple[Column, ...],
+    version: int,
+    value: datetime,
+    mine: Sequence[LiveFile],
+    others: Sequence[LiveFile],
+    tags: dict[str, int],
+    name: Callable[[int], str],
+    target_rows: int,
+    ranges: Mapping[str, Sequence[tuple[Any, Any]]] | None,
+    out: KeyedSweep,
+) -> None:
+    """A table with history: P's distinct versions become rows valid until the next version of their
+    key among every resolved file's and the kept deletes' (``ingest/keys.py history_rows``); each
+    resolved file holding a version of P's keys whose valid_to changes (or which a version of P
+    replaces: the same sequence value, arriving later) is rewritten. Other open partitions' versions
+    stay as they are (merged on read; their own rolls resolve them against these). P's deletes are
+    kept (``_sp_deleted/``): a version arriving later still ends at them."""
+    keys = table.keys
+    assert keys is not None and keys.sequence_by is not None
+    key_names = list(keys.columns)
+    key_columns = [c for c in columns if c.name in keys.columns]
+    if not mine:
+        return
+    versions = pa.concat_tables([_read(table, f, columns, tags) for f in mine])
+    out.rows_in = versions.num_rows
+    versions = _provenance(versions, -1)
+    p_keys = versions.select(key_names).group_by(key_names).aggregate([])
+    resolved = [f for f in others if not f.staged]
+    candidates = _candidates(keys, p_keys, resolved, ranges or {}, out)
+    held: dict[int, pa.Table] = {}  # candidate file → its rows
+    parts = [versions]
+    for i, f in enumerate(candidates):
+        data = _read(table, f, columns, tags)
+        out.files_scanned += 1
+        matched = _provenance(data, i).join(p_keys, key_names, join_type="left semi")
+        if matched.num_rows:
+            held[i] = data
+            parts.append(matched)
+    kept = read_tombstones(table, version)
+    if kept is not None:
+        kept = kept.join(p_keys, key_names, join_type="left semi")
+    found = pa.concat_tables(parts, promote_options="permissive")
+    rows = history_rows(keys, found, kept)
+    # P's deletes, kept: versions arriving later end at them
+    distinct = distinct_versions(keys, versions, [ARRIVAL_COLUMN])
+    dropped = distinct.filter(deletes(keys, distinct)).select(tombstone_columns(keys))
+    if dropped.num_rows:
+        out.tombstones = write_tombstones(table, name(99_999).removesuffix(".snappy.parquet"), dropped)
+    own = rows.filter(pc.equal(rows.column(_FILE), -1)).drop_columns([_FILE, _ROW])
+    out.rows_out = own.num_rows
+    for k, start in enumerate(range(0, own.num_rows, max(1, target_rows))):
+        part = own.slice(start, target_rows)
+        path = f"{partition_dir(table, value)}/{name(k)}"
+        write_parquet(table, path, part)
+        out.compacted.append((path, value, part.num_rows))
+        out.ranges[path] = ranges_stats(part, key_columns)
+    for k, (i, data) in enumerate(sorted(held.items())):
+        f = candidates[i]
+        now = rows.filter(pc.equal(rows.column(_FILE), i))
+        stored = _provenance(data, i).join(p_keys, key_names, join_type="left semi")
+        before = dict(zip(stored.column(_ROW).to_pylist(), stored.column(VALID_TO).to_pylist(), strict=True))
+        after = dict(zip(now.column(_ROW).to_pylist(), now.column(VALID_TO).to_pylist(), strict=True))
+        if before == after:
+            continue  # each version kept, each valid_to as it was
+        keep = [r not in before or r in after for r in range(data.num_rows)]
+        left = data.filter(pa.array(keep))
+        if after:
+            place = {r: j for j, r in enumerate(r for r in range(data.num_rows) if keep[r])}
+            column = left.column(VALID_TO).to_pylist()
+            for r, end in after.items():
+                column[place[r]] = end
+            i_to = left.column_names.index(VALID_TO)
+            left = left.set_column(
+                i_to, left.schema.field(i_to), pa.array(column, left.schema.field(i_to).type)
+            )
+        out.removes.append(f)
+        out.files_rewritten += 1
+        out.versions_removed += data.num_rows - left.num_rows
+        if left.num_rows == 0:
+            continue
+        path = _rewritten_path(table, f, name(10_000 + k))
+        write_parquet(table, path, left)
+        out.adds.append((path, f.partition, left.num_rows))
+        out.ranges[path] = ranges_stats(left, key_columns)
+
+
+def _provenance(data: pa.Table, file: int) -> pa.Table:
+    """``data`` with each row's file (-1: the partition rolled) and place in it."""
+    data = data.append_column(_FILE, pa.array([file] * data.num_rows, pa.int32()))
+    return data.append_column(_ROW, pa.array(range(data.num_rows), pa.int64()))
 
 
 def _read(

@@ -31,7 +31,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ingest.keys import newest_rows
-from metastore.models import ARRIVAL_COLUMN, Keys
+from metastore.models import ARRIVAL_COLUMN, VALID_FROM, VALID_TO, Keys
 
 if TYPE_CHECKING:
     from pyspark.sql import Column as SparkColumn
@@ -55,6 +55,8 @@ def keyed_frame(spark: SparkSession, snap: Snapshot, files_frame: Callable[..., 
     s = files_frame(spark, Snapshot(snap.table, snap.version, resolved, snap.columns), {})
     if not unresolved:
         return _live(keys, s).select(*(F.col(f"`{c}`") for c in columns))
+    if keys.history:
+        return _history(spark, snap, s).select(*(F.col(f"`{c}`") for c in columns))
     # the newest unresolved version of each key, kept deletes applied: read on the driver (the open
     # partitions: few rows), so that Spark reads them once, as rows it holds, however often used
     newest = newest_rows(snap.table, snap.version, unresolved, snap.columns)
@@ -89,6 +91,49 @@ def keyed_frame(spark: SparkSession, snap: Snapshot, files_frame: Callable[..., 
     kept_t = newest_t.join(beaten, list(keys.columns), "left_anti")
     both = kept_s.select(*s.columns).unionByName(kept_t.select(*newest_t.columns))
     return _live(keys, both).select(*(F.col(f"`{c}`") for c in columns))
+
+
+def _history(spark: SparkSession, snap: Snapshot, s: DataFrame) -> DataFrame:
+    """A table with history: the resolved rows of the keys without an unresolved version as they are
+    (a roll left their valid_to exact), and those of the others recomputed with their unresolved
+    versions and kept deletes (few keys: the open partitions')."""
+    import pyarrow as pa
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import BooleanType, StructField, StructType
+
+    from ingest.keys import KEPT, as_deletes, every_version
+    from metastore.delta.tombstones import read_tombstones
+
+    keys = snap.table.keys
+    assert keys is not None and keys.sequence_by is not None
+    versions = every_version(snap.table, snap.version, [f for f in snap.files if f.staged], snap.columns)
+    assert versions is not None
+    key_names = list(keys.columns)
+    open_keys = versions.select(key_names).group_by(key_names).aggregate([])
+    flagged = StructType([*s.schema.fields, StructField(KEPT, BooleanType())])
+    parts = [local_frame(spark, versions, s.schema).withColumn(KEPT, F.lit(False))]
+    kept = read_tombstones(snap.table, snap.version)  # deletes rolls kept, versions expiries kept
+    if kept is not None:
+        kept = kept.join(open_keys, key_names, join_type="left semi")
+        with_flag = versions.schema.append(pa.field(KEPT, pa.bool_()))
+        parts.append(local_frame(spark, as_deletes(keys, kept, with_flag), flagged))
+    t_keys = _renamed(local_frame(spark, open_keys, s.select(*key_names).schema), "__sp_t_")
+    on = _on(s, t_keys, keys.columns, "__sp_t_")
+    as_stored = s.join(F.broadcast(t_keys), on, "left_anti")
+    affected = s.join(F.broadcast(t_keys), on, "left_semi").withColumn(KEPT, F.lit(False))
+    for part in parts:
+        affected = affected.unionByName(part)
+    key_cols = [F.col(f"`{k}`") for k in keys.columns]
+    seq = F.col(f"`{keys.sequence_by}`")
+    rank = "__sp_rank"
+    latest = Window.partitionBy(*key_cols, seq).orderBy(F.col(ARRIVAL_COLUMN).desc())
+    distinct = affected.withColumn(rank, F.row_number().over(latest)).filter(F.col(rank) == 1).drop(rank)
+    kind = dict((f.name, f.dataType) for f in s.schema.fields)[VALID_TO]
+    following = F.lead(seq).over(Window.partitionBy(*key_cols).orderBy(seq))
+    recomputed = distinct.withColumn(VALID_FROM, seq.cast(kind)).withColumn(VALID_TO, following.cast(kind))
+    rows = _live(keys, recomputed.filter(~F.col(KEPT))).drop(KEPT)
+    return as_stored.unionByName(rows)
 
 
 def local_frame(spark: SparkSession, rows: Any, schema: Any) -> DataFrame:

@@ -78,7 +78,7 @@ PROPERTIES = (
     "delete_ops",
     "upsert_ops",
 )
-KEY_PROPERTIES = ("primary_key", "sequence_by", "op_column", "delete_ops", "upsert_ops")
+KEY_PROPERTIES = ("primary_key", "sequence_by", "op_column", "delete_ops", "upsert_ops", "history")
 DEFAULT_ROLL_EVERY = "1h"
 
 

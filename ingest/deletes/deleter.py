@@ -164,6 +164,12 @@ class Deleter:
 
         keys = table.keys
         assert keys is not None
+        if keys.history:
+            raise UserInputError(
+                f"{table.name} keeps every version (--history): a delete is a version with its own "
+                f"sequence value, which a predicate cannot choose; write delete records (op "
+                f"{keys.delete_ops[0]!r}) with their {keys.sequence_by} instead"
+            )
         if keys.op_column is None:
             raise UserInputError(
                 f"{table.name} is keyed without an op column: its keys are deleted by writing delete "

@@ -66,6 +66,11 @@ class KeyDeclarations:
 
     def _declare_one(self, table: Table, keys: Keys) -> Table:
         store = self._routing.home(table, write=True).store
+        if keys.history:
+            raise UserInputError(
+                "--history adds two columns to the table: give it when making the table (table create "
+                "--primary-key … --sequence-by … --history)"
+            )
         columns = check_keys(keys, table.columns, table.time_column)
         if table.keys is not None:
             if table.keys != keys:

@@ -35,6 +35,10 @@ ARRIVAL_TAG = "streampart.arrival"
 ARRIVAL_SPAN = 1 << 20
 ARRIVAL_COLUMN = "__sp_arrival"
 
+# A table with history keeps every version of a key as a row, valid from its sequence value until
+# the next version's (None: it is the key's current row): these two columns, added by the table.
+VALID_FROM, VALID_TO = "valid_from", "valid_to"
+
 
 def arrival_of(version: int, place: int) -> int:
     """The arrival of the rows of the ``place``-th add of commit ``version`` (0-based)."""
@@ -59,7 +63,10 @@ class Keys(BaseModel):
 
     def describe(self) -> str:
         text = f"primary key ({', '.join(self.columns)})"
-        text += f", newest by {self.sequence_by}" if self.sequence_by else ", newest by arrival"
+        if self.history:
+            text += f", every version kept in {self.sequence_by} order ({VALID_FROM}, {VALID_TO})"
+        else:
+            text += f", newest by {self.sequence_by}" if self.sequence_by else ", newest by arrival"
         if self.op_column:
             text += f", deletes where {self.op_column} in ({', '.join(self.delete_ops)})"
         return text
@@ -71,6 +78,7 @@ def keys_from_options(
     op_column: str | None = None,
     delete_ops: str | None = None,
     upsert_ops: str | None = None,
+    history: bool | str | None = None,
     *,
     flag: str = "--{}",
 ) -> Keys | None:
@@ -84,11 +92,15 @@ def keys_from_options(
     def named(option: str) -> str:
         return flag.format(option.replace("_", "-") if flag.startswith("--") else option)
 
+    if isinstance(history, str):  # a TBLPROPERTIES value
+        if history.strip().lower() not in ("true", "false"):
+            raise UserInputError(f"{named('history')} is true or false, not {history!r}")
+        history = history.strip().lower() == "true"
     if primary_key is None:
         given = [
             n
             for n, v in (("sequence_by", sequence_by), ("op_column", op_column), ("delete_ops", delete_ops),
-                         ("upsert_ops", upsert_ops))
+                         ("upsert_ops", upsert_ops), ("history", history or None))
             if v is not None
         ]  # fmt: skip
         if given:
@@ -105,6 +117,7 @@ def keys_from_options(
         columns=parse_key_columns(primary_key, named("primary_key")),
         sequence_by=sequence_by or None,
         op_column=op_column or None,
+        history=bool(history),
         **more,
     )
 
@@ -127,7 +140,8 @@ def parse_ops(text: str, what: str) -> tuple[str, ...]:
 
 
 def check_keys(keys: Keys, columns: Sequence[Column], time_column: str) -> tuple[Column, ...]:
-    """Check ``keys`` against a table's ``columns``; the columns with the key's made NOT NULL.
+    """Check ``keys`` against a table's ``columns``; the columns with the key's made NOT NULL (and with
+    ``history``, :data:`VALID_FROM` and :data:`VALID_TO` added, of the sequence column's type).
 
     Raises:
         UserInputError: naming the column or value at fault.
@@ -174,10 +188,23 @@ def check_keys(keys: Keys, columns: Sequence[Column], time_column: str) -> tuple
         raise UserInputError(
             "--delete-ops and --upsert-ops need --op-column: the column the records carry them in"
         )
-    if keys.history:
-        raise UserInputError("--history is not available yet: a keyed table keeps its newest version per key")
     del time_column  # the key may hold the time column or not: both are exact
-    return tuple(c.model_copy(update={"nullable": False}) if c.name in required else c for c in columns)
+    out = tuple(c.model_copy(update={"nullable": False}) if c.name in required else c for c in columns)
+    if keys.history:
+        if keys.sequence_by is None:
+            raise UserInputError(
+                "--history needs --sequence-by: a version is valid from its sequence value until the next "
+                "version's"
+            )
+        taken = [n for n in (VALID_FROM, VALID_TO) if n in by_name]
+        if taken:
+            raise UserInputError(
+                f"--history adds the columns {VALID_FROM} and {VALID_TO}; the table has {', '.join(taken)} "
+                "already: rename it"
+            )
+        kind = by_name[keys.sequence_by.lower()].type
+        out += (Column(name=VALID_FROM, type=kind), Column(name=VALID_TO, type=kind))
+    return out
 
 
 def _names(columns: Sequence[Column]) -> str:

@@ -62,6 +62,14 @@ OpColumnOption = Annotated[
 DeleteOpsOption = Annotated[
     str | None, typer.Option(help="Values of --op-column that delete the key [default: d,DELETE]")
 ]
+HistoryOption = Annotated[
+    bool,
+    typer.Option(
+        "--history",
+        help="Keyed tables: keep every version as a row valid from its --sequence-by value until the "
+        "next version's (valid_from, valid_to: SCD type 2)",
+    ),
+]
 UpsertOpsOption = Annotated[
     str | None,
     typer.Option(help="Values of --op-column that upsert the key [default: c,r,u,INSERT,UPDATE]"),
@@ -155,6 +163,7 @@ def table_create(
     op_column: OpColumnOption = None,
     delete_ops: DeleteOpsOption = None,
     upsert_ops: UpsertOpsOption = None,
+    history: HistoryOption = False,
     _json: JsonFlag = False,
 ) -> None:
     """Create a streaming table partitioned by one timestamp column."""
@@ -193,7 +202,7 @@ def table_create(
         cluster=cluster,
         schema_evolution=choice(SchemaEvolution, schema_evolution or "none", "--schema-evolution"),
         max_new_columns=check_max_new_columns(max_new_columns, DEFAULT_MAX_NEW_COLUMNS),
-        keys=keys_from_options(primary_key, sequence_by, op_column, delete_ops, upsert_ops),
+        keys=keys_from_options(primary_key, sequence_by, op_column, delete_ops, upsert_ops, history),
     )
     secondaries = [c.strip() for c in (replicate_to or "").split(",") if c.strip()]
     cli = cli_context(ctx)
