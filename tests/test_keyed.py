@@ -782,3 +782,28 @@ def test_a_keyed_roll_reads_only_the_files_whose_key_ranges_may_hold_its_keys(ca
     # partition 2's file twice (its keys read, then rewritten without keys 21 and 27); no other file
     assert len(set(others)) == 1 and len(others) == 2, read
     assert shown(deltalake.DeltaTable(table.location).to_pyarrow_table().to_pylist()) == truth.live()
+
+
+def test_a_keyed_table_evolves_its_schema_from_data_and_keeps_one_row_per_key(catalog) -> None:
+    """Versions bringing a field the table lacks add its column (schema evolution from data); versions
+    before it read null there, and each key still shows its newest version only."""
+    import deltalake
+
+    table = keyed_table(catalog, sequence=True)
+    catalog.schemas.set_evolution(table, "add-columns")
+    writer = ChunkWriter(catalog, catalog.table("ns.kv"))
+    first = [{"id": k, "ts": T0.isoformat(), "v": k, "op": "c", "lsn": 1} for k in range(4)]
+    writer.write(jsonl(first), Format.JSONL)
+    Roller(catalog).roll_table(table, force=True)
+    later = [
+        {"id": k, "ts": T0.isoformat(), "v": 10 + k, "op": "u", "lsn": 2, "tier": "gold"} for k in (1, 2)
+    ]
+    result = writer.write(jsonl(later), Format.JSONL)
+    assert result.new_columns == {"tier": "STRING"}
+    table = catalog.table("ns.kv")
+    expected = {0: (0, None), 1: (11, "gold"), 2: (12, "gold"), 3: (3, None)}
+    rows = [r for b in read_batches(pin(catalog, table)) for r in b.to_pylist()]
+    assert {r["id"]: (r["v"], r["tier"]) for r in rows} == expected and len(rows) == 4
+    Roller(catalog).roll_table(table, force=True)
+    plain = deltalake.DeltaTable(table.location).to_pyarrow_table().to_pylist()
+    assert {r["id"]: (r["v"], r["tier"]) for r in plain} == expected and len(plain) == 4
