@@ -199,3 +199,32 @@ def test_a_history_roll_killed_at_each_step_then_resumed_reads_every_version_exa
     assert read_now(catalog, table) == truth.rows()
     Roller(catalog).roll_table(table, force=True)
     assert rows_of(deltalake.DeltaTable(table.location).to_pyarrow_table().to_pylist()) == truth.rows()
+
+
+def test_expired_versions_leave_the_history_and_still_end_the_versions_before_them(catalog) -> None:
+    """Retention removes the standard partitions' versions; those in the open partition stay, and a
+    version arriving late that is older than an expired one still ends at it (it is no current row)."""
+    from datetime import UTC, datetime
+
+    from scheduler.expiry import Expirer
+
+    table = make_table(catalog, "ns.hist", schema=SCHEMA, max_future="3650d", keys=KEYS)
+    writer = ChunkWriter(catalog, table)
+    truth = History()
+    old = [{"id": k, "ts": T0.isoformat(), "v": k, "op": "c", "lsn": 10} for k in range(4)]
+    writer.write(jsonl(old), Format.JSONL)
+    truth.apply(old)
+    Roller(catalog).roll_table(table, force=True)  # a standard partition: the one to expire
+    new = [{"id": k, "ts": T0.isoformat(), "v": 100 + k, "op": "u", "lsn": 20} for k in (0, 1)]
+    writer.write(jsonl(new), Format.JSONL)  # in the open partition: they stay
+    truth.apply(new)
+    assert read_now(catalog, table) == truth.rows()
+    table = catalog.store.set_retain(table.id, timedelta(hours=1))
+    Expirer(catalog).expire_table(table, now=datetime.now(UTC) + timedelta(days=3))
+    kept = {r for r in truth.rows() if r[3] == 20}
+    assert read_now(catalog, table) == kept
+    late = {"id": 3, "ts": T0.isoformat(), "v": 7, "op": "u", "lsn": 5}  # older than key 3's expired one
+    writer.write(jsonl([late]), Format.JSONL)
+    assert read_now(catalog, table) == kept | {(3, 7, "u", 5, 10)}  # valid until the expired version
+    Roller(catalog).roll_table(table, force=True)
+    assert read_now(catalog, table) == kept | {(3, 7, "u", 5, 10)}
