@@ -52,7 +52,12 @@ def keyed_frame(spark: SparkSession, snap: Snapshot, files_frame: Callable[..., 
     columns = [*(c.name for c in snap.columns), snap.table.partition_column]
     unresolved = tuple(f for f in snap.files if f.staged)
     resolved = tuple(f for f in snap.files if not f.staged)
-    s = files_frame(spark, Snapshot(snap.table, snap.version, resolved, snap.columns), {})
+    # the resolved rows' arrival (their files' own column) orders them against the open versions of a
+    # table with a sequence column; ordered by arrival, every open version is newer: not read
+    ordered = keys.sequence_by is not None
+    s = files_frame(
+        spark, Snapshot(snap.table, snap.version, resolved, snap.columns), {} if ordered else None
+    )
     if not unresolved:
         return _live(keys, s).select(*(F.col(f"`{c}`") for c in columns))
     if keys.history:
