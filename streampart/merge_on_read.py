@@ -30,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ingest.keys import newest_rows
+from ingest.keys import live, newest_rows
 from metastore.models import ARRIVAL_COLUMN, VALID_FROM, VALID_TO, Keys
 
 if TYPE_CHECKING:
@@ -66,19 +66,24 @@ def keyed_frame(spark: SparkSession, snap: Snapshot, files_frame: Callable[..., 
     # partitions: few rows), so that Spark reads them once, as rows it holds, however often used
     newest = newest_rows(snap.table, snap.version, unresolved, snap.columns)
     assert newest is not None
-    newest_t = local_frame(spark, newest, s.schema)
     if not resolved:
-        return _live(keys, newest_t).select(*(F.col(f"`{c}`") for c in columns))
+        return local_frame(spark, live(keys, newest), s.schema).select(*(F.col(f"`{c}`") for c in columns))
     if keys.sequence_by is None:
         # ordered by arrival, an unresolved version is always newer than the resolved row of its key:
         # a roll removed every older version of its keys from every file of its snapshot, and what
         # committed after that snapshot arrived later. So: the resolved rows of the keys with no
         # unresolved version (one read, an anti-join against the broadcast keys), then the newest
-        # unresolved versions.
-        t_keys = _renamed(newest_t.select(*keys.columns), "__sp_t_")
-        kept_s = s.join(F.broadcast(t_keys), _on(s, t_keys, keys.columns, "__sp_t_"), "left_anti")
-        both = kept_s.select(*s.columns).unionByName(newest_t.select(*s.columns))
-        return _live(keys, both).select(*(F.col(f"`{c}`") for c in columns))
+        # unresolved versions but the deletes. (Few DataFrame steps: each is analysed through py4j,
+        # a fixed cost of every query.)
+        t_keys = local_frame(
+            spark, _prefixed(newest.select(list(keys.columns)), "__sp_t_"), _key_schema(s, keys)
+        )
+        kept_s = _live(keys, s).join(
+            F.broadcast(t_keys), _on(s, t_keys, keys.columns, "__sp_t_"), "left_anti"
+        )
+        both = kept_s.union(local_frame(spark, live(keys, newest), s.schema))
+        return both if both.columns == columns else both.select(*(F.col(f"`{c}`") for c in columns))
+    newest_t = local_frame(spark, newest, s.schema)
     # what each side needs of the other: the key and the version's order
     versions = [*keys.columns, *([keys.sequence_by] if keys.sequence_by else []), ARRIVAL_COLUMN]
     t_versions = _renamed(newest_t.select(*versions), "__sp_t_")
@@ -146,6 +151,19 @@ def local_frame(spark: SparkSession, rows: Any, schema: Any) -> DataFrame:
     order), held by the driver: handed to Spark as Arrow batches (measured: 30,000 rows of eight
     columns in 0.05 s, against 0.5 s as Python rows), broadcast as it is."""
     return spark.createDataFrame(rows.select(schema.fieldNames()), schema)
+
+
+def _prefixed(rows: Any, prefix: str) -> Any:
+    """The Arrow table ``rows`` with each column's name prefixed."""
+    return rows.rename_columns([prefix + n for n in rows.column_names])
+
+
+def _key_schema(frame: DataFrame, keys: Keys, prefix: str = "__sp_t_") -> Any:
+    """The Spark schema of ``frame``'s key columns, each name prefixed."""
+    from pyspark.sql.types import StructField, StructType
+
+    types = {f.name: f.dataType for f in frame.schema.fields}
+    return StructType([StructField(prefix + k, types[k]) for k in keys.columns])
 
 
 def _renamed(frame: DataFrame, prefix: str) -> DataFrame:
