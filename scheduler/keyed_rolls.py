@@ -129,19 +129,9 @@ def keyed_sweep(
                 if keys_beaten.num_rows:
                     winners = winners.join(keys_beaten, list(keys.columns), join_type="left anti")
             if keys.sequence_by is not None:  # its deletes are kept: a later, older version loses to them
-                dropped = winners.filter(deletes(keys, winners)).select(tombstone_columns(keys))
-                if dropped.num_rows:
-                    out.tombstones = write_tombstones(
-                        table, name(99_999).removesuffix(".snappy.parquet"), dropped
-                    )
+                _keep_deletes(table, keys, winners, name, out)
             kept = live(keys, winners).sort_by([(k, "ascending") for k in keys.columns])
-            out.rows_out = kept.num_rows
-            for k, start in enumerate(range(0, kept.num_rows, max(1, target_rows))):
-                part = kept.slice(start, target_rows)
-                path = f"{partition_dir(table, value)}/{name(k)}"
-                write_parquet(table, path, part)
-                out.compacted.append((path, value, part.num_rows))
-                out.ranges[path] = ranges_stats(part, key_columns)
+            _write_partition(table, value, kept, name, target_rows, key_columns, out)
     except BaseException:
         out.discard(table)
         raise
@@ -194,18 +184,9 @@ def _history_sweep(
     found = pa.concat_tables(parts, promote_options="permissive")
     rows = history_rows(keys, found, kept)
     # P's deletes, kept: versions arriving later end at them
-    distinct = distinct_versions(keys, versions, [ARRIVAL_COLUMN])
-    dropped = distinct.filter(deletes(keys, distinct)).select(tombstone_columns(keys))
-    if dropped.num_rows:
-        out.tombstones = write_tombstones(table, name(99_999).removesuffix(".snappy.parquet"), dropped)
+    _keep_deletes(table, keys, distinct_versions(keys, versions, [ARRIVAL_COLUMN]), name, out)
     own = rows.filter(pc.equal(rows.column(_FILE), -1)).drop_columns([_FILE, _ROW])
-    out.rows_out = own.num_rows
-    for k, start in enumerate(range(0, own.num_rows, max(1, target_rows))):
-        part = own.slice(start, target_rows)
-        path = f"{partition_dir(table, value)}/{name(k)}"
-        write_parquet(table, path, part)
-        out.compacted.append((path, value, part.num_rows))
-        out.ranges[path] = ranges_stats(part, key_columns)
+    _write_partition(table, value, own, name, target_rows, key_columns, out)
     for k, (i, data) in enumerate(sorted(held.items())):
         f = candidates[i]
         now = rows.filter(pc.equal(rows.column(_FILE), i))
@@ -234,6 +215,34 @@ def _history_sweep(
         write_parquet(table, path, left)
         out.adds.append((path, f.partition, left.num_rows))
         out.ranges[path] = ranges_stats(left, key_columns)
+
+
+def _keep_deletes(
+    table: Table, keys: Keys, versions: pa.Table, name: Callable[[int], str], out: KeyedSweep
+) -> None:
+    """Keep the deletes among ``versions`` (``metastore/delta/tombstones.py``), before the commit."""
+    dropped = versions.filter(deletes(keys, versions)).select(tombstone_columns(keys))
+    if dropped.num_rows:
+        out.tombstones = write_tombstones(table, name(99_999).removesuffix(".snappy.parquet"), dropped)
+
+
+def _write_partition(
+    table: Table,
+    value: datetime,
+    rows: pa.Table,
+    name: Callable[[int], str],
+    target_rows: int,
+    key_columns: Sequence[Column],
+    out: KeyedSweep,
+) -> None:
+    """Write P's resolved ``rows`` as its files of at most ``target_rows``, each with its key range."""
+    out.rows_out = rows.num_rows
+    for k, start in enumerate(range(0, rows.num_rows, max(1, target_rows))):
+        part = rows.slice(start, target_rows)
+        path = f"{partition_dir(table, value)}/{name(k)}"
+        write_parquet(table, path, part)
+        out.compacted.append((path, value, part.num_rows))
+        out.ranges[path] = ranges_stats(part, key_columns)
 
 
 def _provenance(data: pa.Table, file: int) -> pa.Table:
