@@ -514,7 +514,7 @@ def test_a_debezium_topic_ingested_under_kills_lands_every_change_once(
     twice, and nothing produced is missing; a plain reader after the roll sees the same."""
     import deltalake
 
-    from tests.ingest.test_kafka_ingest import ingest_cmd, topic_name
+    from tests.ingest.test_kafka_ingest import ingest_cmd, run_until_killed, topic_name
 
     table = keyed_table(sqlite_catalog, "ns.events", sequence=True, dead_letter=True)
     topic = topic_name()
@@ -568,23 +568,7 @@ def test_a_debezium_topic_ingested_under_kills_lands_every_change_once(
     rng = random.Random(4197)
     try:
         for kill in DEBEZIUM_KILLS:
-            env = {**os.environ}
-            if kill == "random":
-                proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-                # once it committed a chunk, at a random instant
-                seen = len(sqlite_catalog.store.list_chunks(table.id, [ChunkState.COMMITTED]))
-                deadline = time.monotonic() + 120
-                while time.monotonic() < deadline and proc.poll() is None:
-                    if len(sqlite_catalog.store.list_chunks(table.id, [ChunkState.COMMITTED])) > seen:
-                        break
-                    time.sleep(0.2)
-                time.sleep(rng.uniform(0.0, 2.5))
-                proc.send_signal(signal.SIGKILL)
-                _, err = proc.communicate(timeout=60)
-            else:
-                env["STREAMPART_CRASHPOINT"] = kill
-                proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-                _, err = proc.communicate(timeout=240)
+            proc, err = run_until_killed(cmd, {**os.environ}, kill, sqlite_catalog, table, rng)
             assert proc.returncode == -signal.SIGKILL, (kill, err.decode()[-2000:])
             # what is committed so far: one row per key (read_now refuses a key shown twice), each
             # one a version that was produced for its key

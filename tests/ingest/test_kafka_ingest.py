@@ -296,6 +296,35 @@ CRASHES = [
 ]
 
 
+def run_until_killed(
+    cmd: list[str], env: dict[str, str], crash: str, catalog: Any, table: Any, rng: random.Random
+) -> tuple[subprocess.Popen[bytes], bytes]:
+    """Run the ingest job ``cmd`` until it is SIGKILLed: at ``crash`` (a crash point), or, for
+    ``"random"``, from outside at a random instant once it committed a chunk. The process and its
+    stderr."""
+    if crash == "random":
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        # wait until it commits something, then kill it at a random instant
+        seen = len(catalog.store.list_chunks(table.id, [ChunkState.COMMITTED]))
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None:
+            if len(catalog.store.list_chunks(table.id, [ChunkState.COMMITTED])) > seen:
+                break
+            time.sleep(0.2)
+        time.sleep(rng.uniform(0.0, 2.5))
+        proc.send_signal(signal.SIGKILL)
+        _, err = proc.communicate(timeout=60)
+    else:
+        proc = subprocess.Popen(
+            cmd,
+            env={**env, "STREAMPART_CRASHPOINT": crash},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        _, err = proc.communicate(timeout=240)
+    return proc, err
+
+
 @pytest.mark.spark
 def test_ingest_killed_again_and_again_lands_every_record_once(
     sqlite_catalog, kafka_broker, tmp_path
@@ -332,22 +361,7 @@ def test_ingest_killed_again_and_again_lands_every_record_once(
                 "--max-offsets-per-trigger",
                 "120",
             )
-            if crash == "random":
-                proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-                # wait until it commits something, then kill it at a random instant
-                seen = len(sqlite_catalog.store.list_chunks(table.id, [ChunkState.COMMITTED]))
-                deadline = time.monotonic() + 120
-                while time.monotonic() < deadline and proc.poll() is None:
-                    if len(sqlite_catalog.store.list_chunks(table.id, [ChunkState.COMMITTED])) > seen:
-                        break
-                    time.sleep(0.2)
-                time.sleep(rng.uniform(0.0, 2.5))
-                proc.send_signal(signal.SIGKILL)
-                _, err = proc.communicate(timeout=60)
-            else:
-                env["STREAMPART_CRASHPOINT"] = crash
-                proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-                _, err = proc.communicate(timeout=240)
+            proc, err = run_until_killed(cmd, env, crash, sqlite_catalog, table, rng)
             outcomes.append((crash, proc.returncode))
             assert proc.returncode == -signal.SIGKILL, (crash, cmd, err.decode()[-1000:])
             # whatever was committed so far is there exactly once
