@@ -139,7 +139,8 @@ def collect(spark: Any, catalog: Any, sql: str) -> list[Any]:
 
 def live_rows(catalog: Any, table: Any) -> int:
     """The rows a read without Spark shows now (a keyed table: its live keys)."""
-    from streampart.snapshots import pin, read_batches
+    from metastore.snapshots import pin
+    from streampart.snapshots import read_batches
 
     return sum(b.num_rows for b in read_batches(pin(catalog, table)))
 

@@ -31,7 +31,7 @@ from metastore.models import ARRIVAL_COLUMN, Column
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from streampart.snapshots import Snapshot
+    from metastore.snapshots import Snapshot
 
 # A task reads at least this many bytes of files (fewer, larger tasks: each costs a Python
 # worker's round trip), unless the snapshot is smaller than the cores times this.

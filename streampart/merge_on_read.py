@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from pyspark.sql import Column as SparkColumn
     from pyspark.sql import DataFrame, SparkSession
 
-    from streampart.snapshots import Snapshot
+    from metastore.snapshots import Snapshot
 
 
 def keyed_frame(spark: SparkSession, snap: Snapshot, files_frame: Callable[..., DataFrame]) -> DataFrame:
@@ -45,7 +45,7 @@ def keyed_frame(spark: SparkSession, snap: Snapshot, files_frame: Callable[..., 
     ``files_frame`` reads a snapshot's files with each row's arrival (``streampart.query.files_frame``)."""
     from pyspark.sql import functions as F
 
-    from streampart.snapshots import Snapshot
+    from metastore.snapshots import Snapshot
 
     keys = snap.table.keys
     assert keys is not None

@@ -27,6 +27,7 @@ from metastore.errors import UserInputError
 from metastore.links import Resolved
 from metastore.models import ARRIVAL_COLUMN, Column, Table, TableName
 from metastore.namespaces import check_namespace
+from metastore.snapshots import Snapshot, pin, view_of
 from metastore.storage import faults
 from scheduler.spark_files import parquet_files
 from streampart import query_policy, spark_home
@@ -34,7 +35,6 @@ from streampart.bucket_reads import bucket_frame
 from streampart.class_archive import java_options
 from streampart.errors import QueryError, QueryRefusedError
 from streampart.query_policy import Output, Read, Resolver, TableRef
-from streampart.snapshots import Snapshot, pin, view_of
 from streampart.spark_hooks import EXTENSIONS, compile_hooks
 from streampart.spark_master import check_reachable, check_same_master
 

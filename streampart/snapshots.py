@@ -1,58 +1,21 @@
-"""Snapshots: a table pinned at one Delta version, what a link shows of it, and its rows without Spark.
+"""A snapshot's rows without Spark (``streampart table read``), read as a query reads them.
 
-The rules every read follows, whether Spark runs it (:mod:`streampart.query`) or not
-(``streampart table read``): the metastore's newest recorded version first, then the log at
-the newest version or the one asked for (:meth:`Catalog.load`), then that version's file list,
-each file checked on disk at the size the log recorded. The log holds committed chunks only, so
-a snapshot shows exactly the committed rows; a link reads its source's snapshot, keeping the
-partitions it admits. A snapshot's columns are its version's, from the log (not the metastore's):
-a file written before a column was added reads it as nulls, one written before a type was widened
-reads in the wider type, and a read of an older version shows the columns of then. No Spark and
-no SQL parser here: the CLI imports this module.
+The snapshot itself (:func:`metastore.snapshots.pin`, a link's view of it) follows the rules every
+read follows. Its columns are its version's, from the log (not the metastore's): a file written before
+a column was added reads it as nulls, one written before a type was widened reads in the wider type,
+and a read of an older version shows the columns of then. No Spark and no SQL parser here: the CLI
+imports this module.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
-from metastore import clock, storage
-from metastore.catalog import Catalog
-from metastore.delta.files import check_files, live_files
-from metastore.delta.metadata import columns_of
-from metastore.links import Resolved
-from metastore.models import Column, Table
+from metastore import storage
+from metastore.snapshots import Snapshot
 
-__all__ = ["Snapshot", "pin", "read_batches", "view_of"]
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    """One table pinned at one Delta version: its files and its data columns at that version."""
-
-    table: Table
-    version: int
-    files: tuple[Any, ...]
-    columns: tuple[Column, ...]  # the partition column left out, as in ``Table.columns``
-
-
-def pin(catalog: Catalog, table: Table, version: int | None = None, *, check: bool = True) -> Snapshot:
-    """``table`` at ``version`` (default: the newest), its log and (unless not ``check``) its files
-    checked first (a statement read on another cluster checks the copies it reads instead)."""
-    dt = catalog.load(table, version)
-    files = tuple(live_files(dt))
-    if check:
-        check_files(table, files)
-    return Snapshot(table, int(dt.version()), files, columns_of(dt, f"table {table.name}"))
-
-
-def view_of(resolved: Resolved, snap: Snapshot) -> Snapshot:
-    """What ``resolved`` shows of ``snap`` (a snapshot of its table): all of it, or what its link admits."""
-    if resolved.link is None:
-        return snap
-    admitted = tuple(resolved.link.filter(snap.files, snap.table, clock.now()))
-    return Snapshot(snap.table, snap.version, admitted, snap.columns)
+__all__ = ["read_batches"]
 
 
 def read_batches(snap: Snapshot, limit: int | None = None) -> Iterator[Any]:

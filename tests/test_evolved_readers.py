@@ -35,10 +35,11 @@ from metastore.delta.files import live_files
 from metastore.delta.layout import partition_dir, partition_value_text, staged_dir
 from metastore.delta.metadata import current_metadata, metadata_action, schema_at
 from metastore.models import Table, parse_column_change, parse_schema, plan_alter
+from metastore.snapshots import pin
 from scheduler.config import RollConfig
 from scheduler.roll import Roller
 from streampart.query import run_sql
-from streampart.snapshots import pin, read_batches
+from streampart.snapshots import read_batches
 from streampart.sql_catalog import describe
 from tests.fixtures import make_table
 from tests.helpers import jsonl, records

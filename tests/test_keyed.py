@@ -31,10 +31,11 @@ from metastore.durations import parse_duration
 from metastore.errors import UserInputError
 from metastore.integrity import check_table
 from metastore.models import ChunkState, Keys, Mode, TableName, TableSpec, parse_schema
+from metastore.snapshots import pin
 from scheduler.config import HousekeepingConfig
 from scheduler.housekeeping import Housekeeper
 from scheduler.roll import Roller
-from streampart.snapshots import pin, read_batches
+from streampart.snapshots import read_batches
 from tests.fixtures import make_table
 
 SCHEMA = "id BIGINT, ts TIMESTAMP, v BIGINT, op STRING, lsn BIGINT"
@@ -632,8 +633,8 @@ def test_a_delete_by_predicate_deletes_the_keys_whose_current_row_matches(catalo
 
 def test_links_time_travel_and_retention_answer_one_row_per_key(catalog) -> None:
     from metastore.links import LinkSpec
+    from metastore.snapshots import view_of
     from scheduler.expiry import Expirer
-    from streampart.snapshots import view_of
 
     table = keyed_table(catalog, sequence=True)
     catalog.links.create(

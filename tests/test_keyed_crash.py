@@ -88,7 +88,8 @@ def shown(rows: list[dict[str, Any]], where: str = "") -> dict[int, tuple[int, s
 
 
 def read_at(catalog: Any, table: Any, version: int | None = None) -> dict[int, tuple[int, str]]:
-    from streampart.snapshots import pin, read_batches
+    from metastore.snapshots import pin
+    from streampart.snapshots import read_batches
 
     snap = pin(catalog, table, version)
     return shown([row for b in read_batches(snap) for row in b.to_pylist()], f"at version {snap.version}")
@@ -523,8 +524,9 @@ def test_writers_upserting_overlapping_keys_while_a_roller_rolls_read_one_row_pe
     With ``sequence_by`` every version has an lsn of its own, so the truth does not depend on the
     order the chunks landed in; by arrival, it is the order of their commits in the log."""
     from metastore.delta.log import ROLL_KEY, SEAL_PROPERTY, SWEEP_KEY, commit_chunks, commit_info
+    from metastore.snapshots import pin
     from scheduler.roll import Roller
-    from streampart.snapshots import pin, read_batches
+    from streampart.snapshots import read_batches
 
     catalog = storage_catalog
     table = keyed_table(catalog, sequence, event_time=False)

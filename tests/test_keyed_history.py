@@ -20,8 +20,9 @@ from ingest.chunks import ChunkWriter
 from ingest.formats import Format
 from metastore.errors import UserInputError
 from metastore.models import Keys, Mode, keys_from_options
+from metastore.snapshots import pin
 from scheduler.roll import Roller
-from streampart.snapshots import pin, read_batches
+from streampart.snapshots import read_batches
 from tests.fixtures import make_table
 from tests.test_keyed import SCHEMA, T0, change_log, jsonl
 

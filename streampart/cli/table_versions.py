@@ -1,6 +1,6 @@
 """``streampart table history|read``: a table's Delta versions, and its rows as of one, without Spark.
 
-``table read`` follows a query's rules (:mod:`streampart.snapshots`): the committed rows of one
+``table read`` follows a query's rules (:mod:`metastore.snapshots`): the committed rows of one
 pinned version (the newest by default), a link's through its source. SQL over a version is
 ``streampart query "SELECT … FROM NS.T VERSION AS OF N"``, which starts Spark. Neither command
 imports pyspark (nor the SQL parser), so both answer in about a second.
@@ -110,7 +110,8 @@ def table_read(
     row. For SQL over a version: streampart query "SELECT … FROM NS.T VERSION AS OF N".
     """
     from metastore.delta.history import check_readable
-    from streampart.snapshots import pin, read_batches, view_of
+    from metastore.snapshots import pin, view_of
+    from streampart.snapshots import read_batches
 
     cli = cli_context(ctx)
     catalog = cli.catalog()

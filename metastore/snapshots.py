@@ -1,0 +1,52 @@
+"""Snapshots: a table pinned at one Delta version, and what a link shows of it.
+
+The rules every read follows, whether Spark runs it (:mod:`streampart.query`), a plain reader
+(``streampart table read``) or another engine through a catalog (:mod:`ingest.catalogs`): the
+metastore's newest recorded version first, then the log at the newest version or the one asked for
+(:meth:`Catalog.load`), then that version's file list, each file checked on disk at the size the log
+recorded. The log holds committed chunks only, so a snapshot shows exactly the committed rows; a
+link reads its source's snapshot, keeping the partitions it admits. A snapshot's columns are its
+version's, from the log (not the metastore's).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from metastore import clock
+from metastore.catalog import Catalog
+from metastore.delta.files import check_files, live_files
+from metastore.delta.metadata import columns_of
+from metastore.links import Resolved
+from metastore.models import Column, Table
+
+__all__ = ["Snapshot", "pin", "view_of"]
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """One table pinned at one Delta version: its files and its data columns at that version."""
+
+    table: Table
+    version: int
+    files: tuple[Any, ...]
+    columns: tuple[Column, ...]  # the partition column left out, as in ``Table.columns``
+
+
+def pin(catalog: Catalog, table: Table, version: int | None = None, *, check: bool = True) -> Snapshot:
+    """``table`` at ``version`` (default: the newest), its log and (unless not ``check``) its files
+    checked first (a statement read on another cluster checks the copies it reads instead)."""
+    dt = catalog.load(table, version)
+    files = tuple(live_files(dt))
+    if check:
+        check_files(table, files)
+    return Snapshot(table, int(dt.version()), files, columns_of(dt, f"table {table.name}"))
+
+
+def view_of(resolved: Resolved, snap: Snapshot) -> Snapshot:
+    """What ``resolved`` shows of ``snap`` (a snapshot of its table): all of it, or what its link admits."""
+    if resolved.link is None:
+        return snap
+    admitted = tuple(resolved.link.filter(snap.files, snap.table, clock.now()))
+    return Snapshot(snap.table, snap.version, admitted, snap.columns)
