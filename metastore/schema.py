@@ -16,6 +16,7 @@ from sqlalchemy import (
     Index,
     Integer,
     MetaData,
+    PrimaryKeyConstraint,
     String,
     Table,
     Text,
@@ -212,6 +213,7 @@ tokens = Table(
     Column("token_hash", String(64), nullable=False),
     Column("scopes", JSON, nullable=False),
     Column("created_at", DateTime, nullable=False),
+    Column("expires_at", DateTime),  # NULL: never (migration 0019)
     UniqueConstraint("name", name="uq_sp_tokens_name"),
     UniqueConstraint("token_hash", name="uq_sp_tokens_hash"),
 )
@@ -487,4 +489,36 @@ deletes = Table(
     Column("reclaimed_at", DateTime),
     Column("error", Text),
     Index("ix_sp_deletes_state", "table_id", "state"),
+)
+
+
+# Delta Sharing's shares (migration 0019), in the primary metastore: a named list of tables and links
+# (by name, ``namespace.name``) a recipient's token may list and load, as far as its read scopes go.
+shares = Table(
+    "sp_shares",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("name", String(128), nullable=False),
+    Column("comment", String(1024)),
+    Column("created_at", DateTime, nullable=False),
+    UniqueConstraint("name", name="uq_sp_shares_name"),
+)
+share_tables = Table(
+    "sp_share_tables",
+    metadata,
+    Column("share_id", Integer, ForeignKey("sp_shares.id", ondelete="CASCADE"), nullable=False),
+    Column("namespace", String(128), nullable=False),
+    Column("name", String(128), nullable=False),
+    Column("added_at", DateTime, nullable=False),
+    PrimaryKeyConstraint("share_id", "namespace", "name", name="pk_sp_share_tables"),
+)
+
+# Secrets every server process of a metastore shares (migration 0019): made at random by the first
+# process that needs one, never changed; ``url-signing`` signs the file URLs of Delta Sharing answers.
+secrets = Table(
+    "sp_secrets",
+    metadata,
+    Column("name", String(64), primary_key=True),
+    Column("value", String(128), nullable=False),
+    Column("created_at", DateTime, nullable=False),
 )

@@ -11,6 +11,8 @@ version's, from the log (not the metastore's).
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +34,8 @@ class Snapshot:
     version: int
     files: tuple[Any, ...]
     columns: tuple[Column, ...]  # the partition column left out, as in ``Table.columns``
+    # every column's place in the log's schema, the partition column's too (first to last)
+    order: tuple[str, ...] = ()
 
 
 def pin(catalog: Catalog, table: Table, version: int | None = None, *, check: bool = True) -> Snapshot:
@@ -41,7 +45,8 @@ def pin(catalog: Catalog, table: Table, version: int | None = None, *, check: bo
     files = tuple(live_files(dt))
     if check:
         check_files(table, files)
-    return Snapshot(table, int(dt.version()), files, columns_of(dt, f"table {table.name}"))
+    order = tuple(f["name"] for f in json.loads(dt.schema().to_json())["fields"])
+    return Snapshot(table, int(dt.version()), files, columns_of(dt, f"table {table.name}"), order)
 
 
 def view_of(resolved: Resolved, snap: Snapshot) -> Snapshot:
@@ -49,4 +54,4 @@ def view_of(resolved: Resolved, snap: Snapshot) -> Snapshot:
     if resolved.link is None:
         return snap
     admitted = tuple(resolved.link.filter(snap.files, snap.table, clock.now()))
-    return Snapshot(snap.table, snap.version, admitted, snap.columns)
+    return dataclasses.replace(snap, files=admitted)

@@ -41,6 +41,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from ingest.login_guard import LoginGuard
+from metastore import clock as metastore_clock
 from metastore.catalog import Catalog
 from metastore.errors import StreampartError, UserInputError
 from metastore.links import Resolved
@@ -165,6 +166,8 @@ class SqlGate:
             return "the password is not a valid streampart token (streampart token create)"
         if token.name != user:
             return f"log in with the token's name as user ({token.name})"
+        if token.expired(metastore_clock.now()):
+            return f"token {token.name!r} has expired"
         self._tokens[digest] = (self.clock(), token)
         return None
 
@@ -181,14 +184,21 @@ class SqlGate:
         self._tokens[client.token_hash] = (self.clock(), token)
         return token
 
+    def _live(self, client: Client) -> ApiToken | None:
+        """:meth:`_token`, and None once it has expired (checked on every statement)."""
+        token = self._token(client)
+        return None if token is None or token.expired(metastore_clock.now()) else token
+
     def _may_read(self, client: Client) -> Callable[[str], bool]:
         if client.user == LOCAL_USER:
             if not hmac.compare_digest(client.token_hash, hashlib.sha256(self.secret.encode()).hexdigest()):
                 raise UserInputError("the local user's session was opened with another secret: reconnect")
             return lambda namespace: True
-        token = self._token(client)
+        token = self._live(client)
         if token is None:
-            raise UserInputError(f"token {client.user!r} was revoked: reconnect with a valid token")
+            raise UserInputError(
+                f"token {client.user!r} was revoked or has expired: reconnect with a valid token"
+            )
         return lambda namespace: token.allows(Permission.READ, namespace)
 
     def _settle(self, client: Client, session: Any) -> None:

@@ -6,7 +6,7 @@ transitions), ``names`` (identifiers, table names), ``periods`` (UTC instants an
 column), ``evolution`` (schema changes: which types widen in place, the checks of an ALTER),
 ``schema_history`` (a table's recorded schema changes), ``tables`` (TableSpec, Table, modes,
 kinds, companions), ``records`` (partitions, chunks, rolls, leases, moves, status rows) and
-``tokens`` (the HTTP API's tokens). Almost every
+``tokens`` (the HTTP API's tokens) and ``shares`` (Delta Sharing's shares). Almost every
 module of streampart uses these nouns, so this ``__init__`` exports them all: import them from
 ``metastore.models``.
 """
@@ -78,6 +78,7 @@ from metastore.models.records import (
     TableActivity,
 )
 from metastore.models.schema_history import RecordedSchemaChange, column_changes, describe_changes
+from metastore.models.shares import Share, check_share_name
 from metastore.models.tables import (
     COMPANION_SUFFIX,
     DEFAULT_MAX_NEW_COLUMNS,
@@ -135,6 +136,7 @@ __all__ = [
     "SchemaChangeState",
     "SchemaEvolution",
     "Scope",
+    "Share",
     "StagedFile",
     "Table",
     "TableActivity",
@@ -145,6 +147,7 @@ __all__ = [
     "check_column_name",
     "check_identifier",
     "check_keys",
+    "check_share_name",
     "check_token_name",
     "check_transition",
     "column_changes",

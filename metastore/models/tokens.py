@@ -75,6 +75,11 @@ class ApiToken(BaseModel):
     token_hash: str
     scopes: tuple[Scope, ...]
     created_at: datetime
+    expires_at: datetime | None = None  # None: never
 
     def allows(self, permission: Permission, namespace: str) -> bool:
         return any(s.allows(permission, namespace) for s in self.scopes)
+
+    def expired(self, now: datetime) -> bool:
+        """Whether the token has expired at ``now``: from then on it authenticates nothing."""
+        return self.expires_at is not None and now >= self.expires_at

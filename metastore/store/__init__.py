@@ -21,6 +21,7 @@ it (the way dagster splits run, event and schedule storage):
 - ``history``: roll attempts, and chunk rows pruned into summaries
 - ``daemons``: the roll daemons' heartbeats (leader and standbys) and housekeeping passes
 - ``tokens``: the HTTP API's bearer tokens
+- ``shares``: Delta Sharing's shares, and the secrets server processes share
 - ``namespaces``: namespaces, and the ledger their quotas are checked against
 - ``links``: links between namespaces
 - ``clusters``: the registry of clusters (storage roots and their Spark masters)
@@ -48,6 +49,7 @@ from metastore.store.namespaces import NamespaceStore
 from metastore.store.replicas import ReplicaStore
 from metastore.store.rolls import RollStore
 from metastore.store.schemas import SchemaStore
+from metastore.store.shares import ShareStore
 from metastore.store.tables import TableStore
 from metastore.store.tokens import TokenStore
 from metastore.store.transfer import TableRows, TransferStore
@@ -64,6 +66,7 @@ class Metastore(
     HistoryStore,
     DaemonStore,
     TokenStore,
+    ShareStore,
     NamespaceStore,
     LinkStore,
     ClusterStore,

@@ -23,6 +23,7 @@ def token_from_row(row: Any) -> ApiToken:
         token_hash=m["token_hash"],
         scopes=tuple(Scope.parse(x) for x in m["scopes"]),
         created_at=_out(m["created_at"]),
+        expires_at=_out(m["expires_at"]),
     )
 
 
@@ -30,9 +31,15 @@ class TokenStore(Database):
     """API tokens."""
 
     def create_token(
-        self, name: str, token_hash: str, scopes: Sequence[Scope], now: datetime | None = None
+        self,
+        name: str,
+        token_hash: str,
+        scopes: Sequence[Scope],
+        now: datetime | None = None,
+        expires_at: datetime | None = None,
     ) -> ApiToken:
-        """Record a token by its digest (the caller hashes it; the token itself is never stored).
+        """Record a token by its digest (the caller hashes it; the token itself is never stored),
+        valid until ``expires_at`` (None: until revoked).
 
         Raises:
             AlreadyExistsError: a token of that name exists (revoke it first).
@@ -41,6 +48,8 @@ class TokenStore(Database):
         if not scopes:
             raise UserInputError(f"token {name!r} needs at least one scope")
         now = now or _now()
+        if expires_at is not None and expires_at <= now:
+            raise UserInputError(f"token {name!r} would expire before it is made")
         try:
             with self.tx() as conn:
                 conn.execute(
@@ -49,12 +58,19 @@ class TokenStore(Database):
                         token_hash=token_hash,
                         scopes=[str(x) for x in scopes],
                         created_at=_db(now),
+                        expires_at=_db(expires_at),
                     )
                 )
                 row = conn.execute(sa.select(s.tokens).where(s.tokens.c.name == name)).one()
         except IntegrityError:
             raise AlreadyExistsError(f"token {name!r} exists already; revoke it first") from None
         return token_from_row(row)
+
+    def find_token(self, token_id: int) -> ApiToken | None:
+        """The token with the id ``token_id``, or None (revoked, or never made)."""
+        with self.read_tx() as conn:
+            row = conn.execute(sa.select(s.tokens).where(s.tokens.c.id == token_id)).first()
+        return None if row is None else token_from_row(row)
 
     def find_token_by_hash(self, token_hash: str) -> ApiToken | None:
         """The token whose digest is ``token_hash``, or None (unknown or revoked)."""

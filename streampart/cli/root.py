@@ -31,6 +31,7 @@ from streampart.cli.query import query
 from streampart.cli.replicas import table_replicate
 from streampart.cli.rolls import housekeep, roll
 from streampart.cli.server import serve
+from streampart.cli.shares import share_app
 from streampart.cli.sql import sql, sql_server
 from streampart.cli.table_alter import table_alter
 from streampart.cli.table_versions import table_history, table_read
@@ -59,6 +60,7 @@ app.add_typer(ingest_app, name="ingest")
 app.add_typer(scheduler_app, name="scheduler")
 app.command("serve")(serve)
 app.add_typer(token_app, name="token")
+app.add_typer(share_app, name="share")
 app.command("sql-server")(sql_server)
 app.command("sql")(sql)
 for command in (write, roll, expire, delete, query, housekeep, check, demo):

@@ -1,0 +1,75 @@
+"""streampart's tables as Iceberg tables: metadata that lists the Delta snapshot's own Parquet files.
+
+:func:`iceberg_table` turns one pinned snapshot (:mod:`metastore.snapshots`; a link's view of one, or
+the files of a keyed table a reader may see) into Iceberg metadata, written beside the table
+(:mod:`metastore.iceberg.metadata`). The schema's field ids and the identity partition are in
+:mod:`metastore.iceberg.schema`, the data files' statistics in :mod:`metastore.iceberg.files`.
+pyiceberg writes the Avro manifests and validates the metadata: the Iceberg spec's own Python
+implementation, so the files are what every Iceberg reader expects, not a hand-made lookalike.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from pyiceberg.table.snapshots import Operation
+
+from metastore import clock
+from metastore.delta.log import commit_actions, commit_info
+from metastore.iceberg.metadata import ICEBERG_DIR, Loaded, Version, View, materialize
+from metastore.iceberg.schema import from_delta
+from metastore.models import Table
+from metastore.snapshots import Snapshot
+
+__all__ = ["ICEBERG_DIR", "Loaded", "View", "iceberg_table"]
+
+
+def iceberg_table(view: View, snap: Snapshot, properties: dict[str, str] | None = None) -> Loaded:
+    """The Iceberg metadata of ``view`` at ``snap`` (its files: what the view shows of that version)."""
+    table = snap.table
+    types = {c.name: c for c in snap.columns}
+    order = snap.order or (*types, table.partition_column)
+    fields = [
+        # optional: its values are not in the files, and readers fill in an identity partition's
+        # value only for a field that may be missing from a file
+        {"name": table.partition_column, "type": "timestamp", "nullable": True}
+        if name == table.partition_column
+        else {"name": name, "type": types[name].type, "nullable": types[name].nullable}
+        for name in order
+        if name == table.partition_column or name in types
+    ]
+    schema = from_delta(fields, table.partition_column, f"table {table.name}")
+    return materialize(
+        view,
+        Version(
+            snap.version,
+            snap.files,
+            schema,
+            _committed_at(table, snap.version),
+            _operation(table, snap.version),
+            dict(properties or {}),
+        ),
+    )
+
+
+def _committed_at(table: Table, version: int) -> datetime:
+    info = commit_info(table, version) if version > 0 else None
+    if info is not None and isinstance(info.get("timestamp"), int):
+        return datetime.fromtimestamp(info["timestamp"] / 1000, UTC)
+    return clock.now()
+
+
+def _operation(table: Table, version: int) -> Operation:
+    """What ``version`` did to the rows of the one before it: appended, replaced files without
+    changing rows (a roll's sweep, a schema change), or anything else (an overwrite)."""
+    actions = commit_actions(table, version) if version > 0 else None
+    if actions is None:
+        return Operation.OVERWRITE
+    adds = [a["add"] for a in actions if "add" in a]
+    removes = [a["remove"] for a in actions if "remove" in a]
+    changed = [a for a in (*adds, *removes) if a.get("dataChange", True)]
+    if not changed:
+        return Operation.REPLACE
+    if not removes:
+        return Operation.APPEND
+    return Operation.OVERWRITE
