@@ -27,7 +27,17 @@ from ingest.api.docs import serve_docs
 from ingest.api.handlers import install_error_handlers
 from ingest.api.lookups import TableLookups
 from ingest.api.metrics import ApiMetrics, MetricsMiddleware
-from ingest.api.routes import chunks, deletes, events, federation, ingest_jobs, namespaces, ops, tables
+from ingest.api.routes import (
+    chunks,
+    deletes,
+    events,
+    federation,
+    iceberg,
+    ingest_jobs,
+    namespaces,
+    ops,
+    tables,
+)
 from ingest.api.state import ApiState
 from ingest.config import ChunkConfig
 from ingest.login_guard import LoginGuard
@@ -88,6 +98,6 @@ def create_app(
     # must not believe forwarded headers itself (streampart.cli.server_app: proxy_headers=False).
     app.add_middleware(ProxyHeadersMiddleware, trusted_hosts=[str(n) for n in server.trusted_proxies])
     install_error_handlers(app)
-    for routes in (chunks, events, tables, deletes, namespaces, federation, ingest_jobs, ops):
+    for routes in (chunks, events, tables, deletes, namespaces, federation, ingest_jobs, ops, iceberg):
         app.include_router(routes.router)
     return app

@@ -71,6 +71,17 @@ class ServerConfig(BaseModel):
         timedelta(seconds=5),
         description="How long a server remembers a token lookup (a revocation takes effect within this).",
     )
+    # Why 15 min: a reader fetches a file soon after it is given its URL (a Delta Sharing query, an
+    # Iceberg client's signed request); a longer life only lengthens what a leaked URL is good for.
+    # A revoked token's local-file URLs stop at once (checked on each fetch); a bucket's presigned
+    # URLs cannot be recalled, so this bounds how long one outlives its token.
+    presign_ttl: Duration = Field(
+        timedelta(minutes=15),
+        gt=timedelta(0),
+        le=timedelta(days=7),  # the longest an S3 presigned URL may live
+        description="How long a file URL the catalogs hand out (Delta Sharing file URLs, Iceberg's signed "
+        "bucket requests) stays valid.",
+    )
     # Why 1 s: a commit names its table, and reading it on every request was two of a commit's
     # metastore round trips; remembered for 1 s, a busy server reads each table about once a
     # second. A table dropped, re-created or changed by another process is seen within this (or

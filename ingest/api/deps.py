@@ -31,12 +31,16 @@ State = Annotated[ApiState, Depends(api_state)]
 
 
 async def authenticate(
-    st: ApiState, credentials: HTTPAuthorizationCredentials | None, client: str = "unknown"
+    st: ApiState,
+    credentials: HTTPAuthorizationCredentials | None,
+    client: str = "unknown",
+    fresh: bool = False,
 ) -> Principal:
     """The caller with ``credentials``; 401 without a bearer token or with an unknown one.
 
     A live token is always accepted at once, whatever failed before from ``client`` (its address);
-    an unknown or revoked one is logged and its 401 delayed (:mod:`ingest.login_guard`).
+    an unknown, revoked or expired one is logged and its 401 delayed (:mod:`ingest.login_guard`).
+    ``fresh``: the token is looked up in the metastore now, not in the server's cache.
     """
     if not st.auth:
         return Principal(None, insecure=True)
@@ -46,9 +50,9 @@ async def authenticate(
             401, "unauthorized", "no bearer token: send 'Authorization: Bearer <token>'",
             "Authorization", challenge,
         )  # fmt: skip
-    token = await st.authenticator.login(credentials.credentials, client)
+    token = await st.authenticator.login(credentials.credentials, client, fresh)
     if token is None:
-        raise ApiError(401, "unauthorized", "unknown or revoked token", "Authorization", challenge)
+        raise ApiError(401, "unauthorized", "unknown, revoked or expired token", "Authorization", challenge)
     return Principal(token)
 
 
@@ -64,3 +68,12 @@ async def principal(request: Request, st: State, credentials: Credentials) -> Pr
 
 
 Caller = Annotated[Principal, Depends(principal)]
+
+
+async def reader(request: Request, st: State, credentials: Credentials) -> Principal:
+    """The caller of a catalog other engines read through: its token looked up afresh (a revoked
+    token is refused from the moment it is revoked, on every server)."""
+    return await authenticate(st, credentials, client_address(request), fresh=True)
+
+
+Reader = Annotated[Principal, Depends(reader)]

@@ -83,6 +83,27 @@ class ApiMetrics:
         self.upload_bytes = Counter(
             "streampart_http_upload_bytes", "Bytes received in chunk uploads and event batches.", registry=r
         )
+        self.catalog_loads = Counter(
+            "streampart_catalog_loads",
+            "Tables loaded by other engines, by protocol (iceberg: a table's metadata; delta-sharing: a "
+            "query's file list).",
+            ["protocol"],
+            registry=r,
+        )
+        self.catalog_load_seconds = Histogram(
+            "streampart_catalog_load_duration_seconds",
+            "Time to answer a table's load (pin a snapshot, write the Iceberg metadata or list the files).",
+            ["protocol"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.catalog_files = Counter(
+            "streampart_catalog_file_reads",
+            "Reads of table files handed out by the catalogs: Iceberg requests signed, Delta Sharing "
+            "files served or presigned.",
+            ["protocol"],
+            registry=r,
+        )
         self.commit_seconds = Histogram(
             "streampart_http_commit_duration_seconds",
             "Duration of chunk commits (the Delta transaction and the metastore's bookkeeping).",

@@ -22,6 +22,7 @@ import contextlib
 import os
 import time
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import IO
 
 from metastore.storage import local, s3
@@ -49,6 +50,7 @@ __all__ = [
     "open_input",
     "open_output",
     "place",
+    "presign",
     "put_if_absent",
     "read_bytes",
     "stat",
@@ -205,6 +207,16 @@ def delete_tree(path: str) -> None:
 def place(source: str, target: str) -> None:
     """Make ``target`` hold ``source``'s bytes: a hard link locally, a server-side copy in a bucket."""
     (s3.place if is_remote(source) else local.place)(source, target)
+
+
+def presign(path: str, method: str, expires_in: timedelta) -> str:
+    """A presigned URL for one read (``GET`` or ``HEAD``) of the object ``path`` in a bucket, valid
+    for ``expires_in``. Raises ValueError for a local path (it has no URL to sign)."""
+    if method not in ("GET", "HEAD"):
+        raise ValueError(f"only reads are presigned, not {method}")
+    if not is_remote(path):
+        raise ValueError(f"{path} is not in a bucket: it has no URL to sign")
+    return s3.presign(path, method, expires_in)
 
 
 def open_input(path: str) -> IO[bytes]:

@@ -26,6 +26,7 @@ import errno
 import io
 import threading
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import IO, Any
 
 from metastore.errors import StoreUnavailableError
@@ -346,6 +347,17 @@ def open_output(url: str) -> Iterator[IO[bytes]]:
         writer = _Writer(url, obstore.open_writer(s, key))
     yield writer  # type: ignore[misc]
     writer.finish()
+
+
+def presign(url: str, method: str, expires_in: timedelta) -> str:
+    """A URL that lets its holder ``method`` (GET or HEAD) the object ``url`` until ``expires_in`` from
+    now, signed with this process's credentials (which the URL does not reveal)."""
+    import obstore
+
+    s, key = _at(url)
+    verb: Any = method
+    with errors(url):
+        return obstore.sign(s, verb, key, expires_in)
 
 
 def check(url: str, setting: str) -> None:

@@ -7,4 +7,6 @@
 - :mod:`~ingest.api.routes.namespaces`: namespaces, their usage and their links.
 - :mod:`~ingest.api.routes.federation`: the federation's metastores and routes, for operators (``admin:*``).
 - :mod:`~ingest.api.routes.ops`: health and Prometheus metrics, for operators.
+- :mod:`~ingest.api.routes.iceberg`: the Iceberg REST catalog engines find the tables by (``/iceberg``).
+- :mod:`~ingest.api.routes.sharing`: the Delta Sharing server recipients read shares from.
 """
