@@ -40,8 +40,11 @@ from pyiceberg.types import (
 )
 
 from metastore.errors import TableIntegrityError
+from metastore.models import ARRIVAL_COLUMN
 
 NAME_MAPPING = "schema.name-mapping.default"
+HIDDEN_COLUMNS = (ARRIVAL_COLUMN,)
+HIDDEN_FIELD_ID = 1_000_000  # far above any column's id (a column's id is its place in the schema)
 PARTITION_FIELD_ID = 1000  # Iceberg numbers partition fields from 1000
 
 _TYPES: dict[str, IcebergType] = {
@@ -87,7 +90,12 @@ class IcebergSchema:
         return self.schema.find_field(name).field_id
 
     def name_mapping_json(self) -> str:
-        return create_mapping_from_schema(self.schema).model_dump_json()
+        """The default name mapping: each column's name to its id, and the columns streampart keeps in
+        files beside the table's (a keyed table's arrival) to ids no schema has, so a reader maps every
+        column of a file and leaves those out."""
+        mapping = json.loads(create_mapping_from_schema(self.schema).model_dump_json())
+        mapping += [{"field-id": HIDDEN_FIELD_ID + i, "names": [n]} for i, n in enumerate(HIDDEN_COLUMNS)]
+        return json.dumps(mapping)
 
 
 def from_delta(fields: Sequence[dict[str, Any]], partition_column: str, where: str) -> IcebergSchema:

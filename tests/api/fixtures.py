@@ -78,9 +78,9 @@ class Server:
             STREAMPART_METASTORE=self.metastore,
             STREAMPART_SERVER__AUTH_CACHE_TTL="0",
             STREAMPART_SERVER__LOG_FORMAT="json",
-            **self.env_extra,
-            **env,
         )
+        full_env.update(self.env_extra)  # (either may set what the lines above do)
+        full_env.update(env)
         if crashpoint:
             full_env["STREAMPART_CRASHPOINT"] = crashpoint
         with self.log.open("wb") as log:

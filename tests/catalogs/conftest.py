@@ -1,0 +1,1 @@
+from tests.catalogs.helpers import shop  # noqa: F401
