@@ -17,7 +17,15 @@ $(BIN)/streampart: pyproject.toml
 	$(BIN)/python -m streampart.class_archive
 	touch $(BIN)/streampart
 
-setup: $(BIN)/streampart
+# The Delta Sharing client the tests read shares with (tests/catalogs): a virtualenv of its own, as
+# delta-sharing pins pyarrow <= 23 and the project's pyarrow is newer.
+SHARING_VENV := .venv-sharing
+$(SHARING_VENV)/bin/delta-sharing-ready: $(BIN)/streampart
+	test -x $(SHARING_VENV)/bin/python || $(PY) -m venv $(SHARING_VENV)
+	$(BIN)/uv pip install --quiet --python $(SHARING_VENV)/bin/python "delta-sharing==1.4.2"
+	touch $@
+
+setup: $(BIN)/streampart $(SHARING_VENV)/bin/delta-sharing-ready
 
 demo: setup
 	$(BIN)/streampart demo

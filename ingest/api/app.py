@@ -36,6 +36,7 @@ from ingest.api.routes import (
     ingest_jobs,
     namespaces,
     ops,
+    sharing,
     tables,
 )
 from ingest.api.state import ApiState
@@ -98,6 +99,17 @@ def create_app(
     # must not believe forwarded headers itself (streampart.cli.server_app: proxy_headers=False).
     app.add_middleware(ProxyHeadersMiddleware, trusted_hosts=[str(n) for n in server.trusted_proxies])
     install_error_handlers(app)
-    for routes in (chunks, events, tables, deletes, namespaces, federation, ingest_jobs, ops, iceberg):
+    for routes in (
+        chunks,
+        events,
+        tables,
+        deletes,
+        namespaces,
+        federation,
+        ingest_jobs,
+        ops,
+        iceberg,
+        sharing,
+    ):
         app.include_router(routes.router)
     return app

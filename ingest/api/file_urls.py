@@ -1,0 +1,88 @@
+"""The file URLs a Delta Sharing query answers with: signed by this server, or presigned by the bucket.
+
+A table in a bucket: a presigned GET of the object (:func:`metastore.storage.presign`), valid for
+``server.presign_ttl``; it cannot be recalled, so that is how long it outlives a revoked token.
+
+A table on a local (or mounted) disk: ``/delta-sharing/files/<ticket>.<signature>``, served by this
+server. The ticket names the table's location, the file, when it expires and the token it was made
+for; the signature is an HMAC-SHA256 under a secret every server of the metastore shares
+(``sp_secrets``), so any server process answers it, and nobody without the secret can make one
+naming another file. A fetch checks the signature, the expiry, that the token is still live (revoked
+or expired: refused at once) and that the path stays inside the table.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import time
+from dataclasses import dataclass
+
+from ingest.api.errors import ApiError
+from ingest.api.state import ApiState
+from metastore import clock, storage
+
+SECRET = "url-signing"
+ROUTE = "/delta-sharing/files"
+
+
+@dataclass(frozen=True)
+class Ticket:
+    location: str  # the table's
+    path: str  # the file's, relative to it
+    expires: int  # epoch seconds
+    token: int | None  # the id of the token it was made for (None: a server without auth)
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).decode().rstrip("=")
+
+
+def _unb64(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+def _key(st: ApiState) -> bytes:
+    return st.catalog.primary.secret(SECRET).encode()
+
+
+def file_url(st: ApiState, base_url: str, token: int | None, location: str, path: str) -> tuple[str, int]:
+    """A URL to read ``path`` of the table at ``location``, and when it expires (epoch milliseconds)."""
+    ttl = st.server.presign_ttl
+    expires = int(time.time() + ttl.total_seconds())
+    if storage.is_remote(location):
+        return storage.presign(storage.join(location, path), "GET", ttl), expires * 1000
+    ticket = _b64(json.dumps({"l": location, "p": path, "e": expires, "k": token}).encode())
+    signature = _b64(hmac.new(_key(st), ticket.encode(), hashlib.sha256).digest())
+    return f"{base_url.rstrip('/')}{ROUTE}/{ticket}.{signature}", expires * 1000
+
+
+def check_ticket(st: ApiState, signed: str) -> Ticket:
+    """The ticket of a file URL, once its signature, expiry and token hold; 403 otherwise (one message
+    for every fault of the URL, so a forger learns nothing), 401 for its token revoked or expired."""
+    refused = ApiError(
+        403, "PERMISSION_DENIED", "this file URL is not valid (forged, damaged or expired)", "url"
+    )
+    ticket_text, _, signature = signed.partition(".")
+    try:
+        expected = hmac.new(_key(st), ticket_text.encode(), hashlib.sha256).digest()
+        if not hmac.compare_digest(expected, _unb64(signature)):
+            raise refused
+        fields = json.loads(_unb64(ticket_text))
+        ticket = Ticket(str(fields["l"]), str(fields["p"]), int(fields["e"]), fields["k"])
+    except (ValueError, KeyError, TypeError):
+        raise refused from None
+    if ticket.expires < time.time():
+        raise refused
+    if ticket.token is not None:
+        token = st.catalog.primary.find_token(int(ticket.token))
+        if token is None or token.expired(clock.now()):
+            raise ApiError(
+                401, "UNAUTHENTICATED", "the token this URL was made for is revoked or expired", "url"
+            )
+    parts = ticket.path.split("/")
+    if ticket.path.startswith("/") or any(p in ("", ".", "..") for p in parts) or "\\" in ticket.path:
+        raise refused
+    return ticket
