@@ -3,9 +3,8 @@
 Iceberg readers skip files by their columns' lower and upper bounds in the manifests. streampart's
 add actions carry few statistics (row counts; a keyed table's key ranges), so the bounds are read
 from each file's Parquet footer — the statistics its writer kept per row group, the same source
-Iceberg's own import of Parquet files uses. A footer is read once per file and process (files never
-change: a path names the same bytes forever), so a streaming partition's files are not read again
-each time its manifest is rewritten.
+Iceberg's own import of Parquet files uses (:mod:`metastore.delta.footers`, read once per file and
+process: a streaming partition's files are not read again each time its manifest is rewritten).
 
 Bounds are given where they are exact: strings and binaries truncated to 16 bytes as Iceberg's
 writers do (the upper bound rounded up), floats as pyiceberg writes them, and none for a column
@@ -14,14 +13,9 @@ whose file holds another physical type than the table's type now (a widened colu
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
 
-import pyarrow.parquet as pq
 from pyiceberg.io.pyarrow import StatsAggregator
 from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
 from pyiceberg.typedef import Record
@@ -29,77 +23,10 @@ from pyiceberg.types import BinaryType, PrimitiveType, StringType
 
 from metastore import storage
 from metastore.delta.files import LiveFile
+from metastore.delta.footers import read_footer
 from metastore.iceberg.schema import IcebergSchema
 
 TRUNCATE = 16  # Iceberg's default metrics mode for every column: truncate(16)
-_FOOTERS = 50_000  # footers remembered per process (a few KB each)
-
-
-@dataclass(frozen=True)
-class _Footer:
-    column_sizes: dict[str, int]
-    value_counts: dict[str, int]
-    null_counts: dict[str, int]
-    bounds: dict[str, tuple[str, Any, Any]]  # column -> (physical type, min, max)
-    split_offsets: tuple[int, ...]
-
-
-_footers: OrderedDict[str, _Footer] = OrderedDict()
-_lock = threading.Lock()
-
-
-def _read_footer(path: str) -> _Footer:
-    with _lock:
-        hit = _footers.get(path)
-        if hit is not None:
-            _footers.move_to_end(path)
-            return hit
-    with storage.open_input(path) as handle:
-        meta = pq.ParquetFile(handle).metadata
-    sizes: dict[str, int] = {}
-    values: dict[str, int] = {}
-    nulls: dict[str, int] = {}
-    bounds: dict[str, tuple[str, Any, Any]] = {}
-    unknown: set[str] = set()
-    offsets = []
-    for r in range(meta.num_row_groups):
-        group = meta.row_group(r)
-        first = group.column(0)
-        dictionary = first.dictionary_page_offset
-        offsets.append(
-            dictionary
-            if first.has_dictionary_page and dictionary < first.data_page_offset
-            else first.data_page_offset
-        )
-        for c in range(meta.num_columns):
-            col = group.column(c)
-            name = col.path_in_schema
-            sizes[name] = sizes.get(name, 0) + col.total_compressed_size
-            values[name] = values.get(name, 0) + col.num_values
-            stats = col.statistics if col.is_stats_set else None
-            if stats is None or not stats.has_null_count:
-                unknown.add(name)
-                continue
-            nulls[name] = nulls.get(name, 0) + stats.null_count
-            if not stats.has_min_max:
-                if stats.null_count < col.num_values:  # values without bounds: none can be given
-                    bounds[name] = ("", None, None)
-                continue
-            low, high = stats.min, stats.max
-            kind, was_low, was_high = bounds.get(name, (stats.physical_type, low, high))
-            if kind != stats.physical_type or was_low is None:
-                bounds[name] = ("", None, None)
-                continue
-            bounds[name] = (kind, min(low, was_low), max(high, was_high))
-    for name in unknown:
-        nulls.pop(name, None)
-        bounds.pop(name, None)
-    footer = _Footer(sizes, values, nulls, bounds, tuple(sorted(offsets)))
-    with _lock:
-        _footers[path] = footer
-        while len(_footers) > _FOOTERS:
-            _footers.popitem(last=False)
-    return footer
 
 
 def micros(value: datetime) -> int:
@@ -111,7 +38,7 @@ def micros(value: datetime) -> int:
 def data_file(location: str, f: LiveFile, schema: IcebergSchema) -> DataFile:
     """``f`` (a live file of the table at ``location``) as an Iceberg data file of ``schema``."""
     path = storage.join(location, f.path)
-    footer = _read_footer(path)
+    footer = read_footer(path)
     ids = {field.name: field.field_id for field in schema.schema.fields}
     lower: dict[int, bytes] = {}
     upper: dict[int, bytes] = {}

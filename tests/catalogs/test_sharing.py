@@ -298,7 +298,7 @@ def test_queries_racing_commits_and_a_roll_each_answer_one_whole_version(
 
     writer = threading.Thread(target=write)
     writer.start()
-    seen = set()
+    seen: set[int] = set()
     while writer.is_alive() or len(seen) < 2:
         version, files = query_files(shop.server.url, shop.reader, "race")
         ids: list[int] = []
