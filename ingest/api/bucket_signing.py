@@ -3,35 +3,46 @@
 An Iceberg client reading a table in a bucket asks the catalog to sign each S3 request (remote
 signing); a Delta Sharing query answers presigned URLs. Either way the server's own credentials
 never leave it, and a URL is signed only for a read (GET, HEAD) of one object under the location of
-a table the caller may read — its own namespace's table, or the source of one of its namespace's
-links. Listings, writes and deletes are never signed.
+a table the caller may read — a table of a namespace it may read, or a file one of that namespace's
+links admits (a partition it shows; never the rest of the source). Listings, writes and deletes are
+never signed.
 """
 
 from __future__ import annotations
 
 import urllib.parse
+from dataclasses import dataclass
 
 from ingest.api.auth import Principal
 from ingest.api.errors import ApiError
 from ingest.api.state import ApiState
-from metastore import storage
-from metastore.models import Permission
+from metastore import clock, storage
+from metastore.delta.layout import STAGING_DIR, value_of_dir
+from metastore.iceberg import ICEBERG_DIR
+from metastore.links import Link
+from metastore.models import Permission, Table
 
 
-def readers_by_location(st: ApiState) -> dict[str, set[str]]:
-    """Each table's location → the namespaces whose tokens may read its files (its own, and those of
-    the links to it)."""
+@dataclass(frozen=True)
+class Readers:
+    """Who may read the files of one table: the namespace it lives in, whole; each link to it, what
+    the link admits (its partitions' files, and the link's own Iceberg metadata)."""
 
-    def load() -> dict[str, set[str]]:
-        out: dict[str, set[str]] = {}
-        for t in st.catalog.list_tables().merged():
-            out.setdefault(t.location.rstrip("/"), set()).add(t.name.namespace)
+    table: Table
+    links: tuple[Link, ...]
+
+
+def readers_by_location(st: ApiState) -> dict[str, Readers]:
+    """Each table's location → who may read its files (remembered a few seconds: ``st.readers``)."""
+
+    def load() -> dict[str, Readers]:
+        tables = {t.location.rstrip("/"): t for t in st.catalog.list_tables().merged()}
+        links: dict[str, list[Link]] = {}
         for link in st.catalog.router.fan_out(lambda store: store.list_links()).merged():
-            if st.catalog.links.is_dangling(link):
-                continue
-            source = st.catalog.links.source(link)
-            out.setdefault(source.location.rstrip("/"), set()).add(link.name.namespace)
-        return out
+            if not st.catalog.links.is_dangling(link):
+                source = st.catalog.links.source(link)
+                links.setdefault(source.location.rstrip("/"), []).append(link)
+        return {where: Readers(t, tuple(links.get(where, ()))) for where, t in tables.items()}
 
     return st.readers.get("all", load)
 
@@ -73,8 +84,26 @@ def sign_read(st: ApiState, who: Principal, method: str, uri: str) -> str:
 
 
 def may_read(st: ApiState, who: Principal, url: str) -> bool:
-    """Whether ``url`` is under the location of a table ``who`` may read (itself, or through a link)."""
-    for location, namespaces in readers_by_location(st).items():
-        if url.startswith(location + "/") and any(who.allows(Permission.READ, ns) for ns in namespaces):
+    """Whether ``url`` is a file ``who`` may read: under the location of a table of a namespace it may
+    read, or a file a link of such a namespace admits (a partition's file, its own Iceberg metadata)."""
+    for location, readers in readers_by_location(st).items():
+        if not url.startswith(location + "/"):
+            continue
+        if who.allows(Permission.READ, readers.table.name.namespace):
             return True
+        relative = url[len(location) + 1 :]
+        for link in readers.links:
+            if who.allows(Permission.READ, link.name.namespace) and _admitted(link, readers.table, relative):
+                return True
     return False
+
+
+def _admitted(link: Link, source: Table, relative: str) -> bool:
+    """Whether the file ``relative`` (to ``source``'s location) is one ``link`` shows now."""
+    parts = relative.split("/")
+    if parts[:3] == [ICEBERG_DIR, "links", str(link.name)]:
+        return True
+    staged = parts[0] == STAGING_DIR
+    directory = parts[1] if staged and len(parts) > 2 else parts[0] if len(parts) > 1 else ""
+    value = value_of_dir(source.partition_column, directory)
+    return value is not None and link.admits(value, not staged, source, clock.now())

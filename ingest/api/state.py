@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from ingest.api.auth import Authenticator, Principal
 from ingest.api.config import ServerConfig
@@ -52,11 +53,11 @@ class ApiState:
     authenticator: Authenticator
     metrics: ApiMetrics
     lookups: TableLookups
-    # each table's location → the namespaces that may read its files (ingest.api.bucket_signing).
+    # each table's location → who may read its files (ingest.api.bucket_signing.Readers).
     # Why 5 s: a signed request names an object, not a table: finding the table means the locations of
     # every table and link, too many reads for each of a scan's requests. A table or link made or
     # dropped meanwhile is seen within this; the caller's scopes are always its token's as just read.
-    readers: TtlCache[str, dict[str, set[str]]] = field(default_factory=lambda: TtlCache(5.0))
+    readers: TtlCache[str, dict[str, Any]] = field(default_factory=lambda: TtlCache(5.0))
 
     def table_of(self, who: Principal, permission: Permission, namespace: str, table: str) -> Table:
         """The table named in the path, once ``who`` may use it so.
