@@ -27,6 +27,7 @@ from metastore.catalog import Catalog
 from metastore.description import retention_info
 from metastore.durations import format_duration
 from metastore.errors import StreampartError
+from metastore.iceberg import View, newest_loaded
 from metastore.models import (
     COMPANION_SUFFIX,
     PRIMARY,
@@ -110,7 +111,32 @@ def scheduler_status(
         "links": [link for a in answers for link in a["links"]],
         "recent_rolls": recent[:limit],
         "ingest_jobs": _ingest_jobs(catalog, may_read, now),
+        "shares": _shares(catalog, may_read),
     }
+
+
+def _iceberg(table: Table) -> dict[str, Any] | None:
+    """The newest version an engine loaded the table at through the Iceberg catalog, and when."""
+    try:
+        found = newest_loaded(View(str(table.name), table.location, table.uid))
+    except OSError:
+        return None
+    return None if found is None else {"version": found[0], "loaded_at": iso(found[1])}
+
+
+def _shares(catalog: Catalog, may_read: Callable[[str], bool] | None) -> list[dict[str, Any]]:
+    """Delta Sharing's shares and what they hold, as far as the viewer may read (a share holding
+    nothing it may read is left out)."""
+    try:
+        shares = catalog.primary.list_shares()
+    except StreampartError:
+        return []
+    out = []
+    for share in shares:
+        shown = [str(t) for t in share.tables if may_read is None or may_read(t.namespace)]
+        if shown:
+            out.append({"share": share.name, "tables": shown})
+    return out
 
 
 def _ingest_jobs(
@@ -257,6 +283,7 @@ def _tables(
                 "last_error": failed.error if failed is not None else None,
                 "retry_at": _iso(failed.retry_at) if failed is not None else None,
                 "failed_partition": _iso(failed.partition_value) if failed is not None else None,
+                "iceberg": _iceberg(table),
                 "newest_commit": _iso(traffic.newest_commit),
                 "freshness_seconds": _seconds(traffic.newest_commit, now),
                 "commits_per_minute": round(

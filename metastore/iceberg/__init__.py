@@ -16,12 +16,12 @@ from pyiceberg.table.snapshots import Operation
 
 from metastore import clock
 from metastore.delta.log import commit_actions, commit_info
-from metastore.iceberg.metadata import ICEBERG_DIR, Loaded, Version, View, materialize
+from metastore.iceberg.metadata import ICEBERG_DIR, Loaded, Version, View, materialize, newest_loaded
 from metastore.iceberg.schema import from_delta
 from metastore.models import Table
 from metastore.snapshots import Snapshot
 
-__all__ = ["ICEBERG_DIR", "Loaded", "View", "iceberg_table"]
+__all__ = ["ICEBERG_DIR", "Loaded", "View", "iceberg_table", "newest_loaded"]
 
 
 def iceberg_table(view: View, snap: Snapshot, properties: dict[str, str] | None = None) -> Loaded:

@@ -32,7 +32,7 @@ import json
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from pyiceberg.manifest import (
@@ -146,6 +146,18 @@ def materialize(view: View, at: Version) -> Loaded:
     if not storage.put_if_absent(where, text):
         return _read(where)  # another server made it first: the same version, the same files
     return Loaded(where, metadata)
+
+
+def newest_loaded(view: View) -> tuple[int, datetime] | None:
+    """The newest Delta version an engine loaded ``view`` at through Iceberg, and when (None: never)."""
+    try:
+        found = [e for e in storage.list_dir(view.directory) if e.name.endswith(_SUFFIX)]
+    except FileNotFoundError:
+        return None
+    if not found:
+        return None
+    newest = max(found, key=lambda e: e.name)
+    return int(newest.name[:20]), datetime.fromtimestamp(newest.mtime_ms / 1000, UTC)
 
 
 def _read(where: str) -> Loaded:

@@ -138,6 +138,9 @@ def body(info: dict[str, Any]) -> str:
         parts.append(_ingest_jobs(info["ingest_jobs"]))
     if info.get("links"):
         parts.append(_links(info["links"]))
+    catalogs = _catalogs(tables, info.get("shares") or [], now)
+    if catalogs:
+        parts.append(catalogs)
     parts.append(_recent(info["recent_rolls"], now))
     return "\n".join(parts)
 
@@ -421,6 +424,32 @@ def _links(links: list[dict[str, Any]]) -> str:
         for link in links
     )
     return f'<section class="links"><h2>Links</h2><ul>{items}</ul></section>'
+
+
+def _catalogs(tables: list[dict[str, Any]], shares: list[dict[str, Any]], now: datetime) -> str:
+    """Other engines' reads: the tables loaded through the Iceberg catalog (``/iceberg``), at which
+    version and when, and Delta Sharing's shares (``/delta-sharing``) with what each holds."""
+    loaded = [t for t in tables if t.get("iceberg")]
+    if not loaded and not shares:
+        return ""
+    parts = ['<section class="catalogs"><h2>Catalogs</h2>']
+    if loaded:
+        items = "".join(
+            f'<li data-table="{_e(t["table"])}"><b>{_e(t["table"])}</b>: Iceberg snapshot '
+            f'<span data-field="iceberg-version">{_e(t["iceberg"]["version"])}</span>, loaded '
+            f"{_e(clock_time(t['iceberg']['loaded_at'], now))}</li>"
+            for t in loaded
+        )
+        parts.append(f"<p>Loaded through the Iceberg catalog (<code>/iceberg</code>):</p><ul>{items}</ul>")
+    if shares:
+        items = "".join(
+            f'<li data-share="{_e(s["share"])}"><b>{_e(s["share"])}</b>: '
+            f'<span data-field="shared">{_e(", ".join(s["tables"]))}</span></li>'
+            for s in shares
+        )
+        parts.append(f"<p>Delta Sharing shares (<code>/delta-sharing</code>):</p><ul>{items}</ul>")
+    parts.append("</section>")
+    return "".join(parts)
 
 
 def _ingest_jobs(jobs: list[dict[str, Any]]) -> str:

@@ -223,7 +223,57 @@ def test_loads_racing_commits_and_a_roll_each_see_one_whole_version(shop: Shop) 
     assert roll.sweep_version is not None
 
 
-def test_catalog_loads_are_counted_in_metrics(shop: Shop) -> None:
-    rest(shop.server.url, shop.reader).load_table("sales.orders")
+def test_catalog_loads_are_counted_in_metrics_and_shown_on_the_status_page(shop: Shop) -> None:
+    from scheduler.status_page.render import body
+
+    loaded = rest(shop.server.url, shop.reader).load_table("sales.orders")
     text = httpx.get(f"{shop.server.url}/metrics", headers=auth(shop.server.admin)).text
     assert 'streampart_catalog_loads_total{protocol="iceberg"}' in text
+    status = httpx.get(f"{shop.server.url}/ui/status.json", headers=auth(shop.reader)).json()
+    [orders_status] = [t for t in status["tables"] if t["table"] == "sales.orders"]
+    assert orders_status["iceberg"]["version"] == loaded.metadata.current_snapshot_id
+    assert 'data-field="iceberg-version">' in body(status)
+
+
+def test_snapshots_of_earlier_loads_stay_readable_and_a_schema_change_is_a_new_schema(
+    spark, shop: Shop
+) -> None:
+    """Each load at a new version adds a snapshot (its id the Delta version); the snapshot log holds
+    only an unbroken run of versions (a reader's time travel by time never lands on a version that
+    was not the table's state then); a column added is a new schema, older snapshots keep theirs."""
+    from metastore.models import Column
+    from tests.fixtures import make_table
+
+    store = shop.server.catalog
+    t = make_table(store, "sales.history", schema="id BIGINT, ts TIMESTAMP")
+    w = ChunkWriter(store, t)
+    w.write(jsonl([{"id": 1, "ts": "2026-11-21T10:00:00Z"}]), Format.JSONL, key="h1")
+    cat = rest(shop.server.url, shop.reader)
+    first = cat.load_table("sales.history")
+    v1 = first.metadata.current_snapshot_id
+    w.write(jsonl([{"id": 2, "ts": "2026-11-21T10:00:00Z"}]), Format.JSONL, key="h2")
+    second = cat.load_table("sales.history")
+    v2 = second.metadata.current_snapshot_id
+    assert v1 is not None and v2 == v1 + 1
+    assert [e.snapshot_id for e in second.metadata.snapshot_log] == [v1, v2]  # an unbroken run
+    assert second.scan(snapshot_id=v1).to_arrow().column("id").to_pylist() == [1]
+    assert second.scan(snapshot_id=v1).to_arrow().column("id").to_pylist() == [
+        r["id"] for r in run_sql(spark, store, f"SELECT id FROM sales.history VERSION AS OF {v1}").collect()
+    ]
+
+    store.schemas.alter(t, add=[Column(name="extra", type="string")])
+    t = store.table("sales.history")
+    ChunkWriter(store, t).write(
+        jsonl([{"id": 3, "ts": "2026-11-21T10:00:00Z", "extra": "x"}]), Format.JSONL, key="h3"
+    )
+    third = cat.load_table("sales.history")
+    v3 = third.metadata.current_snapshot_id
+    assert v3 is not None and v3 > v2 + 1  # the schema change's commit (v2 + 1) was never loaded
+    assert [e.snapshot_id for e in third.metadata.snapshot_log] == [v3]  # the run broke: restarted
+    assert {s.snapshot_id for s in third.metadata.snapshots} == {v1, v2, v3}
+    assert len(third.metadata.schemas) == 2
+    old, new = (third.metadata.snapshot_by_id(v) for v in (v2, v3))
+    assert old is not None and new is not None and old.schema_id != new.schema_id
+    rows = {r["id"]: r["extra"] for r in third.scan().to_arrow().to_pylist()}
+    assert rows == {1: None, 2: None, 3: "x"}
+    assert sorted(third.scan(snapshot_id=v2).to_arrow().column("id").to_pylist()) == [1, 2]

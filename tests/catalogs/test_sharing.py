@@ -314,7 +314,18 @@ def test_queries_racing_commits_and_a_roll_each_answer_one_whole_version(
     assert len(seen) >= 2
 
 
-def test_sharing_reads_are_counted_in_metrics(shop: Shop, shared: dict[str, str]) -> None:
+def test_sharing_reads_are_counted_in_metrics_and_shares_shown_on_the_status_page(
+    shop: Shop, shared: dict[str, str]
+) -> None:
+    from scheduler.status_page.render import body
+
     query_files(shop.server.url, shop.reader, "orders")
     text = httpx.get(f"{shop.server.url}/metrics", headers=auth(shop.server.admin)).text
     assert 'streampart_catalog_loads_total{protocol="delta-sharing"}' in text
+    assert 'streampart_catalog_file_reads_total{protocol="delta-sharing"}' in text
+    status = httpx.get(f"{shop.server.url}/ui/status.json", headers=auth(shop.other)).json()
+    assert {s["share"]: s["tables"] for s in status["shares"]} == {
+        "partners": ["other.src"],  # only what the token may read
+        "secret": ["other.src"],
+    }
+    assert 'data-share="partners"' in body(status)
