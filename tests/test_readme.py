@@ -43,6 +43,7 @@ SECTIONS = (
     "Clusters",
     "Metastore federation",
     "Keyed tables: upserts, deletes and change data capture",
+    "Other engines: the Iceberg REST catalog and Delta Sharing",
 )
 
 # README text → what the test runs instead. {tmp} is the test's directory, {m1}/{m2} the
