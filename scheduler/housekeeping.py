@@ -48,6 +48,7 @@ from metastore.delta.staging import files as staged_files
 from metastore.delta.staging import partition_dirs as staging_partition_dirs
 from metastore.durations import format_duration
 from metastore.errors import NotFoundError
+from metastore.iceberg import clean, view_directories
 from metastore.logs import event
 from metastore.models import ChunkState, PartitionState, Table
 from metastore.replicas import replica_table
@@ -82,6 +83,7 @@ class HousekeepingReport:
     partitions_reclaimed: int = 0  # expired partitions whose files were deleted
     deleted_files_reclaimed: int = 0  # files a delete by predicate (or a keyed roll) replaced, deleted
     secondary_files_reclaimed: int = 0  # files on secondaries no readable version there lists, deleted
+    iceberg_files_removed: int = 0  # Iceberg metadata no engine's newest load needs any more
     errors: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
@@ -134,6 +136,7 @@ class Housekeeper:
                 if gone:
                     report.log_files_removed[str(table.name)] = gone
                 report.chunks_pruned += self.prune(table, now)
+                report.iceberg_files_removed += self.clean_iceberg(table, now)
                 if self.catalog.replicas.list(table):
                     report.secondary_files_reclaimed += self.secondaries(table, now)
                     verified, damaged = scrub(self.catalog, table, now - SCRUB_EVERY, SCRUB_COPIES)
@@ -386,6 +389,12 @@ class Housekeeper:
         return gone
 
     # -- metastore -----------------------------------------------------------------------------
+    def clean_iceberg(self, table: Table, now: datetime) -> int:
+        """Delete the Iceberg metadata of the table (and of its links) that the newest load no longer
+        lists, written longer than the retention ago; how many files went."""
+        before = now - self.config.retention
+        return sum(clean(directory, before) for directory in view_directories(table.location))
+
     def prune(self, table: Table, now: datetime) -> int:
         """Prune chunk rows of partitions rolled before the chunk retention; returns how many went."""
         before = now - self.config.chunk_retention

@@ -15,13 +15,23 @@ from datetime import UTC, datetime
 from pyiceberg.table.snapshots import Operation
 
 from metastore import clock
+from metastore.delta.history import oldest_readable_version
 from metastore.delta.log import commit_actions, commit_info
-from metastore.iceberg.metadata import ICEBERG_DIR, Loaded, Version, View, materialize, newest_loaded
+from metastore.iceberg.metadata import (
+    ICEBERG_DIR,
+    Loaded,
+    Version,
+    View,
+    clean,
+    materialize,
+    newest_loaded,
+    view_directories,
+)
 from metastore.iceberg.schema import from_delta
 from metastore.models import Table
 from metastore.snapshots import Snapshot
 
-__all__ = ["ICEBERG_DIR", "Loaded", "View", "iceberg_table", "newest_loaded"]
+__all__ = ["ICEBERG_DIR", "Loaded", "View", "clean", "iceberg_table", "newest_loaded", "view_directories"]
 
 
 def iceberg_table(view: View, snap: Snapshot, properties: dict[str, str] | None = None) -> Loaded:
@@ -48,6 +58,7 @@ def iceberg_table(view: View, snap: Snapshot, properties: dict[str, str] | None 
             _committed_at(table, snap.version),
             _operation(table, snap.version),
             dict(properties or {}),
+            oldest_readable_version(table),
         ),
     )
 

@@ -20,13 +20,15 @@ the Delta log still holds, at most :data:`SNAPSHOTS_KEPT`), its schemas (a new s
 columns changed), and its snapshot log — only for an unbroken run of versions, so a reader's time
 travel by timestamp never lands on a snapshot that was not the table's state at that time (a
 version nobody loaded is not in the log, and a time before the run is refused, not guessed).
-Two servers loading the same version at once write the same file name: the first one's stays
+Housekeeping deletes what the newest metadata no longer needs (:func:`clean`), once it is older than
+its retention. Two servers loading the same version at once write the same file name: the first one's stays
 (a create only if absent), the other answers with it. Names starting with ``_`` are hidden from
 Delta, Hive and Spark readers, so the directory changes nothing for them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import uuid
@@ -100,6 +102,7 @@ class Version:
     timestamp: datetime  # its commit's
     operation: Operation  # what it did since the version before it (``overwrite`` if unknown)
     properties: dict[str, str]
+    oldest: int = 0  # the oldest version the Delta log still holds: older snapshots are not listed
 
 
 @dataclass(frozen=True)
@@ -146,6 +149,44 @@ def materialize(view: View, at: Version) -> Loaded:
     if not storage.put_if_absent(where, text):
         return _read(where)  # another server made it first: the same version, the same files
     return Loaded(where, metadata)
+
+
+def clean(directory: str, before: datetime) -> int:
+    """Delete what the newest metadata in ``directory`` (one view's) no longer needs — older metadata
+    files, manifest lists of snapshots it no longer lists, manifests none of its lists names —
+    once written before ``before`` (a reader may still be planning a scan over an older file); how
+    many files went."""
+    try:
+        entries = [e for e in storage.list_dir(directory) if not e.is_dir]
+    except FileNotFoundError:
+        return 0
+    metas = sorted(e.name for e in entries if e.name.endswith(_SUFFIX))
+    if not metas:
+        return 0
+    newest = _read(storage.join(directory, metas[-1])).metadata
+    lists = {s.manifest_list.rsplit("/", 1)[-1] for s in newest.snapshots}
+    cutoff = before.timestamp() * 1000
+    old = [e.name for e in entries if e.mtime_ms < cutoff and e.name != metas[-1]]
+    doomed = [n for n in old if n.endswith(_SUFFIX) or (n.startswith("snap-") and n not in lists)]
+    manifests = [n for n in old if n.endswith(".avro") and not n.startswith("snap-")]
+    if manifests:
+        named: set[str] = set()
+        for listed in lists:
+            with contextlib.suppress(FileNotFoundError):
+                found = read_manifest_list(StorageInput(storage.join(directory, listed)))
+                named |= {m.manifest_path.rsplit("/", 1)[-1] for m in found}
+        doomed += [m for m in manifests if m not in named]
+    storage.delete([storage.join(directory, name) for name in doomed])
+    return len(doomed)
+
+
+def view_directories(location: str) -> list[str]:
+    """The Iceberg metadata directories of the table at ``location``: its own, and each link's."""
+    out = [storage.join(location, ICEBERG_DIR, "metadata")]
+    with contextlib.suppress(FileNotFoundError):
+        links = storage.list_dir(storage.join(location, ICEBERG_DIR, "links"))
+        out += [storage.join(location, ICEBERG_DIR, "links", e.name) for e in links if e.is_dir]
+    return out
 
 
 def newest_loaded(view: View) -> tuple[int, datetime] | None:
@@ -212,7 +253,11 @@ def _metadata(
     }
     if at.version == 0:  # the table's creation: no rows yet, no snapshot
         return TableMetadataV2.model_validate(base)
-    kept = [s for s in (old.snapshots if old is not None else []) if s.snapshot_id != at.version]
+    kept = [
+        s
+        for s in (old.snapshots if old is not None else [])
+        if s.snapshot_id != at.version and s.snapshot_id >= at.oldest
+    ]
     parent = old.current_snapshot_id if old is not None else None
     reusable = _manifests_of(old.snapshot_by_id(parent)) if old is not None and parent is not None else {}
     manifests = [
@@ -251,7 +296,7 @@ def _metadata(
         ),
         schema_id=schema_id,
     )
-    snapshots = sorted([*kept, snapshot], key=lambda s: s.snapshot_id)[-SNAPSHOTS_KEPT:]
+    snapshots = sorted([*kept, snapshot], key=lambda s: s.snapshot_id)[-max(1, SNAPSHOTS_KEPT) :]
     ids = {s.snapshot_id for s in snapshots}
     # the log says which snapshot was the table's state from when: only an unbroken run of versions
     log: list[SnapshotLogEntry] = []
