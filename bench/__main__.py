@@ -79,6 +79,10 @@ SCALES: dict[str, dict[str, Any]] = {
         "deletes_partitions": 1000,
         "deletes_rows": 20,
         "deletes_reps": 3,
+        "catalogs_partitions": 200,
+        "catalogs_rows": 1000,
+        "catalogs_chunks": 300,
+        "catalogs_reps": 5,
         "jdbc_chunks": 200,
         "jdbc_reps": 10,
         "tables_count": 100,
@@ -155,6 +159,10 @@ SCALES: dict[str, dict[str, Any]] = {
         "deletes_partitions": 100,
         "deletes_rows": 20,
         "deletes_reps": 2,
+        "catalogs_partitions": 20,
+        "catalogs_rows": 100,
+        "catalogs_chunks": 20,
+        "catalogs_reps": 2,
         "jdbc_chunks": 20,
         "jdbc_reps": 3,
         "tables_count": 10,
@@ -191,6 +199,7 @@ SCALES: dict[str, dict[str, Any]] = {
 
 def benchmarks() -> dict[str, Any]:
     from bench import (
+        catalogs,
         commit_latency,
         deletes,
         evolution,
@@ -229,6 +238,7 @@ def benchmarks() -> dict[str, Any]:
         many_tables,
         sql_fairness,
         keys,
+        catalogs,
     )  # fmt: skip
     return {m.NAME: m for m in modules}
 
@@ -255,6 +265,7 @@ NAMES = (
     "tables",
     "fairness",
     "keys",
+    "catalogs",
 )
 
 

@@ -45,7 +45,8 @@ def _unb64(text: str) -> bytes:
 
 
 def _key(st: ApiState) -> bytes:
-    return st.catalog.primary.secret(SECRET).encode()
+    """The signing key: read from the metastore once per process (a secret never changes)."""
+    return st.secrets.get(SECRET, lambda: st.catalog.primary.secret(SECRET)).encode()
 
 
 def file_url(st: ApiState, base_url: str, token: int | None, location: str, path: str) -> tuple[str, int]:

@@ -58,6 +58,8 @@ class ApiState:
     # every table and link, too many reads for each of a scan's requests. A table or link made or
     # dropped meanwhile is seen within this; the caller's scopes are always its token's as just read.
     readers: TtlCache[str, dict[str, Any]] = field(default_factory=lambda: TtlCache(5.0))
+    # the metastore's shared secrets (ingest.api.file_urls), read once: they never change
+    secrets: TtlCache[str, str] = field(default_factory=lambda: TtlCache(float("inf")))
 
     def table_of(self, who: Principal, permission: Permission, namespace: str, table: str) -> Table:
         """The table named in the path, once ``who`` may use it so.
