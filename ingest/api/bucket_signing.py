@@ -3,9 +3,10 @@
 An Iceberg client reading a table in a bucket asks the catalog to sign each S3 request (remote
 signing); a Delta Sharing query answers presigned URLs. Either way the server's own credentials
 never leave it, and a URL is signed only for a read (GET, HEAD) of one object under the location of
-a table the caller may read — a table of a namespace it may read, or a file one of that namespace's
-links admits (a partition it shows; never the rest of the source). Listings, writes and deletes are
-never signed.
+a table the caller may read: a table of a namespace it may read (not a chunk's file before its commit,
+nor a file being written), or, through one of that namespace's links, exactly the files the link's
+Iceberg metadata lists (what the link shows; never the rest of its source). Listings, writes and
+deletes are never signed.
 """
 
 from __future__ import annotations
@@ -16,9 +17,9 @@ from dataclasses import dataclass
 from ingest.api.auth import Principal
 from ingest.api.errors import ApiError
 from ingest.api.state import ApiState
-from metastore import clock, storage
-from metastore.delta.layout import STAGING_DIR, value_of_dir
-from metastore.iceberg import ICEBERG_DIR
+from metastore import storage
+from metastore.delta.layout import STAGING_DIR
+from metastore.iceberg import View, listed_files
 from metastore.links import Link
 from metastore.models import Permission, Table
 
@@ -63,6 +64,8 @@ def object_url(uri: str) -> str:
         raise ValueError(f"{uri} is not an object of this server's store")
     if not bucket or not key or any(part in ("", ".", "..") for part in key.split("/")):
         raise ValueError(f"{uri} names no object (or a path with '.', '..' or an empty part)")
+    if any(ord(c) < 32 or c == "\x7f" for c in key):
+        raise ValueError(f"{uri} names a key with a control character")
     return f"s3://{bucket}/{key}"
 
 
@@ -85,25 +88,26 @@ def sign_read(st: ApiState, who: Principal, method: str, uri: str) -> str:
 
 def may_read(st: ApiState, who: Principal, url: str) -> bool:
     """Whether ``url`` is a file ``who`` may read: under the location of a table of a namespace it may
-    read, or a file a link of such a namespace admits (a partition's file, its own Iceberg metadata)."""
+    read (but no chunk file not yet committed, nor a file being written), or a file the Iceberg
+    metadata of a link of such a namespace lists (or that metadata itself)."""
     for location, readers in readers_by_location(st).items():
         if not url.startswith(location + "/"):
             continue
+        relative = url[len(location) + 1 :]
+        parts = relative.split("/")
+        if any(p.startswith(".") for p in parts) or (parts[0] == STAGING_DIR and len(parts) == 2):
+            return False  # being written, or staged by a chunk not committed (yet, or ever)
         if who.allows(Permission.READ, readers.table.name.namespace):
             return True
-        relative = url[len(location) + 1 :]
         for link in readers.links:
-            if who.allows(Permission.READ, link.name.namespace) and _admitted(link, readers.table, relative):
+            if who.allows(Permission.READ, link.name.namespace) and _listed(link, readers.table, url):
                 return True
     return False
 
 
-def _admitted(link: Link, source: Table, relative: str) -> bool:
-    """Whether the file ``relative`` (to ``source``'s location) is one ``link`` shows now."""
-    parts = relative.split("/")
-    if parts[:3] == [ICEBERG_DIR, "links", str(link.name)]:
+def _listed(link: Link, source: Table, url: str) -> bool:
+    """Whether ``url`` is the link's own Iceberg metadata, or a file that metadata lists."""
+    view = View(str(link.name), source.location, source.uid, link=True)
+    if url.startswith(view.directory + "/"):
         return True
-    staged = parts[0] == STAGING_DIR
-    directory = parts[1] if staged and len(parts) > 2 else parts[0] if len(parts) > 1 else ""
-    value = value_of_dir(source.partition_column, directory)
-    return value is not None and link.admits(value, not staged, source, clock.now())
+    return url in listed_files(view.directory)

@@ -8,7 +8,8 @@ server. The ticket names the table's location, the file, when it expires and the
 for; the signature is an HMAC-SHA256 under a secret every server of the metastore shares
 (``sp_secrets``), so any server process answers it, and nobody without the secret can make one
 naming another file. A fetch checks the signature, the expiry, that the token is still live (revoked
-or expired: refused at once) and that the path stays inside the table.
+or expired: refused at once), that the share still holds the table or link it was read through and the
+token may still read it there, and that the path stays inside the table.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ class Ticket:
     path: str  # the file's, relative to it
     expires: int  # epoch seconds
     token: int | None  # the id of the token it was made for (None: a server without auth)
+    share: str  # the share and the table (or link) it was read through, as ``namespace.name``
+    name: str
 
 
 def _b64(data: bytes) -> str:
@@ -49,13 +52,18 @@ def _key(st: ApiState) -> bytes:
     return st.secrets.get(SECRET, lambda: st.catalog.primary.secret(SECRET)).encode()
 
 
-def file_url(st: ApiState, base_url: str, token: int | None, location: str, path: str) -> tuple[str, int]:
-    """A URL to read ``path`` of the table at ``location``, and when it expires (epoch milliseconds)."""
+def file_url(
+    st: ApiState, base_url: str, token: int | None, through: tuple[str, str], location: str, path: str
+) -> tuple[str, int]:
+    """A URL to read ``path`` of the table at ``location`` — read through the share and table or link
+    ``through`` — and when it expires (epoch milliseconds)."""
     ttl = st.server.presign_ttl
     expires = int(time.time() + ttl.total_seconds())
     if storage.is_remote(location):
         return storage.presign(storage.join(location, path), "GET", ttl), expires * 1000
-    ticket = _b64(json.dumps({"l": location, "p": path, "e": expires, "k": token}).encode())
+    share, name = through
+    fields = {"l": location, "p": path, "e": expires, "k": token, "s": share, "n": name}
+    ticket = _b64(json.dumps(fields).encode())
     signature = _b64(hmac.new(_key(st), ticket.encode(), hashlib.sha256).digest())
     return f"{base_url.rstrip('/')}{ROUTE}/{ticket}.{signature}", expires * 1000
 
@@ -72,8 +80,15 @@ def check_ticket(st: ApiState, signed: str) -> Ticket:
         if not hmac.compare_digest(expected, _unb64(signature)):
             raise refused
         fields = json.loads(_unb64(ticket_text))
-        ticket = Ticket(str(fields["l"]), str(fields["p"]), int(fields["e"]), fields["k"])
-    except (ValueError, KeyError, TypeError):
+        ticket = Ticket(
+            str(fields["l"]),
+            str(fields["p"]),
+            int(fields["e"]),
+            fields["k"],
+            str(fields["s"]),
+            str(fields["n"]),
+        )
+    except (ValueError, KeyError, TypeError, RecursionError):
         raise refused from None
     if ticket.expires < time.time():
         raise refused

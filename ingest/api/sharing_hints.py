@@ -36,6 +36,8 @@ def parse_hints(text: str | None) -> dict[str, Any] | None:
         found = json.loads(text)
     except ValueError as exc:
         raise UserInputError(f"jsonPredicateHints is not JSON: {exc}") from None
+    except RecursionError:
+        raise UserInputError("jsonPredicateHints is nested too deep") from None
     return found if isinstance(found, dict) else None
 
 

@@ -23,6 +23,7 @@ from metastore.iceberg.metadata import (
     Version,
     View,
     clean,
+    listed_files,
     materialize,
     newest_loaded,
     view_directories,
@@ -31,7 +32,16 @@ from metastore.iceberg.schema import from_delta
 from metastore.models import Table
 from metastore.snapshots import Snapshot
 
-__all__ = ["ICEBERG_DIR", "Loaded", "View", "clean", "iceberg_table", "newest_loaded", "view_directories"]
+__all__ = [
+    "ICEBERG_DIR",
+    "Loaded",
+    "View",
+    "clean",
+    "iceberg_table",
+    "listed_files",
+    "newest_loaded",
+    "view_directories",
+]
 
 
 def iceberg_table(view: View, snap: Snapshot, properties: dict[str, str] | None = None) -> Loaded:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import io
 
-from pyiceberg.io import InputFile, InputStream, OutputFile, OutputStream
+from pyiceberg.io import FileIO, InputFile, InputStream, OutputFile, OutputStream
 
 from metastore import storage
 
@@ -52,3 +52,16 @@ class StorageOutput(OutputFile):
         if not overwrite and self.exists():
             raise FileExistsError(self.location)
         return _Buffer(self.location)
+
+
+class StorageIO(FileIO):
+    """pyiceberg's file IO over :mod:`metastore.storage`, for reading back what this package wrote."""
+
+    def new_input(self, location: str) -> InputFile:
+        return StorageInput(location)
+
+    def new_output(self, location: str) -> OutputFile:
+        return StorageOutput(location)
+
+    def delete(self, location: str | InputFile | OutputFile) -> None:
+        storage.delete([location if isinstance(location, str) else location.location])

@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import threading
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -52,7 +53,7 @@ from pyiceberg.table.snapshots import Operation, Snapshot, SnapshotLogEntry, Sum
 from metastore import storage
 from metastore.delta.files import LiveFile
 from metastore.iceberg.files import data_file, micros
-from metastore.iceberg.io import StorageInput, StorageOutput
+from metastore.iceberg.io import StorageInput, StorageIO, StorageOutput
 from metastore.iceberg.schema import NAME_MAPPING, PARTITION_FIELD_ID, IcebergSchema
 
 ICEBERG_DIR = "_iceberg"
@@ -187,6 +188,40 @@ def view_directories(location: str) -> list[str]:
         links = storage.list_dir(storage.join(location, ICEBERG_DIR, "links"))
         out += [storage.join(location, ICEBERG_DIR, "links", e.name) for e in links if e.is_dir]
     return out
+
+
+_LISTED_KEPT = 256  # views whose listed files are remembered (by their newest metadata file)
+_listed: dict[str, frozenset[str]] = {}
+_listed_lock = threading.Lock()
+
+
+def listed_files(directory: str) -> frozenset[str]:
+    """Every data file (full location) the newest metadata in ``directory`` (one view's) lists, in any
+    of its snapshots: what a reader of that view can be told to read. Remembered per metadata file
+    (its content never changes)."""
+    try:
+        metas = sorted(e.name for e in storage.list_dir(directory) if e.name.endswith(_SUFFIX))
+    except FileNotFoundError:
+        return frozenset()
+    if not metas:
+        return frozenset()
+    newest = storage.join(directory, metas[-1])
+    with _listed_lock:
+        hit = _listed.get(newest)
+    if hit is not None:
+        return hit
+    io = StorageIO()
+    found: set[str] = set()
+    for snapshot in _read(newest).metadata.snapshots:
+        with contextlib.suppress(FileNotFoundError):
+            for manifest in read_manifest_list(StorageInput(snapshot.manifest_list)):
+                found |= {e.data_file.file_path for e in manifest.fetch_manifest_entry(io)}
+    listed = frozenset(found)
+    with _listed_lock:
+        if len(_listed) >= _LISTED_KEPT:
+            _listed.clear()
+        _listed[newest] = listed
+    return listed
 
 
 def newest_loaded(view: View) -> tuple[int, datetime] | None:

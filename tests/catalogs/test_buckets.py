@@ -17,8 +17,9 @@ import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
+import boto3
 import httpx
 import pyarrow.parquet as pq
 import pytest
@@ -117,9 +118,35 @@ def test_clients_without_the_buckets_credentials_read_through_signing(
         (reader, "GET", object_url.rsplit("/warehouse/", 1)[0] + "/"),  # a listing of the bucket
         (reader, "GET", object_url.replace("/sales/orders/", "/sales/orders/../../other/src/")),
         (reader, "GET", "http://elsewhere.example/b/k"),
+        (reader, "GET", object_url + "%00x"),  # a control character in the key
     ):
         answer = httpx.post(sign, json={**asked, "method": method, "uri": uri}, headers=auth(who))
         assert answer.status_code == 403, (method, uri, answer.text)
+    # through the link sales.remote: the source's rolled file, not its open chunk nor its log, nor a
+    # file in its partitions' directories no version lists (a roll's output before its commit, say)
+    rolled_dir = rolled.rsplit("/", 1)[0]
+    open_dir = unrolled.rsplit("/", 1)[0].replace("/_staging/", "/")
+    for planted in (f"{rolled_dir}/part-planted.parquet", f"{open_dir}/part-half-rolled.parquet"):
+        key = planted.removeprefix(s3_server.endpoint + "/").split("/", 1)[1]
+        s3 = boto3.client("s3", endpoint_url=s3_server.endpoint, **s3_server.boto_credentials())
+        s3.put_object(
+            Bucket=planted.removeprefix(s3_server.endpoint + "/").split("/", 1)[0],
+            Key=unquote(key),
+            Body=b"x",
+        )
+        answer = httpx.post(sign, json={**asked, "method": "GET", "uri": planted}, headers=auth(reader))
+        assert answer.status_code == 403, planted
+    # a chunk's staged file before its commit (here: any file straight under _staging), to its owner too
+    staged = f"{s3_server.endpoint}/{src.location.removeprefix('s3://')}/_staging/0b9b7a2c-4c1e-4d3a-9f00-000000000000-0.parquet"
+    owner = srv.token("owner", "read:other")
+    assert (
+        httpx.post(sign, json={**asked, "method": "GET", "uri": staged}, headers=auth(owner)).status_code
+        == 403
+    )
+    assert (
+        httpx.post(sign, json={**asked, "method": "GET", "uri": rolled}, headers=auth(owner)).status_code
+        == 200
+    )
     # through the link sales.remote: the source's rolled file, not its open chunk nor its log
     assert (
         httpx.post(sign, json={**asked, "method": "GET", "uri": rolled}, headers=auth(reader)).status_code

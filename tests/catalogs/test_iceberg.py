@@ -132,6 +132,18 @@ def test_oauth_client_credentials_give_the_token_and_nothing_else(shop: Shop) ->
         f"{shop.server.url}/iceberg/v1/oauth/tokens", data={"grant_type": "password", "username": "a"}
     )
     assert answer.status_code == 400 and answer.json()["error"] == "unsupported_grant_type"
+    brief = new_token()
+    shop.server.catalog.store.create_token(
+        "oauth-brief",
+        hash_token(brief),
+        [Scope.parse("read:sales")],
+        expires_at=clock.now() + timedelta(minutes=2),
+    )
+    granted = httpx.post(
+        f"{shop.server.url}/iceberg/v1/oauth/tokens",
+        data={"grant_type": "client_credentials", "client_id": "oauth-brief", "client_secret": brief},
+    )
+    assert granted.status_code == 200 and 100 <= granted.json()["expires_in"] <= 120
 
 
 def test_a_token_sees_nothing_of_another_namespace_and_a_revoked_one_nothing_at_all(shop: Shop) -> None:

@@ -329,3 +329,43 @@ def test_sharing_reads_are_counted_in_metrics_and_shares_shown_on_the_status_pag
         "secret": ["other.src"],
     }
     assert 'data-share="partners"' in body(status)
+
+
+def test_a_malformed_query_is_a_400_naming_what_is_wrong(shop: Shop, shared: dict[str, str]) -> None:
+    base = f"{shop.server.url}/delta-sharing/shares/partners/schemas/sales/tables/orders"
+    for body, field in (
+        ({"jsonPredicateHints": 123}, "jsonPredicateHints"),
+        ({"jsonPredicateHints": {"op": "and"}}, "jsonPredicateHints"),
+        ({"jsonPredicateHints": "[" * 100_000 + "]" * 100_000}, "jsonPredicateHints"),
+        ({"version": "1"}, "version"),
+        ({"version": 1.5}, "version"),
+        ({"version": True}, "version"),
+        ({"version": -1}, "version"),
+        ({"version": 1, "timestamp": "2026-11-21T10:00:00Z"}, "timestamp"),
+        ({"limitHint": -1}, "limitHint"),
+        ({"timestamp": 12345}, "timestamp"),
+    ):
+        answer = httpx.post(f"{base}/query", json=body, headers=auth(shop.reader))
+        assert answer.status_code == 400, (body, answer.text)
+        assert answer.json()["errorCode"] == "INVALID_PARAMETER_VALUE" and field in answer.json()["message"]
+    for raw in (b'{"a":' * 100_000, b"[" * 100_000 + b"]" * 100_000, b'{"version":1e400}', b"not json"):
+        answer = httpx.post(f"{base}/query", content=raw, headers=auth(shop.reader))
+        assert answer.status_code == 400, (raw[:20], answer.text)
+    answer = httpx.get(f"{shop.server.url}/delta-sharing/shares?maxResults=0", headers=auth(shop.reader))
+    assert answer.status_code == 400
+    _, files = query_files(shop.server.url, shop.reader, "orders", {"limitHint": 0})
+    assert files == []
+
+
+def test_a_file_url_stops_when_its_table_leaves_the_share(shop: Shop, shared: dict[str, str]) -> None:
+    store = shop.server.catalog
+    t = make_table(store, "sales.brief", schema="id BIGINT, ts TIMESTAMP, note STRING")
+    ChunkWriter(store, t).write(
+        jsonl([{"id": 1, "ts": "2026-11-21T10:00:00Z", "note": "x"}]), Format.JSONL, key="x"
+    )
+    store.primary.share_table("partners", TableName.parse("sales.brief"))
+    _, files = query_files(shop.server.url, shop.reader, "brief")
+    assert httpx.get(files[0]["url"]).status_code == 200
+    store.primary.unshare_table("partners", TableName.parse("sales.brief"))
+    answer = httpx.get(files[0]["url"])
+    assert answer.status_code == 403 and answer.json()["errorCode"] == "PERMISSION_DENIED"

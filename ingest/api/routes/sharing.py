@@ -34,7 +34,7 @@ from ingest.api.auth import Principal
 from ingest.api.catalog_views import pinned
 from ingest.api.deps import Reader, State
 from ingest.api.errors import ApiError
-from ingest.api.file_urls import check_ticket, file_url
+from ingest.api.file_urls import Ticket, check_ticket, file_url
 from ingest.api.sharing_hints import FileFacts, may_match, parse_hints
 from ingest.api.state import ApiState
 from metastore import storage
@@ -102,9 +102,9 @@ def _page(items: list[dict[str, Any]], page_token: str | None, max_results: int 
         except ValueError:
             refused = "pageToken is not one this server gave"
             raise ApiError(400, "INVALID_PARAMETER_VALUE", refused, "pageToken") from None
-    size = min(max_results or MAX_PAGE, MAX_PAGE)
-    if size < 1:
+    if max_results is not None and max_results < 1:
         raise ApiError(400, "INVALID_PARAMETER_VALUE", "maxResults must be at least 1", "maxResults")
+    size = min(max_results or MAX_PAGE, MAX_PAGE)
     out: dict[str, Any] = {"items": items[start : start + size]}
     if start + size < len(items):
         out["nextPageToken"] = base64.urlsafe_b64encode(str(start + size).encode()).decode()
@@ -300,8 +300,11 @@ async def table_query(
         body = json.loads(raw) if raw.strip() else {}
     except ValueError as exc:
         raise ApiError(400, "INVALID_PARAMETER_VALUE", f"the body is not JSON: {exc}", "body") from None
+    except RecursionError:
+        raise ApiError(400, "INVALID_PARAMETER_VALUE", "the body is nested too deep", "body") from None
     if not isinstance(body, dict):
         raise ApiError(400, "INVALID_PARAMETER_VALUE", "the body must be a JSON object", "body")
+    _check_query(body)
     t0 = time.perf_counter()
     lines, version = await run_in_threadpool(
         _query, st, who, share, schema, table, body, str(request.base_url)
@@ -309,6 +312,27 @@ async def table_query(
     st.metrics.catalog_loads.labels("delta-sharing").inc()
     st.metrics.catalog_load_seconds.labels("delta-sharing").observe(time.perf_counter() - t0)
     return _ndjson(lines, version)
+
+
+def _check_query(body: dict[str, Any]) -> None:
+    """400 naming the field of a query body that is not what the protocol sends."""
+
+    def refuse(field: str, why: str) -> None:
+        raise ApiError(400, "INVALID_PARAMETER_VALUE", f"{field} {why}", field)
+
+    def whole(value: Any) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+    if body.get("version") is not None and not whole(body["version"]):
+        refuse("version", "must be a whole number, 0 or more")
+    if body.get("timestamp") is not None and not isinstance(body["timestamp"], str):
+        refuse("timestamp", "must be a string (an ISO-8601 time)")
+    if body.get("version") is not None and body.get("timestamp") is not None:
+        refuse("timestamp", "and version: give one of them, not both")
+    if body.get("limitHint") is not None and not whole(body["limitHint"]):
+        refuse("limitHint", "must be a whole number, 0 or more")
+    if body.get("jsonPredicateHints") is not None and not isinstance(body["jsonPredicateHints"], str):
+        refuse("jsonPredicateHints", "must be a string holding the JSON expression")
 
 
 def _query(
@@ -321,8 +345,6 @@ def _query(
     snap = pinned(st, resolved, asked)
     hint = parse_hints(body.get("jsonPredicateHints"))
     limit = body.get("limitHint")
-    if limit is not None and (not isinstance(limit, int) or limit < 0):
-        raise UserInputError(f"limitHint must be a number 0 or more; got {limit!r}")
     lines = _lines(resolved, snap)
     stamp = None
     if asked is not None:
@@ -330,17 +352,13 @@ def _query(
         stamp = info.get("timestamp")
     rows = 0
     for f in sorted(snap.files, key=lambda f: (f.partition, f.path)):
-        if limit is not None and rows >= limit and rows > 0:
+        if limit is not None and rows >= limit:
             break
         if hint is not None and not may_match(hint, _facts(snap, f)):
             continue
-        lines.append(
-            {
-                "file": _file(
-                    st, who, base_url, snap.table.location, snap.table.partition_column, f, asked, stamp
-                )
-            }
-        )
+        location, column = snap.table.location, snap.table.partition_column
+        through = (share, str(resolved.name))
+        lines.append({"file": _file(st, who, base_url, through, location, column, f, asked, stamp)})
         rows += f.rows
     return lines, snap.version
 
@@ -358,13 +376,14 @@ def _file(
     st: ApiState,
     who: Principal,
     base_url: str,
+    through: tuple[str, str],
     location: str,
     partition_column: str,
     f: LiveFile,
     version: int | None,
     stamp: Any,
 ) -> dict[str, Any]:
-    url, expires = file_url(st, base_url, who.token.id if who.token else None, location, f.path)
+    url, expires = file_url(st, base_url, who.token.id if who.token else None, through, location, f.path)
     out: dict[str, Any] = {
         "url": url,
         "id": _file_id(location, f.path),
@@ -454,7 +473,7 @@ def _changes(
             action = a[kind]
             path = disk_path(action["path"])
             value = parse_partition_value(next(iter((action.get("partitionValues") or {}).values())))
-            url, expires = file_url(st, base_url, token, location, path)
+            url, expires = file_url(st, base_url, token, (share, str(resolved.name)), location, path)
             size = action.get("size")
             if size is None:
                 size = storage.stat(storage.join(location, path)).size
@@ -483,9 +502,30 @@ def _changes(
 def serve_file(signed: str, request: Request, st: State) -> Response:
     """The file of a signed URL (no token: the URL is the credential), whole or the ``Range`` asked."""
     ticket = check_ticket(st, signed)
+    _still_shared(st, ticket)
     path = storage.join(ticket.location, ticket.path)
     if not storage.exists(path):
         raise _missing("file")
     if request.method == "GET":
         st.metrics.catalog_files.labels("delta-sharing").inc()
     return FileResponse(path, media_type="application/octet-stream")
+
+
+def _still_shared(st: ApiState, ticket: Ticket) -> None:
+    """403 unless the share still holds the table or link the URL was made through, that name still
+    reads the table whose file it names, and the URL's token may still read it."""
+    gone = ApiError(403, "PERMISSION_DENIED", "this file is no longer shared with this URL's token", "url")
+    try:
+        name = TableName.parse(ticket.name)
+        share = st.catalog.primary.find_share(ticket.share)
+        if share is None or name not in share.tables:
+            raise gone
+        resolved = st.catalog.resolve(name, name.namespace)
+    except (UserInputError, NotFoundError):
+        raise gone from None
+    if resolved.table.location != ticket.location:
+        raise gone
+    if ticket.token is not None:
+        token = st.catalog.primary.find_token(int(ticket.token))
+        if token is None or not token.allows(Permission.READ, name.namespace):
+            raise gone
