@@ -251,7 +251,9 @@ def test_a_roll_between_grouping_and_commit_sends_the_whole_group_to_the_next_pa
     run = Committers(monkeypatch, pause=1.5)
     run.start_blocked(w, first, group)
     wait_for(lambda: catalog.store.get_chunk(first.id).state is ChunkState.COMMITTED, "the first group")
-    time.sleep(0.3)  # the group is planned (into ``old``) and dwells before its Delta commit
+    # the group is planned (into ``old``) and dwells before its Delta commit: its pause has begun (a
+    # fixed sleep here was too short on a loaded machine: the roll then came before the planning)
+    wait_for(lambda: crashpoints._pauses.get(PAUSE, 0) - paused_before >= 2, "the group planned")
     roll = catalog.store.begin_roll(old, old.value + timedelta(hours=1), "r", timedelta(minutes=1))
     catalog.warehouse.seal(table, roll.id)
     results = run.join()
