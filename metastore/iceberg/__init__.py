@@ -18,6 +18,7 @@ from metastore import clock
 from metastore.delta.history import oldest_readable_version
 from metastore.delta.log import commit_actions, commit_info
 from metastore.iceberg.metadata import (
+    GROUP_PARTITIONS,
     ICEBERG_DIR,
     Loaded,
     Version,
@@ -69,6 +70,7 @@ def iceberg_table(view: View, snap: Snapshot, properties: dict[str, str] | None 
             _operation(table, snap.version),
             dict(properties or {}),
             oldest_readable_version(table),
+            table.roll_every * GROUP_PARTITIONS,
         ),
     )
 

@@ -11,9 +11,11 @@ version adds an Iceberg snapshot whose id *is* that version, written beside the 
     <table>/_iceberg/metadata/<content>-<uuid>.avro               one partition's manifest
     <table>/_iceberg/links/<namespace>.<link>/…                   the same for each link to it
 
-A partition's manifest is written once per set of files it holds (``content`` is a digest of them):
-a standard partition's files never change, so its manifest is written once and every later
-snapshot lists it again; the open streaming partition's is rewritten when chunks commit.
+A manifest is written once per set of files it holds (``content`` is a digest of them): the standard
+partitions of one period (:data:`GROUP_PARTITIONS` of the table's roll period) share one, written
+once and listed again by every later snapshot until a partition in it rolls, expires or loses rows;
+each open streaming partition has its own, rewritten when chunks commit. Few manifests keep a
+reader's planning short (each is a file it opens), and their partition bounds let it skip whole ones.
 
 The metadata of a version builds on the newest one before it: its snapshots (those whose version
 the Delta log still holds, at most :data:`SNAPSHOTS_KEPT`), its schemas (a new schema when the
@@ -35,7 +37,7 @@ import threading
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from pyiceberg.manifest import (
@@ -58,6 +60,7 @@ from metastore.iceberg.schema import NAME_MAPPING, PARTITION_FIELD_ID, IcebergSc
 
 ICEBERG_DIR = "_iceberg"
 SNAPSHOTS_KEPT = 100  # the newest snapshots a table's metadata lists
+GROUP_PARTITIONS = 64  # standard partitions of this many roll periods share a manifest
 _SUFFIX = ".metadata.json"
 
 
@@ -104,6 +107,8 @@ class Version:
     operation: Operation  # what it did since the version before it (``overwrite`` if unknown)
     properties: dict[str, str]
     oldest: int = 0  # the oldest version the Delta log still holds: older snapshots are not listed
+    # the standard partitions of one period this long share a manifest (readers open fewer files)
+    group_span: timedelta = timedelta(days=1)
 
 
 @dataclass(frozen=True)
@@ -122,20 +127,25 @@ def _digest(*parts: Any) -> str:
     return hashlib.sha256(json.dumps(parts, default=str).encode()).hexdigest()[:16]
 
 
-def _partitions(files: Sequence[LiveFile]) -> dict[datetime, list[LiveFile]]:
-    out: dict[datetime, list[LiveFile]] = {}
+def _groups(files: Sequence[LiveFile], span: timedelta) -> dict[tuple[str, int], list[LiveFile]]:
+    """The files by manifest: each open partition's in one (its chunks change it), the standard
+    partitions' by period of ``span`` (a group changes only when a partition in it rolls, expires or
+    has rows deleted)."""
+    width = max(1, int(span.total_seconds() * 1_000_000))
+    out: dict[tuple[str, int], list[LiveFile]] = {}
     for f in files:
-        out.setdefault(f.partition, []).append(f)
+        key = ("open", micros(f.partition)) if f.staged else ("rolled", micros(f.partition) // width)
+        out.setdefault(key, []).append(f)
     return dict(sorted(out.items()))
 
 
 def materialize(view: View, at: Version) -> Loaded:
     """The Iceberg metadata of ``view`` at ``at``: made now (manifests, manifest list, metadata file)
     unless a load of the same files made it before."""
-    parts = _partitions(at.files)
+    parts = _groups(at.files, at.group_span)
     keys = {
-        value: _digest(at.schema.fingerprint, micros(value), sorted((f.path, f.size) for f in files))
-        for value, files in parts.items()
+        group: _digest(at.schema.fingerprint, group, sorted((f.path, f.size) for f in files))
+        for group, files in parts.items()
     }
     content = _digest(sorted(keys.values()), at.properties)
     name = f"{at.version:020d}-{content}{_SUFFIX}"
@@ -259,8 +269,8 @@ def _previous(view: View, name: str) -> Loaded | None:
 def _metadata(
     view: View,
     at: Version,
-    parts: dict[datetime, list[LiveFile]],
-    keys: dict[datetime, str],
+    parts: dict[tuple[str, int], list[LiveFile]],
+    keys: dict[tuple[str, int], str],
     previous: Loaded | None,
 ) -> TableMetadataV2:
     old = previous.metadata if previous is not None else None
@@ -296,8 +306,8 @@ def _metadata(
     parent = old.current_snapshot_id if old is not None else None
     reusable = _manifests_of(old.snapshot_by_id(parent)) if old is not None and parent is not None else {}
     manifests = [
-        reusable.get(keys[value]) or _write_manifest(view, at, schema, keys[value], files)
-        for value, files in parts.items()
+        reusable.get(keys[group]) or _write_manifest(view, at, schema, keys[group], files)
+        for group, files in parts.items()
     ]
     manifest_list = storage.join(view.directory, f"snap-{at.version}-{uuid.uuid4().hex[:12]}.avro")
     parent_id = parent if parent is not None and parent < at.version else None

@@ -96,3 +96,24 @@ def test_snapshots_past_those_kept_go_and_housekeeping_deletes_what_only_they_li
     assert sorted(table.scan().to_arrow().column("id").to_pylist()) == sorted(
         i for k in range(4) for i in range(10 * k, 10 * k + 5)
     )
+
+
+def test_the_standard_partitions_of_one_period_share_a_manifest(sqlite_catalog: Catalog) -> None:
+    """Hourly partitions: those of one 64-hour period in one manifest (a reader opens one file for
+    them), and its bounds let a filter skip it whole."""
+    from datetime import UTC, datetime
+
+    from metastore.models import Mode
+
+    cat = sqlite_catalog
+    t = make_table(cat, "ns.e", mode=Mode.EVENT_TIME, max_future="3650d", max_age="3650d")
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    hours = [start + timedelta(hours=h) for h in (0, 1, 2, 70)]  # 70: the next 64-hour period
+    rows = "".join(f'{{"id": {k}, "ts": "{h.isoformat()}", "msg": "m"}}\n' for k, h in enumerate(hours))
+    ChunkWriter(cat, t).write(rows.encode(), Format.JSONL)
+    Roller(cat).roll_table(t, now=start + timedelta(hours=100))
+    loaded = iceberg_table(View(str(t.name), t.location, t.uid), pin(cat, t))
+    table = StaticTable.from_metadata(loaded.location)
+    manifests = table.current_snapshot().manifests(table.io)  # type: ignore[union-attr]
+    assert sorted(m.added_files_count for m in manifests) == [1, 3]
+    assert table.scan(row_filter="id = 3").to_arrow().column("id").to_pylist() == [3]
