@@ -114,6 +114,8 @@ def test_the_standard_partitions_of_one_period_share_a_manifest(sqlite_catalog: 
     Roller(cat).roll_table(t, now=start + timedelta(hours=100))
     loaded = iceberg_table(View(str(t.name), t.location, t.uid), pin(cat, t))
     table = StaticTable.from_metadata(loaded.location)
-    manifests = table.current_snapshot().manifests(table.io)  # type: ignore[union-attr]
-    assert sorted(m.added_files_count for m in manifests) == [1, 3]
+    snapshot = table.current_snapshot()
+    assert snapshot is not None
+    manifests = snapshot.manifests(table.io)
+    assert sorted(m.added_files_count or 0 for m in manifests) == [1, 3]
     assert table.scan(row_filter="id = 3").to_arrow().column("id").to_pylist() == [3]
