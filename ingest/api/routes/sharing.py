@@ -53,6 +53,9 @@ router = APIRouter(prefix=PREFIX, tags=["delta-sharing"])
 NDJSON = "application/x-ndjson; charset=utf-8"
 VERSION_HEADER = "Delta-Table-Version"
 MAX_PAGE = 1000
+# Why 10,000: a change feed reads one commit file per version; a range past this is one request's
+# worth of minutes of reading, which a client can ask for in parts as easily.
+MAX_CHANGE_VERSIONS = 10_000
 
 
 def _missing(what: str) -> ApiError:
@@ -457,6 +460,11 @@ def _changes(
     check_readable(resolved.table, end, newest)
     if end < start:
         raise UserInputError(f"endingVersion {end} is before startingVersion {start}")
+    if end - start >= MAX_CHANGE_VERSIONS:
+        raise UserInputError(
+            f"versions {start}..{end} are more than {MAX_CHANGE_VERSIONS:,} at once: ask for fewer "
+            "(startingVersion, endingVersion) and page through them"
+        )
     snap = pinned(st, resolved, end)
     lines = _lines(resolved, snap)
     location = resolved.table.location
