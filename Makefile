@@ -3,7 +3,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint bench setup chromium
+.PHONY: demo test lint bench setup chromium docs
 
 $(BIN)/streampart: pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -52,3 +52,10 @@ lint: setup
 
 bench: setup
 	$(BIN)/python -m bench
+
+# The documentation site (mkdocs.yml), built strictly into site/: a broken link, a missing anchor or a
+# page left out of the navigation fails it. Its generated pages come from the code first.
+docs: setup
+	$(BIN)/python -m streampart.config_reference > docs/configuration.md
+	$(BIN)/python -m streampart.reference_docs
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet

@@ -75,3 +75,12 @@ def test_every_source_file_the_docs_name_exists() -> None:
     }
     assert len(named) >= 20
     assert sorted(f"{doc}: {path}" for doc, path in named if not (ROOT / path).exists()) == []
+
+
+def test_the_generated_references_are_what_the_code_generates() -> None:
+    """docs/reference/: the CLI from its typer app, the HTTP API from its OpenAPI description."""
+    from streampart.reference_docs import GENERATE_COMMAND as REFERENCES
+    from streampart.reference_docs import references
+
+    for path, text in references().items():
+        assert path.read_text(encoding="utf-8") == text, f"{path.name} is out of date: run {REFERENCES}"

@@ -17,6 +17,7 @@ metrics in :mod:`ingest.api.metrics` and the docs page in :mod:`ingest.api.docs`
 from __future__ import annotations
 
 import importlib.metadata
+from typing import Any
 
 from fastapi import FastAPI
 from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
@@ -44,7 +45,7 @@ from ingest.config import ChunkConfig
 from ingest.login_guard import LoginGuard
 from metastore.catalog import Catalog
 
-__all__ = ["API_DESCRIPTION", "ApiState", "create_app"]
+__all__ = ["API_DESCRIPTION", "ApiState", "create_app", "openapi_description"]
 
 API_DESCRIPTION = """\
 Streaming ingestion into time-partitioned Delta tables (HIVE-4196's streaming partitions).
@@ -83,13 +84,7 @@ def create_app(
         ApiMetrics(catalog),
         TableLookups(catalog, server.table_cache_ttl.total_seconds(), chunk.ttl),
     )
-    app = FastAPI(
-        title="streampart",
-        version=importlib.metadata.version("streampart"),
-        description=API_DESCRIPTION,
-        docs_url=None,  # served by ingest.api.docs from the package's own copy of Swagger UI, not a CDN
-        redoc_url=None,
-    )
+    app = _bare_app()
     if server.docs:
         serve_docs(app)
     app.state.api = st
@@ -99,6 +94,21 @@ def create_app(
     # must not believe forwarded headers itself (streampart.cli.server_app: proxy_headers=False).
     app.add_middleware(ProxyHeadersMiddleware, trusted_hosts=[str(n) for n in server.trusted_proxies])
     install_error_handlers(app)
+    _include_routes(app)
+    return app
+
+
+def _bare_app() -> FastAPI:
+    return FastAPI(
+        title="streampart",
+        version=importlib.metadata.version("streampart"),
+        description=API_DESCRIPTION,
+        docs_url=None,  # served by ingest.api.docs from the package's own copy of Swagger UI, not a CDN
+        redoc_url=None,
+    )
+
+
+def _include_routes(app: FastAPI) -> None:
     for routes in (
         chunks,
         events,
@@ -112,4 +122,10 @@ def create_app(
         sharing,
     ):
         app.include_router(routes.router)
-    return app
+
+
+def openapi_description() -> dict[str, Any]:
+    """The API's OpenAPI description, without a catalog (what ``/openapi.json`` serves)."""
+    app = _bare_app()
+    _include_routes(app)
+    return app.openapi()
