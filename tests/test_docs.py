@@ -18,7 +18,7 @@ def test_the_configuration_reference_is_what_the_settings_models_generate() -> N
 
 
 def _markdown() -> list[Path]:
-    return [ROOT / "README.md", *sorted(DOCS.glob("*.md"))]
+    return [ROOT / "README.md", *sorted(DOCS.rglob("*.md"))]
 
 
 def _test_functions(path: Path) -> set[str]:

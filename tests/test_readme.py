@@ -1,7 +1,7 @@
-"""The README runs as written: its tour and the namespaces, clusters and federation sections.
+"""The README's tour and the guides that build on it run as written (:data:`WALK`).
 
-The ```bash blocks of those sections are read from README.md (never copied here), so an example
-that stops working fails this test. They run in order, in **one** bash process, as a user would
+The ```bash blocks are read from README.md and the guides (never copied here), so an example that
+stops working fails this test. They run in order, in **one** bash process, as a user would
 paste them top to bottom into one terminal (so ``source``, ``export``, ``cd`` and shell variables
 carry over), in a temporary directory with a fresh warehouse, with the real ``streampart`` CLI.
 
@@ -36,14 +36,15 @@ import pytest
 from tests.pg import drop_scratch_schema, scratch_schema_url
 
 ROOT = Path(__file__).resolve().parent.parent
-README = ROOT / "README.md"
-SECTIONS = (
-    "A five-minute tour",
-    "Namespaces and links",
-    "Clusters",
-    "Metastore federation",
-    "Keyed tables: upserts, deletes and change data capture",
-    "Other engines: the Iceberg REST catalog and Delta Sharing",
+# What the walk-through runs, in order, in one shell: the README's tour, then guides that build on it
+# (a whole guide, or one ``## `` section of it).
+WALK = (
+    ("README.md", "A five-minute tour"),
+    ("docs/guides/namespaces-and-links.md", None),
+    ("docs/guides/clusters.md", None),
+    ("docs/guides/federation.md", None),
+    ("docs/guides/keyed-tables.md", None),
+    ("docs/guides/other-engines.md", "Other engines: the Iceberg REST catalog and Delta Sharing"),
 )
 
 # README text → what the test runs instead. {tmp} is the test's directory, {m1}/{m2} the
@@ -72,7 +73,8 @@ KNOWN_FAILURES: dict[str, str] = {}
 
 @dataclass
 class Command:
-    line: int  # of README.md, 1-based
+    source: str  # the file it is in
+    line: int  # of that file, 1-based
     text: str  # as the README shows it (continuations joined)
     comment: str
     run: str  # what the test runs: its lines as shown, optional parts dropped, placeholders filled
@@ -81,31 +83,35 @@ class Command:
     known: str | None = None
 
     def where(self) -> str:
-        return f"README.md:{self.line}: {self.text}"
+        return f"{self.source}:{self.line}: {self.text}"
 
 
-def _sections(text: str) -> Iterator[tuple[int, str]]:
-    """(first line number, text) of each wanted ``## `` section, its ``###`` subsections included."""
-    lines = text.splitlines()
-    starts = [i for i, line in enumerate(lines) if line.startswith("## ")]
-    for k, start in enumerate(starts):
-        if lines[start][3:].strip() in SECTIONS:
-            end = starts[k + 1] if k + 1 < len(starts) else len(lines)
-            yield start + 1, "\n".join(lines[start:end])
+def walked() -> list[tuple[str, int, str]]:
+    """(file, first line number, text) of each part of the walk-through (:data:`WALK`)."""
+    parts = []
+    for name, heading in WALK:
+        lines = (ROOT / name).read_text(encoding="utf-8").splitlines()
+        if heading is None:
+            parts.append((name, 1, "\n".join(lines)))
+            continue
+        starts = [i for i, line in enumerate(lines) if line.startswith("## ")]
+        [start] = [i for i in starts if lines[i][3:].strip() == heading]
+        end = next((i for i in starts if i > start), len(lines))
+        parts.append((name, start + 1, "\n".join(lines[start:end])))
+    return parts
 
 
-def _bash_blocks(text: str) -> Iterator[tuple[int, list[str]]]:
-    for first, section in _sections(text):
-        lines = section.splitlines()
-        i = 0
-        while i < len(lines):
-            if lines[i].strip() == "```bash":
-                j = i + 1
-                while lines[j].strip() != "```":
-                    j += 1
-                yield first + i + 1, lines[i + 1 : j]
-                i = j
-            i += 1
+def _bash_blocks(first: int, section: str) -> Iterator[tuple[int, list[str]]]:
+    lines = section.splitlines()
+    i = 0
+    while i < len(lines):
+        if lines[i].strip() == "```bash":
+            j = i + 1
+            while lines[j].strip() != "```":
+                j += 1
+            yield first + i + 1, lines[i + 1 : j]
+            i = j
+        i += 1
 
 
 def _split_comment(line: str, quote: str = "") -> tuple[str, str]:
@@ -163,9 +169,26 @@ def _fill(code: str, values: dict[str, str]) -> str:
     return code
 
 
-def commands(text: str, values: dict[str, str]) -> list[Command]:
+def commands(values: dict[str, str]) -> list[Command]:
     found: list[Command] = []
-    for first, block in _bash_blocks(text):
+    for source, start_line, text in walked():
+        found += _commands(source, start_line, text)
+    for cmd in found:
+        cmd.run = _fill(_drop_optional(cmd.run), values)
+        if "(not run" in cmd.comment:
+            cmd.expected = None
+            continue
+        exit_marker = re.search(r"\berror, exit (\d+)\b", cmd.comment)
+        cmd.expected = int(exit_marker[1]) if exit_marker else 0
+        answer = re.match(r"\s*(\d+):", cmd.comment)
+        cmd.answer = answer[1] if answer else None
+        cmd.known = next((why for frag, why in KNOWN_FAILURES.items() if frag in cmd.text), None)
+    return found
+
+
+def _commands(source: str, start_line: int, text: str) -> list[Command]:
+    found: list[Command] = []
+    for first, block in _bash_blocks(start_line, text):
         i = 0
         while i < len(block):
             line = block[i]
@@ -185,25 +208,15 @@ def commands(text: str, values: dict[str, str]) -> list[Command]:
                 code, comment = _split_comment(block[i], _open_quote("\n".join(raw)))
                 raw.append(code)
             shown = " ".join(part.removesuffix("\\").strip() for part in raw)
-            found.append(Command(first + start + 1, shown, comment, "\n".join(raw), 0))
+            found.append(Command(source, first + start + 1, shown, comment, "\n".join(raw), 0))
             i += 1
-    for cmd in found:
-        cmd.run = _fill(_drop_optional(cmd.run), values)
-        if "(not run" in cmd.comment:
-            cmd.expected = None
-            continue
-        exit_marker = re.search(r"\berror, exit (\d+)\b", cmd.comment)
-        cmd.expected = int(exit_marker[1]) if exit_marker else 0
-        answer = re.match(r"\s*(\d+):", cmd.comment)
-        cmd.answer = answer[1] if answer else None
-        cmd.known = next((why for frag, why in KNOWN_FAILURES.items() if frag in cmd.text), None)
     return found
 
 
 def test_the_convention_is_kept() -> None:
     """Every command is runnable or says why not, and says its exit status when it fails."""
-    text = README.read_text(encoding="utf-8")
-    cmds = commands(text, {"tmp": "/t", "m1": "m1", "m2": "m2", "secret1": "s1", "secret2": "s2"})
+    text = "\n".join(part for _, _, part in walked())
+    cmds = commands({"tmp": "/t", "m1": "m1", "m2": "m2", "secret1": "s1", "secret2": "s2"})
     assert len(cmds) >= 60, "the sections' bash blocks were not found"
     problems = [
         f"{c.where()}: a command with … must be filled in or marked '(not run: why)'"
@@ -215,8 +228,8 @@ def test_the_convention_is_kept() -> None:
         for c in cmds
         if c.comment.strip().lower().startswith("error") and not re.search(r"\berror, exit \d", c.comment)
     ]
-    problems += [f"PLACEHOLDERS: {p!r} is not in README.md" for p in PLACEHOLDERS if p not in text]
-    problems += [f"KNOWN_FAILURES: {f!r} is not in README.md" for f in KNOWN_FAILURES if f not in text]
+    problems += [f"PLACEHOLDERS: {p!r} is in no walked text" for p in PLACEHOLDERS if p not in text]
+    problems += [f"KNOWN_FAILURES: {f!r} is in no walked text" for f in KNOWN_FAILURES if f not in text]
     assert problems == []
 
 
@@ -243,7 +256,7 @@ def metastores() -> Iterator[dict[str, str]]:
 def test_the_readme_runs_as_written(tmp_path: Path, metastores: dict[str, str]) -> None:
     for mount in MOUNTS:
         (tmp_path / "mnt" / mount / "warehouse").mkdir(parents=True)
-    cmds = commands(README.read_text(encoding="utf-8"), {"tmp": str(tmp_path), **metastores})
+    cmds = commands({"tmp": str(tmp_path), **metastores})
     out = tmp_path / ".readme"
     out.mkdir()
     script = ["set +e", f"cd {tmp_path}"]

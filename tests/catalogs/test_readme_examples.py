@@ -1,5 +1,5 @@
-"""The README's examples of both catalogs' clients run as written (with this test's server, token and
-profile in place of the README's), against a real ``streampart serve``."""
+"""The examples of both catalogs' clients in the guide (docs/guides/other-engines.md) run as written
+(with this test's server, token and profile in place of the guide's), against a real ``streampart serve``."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ pytestmark = [pytest.mark.timeout(300), pytest.mark.process]
 
 
 def python_blocks() -> list[str]:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    text = (ROOT / "docs" / "guides" / "other-engines.md").read_text(encoding="utf-8")
     section = text.split(SECTION, 1)[1].split("\n## ", 1)[0]
     return re.findall(r"```python\n(.*?)```", section, re.S)
 
