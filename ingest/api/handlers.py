@@ -85,6 +85,20 @@ async def _on_validation(request: Request, exc: Exception) -> JSONResponse:
     where, field = (loc[0], ".".join(loc[1:])) if len(loc) > 1 else ("request", ".".join(loc))
     if first.get("type") == "json_invalid":
         field = "body"
+    sent = request.headers.get("content-type", "")
+    if loc[:1] == ["body"] and "json" not in sent.lower():
+        # curl -d without -H 'Content-Type: application/json' sends a form: the body was not read as JSON
+        return in_dialect(
+            request,
+            422,
+            {
+                "error": "invalid_request",
+                "message": "the body must be JSON, sent with the header 'Content-Type: application/json' "
+                f"(this request's: {sent or 'none'})",
+                "field": "Content-Type",
+            },
+            None,
+        )
     message = "; ".join(
         f"{'.'.join(str(x) for x in p.get('loc', ())[1:]) or p.get('loc', ('body',))[0]}: {p.get('msg')}"
         for p in problems

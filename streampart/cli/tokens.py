@@ -73,9 +73,13 @@ def token_create(
     now = clock.now()
     expires_at = now + parse_duration(expires_in, "--expires-in") if expires_in is not None else None
     token = new_token()
-    made = cli.catalog(create=True).primary.create_token(
-        name, hash_token(token), scopes, now=now, expires_at=expires_at
-    )
+    catalog = cli.catalog(create=True)
+    made = catalog.primary.create_token(name, hash_token(token), scopes, now=now, expires_at=expires_at)
+    for ns in sorted({sc.namespace for sc in scopes if sc.namespace != "*"}):
+        if catalog.namespaces.find(ns) is None:
+            cli.output.warn(
+                f"namespace {ns} does not exist (yet): the token can do nothing there until it does"
+            )
     out = {
         "name": made.name,
         "token": token,

@@ -52,6 +52,7 @@ def write(
     ] = RETRY_FOR,
 ) -> None:
     """Commit FILE as one chunk into the table's streaming partition(s)."""
+    _check_file(file)  # before the imports below (seconds on a loaded machine): a typo is told at once
     from ingest.formats import Format
 
     cli = cli_context(ctx)
@@ -63,6 +64,16 @@ def write(
         _write_over_http(cli, url, api_token, name, file, fmt, key, cluster, budget)
     else:
         _write_here(cli, name, file, fmt, key, cluster)
+
+
+def _check_file(file: Path) -> None:
+    """A user error naming ``file`` unless it is ``-`` (standard input) or a file this process can read."""
+    if str(file) == "-":
+        return
+    if not file.exists():
+        raise UserInputError(f"file {file} does not exist")
+    if file.is_dir():
+        raise UserInputError(f"{file} is a directory, not a file")
 
 
 def _write_here(

@@ -357,3 +357,20 @@ def test_every_client_mistake_is_a_4xx_json_naming_the_field(
         assert "Traceback" not in srv.log.read_text()
     finally:
         srv.close()
+
+
+def test_a_json_body_sent_without_its_content_type_is_told_to_send_it(server: Server) -> None:
+    """``curl -X PATCH … -d '{…}'`` sends a form: the answer names the header to add."""
+    answer = httpx.patch(
+        f"{server.url}/v1/tables/ns/events",
+        content=b'{"retain": "30d"}',
+        headers={**auth(server.admin), "Content-Type": "application/x-www-form-urlencoded"},
+    )
+    assert answer.status_code == 422
+    body = answer.json()
+    assert body["field"] == "Content-Type" and "Content-Type: application/json" in body["message"]
+    assert "application/x-www-form-urlencoded" in body["message"]
+    sent = httpx.patch(
+        f"{server.url}/v1/tables/ns/events", json={"nonsense": 1}, headers=auth(server.admin)
+    )  # JSON, but not what the route takes: the usual answer naming the field
+    assert sent.status_code in (400, 422) and sent.json()["field"] != "Content-Type"

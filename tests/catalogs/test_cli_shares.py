@@ -65,3 +65,13 @@ def test_a_token_with_an_expiry_and_a_profile_for_a_recipient(tmp_path: Path) ->
     assert_user_error(
         run(wh, "token", "create", "d", "--scope", "read:shop", "--expires-in", "-1h"), "expire"
     )
+
+
+def test_a_token_for_a_namespace_that_does_not_exist_says_so(tmp_path: Path) -> None:
+    wh = tmp_path / "wh"
+    made = run(wh, "token", "create", "oncall", "--scope", "read:nosuch", "--json")
+    assert made.json()["scopes"] == ["read:nosuch"]
+    assert "namespace nosuch does not exist (yet)" in made.message
+    assert run(wh, "table", "create", "shop.orders", *CREATE).returncode == 0
+    quiet = run(wh, "token", "create", "reader", "--scope", "read:shop", "--json")
+    assert quiet.json() and "does not exist" not in quiet.stderr
