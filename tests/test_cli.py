@@ -646,3 +646,34 @@ def test_each_call_has_its_own_state(tmp_path: Path) -> None:
 
     assert first.exit_code == 0 and json.loads(first.stdout)["table"] == "ns.t", first.output
     assert (second.exit_code, second.stdout) == (0, "no tables\n")
+
+
+@pytest.mark.process
+@pytest.mark.parametrize("how", ["SIGINT", "SIGTERM"])
+def test_an_interrupted_write_lets_its_chunk_go_and_says_nothing_was_committed(
+    tmp_path: Path, how: str
+) -> None:
+    """Ctrl-C (exit 130) or SIGTERM (143) while a chunk is staged: it is aborted at once, not left
+    reserved until its timeout, and the command says nothing was committed."""
+    import signal as signals
+
+    wh = tmp_path / "wh"
+    assert run(wh, "table", "create", "ns.events", *CREATE).returncode == 0
+    data = tmp_path / "rows.jsonl"
+    data.write_text('{"id": 1, "ts": "2026-11-21T10:00:00Z", "msg": "x"}\n')
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMPART_")}
+    env["STREAMPART_PAUSEPOINT"] = "chunk-before-record-files:30"
+    proc = subprocess.Popen(
+        [*COMMAND, "--warehouse", str(wh), "write", "ns.events", str(data)],
+        stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.stderr is not None
+    line = proc.stderr.readline()
+    assert "pausepoint chunk-before-record-files" in line, line
+    proc.send_signal(getattr(signals, how))
+    _out, err = proc.communicate(timeout=60)
+    assert proc.returncode == (130 if how == "SIGINT" else 143), err
+    assert "interrupted: nothing was committed (chunk" in err and "Traceback" not in err
+    chunks = run(wh, "chunk", "list", "ns.events", "--json").json()
+    assert [c["state"] for c in chunks] == ["aborted"]
+    assert describe(wh, "ns.events")["partitions"] == [] or total_rows(describe(wh, "ns.events")) == 0

@@ -481,6 +481,31 @@ class ChunkWriter:
     def _write(self, content: bytes, fmt: Format, key: str | None, source: str) -> CommitResult:
         digest = digest_bytes(content)
         chunk = self.reserve(key)
+        try:
+            return self._write_reserved(chunk, content, fmt, source, digest)
+        except KeyboardInterrupt as exc:  # Ctrl-C, or a SIGTERM the caller turned into one
+            exc.args = (self._let_go(chunk.id),)
+            raise
+
+    def _let_go(self, chunk_id: str) -> str:
+        """After an interrupt: abort the chunk unless its commit began; what became of it, in words."""
+        try:
+            state = self.store.get_chunk(chunk_id).state
+            if state is ChunkState.COMMITTED:
+                return f"chunk {chunk_id} was committed before the interrupt"
+            if state is ChunkState.COMMITTING:
+                return (
+                    f"chunk {chunk_id} was committing: it lands whole or not at all "
+                    f"(`streampart chunk show {chunk_id}` says which)"
+                )
+            self.abort(chunk_id, reason="interrupted")
+        except Exception:
+            return f"chunk {chunk_id} was not committed; it is aborted when its reservation expires"
+        return f"nothing was committed (chunk {chunk_id} aborted)"
+
+    def _write_reserved(
+        self, chunk: Chunk, content: bytes, fmt: Format, source: str, digest: str
+    ) -> CommitResult:
         parsed = None
         for attempt in range(1, _SCHEMA_RETRIES + 1):
             if chunk.state is ChunkState.RESERVED:

@@ -26,6 +26,10 @@ T = TypeVar("T")
 __all__ = ["CliContext", "catalog_of", "cli_context"]
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where a command lets its work go as on Ctrl-C (exit status 143, not 130)."""
+
+
 @dataclass
 class CliContext:
     """The global options of a call, and what they open (loaded when a command first asks)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -9,7 +10,7 @@ from typing import Annotated, Any
 import typer
 
 from metastore.errors import UserInputError
-from streampart.cli.context import CliContext, cli_context
+from streampart.cli.context import CliContext, Terminated, cli_context
 from streampart.cli.output import TextOutput
 from streampart.cli.params import JsonFlag, choice
 
@@ -66,6 +67,10 @@ def write(
         _write_here(cli, name, file, fmt, key, cluster)
 
 
+def _terminated(*_: Any) -> None:
+    raise Terminated()
+
+
 def _check_file(file: Path) -> None:
     """A user error naming ``file`` unless it is ``-`` (standard input) or a file this process can read."""
     if str(file) == "-":
@@ -95,7 +100,12 @@ def _write_here(
     settings = cli.settings()
     catalog = cli.catalog()
     writer = ChunkWriter(catalog, catalog.table(name, cluster), settings.chunk)
-    result = writer.write(content, fmt, key=key, source=str(file))
+    signal.signal(signal.SIGTERM, _terminated)  # as Ctrl-C: the chunk is let go, then exit 143
+    try:
+        result = writer.write(content, fmt, key=key, source=str(file))
+    except KeyboardInterrupt as exc:  # the writer let its chunk go and says what became of it
+        cli.output.warn(f"interrupted: {exc}" if str(exc) else "interrupted")
+        raise typer.Exit(143 if isinstance(exc, Terminated) else 130) from None
     cli.output.result(result.to_json(), _print_written_here)
 
 
