@@ -37,6 +37,19 @@ class Snapshot:
     # every column's place in the log's schema, the partition column's too (first to last)
     order: tuple[str, ...] = ()
 
+    def fields(self) -> list[dict[str, Any]]:
+        """Its columns as the log's schema lists them, in order: ``{"name", "type", "nullable"}`` each,
+        the partition column (a timestamp, never null) at its place."""
+        pcol = self.table.partition_column
+        types = {c.name: c for c in self.columns}
+        out = []
+        for name in self.order or (*types, pcol):
+            if name == pcol:
+                out.append({"name": name, "type": "timestamp", "nullable": False})
+            elif name in types:
+                out.append({"name": name, "type": types[name].type, "nullable": types[name].nullable})
+        return out
+
 
 def pin(catalog: Catalog, table: Table, version: int | None = None, *, check: bool = True) -> Snapshot:
     """``table`` at ``version`` (default: the newest), its log and (unless not ``check``) its files

@@ -15,12 +15,13 @@ import urllib.parse
 from dataclasses import dataclass
 
 from ingest.api.auth import Principal
+from ingest.api.catalog_views import iceberg_view
 from ingest.api.errors import ApiError
 from ingest.api.state import ApiState
 from metastore import storage
 from metastore.delta.layout import STAGING_DIR
-from metastore.iceberg import View, listed_files
-from metastore.links import Link
+from metastore.iceberg import listed_files
+from metastore.links import Link, Resolved
 from metastore.models import Permission, Table
 
 
@@ -107,7 +108,7 @@ def may_read(st: ApiState, who: Principal, url: str) -> bool:
 
 def _listed(link: Link, source: Table, url: str) -> bool:
     """Whether ``url`` is the link's own Iceberg metadata, or a file that metadata lists."""
-    view = View(str(link.name), source.location, source.uid, link=True)
+    view = iceberg_view(Resolved(link.name, source, link))
     if url.startswith(view.directory + "/"):
         return True
     return url in listed_files(view.directory)

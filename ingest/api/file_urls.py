@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from ingest.api.errors import ApiError
 from ingest.api.state import ApiState
 from metastore import clock, storage
+from metastore.models import ApiToken
 
 SECRET = "url-signing"
 ROUTE = "/delta-sharing/files"
@@ -68,9 +69,10 @@ def file_url(
     return f"{base_url.rstrip('/')}{ROUTE}/{ticket}.{signature}", expires * 1000
 
 
-def check_ticket(st: ApiState, signed: str) -> Ticket:
-    """The ticket of a file URL, once its signature, expiry and token hold; 403 otherwise (one message
-    for every fault of the URL, so a forger learns nothing), 401 for its token revoked or expired."""
+def check_ticket(st: ApiState, signed: str) -> tuple[Ticket, ApiToken | None]:
+    """The ticket of a file URL and its live token (None: made by a server without auth), once its
+    signature, expiry and token hold; 403 otherwise (one message for every fault of the URL, so a
+    forger learns nothing), 401 for its token revoked or expired."""
     refused = ApiError(
         403, "PERMISSION_DENIED", "this file URL is not valid (forged, damaged or expired)", "url"
     )
@@ -92,6 +94,7 @@ def check_ticket(st: ApiState, signed: str) -> Ticket:
         raise refused from None
     if ticket.expires < time.time():
         raise refused
+    token = None
     if ticket.token is not None:
         token = st.catalog.primary.find_token(int(ticket.token))
         if token is None or token.expired(clock.now()):
@@ -101,4 +104,4 @@ def check_ticket(st: ApiState, signed: str) -> Ticket:
     parts = ticket.path.split("/")
     if ticket.path.startswith("/") or any(p in ("", ".", "..") for p in parts) or "\\" in ticket.path:
         raise refused
-    return ticket
+    return ticket, token

@@ -11,12 +11,13 @@ implementation, so the files are what every Iceberg reader expects, not a hand-m
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 from pyiceberg.table.snapshots import Operation
 
 from metastore import clock
 from metastore.delta.history import oldest_readable_version
-from metastore.delta.log import commit_actions, commit_info
+from metastore.delta.log import commit_actions
 from metastore.iceberg.metadata import (
     GROUP_PARTITIONS,
     ICEBERG_DIR,
@@ -30,7 +31,6 @@ from metastore.iceberg.metadata import (
     view_directories,
 )
 from metastore.iceberg.schema import from_delta
-from metastore.models import Table
 from metastore.snapshots import Snapshot
 
 __all__ = [
@@ -48,26 +48,19 @@ __all__ = [
 def iceberg_table(view: View, snap: Snapshot, properties: dict[str, str] | None = None) -> Loaded:
     """The Iceberg metadata of ``view`` at ``snap`` (its files: what the view shows of that version)."""
     table = snap.table
-    types = {c.name: c for c in snap.columns}
-    order = snap.order or (*types, table.partition_column)
-    fields = [
-        # optional: its values are not in the files, and readers fill in an identity partition's
-        # value only for a field that may be missing from a file
-        {"name": table.partition_column, "type": "timestamp", "nullable": True}
-        if name == table.partition_column
-        else {"name": name, "type": types[name].type, "nullable": types[name].nullable}
-        for name in order
-        if name == table.partition_column or name in types
-    ]
+    # the partition column optional: its values are not in the files, and readers fill in an identity
+    # partition's value only for a field that may be missing from a file
+    fields = [{**f, "nullable": True} if f["name"] == table.partition_column else f for f in snap.fields()]
     schema = from_delta(fields, table.partition_column, f"table {table.name}")
+    actions = commit_actions(table, snap.version) if snap.version > 0 else None
     return materialize(
         view,
         Version(
             snap.version,
             snap.files,
             schema,
-            _committed_at(table, snap.version),
-            _operation(table, snap.version),
+            _committed_at(actions),
+            _operation(actions),
             dict(properties or {}),
             oldest_readable_version(table),
             table.roll_every * GROUP_PARTITIONS,
@@ -75,17 +68,17 @@ def iceberg_table(view: View, snap: Snapshot, properties: dict[str, str] | None 
     )
 
 
-def _committed_at(table: Table, version: int) -> datetime:
-    info = commit_info(table, version) if version > 0 else None
-    if info is not None and isinstance(info.get("timestamp"), int):
+def _committed_at(actions: list[dict[str, Any]] | None) -> datetime:
+    """When a version's commit (its ``actions``; None: gone, or the creation) was made."""
+    info: dict[str, Any] = next((a["commitInfo"] for a in actions or () if "commitInfo" in a), {})
+    if isinstance(info.get("timestamp"), int):
         return datetime.fromtimestamp(info["timestamp"] / 1000, UTC)
     return clock.now()
 
 
-def _operation(table: Table, version: int) -> Operation:
-    """What ``version`` did to the rows of the one before it: appended, replaced files without
-    changing rows (a roll's sweep, a schema change), or anything else (an overwrite)."""
-    actions = commit_actions(table, version) if version > 0 else None
+def _operation(actions: list[dict[str, Any]] | None) -> Operation:
+    """What a version (its commit's ``actions``) did to the rows of the one before it: appended,
+    replaced files without changing rows (a roll's sweep, a schema change), or anything else."""
     if actions is None:
         return Operation.OVERWRITE
     adds = [a["add"] for a in actions if "add" in a]

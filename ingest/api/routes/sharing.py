@@ -31,7 +31,7 @@ from fastapi.responses import FileResponse
 from starlette.concurrency import run_in_threadpool
 
 from ingest.api.auth import Principal
-from ingest.api.catalog_views import pinned
+from ingest.api.catalog_views import iceberg_view, pinned
 from ingest.api.deps import Reader, State
 from ingest.api.errors import ApiError
 from ingest.api.file_urls import Ticket, check_ticket, file_url
@@ -45,7 +45,7 @@ from metastore.delta.layout import parse_partition_value
 from metastore.delta.log import commit_actions, commit_info, version_at
 from metastore.errors import NotFoundError, UserInputError
 from metastore.links import Resolved
-from metastore.models import Permission, Share, TableName, iso, parse_instant
+from metastore.models import ApiToken, Permission, Share, TableName, iso, parse_instant
 from metastore.snapshots import Snapshot
 
 PREFIX = "/delta-sharing"
@@ -116,16 +116,6 @@ def _page(items: list[dict[str, Any]], page_token: str | None, max_results: int 
 
 def _share_id(share: Share) -> str:
     return str(uuid.uuid5(uuid.NAMESPACE_URL, f"streampart:share:{share.id}:{share.name}"))
-
-
-def _table_id(resolved: Resolved) -> str:
-    table = resolved.table
-    if resolved.link is None:
-        try:
-            return str(uuid.UUID(table.uid))
-        except ValueError:
-            pass
-    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"streampart:{resolved.name}:{table.uid}"))
 
 
 def _item(share: Share, name: TableName) -> dict[str, Any]:
@@ -206,17 +196,7 @@ def _version_of(st: ApiState, resolved: Resolved, version: Any, timestamp: Any, 
 
 
 def _schema_string(snap: Snapshot) -> str:
-    table = snap.table
-    types = {c.name: c for c in snap.columns}
-    order = snap.order or (*types, table.partition_column)
-    fields = []
-    for name in order:
-        if name == table.partition_column:
-            fields.append({"name": name, "type": "timestamp", "nullable": False, "metadata": {}})
-        elif name in types:
-            c = types[name]
-            fields.append({"name": name, "type": c.type, "nullable": c.nullable, "metadata": {}})
-    return json.dumps({"type": "struct", "fields": fields})
+    return json.dumps({"type": "struct", "fields": [{**f, "metadata": {}} for f in snap.fields()]})
 
 
 def _changes_refused(resolved: Resolved) -> str | None:
@@ -230,7 +210,7 @@ def _changes_refused(resolved: Resolved) -> str | None:
 def _lines(resolved: Resolved, snap: Snapshot) -> list[dict[str, Any]]:
     cdf = _changes_refused(resolved) is None
     metadata = {
-        "id": _table_id(resolved),
+        "id": str(iceberg_view(resolved).table_uuid),  # the same id the Iceberg catalog gives it
         "name": resolved.name.table,
         "format": {"provider": "parquet"},
         "schemaString": _schema_string(snap),
@@ -509,8 +489,8 @@ def _changes(
 )
 def serve_file(signed: str, request: Request, st: State) -> Response:
     """The file of a signed URL (no token: the URL is the credential), whole or the ``Range`` asked."""
-    ticket = check_ticket(st, signed)
-    _still_shared(st, ticket)
+    ticket, token = check_ticket(st, signed)
+    _still_shared(st, ticket, token)
     path = storage.join(ticket.location, ticket.path)
     if not storage.exists(path):
         raise _missing("file")
@@ -519,7 +499,7 @@ def serve_file(signed: str, request: Request, st: State) -> Response:
     return FileResponse(path, media_type="application/octet-stream")
 
 
-def _still_shared(st: ApiState, ticket: Ticket) -> None:
+def _still_shared(st: ApiState, ticket: Ticket, token: ApiToken | None) -> None:
     """403 unless the share still holds the table or link the URL was made through, that name still
     reads the table whose file it names, and the URL's token may still read it."""
     gone = ApiError(403, "PERMISSION_DENIED", "this file is no longer shared with this URL's token", "url")
@@ -533,7 +513,5 @@ def _still_shared(st: ApiState, ticket: Ticket) -> None:
         raise gone from None
     if resolved.table.location != ticket.location:
         raise gone
-    if ticket.token is not None:
-        token = st.catalog.primary.find_token(int(ticket.token))
-        if token is None or not token.allows(Permission.READ, name.namespace):
-            raise gone
+    if token is not None and not token.allows(Permission.READ, name.namespace):
+        raise gone
