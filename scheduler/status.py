@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
+from ingest.api.ttl_cache import TtlCache
 from ingest.kafka.steering import job_namespaces, job_reports
 from metastore import clock
 from metastore.catalog import Catalog
@@ -118,23 +119,21 @@ def scheduler_status(
 # Why 30 s: finding a table's newest Iceberg load lists a directory (a request to a bucket), and the
 # status page refreshes every few seconds for each viewer; loads by engines are seen within this.
 ICEBERG_TTL_S = 30.0
-_iceberg_seen: dict[str, tuple[float, dict[str, Any] | None]] = {}
+_iceberg_seen: TtlCache[str, tuple[dict[str, Any] | None]] = TtlCache(ICEBERG_TTL_S)
 
 
 def _iceberg(table: Table) -> dict[str, Any] | None:
     """The newest version an engine loaded the table at through the Iceberg catalog, and when (looked
     up at most every :data:`ICEBERG_TTL_S` per table and process)."""
-    seen = _iceberg_seen.get(table.location)
-    if seen is not None and seen[0] > clock.monotonic():
-        return seen[1]
-    try:
+
+    def look() -> tuple[dict[str, Any] | None]:
         found = newest_loaded(View(str(table.name), table.location, table.uid))
+        return (None if found is None else {"version": found[0], "loaded_at": iso(found[1])},)
+
+    try:
+        (info,) = _iceberg_seen.get(table.location, look)  # (a 1-tuple: "never loaded" is remembered too)
     except OSError:
         return None
-    info = None if found is None else {"version": found[0], "loaded_at": iso(found[1])}
-    if len(_iceberg_seen) > 10_000:
-        _iceberg_seen.clear()
-    _iceberg_seen[table.location] = (clock.monotonic() + ICEBERG_TTL_S, info)
     return info
 
 

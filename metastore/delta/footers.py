@@ -9,8 +9,7 @@ its physical type, or lack statistics, has none (``bounds[name] == ("", None, No
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,16 +29,8 @@ class Footer:
     split_offsets: tuple[int, ...]
 
 
-_footers: OrderedDict[str, Footer] = OrderedDict()
-_lock = threading.Lock()
-
-
+@functools.lru_cache(maxsize=REMEMBERED)
 def read_footer(path: str) -> Footer:
-    with _lock:
-        hit = _footers.get(path)
-        if hit is not None:
-            _footers.move_to_end(path)
-            return hit
     with storage.open_input(path) as handle:
         meta = pq.ParquetFile(handle).metadata
     sizes: dict[str, int] = {}
@@ -80,9 +71,4 @@ def read_footer(path: str) -> Footer:
     for name in unknown:
         nulls.pop(name, None)
         bounds.pop(name, None)
-    footer = Footer(sizes, values, nulls, bounds, tuple(sorted(offsets)))
-    with _lock:
-        _footers[path] = footer
-        while len(_footers) > REMEMBERED:
-            _footers.popitem(last=False)
-    return footer
+    return Footer(sizes, values, nulls, bounds, tuple(sorted(offsets)))

@@ -31,9 +31,9 @@ Delta, Hive and Spark readers, so the directory changes nothing for them.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
-import threading
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -200,38 +200,26 @@ def view_directories(location: str) -> list[str]:
     return out
 
 
-_LISTED_KEPT = 256  # views whose listed files are remembered (by their newest metadata file)
-_listed: dict[str, frozenset[str]] = {}
-_listed_lock = threading.Lock()
-
-
 def listed_files(directory: str) -> frozenset[str]:
     """Every data file (full location) the newest metadata in ``directory`` (one view's) lists, in any
-    of its snapshots: what a reader of that view can be told to read. Remembered per metadata file
-    (its content never changes)."""
+    of its snapshots: what a reader of that view can be told to read."""
     try:
         metas = sorted(e.name for e in storage.list_dir(directory) if e.name.endswith(_SUFFIX))
     except FileNotFoundError:
         return frozenset()
-    if not metas:
-        return frozenset()
-    newest = storage.join(directory, metas[-1])
-    with _listed_lock:
-        hit = _listed.get(newest)
-    if hit is not None:
-        return hit
+    return _listed_by(storage.join(directory, metas[-1])) if metas else frozenset()
+
+
+@functools.lru_cache(maxsize=256)
+def _listed_by(metadata: str) -> frozenset[str]:
+    """The data files the metadata file ``metadata`` lists (remembered: its content never changes)."""
     io = StorageIO()
     found: set[str] = set()
-    for snapshot in _read(newest).metadata.snapshots:
+    for snapshot in _read(metadata).metadata.snapshots:
         with contextlib.suppress(FileNotFoundError):
             for manifest in read_manifest_list(StorageInput(snapshot.manifest_list)):
                 found |= {e.data_file.file_path for e in manifest.fetch_manifest_entry(io)}
-    listed = frozenset(found)
-    with _listed_lock:
-        if len(_listed) >= _LISTED_KEPT:
-            _listed.clear()
-        _listed[newest] = listed
-    return listed
+    return frozenset(found)
 
 
 def newest_loaded(view: View) -> tuple[int, datetime] | None:
