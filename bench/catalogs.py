@@ -30,7 +30,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from bench.common import BenchResult, Metric, console, fmt, fmt_ratio, median, workdir
+from bench.common import BenchResult, Metric, console, fmt, fmt_ratio, hourly_table, median, workdir
 
 NAME = "catalogs"
 START = datetime(2026, 1, 1, tzinfo=UTC)
@@ -47,25 +47,9 @@ def _rows(partitions: int, per: int) -> bytes:
 def _build(tmp: Path, partitions: int, per: int, chunks: int) -> Any:
     from ingest.chunks import ChunkWriter
     from ingest.formats import Format
-    from metastore.catalog import Catalog
-    from metastore.durations import parse_duration
-    from metastore.models import Mode, TableName, TableSpec, parse_schema
-    from scheduler.roll import Roller
 
-    catalog = Catalog.open(tmp / "warehouse", f"sqlite:///{tmp / 'metastore.sqlite'}")
-    table = catalog.create_table(
-        TableSpec(
-            name=TableName.parse("bench.clicks"),
-            columns=parse_schema("id BIGINT, ts TIMESTAMP, user_id BIGINT"),
-            time_column="ts",
-            mode=Mode.EVENT_TIME,
-            roll_every=parse_duration("1h"),
-            max_future=parse_duration("3650d"),
-        )
-    )
+    catalog, table = hourly_table(tmp, _rows(partitions, per), partitions, START)
     w = ChunkWriter(catalog, table)
-    w.write(_rows(partitions, per), Format.JSONL)
-    Roller(catalog).roll_table(table, now=START + timedelta(hours=partitions + 1))
     late = (datetime.now(UTC)).isoformat()
     base = partitions * per
     for c in range(chunks):

@@ -267,6 +267,32 @@ def create_table(catalog: Any, name: str = TABLE_NAME) -> Any:
     )
 
 
+def hourly_table(tmp: Path, rows: bytes, partitions: int, start: datetime) -> tuple[Any, Any]:
+    """``bench.clicks`` (``id, ts, user_id``), an event-time table of hourly partitions in a SQLite
+    metastore under ``tmp``: ``rows`` (JSON lines, hours from ``start``) written as one chunk, then every
+    partition rolled (one compacted file each). The catalog (open) and the table."""
+    from ingest.chunks import ChunkWriter
+    from ingest.formats import Format
+    from metastore.catalog import Catalog
+    from metastore.durations import parse_duration
+    from metastore.models import Mode, TableName, TableSpec, parse_schema
+    from scheduler.roll import Roller
+
+    catalog = Catalog.open(tmp / "warehouse", f"sqlite:///{tmp / 'metastore.sqlite'}")
+    table = catalog.create_table(
+        TableSpec(
+            name=TableName.parse("bench.clicks"),
+            columns=parse_schema("id BIGINT, ts TIMESTAMP, user_id BIGINT"),
+            time_column="ts",
+            mode=Mode.EVENT_TIME,
+            roll_every=parse_duration("1h"),
+        )
+    )
+    ChunkWriter(catalog, table).write(rows, Format.JSONL)
+    Roller(catalog).roll_table(table, now=start + timedelta(hours=partitions + 1))
+    return catalog, table
+
+
 def sample_data(table: Any, rows: int, first_id: int = 0) -> Any:
     """``rows`` rows in the table's exact Arrow schema (so write_table skips re-validation)."""
     import pyarrow as pa
