@@ -48,7 +48,7 @@ from ingest.deletes.plan import (
     rewritten_version,
     staged_of,
 )
-from ingest.deletes.predicate import Predicate, parse_predicate
+from ingest.deletes.predicate import EVERY_ROW, Predicate, parse_predicate
 from metastore import clock
 from metastore.catalog import Catalog
 from metastore.crashpoints import crashpoint, pausepoint
@@ -184,7 +184,7 @@ class Deleter:
         hits = rows.filter(predicate.matches) if rows.num_rows else rows
         if hits.num_rows and hits.num_rows == rows.num_rows and not all_rows:
             raise UserInputError(
-                f"--where {predicate.sql} matches every row of {table.name}; to delete every row, pass --all"
+                f"the condition {predicate.sql} matches every row of {table.name}; {EVERY_ROW}"
             )
         data = hits.select([c.name for c in columns]) if hits.num_rows else hits
         ops = pa.array([keys.delete_ops[0]] * data.num_rows, pa.string())
@@ -228,7 +228,7 @@ class Deleter:
         """A condition true for every row the table holds is a mistake unless ``--all`` says not."""
         if matches_every_row(table, predicate, live_files(self.catalog.load(table))):
             raise UserInputError(
-                f"--where {predicate.sql} matches every row of {table.name}; to delete every row, pass --all"
+                f"the condition {predicate.sql} matches every row of {table.name}; {EVERY_ROW}"
             )
 
     def _dry_run(self, table: Table, predicate: Predicate) -> DeleteResult:

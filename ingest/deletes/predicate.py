@@ -34,7 +34,8 @@ _SUBSET = (  # what --where accepts, as its refusals say
 _COMPARE: dict[type[exp.Expr], Callable[[Any, Any], Any]] = {exp.EQ: pc.equal, exp.NEQ: pc.not_equal,
     exp.LT: pc.less, exp.LTE: pc.less_equal, exp.GT: pc.greater, exp.GTE: pc.greater_equal}  # fmt: skip
 _TIMESTAMPS = (exp.DataType.Type.TIMESTAMP, exp.DataType.Type.TIMESTAMPTZ, exp.DataType.Type.TIMESTAMPLTZ)
-_EVERY = "it names no column, so it matches every row; to delete every row, pass --all"
+EVERY_ROW = 'to delete every row, say so: --all (over HTTP, "all": true)'
+_EVERY = f"it names no column, so it matches every row; {EVERY_ROW}"
 _LABELS: dict[type[exp.Expr], str] = {exp.Subquery: "a subquery", exp.NullSafeEQ: "<=>",
     exp.Is: "IS other than IS [NOT] NULL", exp.Concat: "adjacent strings (write a quote in one as \\')",
     **dict.fromkeys((exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Mod, exp.IntDiv), "arithmetic")}  # fmt: skip

@@ -139,10 +139,10 @@ def test_the_replaced_files_go_once_no_readable_version_lists_them(catalog) -> N
     ("where", "fragment"),
     [
         ("nope = 1", "the table has no column 'nope'"),
-        ("TRUE", "pass --all"),
+        ("TRUE", "say so: --all"),
         ("user_id = 'x'", "user_id"),
         ("1 = 0", "matches no row"),
-        ("user_id >= 0", "matches every row of ns.events; to delete every row, pass --all"),
+        ("user_id >= 0", "matches every row of ns.events; to delete every row, say so: --all"),
         ("ts_period IS NOT NULL", "matches every row"),
     ],
 )
