@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -80,6 +81,33 @@ def test_commands_without_spark_import_none_of_it(warehouse: tuple[Path, Path], 
         assert "streampart.cli.root" in modules  # the report is of the command's process
         spark = [m for m in modules if m.split(".")[0] in SPARK]
         assert not spark, f"streampart {' '.join(args)} imported {spark[:5]}"
+
+
+@pytest.mark.process
+def test_the_dev_commands_import_none_of_it(warehouse: tuple[Path, Path], tmp_path: Path) -> None:
+    from ingest.kafka.devbroker import free_port
+
+    wh, rows = warehouse
+    report, port = tmp_path / "broker-modules.json", free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMPART_")}
+    broker = subprocess.Popen(  # runs until SIGTERM; its report is written as it exits
+        [sys.executable, "-c", _WRAPPER, str(report), "dev", "broker", "--port", str(port), "--topic", "t"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True, env=env,
+    )  # fmt: skip
+    try:
+        assert broker.stdout is not None
+        assert "Kafka broker" in broker.stdout.readline()
+        _, produced = streampart(
+            wh, tmp_path, "dev", "produce", "t", str(rows), "--bootstrap", f"127.0.0.1:{port}"
+        )
+    finally:
+        broker.send_signal(signal.SIGTERM)
+        _, err = broker.communicate(timeout=60)
+    assert broker.returncode == 0, err
+    for command, modules in (("dev broker", json.loads(report.read_text())), ("dev produce", produced)):
+        assert "streampart.cli.root" in modules
+        spark = [m for m in modules if m.split(".")[0] in SPARK]
+        assert not spark, f"streampart {command} imported {spark[:5]}"
 
 
 @pytest.mark.process

@@ -21,6 +21,7 @@ from streampart.cli.clusters import cluster_app
 from streampart.cli.context import CliContext
 from streampart.cli.daemon import scheduler_app
 from streampart.cli.demo import demo
+from streampart.cli.dev import dev_app
 from streampart.cli.federation import federation_app
 from streampart.cli.help import HelpGroup
 from streampart.cli.ingest_jobs import ingest_app
@@ -65,6 +66,7 @@ app.command("sql-server")(sql_server)
 app.command("sql")(sql)
 for command in (write, roll, expire, delete, query, housekeep, check, demo):
     app.command()(command)
+app.add_typer(dev_app, name="dev")
 
 
 def _print_version(value: bool) -> None:
