@@ -22,8 +22,8 @@ How a block's text becomes commands (the convention every document follows, chec
   document: write a command that runs, or mark it ``(not run``;
 - what only makes sense on the reader's machine is replaced by :data:`PLACEHOLDERS` (each must
   still occur in some document, so the mapping cannot rot): ``/tmp/`` is the test's directory,
-  ports 8080 (``streampart serve``), 9092 (``streampart dev broker``) and 10000 (the SQL server)
-  are free ports of this host.
+  ports 8080 (``streampart serve``), 9092 (``streampart dev broker``), 10000 (the SQL server),
+  9464 and 9470 (the roll daemon's metrics and status page) are free ports of this host.
 """
 
 from __future__ import annotations
@@ -42,8 +42,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # Document text → what the test runs instead. {tmp} is the test's directory, {m1}/{m2} the
 # PostgreSQL URLs of two scratch schemas of STREAMPART_TEST_PG naming their passwords as the
-# documents' secrets, {secret1}/{secret2} those passwords (any word under trust auth), {http},
-# {kafka}, {sql} free ports.
+# documents' secrets, {secret1}/{secret2} those passwords (any word under trust auth); the ports
+# of PORTS are free ports.
 PLACEHOLDERS = {
     ".venv/bin/activate": str(ROOT / ".venv" / "bin" / "activate"),
     "/tmp/": "{tmp}/",
@@ -55,7 +55,7 @@ PLACEHOLDERS = {
     "'the password of sp on db2'": "'{secret1}'",
     "'the password of sp on db3'": "'{secret2}'",
 }
-PORTS = {"8080": "http", "9092": "kafka", "10000": "sql"}
+PORTS = {"8080": "http", "9092": "kafka", "10000": "sql", "9464": "metrics", "9470": "status"}
 MOUNTS = ("dc1", "dc2", "dc3", "dc4")
 USAGE_NOTATION = re.compile(r"(?<=\s)\[[^\s\]]")
 
