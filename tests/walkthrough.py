@@ -23,7 +23,8 @@ How a block's text becomes commands (the convention every document follows, chec
 - what only makes sense on the reader's machine is replaced by :data:`PLACEHOLDERS` (each must
   still occur in some document, so the mapping cannot rot): ``/tmp/`` is the test's directory,
   ports 8080 (``streampart serve``), 9092 (``streampart dev broker``), 10000 (the SQL server),
-  9464 and 9470 (the roll daemon's metrics and status page) are free ports of this host.
+  9464 and 9470 (the roll daemon's metrics and status page), 7077, 8090 and 8091 (a Spark
+  standalone master, its web UI, a worker's) are free ports of this host.
 """
 
 from __future__ import annotations
@@ -55,7 +56,16 @@ PLACEHOLDERS = {
     "'the password of sp on db2'": "'{secret1}'",
     "'the password of sp on db3'": "'{secret2}'",
 }
-PORTS = {"8080": "http", "9092": "kafka", "10000": "sql", "9464": "metrics", "9470": "status"}
+PORTS = {
+    "8080": "http",
+    "9092": "kafka",
+    "10000": "sql",
+    "9464": "metrics",
+    "9470": "status",
+    "7077": "spark",  # a Spark standalone master, and its web UI and a worker's
+    "8090": "spark_ui",
+    "8091": "worker_ui",
+}
 MOUNTS = ("dc1", "dc2", "dc3", "dc4")
 USAGE_NOTATION = re.compile(r"(?<=\s)\[[^\s\]]")
 
