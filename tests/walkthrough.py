@@ -24,7 +24,7 @@ How a block's text becomes commands (the convention every document follows, chec
   still occur in some document, so the mapping cannot rot): ``/tmp/`` is the test's directory,
   ports 8080 (``streampart serve``), 9092 (``streampart dev broker``), 10000 (the SQL server),
   9464 and 9470 (the roll daemon's metrics and status page), 7077, 8090 and 8091 (a Spark
-  standalone master, its web UI, a worker's) are free ports of this host.
+  standalone master, its web UI, a worker's) and 9000 (an S3 server) are free ports of this host.
 """
 
 from __future__ import annotations
@@ -65,6 +65,7 @@ PORTS = {
     "7077": "spark",  # a Spark standalone master, and its web UI and a worker's
     "8090": "spark_ui",
     "8091": "worker_ui",
+    "9000": "s3",  # an S3 server (moto's)
 }
 MOUNTS = ("dc1", "dc2", "dc3", "dc4")
 USAGE_NOTATION = re.compile(r"(?<=\s)\[[^\s\]]")
