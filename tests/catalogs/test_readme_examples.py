@@ -38,13 +38,13 @@ def tour_server(tmp_path: Path) -> Iterator[Server]:
         tmp_path / "warehouse", f"sqlite:///{tmp_path / 'warehouse' / '_metastore.sqlite'}", tmp_path
     )
     t = make_table(
-        srv.catalog, "shop.orders", schema="id BIGINT, ts TIMESTAMP, amount DECIMAL(10,2), note STRING"
+        srv.catalog, "retail.orders", schema="id BIGINT, ts TIMESTAMP, amount DECIMAL(10,2), note STRING"
     )
     w = ChunkWriter(srv.catalog, t)
     w.write(jsonl([{"id": 1, "ts": "2026-11-21T10:01:00Z", "amount": 9.5}]), Format.JSONL, key="a")
     w.write(jsonl([{"id": 3, "ts": "2026-11-21T10:03:00Z", "amount": 12}]), Format.JSONL, key="b")
     srv.catalog.primary.create_share("partners")
-    srv.catalog.primary.share_table("partners", TableName.parse("shop.orders"))
+    srv.catalog.primary.share_table("partners", TableName.parse("retail.orders"))
     srv.start()
     yield srv
     srv.close()
@@ -52,7 +52,7 @@ def tour_server(tmp_path: Path) -> Iterator[Server]:
 
 def test_the_readme_examples_of_both_clients_run(tour_server: Server, tmp_path: Path) -> None:
     iceberg, sharing = python_blocks()
-    token = tour_server.token("analyst", "read:shop")
+    token = tour_server.token("analyst", "read:retail")
     profile = tmp_path / "acme.share"
     endpoint = f"{tour_server.url}/delta-sharing"
     profile.write_text(json.dumps({"shareCredentialsVersion": 1, "endpoint": endpoint, "bearerToken": token}))
