@@ -121,7 +121,8 @@ def test_the_federation_commands(metastore_url: str, other_url: str, tmp_path: P
           "--prefix", "fin"), "prefix fin collides with namespaces of the primary: finance"),
         (("federation", "add", "m3", "--url", f"sqlite:///{tmp_path}/m3.sqlite", "--access", "read-only",
           "--route", "ops"), "must have the form NAMESPACE=METASTORE"),
-        (("federation", "remove", "m1"), "metastore m1 is in use: namespaces ops are routed there"),
+        (("federation", "remove", "m1"), "metastore m1 is in use: namespaces ops are routed there; "
+         "drop them first, or move each elsewhere (streampart namespace move)"),
         (("federation", "remove", "primary"), "needs no registration"),
     ]  # fmt: skip
     for args, says in bad:

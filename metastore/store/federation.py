@@ -187,14 +187,14 @@ class FederationStore(Database):
             if routed:
                 raise UserInputError(
                     f"metastore {name} is in use: namespaces {', '.join(routed)} are routed there; "
-                    "drop them first (moving a namespace to another metastore comes with namespace move)"
+                    "drop them first, or move each elsewhere (streampart namespace move)"
                 )
             prefix = metastore_from_row(row).prefix
             prefixed = [ns for ns in _prefixed(conn, prefix) if ns not in routes] if prefix else []
             if prefixed:
                 raise UserInputError(
                     f"metastore {name} is in use: namespaces {', '.join(prefixed)} have its prefix {prefix}; "
-                    "drop them first, or route each explicitly elsewhere"
+                    "drop them first, or move each elsewhere (streampart namespace move)"
                 )
             conn.execute(sa.delete(s.metastores).where(s.metastores.c.name == name))
             bump_route_version(conn)
