@@ -174,17 +174,46 @@ class Client:
         chunk = self.open_chunk(table, key, cluster)
         if chunk["state"] != "reserved":
             return self.commit(chunk["id"], content_digest(data))
+        try:
+            return self._upload_and_commit(chunk["id"], data, format)
+        except KeyboardInterrupt as exc:  # Ctrl-C, or a SIGTERM the caller turned into one
+            exc.args = (self._let_go(chunk["id"]),)
+            raise
+
+    def _let_go(self, chunk_id: str) -> str:
+        """After an interrupt: abort the chunk unless its commit began; what became of it, in words.
+
+        As :meth:`ingest.chunks.ChunkWriter._let_go` does in process, over the API: one DELETE,
+        retried briefly (the user is waiting to get their terminal back).
+        """
+        patient, self.retry_for = self.retry_for, min(self.retry_for, 5.0)
+        try:
+            self.abort(chunk_id)
+        except ApiRequestError as exc:
+            if exc.code != "chunk_state":
+                return f"chunk {chunk_id} was not committed; it is aborted when its reservation expires"
+            return (
+                f"chunk {chunk_id} was committing or committed: it lands whole or not at all "
+                f"(`streampart chunk show {chunk_id}` says which)"
+            )
+        except Exception:
+            return f"chunk {chunk_id} was not committed; it is aborted when its reservation expires"
+        finally:
+            self.retry_for = patient
+        return f"nothing was committed (chunk {chunk_id} aborted)"
+
+    def _upload_and_commit(self, chunk_id: str, data: Body, format: str) -> dict[str, Any]:
         for attempt in range(1, SCHEMA_RETRIES + 1):
             try:  # staged and committed in one request (the server checks the upload's own digest)
-                answer = self.upload(chunk["id"], data, format, commit=True)
+                answer = self.upload(chunk_id, data, format, commit=True)
                 if "chunk" not in answer:  # a server older than ?commit=true only staged it
-                    return self.commit(chunk["id"], content_digest(data))
+                    return self.commit(chunk_id, content_digest(data))
                 return answer
             except ApiRequestError as exc:
                 if exc.code == "chunk_state":
                     # an earlier attempt (whose answer was lost) committed it already: the commit
                     # says (and refuses it if it holds other data)
-                    return self.commit(chunk["id"], content_digest(data))
+                    return self.commit(chunk_id, content_digest(data))
                 # staged before another writer added one of its new fields as another type (schema
                 # evolution): the chunk was released, nothing of it committed; upload it again, to
                 # be parsed as the table is now

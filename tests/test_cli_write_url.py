@@ -73,3 +73,41 @@ def test_the_client_tells_its_hook_once_per_call() -> None:
     assert len(told) == 1
     assert (told[0].method, told[0].url, told[0].retry_for) == ("GET", f"{url}/healthz", 0.5)
     assert told[0].problem.startswith("ConnectError")
+
+
+@pytest.mark.process
+@pytest.mark.parametrize("how", ["SIGINT", "SIGTERM"])
+def test_an_interrupted_write_url_lets_its_chunk_go(tmp_path: Path, how: str) -> None:
+    """Ctrl-C (130) or SIGTERM (143) while the server stages the upload: the client aborts the chunk
+    over the API at once (not left reserved for its timeout) and says nothing was committed."""
+    import signal
+    import time
+
+    from metastore.models import ChunkState
+    from tests.api.fixtures import Server
+    from tests.fixtures import make_table
+
+    srv = Server(tmp_path / "wh", f"sqlite:///{tmp_path / 'wh' / '_metastore.sqlite'}", tmp_path)
+    try:
+        table = make_table(srv.catalog, "ns.events")
+        token = srv.token("loader", "write:ns")
+        srv.start(STREAMPART_PAUSEPOINT="chunk-before-record-files:30")  # the upload stalls there
+        data = tmp_path / "rows.jsonl"
+        data.write_text('{"id": 1, "ts": "2026-11-21T10:00:00Z", "msg": "x"}\n')
+        env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMPART_")}
+        proc = subprocess.Popen(
+            [*COMMAND, "write", "ns.events", str(data), "--url", srv.url, "--api-token", token],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path,
+        )  # fmt: skip
+        deadline = time.monotonic() + 60
+        while "pausepoint chunk-before-record-files" not in srv.log.read_text(errors="replace"):
+            assert time.monotonic() < deadline and proc.poll() is None, srv.log.read_text()
+            time.sleep(0.1)
+        proc.send_signal(getattr(signal, how))
+        _out, err = proc.communicate(timeout=60)
+        assert proc.returncode == (130 if how == "SIGINT" else 143), err
+        assert "interrupted: nothing was committed (chunk" in err and "Traceback" not in err, err
+        [chunk] = srv.catalog.store.list_chunks(table.id)
+        assert chunk.state is ChunkState.ABORTED
+    finally:
+        srv.close()

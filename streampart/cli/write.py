@@ -5,7 +5,7 @@ from __future__ import annotations
 import signal
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 
@@ -104,8 +104,7 @@ def _write_here(
     try:
         result = writer.write(content, fmt, key=key, source=str(file))
     except KeyboardInterrupt as exc:  # the writer let its chunk go and says what became of it
-        cli.output.warn(f"interrupted: {exc}" if str(exc) else "interrupted")
-        raise typer.Exit(143 if isinstance(exc, Terminated) else 130) from None
+        _interrupted(cli, exc)
     cli.output.result(result.to_json(), _print_written_here)
 
 
@@ -137,9 +136,18 @@ def _write_over_http(
         raise UserInputError(f"{file} is a directory, not a file")
     else:
         data = file
-    with Client(url, api_token, retry_for=retry_for, on_retry=retrying) as api:
-        result = api.write(name, data, str(fmt), idempotency_key=key, cluster=cluster)
+    signal.signal(signal.SIGTERM, _terminated)  # as Ctrl-C: the chunk is let go, then exit 143
+    try:
+        with Client(url, api_token, retry_for=retry_for, on_retry=retrying) as api:
+            result = api.write(name, data, str(fmt), idempotency_key=key, cluster=cluster)
+    except KeyboardInterrupt as exc:  # the client let its chunk go and says what became of it
+        _interrupted(cli, exc)
     cli.output.result(result, _print_written)
+
+
+def _interrupted(cli: CliContext, exc: KeyboardInterrupt) -> NoReturn:
+    cli.output.warn(f"interrupted: {exc}" if str(exc) else "interrupted")
+    raise typer.Exit(143 if isinstance(exc, Terminated) else 130) from None
 
 
 def _print_written_here(out: TextOutput, result: dict[str, Any]) -> None:
