@@ -22,7 +22,9 @@ SLOWEST = (
     "tests/ingest/test_kafka_ingest.py",  # 723
     "tests/differential/test_differential.py",  # 351
     "tests/test_query_writes.py",  # 304
-    "tests/test_readme.py",  # 296
+    "tests/guides/test_walk_1.py",  # 300 (its guides walked at load 4–8)
+    "tests/guides/test_walk_2.py",  # 250
+    "tests/guides/test_walk_3.py",  # 220
     "tests/test_standalone.py",  # 255
     "tests/test_sql_server.py",  # 177
     "tests/test_cli.py",  # 148
