@@ -24,8 +24,8 @@ SLOWEST = (
     "tests/test_query_writes.py",  # 304
     "tests/guides/test_walk_1.py",  # 300 (its guides walked at load 4–8)
     "tests/guides/test_walk_2.py",  # 250
-    "tests/guides/test_walk_3.py",  # 220
     "tests/test_standalone.py",  # 255
+    "tests/guides/test_walk_3.py",  # 220
     "tests/test_sql_server.py",  # 177
     "tests/test_cli.py",  # 148
     "tests/test_crash.py",  # 117
