@@ -5,15 +5,21 @@ BIN := $(VENV)/bin
 
 .PHONY: demo test lint bench setup chromium docs
 
+# Each step says what it does first: the quiet installs take minutes on a first run.
 $(BIN)/streampart: pyproject.toml
+	@echo "setting up $(VENV) (first run: ~3 min; again only when pyproject.toml changes)"
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check uv
+	@echo "installing streampart and its dependencies (pyspark, deltalake, …) into $(VENV) …"
 	$(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python -e ".[dev]"
 	# Precompiled at install: the image sets PYTHONDONTWRITEBYTECODE=1, so a module without a .pyc
 	# is compiled again by every process that imports it — every Spark Python worker included.
 	# A .pyc older than its source is ignored (compiled in memory), so nothing depends on these.
+	@echo "precompiling streampart's modules …"
 	$(BIN)/python -m compileall -q ingest metastore scheduler streampart
 	# The Spark driver's class archive (streampart/class_archive.py): Spark starts in ~40% less CPU.
+	# It says what it does and how long it may take; without one (out of time, a JDK without
+	# dynamic archives) it says why and how to build it again, and the set-up goes on.
 	$(BIN)/python -m streampart.class_archive
 	touch $(BIN)/streampart
 
@@ -21,6 +27,7 @@ $(BIN)/streampart: pyproject.toml
 # delta-sharing pins pyarrow <= 23 and the project's pyarrow is newer.
 SHARING_VENV := .venv-sharing
 $(SHARING_VENV)/bin/delta-sharing-ready: $(BIN)/streampart
+	@echo "setting up $(SHARING_VENV): the Delta Sharing client the tests read shares with …"
 	test -x $(SHARING_VENV)/bin/python || $(PY) -m venv $(SHARING_VENV)
 	$(BIN)/uv pip install --quiet --python $(SHARING_VENV)/bin/python "delta-sharing==1.4.2"
 	touch $@

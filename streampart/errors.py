@@ -23,3 +23,12 @@ class SparkHooksError(StreampartError):
 
 class SqlServerError(StreampartError):
     """The SQL server cannot start (the port is taken, …)."""
+
+
+class ClassArchiveError(StreampartError):
+    """No class archive for the Spark driver could be written (:mod:`streampart.class_archive`); the
+    message says why. Spark runs without one, only slower to start."""
+
+
+class ClassArchiveTimeoutError(ClassArchiveError):
+    """A JVM building the class archive ran out of its time (a busy machine): a longer limit may do."""

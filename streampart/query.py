@@ -30,7 +30,7 @@ from metastore.namespaces import check_namespace
 from metastore.snapshots import Snapshot, pin, view_of
 from metastore.storage import faults
 from scheduler.spark_files import parquet_files
-from streampart import query_policy, spark_home
+from streampart import driver_jvm, query_policy, spark_home
 from streampart.bucket_reads import bucket_frame
 from streampart.class_archive import java_options
 from streampart.errors import QueryError, QueryRefusedError
@@ -66,29 +66,28 @@ def spark_session(config: SparkConfig | None = None) -> SparkSession:
     # before raising it; streampart reports each as one line (spark_errors), so not twice.
     logging.getLogger("SQLQueryContextLogger").disabled = True
     log4j = Path(__file__).with_name("log4j2.properties")
-    builder = (
-        SparkSession.builder.appName("streampart")
-        .master(config.master)
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.shuffle.partitions", str(config.shuffle_partitions))
-        .config("spark.driver.memory", config.driver_memory)
-        .config("spark.sql.sources.parallelPartitionDiscovery.parallelism", "8")
-        .config(
-            "spark.driver.extraJavaOptions",
-            " ".join([f"-Dlog4j2.configurationFile=file:{log4j}", *java_options(config.class_archive)]),
-        )
+    options = {
+        "spark.app.name": "streampart",
+        "spark.master": config.master,
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.shuffle.partitions": str(config.shuffle_partitions),
+        "spark.driver.memory": config.driver_memory,
+        "spark.sql.sources.parallelPartitionDiscovery.parallelism": "8",
+        "spark.driver.extraJavaOptions": " ".join(
+            [f"-Dlog4j2.configurationFile=file:{log4j}", *java_options(config.class_archive)]
+        ),
         # no `SELECT … FROM parquet.`/any/path``: queries read streampart snapshots only
-        .config("spark.sql.runSQLOnFiles", "false")
+        "spark.sql.runSQLOnFiles": "false",
         # no `${var}` in statements: Spark would substitute it after the statement was checked
-        .config("spark.sql.variable.substitute", "false")
+        "spark.sql.variable.substitute": "false",
         # Streaming checkpoints (always local: ingest.kafka.job_options) through Hadoop's FileSystem
         # API: its local file system renames in Java, where FileContext's forks `chmod` and
         # `readlink` processes off the JVM for every log file, about 20 per trigger (measured:
         # walCommit + commitOffsets 80 → 22 ms a trigger). Renames refuse an existing file either way.
-        .config("spark.sql.streaming.checkpointFileManagerClass", FS_CHECKPOINTS)
-    )
+        "spark.sql.streaming.checkpointFileManagerClass": FS_CHECKPOINTS,
+    }
     conf = dict(config.conf)
     # the hooks resolve each statement's names to its pinned snapshots and check what it resolved to
     for key, value, sep in (
@@ -97,11 +96,11 @@ def spark_session(config: SparkConfig | None = None) -> SparkSession:
     ):
         given = [v for v in conf.get(key, "").split(sep) if v and v != value]
         conf[key] = sep.join([value, *given])
-    for key, value in conf.items():
-        builder = builder.config(key, value)
+    options |= conf
     try:
         with spark_errors():
-            spark = builder.getOrCreate()
+            driver_jvm.launch(options)  # the JVM's stderr without the JDK's start-up notice
+            spark = SparkSession.builder.config(map={**options}).getOrCreate()  # (its map: any scalars)
     except QueryError as exc:
         raise QueryError(
             f"Spark could not start with master {config.master!r} (spark.master or --spark-master; for a "

@@ -355,6 +355,13 @@ def test_describe_and_help_say_what_the_mode_does_and_how_partitions_are_named(
     assert "each row lands in the partition of its --time-column's period" in helped  # --mode
 
 
+STARTUP_NOTICES = (
+    "WARNING: Using incubator modules: jdk.incubator.vector",
+    'Setting default log level to "WARN".',
+    "To adjust logging level use sc.setLogLevel(newLevel). For SparkR, use setLogLevel(newLevel).",
+)
+
+
 @pytest.mark.spark
 def test_query_count(arrival: dict[str, Any]) -> None:
     """The module's only Spark start-up."""
@@ -366,6 +373,11 @@ def test_query_count(arrival: dict[str, Any]) -> None:
 
     assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stderr
+    # a cold start says nothing of its own on stderr: neither the JDK's notice about the incubator
+    # module Spark's launcher adds nor Spark's note on its default log level
+    # (streampart/driver_jvm.py, streampart/log4j2.properties)
+    for said in STARTUP_NOTICES:
+        assert said not in result.stderr, result.stderr
     lines = result.stdout.splitlines()
     assert len(lines) == 1, result.stdout
     opened = arrival["create"].json()["partitions"][0]["value"]
