@@ -345,22 +345,87 @@ def prepare(sql: str, resolve: Resolver) -> Prepared:
 
 
 def syntax_error(text: str, exc: Any) -> str:
-    """A parser's error as a user reads it: where, near what, and the line with a caret under it."""
+    """sqlglot's syntax error in ``text`` worded as Spark words its own, and as the SQL server tells
+    a client (``Reading.syntaxError``, ``streampart/java/Reading.java``): the token it stopped at,
+    where (line and column from 1), and the line with a caret under the token."""
+    lead = _misplaced_first_word(text)
+    if lead is not None:  # where Spark's grammar stops too: no statement begins with it
+        return _syntax_message(text, lead[0], lead[1] - lead[0], "")
     first = exc.errors[0] if getattr(exc, "errors", None) else {}
     line_no, col = first.get("line"), first.get("col")
-    description = str(first.get("description") or "").split(". Line ")[0] or "cannot be parsed"
-    if "<class " in description or "Required keyword" in description:  # the parser's internals
-        description = "this is not valid here"
+    description = str(first.get("description") or "").split(". Line ")[0]
+    if any(s in description for s in ("<class ", "Required keyword", "<Token", "Invalid expression")):
+        description = ""  # the parser's internals, or nothing more than "syntax error"
+    why = f": {description[:1].lower()}{description[1:]}" if description else ""
     near = str(first.get("highlight") or "").strip()
-    where = f"line {line_no}, column {col}" if line_no and col else "somewhere"
-    message = f"query syntax error at {where}" + (f" near {near!r}" if near else "") + f": {description}"
-    lines = text.splitlines()
-    if line_no and col and 0 < line_no <= len(lines):
-        shown = lines[line_no - 1]
-        start = max(0, int(col) - len(near)) if near else max(0, int(col) - 1)
-        caret = " " * start + "^" * max(1, len(near))
-        message += f"\n  {shown}\n  {caret}"
-    return message
+    lines = text.split("\n")
+    if not (line_no and col and 0 < int(line_no) <= len(lines)):
+        near_text = f"'{near}'" if near else "end of input"
+        return f"query failed: [PARSE_SYNTAX_ERROR] Syntax error at or near {near_text}{why}"
+    line_start = sum(len(line) + 1 for line in lines[: int(line_no) - 1])
+    start = max(0, int(col) - len(near)) if near else max(0, int(col) - 1)  # (col: the token's last)
+    return _syntax_message(text, line_start + start, len(near), why)
+
+
+# Words a Spark statement may begin with that sqlglot reads as names (its keywords it tells apart)
+_STATEMENT_WORDS = frozenset(
+    {
+        *("ADD", "ALTER", "ANALYZE", "BEGIN", "CACHE", "CALL", "CLEAR", "COMMENT", "COMMIT", "CREATE"),
+        *("DECLARE", "DELETE", "DESC", "DESCRIBE", "DROP", "EXECUTE", "EXPLAIN", "EXPORT", "FROM"),
+        *("GRANT", "IMPORT", "INSERT", "LIST", "LOAD", "LOCK", "MAP", "MERGE", "MSCK", "REDUCE"),
+        *("REFRESH", "REPAIR", "REPLACE", "RESET", "REVOKE", "ROLLBACK", "SELECT", "SET", "SHOW"),
+        *("START", "TABLE", "TRUNCATE", "UNCACHE", "UNLOCK", "UPDATE", "USE", "VALUES", "WITH"),
+    }
+)
+
+
+def _misplaced_first_word(text: str) -> tuple[int, int] | None:
+    """Where the statement's first token is (start, end), if it is a name or a value no Spark
+    statement begins with: sqlglot reads ``SELEC 1`` as an expression and stops at ``1``, Spark's
+    grammar at ``SELEC``."""
+    from sqlglot.dialects.spark import Spark
+    from sqlglot.errors import TokenError
+    from sqlglot.tokens import TokenType
+
+    try:
+        tokens = Spark().tokenize(text)
+    except TokenError:
+        return None
+    if not tokens:
+        return None
+    first = tokens[0]
+    names = (TokenType.VAR, TokenType.IDENTIFIER, TokenType.NUMBER, TokenType.STRING)
+    if first.token_type not in names or first.text.upper() in _STATEMENT_WORDS:
+        return None
+    return first.start, first.end + 1
+
+
+# Why 100: the picture of a syntax error shows this many characters of the statement's line at most,
+# around the caret (as the SQL server's ``Reading.PICTURE_WIDTH``): a line someone typed, not a
+# generated statement's megabyte-long line.
+_PICTURE_WIDTH = 100
+
+
+def _syntax_message(text: str, at: int, length: int, why: str) -> str:
+    """The syntax error at ``text[at:at + length]`` (``length`` 0: the end of the statement), with
+    the line holding it and a caret line under it — drawn as ``Reading.picture`` draws it."""
+    near = f"'{text[at : at + length]}'" if length else "end of input"
+    start = text.rfind("\n", 0, at) + 1
+    end = text.find("\n", at)
+    shown = text[start : len(text) if end < 0 else end].removesuffix("\r")
+    column = min(at, start + len(shown)) - start
+    first, last = 0, len(shown)
+    if len(shown) > _PICTURE_WIDTH:  # a window around the caret
+        first = max(0, min(column - _PICTURE_WIDTH // 3, len(shown) - _PICTURE_WIDTH))
+        last = first + _PICTURE_WIDTH
+    line = ("…" if first else "") + shown[first:last] + ("…" if last < len(shown) else "")
+    indent = (" " if first else "") + "".join("\t" if c == "\t" else " " for c in shown[first:column])
+    carets = "^" * max(1, min(length, last - column))
+    where = f"(line {text.count(chr(10), 0, start) + 1}, column {column + 1})"
+    return (
+        f"query failed: [PARSE_SYNTAX_ERROR] Syntax error at or near {near}{why} {where}\n"
+        f"  {line}\n  {indent}{carets}"
+    )
 
 
 def rewrite(sql: str, resolve: Resolver) -> tuple[str, set[TableRef]]:

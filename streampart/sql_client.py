@@ -11,6 +11,7 @@ values as aware UTC datetimes, DATEs as dates, DECIMALs as Decimals.
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import os
 import re
@@ -139,10 +140,10 @@ class Connection:
                 auth="CUSTOM",
             )
         except TTransportException as exc:
-            if "Error validating the login" in str(exc) or "Peer indicated failure" in str(exc):
+            refused = login_refusal(str(exc))
+            if refused is not None:
                 raise UserInputError(
-                    f"the SQL server at {target.address} refused the login of {target.user!r}: "
-                    "log in with a token's name as user and the token as password"
+                    f"the SQL server at {target.address} refused the login: {refused}"
                 ) from None
             raise SqlServerUnavailableError(
                 f"the SQL server at {target.address} cannot be reached: {exc}"
@@ -214,8 +215,36 @@ class Connection:
         return names, rows()
 
 
-# Spark's wrapping: "Error running query: [CLASS] org.apache….AnalysisException: [CLASS] what"
-_ERROR_RUNNING = re.compile(r"^(?:Error running query: )?(?:\[[A-Z_.]+\] )?(?:[\w.$]+(?:Exception|Error): )?")
+# The SASL status of a refused login, as PyHive's transport (thrift_sasl) words it: "Bad status: 3
+# (b'…')", or "Peer indicated failure: …"
+_SASL_REFUSAL = re.compile(r"Bad status: \d+ \((b'.*'|b\".*\")\)$|Peer indicated failure: (.*)$", re.DOTALL)
+
+
+def login_refusal(transport_error: str) -> str | None:
+    """Why the server refused a login (its ``login refused: …`` line, or Hive's own words), from
+    the transport's error; None when the error is no refused login."""
+    found = _SASL_REFUSAL.search(transport_error.strip())
+    if found is None:
+        return None
+    said = found.group(2)
+    if said is None:
+        try:
+            said = ast.literal_eval(found.group(1)).decode("utf-8", "replace")
+        except (ValueError, SyntaxError):
+            said = found.group(1)[2:-1]
+    said = said.strip()
+    if said == "Error validating the login":  # Hive's own words for every refusal (an older server)
+        return "log in with a token's name as user and the token as password"
+    return said.removeprefix("login refused: ")
+
+
+# Spark's wrapping: "Error running query: [CLASS] org.apache….AnalysisException: [CLASS] what" (the
+# first class is dropped where the exception repeats it; a refusal's own class is kept)
+_ERROR_RUNNING = re.compile(
+    r"^(?:Error running query: )?"
+    r"(?:\[[A-Z_.]+\] (?=[\w.$]+(?:Exception|Error): ))?"
+    r"(?:[\w.$]+(?:Exception|Error): )?"
+)
 
 
 def _failed(exc: Exception) -> StreampartError:
@@ -226,10 +255,12 @@ def _failed(exc: Exception) -> StreampartError:
 
 
 def server_message(exc: Exception) -> str:
-    """The one line the server said, out of PyHive's wrapping of the Thrift status."""
+    """The one line the server said, out of PyHive's wrapping of the Thrift status (a syntax error:
+    that line, and the statement's line with a caret under where, as the server drew them)."""
     status = exc.args[0].status if exc.args and hasattr(exc.args[0], "status") else None
     text = getattr(status, "errorMessage", None) or str(exc)
-    line = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
+    lines = text.strip("\n").splitlines() if text.strip() else [type(exc).__name__]
+    line = lines[0].strip()
     if "found TIMEDOUT" in line:
         return (
             "query failed: the statement ran past the SQL server's statement timeout "
@@ -237,7 +268,8 @@ def server_message(exc: Exception) -> str:
         )
     if "found CANCELED" in line:
         return "query failed: the statement was cancelled"
-    return "query failed: " + _ERROR_RUNNING.sub("", line)
+    picture = lines[1:3] if len(lines) >= 3 and set(lines[2].strip()) == {"^"} else []
+    return "\n".join(["query failed: " + _ERROR_RUNNING.sub("", line), *picture])
 
 
 def _converter(type_code: str) -> Any:

@@ -67,6 +67,8 @@ log = logging.getLogger(__name__)
 
 _FORGET_EVERY = 64  # statements between two looks for closed client sessions
 
+_USER_SHOWN = 64  # characters of a refused login's user name told back to its client
+
 # Why 4: a table's frames (file index and analyzed plan) of the versions statements still read; a
 # statement stages its plan at once, so only a statement between staging and analysis needs an
 # older one.
@@ -142,17 +144,20 @@ class SqlGate:
 
     # -- who ------------------------------------------------------------------------------------
     def authenticate(self, user: str, password: str) -> str | None:
-        """None if ``user``/``password`` may connect, else why not (one line). The credential is
-        always checked first: a correct one is accepted at once, whatever failed before. Each failure
-        is logged once (``login.failed``: the user and the password's first characters; Thrift's
-        SASL handshake does not give the client's address) and its answer slowed
-        (:mod:`ingest.login_guard`); nothing locks a user out."""
+        """None if ``user``/``password`` may connect, else the line the client is told (``login
+        refused: …``; it reaches a client that has not logged in, so it says nothing a wrong token
+        should learn). The credential is always checked first: a correct one is accepted at once,
+        whatever failed before. Each failure is logged once (``login.failed``: the user and the
+        password's first characters; Thrift's SASL handshake does not give the client's address)
+        and its answer slowed (:mod:`ingest.login_guard`); nothing locks a user out."""
         from ingest.login_guard import credential_hint
 
         refused = self._refusal(user, password)
-        if refused is not None:
-            self.guard.failed(f"user {user!r}", tried=credential_hint(password), user=user)
-        return refused
+        if refused is None:
+            return None
+        self.guard.failed(f"user {user!r}", tried=credential_hint(password), user=user)
+        shown = user if len(user) <= _USER_SHOWN else user[:_USER_SHOWN] + "…"
+        return f"login refused: {refused} (user {shown!r})"
 
     def _refusal(self, user: str, password: str) -> str | None:
         if user == LOCAL_USER:
@@ -162,12 +167,16 @@ class SqlGate:
 
         digest = hash_token(password)
         token = self.catalog.store.find_token_by_hash(digest)
-        if token is None or not hmac.compare_digest(token.token_hash, digest):
-            return "the password is not a valid streampart token (streampart token create)"
-        if token.name != user:
-            return f"log in with the token's name as user ({token.name})"
-        if token.expired(metastore_clock.now()):
-            return f"token {token.name!r} has expired"
+        # one answer for a token that is not (or no longer) one, as the HTTP API gives: whoever
+        # tries a token learns neither that it existed nor what became of it
+        if (
+            token is None
+            or not hmac.compare_digest(token.token_hash, digest)
+            or token.expired(metastore_clock.now())
+        ):
+            return "unknown, revoked or expired token"
+        if token.name != user:  # (told to whoever holds the live token only)
+            return f"the token's name is {token.name!r}: log in with it as user"
         self._tokens[digest] = (self.clock(), token)
         return None
 

@@ -10,9 +10,11 @@ cache directory and put on the driver's class path) connect the server to this P
 through py4j's callback server:
 
 - ``Auth`` (HiveServer2's CUSTOM authentication): user and password go to
-  :meth:`SqlGate.authenticate` — a token's name and the token;
+  :meth:`SqlGate.authenticate` — a token's name and the token; a refused client is told its
+  answer (``login refused: …``) in the SASL status it prints, not Hive's "Error validating the login";
 - ``Gate``: every Thrift call of a client passes it — connection settings refused (``use:database``
-  checked as ``USE`` once the session is bound to its login), every error one line;
+  checked as ``USE`` once the session is bound to its login), every error one line (a syntax
+  error: that line and the client's line with a caret under where);
 - ``Extensions`` (``spark.sql.extensions``): a parser in front of Spark's that reads every
   statement of a client session with Spark's own lexer and parser (``Reading``) and sends that
   reading to :meth:`SqlGate.decide`, which refuses it or authorises it and stages the pinned
@@ -27,6 +29,7 @@ The server writes ``<warehouse>/.sql-server.json`` (host, port, pid, a secret fo
 
 from __future__ import annotations
 
+import logging
 import os
 import secrets
 import tempfile
@@ -46,6 +49,7 @@ if TYPE_CHECKING:
     from metastore.catalog import Catalog
     from streampart.config import SparkConfig
 
+log = logging.getLogger(__name__)
 
 _FAIR_POOLS = """<?xml version="1.0"?>
 <allocations>
@@ -83,8 +87,10 @@ class _Bridge:
     def authenticate(self, user: str, password: str) -> str | None:
         try:
             return self.gate.authenticate(user, password)
-        except Exception as exc:  # the JVM gets one line, never a Python traceback
-            return refusal(exc)
+        except Exception:  # the JVM gets one line, never a Python traceback
+            # nor, for a client that has not logged in, what failed here (a metastore's address)
+            log.exception("sql-server: login check failed")
+            return "login refused: the SQL server could not check the login; try again (its log says why)"
 
     def decide(self, client: Any, kind: str, used: Any, args: Any, spark: Any) -> str:
         try:
@@ -170,6 +176,7 @@ class SqlServer:
         for key, value in hive.items():
             gateway.jvm.java.lang.System.setProperty(key, value)
         ensure_callback_server_started(gateway)
+        gateway.jvm.streampart.sqlserver.Auth.tellRefusals()  # before it listens: every login is told why
         gate = SqlGate(self.catalog, spark, self.freshness, self.secret, self.token_ttl, guard=self.guard)
         hooks_class = gateway.jvm.streampart.sqlserver.Hooks
         bridge = _Bridge(gate)

@@ -68,7 +68,7 @@ def test_sql_names_are_checked_and_read_as_written(resolve: Resolver) -> None:
     assert sql == "SELECT count(*) FROM ns.t JOIN ns.u ON ns.t.id = u.id"  # Spark reads it as written
     with pytest.raises(NotFoundError, match=r"ns\.nope does not exist"):
         rewrite("SELECT * FROM ns.nope", resolve)
-    with pytest.raises(UserInputError, match="syntax error"):
+    with pytest.raises(UserInputError, match="Syntax error at or near 'SELEC'"):
         rewrite("SELEC * FROM", resolve)
     with pytest.raises(UserInputError, match="only queries"):
         rewrite("DROP TABLE ns.t", resolve)
@@ -86,6 +86,36 @@ def test_a_syntax_error_names_the_token_and_points_at_it(resolve: Resolver) -> N
     shown, caret = message.splitlines()[1:3]
     assert shown.strip() == "SELECT count(*) FROM ns.t WHERE id = = 3"
     assert caret.strip() == "^" and shown.index("= =") + 2 == caret.index("^"), message
+
+
+# A statement that begins with a word no Spark statement begins with: sqlglot reads it as a column
+# and stops further on (``SELEC 1`` at ``1``); Spark's grammar stops at the word, and so does the
+# message — as the SQL server words Spark's (tests/test_sql_server.py).
+MISPLACED_FIRST_WORDS = [
+    ("SELEC 1", "'SELEC' (line 1, column 1)", "SELEC 1", "^^^^^"),
+    ("SELEC * FROM ns.t", "'SELEC' (line 1, column 1)", "SELEC * FROM ns.t", "^^^^^"),
+    # after a comment, on the statement's second line
+    (
+        "-- the count\n  selec count(*) FROM ns.t",
+        "'selec' (line 2, column 3)",
+        "  selec count(*) FROM ns.t",
+        "  ^^^^^",
+    ),
+    ("1 +", "'1' (line 1, column 1)", "1 +", "^"),
+]
+
+
+@pytest.mark.parametrize(
+    "sql, near, shown, caret", MISPLACED_FIRST_WORDS, ids=[c[0] for c in MISPLACED_FIRST_WORDS]
+)
+def test_a_statement_that_begins_with_no_statement_word_is_wrong_at_that_word(
+    sql: str, near: str, shown: str, caret: str, resolve: Resolver
+) -> None:
+    with pytest.raises(UserInputError) as failed:
+        rewrite(sql, resolve)
+    assert str(failed.value) == (
+        f"query failed: [PARSE_SYNTAX_ERROR] Syntax error at or near {near}\n  {shown}\n  {caret}"
+    )
 
 
 # What a query may not touch (issue 14, item 9): each refused before Spark sees it, one message.

@@ -931,13 +931,26 @@ def _status(exc: Exception) -> Any:
     return exc.args[0].status
 
 
-def _assert_one_line(attacked: Attacked, status: Any, what: str) -> None:
-    """A refusal as a client should see it: one line, telling nothing it should not."""
+def _assert_one_line(attacked: Attacked, status: Any, what: str, sent: str | None = None) -> None:
+    """A refusal as a client should see it: one line, telling nothing it should not — but for a
+    syntax error in the statement ``sent``, whose line is followed by a line of that statement (the
+    client's own text, as sent) and a caret line under where Spark's parser stopped."""
     message, info = status.errorMessage or "", list(status.infoMessages or [])
     assert message.strip(), f"{what}: refused without a reason"
-    assert "\n" not in message, f"{what}: the refusal is several lines: {message!r}"
+    lines = message.split("\n")
+    echoed = lines[1].removeprefix("  ").removeprefix("…").removesuffix("…") if len(lines) == 3 else ""
+    picture = (
+        len(lines) == 3
+        and sent is not None
+        and echoed in sent
+        and lines[2].strip(" \t") == "^" * (len(lines[2].strip(" \t")) or 1)
+    )
+    if not picture:
+        assert "\n" not in message, f"{what}: the refusal is several lines: {message!r}"
     assert len(info) <= 1, f"{what}: the refusal carries {len(info)} info messages: {info[:3]!r}"
     told = " ".join([message, *info])
+    if picture:
+        told = told.replace(echoed, "")  # the client's own text, told back to it
     for secret, why in attacked.never_told.items():
         assert secret not in told, f"{what}: the refusal tells {why}: {told[:300]!r}"
 
@@ -950,7 +963,7 @@ def _refused(attacked: Attacked, cursor: Any, statement: str) -> None:
         cursor.execute(attacked.fill(statement))
         rows = cursor.fetchall()
     except OperationalError as exc:
-        _assert_one_line(attacked, _status(exc), what)
+        _assert_one_line(attacked, _status(exc), what, attacked.fill(statement))
         return
     pytest.fail(f"{what} was not refused: it answered {rows[:5]!r}")
 
@@ -998,7 +1011,7 @@ def test_a_statement_spark_reads_as_harmless_answers_as_that_reading(
         cursor.execute(attacked.fill(statement))
         rows = cursor.fetchall()
     except OperationalError as exc:
-        _assert_one_line(attacked, _status(exc), f"statement {statement!r}")
+        _assert_one_line(attacked, _status(exc), f"statement {statement!r}", attacked.fill(statement))
         return
     assert [tuple(r) for r in rows] == expected, f"statement {statement!r} answered {rows[:5]!r}"
 
@@ -1255,7 +1268,7 @@ def test_what_an_accepted_statement_reads_is_exactly_the_staged_snapshots(
         property_cursor.execute(drawn.server)
         rows = property_cursor.fetchall()
     except OperationalError as exc:
-        _assert_one_line(attacked, _status(exc), f"statement {drawn.server!r}")
+        _assert_one_line(attacked, _status(exc), f"statement {drawn.server!r}", drawn.server)
         _OUTCOMES.append("refused")
         event("refused")  # --hypothesis-show-statistics counts them
         return

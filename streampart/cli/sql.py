@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from rich.markup import escape
 
 from metastore.errors import StreampartError, UserInputError
 from streampart.cli.context import cli_context
@@ -137,7 +138,8 @@ def _shell(conn: Connection, output: Output, limit: int) -> None:
         try:
             run_on_server(conn, text.rstrip(";"), output, limit)
         except StreampartError as exc:  # the shell goes on after a refused or failed statement
-            output.err.print(f"[red]error:[/] {exc}", highlight=False, emoji=False, markup=True)
+            # (escaped: a syntax error shows the statement's line, and "[/x]" in it is no markup)
+            output.err.print(f"[red]error:[/] {escape(str(exc))}", highlight=False, emoji=False, markup=True)
 
 
 def _looks_whole(text: str) -> bool:

@@ -160,14 +160,40 @@ public final class Extensions extends AbstractFunction1<SparkSessionExtensions, 
         }
     }
 
-    /** A refused statement: the client's error, with its one-line reason and no server stack. */
+    /**
+     * A refused statement: the client's error, with its one-line reason and no server stack (a
+     * syntax error: its line, then the client's line with a caret under where, {@link #syntax}).
+     */
     static final class Refused extends HiveSQLException {
         Refused(String why) {
             this(why, "42000");
         }
 
         Refused(String why, String sqlState) {
-            super(firstLine(why), sqlState);
+            this(firstLine(why), sqlState, true);
+        }
+
+        private Refused(String message, String sqlState, boolean asIs) {
+            super(message, sqlState);
+        }
+
+        /** A syntax error: {@code what} (one line), and {@code picture} ({@link Reading#picture}) after it. */
+        static Refused syntax(String what, String picture, String sqlState) {
+            return new Refused(firstLine(what) + picture, sqlState, true);
+        }
+
+        /** The same refusal, made afresh (Spark may have set a stack on this one). */
+        Refused copy() {
+            return new Refused(getMessage(), getSQLState(), true);
+        }
+
+        /**
+         * The message alone: Thrift's answer to an operation's status is the exception printed as
+         * a stack trace, whose first line is this — without it, the client reads the class's name.
+         */
+        @Override
+        public String toString() {
+            return getMessage();
         }
 
         @Override

@@ -45,7 +45,8 @@ import scala.jdk.javaapi.CollectionConverters;
  *   <li>Metadata calls (GetTables, GetColumns, …) list Spark's own session catalog, which holds no
  *       streampart table and which no client can change; they answer only sessions whose token is
  *       still valid. Delegation tokens and impersonation are refused.</li>
- *   <li>Every error a client is told is one line, without the server's stack or a plan.</li>
+ *   <li>Every error a client is told is one line, without the server's stack or a plan (a syntax
+ *       error: that line, then the client's line with a caret under where, {@link Reading#picture}).</li>
  * </ul>
  */
 final class Gate extends CLIService {
@@ -448,7 +449,7 @@ final class Gate extends CLIService {
     static HiveSQLException oneLine(Throwable e) {
         for (Throwable t = e; t != null; t = t.getCause()) {
             if (t instanceof Extensions.Refused refused) { // a fresh one: Spark may have set a stack on it
-                return new Extensions.Refused(refused.getMessage(), refused.getSQLState());
+                return refused.copy();
             }
         }
         for (Throwable t = e; t != null; t = t.getCause()) {

@@ -84,17 +84,17 @@ final class Reading {
      *     (leading USE statements allowed), naming why in one line
      */
     static Reading of(ParserInterface parser, String sql) {
-        List<String> statements = statements(sql);
+        List<Piece> statements = statements(sql);
         if (statements.isEmpty()) {
             throw refused("the statement is empty: give one query (SELECT, WITH …)");
         }
         List<String> uses = new ArrayList<>();
         for (int i = 0; i < statements.size() - 1; i++) {
-            LogicalPlan plan = parse(parser, statements.get(i));
+            LogicalPlan plan = parse(parser, sql, statements.get(i));
             List<String> namespace = useOf(plan);
             if (namespace == null) {
                 throw refused("give one statement at a time (USE NAMESPACE; may come before it): "
-                    + words(statements.get(i)) + " is followed by another statement");
+                    + words(statements.get(i).text()) + " is followed by another statement");
             }
             if (namespace.size() != 1) {
                 throw refused("USE " + String.join(".", namespace) + ": USE takes one namespace name");
@@ -102,8 +102,9 @@ final class Reading {
             uses.add(namespace.get(0));
         }
         String[] used = uses.toArray(new String[0]);
-        String last = statements.get(statements.size() - 1);
-        LogicalPlan plan = parse(parser, last);
+        Piece lastPiece = statements.get(statements.size() - 1);
+        String last = lastPiece.text();
+        LogicalPlan plan = parse(parser, sql, lastPiece);
         List<String> namespace = useOf(plan);
         if (namespace != null) {
             return new Reading(Kind.USE, plan, namespace, used);
@@ -155,17 +156,108 @@ final class Reading {
         return null;
     }
 
-    private static LogicalPlan parse(ParserInterface parser, String statement) {
+    private static LogicalPlan parse(ParserInterface parser, String sql, Piece statement) {
         try {
-            return parser.parsePlan(statement);
+            return parser.parsePlan(statement.text());
         } catch (ParseException e) {
-            String words = words(statement);
+            String words = words(statement.text());
             if (words.equals("USE CLUSTER")) {
                 throw refused("USE CLUSTER: the SQL server reads each table on its primary; run a statement on "
                     + "another cluster with `streampart query --cluster C`");
             }
-            throw refused(Extensions.firstLine(e.getMessage()));
+            throw syntaxError(sql, statement, e);
         }
+    }
+
+    /**
+     * Why 100: the picture of a syntax error shows this many characters of the statement's line at
+     * most, around the caret — enough for a line someone typed, not a generated statement's
+     * megabyte-long line echoed back.
+     */
+    static final int PICTURE_WIDTH = 100;
+
+    /**
+     * Spark's error about {@code statement} of the client's text {@code sql}, as a client reads it:
+     * Spark's first line (its error class and the token it stopped at), where that token is in the
+     * text the client sent (line, column from 1), and that line with a caret under the token.
+     * {@code streampart query} words the syntax errors it finds before Spark starts alike
+     * ({@code streampart.query.syntax_error}).
+     */
+    static RuntimeException syntaxError(String sql, Piece statement, ParseException e) {
+        String what = Extensions.firstLine(e.getMessage())
+            .replaceFirst("\\s*\\(line \\d+, pos \\d+\\)$", "")
+            .replaceFirst("\\.$", "");
+        String state = e.getSqlState() == null ? "42000" : e.getSqlState();
+        scala.Option<Object> line = e.start().line();
+        scala.Option<Object> pos = e.start().startPosition();
+        if (line.isEmpty() || pos.isEmpty()) {
+            return Extensions.<RuntimeException>sneaky(new Extensions.Refused(what, state));
+        }
+        // the token Spark stopped at, found by Spark's lexer where Spark's parser says it starts
+        String text = statement.text();
+        int[] at = charOffsets(text);
+        int start = -1;
+        int length = 0;
+        SqlBaseLexer lexer = new SqlBaseLexer(new UpperCaseCharStream(CharStreams.fromString(text)));
+        lexer.removeErrorListeners();
+        for (Token t : lexer.getAllTokens()) {
+            if (t.getLine() == (Integer) line.get() && t.getCharPositionInLine() == (Integer) pos.get()
+                    && t.getChannel() == Token.DEFAULT_CHANNEL) {
+                start = t.getStartIndex();
+                length = t.getStopIndex() - t.getStartIndex() + 1;
+                break;
+            }
+        }
+        if (start < 0) { // the end of the statement, or a position between tokens
+            start = lineStart(text, at, (Integer) line.get()) + (Integer) pos.get();
+        }
+        int where = statement.origin(at[Math.min(start, at.length - 1)]);
+        return Extensions.<RuntimeException>sneaky(Extensions.Refused.syntax(what, picture(sql, where, length), state));
+    }
+
+    /** The code point where line {@code line} (from 1) of {@code text} starts. */
+    private static int lineStart(String text, int[] at, int line) {
+        int cp = 0;
+        for (int seen = 1; seen < line && cp < at.length - 1; cp++) {
+            if (text.charAt(at[cp]) == '\n') {
+                seen++;
+            }
+        }
+        return cp;
+    }
+
+    /**
+     * " (line L, column C)", then the line of {@code sql} holding char {@code where} and a caret
+     * line under its {@code length} code points (one caret at least), each indented by two spaces.
+     */
+    static String picture(String sql, int where, int length) {
+        int from = sql.lastIndexOf('\n', where - 1) + 1;
+        int to = sql.indexOf('\n', where);
+        String shown = sql.substring(from, to < 0 ? sql.length() : to).replaceFirst("\r$", "");
+        int lineNo = 1;
+        for (int i = 0; i < from; i++) {
+            lineNo += sql.charAt(i) == '\n' ? 1 : 0;
+        }
+        int column = sql.codePointCount(from, Math.min(where, from + shown.length()));
+        String position = " (line " + lineNo + ", column " + (column + 1) + ")";
+        int[] cps = shown.codePoints().toArray();
+        int first = 0;
+        int last = cps.length;
+        if (cps.length > PICTURE_WIDTH) { // a window around the caret
+            first = Math.max(0, Math.min(column - PICTURE_WIDTH / 3, cps.length - PICTURE_WIDTH));
+            last = first + PICTURE_WIDTH;
+        }
+        StringBuilder line = new StringBuilder(first > 0 ? "…" : "");
+        StringBuilder caret = new StringBuilder(first > 0 ? " " : "");
+        for (int i = first; i < last; i++) {
+            line.appendCodePoint(cps[i]);
+            if (i < column) {
+                caret.append(cps[i] == '\t' ? '\t' : ' '); // a tab in the line: a tab above the caret too
+            }
+        }
+        line.append(last < cps.length ? "…" : "");
+        int carets = Math.max(1, Math.min(length, last - column));
+        return position + "\n  " + line + "\n  " + caret + "^".repeat(carets);
     }
 
     /**
@@ -308,31 +400,74 @@ final class Reading {
     // -- Spark's lexer ---------------------------------------------------------------------------
 
     /**
+     * One statement of a client's text, as Spark's parser reads it ({@link #text}), and where in
+     * that text each of its chars came from: a syntax error points at what the client wrote.
+     */
+    static final class Piece {
+        private final StringBuilder text = new StringBuilder();
+        private int[] origin = new int[64];
+
+        String text() {
+            return text.toString();
+        }
+
+        /** Where char {@code i} of {@link #text} is in the client's text (its end: right after it). */
+        int origin(int i) {
+            if (i < text.length()) {
+                return origin[i];
+            }
+            return text.length() == 0 ? 0 : origin[text.length() - 1] + 1;
+        }
+
+        /** Chars {@code [from, to)} of {@code sql}, as they are. */
+        void copy(String sql, int from, int to) {
+            for (int c = from; c < to; c++) {
+                put(sql.charAt(c), c);
+            }
+        }
+
+        /** {@code s}, written in place of what starts at char {@code from} of the client's text. */
+        void write(String s, int from) {
+            for (int i = 0; i < s.length(); i++) {
+                put(s.charAt(i), from);
+            }
+        }
+
+        private void put(char c, int from) {
+            if (text.length() == origin.length) {
+                origin = java.util.Arrays.copyOf(origin, origin.length * 2);
+            }
+            origin[text.length()] = from;
+            text.append(c);
+        }
+    }
+
+    /**
      * The statements of {@code sql}: split at the semicolons Spark's lexer finds, each with its
      * links ({@code t@b}) quoted; statements of nothing but spaces and comments are dropped.
      */
-    static List<String> statements(String sql) {
+    static List<Piece> statements(String sql) {
         SqlBaseLexer lexer = new SqlBaseLexer(new UpperCaseCharStream(CharStreams.fromString(sql)));
         lexer.removeErrorListeners();
         List<? extends Token> tokens = lexer.getAllTokens();
         int[] at = charOffsets(sql);
-        List<String> out = new ArrayList<>();
-        StringBuilder current = new StringBuilder();
+        List<Piece> out = new ArrayList<>();
+        Piece current = new Piece();
         boolean meaningful = false;
         int last = 0; // code points of sql consumed
         for (int i = 0; i < tokens.size(); i++) {
             Token t = tokens.get(i);
-            current.append(slice(sql, at, last, t.getStartIndex()));
+            slice(current, sql, at, last, t.getStartIndex());
             last = t.getStopIndex() + 1;
             if (t.getChannel() != Token.DEFAULT_CHANNEL) {
-                current.append(slice(sql, at, t.getStartIndex(), last));
+                slice(current, sql, at, t.getStartIndex(), last);
                 continue;
             }
             if (t.getType() == SqlBaseLexer.SEMICOLON) {
                 if (meaningful) {
-                    out.add(current.toString());
+                    out.add(current);
                 }
-                current.setLength(0);
+                current = new Piece();
                 meaningful = false;
                 continue;
             }
@@ -342,16 +477,16 @@ final class Reading {
                     && tokens.get(i + 1).getStartIndex() == last
                     && tokens.get(i + 2).getStartIndex() == tokens.get(i + 1).getStopIndex() + 1) {
                 String link = unquote(t.getText()) + "@" + unquote(tokens.get(i + 2).getText());
-                current.append('`').append(link.replace("`", "``")).append('`');
+                current.write('`' + link.replace("`", "``") + '`', at[t.getStartIndex()]);
                 last = tokens.get(i + 2).getStopIndex() + 1;
                 i += 2;
                 continue;
             }
-            current.append(slice(sql, at, t.getStartIndex(), last));
+            slice(current, sql, at, t.getStartIndex(), last);
         }
-        current.append(slice(sql, at, last, at.length - 1));
+        slice(current, sql, at, last, at.length - 1);
         if (meaningful) {
-            out.add(current.toString());
+            out.add(current);
         }
         return out;
     }
@@ -387,9 +522,11 @@ final class Reading {
         return name;
     }
 
-    /** The text of code points {@code [from, to)} of {@code sql}: the lexer counts code points, not chars. */
-    private static String slice(String sql, int[] at, int from, int to) {
-        return to <= from ? "" : sql.substring(at[from], at[to]);
+    /** Code points {@code [from, to)} of {@code sql} onto {@code piece}: the lexer counts code points, not chars. */
+    private static void slice(Piece piece, String sql, int[] at, int from, int to) {
+        if (to > from) {
+            piece.copy(sql, at[from], at[to]);
+        }
     }
 
     /** Where each code point of {@code sql} starts (in chars), and its length last. */
