@@ -241,8 +241,8 @@ def walk(
         (tmp_path / "mnt" / mount / "warehouse").mkdir(parents=True, exist_ok=True)
     values = {"tmp": str(tmp_path), **{name: free_port() for name in PORTS.values()}, **values}
     cmds = commands(parts, values)
-    wrong = problems(cmds)
-    assert wrong == [], wrong
+    broken = problems(cmds)
+    assert broken == [], broken
     out = tmp_path / ".walk"
     out.mkdir()
     script = ["set +e", f"cd {tmp_path}"]
