@@ -33,7 +33,7 @@ from scheduler.spark_files import parquet_files
 from streampart import driver_jvm, query_policy, spark_home
 from streampart.bucket_reads import bucket_frame
 from streampart.class_archive import java_options
-from streampart.errors import QueryError, QueryRefusedError
+from streampart.errors import QueryError, QueryRefusedError, worker_start_error
 from streampart.query_policy import Output, Read, Resolver, TableRef
 from streampart.spark_hooks import EXTENSIONS, compile_hooks
 from streampart.spark_master import check_reachable, check_same_master
@@ -584,6 +584,9 @@ def spark_errors() -> Iterator[None]:
         unavailable = faults.relayed(f"{exc} {java if java is not None else ''}")
         if unavailable is not None:
             raise unavailable from None
+        worker = worker_start_error(exc)
+        if worker is not None:  # a busy machine: retriable, and said so
+            raise worker from None
         raise QueryError(f"query failed: {_spark_message(exc)}") from None
 
 

@@ -39,6 +39,7 @@ from streampart.cli.table_versions import table_history, table_read
 from streampart.cli.tables import table_app
 from streampart.cli.tokens import token_app
 from streampart.cli.write import write
+from streampart.errors import worker_start_error
 
 app = typer.Typer(
     help="Streaming ingestion into time-partitioned Delta tables with streaming partitions and atomic rolls.",
@@ -126,13 +127,14 @@ def _main() -> None:
     try:
         app()
     except StreampartError as exc:
-        err.print(f"[red]error:[/] {escape(str(exc))}", highlight=False, emoji=False)
+        said = worker_start_error(exc) or exc  # Spark's words for a busy machine, quoted: what to do
+        err.print(f"[red]error:[/] {escape(str(said))}", highlight=False, emoji=False)
         sys.exit(1)
     except KeyboardInterrupt:
         err.print("interrupted")
         sys.exit(130)
     except BaseException as exc:  # a store's fault, or a native library's panic, that no path named
-        named = _store_fault(exc)
+        named = _store_fault(exc) or worker_start_error(exc)  # (or Spark's, for a busy machine)
         if named is None:
             raise
         err.print(f"[red]error:[/] {escape(str(named))}", highlight=False, emoji=False)
