@@ -215,6 +215,19 @@ def test_bad_topics_are_refused_before_the_broker_starts() -> None:
     assert_user_error(run("dev", "broker", "--topic", "t", "--topic", "t:2"), "--topic t is given twice")
 
 
+def test_a_topic_a_client_made_first_keeps_its_partitions_and_says_so(
+    kafka_broker: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``dev produce`` right after ``dev broker --topic early:3 &`` may make the topic first."""
+    from streampart.cli.dev import _create_topic
+    from streampart.cli.output import TextOutput
+
+    kafka_broker.create_topic("early", partitions=1)
+
+    assert _create_topic(TextOutput(), kafka_broker.bootstrap, "early", 3) == 1
+    assert "topic early was made by a client first, with 1 partition" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_a_signal_stops_the_broker_cleanly(sig: int) -> None:
     started = start_broker()

@@ -119,6 +119,30 @@ def _shown(topics: dict[str, int]) -> str:
     return f", topic{'s' if len(topics) > 1 else ''} " + ", ".join(each)
 
 
+def _create_topic(output: Output, bootstrap: str, name: str, partitions: int) -> int:
+    """Create a topic of the broker just started; its partition count.
+
+    A client may make it first, in the moment between the broker answering and this (a
+    ``dev produce`` started right after ``dev broker … &``): then it keeps the count it was made
+    with, and a warning says so.
+    """
+    from kafka.errors import KafkaError, TopicAlreadyExistsError
+
+    from ingest.errors import BrokerError
+    from ingest.kafka.devbroker import create_topic, partition_count
+
+    try:
+        create_topic(bootstrap, name, partitions)
+        return partitions
+    except TopicAlreadyExistsError:
+        found = partition_count(bootstrap, name)
+        if found != partitions:
+            output.warn(f"topic {name} was made by a client first, with {_plural(found, 'partition')}")
+        return found
+    except KafkaError as exc:
+        raise BrokerError(f"could not create topic {name}: {exc}") from None
+
+
 @dev_app.command("broker")
 def dev_broker(
     ctx: typer.Context,
@@ -145,7 +169,7 @@ def dev_broker(
     localhost:9092 --topic NAME`.
     """
     from ingest.errors import BrokerError
-    from ingest.kafka.devbroker import EmbeddedBroker, create_topic, tansu_binary
+    from ingest.kafka.devbroker import EmbeddedBroker, tansu_binary
 
     cli = cli_context(ctx)
     topics = _topic_specs(topic or [])
@@ -168,7 +192,7 @@ def dev_broker(
                 raise UserInputError(_port_taken(host, broker.port or port)) from None
             raise BrokerError(f"the Kafka broker did not start; its log: {log}") from None
         for name, partitions in topics.items():
-            create_topic(broker.bootstrap, name, partitions)
+            topics[name] = _create_topic(cli.output, broker.bootstrap, name, partitions)
         cli.output.note(
             f"Kafka broker (development only, memory storage) on {escape(broker.bootstrap)}"
             f"{_shown(topics)} — Ctrl-C stops it"
