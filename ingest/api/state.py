@@ -34,10 +34,11 @@ _UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{1
 def require(who: Principal, permission: Permission, namespace: str) -> None:
     """Raise 403 unless ``who`` has ``permission`` (or admin) on ``namespace``."""
     if not who.allows(permission, namespace):
+        alternative = "" if permission is Permission.ADMIN else f" (or admin:{namespace})"
         raise ApiError(
             403,
             "forbidden",
-            f"token {who.name!r} lacks the scope {permission.value}:{namespace} (or admin:{namespace})",
+            f"token {who.name!r} lacks the scope {permission.value}:{namespace}{alternative}",
             "Authorization",
         )
 

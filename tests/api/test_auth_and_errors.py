@@ -124,7 +124,7 @@ def test_a_namespace_the_token_may_not_use_answers_alike_whether_its_table_exist
         status, said = answer(*there)
         assert status == 403 and said["error"] == "forbidden" and said["field"] == "Authorization", said
         assert answer(*missing) == (status, said), there[1]
-        assert ":other " in said["message"] or said["message"].endswith(":ns (or admin:ns)"), said
+        assert ":other " in said["message"] or said["message"].endswith("lacks the scope admin:ns"), said
         elsewhere = answer(*nowhere)
         assert elsewhere[0] == 403, elsewhere
         assert ":nowhere " in elsewhere[1]["message"] or "admin:ns" in said["message"], elsewhere
