@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from tests.guides.guides import CONVERTING, GUIDES, runnable
+from tests.guides.guides import GUIDES, runnable
 from tests.walkthrough import PLACEHOLDERS, ROOT, commands, problems, section
 
 
 def test_every_guide_with_commands_is_walked() -> None:
     guides = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs" / "guides").glob("*.md"))
-    assert [g for g in guides if runnable(g) and g not in GUIDES and g not in CONVERTING] == []
+    assert [g for g in guides if runnable(g) and g not in GUIDES] == []
 
 
 @pytest.mark.parametrize("guide", sorted(GUIDES))
@@ -20,5 +20,5 @@ def test_the_convention_is_kept(guide: str) -> None:
 
 
 def test_every_placeholder_is_still_used() -> None:
-    text = "\n".join(section(name)[2] for name in [*GUIDES, *CONVERTING, "README.md"])
+    text = "\n".join(section(name)[2] for name in [*GUIDES, "README.md"])
     assert [p for p in PLACEHOLDERS if p not in text] == []
