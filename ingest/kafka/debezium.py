@@ -47,8 +47,13 @@ class NotAChange(ValueError):
     """The event cannot become a record: the reason, for the dead-letter table."""
 
 
-def change_record(event: Any, keys: Keys) -> dict[str, Any] | None:
+def change_record(event: Any, keys: Keys, time_column: str | None = None) -> dict[str, Any] | None:
     """The table record of one Debezium ``event`` (a decoded value); None: nothing to apply.
+
+    A delete's ``before`` row holds what the source table's replica identity logs: by default its
+    key only. The table's ``time_column`` (never null) is then the change's time: the ``source``
+    block's ``ts_ms`` (when the database made it), else the event's (when the connector read it),
+    else now.
 
     Raises:
         NotAChange: naming what is wrong with the event.
@@ -88,6 +93,8 @@ def change_record(event: Any, keys: Keys) -> dict[str, Any] | None:
     assert keys.op_column is not None
     ops = keys.upsert_ops if upsert else keys.delete_ops
     record[keys.op_column] = op if op in ops else ops[0]
+    if not upsert and time_column is not None and record.get(time_column) is None:
+        record[time_column] = _change_time(event)
     seq = keys.sequence_by
     if seq is not None and record.get(seq) is None:
         source = event.get("source")
@@ -97,6 +104,14 @@ def change_record(event: Any, keys: Keys) -> dict[str, Any] | None:
         if value is not None:
             record[seq] = value
     return record
+
+
+def _change_time(event: dict[str, Any]) -> datetime:
+    source = event.get("source")
+    for ms in (source.get("ts_ms") if isinstance(source, dict) else None, event.get("ts_ms")):
+        if isinstance(ms, int) and not isinstance(ms, bool):
+            return _EPOCH + timedelta(milliseconds=ms)
+    return datetime.now(UTC)
 
 
 def _field_schema(schema: Any, name: str) -> dict[str, Any]:

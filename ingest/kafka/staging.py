@@ -356,7 +356,7 @@ class _RowWise:
         partitions = batch.column("partition").to_pylist()
         offsets = batch.column("offset").to_pylist()
         for value, topic, partition, offset in zip(values, topics, partitions, offsets, strict=True):
-            reason = parse_value(self.v, self.spec.fmt, offset, value, self.decode)
+            reason = parse_value(self.v, self.spec.fmt, offset, value, self.decode, self.table.time_column)
             if reason is not None and reason != SKIPPED:
                 self.bad.append(
                     {"source": f"{topic}/{partition}", "position": offset, "reason": reason, "raw": value}
@@ -404,9 +404,11 @@ def parse_value(
     position: int,
     value: bytes | None,
     decode: Callable[[bytes], Any] | None = None,
+    time_column: str | None = None,
 ) -> str | None:
     """Validate one Kafka record value into ``v``; returns the reason if it is a bad record.
     ``decode``: how a value of a binary format (Avro) becomes a record, raising ValueError if it cannot.
+    ``time_column``: the table's, which a Debezium delete's key-only row is given (its change time).
 
     Never raises for a record, whatever it holds: an exception here would fail the batch, and
     every restart would replay the same offsets into the same exception, stopping the stream.
@@ -414,7 +416,7 @@ def parse_value(
     from ingest.records import unexpected
 
     try:
-        return _parse_value(v, fmt, position, value, decode)
+        return _parse_value(v, fmt, position, value, decode, time_column)
     except Exception as exc:
         if getattr(exc, "fails_batch", False):  # a registry outage: no record's fault, replayed later
             raise
@@ -439,7 +441,12 @@ _FORMAT_NAMES = {"avro": "Avro", "protobuf": "Protobuf", "jsonschema": "JSON Sch
 
 
 def _parse_value(
-    v: RecordValidator, fmt: str, position: int, value: bytes | None, decode: Callable[[bytes], Any] | None
+    v: RecordValidator,
+    fmt: str,
+    position: int,
+    value: bytes | None,
+    decode: Callable[[bytes], Any] | None,
+    time_column: str | None,
 ) -> str | None:
     import csv
 
@@ -457,7 +464,7 @@ def _parse_value(
         if v.ops is None:
             return "the table has no op column: --format debezium needs a keyed table with --op-column"
         try:
-            record = change_record(event, v.ops)
+            record = change_record(event, v.ops, time_column)
         except NotAChange as exc:
             return str(exc)
         if record is None:
