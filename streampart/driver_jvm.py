@@ -15,20 +15,38 @@ follows.
 
 Spark's other start-up lines (``Setting default log level to "WARN".`` and its hint on
 ``sc.setLogLevel``) come from Spark's logging set-up; ``log4j2.properties`` keeps them unsaid.
+
+:func:`in_own_session` starts the JVM in a session of its own (``streampart ingest kafka``): a
+SIGTERM to the job's process group (``kill -- -PGID``, a service manager, ``timeout``) then reaches
+the driver only, which stops the query between batches, instead of the JVM dying mid-batch under
+it. PySpark shields the JVM from SIGINT the same way; the JVM still exits with the driver (it
+watches its stdin pipe).
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
 # Lines of the driver JVM's stderr that are never passed on (without their line end).
 NOTICES = frozenset({b"WARNING: Using incubator modules: jdk.incubator.vector"})
 # How long a JVM that failed to start may take to finish saying why (its pipe then ends): its
 # message is written before the error that follows it, not after the process has gone.
 LAST_WORDS_S = 5.0
+_OWN_SESSION = contextvars.ContextVar("own_session", default=False)
+
+
+@contextlib.contextmanager
+def in_own_session() -> Iterator[None]:
+    """A driver JVM launched inside this starts in a session (and process group) of its own."""
+    token = _OWN_SESSION.set(True)
+    try:
+        yield
+    finally:
+        _OWN_SESSION.reset(token)
 
 
 def launch(options: Mapping[str, str]) -> None:
@@ -53,7 +71,8 @@ def launch(options: Mapping[str, str]) -> None:
         try:
             try:
                 gateway = launch_gateway(
-                    SparkConf().setAll(list(options.items())), popen_kwargs={"stderr": sink}
+                    SparkConf().setAll(list(options.items())),
+                    popen_kwargs={"stderr": sink, "start_new_session": _OWN_SESSION.get()},
                 )
             finally:
                 os.close(sink)  # the JVM holds its own end: the pipe ends when the JVM does

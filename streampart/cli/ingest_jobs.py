@@ -6,13 +6,14 @@ import contextlib
 import logging
 import signal
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from metastore.errors import UserInputError
+from streampart import driver_jvm
 from streampart.cli.context import cli_context
 from streampart.cli.params import JsonFlag
 
@@ -20,30 +21,6 @@ if TYPE_CHECKING:
     from rich.console import Console
 
 ingest_app = typer.Typer(help="Run streaming ingest jobs into a table.", no_args_is_help=True)
-
-
-@contextlib.contextmanager
-def _spark_in_its_own_session() -> Iterator[None]:
-    """Spark's JVM (and the Python workers it starts) in a session of their own while it starts.
-
-    A SIGTERM to the job's process group (``kill -- -PGID``, a service manager, ``timeout``)
-    would otherwise reach the JVM too: it dies mid-batch under the driver, whose py4j calls then
-    fail with tracebacks, and its workers print ``EOFError``s. In its own session only the
-    driver gets the signal and stops the query between batches. PySpark already shields the JVM
-    from SIGINT the same way; the JVM still exits with the driver (it watches its stdin pipe).
-    """
-    import pyspark.core.context as spark_context
-
-    launch = spark_context.launch_gateway
-
-    def launch_in_own_session(conf: Any = None, popen_kwargs: dict[str, Any] | None = None) -> Any:
-        return launch(conf, {**(popen_kwargs or {}), "start_new_session": True})
-
-    spark_context.launch_gateway = launch_in_own_session
-    try:
-        yield
-    finally:
-        spark_context.launch_gateway = launch
 
 
 def _options(**kwargs: Any) -> Any:
@@ -227,7 +204,7 @@ def _run(ctx: typer.Context, options: Any, trigger: str) -> None:
     catalog = cli.catalog()
     err = cli.output.err
     should_stop = _stop_on_sigterm(err)
-    with _spark_in_its_own_session():
+    with driver_jvm.in_own_session():  # a SIGTERM to the job's process group reaches the driver only
         spark = ClusterSpark(settings, catalog)(_spark_table(catalog, options))
     what = ", ".join(options.topics) if options.table else str(options.routes())
     err.print(
