@@ -12,14 +12,14 @@ $(BIN)/streampart: pyproject.toml
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check uv
 	@echo "installing streampart and its dependencies (pyspark, deltalake, …) into $(VENV) …"
 	$(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python -e ".[dev]"
-	# Precompiled at install: the image sets PYTHONDONTWRITEBYTECODE=1, so a module without a .pyc
-	# is compiled again by every process that imports it — every Spark Python worker included.
-	# A .pyc older than its source is ignored (compiled in memory), so nothing depends on these.
+	@# Precompiled at install: the image sets PYTHONDONTWRITEBYTECODE=1, so a module without a .pyc
+	@# is compiled again by every process that imports it — every Spark Python worker included.
+	@# A .pyc older than its source is ignored (compiled in memory), so nothing depends on these.
 	@echo "precompiling streampart's modules …"
 	$(BIN)/python -m compileall -q ingest metastore scheduler streampart
-	# The Spark driver's class archive (streampart/class_archive.py): Spark starts in ~40% less CPU.
-	# It says what it does and how long it may take; without one (out of time, a JDK without
-	# dynamic archives) it says why and how to build it again, and the set-up goes on.
+	@# The Spark driver's class archive (streampart/class_archive.py): Spark starts in ~40% less CPU.
+	@# It says what it does and how long it may take; without one (out of time, a JDK without
+	@# dynamic archives) it says why and how to build it again, and the set-up goes on.
 	$(BIN)/python -m streampart.class_archive
 	touch $(BIN)/streampart
 

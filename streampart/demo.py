@@ -266,11 +266,13 @@ def run_demo(
     run_clusters_demo(catalog, console)
     progress.advance()
     console.rule(f"done in {time.monotonic() - started:.1f}s")
+    console.print("Try: streampart table describe demo.events", highlight=False)
     console.print(
-        "Try: streampart table describe demo.events | "
-        'streampart query "SELECT level, count(*) FROM demo.events GROUP BY level"'
+        '     streampart query "SELECT level, count(*) FROM demo.events GROUP BY level"', highlight=False
     )
-    console.print(f'     streampart query "SELECT page, count(*) FROM {KAFKA_DEMO} GROUP BY page"')
+    console.print(
+        f'     streampart query "SELECT page, count(*) FROM {KAFKA_DEMO} GROUP BY page"', highlight=False
+    )
 
 
 def _demo_table(catalog: Catalog, console: Console, fresh: bool) -> Table:

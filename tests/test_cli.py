@@ -689,3 +689,48 @@ def test_an_interrupted_write_lets_its_chunk_go_and_says_nothing_was_committed(
     chunks = run(wh, "chunk", "list", "ns.events", "--json").json()
     assert [c["state"] for c in chunks] == ["aborted"]
     assert describe(wh, "ns.events")["partitions"] == [] or total_rows(describe(wh, "ns.events")) == 0
+
+
+@pytest.mark.process
+def test_what_a_newcomer_is_told_when_nothing_happens(tmp_path: Path) -> None:
+    """A roll with nothing due says when the open partition is due; a write answered by an earlier
+    commit of the same key and content says nothing was added; an ingest job's status shows its lag
+    in seconds as well as in records."""
+    from metastore.catalog import Catalog
+
+    wh = tmp_path / "wh"
+    assert run(wh, "table", "create", "ns.events", *CREATE).returncode == 0
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text('{"id": 1, "ts": "2026-11-21T10:00:00Z", "msg": "x"}\n')
+    first = run(wh, "write", "ns.events", rows, "--key", "k1")
+    again = run(wh, "write", "ns.events", rows, "--key", "k1")
+    assert first.returncode == again.returncode == 0 and "nothing added" not in first.stderr
+    assert "already committed under key 'k1' with the same content: nothing added" in again.stderr
+    rolled = run(wh, "roll", "ns.events", "--now", "2000-01-01T00:00:00Z")
+    assert rolled.returncode == 0
+    said = r"ns\.events: nothing to roll \(\S+ is due at \S+; --force rolls it now\)"
+    assert re.search(said, rolled.stdout), rolled.stdout
+    catalog = Catalog.open(wh)
+    catalog.store.publish_ingest_status(
+        "shop", {"topics": {"orders": {"state": "reading", "table": "ns.events", "lag_records": 12,
+                                       "lag_seconds": 340.2, "last_error": None}}},
+    )  # fmt: skip
+    catalog.close()
+    status = run(wh, "ingest", "status", "shop")
+    assert status.returncode == 0, status.stderr
+    assert re.search(r"orders\s.*\b12\b.*\b340\b", status.stdout), status.stdout
+
+
+@pytest.mark.process
+def test_python_without_streampart_installed_says_which_virtualenv(tmp_path: Path) -> None:
+    """`python -m streampart` from a Python without its dependencies (no site-packages here): one line
+    saying to activate the virtualenv, not a traceback."""
+    proc = subprocess.run(
+        [sys.executable, "-S", "-m", "streampart", "--help"],
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).resolve().parent.parent,
+        timeout=60,
+    )
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert "source .venv/bin/activate" in proc.stderr

@@ -315,8 +315,8 @@ def ingest_status(
     job: Annotated[str | None, typer.Argument(help="One job (default: every job)")] = None,
     _json: JsonFlag = False,
 ) -> None:
-    """What each ingest job last published: per topic reading or paused, lag in records, last error,
-    and the requests made to it."""
+    """What each ingest job last published: per topic reading or paused, lag in records and in
+    seconds, last error, and the requests made to it."""
     from ingest.kafka.steering import job_reports
 
     cli = cli_context(ctx)
@@ -326,15 +326,19 @@ def ingest_status(
 def _print_status(out: Any, jobs: list[dict[str, Any]]) -> None:
     from streampart.cli.output import listing
 
-    table = listing("job", "topic", "state", "table", "lag (records)", "last error", whole=("job", "topic"))
+    table = listing(
+        "job", "topic", "state", "table", "lag (records)", "lag (s)", "last error", whole=("job", "topic")
+    )
     for j in jobs:
         status = j["status"]
         for topic, t in status.get("topics", {}).items():
+            seconds = t.get("lag_seconds")  # None: unknown (the broker away, the record gone)
             table.add_row(
-                j["job"], topic, t["state"], t["table"] or "", str(t["lag_records"]), t["last_error"] or ""
-            )
+                j["job"], topic, t["state"], t["table"] or "", str(t["lag_records"]),
+                "?" if seconds is None else f"{seconds:.0f}", t["last_error"] or "",
+            )  # fmt: skip
         if status.get("failure"):
-            table.add_row(j["job"], "", "failed", "", "", status["failure"])
+            table.add_row(j["job"], "", "failed", "", "", "", status["failure"])
     out.table(table)
     for j in jobs:
         for r in j["requests"]:

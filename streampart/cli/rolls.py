@@ -22,8 +22,8 @@ def roll(
     _json: JsonFlag = False,
 ) -> None:
     """Roll every partition of the table that is due (or, with --force, the open ones)."""
-    from metastore.models import iso, parse_instant
-    from scheduler.roll import Roller
+    from metastore.models import PartitionState, iso, parse_instant
+    from scheduler.roll import Roller, due_time
     from streampart.cluster_spark import ClusterSpark
 
     cli = cli_context(ctx)
@@ -41,16 +41,24 @@ def roll(
          "lease_until": iso(r.lease_until) if r.lease_until else None, "last_error": r.error}
         for r in catalog.store.list_rolls(table.id, unfinished=True)
     ]  # fmt: skip
+    # nothing rolled: when each open partition is due, so "nothing to roll" says why
+    waiting = [
+        {"partition": iso(p.value), "due": iso(due_time(table, p))}
+        for p in catalog.store.list_partitions(table.id, [PartitionState.STREAMING])
+    ]
     cli.output.result(
-        {"table": str(table.name), "rolled": [r.to_json() for r in results], "in_progress": held},
+        {"table": str(table.name), "rolled": [r.to_json() for r in results], "in_progress": held,
+         "open": waiting},
         _print_rolled,
-    )
+    )  # fmt: skip
 
 
 def _print_rolled(out: TextOutput, info: dict[str, Any]) -> None:
     table = info["table"]
     if not info["rolled"] and not info["in_progress"]:
-        out.console.print(f"{table}: nothing to roll")
+        due = "; ".join(f"{w['partition']} is due at {w['due']}" for w in info["open"])
+        why = f" ({due}; --force rolls it now)" if due else " (no open partition)"
+        out.console.print(f"{table}: nothing to roll{why}", highlight=False)
     for h in info["in_progress"]:
         out.console.print(
             f"{table} partition {h['partition']}: its roll ({h['state']}) is held by {h['owner']} until "

@@ -105,6 +105,8 @@ def _write_here(
         result = writer.write(content, fmt, key=key, source=str(file))
     except KeyboardInterrupt as exc:  # the writer let its chunk go and says what became of it
         _interrupted(cli, exc)
+    if result.repeated:  # the same answer either way; said on stderr, so --json's output is unchanged
+        cli.output.warn(f"already committed under key {key!r} with the same content: nothing added")
     cli.output.result(result.to_json(), _print_written_here)
 
 
