@@ -321,8 +321,16 @@ def test_roll(arrival: dict[str, Any]) -> None:
     assert len(streaming) == 1 and streaming[0]["rows"] == 0
     assert assert_iso_utc(streaming[0]["value"]) > assert_iso_utc(opened)
 
-    # nothing is due now: exit 0, nothing rolled
-    assert arrival["roll_nothing_due"].json() == {"table": "ns.t", "rolled": [], "in_progress": []}
+    # nothing is due now: exit 0, nothing rolled, and when the open partition is due
+    nothing = arrival["roll_nothing_due"].json()
+    assert {k: nothing[k] for k in ("table", "rolled", "in_progress")} == {
+        "table": "ns.t",
+        "rolled": [],
+        "in_progress": [],
+    }
+    [waiting] = nothing["open"]
+    assert waiting["partition"] == streaming[0]["value"]
+    assert assert_iso_utc(waiting["due"]) > assert_iso_utc(waiting["partition"])
 
     # two hours on, the new partition's period has ended
     later = arrival["roll_later"].json()
