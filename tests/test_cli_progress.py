@@ -68,7 +68,7 @@ def test_a_forced_roll_with_json_prints_json_only_even_on_a_terminal(env: Env) -
     assert out.code == 0 and out.stderr == ""
     (line,) = out.stdout.splitlines()
     info = json.loads(line)
-    assert set(info) == {"table", "rolled", "in_progress"} and info["in_progress"] == []
+    assert set(info) == {"table", "rolled", "in_progress", "open"} and info["in_progress"] == []
     (rolled,) = info["rolled"]
     assert set(rolled) == ROLLED_KEYS and rolled["chunks"] == 3 and rolled["rows"] == 15
 
