@@ -10,6 +10,10 @@ Both warehouses share nothing but the machine: each has its own SQLite metastore
 - **Commit latency**: ``rows`` JSON lines per chunk, ``ChunkWriter.write`` (parse → stage → commit),
   the two warehouses taking turns in blocks; p50 and p99, the local disk the baseline.
 - **Roll time**: each table's partition of those chunks rolled (seal, compact, sweep, marker).
+- **Requests**: what one chunk commit and one roll of 6 chunks ask of the store, counted by method
+  at the tests' fault proxy (a bucket of its own, reached through it; nothing armed). The local disk
+  has no requests to compare with: the figures stand against the goals (a commit in 4 requests or
+  fewer, a roll of 6 chunks in 20 or fewer).
 - **Scan speed**: a table of ``scan_rows`` rows in ``scan_chunks`` chunks, rolled, read whole by
   Spark (``read_table``: every column, summed, so neither side skips data): in a bucket through
   Spark's Python workers (``streampart/bucket_reads.py``), locally by Spark's Parquet reader. Rows
@@ -80,6 +84,7 @@ def run(scale: dict[str, Any]) -> BenchResult:
             )
             _commits_and_rolls(result, catalogs, n, warmup, rows)
             _scans(result, catalogs, scan_rows, scan_chunks, reps)
+            _requests(result, server, tmp, rows)
             result.notes.append(
                 f"bucket: {storage.current().where()} (moto {_moto_version()}); "
                 "reads and writes go through obstore"
@@ -165,6 +170,43 @@ def _commits_and_rolls(result: BenchResult, catalogs: dict[str, Any], n: int, wa
         if done.rows != (n + warmup) * rows:
             result.notes.append(f"check failed: the {where} roll rolled {done.rows} rows")
     result.metrics.append(Metric(f"roll of {n + warmup} chunks", rolls["bucket"], "s", rolls["local disk"]))
+
+
+def _requests(result: BenchResult, server: Any, tmp: Any, rows: int) -> None:
+    """Requests of one chunk commit (after three, so the table is warm) and of a roll of 6 chunks."""
+    import os
+    from collections import Counter
+
+    from ingest.chunks import ChunkWriter
+    from ingest.formats import Format
+    from metastore.catalog import Catalog
+    from scheduler.roll import Roller
+
+    direct = os.environ["AWS_ENDPOINT_URL"]
+    os.environ["AWS_ENDPOINT_URL"] = server.proxy.url
+    catalog = Catalog.open(f"s3://{server.create_bucket()}/warehouse", f"sqlite:///{tmp / 'counted.sqlite'}")
+    try:
+        commits, rolled = _table(catalog, "bench.counted"), _table(catalog, "bench.rolled")
+        writer, roll_writer = ChunkWriter(catalog, commits), ChunkWriter(catalog, rolled)
+        for k in range(3):
+            writer.write(_content(rows, k * rows), Format.JSONL)
+        for k in range(6):
+            roll_writer.write(_content(rows, k * rows), Format.JSONL)
+
+        def counted(what: str, goal: int, step: Any) -> None:
+            before = len(server.proxy.requests)
+            step()
+            methods = Counter(method for method, _ in server.proxy.requests[before:])
+            total = sum(methods.values())
+            result.metrics.append(Metric(f"requests: {what}", total, "requests"))
+            by = ", ".join(f"{m} {k}" for m, k in sorted(methods.items()))
+            result.notes.append(f"requests of {what}: {total} ({by}); goal {goal} or fewer")
+
+        counted("one chunk commit", 4, lambda: writer.write(_content(rows, 3 * rows), Format.JSONL))
+        counted("a roll of 6 chunks", 20, lambda: Roller(catalog).roll_table(rolled, force=True))
+    finally:
+        catalog.close()
+        os.environ["AWS_ENDPOINT_URL"] = direct
 
 
 def _scans(result: BenchResult, catalogs: dict[str, Any], scan_rows: int, chunks: int, reps: int) -> None:
