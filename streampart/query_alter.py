@@ -55,7 +55,7 @@ def parse_alter(sql: str) -> AlterStatement:
     import sqlglot
     from sqlglot import exp
 
-    from streampart.query import syntax_error
+    from streampart.query_errors import syntax_error
     from streampart.query_policy import target_name
 
     try:

@@ -394,7 +394,7 @@ def write_result(
         cluster: The cluster the statement runs on: a new table is made there.
         create_namespace: ``CREATE TABLE`` may make its namespace (not ``namespaces.require_explicit``).
     """
-    from streampart.query import spark_errors
+    from streampart.query_errors import spark_errors
 
     config = config or ChunkConfig()
     key = key or new_key()

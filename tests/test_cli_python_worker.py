@@ -50,7 +50,7 @@ def test_a_py4j_error_from_the_jvm_is_one_line(spark: Any) -> None:
     (``root._main``) and ``spark_errors`` (every Spark statement: the CLI, the SQL server) tell it."""
     from py4j.protocol import Py4JJavaError
 
-    from streampart.query import spark_errors
+    from streampart.query_errors import spark_errors
 
     with pytest.raises(Py4JJavaError) as raised:
         spark._jvm.java.util.Objects.requireNonNull(None, "Python worker failed to connect back.")

@@ -742,7 +742,8 @@ def test_a_query_whose_data_files_the_store_does_not_serve_is_unavailable(
     was thrown from the Python worker:"; the same query reads every row once the store answers."""
     from datetime import timedelta
 
-    from streampart.query import run_sql, spark_errors
+    from streampart.query import run_sql
+    from streampart.query_errors import spark_errors
 
     table = make_table(s3_catalog)
     _commit(ChunkWriter(s3_catalog, table), range(10))

@@ -202,7 +202,7 @@ def test_spark_errors_become_one_clear_message(spark, sqlite_catalog) -> None:
 def test_a_data_file_damaged_in_place_fails_the_query_naming_the_file(spark, sqlite_catalog) -> None:
     from pathlib import Path
 
-    from streampart.query import spark_errors
+    from streampart.query_errors import spark_errors
 
     table = make_table(sqlite_catalog, "ns.garbled")
     ChunkWriter(sqlite_catalog, table).write(records(range(10)), Format.JSONL)

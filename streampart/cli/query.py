@@ -203,7 +203,7 @@ def _print_altered(out: TextOutput, info: dict[str, Any]) -> None:
 
 def _print_rows(cli: CliContext, df: Any, limit: int) -> None:
     """A read's rows: streamed as JSON lines, or the first ``limit`` as a table."""
-    from streampart.query import spark_errors
+    from streampart.query_errors import spark_errors
 
     def each_row() -> Iterator[dict[str, Any]]:  # streamed: no more than a partition in memory
         with spark_errors():

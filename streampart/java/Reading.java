@@ -181,7 +181,7 @@ final class Reading {
      * Spark's first line (its error class and the token it stopped at), where that token is in the
      * text the client sent (line, column from 1), and that line with a caret under the token.
      * {@code streampart query} words the syntax errors it finds before Spark starts alike
-     * ({@code streampart.query.syntax_error}).
+     * ({@code streampart.query_errors.syntax_error}).
      */
     static RuntimeException syntaxError(String sql, Piece statement, ParseException e) {
         String what = Extensions.firstLine(e.getMessage())

@@ -132,7 +132,8 @@ def answers(spark, warehouse: Warehouse, request: pytest.FixtureRequest, tmp_pat
     import time
     from functools import partial
 
-    from streampart.query import run_sql, spark_errors
+    from streampart.query import run_sql
+    from streampart.query_errors import spark_errors
     from streampart.query_plan import plan, run
 
     selected = [ALL[i] for i in ALL if i in _selected(request)]
