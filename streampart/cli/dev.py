@@ -8,7 +8,6 @@ exact that way). Neither imports Spark. Registered on the root app in :mod:`stre
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -17,15 +16,15 @@ import socket
 import sys
 import tempfile
 import threading
-from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
 
 from metastore.errors import UserInputError
 from streampart.cli.context import cli_context
+from streampart.cli.inputs import input_file
 
 if TYPE_CHECKING:
     from streampart.cli.output import Output
@@ -207,24 +206,6 @@ def dev_broker(
     cli.output.note("stopped the Kafka broker (its topics and records are gone: memory storage)")
 
 
-@contextlib.contextmanager
-def _lines(file: Path) -> Iterator[IO[bytes]]:
-    """``file`` (``-``: standard input) opened for reading, or a user error naming it."""
-    if str(file) == "-":
-        yield sys.stdin.buffer
-        return
-    try:
-        handle = open(file, "rb")  # noqa: SIM115 (closed below, after the caller's reading)
-    except FileNotFoundError:
-        raise UserInputError(f"file {file} does not exist") from None
-    except IsADirectoryError:
-        raise UserInputError(f"{file} is a directory, not a file") from None
-    except OSError as exc:
-        raise UserInputError(f"cannot read {file}: {exc.strerror or exc}") from None
-    with handle:
-        yield handle
-
-
 def _key(line: bytes, number: int, field: str) -> bytes | None:
     """The key of a record: its ``field`` (a string as it is, anything else as JSON), or none if absent."""
     try:
@@ -346,7 +327,7 @@ def dev_produce(
 
     cli = cli_context(ctx)
     _topic_name(topic, "TOPIC")
-    with _lines(file) as lines:  # a missing file is told before the broker is asked
+    with input_file(file) as lines:  # a missing file is told before the broker is asked
         count = _ensure_topic(cli.output, bootstrap, topic, partitions)
         try:
             prod = producer(

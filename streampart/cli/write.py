@@ -9,8 +9,8 @@ from typing import Annotated, Any, NoReturn
 
 import typer
 
-from metastore.errors import UserInputError
 from streampart.cli.context import CliContext, Terminated, cli_context
+from streampart.cli.inputs import check_input, input_file
 from streampart.cli.output import TextOutput
 from streampart.cli.params import JsonFlag, choice
 
@@ -53,7 +53,7 @@ def write(
     ] = RETRY_FOR,
 ) -> None:
     """Commit FILE as one chunk into the table's streaming partition(s)."""
-    _check_file(file)  # before the imports below (seconds on a loaded machine): a typo is told at once
+    check_input(file)  # before the imports below (seconds on a loaded machine): a typo is told at once
     from ingest.formats import Format
 
     cli = cli_context(ctx)
@@ -71,32 +71,13 @@ def _terminated(*_: Any) -> None:
     raise Terminated()
 
 
-def _check_file(file: Path) -> None:
-    """A user error naming ``file`` unless it is ``-`` (standard input) or a file this process can read."""
-    if str(file) == "-":
-        return
-    if not file.exists():
-        raise UserInputError(f"file {file} does not exist")
-    if file.is_dir():
-        raise UserInputError(f"{file} is a directory, not a file")
-
-
 def _write_here(
     cli: CliContext, name: str, file: Path, fmt: Any, key: str | None, cluster: str | None
 ) -> None:
     from ingest.chunks import ChunkWriter
 
-    if str(file) == "-":
-        content = sys.stdin.buffer.read()
-    else:
-        try:
-            content = file.read_bytes()
-        except FileNotFoundError:
-            raise UserInputError(f"file {file} does not exist") from None
-        except IsADirectoryError:
-            raise UserInputError(f"{file} is a directory, not a file") from None
-        except OSError as exc:
-            raise UserInputError(f"cannot read {file}: {exc.strerror or exc}") from None
+    with input_file(file) as read:
+        content = read.read()
     settings = cli.settings()
     catalog = cli.catalog()
     writer = ChunkWriter(catalog, catalog.table(name, cluster), settings.chunk)
@@ -130,14 +111,8 @@ def _write_over_http(
             f"(--retry-for; waits of {r.backoff:g} s doubling to {r.max_backoff:g} s)"
         )
 
-    if str(file) == "-":
-        data: Any = sys.stdin.buffer.read()
-    elif not file.exists():
-        raise UserInputError(f"file {file} does not exist")
-    elif file.is_dir():
-        raise UserInputError(f"{file} is a directory, not a file")
-    else:
-        data = file
+    check_input(file)  # (again: it may have gone since) a path is streamed by the client
+    data: Any = sys.stdin.buffer.read() if str(file) == "-" else file
     signal.signal(signal.SIGTERM, _terminated)  # as Ctrl-C: the chunk is let go, then exit 143
     try:
         with Client(url, api_token, retry_for=retry_for, on_retry=retrying) as api:
