@@ -184,20 +184,18 @@ def delete_topic(bootstrap: str, name: str, timeout: float = 10.0) -> None:
         time.sleep(0.05)
 
 
-def _consumer(bootstrap: str) -> Any:
+def _consumer(bootstrap: str, **config: Any) -> Any:
     from kafka import KafkaConsumer
 
+    settings = {"bootstrap_timeout_ms": 5_000, "request_timeout_ms": 10_000, **config}
     return KafkaConsumer(
-        bootstrap_servers=bootstrap,
-        enable_auto_commit=False,
-        allow_auto_create_topics=False,
-        bootstrap_timeout_ms=5_000,
-        request_timeout_ms=10_000,
+        bootstrap_servers=bootstrap, enable_auto_commit=False, allow_auto_create_topics=False, **settings
     )
 
 
-def partition_count(bootstrap: str, topic: str) -> int:
-    consumer = _consumer(bootstrap)
+def partition_count(bootstrap: str, topic: str, **config: Any) -> int:
+    """How many partitions ``topic`` has (0: none such); ``config``: more kafka-python settings."""
+    consumer = _consumer(bootstrap, **config)
     try:
         consumer.topics()  # refresh metadata
         return len(consumer.partitions_for_topic(topic) or ())

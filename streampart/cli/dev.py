@@ -47,6 +47,13 @@ SEND_TIMEOUT_S = 10.0
 # Records between two checks that the broker acknowledged what was sent (a refusal is told
 # within this many records, and no more than this many futures are held).
 CHECK_EVERY = 500
+CLIENT_ID = "streampart-dev-produce"
+# How dev produce asks a broker about a topic: an answer within REACH_TIMEOUT_S, a request SEND_TIMEOUT_S.
+_ASKING = {
+    "client_id": CLIENT_ID,
+    "bootstrap_timeout_ms": int(REACH_TIMEOUT_S * 1000),
+    "request_timeout_ms": int(SEND_TIMEOUT_S * 1000),
+}
 
 # Kafka's rule for topic names (kafka.common.internals.Topic): at most 249 of these characters.
 _TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
@@ -229,34 +236,15 @@ def _unreachable(bootstrap: str, exc: BaseException, waited: float = REACH_TIMEO
     )
 
 
-def _partition_count(bootstrap: str, topic: str) -> int:
-    """How many partitions ``topic`` has (0: none such), asking for at most REACH_TIMEOUT_S."""
-    from kafka import KafkaConsumer
-
-    consumer = KafkaConsumer(
-        bootstrap_servers=bootstrap,
-        client_id="streampart-dev-produce",
-        enable_auto_commit=False,
-        allow_auto_create_topics=False,
-        bootstrap_timeout_ms=int(REACH_TIMEOUT_S * 1000),
-        request_timeout_ms=int(SEND_TIMEOUT_S * 1000),
-    )
-    try:
-        consumer.topics()  # the cluster's metadata, fresh
-        return len(consumer.partitions_for_topic(topic) or ())
-    finally:
-        consumer.close(autocommit=False)
-
-
 def _ensure_topic(output: Output, bootstrap: str, topic: str, partitions: int | None) -> int:
     """The partition count of ``topic``, created first (``partitions``, default 1) if missing."""
     from kafka.errors import KafkaError, TopicAlreadyExistsError
 
     from ingest.errors import IngestError
-    from ingest.kafka.devbroker import create_topic
+    from ingest.kafka.devbroker import create_topic, partition_count
 
     try:
-        found = _partition_count(bootstrap, topic)
+        found = partition_count(bootstrap, topic, **_ASKING)
     except KafkaError as exc:
         raise _unreachable(bootstrap, exc) from None
     if found:
@@ -270,7 +258,7 @@ def _ensure_topic(output: Output, bootstrap: str, topic: str, partitions: int | 
     try:
         create_topic(bootstrap, topic, wanted)
     except TopicAlreadyExistsError:  # made by someone else meanwhile
-        return _partition_count(bootstrap, topic)
+        return partition_count(bootstrap, topic, **_ASKING)
     except KafkaError as exc:
         raise IngestError(f"cannot create topic {topic} at {bootstrap}: {exc}") from None
     output.warn(f"created topic {topic} ({_plural(wanted, 'partition')})")
@@ -332,7 +320,7 @@ def dev_produce(
         try:
             prod = producer(
                 bootstrap,
-                client_id="streampart-dev-produce",
+                client_id=CLIENT_ID,
                 max_block_ms=int(SEND_TIMEOUT_S * 1000),
                 request_timeout_ms=int(SEND_TIMEOUT_S * 1000),
             )
