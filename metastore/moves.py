@@ -73,6 +73,7 @@ from metastore.errors import (
 from metastore.federation import may_create, may_write
 from metastore.models import Chunk, Move, MoveStep
 from metastore.namespaces import check_namespace
+from metastore.processes import alive
 from metastore.router import Router
 from metastore.store import Metastore
 
@@ -409,10 +410,4 @@ def _died_here(owner: str) -> bool:
         return False
     if int(rest[1]) == os.getpid():
         return False  # this process: another mover object in it may be running it
-    try:
-        os.kill(int(rest[1]), 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    return False
+    return not alive(int(rest[1]))

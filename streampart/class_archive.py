@@ -39,6 +39,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from metastore.processes import alive
 from streampart import spark_home
 from streampart.errors import ClassArchiveError, ClassArchiveTimeoutError, StreampartError
 from streampart.spark_hooks import cache_dir, compile_hooks
@@ -146,21 +147,11 @@ def remove_leftovers(directory: Path) -> None:
             age = time.time() - entry.stat().st_mtime
         except FileNotFoundError:  # another build removed it meanwhile
             continue
-        if not _alive(pid) or age > LEFTOVER_AFTER_S:
+        if not alive(pid) or age > LEFTOVER_AFTER_S:
             if entry.is_dir():
                 shutil.rmtree(entry, ignore_errors=True)
             else:
                 entry.unlink(missing_ok=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True
 
 
 def remove_older(target: Path) -> None:
@@ -256,14 +247,11 @@ def _end_group(child: subprocess.Popen[str]) -> None:
 def _wait_gone(pid: int, timeout: float) -> bool:
     """Whether the process ``pid`` is gone within ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
-    while True:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return True
+    while alive(pid):
         if time.monotonic() >= deadline:
             return False
         time.sleep(0.2)
+    return True
 
 
 def _check_java(java: Path) -> None:

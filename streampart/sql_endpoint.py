@@ -13,6 +13,8 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from metastore.processes import alive
+
 SERVER_FILE = ".sql-server.json"
 # (a ':' cannot be in a token's name, so no token is mistaken for this user)
 LOCAL_USER = "streampart:local"
@@ -48,10 +50,6 @@ def running_server(warehouse: Path) -> ServerInfo | None:
         info = ServerInfo(**json.loads(server_file(warehouse).read_text()))
     except (OSError, ValueError, TypeError):
         return None
-    try:
-        os.kill(info.pid, 0)
-    except ProcessLookupError:
+    if not alive(info.pid):
         return None  # a server killed without cleaning up
-    except PermissionError:
-        pass  # alive, another user's
     return info
