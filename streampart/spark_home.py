@@ -30,6 +30,11 @@ from pathlib import Path
 from streampart.spark_hooks import cache_dir
 
 ZIP = "pyspark.zip"
+# What Spark itself writes into the Spark home it runs from (a standalone worker's ``work`` directory,
+# the ``sbin`` scripts' ``logs``): not part of the installation, so neither named nor linked. Named,
+# a user's worker started from the installed pyspark would give every later driver another home, and
+# so another class archive name (``streampart/class_archive.py``): Spark would start without it.
+WRITTEN_BY_SPARK = frozenset({"work", "logs"})
 
 
 def installed() -> Path:
@@ -42,11 +47,13 @@ def installed() -> Path:
 def home_for(package: Path) -> Path:
     """Where the Spark home of the pyspark installed at ``package`` lives (it may not exist): named
     after the package's place and the entries it links, so a pyspark upgraded in place (another
-    ``py4j-*.zip``, new entries) gets a home of its own."""
+    ``py4j-*.zip``, new entries) gets a home of its own; what Spark writes there as it runs does not
+    count (:data:`WRITTEN_BY_SPARK`)."""
     where = hashlib.sha256(str(package).encode())
     for directory in (package, package / "python", package / "python" / "lib"):
         if directory.is_dir():
-            where.update("\0".join(sorted(e.name for e in directory.iterdir())).encode())
+            names = sorted(e.name for e in directory.iterdir() if e.name not in WRITTEN_BY_SPARK)
+            where.update("\0".join(names).encode())
     return cache_dir() / f"spark-home-{where.hexdigest()[:12]}"
 
 
@@ -61,7 +68,7 @@ def build(package: Path) -> Path | None:
     try:
         (tmp / "python" / "lib").mkdir(parents=True)
         for entry in package.iterdir():
-            if entry.name != "python":
+            if entry.name != "python" and entry.name not in WRITTEN_BY_SPARK:
                 (tmp / entry.name).symlink_to(entry)
         for entry in (package / "python").iterdir():
             if entry.name != "lib":

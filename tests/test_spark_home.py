@@ -51,6 +51,9 @@ def test_the_home_is_made_whole_once_and_refused_for_a_package_without_jars(
     assert sorted(p.name for p in home.iterdir()) == ["bin", "jars", "python"]
     assert [p.name for p in (home / "python" / "lib").iterdir()] == ["py4j-src.zip"]
     assert list(home.parent.glob(".spark-home-*")) == []  # no half-made one left behind
+    for written in spark_home.WRITTEN_BY_SPARK:  # a worker run from the package, its scripts' logs
+        (package / written).mkdir()
+    assert spark_home.home_for(package) == home and spark_home.build(package) == home
     (package / "python" / "lib" / "py4j-src.zip").rename(package / "python" / "lib" / "py4j-newer-src.zip")
     upgraded = spark_home.build(package)  # pyspark upgraded in place: a home of its own
     assert upgraded is not None and upgraded != home
