@@ -256,17 +256,19 @@ class Roller:
         """The steps of a claimed roll, from its recorded one; the roll and the chunks it rolled."""
         store, wh = self.catalog.store, self.catalog.warehouse
         self._step("roll-after-begin")
-        self.catalog.load(table)  # refuse a damaged log before committing anything to it
+        # The table is loaded once and kept through the roll, brought forward commit by commit: in
+        # a bucket each load reads every commit file since the last checkpoint (twice, delta-rs).
+        dt = self.catalog.load(table)  # refuse a damaged log before committing anything to it
         # Every run seals afresh (a resumed roll too): that fences the sweep of whoever held
         # this roll before us, and this seal's version is what lets us tell a dead sweep
         # attempt's files from a live one's (see _remove_leftovers).
         self._fenced(table, roll)
-        seal_version = wh.seal(table, roll.id)
+        seal_version = wh.seal(table, roll.id, dt=dt)
         if roll.state is RollState.SEALING:
             self._step("roll-after-seal")
             roll = store.advance_roll(roll, RollState.SWEEPING, self.owner, seal_version=seal_version)
         if roll.state is RollState.SWEEPING:
-            return self._sweep(table, roll, seal_version)
+            return self._sweep(table, roll, wh.advance(dt, table, seal_version))
         return roll, self._chunks_rolled(table, roll)
 
     def _taken_over(self, table: Table, roll: Roll) -> RollBusyError | None:
@@ -319,13 +321,17 @@ class Roller:
             self.catalog.store.release_roll(roll, self.owner, error=str(error))
         return error
 
-    def _sweep(self, table: Table, roll: Roll, seal_version: int) -> tuple[Roll, int]:
-        """Sweep the sealed partition and finish the roll; returns it and the chunks it rolled."""
+    def _sweep(self, table: Table, roll: Roll, dt: Any) -> tuple[Roll, int]:
+        """Sweep the sealed partition and finish the roll; returns it and the chunks it rolled.
+
+        ``dt``: the table at this run's seal. No chunk lands in a sealed partition, so its files
+        there are the ones to sweep; commits after the seal (other partitions') are the sweep
+        commit's to check, as for any commit."""
         store, wh = self.catalog.store, self.catalog.warehouse
-        value = roll.partition_value
-        dt = wh.load(table)
+        value, seal_version = roll.partition_value, int(dt.version())
         files = [f for f in live_files(dt) if f.partition == value]
         staged = [f for f in files if f.staged]
+        rolled = len({f.chunk for f in staged})  # what _chunks_rolled counts, from this snapshot
         pausepoint("roll-sweep-listed")
         self._remove_leftovers(table, roll, seal_version)
         if staged:
@@ -362,7 +368,7 @@ class Roller:
                 raise
             self._step("roll-after-sweep")
             roll = store.record_roll_progress(roll, self.owner, sweep_version=version)
-            dt = wh.load(table, version)
+            dt = wh.advance(dt, table, version)
         elif roll.files_before is None:
             roll = store.record_roll_progress(roll, self.owner, files_before=0)
         final = [f for f in live_files(dt) if f.partition == value]
@@ -380,7 +386,7 @@ class Roller:
             },
         )
         self._step("roll-before-finish")
-        chunks = self._chunks_rolled(table, roll)
+        chunks = rolled if staged else self._chunks_rolled(table, roll)
         rewritten, freed, replaced = (
             rewritten_by_sweep(self.catalog, table, roll, self.owner)
             if table.keys is not None

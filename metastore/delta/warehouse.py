@@ -156,6 +156,17 @@ class Warehouse:
         with log_errors(table):
             return delta_table(table.location, version)
 
+    def advance(self, dt: Any, table: Table, version: int | None = None) -> Any:
+        """``dt`` (a DeltaTable of ``table`` this caller owns) brought forward to ``version`` (default:
+        the newest), reading only the commits after the one it holds: a listing and each new commit
+        file, not the whole log again. Returns ``dt``. Errors as :meth:`load`'s."""
+        with log_errors(table):
+            if version is None:
+                dt.update_incremental()
+            elif int(dt.version()) != version:
+                dt.load_as_version(version)
+        return dt
+
     def _add_action(
         self,
         table: Table,
@@ -337,16 +348,18 @@ class Warehouse:
             )
         return self._committed_version(table, metadata, read_version)
 
-    def seal(self, table: Table, roll_id: str, key: str = ROLL_KEY) -> int:
+    def seal(self, table: Table, roll_id: str, key: str = ROLL_KEY, dt: Any = None) -> int:
         """Change the table's metadata so every commit prepared on an older snapshot fails; the
-        commit names ``roll_id`` under ``key`` (a roll's; a delete's under DELETE_KEY).
+        commit names ``roll_id`` under ``key`` (a roll's; a delete's under DELETE_KEY). ``dt``: the
+        table as the caller loaded it moments before (else it is loaded here); it holds the seal
+        after (delta-rs brings a table it commits a metadata change to up to that commit).
 
         Returns:
             The version of the seal commit.
         """
         from deltalake.transaction import CommitProperties
 
-        dt = self.load(table)
+        dt = dt if dt is not None else self.load(table)
         read_version = int(dt.version())
         metadata = {key: roll_id, SEAL_PROPERTY: f"{roll_id}/{uuid.uuid4().hex}"}
         with commit_errors(table, "seal"):
