@@ -50,7 +50,8 @@ def serve(
     config = settings.server
     configure_logging(config.log_format, config.log_level)
     catalog = cli.catalog(settings)  # (a warehouse or metastore that does not exist: one error, here)
-    sock = _listen(config.host, config.port)
+    socks = _listen(config.host, config.port, config.workers)
+    sock = socks[0]
     bound = sock.getsockname()[1]
     url = f"http://{config.host if ':' not in config.host else f'[{config.host}]'}:{bound}"
     if insecure_no_auth:
@@ -75,18 +76,47 @@ def serve(
     catalog.close()
     from streampart.cli.server_workers import supervise
 
-    sys.exit(supervise(settings, sock, insecure_no_auth))
+    sys.exit(supervise(settings, socks, insecure_no_auth))
 
 
-def _listen(host: str, port: int) -> socket.socket:
+def _listen(host: str, port: int, workers: int = 1) -> list[socket.socket]:
+    """A listening socket for each of ``workers`` server processes, on one port.
+
+    One worker: one socket, which no other process can bind. Several: one socket each, bound with
+    ``SO_REUSEPORT``, so the kernel spreads new connections over the workers by their addresses.
+    (On one shared socket, the worker that wakes first accepts every connection waiting — an
+    asyncio server takes up to a hundred at a wake-up — so a burst of keep-alive clients all went
+    to one worker.) Sockets with ``SO_REUSEPORT`` share their port with any later one of the same
+    user that sets it too: so the port is first bound without it, which fails if anything listens
+    there (another server, of any kind), and only then taken by the workers' sockets.
+    """
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    socks: list[socket.socket] = []
     try:
-        sock.bind((host, port))
+        for k in range(workers if workers > 1 else 1):
+            sock = socket.socket(family, socket.SOCK_STREAM)
+            socks.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if workers > 1:
+                if k == 0:
+                    port = _free(family, host, port)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            sock.bind((host, port))
+            sock.listen(2048)
+            sock.set_inheritable(True)
     except OSError as exc:
-        sock.close()
+        for sock in socks:
+            sock.close()
         raise UserInputError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
-    sock.listen(2048)
-    sock.set_inheritable(True)
-    return sock
+    return socks
+
+
+def _free(family: socket.AddressFamily, host: str, port: int) -> int:
+    """``port`` (0: one the kernel picks) once bound by a socket of no sharing: the port, free.
+
+    Raises:
+        OSError: it is taken (something listens there, sharing it or not)."""
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        probe.bind((host, port))
+        return int(probe.getsockname()[1])

@@ -1,14 +1,16 @@
-"""``streampart serve --workers N``: N server processes on one listening socket, and their supervisor.
+"""``streampart serve --workers N``: N server processes on one port, and their supervisor.
 
 One Python process serves requests on one core at a time (its interpreter lock): past that, a
 busy server's requests queue. With ``--workers N`` the command binds the port once and starts N
-worker processes (``spawn``: fresh interpreters, nothing inherited but the socket and the
+worker processes (``spawn``: fresh interpreters, nothing inherited but its socket and the
 settings), each a whole server (:func:`streampart.cli.server_app.run_server`): its own catalog and
 metastore connections, its own commit groups (a table's commits in flight in one worker land
 together; across workers Delta's optimistic concurrency orders the groups, as across servers),
 its own token and table caches (each entry expires on its TTL, as on separate servers; a request
-that fails on a stale one looks it up again). The kernel hands each new connection to one of the
-workers accepting on the socket.
+that fails on a stale one looks it up again). Each worker listens on a socket of its own on the
+port (``SO_REUSEPORT``, bound by ``streampart/cli/server.py``): the kernel spreads new connections
+over them, so keep-alive clients connecting at once are not all taken by the first worker awake. A
+worker restarted takes over its predecessor's socket, and the connections waiting on it.
 
 ``/metrics`` stays whole: the workers count into Prometheus' multiprocess files
 (``PROMETHEUS_MULTIPROC_DIR``, a fresh directory of the supervisor's unless set), and whichever
@@ -50,8 +52,8 @@ _SETTLE_S = 10.0
 _STOP_S = 30.0
 
 
-def supervise(settings: Settings, sock: socket.socket, insecure_no_auth: bool) -> int:
-    """Run ``settings.server.workers`` workers on ``sock`` until SIGTERM/SIGINT; the exit status."""
+def supervise(settings: Settings, socks: list[socket.socket], insecure_no_auth: bool) -> int:
+    """Run a worker on each of ``socks`` (one per worker) until SIGTERM/SIGINT; the exit status."""
     metrics_dir, ours = _metrics_dir()
     from prometheus_client.multiprocess import mark_process_dead  # (after the directory is set)
 
@@ -60,13 +62,13 @@ def supervise(settings: Settings, sock: socket.socket, insecure_no_auth: bool) -
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda signum, _frame: stopping.append(signum))
 
-    def start() -> tuple[BaseProcess, float]:
+    def start(sock: socket.socket) -> tuple[BaseProcess, float]:
         p = context.Process(target=_worker, args=(settings, sock, insecure_no_auth), daemon=False)
         p.start()
         log.info("worker %s started", p.pid, extra={"event": "server.worker_started", "pid": p.pid})
         return p, time.monotonic()
 
-    workers = [start() for _ in range(settings.server.workers)]
+    workers = [start(sock) for sock in socks]
     status = 0
     try:
         while not stopping:
@@ -89,17 +91,18 @@ def supervise(settings: Settings, sock: socket.socket, insecure_no_auth: bool) -
                     "worker %s exited with %s: starting another", p.pid, p.exitcode,
                     extra={"event": "server.worker_died", "pid": p.pid},
                 )  # fmt: skip
-                workers[i] = start()
+                workers[i] = start(socks[i])
     finally:
         _stop_all([p for p, _ in workers])
-        sock.close()
+        for sock in socks:
+            sock.close()
         if ours:
             shutil.rmtree(metrics_dir, ignore_errors=True)
     return status
 
 
 def _worker(settings: Settings, sock: socket.socket, insecure_no_auth: bool) -> None:
-    """One worker process: a whole server on the inherited socket."""
+    """One worker process: a whole server on its inherited socket."""
     from metastore.logs import configure_logging
     from streampart.cli.context import catalog_of
     from streampart.cli.server_app import run_server

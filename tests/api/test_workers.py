@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -58,6 +59,23 @@ def _children(pid: int) -> set[int]:
     return out
 
 
+def _accepted(pids: set[int], port: int) -> dict[int, int]:
+    """How many established connections to ``port`` each of ``pids`` holds (from /proc: the TCP
+    table's sockets of that local port, matched to each process's open sockets)."""
+    established: set[str] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            local, state, inode = fields[1], fields[3], fields[9]
+            if int(local.rsplit(":", 1)[1], 16) == port and state == "01":
+                established.add(f"socket:[{inode}]")
+    out = {}
+    for pid in pids:
+        fds = Path(f"/proc/{pid}/fd").iterdir()
+        out[pid] = sum(1 for fd in fds if os.readlink(fd) in established)
+    return out
+
+
 def _write(srv: Server, producer: int, chunks: int, acked: list[int]) -> None:
     with Client(srv.url, srv.admin, backoff=0.05) as api:
         for k in range(chunks):
@@ -84,6 +102,31 @@ def test_two_workers_share_the_port_and_their_metrics_add_up(two_workers: Server
     counted = {p.name for p in (tmp_path / "metrics").glob("counter_*.db")}
     assert len(counted) == 2, counted
     assert [committed_counts(srv)[0] for _ in range(6)] == [PRODUCERS * CHUNKS] * 6
+
+    # clients connecting at once are spread over the workers (each has a socket of its own on the
+    # port), not all taken by the first awake: 32 connections made before any is answered, as a
+    # pool of keep-alive producers starting together makes them, then one request on each
+    burst = [socket.create_connection(("127.0.0.1", srv.port), timeout=30) for _ in range(32)]
+    try:
+        for c in burst:
+            c.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        for c in burst:
+            assert c.recv(64).startswith(b"HTTP/1.1 200"), "no answer"
+        spread = _accepted(_children(server), srv.port)
+        assert sum(spread.values()) == 32 and min(spread.values()) >= 4, spread  # ~16 each
+    finally:
+        for c in burst:
+            c.close()
+
+    # a second server on the port is refused, whether it would share it (workers) or not: nothing
+    # of its can take connections meant for this one
+    for args in (("--workers", "2"), ()):
+        second = Server(srv.warehouse, srv.metastore, tmp_path / f"second{len(args)}")
+        second.log_dir.mkdir()
+        second.port = srv.port
+        second.start(*args, wait=False)
+        assert second.proc is not None and second.proc.wait(60) == 1
+        assert f"cannot listen on 127.0.0.1:{srv.port}: Address already in use" in second.log.read_text()
 
     # a worker killed outright is replaced, and writes go on
     victim = min(_children(server))
