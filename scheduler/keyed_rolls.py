@@ -72,7 +72,7 @@ class KeyedSweep:
     rows_out: int = 0
 
     tombstones: str | None = None  # the deletes it keeps (a table with a sequence column)
-    ranges: dict[str, str] = field(default_factory=dict)  # the key columns' ranges of what it wrote
+    ranges: dict[str, str] = field(default_factory=dict)  # the statistics of what it wrote, by path
 
     def written(self) -> list[str]:
         """The data files it wrote (the deletes it keeps are kept: :mod:`metastore.delta.tombstones`)."""
@@ -100,7 +100,6 @@ def keyed_sweep(
     are read for older versions."""
     keys = table.keys
     assert keys is not None
-    key_columns = [c for c in columns if c.name in keys.columns]
     tags = arrivals(table, version) if any(f.staged for f in every_file) else {}
     mine = [f for f in every_file if f.partition == value]
     others = [f for f in every_file if f.partition != value]
@@ -131,7 +130,7 @@ def keyed_sweep(
             if keys.sequence_by is not None:  # its deletes are kept: a later, older version loses to them
                 _keep_deletes(table, keys, winners, name, out)
             kept = live(keys, winners).sort_by([(k, "ascending") for k in keys.columns])
-            _write_partition(table, value, kept, name, target_rows, key_columns, out)
+            _write_partition(table, value, kept, name, target_rows, columns, out)
     except BaseException:
         out.discard(table)
         raise
@@ -160,7 +159,6 @@ def _history_sweep(
     keys = table.keys
     assert keys is not None and keys.sequence_by is not None
     key_names = list(keys.columns)
-    key_columns = [c for c in columns if c.name in keys.columns]
     if not mine:
         return
     versions = pa.concat_tables([_read(table, f, columns, tags) for f in mine])
@@ -186,7 +184,7 @@ def _history_sweep(
     # P's deletes, kept: versions arriving later end at them
     _keep_deletes(table, keys, distinct_versions(keys, versions, [ARRIVAL_COLUMN]), name, out)
     own = rows.filter(pc.equal(rows.column(_FILE), -1)).drop_columns([_FILE, _ROW])
-    _write_partition(table, value, own, name, target_rows, key_columns, out)
+    _write_partition(table, value, own, name, target_rows, columns, out)
     for k, (i, data) in enumerate(sorted(held.items())):
         f = candidates[i]
         now = rows.filter(pc.equal(rows.column(_FILE), i))
@@ -214,7 +212,7 @@ def _history_sweep(
         path = _rewritten_path(table, f, name(10_000 + k))
         write_parquet(table, path, left)
         out.adds.append((path, f.partition, left.num_rows))
-        out.ranges[path] = ranges_stats(left, key_columns)
+        out.ranges[path] = ranges_stats(left, columns)
 
 
 def _keep_deletes(
@@ -232,17 +230,18 @@ def _write_partition(
     rows: pa.Table,
     name: Callable[[int], str],
     target_rows: int,
-    key_columns: Sequence[Column],
+    columns: Sequence[Column],
     out: KeyedSweep,
 ) -> None:
-    """Write P's resolved ``rows`` as its files of at most ``target_rows``, each with its key range."""
+    """Write P's resolved ``rows`` as its files of at most ``target_rows``, each with its columns'
+    statistics."""
     out.rows_out = rows.num_rows
     for k, start in enumerate(range(0, rows.num_rows, max(1, target_rows))):
         part = rows.slice(start, target_rows)
         path = f"{partition_dir(table, value)}/{name(k)}"
         write_parquet(table, path, part)
         out.compacted.append((path, value, part.num_rows))
-        out.ranges[path] = ranges_stats(part, key_columns)
+        out.ranges[path] = ranges_stats(part, columns)
 
 
 def _provenance(data: pa.Table, file: int) -> pa.Table:
@@ -344,7 +343,6 @@ def _rewrite(
     out: KeyedSweep,
 ) -> None:
     """Rewrite each file holding a row of ``older`` without those rows."""
-    key_columns = [c for c in columns if table.keys is not None and c.name in table.keys.columns]
     by_file: dict[int, list[int]] = {}
     for i, row in zip(older.column(_FILE).to_pylist(), older.column(_ROW).to_pylist(), strict=True):
         by_file.setdefault(i, []).append(row)
@@ -365,7 +363,7 @@ def _rewrite(
         path = _rewritten_path(table, f, name(10_000 + k))
         write_parquet(table, path, left)
         out.adds.append((path, f.partition, left.num_rows))
-        out.ranges[path] = ranges_stats(left, key_columns)
+        out.ranges[path] = ranges_stats(left, columns)
 
 
 def _rewritten_path(table: Table, f: LiveFile, name: str) -> str:

@@ -48,6 +48,7 @@ from metastore.delta.files import (
 from metastore.delta.layout import partition_dir
 from metastore.delta.log import SWEEP_KEY
 from metastore.delta.metadata import columns_of
+from metastore.delta.stats import Ranges
 from metastore.errors import ConflictError, LeaseLostError, StorageError, StreampartError
 from metastore.models import (
     Column,
@@ -342,8 +343,10 @@ class Roller:
                 "bytes",
             )
             keyed = self._keyed_sweep(table, value, dt, roll.id) if table.keys is not None else None
-            compacted = (
-                keyed.compacted if keyed is not None else self._compact(table, value, files, roll.id, dt)
+            compacted, ranges = (
+                (keyed.compacted, keyed.ranges)
+                if keyed is not None
+                else self._compact(table, value, files, roll.id, dt)
             )
             written = keyed.written() if keyed is not None else [p for p, _, _ in compacted]
             try:
@@ -356,11 +359,11 @@ class Roller:
                 self._fenced(table, roll)
                 info = {SWEEP_KEY: f"{roll.id}/{uuid.uuid4().hex}"}
                 if keyed is None:
-                    version = wh.replace_files(dt, table, files, compacted, info)
+                    version = wh.replace_files(dt, table, files, compacted, info, ranges=ranges)
                 else:  # rows go (older versions, deletes): a change of data
                     removes, adds = [*files, *keyed.removes], [*compacted, *keyed.adds]
                     version = wh.replace_files(
-                        dt, table, removes, adds, info, data_change=True, ranges=keyed.ranges
+                        dt, table, removes, adds, info, data_change=True, ranges=ranges
                     )
             except ConflictError:
                 for path in written:
@@ -492,8 +495,9 @@ class Roller:
 
     def _compact(
         self, table: Table, value: datetime, files: list[LiveFile], roll_id: str, base: Any
-    ) -> list[tuple[str, datetime, int]]:
-        """Rewrite ``files`` into the partition's directory, toward the target file size.
+    ) -> tuple[list[tuple[str, datetime, int]], dict[str, str]]:
+        """Rewrite ``files`` into the partition's directory, toward the target file size; the files
+        written (path, value, rows) and their statistics by path.
 
         ``base`` is the snapshot (a DeltaTable) the sweep commit will be based on: its version
         goes into the file names, and its columns are the compacted files' (a row of a file
@@ -516,7 +520,7 @@ class Roller:
                 self.config.target_file_size,
             )  # fmt: skip
             self.progress.advance(sum(f.size for f in files))  # one Spark job: all at once
-            return done
+            return done, {}  # their adds carry no statistics: only their footers have them
         compacted = _CompactedFiles(
             table,
             columns,
@@ -536,7 +540,7 @@ class Roller:
             if isinstance(exc, OSError):  # a full disk, say: say so
                 raise storage_error(exc, f"compacting partition {iso(value)} of table {table.name}") from exc
             raise
-        return compacted.out
+        return compacted.out, compacted.ranges
 
 
 # How many source files a roll of a table in a bucket fetches ahead, each in a thread: a GET
@@ -582,6 +586,8 @@ class _CompactedFiles:
         self.directory = partition_dir(table, value)
         self.columns, self.schema = columns, data_schema(columns)
         self.out: list[tuple[str, datetime, int]] = []  # the finished files: path, value, rows
+        self.ranges: dict[str, str] = {}  # the finished files' statistics (metastore/delta/stats.py)
+        self._stats = Ranges(columns)
         self._writer: pq.ParquetWriter | None = None
         # the file being written: it appears whole under its name when closed (storage.open_output)
         self._output: contextlib.ExitStack | None = None
@@ -627,7 +633,8 @@ class _CompactedFiles:
         self._output.close()  # the file appears under its name (a rename; an upload completed)
         self._output = None
         self.out.append((self._final, self.value, self._rows))
-        self._rows, self._written = 0, 0
+        self.ranges[self._final] = self._stats.json()
+        self._rows, self._written, self._stats = 0, 0, Ranges(self.columns)
 
     def discard_open(self) -> None:
         """After a failure: drop the file being written (the finished ones are in ``out``): it never
@@ -643,6 +650,8 @@ class _CompactedFiles:
     def _flush(self) -> None:
         assert self._writer is not None
         if self._pending:
-            self._writer.write_table(pa.concat_tables(self._pending), row_group_size=ROW_GROUP_ROWS)
+            group = pa.concat_tables(self._pending)
+            self._writer.write_table(group, row_group_size=ROW_GROUP_ROWS)
+            self._stats.add(group)
             self._pending.clear()
             self._pending_rows = self._pending_bytes = 0

@@ -71,14 +71,6 @@ def time_bounds(table: Table, now: datetime) -> TimeBounds | None:
     return TimeBounds(table.time_column, span[0], span[1], why)
 
 
-def key_ranges_of(table: Table, data: pa.Table) -> str:
-    """A keyed table's staged file's key columns' ranges (``metastore/delta/stats.py``): a roll looks
-    for older versions of its keys only in the files whose ranges may hold them."""
-    if table.keys is None:
-        return "{}"
-    return ranges_stats(data, [c for c in table.columns if c.name in table.keys.columns])
-
-
 def write_staged_files(
     warehouse: Warehouse,
     table: Table,
@@ -113,7 +105,7 @@ def write_staged_files(
         path = staging_path(prefix, k)
         size = write_parquet(table, path, part)
         kept = tuple(columns) if columns is not None else None
-        ranges = key_ranges_of(table, part)
+        ranges = ranges_stats(part, kept or table.columns)  # readers skip files by them
         files.append(
             StagedFile(path=path, rows=part.num_rows, bytes=size, period=period, columns=kept, stats=ranges)
         )

@@ -362,6 +362,7 @@ class Deleter:
                     metadata,
                     data_change=True,
                     app_id=delete_app_id(delete.id),
+                    ranges=plan.ranges,
                 )
                 return plan, landed
             except ConflictError:

@@ -36,6 +36,7 @@ from metastore import storage
 from metastore.delta.arrow import arrow_type
 from metastore.delta.files import LiveFile, read_file, remove_file, write_parquet
 from metastore.delta.layout import partition_dir, staged_dir
+from metastore.delta.stats import ranges_stats
 from metastore.models import PartitionState, Table
 
 _PERIOD = pa.timestamp("us", tz="UTC")  # a partition column's type
@@ -53,6 +54,7 @@ class Plan:
     version: int
     removes: list[LiveFile] = field(default_factory=list)
     adds: list[tuple[str, datetime, int]] = field(default_factory=list)
+    ranges: dict[str, str] = field(default_factory=dict)  # the adds' statistics, by path
     rows: int = 0  # rows deleted
     rows_read: int = 0
     files_read: int = 0
@@ -164,6 +166,7 @@ def rewrite(
     files = list(files)
     hits = holding_matches(table, predicate, files)
     todo = files if hits is None else [f for f in files if f.path in hits]
+    plan_ranges: dict[str, str] = {}  # filled by the threads: each writes its own path's
 
     def one(k: int, f: LiveFile) -> tuple[LiveFile, int, int, tuple[str, datetime, int] | None]:
         data = read_file(table, f.path)
@@ -176,6 +179,7 @@ def rewrite(
             return f, data.num_rows, gone, None
         path = rewritten_name(table, f, delete_id, version, attempt, k)
         write_parquet(table, path, kept)
+        plan_ranges[path] = ranges_stats(kept, table.columns)  # readers skip files by them
         return f, data.num_rows, gone, (path, f.partition, kept.num_rows)
 
     done: list[tuple[LiveFile, int, int, tuple[str, datetime, int] | None]] = []
@@ -193,7 +197,10 @@ def rewrite(
         raise failed
     rewritten = {f.path for f in todo}
     plan = Plan(
-        version, files_read=len(files), rows_read=sum(f.rows for f in files if f.path not in rewritten)
+        version,
+        ranges=plan_ranges,
+        files_read=len(files),
+        rows_read=sum(f.rows for f in files if f.path not in rewritten),
     )
     for f, read, gone, added in done:
         plan.rows_read += read

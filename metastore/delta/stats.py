@@ -1,18 +1,22 @@
 """Column statistics in add actions (Delta's ``stats``: ``minValues``, ``maxValues``, ``nullCount``).
 
-streampart writes them for a keyed table's key columns, on the files its chunk commits and its rolls
-add: a roll finds the files that may hold older versions of its keys by these ranges instead of
-reading every file of the table (``scheduler/keyed_rolls.py``), and other Delta readers skip files
-by them too. Only types whose value Delta writes exactly are given (integers, dates, strings of at
-most :data:`MAX_TEXT` characters: Delta readers take a longer string's bound as a truncated one);
-a file without a column's range is one that may hold anything.
+Every file streampart adds to a table's log carries them, for every column whose values Delta
+readers compare (:func:`ranges_stats`): a reader with a filter (delta-rs' ``to_pyarrow_dataset``,
+Spark with Delta, DuckDB, polars) skips the files whose ranges cannot match it. A keyed table's roll
+finds the files that may hold older versions of its keys by them too (``scheduler/keyed_rolls.py``).
+
+A bound is only ever written where every reader takes it as one: integers, dates and strings of at
+most :data:`MAX_TEXT` characters exactly; timestamps to the millisecond Delta keeps, the minimum
+rounded down and the maximum up; floating-point columns only without NaN or infinities (Spark
+orders NaN above every number, pyarrow leaves it out). Booleans, binaries and decimals get their
+``nullCount`` only. A column without a range is one that may hold anything.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from datetime import date
+from datetime import date, datetime, timedelta
 from typing import Any
 
 import pyarrow as pa
@@ -25,32 +29,103 @@ from metastore.models import Column
 # shorter is read as exact by every reader.
 MAX_TEXT = 32
 EXACT_TYPES = frozenset({"byte", "short", "integer", "long", "string", "date"})
+RANGED_TYPES = EXACT_TYPES | {"timestamp", "float", "double"}
+_MS = timedelta(milliseconds=1)
+
+
+class Ranges:
+    """The statistics of a file's columns, gathered over the row groups written into it."""
+
+    def __init__(self, columns: Sequence[Column]) -> None:
+        self.columns = list(columns)
+        self._low: dict[str, Any] = {}
+        self._high: dict[str, Any] = {}
+        self._nulls: dict[str, int] = {}
+        self._unranged: set[str] = set()  # a value no bound can be written for was seen
+
+    def add(self, data: pa.Table) -> Ranges:
+        """Take in ``data``'s rows (a file's, or a row group of it); a column it lacks is all null."""
+        for c in self.columns:
+            if c.name not in data.column_names:
+                self._nulls[c.name] = self._nulls.get(c.name, 0) + data.num_rows
+                continue
+            column = data.column(c.name)
+            self._nulls[c.name] = self._nulls.get(c.name, 0) + column.null_count
+            if c.type not in RANGED_TYPES or c.name in self._unranged or column.null_count == len(column):
+                continue
+            if c.type in ("float", "double") and not pc.all(pc.is_finite(column)).as_py():
+                self._unranged.add(c.name)  # NaN or ±inf: Delta readers do not agree on their order
+                continue
+            found = pc.min_max(column)
+            low, high = found["min"].as_py(), found["max"].as_py()
+            if c.type == "string" and (len(low) > MAX_TEXT or len(high) > MAX_TEXT):
+                self._unranged.add(c.name)
+                continue
+            if c.name not in self._low or low < self._low[c.name]:
+                self._low[c.name] = low
+            if c.name not in self._high or high > self._high[c.name]:
+                self._high[c.name] = high
+        return self
+
+    def json(self) -> str:
+        """The ``minValues``/``maxValues``/``nullCount`` as a JSON object (the part of an add's
+        ``stats`` beside ``numRecords``); ``"{}"``: no rows were taken in."""
+        if not self._nulls:
+            return "{}"
+        ranged = [n for n in self._low if n not in self._unranged]
+        out: dict[str, Any] = {}
+        if ranged:
+            out["minValues"] = {n: _bound(self._low[n], up=False) for n in ranged}
+            out["maxValues"] = {n: _bound(self._high[n], up=True) for n in ranged}
+        out["nullCount"] = dict(self._nulls)
+        return json.dumps(out)
+
+
+def _bound(value: Any, up: bool) -> Any:
+    """A bound as Delta's JSON has it: a timestamp in milliseconds (rounded away from the rows),
+    a date as its ISO day."""
+    if isinstance(value, datetime):
+        kept = value - timedelta(microseconds=value.microsecond % 1000)
+        if up and kept != value:
+            kept += _MS
+        return kept.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    if isinstance(value, date):
+        return value.isoformat()
+    return value
 
 
 def ranges_stats(data: pa.Table, columns: Sequence[Column]) -> str:
-    """The ``minValues``/``maxValues``/``nullCount`` of ``columns`` of ``data`` as a JSON object (the
-    part of an add's ``stats`` beside ``numRecords``); ``"{}"``: none can be given."""
-    mins: dict[str, Any] = {}
-    maxs: dict[str, Any] = {}
-    nulls: dict[str, int] = {}
+    """The statistics of ``columns`` of ``data`` as a JSON object (:meth:`Ranges.json`)."""
     if data.num_rows == 0:
         return "{}"
-    for c in columns:
-        if c.type not in EXACT_TYPES or c.name not in data.column_names:
+    return Ranges(columns).add(data).json()
+
+
+def ranges_of_adds(dt: Any, paths: Sequence[str]) -> dict[str, str]:
+    """The statistics (:meth:`Ranges.json`'s form) the adds of ``paths`` (as on disk) carry in the
+    snapshot ``dt``, to give the same files' adds elsewhere (a secondary's copies); a file whose add
+    has none is left out."""
+    wanted = set(paths)
+    adds = pa.table(dt.get_add_actions(flatten=False))
+    if adds.num_rows == 0 or "null_count" not in adds.column_names:
+        return {}
+    out = {}
+    lows = adds.column("min").to_pylist() if "min" in adds.column_names else [None] * adds.num_rows
+    highs = adds.column("max").to_pylist() if "max" in adds.column_names else [None] * adds.num_rows
+    for path, nulls, low, high in zip(
+        adds.column("path").to_pylist(), adds.column("null_count").to_pylist(), lows, highs, strict=True
+    ):
+        path = disk_path(path)
+        if path not in wanted or not nulls:
             continue
-        column = data.column(c.name)
-        found = pc.min_max(column)
-        low, high = found["min"].as_py(), found["max"].as_py()
-        if low is None:
-            continue
-        if c.type == "string" and (len(low) > MAX_TEXT or len(high) > MAX_TEXT):
-            continue
-        if isinstance(low, date):
-            low, high = low.isoformat(), high.isoformat()
-        mins[c.name], maxs[c.name], nulls[c.name] = low, high, column.null_count
-    if not mins:
-        return "{}"
-    return json.dumps({"minValues": mins, "maxValues": maxs, "nullCount": nulls})
+        ranged = [n for n in (low or {}) if low[n] is not None and (high or {}).get(n) is not None]
+        found: dict[str, Any] = {}
+        if ranged:
+            found["minValues"] = {n: _bound(low[n], up=False) for n in ranged}
+            found["maxValues"] = {n: _bound(high[n], up=True) for n in ranged}
+        found["nullCount"] = {n: v for n, v in nulls.items() if v is not None}
+        out[path] = json.dumps(found)
+    return out
 
 
 def stats_json(rows: int, ranges: str | None) -> str:

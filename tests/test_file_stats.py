@@ -1,0 +1,126 @@
+"""Column statistics in every add (``metastore/delta/stats.py``): chunk commits and rolls give each
+file's ``minValues``/``maxValues``/``nullCount``, a reader nobody here wrote (delta-rs' pyarrow
+dataset) skips files by them, and each bound is checked against the file's own rows read by
+pyarrow from the Parquet file itself."""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote
+
+import deltalake
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+
+from ingest.chunks import ChunkWriter
+from ingest.deletes.deleter import Deleter
+from ingest.formats import Format
+from scheduler.roll import Roller
+from tests.fixtures import make_table
+from tests.helpers import jsonl
+
+SCHEMA = "id BIGINT, ts TIMESTAMP, msg STRING, score DOUBLE, ok BOOLEAN, day DATE"
+T0 = datetime(2026, 11, 21, 10, 15, 0, 1500, tzinfo=UTC)  # 1.5 ms: no millisecond holds it
+
+
+def rows(first: int, n: int, *, nan: bool = False, long_text: bool = False) -> bytes:
+    out = []
+    for i in range(first, first + n):
+        out.append(
+            {
+                "id": i,
+                "ts": (T0 + timedelta(seconds=i)).isoformat(),
+                "msg": ("x" * 40 if long_text else f"m{i:04d}") if i % 3 else None,
+                "score": float("nan") if nan and i == first else i / 2,
+                "ok": i % 2 == 0,
+                "day": "2026-11-21",
+            }
+        )
+    return jsonl(out)
+
+
+def stats_of(location: str) -> dict[str, dict[str, Any]]:
+    """Each live file's stats from the log's own JSON (the commit files, not a library's reading)."""
+    live: dict[str, dict[str, Any]] = {}
+    for commit in sorted(Path(location, "_delta_log").glob("*.json")):
+        for line in commit.read_text().splitlines():
+            action = json.loads(line)
+            if "add" in action:
+                live[action["add"]["path"]] = json.loads(action["add"]["stats"])
+            elif "remove" in action:
+                live.pop(action["remove"]["path"], None)
+    return live
+
+
+def ms(value: datetime, up: bool) -> str:
+    kept = value - timedelta(microseconds=value.microsecond % 1000)
+    if up and kept != value:
+        kept += timedelta(milliseconds=1)
+    return kept.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def check_against_files(location: str) -> int:
+    """Every live file's bounds against its rows (pyarrow on the Parquet file); the files checked."""
+    live = stats_of(location)
+    for path, stats in live.items():
+        data = pq.read_table(Path(location, unquote(path))).to_pylist()
+        assert stats["numRecords"] == len(data), path
+        for column in ("id", "ts", "msg", "score", "ok", "day"):
+            values = [r[column] for r in data]
+            present = [v for v in values if v is not None]
+            assert stats["nullCount"][column] == len(values) - len(present), (path, column)
+            if column == "ok" or not present:  # booleans: a null count only
+                assert column not in stats.get("minValues", {}), (path, column)
+                continue
+            if column == "score" and any(math.isnan(v) for v in present):
+                assert column not in stats.get("minValues", {}), (path, column)
+                continue
+            if column == "msg" and any(len(v) > 32 for v in present):
+                assert column not in stats.get("minValues", {}), (path, column)
+                continue
+            low, high = min(present), max(present)
+            if column == "ts":
+                low, high = ms(low, up=False), ms(high, up=True)
+            elif column == "day":
+                low, high = low.isoformat(), high.isoformat()
+            assert stats["minValues"][column] == low, (path, column)
+            assert stats["maxValues"][column] == high, (path, column)
+    return len(live)
+
+
+def test_chunk_commits_and_rolls_give_every_file_its_bounds_and_readers_skip_by_them(catalog) -> None:
+    table = make_table(catalog, schema=SCHEMA)
+    writer = ChunkWriter(catalog, table)
+    for k in range(4):
+        writer.write(rows(k * 100, 20), Format.JSONL, key=f"c{k}")
+    writer.write(rows(400, 5, nan=True), Format.JSONL, key="nan")  # a NaN: no range for score
+    writer.write(rows(500, 5, long_text=True), Format.JSONL, key="long")  # 40 characters: none for msg
+    assert check_against_files(table.location) == 6
+
+    # a reader nobody here wrote: delta-rs' pyarrow dataset gives each fragment its file's bounds
+    dataset = deltalake.DeltaTable(table.location).to_pyarrow_dataset()
+    assert len(list(dataset.get_fragments())) == 6
+    assert len(list(dataset.get_fragments(filter=ds.field("id") == 205))) == 1
+    at = T0 + timedelta(seconds=305)
+    assert len(list(dataset.get_fragments(filter=ds.field("ts") > at))) == 3  # the 4th chunk and two more
+    assert dataset.to_table(filter=ds.field("id") == 205).num_rows == 1
+
+    # the roll compacts them into one file: its add has the bounds of all their rows
+    [rolled] = Roller(catalog).roll_table(table, force=True)
+    assert rolled.files_after == 1
+    assert check_against_files(table.location) == 1
+    [stats] = stats_of(table.location).values()
+    assert (stats["minValues"]["id"], stats["maxValues"]["id"]) == (0, 504)
+    assert "score" not in stats["minValues"] and "msg" not in stats["minValues"]
+
+    # a delete rewrites the file without its rows: the new file's add has the bounds of what is left
+    [deleted] = Deleter(catalog).delete(table, "id >= 500 OR id < 10")
+    assert deleted.rows == 15 and deleted.files_added == 1
+    assert check_against_files(table.location) == 1
+    [stats] = stats_of(table.location).values()
+    assert (stats["minValues"]["id"], stats["maxValues"]["id"]) == (10, 404)
+    assert "msg" in stats["minValues"] and "score" not in stats["minValues"]  # its NaN stayed
