@@ -35,7 +35,7 @@ pass finds its columns cover the source's and copies the partition as usual.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -89,9 +89,11 @@ def commit_copy(
     files: Sequence[tuple[str, datetime, int]],
     metadata: dict[str, str],
     app_id: str,
+    ranges: Mapping[str, str] | None = None,
 ) -> int:
     """Commit a partition's copied ``files`` to the secondary ``target``, with the source's columns
     ``source`` if its log lacks them (see the module's docstring); the version it became.
+    ``ranges``: the files' statistics, by path (as the source's adds give them).
 
     Re-reads the secondary and tries again when a concurrent commit changed its metadata.
 
@@ -116,7 +118,9 @@ def commit_copy(
                 _commit_schema_alone(warehouse, target, base, change, have, columns)
                 continue  # read again: the files go in the next commit, with no schema
         try:
-            return warehouse.commit_files(target, base, files, metadata, app_id, schema_change=change)
+            return warehouse.commit_files(
+                target, base, files, metadata, app_id, schema_change=change, ranges=ranges
+            )
         except ConflictError:
             continue
     raise ConflictError(

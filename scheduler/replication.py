@@ -34,7 +34,7 @@ import contextlib
 import hashlib
 import logging
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from copy import copy as copy_of
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -54,6 +54,7 @@ from metastore.delta.files import (
 )
 from metastore.delta.layout import partition_dir
 from metastore.delta.metadata import columns_of
+from metastore.delta.stats import ranges_of_adds
 from metastore.errors import (
     ConflictError,
     LeaseLostError,
@@ -306,11 +307,12 @@ class Replicator:
                     f"copy of {iso(partition.value)} to {replica.cluster}: this process stalled past "
                     "its lease, so another copier may have taken the copy over; this one committed nothing"
                 )
+            ranges = ranges_of_adds(source, [f.path for f in files])  # the same files: the same bounds
             if have is None:
                 columns = columns_of(source, str(table.name))
-                version = self._commit(target, columns, files, partition.value, pdir)
+                version = self._commit(target, columns, files, partition.value, pdir, ranges)
             else:
-                version = self._recommit(target, files, partition.value, pdir, want)
+                version = self._recommit(target, files, partition.value, pdir, want, ranges)
             self._step("replica-after-commit")
         else:
             version = self._committed(target, pdir)
@@ -370,7 +372,13 @@ class Replicator:
         return copy, digests, written
 
     def _commit(
-        self, target: Table, columns: Sequence[Column], files: list[LiveFile], value: datetime, pdir: str
+        self,
+        target: Table,
+        columns: Sequence[Column],
+        files: list[LiveFile],
+        value: datetime,
+        pdir: str,
+        ranges: Mapping[str, str],
     ) -> int:
         """Commit the copied files to the secondary's Delta log, once per partition, with the source's
         ``columns`` if it lacks them (:mod:`scheduler.replica_schema`); its version."""
@@ -383,13 +391,22 @@ class Replicator:
                 [(f.path, value, f.rows) for f in files],
                 {REPLICA_KEY: pdir},
                 app_id(pdir),
+                ranges,
             )
         except ConflictError:  # another copier's commit of the same partition won the race
             if wh.load(target).transaction_version(app_id(pdir)) is None:
                 raise
             return self._committed(target, pdir)
 
-    def _recommit(self, target: Table, files: list[LiveFile], value: datetime, pdir: str, want: int) -> int:
+    def _recommit(
+        self,
+        target: Table,
+        files: list[LiveFile],
+        value: datetime,
+        pdir: str,
+        want: int,
+        ranges: Mapping[str, str],
+    ) -> int:
         """The partition's files as a delete left them, in place of the secondary's older copy: one
         commit swapping the files that differ, its app transaction at version ``want`` (once)."""
         wh = self.catalog.warehouse
@@ -407,6 +424,7 @@ class Replicator:
                 {REPLICA_KEY: pdir},
                 data_change=True,
                 txns=[(app_id(pdir), want)],
+                ranges=ranges,
             )
         except ConflictError:  # another copier's commit of this generation won the race
             if (wh.load(target).transaction_version(app_id(pdir)) or 0) < want:

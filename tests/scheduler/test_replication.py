@@ -67,6 +67,19 @@ def _replica_commits(replica: Replica, table: Table) -> Counter[str]:
     return seen
 
 
+def _live_stats(location: str) -> dict[str, str]:
+    """Each live file's ``stats`` as the Delta log's commit files hold them."""
+    live: dict[str, str] = {}
+    for f in sorted((Path(location) / "_delta_log").glob("*.json")):
+        for line in f.read_text().splitlines():
+            action = json.loads(line)
+            if "add" in action:
+                live[action["add"]["path"]] = action["add"]["stats"]
+            elif "remove" in action:
+                live.pop(action["remove"]["path"], None)
+    return live
+
+
 def test_a_table_lives_on_its_primary_and_copies_standard_partitions_to_its_secondary(
     catalog: Catalog, tmp_path: Path
 ) -> None:
@@ -94,6 +107,10 @@ def test_a_table_lives_on_its_primary_and_copies_standard_partitions_to_its_seco
     # each partition once in the secondary's log; a second pass copies nothing
     assert set(_replica_commits(replica, table).values()) == {1}
     assert Replicator(catalog).replicate(table).copied == []
+    # the copies' adds carry the same statistics as the primary's (readers there skip files alike)
+    copied, original = _live_stats(replica.location), _live_stats(table.location)
+    assert copied and copied == {path: original[path] for path in copied}
+    assert all("minValues" in json.loads(stats) for stats in copied.values())
     info = catalog.describe(table)
     by_value = {p["value"]: p["clusters"] for p in info["partitions"]}
     assert sorted(v for v, c in by_value.items() if c == ["c1", "c2"]) == sorted(
