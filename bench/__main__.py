@@ -113,6 +113,7 @@ SCALES: dict[str, dict[str, Any]] = {
         "keys_roll_partitions": 300,
         "keys_roll_rows": 20,
         "keys_roll_reps": 2,
+        "stats_commits": 400,
     },
     "quick": {
         "rows": 100,
@@ -193,6 +194,7 @@ SCALES: dict[str, dict[str, Any]] = {
         "keys_roll_partitions": 20,
         "keys_roll_rows": 20,
         "keys_roll_reps": 1,
+        "stats_commits": 40,
     },
 }
 
@@ -204,6 +206,7 @@ def benchmarks() -> dict[str, Any]:
         deletes,
         evolution,
         federation,
+        file_stats,
         growth,
         http_load,
         kafka_avro,
@@ -239,6 +242,7 @@ def benchmarks() -> dict[str, Any]:
         sql_fairness,
         keys,
         catalogs,
+        file_stats,
     )  # fmt: skip
     return {m.NAME: m for m in modules}
 
@@ -266,6 +270,7 @@ NAMES = (
     "fairness",
     "keys",
     "catalogs",
+    "stats",
 )
 
 
