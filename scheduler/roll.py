@@ -520,7 +520,7 @@ class Roller:
                 self.config.target_file_size,
             )  # fmt: skip
             self.progress.advance(sum(f.size for f in files))  # one Spark job: all at once
-            return done, {}  # their adds carry no statistics: only their footers have them
+            return done
         compacted = _CompactedFiles(
             table,
             columns,

@@ -37,6 +37,7 @@ from metastore.crashpoints import crashpoint
 from metastore.delta.errors import storage_error
 from metastore.delta.files import LiveFile
 from metastore.delta.layout import partition_dir
+from metastore.delta.stats import Ranges
 from metastore.models import Column, Table, iso
 from scheduler.compacted_names import compacted_name, spark_attempt_dir
 from scheduler.errors import RollFailedError
@@ -60,7 +61,7 @@ def compact_with_spark(
     base_version: int,
     attempt: str,
     target_file_size: int,
-) -> list[tuple[str, datetime, int]]:
+) -> tuple[list[tuple[str, datetime, int]], dict[str, str]]:
     """Rewrite ``files`` into the partition's directory with Spark, toward ``target_file_size``.
 
     ``columns`` (those of the version the sweep commits on) are Spark's read schema: a column a
@@ -68,7 +69,8 @@ def compact_with_spark(
 
     Returns:
         ``(path relative to the table, partition value, rows)`` of each compacted file, named
-        ``compacted_name(roll_id, base_version, attempt, k)``.
+        ``compacted_name(roll_id, base_version, attempt, k)``, and each one's statistics by that
+        path, from its Parquet footer (``metastore/delta/stats.py``).
 
     Raises:
         RollFailedError: the Spark job failed (one line: the cause); StorageError: the file
@@ -78,6 +80,7 @@ def compact_with_spark(
     directory = Path(table.location) / rel
     scratch = directory / spark_attempt_dir(roll_id, base_version, attempt)
     out: list[tuple[str, datetime, int]] = []
+    ranges: dict[str, str] = {}
     what = f"compacting partition {iso(value)} of table {table.name} with Spark"
     try:
         directory.mkdir(parents=True, exist_ok=True)
@@ -99,10 +102,11 @@ def compact_with_spark(
             p for p in scratch.iterdir() if p.name.startswith("part-") and p.name.endswith(".parquet")
         )
         for k, path in enumerate(written):
-            rows = pq.read_metadata(path).num_rows
+            footer = pq.read_metadata(path)
             final = compacted_name(roll_id, base_version, attempt, k)
             os.replace(path, directory / final)
-            out.append((f"{rel}/{final}", value, rows))
+            out.append((f"{rel}/{final}", value, footer.num_rows))
+            ranges[f"{rel}/{final}"] = Ranges(columns).add_footer(footer).json()
             crashpoint("roll-spark-mid-rename")
         _remove_tree(scratch)
     except BaseException as exc:
@@ -112,7 +116,7 @@ def compact_with_spark(
         if isinstance(exc, OSError):  # a full disk, say: say so
             raise storage_error(exc, what) from exc
         raise
-    return out
+    return out, ranges
 
 
 def _remove_tree(path: Path) -> None:

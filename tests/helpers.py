@@ -228,3 +228,50 @@ def assert_gone_early_flagged(catalog: Catalog, table: Table, path: Path) -> Non
     finally:
         away.rename(path)
     assert not [p for p in check_table(catalog, table) if p.kind == "file_gone_early"]
+
+
+def live_stats(location: str) -> dict[str, dict[str, Any]]:
+    """Each live file's add ``stats`` (parsed), from the Delta log's commit files themselves (not a
+    library's reading of them), by the path the log gives."""
+    live: dict[str, dict[str, Any]] = {}
+    for commit in sorted(Path(location, "_delta_log").glob("*.json")):
+        for line in commit.read_text().splitlines():
+            action = json.loads(line)
+            if "add" in action:
+                live[action["add"]["path"]] = json.loads(action["add"]["stats"])
+            elif "remove" in action:
+                live.pop(action["remove"]["path"], None)
+    return live
+
+
+def checked_stats(location: str) -> dict[str, dict[str, Any]]:
+    """:func:`live_stats`, each checked against its file's rows as pyarrow reads the Parquet file:
+    the row count, every null count given, and every bound given (a timestamp's to the millisecond,
+    the minimum rounded down and the maximum up; a date's as its ISO day)."""
+    import urllib.parse
+    from datetime import date, timedelta
+
+    import pyarrow.parquet as pq
+
+    def ms(value: datetime, up: bool) -> str:
+        kept = value - timedelta(microseconds=value.microsecond % 1000)
+        if up and kept != value:
+            kept += timedelta(milliseconds=1)
+        return kept.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+    live = live_stats(location)
+    for path, stats in live.items():
+        data = pq.read_table(Path(location, urllib.parse.unquote(path)))
+        assert stats["numRecords"] == data.num_rows, path
+        for column, nulls in stats.get("nullCount", {}).items():
+            held = data.column(column).null_count if column in data.column_names else data.num_rows
+            assert nulls == held, (path, column)
+        for column, low in stats.get("minValues", {}).items():
+            values = [v for v in data.column(column).to_pylist() if v is not None]
+            want_low, want_high = min(values), max(values)
+            if isinstance(want_low, datetime):
+                want_low, want_high = ms(want_low, up=False), ms(want_high, up=True)
+            elif isinstance(want_low, date):
+                want_low, want_high = want_low.isoformat(), want_high.isoformat()
+            assert (low, stats["maxValues"][column]) == (want_low, want_high), (path, column)
+    return live

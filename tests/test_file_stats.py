@@ -5,11 +5,9 @@ pyarrow from the Parquet file itself."""
 
 from __future__ import annotations
 
-import json
 import math
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 from urllib.parse import unquote
 
 import deltalake
@@ -21,7 +19,7 @@ from ingest.deletes.deleter import Deleter
 from ingest.formats import Format
 from scheduler.roll import Roller
 from tests.fixtures import make_table
-from tests.helpers import jsonl
+from tests.helpers import checked_stats, jsonl, live_stats
 
 SCHEMA = "id BIGINT, ts TIMESTAMP, msg STRING, score DOUBLE, ok BOOLEAN, day DATE"
 T0 = datetime(2026, 11, 21, 10, 15, 0, 1500, tzinfo=UTC)  # 1.5 ms: no millisecond holds it
@@ -43,52 +41,22 @@ def rows(first: int, n: int, *, nan: bool = False, long_text: bool = False) -> b
     return jsonl(out)
 
 
-def stats_of(location: str) -> dict[str, dict[str, Any]]:
-    """Each live file's stats from the log's own JSON (the commit files, not a library's reading)."""
-    live: dict[str, dict[str, Any]] = {}
-    for commit in sorted(Path(location, "_delta_log").glob("*.json")):
-        for line in commit.read_text().splitlines():
-            action = json.loads(line)
-            if "add" in action:
-                live[action["add"]["path"]] = json.loads(action["add"]["stats"])
-            elif "remove" in action:
-                live.pop(action["remove"]["path"], None)
-    return live
-
-
-def ms(value: datetime, up: bool) -> str:
-    kept = value - timedelta(microseconds=value.microsecond % 1000)
-    if up and kept != value:
-        kept += timedelta(milliseconds=1)
-    return kept.isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
 def check_against_files(location: str) -> int:
-    """Every live file's bounds against its rows (pyarrow on the Parquet file); the files checked."""
-    live = stats_of(location)
+    """Every live file's statistics against its rows (:func:`tests.helpers.checked_stats`), and a
+    range for every column that may have one, none for the others; the files checked."""
+    live = checked_stats(location)
     for path, stats in live.items():
         data = pq.read_table(Path(location, unquote(path))).to_pylist()
-        assert stats["numRecords"] == len(data), path
         for column in ("id", "ts", "msg", "score", "ok", "day"):
-            values = [r[column] for r in data]
-            present = [v for v in values if v is not None]
-            assert stats["nullCount"][column] == len(values) - len(present), (path, column)
-            if column == "ok" or not present:  # booleans: a null count only
-                assert column not in stats.get("minValues", {}), (path, column)
-                continue
-            if column == "score" and any(math.isnan(v) for v in present):
-                assert column not in stats.get("minValues", {}), (path, column)
-                continue
-            if column == "msg" and any(len(v) > 32 for v in present):
-                assert column not in stats.get("minValues", {}), (path, column)
-                continue
-            low, high = min(present), max(present)
-            if column == "ts":
-                low, high = ms(low, up=False), ms(high, up=True)
-            elif column == "day":
-                low, high = low.isoformat(), high.isoformat()
-            assert stats["minValues"][column] == low, (path, column)
-            assert stats["maxValues"][column] == high, (path, column)
+            present = [r[column] for r in data if r[column] is not None]
+            unranged = (
+                column == "ok"  # booleans: a null count only
+                or not present
+                or (column == "score" and any(math.isnan(v) for v in present))
+                or (column == "msg" and any(len(v) > 32 for v in present))
+            )
+            assert (column not in stats.get("minValues", {})) == unranged, (path, column)
+            assert column in stats["nullCount"], (path, column)
     return len(live)
 
 
@@ -113,7 +81,7 @@ def test_chunk_commits_and_rolls_give_every_file_its_bounds_and_readers_skip_by_
     [rolled] = Roller(catalog).roll_table(table, force=True)
     assert rolled.files_after == 1
     assert check_against_files(table.location) == 1
-    [stats] = stats_of(table.location).values()
+    [stats] = live_stats(table.location).values()
     assert (stats["minValues"]["id"], stats["maxValues"]["id"]) == (0, 504)
     assert "score" not in stats["minValues"] and "msg" not in stats["minValues"]
 
@@ -121,7 +89,7 @@ def test_chunk_commits_and_rolls_give_every_file_its_bounds_and_readers_skip_by_
     [deleted] = Deleter(catalog).delete(table, "id >= 500 OR id < 10")
     assert deleted.rows == 15 and deleted.files_added == 1
     assert check_against_files(table.location) == 1
-    [stats] = stats_of(table.location).values()
+    [stats] = live_stats(table.location).values()
     assert (stats["minValues"]["id"], stats["maxValues"]["id"]) == (10, 404)
     assert "msg" in stats["minValues"] and "score" not in stats["minValues"]  # its NaN stayed
 

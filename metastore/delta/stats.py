@@ -9,7 +9,9 @@ A bound is only ever written where every reader takes it as one: integers, dates
 most :data:`MAX_TEXT` characters exactly; timestamps to the millisecond Delta keeps, the minimum
 rounded down and the maximum up; floating-point columns only without NaN or infinities (Spark
 orders NaN above every number, pyarrow leaves it out). Booleans, binaries and decimals get their
-``nullCount`` only. A column without a range is one that may hold anything.
+``nullCount`` only. A column without a range is one that may hold anything. They are gathered
+from the rows as they are written (:meth:`Ranges.add`), or, for a file another writer made (the
+Spark roll engine's), from its Parquet footer (:meth:`Ranges.add_footer`).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from metastore.delta.files import disk_path
 from metastore.models import Column
@@ -42,30 +45,64 @@ class Ranges:
         self._high: dict[str, Any] = {}
         self._nulls: dict[str, int] = {}
         self._unranged: set[str] = set()  # a value no bound can be written for was seen
+        self._unknown: set[str] = set()  # a part whose nulls were not counted (a footer's)
 
     def add(self, data: pa.Table) -> Ranges:
         """Take in ``data``'s rows (a file's, or a row group of it); a column it lacks is all null."""
         for c in self.columns:
             if c.name not in data.column_names:
-                self._nulls[c.name] = self._nulls.get(c.name, 0) + data.num_rows
+                self._take(c, None, None, data.num_rows)
                 continue
             column = data.column(c.name)
-            self._nulls[c.name] = self._nulls.get(c.name, 0) + column.null_count
             if c.type not in RANGED_TYPES or c.name in self._unranged or column.null_count == len(column):
+                self._take(c, None, None, column.null_count)
                 continue
             if c.type in ("float", "double") and not pc.all(pc.is_finite(column)).as_py():
                 self._unranged.add(c.name)  # NaN or ±inf: Delta readers do not agree on their order
+                self._take(c, None, None, column.null_count)
                 continue
             found = pc.min_max(column)
-            low, high = found["min"].as_py(), found["max"].as_py()
-            if c.type == "string" and (len(low) > MAX_TEXT or len(high) > MAX_TEXT):
-                self._unranged.add(c.name)
-                continue
-            if c.name not in self._low or low < self._low[c.name]:
-                self._low[c.name] = low
-            if c.name not in self._high or high > self._high[c.name]:
-                self._high[c.name] = high
+            self._take(c, found["min"].as_py(), found["max"].as_py(), column.null_count)
         return self
+
+    def add_footer(self, meta: pq.FileMetaData) -> Ranges:
+        """Take in a Parquet file's row groups by the statistics its footer keeps (a file another
+        writer made: Spark's). Floating-point columns get no range (a footer's leave NaN out), nor
+        does a column a row group keeps no statistics of; nor a null count, where one lacks it."""
+        names = {meta.schema.column(i).path: i for i in range(meta.num_columns)}
+        for g in range(meta.num_row_groups):
+            group = meta.row_group(g)
+            for c in self.columns:
+                i = names.get(c.name)
+                if i is None:
+                    self._take(c, None, None, group.num_rows)
+                    continue
+                st = group.column(i).statistics
+                if st is None or not st.has_null_count:
+                    self._unknown.add(c.name)
+                    self._unranged.add(c.name)
+                    continue
+                if st.null_count == group.num_rows or c.type not in RANGED_TYPES:
+                    self._take(c, None, None, st.null_count)
+                elif c.type in ("float", "double") or not st.has_min_max:
+                    self._unranged.add(c.name)
+                    self._take(c, None, None, st.null_count)
+                else:
+                    self._take(c, st.min, st.max, st.null_count)
+        return self
+
+    def _take(self, c: Column, low: Any, high: Any, nulls: int) -> None:
+        """One part's (min, max) of ``c`` (None: it holds no value a bound is written for) and nulls."""
+        self._nulls[c.name] = self._nulls.get(c.name, 0) + nulls
+        if low is None or c.name in self._unranged:
+            return
+        if c.type == "string" and (len(low) > MAX_TEXT or len(high) > MAX_TEXT):
+            self._unranged.add(c.name)
+            return
+        if c.name not in self._low or low < self._low[c.name]:
+            self._low[c.name] = low
+        if c.name not in self._high or high > self._high[c.name]:
+            self._high[c.name] = high
 
     def json(self) -> str:
         """The ``minValues``/``maxValues``/``nullCount`` as a JSON object (the part of an add's
@@ -77,7 +114,7 @@ class Ranges:
         if ranged:
             out["minValues"] = {n: _bound(self._low[n], up=False) for n in ranged}
             out["maxValues"] = {n: _bound(self._high[n], up=True) for n in ranged}
-        out["nullCount"] = dict(self._nulls)
+        out["nullCount"] = {n: k for n, k in self._nulls.items() if n not in self._unknown}
         return json.dumps(out)
 
 

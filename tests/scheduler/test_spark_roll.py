@@ -25,7 +25,7 @@ from scheduler.config import RollConfig
 from scheduler.errors import RollFailedError
 from scheduler.roll import Roller
 from tests.fixtures import make_table
-from tests.helpers import all_ids, ids_by_partition, records
+from tests.helpers import all_ids, checked_stats, ids_by_partition, records
 
 pytestmark = pytest.mark.spark
 
@@ -68,6 +68,9 @@ def test_the_spark_engine_rolls_the_same_rows_into_compacted_names(spark, sqlite
     # a standard Delta file: timestamps as INT64 microseconds in UTC, as delta-rs writes them
     assert plain.schema.field("ts").type == pa.timestamp("us", tz="UTC")
     assert plain.column("msg").to_pylist()[:1] != [None]
+    # its add carries statistics, from the footer Spark wrote, each checked against the rows
+    [stats] = checked_stats(table.location).values()
+    assert sorted(stats["minValues"]) == ["id", "msg", "ts"] and stats["minValues"]["id"] == 0
     p = sqlite_catalog.store.get_partition(table.id, value)
     assert (p.state, p.rows, p.chunks, p.files) == (PartitionState.STANDARD, 50, 5, 1)
 
