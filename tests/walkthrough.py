@@ -156,9 +156,13 @@ class _Unfilled(dict[str, str]):
         return "{" + key + "}"
 
 
+_PLACEHOLDER = re.compile("|".join(re.escape(p) for p in PLACEHOLDERS))
+
+
 def fill(code: str, values: dict[str, str]) -> str:
-    for placeholder, value in PLACEHOLDERS.items():
-        code = code.replace(placeholder, value.format_map(_Unfilled(values)))
+    # one pass: what one placeholder puts in is never taken for another (a checkout under /tmp/
+    # gives an activate script's path that "/tmp/" would map again)
+    code = _PLACEHOLDER.sub(lambda m: PLACEHOLDERS[m.group(0)].format_map(_Unfilled(values)), code)
     for port, name in PORTS.items():
         code = re.sub(rf"\b{port}\b", values.get(name, port), code)
     return code

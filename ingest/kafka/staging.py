@@ -63,7 +63,7 @@ STAGED_SCHEMA = pa.schema(
         ("columns", pa.string()),
         # the fields of the task's records that the table has no column for (JSON: field → records)
         ("ignored", pa.string()),
-        # a staged file's key columns' ranges (JSON, as StagedFile.stats)
+        # a staged file's column statistics (JSON, as StagedFile.stats)
         ("stats", pa.string()),
     ]
 )
