@@ -44,9 +44,17 @@ def scheduler_run(
     so a dead metastore stops only its own rolls), and follows the registry without a restart.
     Start as many as you like: in each metastore one leads, the others take over if it dies.
     """
+    import signal
+
+    from metastore.crashpoints import pausepoint
     from metastore.logs import configure_logging
     from scheduler.federation_daemons import FederationDaemons
 
+    # Stopped while it starts (settings, metastores, the status page): nothing is under way yet, so
+    # it exits 0 at once, as a stop once running does. The daemon's own handler takes over as it runs.
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, _stopped_while_starting)
+    pausepoint("daemon-starting")
     cli = cli_context(ctx)
     settings = cli.settings(
         scheduler={
@@ -82,13 +90,20 @@ def scheduler_run(
             read_only_note="served by the roll daemon",
         )
         status = StatusServer(page, settings.scheduler.status_host, settings.scheduler.status_port)
-        status.start()
+    serving = None
     try:
+        if status is not None:
+            status.start()
+            serving = status
         code = daemon.run_forever()
     finally:
-        if status is not None:
-            status.stop()
+        if serving is not None:
+            serving.stop()
     raise typer.Exit(code)
+
+
+def _stopped_while_starting(signum: int, _frame: Any) -> None:
+    raise typer.Exit(0)
 
 
 @scheduler_app.command("status")

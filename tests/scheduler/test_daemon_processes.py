@@ -155,3 +155,19 @@ def test_sigterm_during_a_roll_exits_cleanly_and_leaves_the_partition_correct(
     p = catalog.store.get_partition(table.id, first)
     assert (p.state, p.rows, p.chunks) == (PartitionState.STANDARD, 30, 3)
     check_rolled_rows(catalog, table, [(list(range(k * 10, k * 10 + 10)), [first]) for k in range(3)])
+
+
+@pytest.mark.process
+def test_sigterm_while_the_daemon_starts_exits_cleanly(catalog, tmp_path) -> None:
+    """Stopped before it runs (held while it starts, before it opens its metastores): exit 0, as a
+    stop once running, not killed by the signal (a supervisor restarting it, then stopping it)."""
+    log = tmp_path / "starting.log"
+    proc = start_daemon(catalog, log, pausepoint="daemon-starting:30")
+    try:
+        wait_for(lambda: "pausepoint daemon-starting" in _log(log), "the daemon to be starting")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0, _log(log)
+        assert leader_pid(catalog) is None  # it never led
+    finally:
+        if proc.poll() is None:
+            proc.kill()
