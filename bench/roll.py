@@ -32,7 +32,7 @@ def plain_compaction(paths: list[Path], out: Path) -> tuple[float, int]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from scheduler.roll import COMPRESSION, ROW_GROUP_ROWS
+    from scheduler.local_compaction import COMPRESSION, ROW_GROUP_ROWS
 
     t0 = time.perf_counter()
     data = pa.concat_tables([pq.ParquetFile(p).read() for p in paths])
@@ -81,8 +81,9 @@ def run(scale: dict[str, Any]) -> BenchResult:
         baseline=(
             f"pyarrow alone on the same {n:,} staged files (taken from the Delta snapshot before the roll): "
             "pq.ParquetFile(f).read() each, concat, pq.write_table as one Parquet file with the roll's "
-            f"compression and row-group size (scheduler.roll.COMPRESSION, ROW_GROUP_ROWS); median of "
-            f"{2 * reps} runs in the same process, {reps} just before the roll and {reps} just after."
+            "compression and row-group size (scheduler.local_compaction.COMPRESSION, ROW_GROUP_ROWS); "
+            f"median of {2 * reps} runs in the same process, {reps} just before the roll and {reps} "
+            "just after."
         ),
         params={"chunks": n, "rows_per_chunk": rows, "baseline_reps": reps},
     )
