@@ -251,7 +251,7 @@ def workdir(prefix: str) -> Iterator[Path]:
 
 
 # -- tables and data -----------------------------------------------------------------------
-def create_table(catalog: Any, name: str = TABLE_NAME) -> Any:
+def create_table(catalog: Any, name: str = TABLE_NAME, schema: str = TABLE_DDL) -> Any:
     """An arrival-mode table (HIVE-4196 style): every chunk lands in the one open partition."""
     from metastore.durations import parse_duration
     from metastore.models import Mode, TableName, TableSpec, parse_schema
@@ -259,7 +259,7 @@ def create_table(catalog: Any, name: str = TABLE_NAME) -> Any:
     return catalog.create_table(
         TableSpec(
             name=TableName.parse(name),
-            columns=parse_schema(TABLE_DDL),
+            columns=parse_schema(schema),
             time_column="ts",
             mode=Mode.ARRIVAL,
             roll_every=parse_duration("1d"),

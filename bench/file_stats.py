@@ -17,7 +17,7 @@ import json
 import time
 from typing import Any
 
-from bench.common import BenchResult, Metric, console, fmt, percentile, workdir
+from bench.common import BenchResult, Metric, console, create_table, fmt, percentile, workdir
 
 NAME = "stats"
 SCHEMA = "id BIGINT, ts TIMESTAMP, msg STRING, score DOUBLE, ok BOOLEAN, day DATE"
@@ -52,8 +52,6 @@ def run(scale: dict[str, Any]) -> BenchResult:
     from ingest.chunks import ChunkWriter
     from ingest.formats import Format
     from metastore.catalog import Catalog
-    from metastore.durations import parse_duration
-    from metastore.models import Mode, TableName, TableSpec, parse_schema
 
     rows, n, warmup = scale["rows"], scale["stats_commits"], scale["warmup"]
     result = BenchResult(
@@ -73,16 +71,8 @@ def run(scale: dict[str, Any]) -> BenchResult:
     with workdir("stats") as tmp:
         catalog = Catalog.open(tmp / "warehouse", f"sqlite:///{tmp / 'metastore.sqlite'}")
         try:
-            tables = {}
-            for side in ("with", "without"):
-                spec = TableSpec(
-                    name=TableName.parse(f"bench.stats_{side}"),
-                    columns=parse_schema(SCHEMA),
-                    time_column="ts",
-                    mode=Mode.ARRIVAL,
-                    roll_every=parse_duration("1d"),
-                )
-                tables[side] = catalog.create_table(spec)
+            sides = ("with", "without")
+            tables = {side: create_table(catalog, f"bench.stats_{side}", SCHEMA) for side in sides}
             writers = {side: ChunkWriter(catalog, t) for side, t in tables.items()}
             latencies: dict[str, list[float]] = {"with": [], "without": []}
             for k in range(warmup + n):
