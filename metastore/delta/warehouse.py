@@ -156,14 +156,12 @@ class Warehouse:
         with log_errors(table):
             return delta_table(table.location, version)
 
-    def advance(self, dt: Any, table: Table, version: int | None = None) -> Any:
-        """``dt`` (a DeltaTable of ``table`` this caller owns) brought forward to ``version`` (default:
-        the newest), reading only the commits after the one it holds: a listing and each new commit
-        file, not the whole log again. Returns ``dt``. Errors as :meth:`load`'s."""
+    def advance(self, dt: Any, table: Table, version: int) -> Any:
+        """``dt`` (a DeltaTable of ``table`` this caller owns) brought forward to ``version``, reading
+        only the commits after the one it holds: a listing and each new commit file, not the whole
+        log again. Returns ``dt``. Errors as :meth:`load`'s."""
         with log_errors(table):
-            if version is None:
-                dt.update_incremental()
-            elif int(dt.version()) != version:
+            if int(dt.version()) != version:
                 dt.load_as_version(version)
         return dt
 

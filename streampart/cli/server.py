@@ -93,13 +93,14 @@ def _listen(host: str, port: int, workers: int = 1) -> list[socket.socket]:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     socks: list[socket.socket] = []
     try:
-        for k in range(workers if workers > 1 else 1):
+        sharing = workers > 1
+        if sharing:
+            port = _free(family, host, port)  # and one port for all of them (0: the kernel's pick)
+        for _ in range(workers if sharing else 1):
             sock = socket.socket(family, socket.SOCK_STREAM)
             socks.append(sock)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            if workers > 1:
-                if k == 0:
-                    port = _free(family, host, port)
+            if sharing:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
             sock.bind((host, port))
             sock.listen(2048)
