@@ -69,7 +69,6 @@ from metastore.logs import event
 from metastore.models import Column, Lease, Partition, PartitionState, Table, iso
 from metastore.replicas import (
     REPLICA_KEY,
-    CopyState,
     PartitionCopy,
     Replica,
     app_id,
@@ -587,24 +586,3 @@ def partition_checksum(files: Sequence[LiveFile], digests: dict[str, str]) -> st
     for f in sorted(files, key=lambda f: f.path):
         h.update(f"{f.path}\t{f.size}\t{digests[f.path]}\n".encode())
     return h.hexdigest()
-
-
-def backlog(catalog: Catalog, table: Table, now: datetime | None = None) -> dict[str, tuple[float, int]]:
-    """Per secondary of ``table``: how long its oldest missing standard partition has been rolled
-    (seconds; 0 when none is missing), and how many are missing."""
-    now = now or clock.now()
-    replicas = catalog.replicas.list(table)
-    if not replicas:
-        return {}
-    standard = catalog.store.list_partitions(table.id, [PartitionState.STANDARD])
-    out = {}
-    for replica in replicas:
-        missing = not_present(
-            standard, catalog.store.list_copies(table.id, replica.cluster, CopyState.PRESENT)
-        )
-        rolled = [p.rolled_at for p in missing if p.rolled_at is not None]
-        out[replica.cluster] = (
-            max(0.0, (now - min(rolled)).total_seconds()) if rolled else 0.0,
-            len(missing),
-        )
-    return out

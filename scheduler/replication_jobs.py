@@ -26,7 +26,8 @@ from scheduler.config import ReplicationConfig
 from scheduler.errors import ReplicationAbandonedError
 from scheduler.jobs import plan, remove_jobs
 from scheduler.metrics import SchedulerMetrics
-from scheduler.replication import Replicator, backlog
+from scheduler.replica_backlog import backlog
+from scheduler.replication import Replicator
 from scheduler.spark_compaction import SparkFactory
 
 log = logging.getLogger("streampart.replication")

@@ -47,7 +47,7 @@ from metastore.models import (
     parse_instant,
 )
 from scheduler.config import SchedulerConfig
-from scheduler.replication import backlog
+from scheduler.replica_backlog import backlog
 from scheduler.roll import due_time
 
 # Why 5 minutes: commits per minute over one minute jumps with every batch a producer sends; over
