@@ -230,18 +230,23 @@ def assert_gone_early_flagged(catalog: Catalog, table: Table, path: Path) -> Non
     assert not [p for p in check_table(catalog, table) if p.kind == "file_gone_early"]
 
 
-def live_stats(location: str) -> dict[str, dict[str, Any]]:
-    """Each live file's add ``stats`` (parsed), from the Delta log's commit files themselves (not a
-    library's reading of them), by the path the log gives."""
+def live_adds(location: str) -> dict[str, dict[str, Any]]:
+    """Each live file's add action, from the Delta log's commit files themselves (not a library's
+    reading of them), by the path the log gives."""
     live: dict[str, dict[str, Any]] = {}
     for commit in sorted(Path(location, "_delta_log").glob("*.json")):
         for line in commit.read_text().splitlines():
             action = json.loads(line)
             if "add" in action:
-                live[action["add"]["path"]] = json.loads(action["add"]["stats"])
+                live[action["add"]["path"]] = action["add"]
             elif "remove" in action:
                 live.pop(action["remove"]["path"], None)
     return live
+
+
+def live_stats(location: str) -> dict[str, dict[str, Any]]:
+    """Each live file's add ``stats``, parsed (:func:`live_adds`)."""
+    return {path: json.loads(add["stats"]) for path, add in live_adds(location).items()}
 
 
 def checked_stats(location: str) -> dict[str, dict[str, Any]]:

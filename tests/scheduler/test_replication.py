@@ -29,7 +29,7 @@ from metastore.replicas import REPLICA_KEY, CopyState, Replica, replica_table
 from scheduler.replication import Replicator
 from scheduler.roll import Roller
 from tests.fixtures import make_table
-from tests.helpers import all_ids, downgraded, ids_by_partition, records, worker_call
+from tests.helpers import all_ids, downgraded, ids_by_partition, live_adds, records, worker_call
 
 
 def _clusters(catalog: Catalog, tmp_path: Path, *names: str) -> None:
@@ -68,16 +68,8 @@ def _replica_commits(replica: Replica, table: Table) -> Counter[str]:
 
 
 def _live_stats(location: str) -> dict[str, str]:
-    """Each live file's ``stats`` as the Delta log's commit files hold them."""
-    live: dict[str, str] = {}
-    for f in sorted((Path(location) / "_delta_log").glob("*.json")):
-        for line in f.read_text().splitlines():
-            action = json.loads(line)
-            if "add" in action:
-                live[action["add"]["path"]] = action["add"]["stats"]
-            elif "remove" in action:
-                live.pop(action["remove"]["path"], None)
-    return live
+    """Each live file's ``stats`` as the Delta log's commit files hold them (the JSON text)."""
+    return {path: add["stats"] for path, add in live_adds(location).items()}
 
 
 def test_a_table_lives_on_its_primary_and_copies_standard_partitions_to_its_secondary(
