@@ -63,7 +63,6 @@ from metastore.delta.files import (
 from metastore.delta.layout import parse_partition_value
 from metastore.delta.log import DELETE_KEY, DELETED_KEY, commit_actions
 from metastore.delta.staging import files as staged_files
-from metastore.delta.stats import file_bounds
 from metastore.errors import (
     ConflictError,
     DeleteBusyError,
@@ -235,7 +234,7 @@ class Deleter:
     def _dry_run(self, table: Table, predicate: Predicate) -> DeleteResult:
         dt = self.catalog.load(table)
         states = {p.value: p.state for p in self.catalog.partitions(table)}
-        files, _ = candidates(table, predicate, live_files(dt), states, file_bounds(dt, predicate.columns))
+        files, _ = candidates(table, predicate, live_files(dt), states)
         plan = rewrite(table, predicate, files, "", int(dt.version()), "", dry_run=True)
         return self._result(table, predicate.text, plan, dry_run=True)
 
@@ -329,8 +328,7 @@ class Deleter:
                     )
                 return Plan(delete.read_version or -1), found
             states = {p.value: p.state for p in store.list_partitions(table.id)}  # after the snapshot
-            bounds = file_bounds(dt, predicate.columns)  # files whose statistics rule it out are not read
-            files, rolling = candidates(table, predicate, live_files(dt), states, bounds)
+            files, rolling = candidates(table, predicate, live_files(dt), states)
             if rolling:
                 if time.monotonic() - waited_since > self.roll_wait_s:
                     raise DeleteBusyError(

@@ -18,7 +18,7 @@ Spark roll engine's), from its Parquet footer (:meth:`Ranges.add_footer`).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import date, datetime, timedelta
 from typing import Any
 
@@ -188,28 +188,6 @@ def key_ranges(dt: Any, names: Sequence[str]) -> dict[str, list[tuple[Any, Any]]
         pairs = [(lows[i], highs[i]) for lows, highs in bounds]
         if all(lo is not None and hi is not None for lo, hi in pairs):
             out[path] = pairs
-    return out
-
-
-def file_bounds(dt: Any, names: Iterable[str]) -> dict[str, dict[str, tuple[Any, Any]]]:
-    """Each live file of the snapshot ``dt`` (its path, as on disk) → the (min, max) of each column
-    among ``names`` that its add gives a range for and counts no null in: every row's value lies
-    within them. A file or column without them is left out (it may hold anything)."""
-    adds = pa.table(dt.get_add_actions(flatten=True))
-    if adds.num_rows == 0:
-        return {}
-    have = set(adds.column_names)
-    ranged = [n for n in names if {f"min.{n}", f"max.{n}", f"null_count.{n}"} <= have]
-    out: dict[str, dict[str, tuple[Any, Any]]] = {}
-    if not ranged:
-        return out
-    paths = [disk_path(p) for p in adds.column("path").to_pylist()]
-    for n in ranged:
-        lows, highs = adds.column(f"min.{n}").to_pylist(), adds.column(f"max.{n}").to_pylist()
-        nulls = adds.column(f"null_count.{n}").to_pylist()
-        for path, low, high, null in zip(paths, lows, highs, nulls, strict=True):
-            if low is not None and high is not None and null == 0:
-                out.setdefault(path, {})[n] = (low, high)
     return out
 
 

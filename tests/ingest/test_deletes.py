@@ -501,9 +501,9 @@ def test_check_names_a_row_a_finished_delete_left_visible(catalog, monkeypatch) 
     table = two_hours(catalog)
     killed_expiry(catalog, table)
 
-    def skipping(table, predicate, files, states, bounds=None):  # the old plan: expiring ones left out
+    def skipping(table, predicate, files, states):  # the old plan: expiring partitions left out
         files = [f for f in files if states.get(f.partition) is not PartitionState.EXPIRING]
-        return candidates(table, predicate, files, states, bounds)
+        return candidates(table, predicate, files, states)
 
     monkeypatch.setattr(deleter_module, "candidates", skipping)
     [done] = Deleter(catalog).delete(table, "g = 3")
