@@ -2,9 +2,8 @@
 
 Every file streampart adds to a table's log carries them, for every column whose values Delta
 readers compare (:func:`ranges_stats`): a reader with a filter that reads them (delta-rs'
-``to_pyarrow_dataset``; a delete by predicate, ``ingest/deletes/plan.py``) skips the files whose
-ranges cannot match it. A keyed table's roll finds the files that may hold older versions of its
-keys by them too (``scheduler/keyed_rolls.py``).
+``to_pyarrow_dataset``) skips the files whose ranges cannot match it. A keyed table's roll finds
+the files that may hold older versions of its keys by them too (``scheduler/keyed_rolls.py``).
 
 A bound is only ever written where every reader takes it as one: integers, dates and strings of at
 most :data:`MAX_TEXT` characters exactly; timestamps to the millisecond Delta keeps, the minimum
