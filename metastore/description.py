@@ -61,6 +61,7 @@ def describe(
         "schema_evolution": table.schema_evolution.value,
         "max_new_columns": table.max_new_columns,
         "keys": None if table.keys is None else table.keys.model_dump(mode="json"),
+        "cluster_by": list(table.cluster_by),
         "schema_changes": [
             {"version": c.version, "change": c.change, "source": c.source, "at": iso(c.at)}
             for c in schema_changes

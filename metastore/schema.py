@@ -57,6 +57,9 @@ tables = Table(
     # A keyed table's primary key, sequence and op column (migration 0018; NULL: a table of
     # appends). See metastore/models/keys.py.
     Column("keys", JSON),
+    # The columns a roll orders a partition's rows by (migration 0020; NULL or []: none). See
+    # metastore/models/clustering.py.
+    Column("cluster_by", JSON),
     UniqueConstraint("namespace", "name", name="uq_sp_tables_name"),
     Index("ix_sp_tables_uid", "uid", unique=True),
 )

@@ -25,6 +25,16 @@ class RollConfig(BaseModel):
     target_file_size: int = Field(
         128 * 1024 * 1024, ge=1024, description="Size the sweep compacts a standard partition's files toward."
     )
+    # Why 1 GiB: the roll daemon runs beside writers on a small host. A partition holding more rows
+    # than that is ordered in runs of this size, each cut into its own files: each file is still
+    # narrow, but the runs' ranges overlap, so a lookup reads a file of each run. The Spark engine
+    # orders a partition of any size whole.
+    cluster_memory: int = Field(
+        1024**3,
+        ge=1024**2,
+        description="Clustered tables, local engine: the most bytes of rows (in memory) a roll orders at "
+        "once; a bigger partition is ordered in runs of this size, each cut into its own files.",
+    )
     # A roll is owned through a lease: another roller resumes an interrupted roll only once
     # the lease has lapsed, and its first step (a fresh seal) fences the previous holder's
     # sweep commit in any case. Two lengths, one for each kind of roller:

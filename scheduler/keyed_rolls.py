@@ -52,6 +52,7 @@ from metastore.delta.stats import may_hold, ranges_stats
 from metastore.delta.tombstones import read_tombstones, tombstone_columns, write_tombstones
 from metastore.errors import TableIntegrityError
 from metastore.models import ARRIVAL_COLUMN, VALID_TO, Column, Keys, Roll, Table
+from scheduler.clustering import order, pieces
 
 _FILE, _ROW = "__sp_file", "__sp_row"
 _THEIRS = "__sp_p_"  # the rolled partition's version, beside another file's
@@ -234,10 +235,14 @@ def _write_partition(
     out: KeyedSweep,
 ) -> None:
     """Write P's resolved ``rows`` as its files of at most ``target_rows``, each with its columns'
-    statistics."""
+    statistics; in the table's clustering order if it has one (``scheduler/clustering.py``), which
+    then replaces the key's order (a later roll looking for older versions of keys reads more files)."""
+    z = None
+    if table.cluster_by:
+        rows, z = order(rows, table.cluster_by)
     out.rows_out = rows.num_rows
-    for k, start in enumerate(range(0, rows.num_rows, max(1, target_rows))):
-        part = rows.slice(start, target_rows)
+    for k, (start, end) in enumerate(pieces(rows.num_rows, target_rows, z, len(table.cluster_by))):
+        part = rows.slice(start, end - start)
         path = f"{partition_dir(table, value)}/{name(k)}"
         write_parquet(table, path, part)
         out.compacted.append((path, value, part.num_rows))

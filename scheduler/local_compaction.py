@@ -1,5 +1,6 @@
 """The local roll engine's compaction: a partition's files rewritten into files of about the target
-size, in the roller's own process (pyarrow, a row group at a time), for ``scheduler/roll.py``.
+size, in the roller's own process (pyarrow, a row group at a time), for ``scheduler/roll.py``; a
+clustered table's rows in clustering order (``scheduler/clustering.py``), a run at a time.
 
 A table in a bucket has its source files fetched ahead in threads (:func:`prefetched`); each output
 file appears whole under its name or not at all (``metastore.storage.open_output``), and carries
@@ -10,8 +11,9 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import math
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime
 
@@ -24,6 +26,7 @@ from metastore.delta.files import LiveFile
 from metastore.delta.layout import partition_dir
 from metastore.delta.stats import Ranges
 from metastore.models import Column, Table
+from scheduler.clustering import order, pieces
 from scheduler.errors import RollFailedError
 
 # How the local engine writes a standard partition's files. Why 1 Mi rows a row group (pyarrow's
@@ -74,8 +77,15 @@ class CompactedFiles:
         value: datetime,
         name: Callable[[int], str],
         target_size: int,
+        cluster_by: Sequence[str] = (),
+        run_bytes: int = 1024**3,
     ) -> None:
         self.table, self.value, self._name, self._target_size = table, value, name, target_size
+        # Clustering: rows are held as one run (up to run_bytes of them in memory: roll.cluster_memory),
+        # ordered (scheduler/clustering.py), then cut into files of about the target size
+        self._cluster_by, self._run_bytes = tuple(cluster_by), run_bytes
+        self._run: list[pa.Table] = []
+        self._run_rows = self._run_bytes_held = self._run_source = 0
         self.directory = partition_dir(table, value)
         self.columns, self.schema = columns, data_schema(columns)
         self.out: list[tuple[str, datetime, int]] = []  # the finished files: path, value, rows
@@ -93,29 +103,69 @@ class CompactedFiles:
 
     def add(self, f: LiveFile, content: bytes | None = None) -> None:
         """Append one source file's rows (finishing the file being written once it is big enough);
-        ``content``: the file's bytes, when already fetched (:func:`_prefetched`)."""
+        ``content``: the file's bytes, when already fetched (:func:`_prefetched`). A clustered table's
+        rows are held until the run is full (or :meth:`close`), then written in order."""
+        if self._cluster_by:
+            for data in self._read(f, content):
+                self._run.append(data)
+                self._run_rows += data.num_rows
+                self._run_bytes_held += data.nbytes
+            self._run_source += f.size
+            if self._run_bytes_held >= self._run_bytes:
+                self._write_run()
+            return
         if self._writer is None:
-            self._final = f"{self.directory}/{self._name(len(self.out))}"
-            self._output = contextlib.ExitStack()
-            target = storage.join(self.table.location, self._final)
-            sink = self._output.enter_context(storage.open_output(target))
-            self._writer = pq.ParquetWriter(sink, self.schema, compression=COMPRESSION)
+            self._open()
+        for data in self._read(f, content):
+            self._pending.append(data)
+            self._pending_rows += data.num_rows
+            self._pending_bytes += data.nbytes
+            self._rows += data.num_rows
+            if self._pending_rows >= ROW_GROUP_ROWS or self._pending_bytes >= ROW_GROUP_BYTES:
+                self._flush()
+        self._written += f.size
+        if self._written >= self._target_size:
+            self._finish()
+
+    def _read(self, f: LiveFile, content: bytes | None) -> Iterator[pa.Table]:
+        """A source file's rows, a row group at a time (memory stays bounded), in the sweep's columns."""
         opened = pa.BufferReader(content) if content is not None else None
         with opened or storage.open_input(storage.join(self.table.location, f.path)) as handle:
             source = pq.ParquetFile(handle)
-            for group in range(source.num_row_groups):  # a row group at a time: memory stays bounded
+            for group in range(source.num_row_groups):
                 data = source.read_row_group(group)
-                self._pending.append(data if data.schema == self.schema else conform(data, self.columns))
-                self._pending_rows += data.num_rows
-                self._pending_bytes += data.nbytes
-                self._rows += data.num_rows
-                if self._pending_rows >= ROW_GROUP_ROWS or self._pending_bytes >= ROW_GROUP_BYTES:
-                    self._flush()
-        self._written += f.size
-        if self._written >= self._target_size:
-            self.close()
+                yield data if data.schema == self.schema else conform(data, self.columns)
+
+    def _write_run(self) -> None:
+        """Write the rows held (a clustered table's) in clustering order, cut into files of about the
+        target size: as many rows a file as the target holds of the sources' bytes a row."""
+        if not self._run:
+            return
+        rows, z = order(pa.concat_tables(self._run), self._cluster_by)
+        self._run.clear()
+        per_file = max(1, math.ceil(self._target_size * self._run_rows / max(1, self._run_source)))
+        self._run_rows = self._run_bytes_held = self._run_source = 0
+        for start, end in pieces(rows.num_rows, per_file, z, len(self._cluster_by)):
+            piece = rows.slice(start, end - start)
+            self._open()
+            self._pending.append(piece)
+            self._rows += piece.num_rows
+            self._finish()
+
+    def _open(self) -> None:
+        """Begin the next file: it appears whole under its name when finished (storage.open_output)."""
+        self._final = f"{self.directory}/{self._name(len(self.out))}"
+        self._output = contextlib.ExitStack()
+        target = storage.join(self.table.location, self._final)
+        sink = self._output.enter_context(storage.open_output(target))
+        self._writer = pq.ParquetWriter(sink, self.schema, compression=COMPRESSION)
 
     def close(self) -> None:
+        """Write what is held and finish the file being written, if any: it appears whole."""
+        self._write_run()
+        self._finish()
+
+    def _finish(self) -> None:
         """Finish the file being written, if any: its last rows written, and it appears whole."""
         if self._writer is None:
             return

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import math
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -398,17 +399,23 @@ class Roller:
         assert table.keys is not None
         attempt = uuid.uuid4().hex[:8]
         base_version, columns = int(base.version()), columns_of(base, f"table {table.name}")
+        every = live_files(base)
+        file_rows = KEYED_FILE_ROWS
+        if table.cluster_by:  # files of about the target size, as an unkeyed clustered table's
+            mine = [f for f in every if f.partition == value]
+            per_byte = sum(f.rows for f in mine) / max(1, sum(f.size for f in mine))
+            file_rows = min(KEYED_FILE_ROWS, max(1, math.ceil(self.config.target_file_size * per_byte)))
         sweep = keyed_sweep(
             table,
             columns,
             base_version,
             value,
-            live_files(base),
+            every,
             lambda n: compacted_name(roll_id, base_version, attempt, n),
-            KEYED_FILE_ROWS,
+            file_rows,
             key_ranges(base, table.keys.columns),
         )
-        self.progress.advance(sum(f.size for f in live_files(base) if f.partition == value))
+        self.progress.advance(sum(f.size for f in every if f.partition == value))
         return sweep
 
     def _chunks_rolled(self, table: Table, roll: Roll) -> int:
@@ -499,7 +506,7 @@ class Roller:
                 )
             done = compact_with_spark(
                 self.spark(table), table, columns, value, files, roll_id, base_version, attempt,
-                self.config.target_file_size,
+                self.config.target_file_size, table.cluster_by,
             )  # fmt: skip
             self.progress.advance(sum(f.size for f in files))  # one Spark job: all at once
             return done
@@ -509,6 +516,8 @@ class Roller:
             value,
             lambda n: compacted_name(roll_id, base_version, attempt, n),
             self.config.target_file_size,
+            table.cluster_by,
+            self.config.cluster_memory,
         )
         try:
             for f, content in prefetched(table, sorted(files, key=lambda f: f.path)):

@@ -39,6 +39,7 @@ from metastore.delta.files import LiveFile
 from metastore.delta.layout import partition_dir
 from metastore.delta.stats import Ranges
 from metastore.models import Column, Table, iso
+from scheduler.clustering import spark_clustered
 from scheduler.compacted_names import compacted_name, spark_attempt_dir
 from scheduler.errors import RollFailedError
 from scheduler.spark_files import parquet_files
@@ -61,11 +62,14 @@ def compact_with_spark(
     base_version: int,
     attempt: str,
     target_file_size: int,
+    cluster_by: Sequence[str] = (),
 ) -> tuple[list[tuple[str, datetime, int]], dict[str, str]]:
     """Rewrite ``files`` into the partition's directory with Spark, toward ``target_file_size``.
 
     ``columns`` (those of the version the sweep commits on) are Spark's read schema: a column a
-    file lacks is written as nulls, a widened one in its wider type.
+    file lacks is written as nulls, a widened one in its wider type. ``cluster_by``: the table's
+    clustering columns (``scheduler/clustering.py``); its files are then range-partitioned by their
+    order, so each holds a narrow range of them, and written in the order of their ranges.
 
     Returns:
         ``(path relative to the table, partition value, rows)`` of each compacted file, named
@@ -90,13 +94,12 @@ def compact_with_spark(
         ddl = ", ".join(f"`{c.name}` {c.sql_type}" for c in columns)
         with _spark_failures(what):
             spark.conf.set(*TIMESTAMP_TYPE)
-            (
-                parquet_files(spark, ddl, paths)
-                .coalesce(count)
-                .write.mode("errorifexists")
-                .option("compression", "snappy")
-                .parquet(str(scratch))
-            )
+            frame = parquet_files(spark, ddl, paths)
+            if cluster_by:  # range-partitioned by the clustering order, each task's rows sorted by it
+                frame = spark_clustered(frame, cluster_by, sum(f.rows for f in files), count)
+            else:
+                frame = frame.coalesce(count)
+            (frame.write.mode("errorifexists").option("compression", "snappy").parquet(str(scratch)))
         crashpoint("roll-spark-after-write")
         written = sorted(
             p for p in scratch.iterdir() if p.name.startswith("part-") and p.name.endswith(".parquet")

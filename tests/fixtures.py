@@ -143,6 +143,7 @@ def make_table(
     replicate_to: tuple[str, ...] = (),
     retain: str | None = None,
     keys: Keys | None = None,
+    cluster_by: tuple[str, ...] = (),
 ) -> Table:
     return catalog.create_table(
         TableSpec(
@@ -159,6 +160,7 @@ def make_table(
             cluster=cluster,
             retain=parse_duration(retain) if retain is not None else None,
             keys=keys,
+            cluster_by=cluster_by,
         ),
         replicate_to=replicate_to,
     )

@@ -263,6 +263,11 @@ class TableInfo(BaseModel):
     )
     max_new_columns: int = Field(100, description="The most columns rows may add (per chunk and per table).")
     keys: KeysInfo | None = Field(None, description="A keyed table's key (null: a table of appends).")
+    cluster_by: list[str] = Field(
+        default_factory=list,
+        description="The columns a roll orders each partition's rows by: sorted by one, Z-ordered by "
+        "several (empty: arrival order).",
+    )
     schema_changes: list[SchemaChangeInfo] = Field(
         default_factory=list, description="The table's recent schema changes, newest first."
     )
@@ -324,6 +329,12 @@ class AlterTable(BaseModel):
         max_length=100,
         description="Keep a standard partition this long after its period ends (90d), then expire it; "
         "none: for ever; namespace: its namespace's default.",
+    )
+    cluster_by: str | None = Field(
+        None,
+        max_length=1000,
+        description='The columns its next rolls order each partition\'s rows by, "A,B" (as `table alter '
+        "--cluster-by`); none: stop clustering. Partitions rolled already keep their files.",
     )
     primary_key: str | None = Field(
         None,

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from metastore import description, storage
+from metastore.catalog.clustering import Clustering
 from metastore.catalog.clusters import Clusters
 from metastore.catalog.federation import FederationAdmin
 from metastore.catalog.keys import KeyDeclarations
@@ -58,6 +59,7 @@ from metastore.models import (
     TableKind,
     TableName,
     TableSpec,
+    check_cluster_by,
     check_column_name,
     check_keys,
 )
@@ -160,6 +162,11 @@ class Catalog(Routing):
         return KeyDeclarations(self)
 
     @property
+    def clustering(self) -> Clustering:
+        """The columns a table's rolls order its partitions' rows by (in the table's metastore)."""
+        return Clustering(self)
+
+    @property
     def retention(self) -> Retention:
         """A table's retention, its namespace's default, and what applies (each in its metastore)."""
         return Retention(self)
@@ -197,6 +204,8 @@ class Catalog(Routing):
         if spec.keys is not None:  # its key columns become NOT NULL
             spec = spec.model_copy(update={"columns": check_keys(spec.keys, spec.columns, spec.time_column)})
         _check_spec(spec)
+        if spec.cluster_by:
+            spec = spec.model_copy(update={"cluster_by": check_cluster_by(spec.cluster_by, spec.columns)})
         self.retention.check_new(spec)
         if self._find_created(store, spec.name) is not None:
             raise AlreadyExistsError(f"table {spec.name} exists already")

@@ -1,16 +1,21 @@
 """The product's nouns: tables, partitions, chunks and rolls, and their lifecycles.
 
-A package, one module per concept: ``lifecycles`` (the state enums and their allowed
-transitions), ``names`` (identifiers, table names), ``periods`` (UTC instants and periods),
-``columns`` (a table's columns and schema text), ``keys`` (a keyed table's key, sequence and op
-column), ``evolution`` (schema changes: which types widen in place, the checks of an ALTER),
-``schema_history`` (a table's recorded schema changes), ``tables`` (TableSpec, Table, modes,
-kinds, companions), ``records`` (partitions, chunks, rolls, leases, moves, status rows) and
-``tokens`` (the HTTP API's tokens) and ``shares`` (Delta Sharing's shares). Almost every
-module of streampart uses these nouns, so this ``__init__`` exports them all: import them from
-``metastore.models``.
+A package, one module per concept: ``lifecycles`` (the state enums and their allowed transitions),
+``names`` (identifiers, table names), ``periods`` (UTC instants and periods), ``columns`` (a table's
+columns and schema text), ``clustering`` (the columns a roll orders rows by), ``keys`` (a keyed table's
+key, sequence and op column), ``evolution`` (schema changes: which types widen in place, the checks of an
+ALTER), ``schema_history`` (a table's recorded schema changes), ``tables`` (TableSpec, Table, modes,
+kinds, companions), ``records`` (partitions, chunks, rolls, leases, moves, status rows) and ``tokens``
+(the HTTP API's tokens) and ``shares`` (Delta Sharing's shares). Almost every module of streampart uses
+these nouns, so this ``__init__`` exports them all: import them from ``metastore.models``.
 """
 
+from metastore.models.clustering import (
+    NO_CLUSTERING,
+    check_cluster_by,
+    describe_clustering,
+    parse_cluster_by,
+)
 from metastore.models.columns import (
     SQL_TYPES,
     Column,
@@ -101,6 +106,7 @@ __all__ = [
     "EPOCH",
     "MAX_EVENT_TIME",
     "MIN_EVENT_TIME",
+    "NO_CLUSTERING",
     "PRIMARY",
     "SQL_TYPES",
     "VALID_FROM",
@@ -144,6 +150,7 @@ __all__ = [
     "TableName",
     "TableSpec",
     "arrival_of",
+    "check_cluster_by",
     "check_column_name",
     "check_identifier",
     "check_keys",
@@ -154,10 +161,12 @@ __all__ = [
     "companion_name",
     "default_partition_column",
     "describe_changes",
+    "describe_clustering",
     "format_schema",
     "iso",
     "keys_from_options",
     "merge_proposals",
+    "parse_cluster_by",
     "parse_column_change",
     "parse_instant",
     "parse_key_columns",

@@ -96,6 +96,11 @@ class TableSpec(BaseModel):
         description="How many columns evolution from data may add to the table in all (not ALTER's).",
     )
     keys: Keys | None = Field(None, description="A keyed table's primary key (None: a table of appends).")
+    cluster_by: tuple[str, ...] = Field(
+        (),
+        description="The columns a roll orders a partition's rows by: sorted by one, Z-ordered by "
+        "several (metastore/models/clustering.py); empty: rows stay in arrival order.",
+    )
 
     @property
     def data_columns(self) -> tuple[Column, ...]:

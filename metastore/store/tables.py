@@ -69,6 +69,7 @@ def table_from_row(row: Any, metastore: str = PRIMARY) -> Table:
         schema_evolution=SchemaEvolution(m["schema_evolution"]),
         max_new_columns=m["max_new_columns"],
         keys=None if m.get("keys") is None else Keys(**m["keys"]),
+        cluster_by=tuple(m.get("cluster_by") or ()),
     )
 
 
@@ -155,6 +156,7 @@ class TableStore(Database):
             "schema_evolution": spec.schema_evolution.value,
             "max_new_columns": spec.max_new_columns,
             "keys": None if spec.keys is None else spec.keys.model_dump(mode="json"),
+            "cluster_by": list(spec.cluster_by) or None,
         }
         try:
             with self.tx() as conn:
@@ -221,6 +223,15 @@ class TableStore(Database):
             conn.execute(sa.delete(s.chunks).where(s.chunks.c.table_id == table_id))
             conn.execute(sa.delete(s.partitions).where(s.partitions.c.table_id == table_id))
             conn.execute(sa.delete(s.tables).where(s.tables.c.id == table_id))
+
+    def set_cluster_by(self, table_id: int, names: Sequence[str]) -> Table:
+        """Set the columns a roll orders the table's partitions by (empty: none); the table as it is
+        now. Partitions rolled already keep their order: the next rolls take the new one."""
+        t = s.tables.c
+        with self.tx() as conn:
+            fence_table(conn, table_id, self.label)
+            conn.execute(sa.update(s.tables).where(t.id == table_id).values(cluster_by=list(names) or None))
+            return table_from_row(conn.execute(sa.select(s.tables).where(t.id == table_id)).one(), self.name)
 
     def declare_keys(self, table_id: int, keys: Keys, columns: Sequence[Column], seen_version: int) -> Table:
         """Make the empty table ``table_id`` keyed by ``keys``, with ``columns`` (its key columns NOT

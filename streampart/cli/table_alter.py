@@ -1,5 +1,5 @@
 """``streampart table alter``: a table's columns (add, widen), its schema evolution, its secondary
-clusters (``--add-replica/--drop-replica``) and its Delta log schedule.
+clusters (``--add-replica/--drop-replica``), its Delta log schedule and its clustering.
 
 Every option is checked before anything changes: a schema change names all its problems at once
 (``catalog.schemas.alter``), a replica that does not exist or cannot be added stops the command
@@ -19,6 +19,7 @@ from streampart.cli.output import TextOutput
 from streampart.cli.params import JsonFlag, choice
 from streampart.cli.tables import (
     CheckpointIntervalOption,
+    ClusterByOption,
     DeleteOpsOption,
     LogRetentionOption,
     MaxNewColumnsOption,
@@ -40,7 +41,8 @@ if TYPE_CHECKING:
 _NOTHING = (
     "nothing to change: give --add-column 'NAME TYPE', --widen-column 'NAME TYPE', --schema-evolution MODE, "
     "--max-new-columns N, --add-replica CLUSTER, --drop-replica CLUSTER, --checkpoint-interval N, "
-    "--log-retention DURATION, --retain DURATION|none|namespace or (on an empty table) --primary-key COLS"
+    "--log-retention DURATION, --retain DURATION|none|namespace, --cluster-by COLS|none or (on an empty "
+    "table) --primary-key COLS"
 )
 
 
@@ -84,12 +86,13 @@ def table_alter(
     op_column: OpColumnOption = None,
     delete_ops: DeleteOpsOption = None,
     upsert_ops: UpsertOpsOption = None,
+    cluster_by: ClusterByOption = None,
     _json: JsonFlag = False,
 ) -> None:
     """Change a table's columns or schema evolution, its secondary clusters, or its Delta log schedule;
     give an empty table a primary key."""
     from metastore.delta.checkpoints import check_checkpoint_interval, check_log_retention
-    from metastore.models import SchemaEvolution, keys_from_options, parse_column_change
+    from metastore.models import SchemaEvolution, keys_from_options, parse_cluster_by, parse_column_change
     from metastore.retention import parse_retain
 
     keys = keys_from_options(primary_key, sequence_by, op_column, delete_ops, upsert_ops)
@@ -101,7 +104,11 @@ def table_alter(
     settings_change = evolution is not None or max_new_columns is not None
     log_change = checkpoint_interval is not None or log_retention is not None
     retain_to = parse_retain(retain) if retain is not None else None
-    if not (add or widen or settings_change or add_replica or drop_replica or log_change or retain or keys):
+    cluster_to = parse_cluster_by(cluster_by) if cluster_by is not None else None
+    if (
+        not (add or widen or settings_change or add_replica or drop_replica or log_change or retain or keys)
+        and cluster_to is None
+    ):
         raise UserInputError(_NOTHING)
     if checkpoint_interval is not None:
         check_checkpoint_interval(checkpoint_interval)
@@ -113,6 +120,10 @@ def table_alter(
     catalog = cli.catalog()
     table = catalog.table(name)
     _check(catalog, table, add_replica or [], drop_replica or [], retain is not None, retain_to)
+    if cluster_to:  # against the columns this command leaves: a column it adds may be named
+        from metastore.models import check_cluster_by
+
+        check_cluster_by(cluster_to, [*table.columns, *add])
     if keys is not None:  # first: it needs the table empty, and refuses a table keyed otherwise
         table = catalog.keys.declare(table, keys)
     change = catalog.schemas.alter(table, add, widen).change if add or widen else None
@@ -128,6 +139,8 @@ def table_alter(
         set_log_settings(catalog.load(table), checkpoint_interval, retention)
     if retain is not None:
         catalog.retention.set(table, retain_to)
+    if cluster_to is not None:
+        catalog.clustering.set(catalog.rebound(table), cluster_to)
     info = _altered(catalog, catalog.rebound(table), change)
     info |= {"added": list(add_replica or ()), "dropped": list(drop_replica or ())}
     if retain is not None:
@@ -149,6 +162,7 @@ def _altered(catalog: Catalog, table: Table, change: RecordedSchemaChange | None
         "schema_evolution": table.schema_evolution.value,
         "max_new_columns": table.max_new_columns,
         "keys": None if table.keys is None else table.keys.model_dump(mode="json"),
+        "cluster_by": list(table.cluster_by),
         "delta_log": log_settings(catalog.load(table)).to_json(),
     }
 
@@ -194,6 +208,11 @@ def _print_altered(out: TextOutput, info: dict[str, Any]) -> None:
         out.console.print(
             f"{escape(info['table'])}: {escape(Keys(**info['keys']).describe())}", highlight=False
         )
+    from metastore.models import describe_clustering
+
+    out.console.print(
+        f"{escape(info['table'])}: {escape(describe_clustering(info['cluster_by']))}", highlight=False
+    )
     out.console.print(
         f"{escape(info['table'])}: schema evolution {info['schema_evolution']}, at most "
         f"{info['max_new_columns']} new columns from data",

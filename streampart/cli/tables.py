@@ -122,6 +122,13 @@ RetainOption = Annotated[
         "--retain [default: the namespace's]"
     ),
 ]
+ClusterByOption = Annotated[
+    str | None,
+    typer.Option(
+        help="Columns (COL[,COL…], at most 4) a roll orders each partition's rows by before cutting them "
+        "into files: sorted by one, Z-ordered by several, so a lookup on them reads few files"
+    ),
+]
 ReplicateToOption = Annotated[
     str | None,
     typer.Option(help="Secondary clusters (C2,C3): each receives a copy of every rolled partition"),
@@ -164,6 +171,7 @@ def table_create(
     delete_ops: DeleteOpsOption = None,
     upsert_ops: UpsertOpsOption = None,
     history: HistoryOption = False,
+    cluster_by: ClusterByOption = None,
     _json: JsonFlag = False,
 ) -> None:
     """Create a streaming table partitioned by one timestamp column."""
@@ -177,6 +185,7 @@ def table_create(
         TableName,
         TableSpec,
         keys_from_options,
+        parse_cluster_by,
         parse_schema,
     )
     from metastore.retention import parse_retain
@@ -203,6 +212,7 @@ def table_create(
         schema_evolution=choice(SchemaEvolution, schema_evolution or "none", "--schema-evolution"),
         max_new_columns=check_max_new_columns(max_new_columns, DEFAULT_MAX_NEW_COLUMNS),
         keys=keys_from_options(primary_key, sequence_by, op_column, delete_ops, upsert_ops, history),
+        cluster_by=parse_cluster_by(cluster_by) if cluster_by is not None else (),
     )
     secondaries = [c.strip() for c in (replicate_to or "").split(",") if c.strip()]
     cli = cli_context(ctx)
@@ -392,6 +402,10 @@ def _print_described(out: TextOutput, info: dict[str, Any]) -> None:
         from metastore.models import Keys
 
         out.console.print(f"keyed: {escape(Keys(**info['keys']).describe())}", highlight=False)
+    if info.get("cluster_by"):
+        from metastore.models import describe_clustering
+
+        out.console.print(f"clustered: {escape(describe_clustering(info['cluster_by']))}", highlight=False)
     for c in info.get("schema_changes") or []:
         out.console.print(
             f"  version {c['version']}: {c['change']} (by {c['source']}, {c['at'][:19].replace('T', ' ')})",

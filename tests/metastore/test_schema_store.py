@@ -275,7 +275,7 @@ def _rows(conn: sa.Connection, table: sa.Table) -> list[dict[str, Any]]:
     """Every row of ``table`` but the columns migration 0014 (and later ones) add, in key order."""
     added = {"schema_evolution", "max_new_columns"} | {  # 0016: retention; 0017: deletes; 0018: keys
         "retain_s", "default_retain_s", "expired_at", "expired_version", "reclaimed_at", "generation",
-        "keys", "removed_files",
+        "keys", "removed_files", "cluster_by",  # 0020: clustering
     }  # fmt: skip
     order = list(table.primary_key.columns)
     rows = conn.execute(sa.select(*(c for c in table.c if c.name not in added)).order_by(*order)).all()

@@ -18,7 +18,16 @@ from ingest.api.deps import Caller, State
 from ingest.api.errors import blame
 from ingest.api.models import AlteredTable, AlterTable, TableInfo, error_responses
 from metastore.errors import UserInputError
-from metastore.models import Column, Permission, SchemaEvolution, iso, keys_from_options, parse_column_change
+from metastore.models import (
+    Column,
+    Permission,
+    SchemaEvolution,
+    check_cluster_by,
+    iso,
+    keys_from_options,
+    parse_cluster_by,
+    parse_column_change,
+)
 from metastore.retention import parse_retain
 
 router = APIRouter(tags=["tables"])
@@ -63,13 +72,14 @@ def describe_table(namespace: str, table: str, who: Caller, st: State) -> dict[s
     response_model=AlteredTable,
     response_model_exclude_unset=True,
     responses=error_responses(400, 401, 403, 404, 409, 422),
-    summary="Change a table's columns, its schema evolution or retention, or give it a primary key",
+    summary="Change a table's columns, schema evolution, retention or clustering, or give it a primary key",
 )
 def alter_table(namespace: str, table: str, body: AlterTable, who: Caller, st: State) -> dict[str, Any]:
-    """Add nullable columns (rows written before read null) and widen columns in place, as ``streampart
-    table alter --add-column/--widen-column`` does, set ``schema_evolution``, ``max_new_columns`` and
-    ``retain`` (as ``--retain``), and give an empty table a ``primary_key`` (as ``--primary-key``).
-    Needs ``admin`` on the namespace. Answers the table as ``GET`` does, with ``schema_change``."""
+    """Add nullable columns (rows written before read null) and widen columns in place, as ``streampart table
+    alter --add-column/--widen-column`` does, set ``schema_evolution``, ``max_new_columns`` and ``retain``
+    (as ``--retain``) and ``cluster_by`` (as ``--cluster-by``), and give an empty table a ``primary_key``
+    (as ``--primary-key``). Needs ``admin`` on the namespace. Answers the table as ``GET`` does, with
+    ``schema_change``."""
     found = st.table_of(who, Permission.ADMIN, namespace, table)
     add = _columns(body.add_columns, "add_columns")
     widen = _columns(body.widen_columns, "widen_columns")
@@ -82,12 +92,18 @@ def alter_table(namespace: str, table: str, body: AlterTable, who: Caller, st: S
         keys = keys_from_options(
             body.primary_key, body.sequence_by, body.op_column, body.delete_ops, body.upsert_ops, flag="{}"
         )
-    if not (add or widen or settings or body.retain is not None or keys is not None):
+    clustering = body.cluster_by is not None
+    if not (add or widen or settings or body.retain is not None or keys is not None or clustering):
         with blame("body"):
             raise UserInputError(
                 "nothing to change: give add_columns, widen_columns, schema_evolution, max_new_columns, "
-                "retain or (on an empty table) primary_key"
+                "retain, cluster_by or (on an empty table) primary_key"
             )
+    cluster_to: tuple[str, ...] = ()
+    if body.cluster_by is not None:
+        with blame("cluster_by"):
+            cluster_to = parse_cluster_by(body.cluster_by, "cluster_by")
+            check_cluster_by(cluster_to, [*found.columns, *add], "cluster_by")
     retain = None
     if body.retain is not None:
         with blame("retain"):
@@ -105,6 +121,9 @@ def alter_table(namespace: str, table: str, body: AlterTable, who: Caller, st: S
             st.catalog.schemas.set_evolution(found, evolution, body.max_new_columns)
         if body.retain is not None:
             st.catalog.retention.set(found, retain)
+        if clustering:
+            with blame("cluster_by"):
+                st.catalog.clustering.set(st.catalog.rebound(found), cluster_to, "cluster_by")
     finally:
         st.lookups.forget(found.name)
     info = st.catalog.describe(st.catalog.rebound(found))
