@@ -31,7 +31,7 @@ class RollConfig(BaseModel):
     # orders a partition of any size whole.
     cluster_memory: int = Field(
         1024**3,
-        ge=1024**2,
+        ge=1024,
         description="Clustered tables, local engine: the most bytes of rows (in memory) a roll orders at "
         "once; a bigger partition is ordered in runs of this size, each cut into its own files.",
     )

@@ -173,10 +173,11 @@ def test_create_table_as_takes_table_properties(spark, source: Catalog) -> None:
     query(
         cat,
         "CREATE TABLE ns.ev TBLPROPERTIES ('time_column' = 'at', 'roll_every' = '15m', "
-        "'mode' = 'event-time', 'max_age' = '1000d', 'dead_letter' = 'true') "
+        "'mode' = 'event-time', 'max_age' = '1000d', 'dead_letter' = 'true', 'cluster_by' = 'ID') "
         "AS SELECT id, ts AS at, ts AS also FROM ns.src",
     )
     ev = cat.table("ns.ev")
+    assert ev.cluster_by == ("id",)
     assert (ev.time_column, ev.roll_every.total_seconds(), ev.mode, ev.dead_letter) == (
         "at",
         900,
@@ -191,6 +192,8 @@ def test_create_table_as_takes_table_properties(spark, source: Catalog) -> None:
          "TBLPROPERTIES 'mode' must be one of arrival, event-time"),
         ("CREATE TABLE ns.x TBLPROPERTIES ('roll_every' = 'soon') AS SELECT ts FROM ns.src", UserInputError,
          "TBLPROPERTIES 'roll_every'"),
+        ("CREATE TABLE ns.x TBLPROPERTIES ('cluster_by' = 'nope') AS SELECT ts FROM ns.src", UserInputError,
+         "TBLPROPERTIES 'cluster_by': 'nope' is not a column"),
         ("CREATE TABLE ns.x AS SELECT id FROM ns.src", UserInputError, "no TIMESTAMP column"),
         ("CREATE TABLE ns.x AS SELECT * FROM ns.src", UserInputError, "SELECT * EXCEPT (ts_period)"),
         ("CREATE TABLE ns.x TBLPROPERTIES ('time_column' = 'id') AS SELECT id, ts FROM ns.src",

@@ -53,7 +53,7 @@ def unchanged(server: Server, table: Table, version: int) -> None:
     now = server.catalog.table(str(table.name))
     assert now.columns == table.columns
     assert (now.schema_evolution, now.max_new_columns) == (table.schema_evolution, table.max_new_columns)
-    assert now.retain == table.retain
+    assert now.retain == table.retain and now.cluster_by == table.cluster_by
     assert server.catalog.home(table).store.schema_changes(table.id) == []
 
 
@@ -105,6 +105,15 @@ def test_patch_sets_the_retention_and_get_shows_it(server: Server) -> None:
     assert done.status_code == 200 and done.json()["retention"]["retain"] is None, done.text
 
 
+def test_patch_sets_and_clears_the_clustering_and_get_shows_it(server: Server) -> None:
+    table = table_of(server, "alt.clustered")
+    done = patch(server, table, {"cluster_by": "QTY, msg"})
+    assert done.status_code == 200 and done.json()["cluster_by"] == ["qty", "msg"], done.text
+    assert server.catalog.table(str(table.name)).cluster_by == ("qty", "msg")
+    done = patch(server, table, {"cluster_by": "none"})
+    assert done.status_code == 200 and done.json()["cluster_by"] == [], done.text
+
+
 # Each mistake: the status, the field named and what the one-line message says. Nothing changes.
 REFUSALS = [
     ({"widen_columns": ["qty SMALLINT"]}, 400, "body", "SMALLINT is narrower than INT"),
@@ -122,6 +131,10 @@ REFUSALS = [
     ({}, 400, "body", "nothing to change"),
     ({"retain": "30m"}, 400, "retain", "retain 30m is shorter than"),
     ({"retain": "soon"}, 400, "retain", "retain 'soon' is not a duration"),
+    ({"cluster_by": "qty, nope"}, 400, "cluster_by", "cluster_by: 'nope' is not a column of the table"),
+    ({"cluster_by": ""}, 400, "cluster_by", "give one or more column names"),
+    # a bad clustering stops the column change too
+    ({"add_columns": ["coupon STRING"], "cluster_by": "qty,qty"}, 400, "cluster_by", "'qty' is named twice"),
     # a bad retention stops the column change too
     ({"add_columns": ["coupon STRING"], "retain": "1m"}, 400, "retain", "shorter than"),
     # a bad setting stops the column change too

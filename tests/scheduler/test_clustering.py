@@ -139,6 +139,22 @@ def assert_both_selective(clustered: Table, plain: Table) -> None:
         assert share <= 1 / 3 and plain_share >= 0.9, (column, share, plain_share, ours, theirs)
 
 
+def test_a_partition_over_the_memory_bound_is_sorted_in_runs(catalog: Catalog) -> None:
+    clustered, plain = twins(catalog, ("user_id",))
+    chunk_size = max(f.size for f in live_files(catalog.warehouse.load(clustered)))
+    held = sum(f.rows for f in live_files(catalog.warehouse.load(clustered))) * 8 * 5 // 4  # ~4 runs
+    config = RollConfig(target_file_size=max(1024, chunk_size), cluster_memory=held)
+    Roller(catalog, config).roll_table(clustered, force=True)
+
+    assert rows_of(clustered) == rows_of(plain)
+    files = sorted(checked_stats(clustered.location).items())  # in the order they were written
+    ranges = [(s["minValues"]["user_id"], s["maxValues"]["user_id"]) for _, s in files]
+    runs = 1 + sum(1 for (_, high), (low, _) in itertools.pairwise(ranges) if low < high)
+    assert 3 <= runs <= 6, ranges  # each run's files in order; a new run starts low again
+    looked = [opened(clustered, "user_id", v) for v in probes(clustered, "user_id")]
+    assert max(looked) <= runs + 1 and mean(looked) < len(files) / 2, (looked, runs, len(files))
+
+
 def test_the_z_value_interleaves_range_ids_most_significant_bit_first() -> None:
     import numpy as np
     import pyarrow as pa
