@@ -114,6 +114,10 @@ SCALES: dict[str, dict[str, Any]] = {
         "keys_roll_rows": 20,
         "keys_roll_reps": 2,
         "stats_commits": 400,
+        "cluster_partitions": 1000,
+        "cluster_chunks": 16,
+        "cluster_rows": 50,
+        "cluster_probes": 5,
     },
     "quick": {
         "rows": 100,
@@ -195,6 +199,10 @@ SCALES: dict[str, dict[str, Any]] = {
         "keys_roll_rows": 20,
         "keys_roll_reps": 1,
         "stats_commits": 40,
+        "cluster_partitions": 30,
+        "cluster_chunks": 8,
+        "cluster_rows": 50,
+        "cluster_probes": 3,
     },
 }
 
@@ -202,6 +210,7 @@ SCALES: dict[str, dict[str, Any]] = {
 def benchmarks() -> dict[str, Any]:
     from bench import (
         catalogs,
+        clustering,
         commit_latency,
         deletes,
         evolution,
@@ -243,6 +252,7 @@ def benchmarks() -> dict[str, Any]:
         keys,
         catalogs,
         file_stats,
+        clustering,
     )  # fmt: skip
     return {m.NAME: m for m in modules}
 
@@ -271,6 +281,7 @@ NAMES = (
     "keys",
     "catalogs",
     "stats",
+    "cluster",
 )
 
 

@@ -79,6 +79,7 @@ PROPERTIES = (
     "op_column",
     "delete_ops",
     "upsert_ops",
+    "history",
     "cluster_by",
 )
 KEY_PROPERTIES = ("primary_key", "sequence_by", "op_column", "delete_ops", "upsert_ops", "history")

@@ -194,6 +194,8 @@ def test_create_table_as_takes_table_properties(spark, source: Catalog) -> None:
          "TBLPROPERTIES 'roll_every'"),
         ("CREATE TABLE ns.x TBLPROPERTIES ('cluster_by' = 'nope') AS SELECT ts FROM ns.src", UserInputError,
          "TBLPROPERTIES 'cluster_by': 'nope' is not a column"),
+        ("CREATE TABLE ns.x TBLPROPERTIES ('primary_key' = 'id', 'history' = 'yes') AS SELECT id, ts "
+         "FROM ns.src", UserInputError, "TBLPROPERTIES 'history' is true or false, not 'yes'"),
         ("CREATE TABLE ns.x AS SELECT id FROM ns.src", UserInputError, "no TIMESTAMP column"),
         ("CREATE TABLE ns.x AS SELECT * FROM ns.src", UserInputError, "SELECT * EXCEPT (ts_period)"),
         ("CREATE TABLE ns.x TBLPROPERTIES ('time_column' = 'id') AS SELECT id, ts FROM ns.src",

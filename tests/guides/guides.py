@@ -31,6 +31,7 @@ GROUPS: tuple[dict[str, int], ...] = (
         "docs/guides/federation.md": 300,  # 50 s
         "docs/guides/kafka.md": 300,  # 55 s
         "docs/guides/http.md": 300,  # 15 s
+        "docs/guides/clustering.md": 300,  # 30 s
         "docs/guides/deployment.md": 60,  # each command needs a Docker engine: only the convention is checked
     },
     {
