@@ -18,7 +18,7 @@ from typing import Any
 
 from metastore import clock
 from metastore.catalog import Catalog
-from metastore.delta.files import check_files, live_files
+from metastore.delta.files import add_actions, check_files, files_of_adds
 from metastore.delta.metadata import columns_of
 from metastore.links import Resolved
 from metastore.models import Column, Table
@@ -36,6 +36,9 @@ class Snapshot:
     columns: tuple[Column, ...]  # the partition column left out, as in ``Table.columns``
     # every column's place in the log's schema, the partition column's too (first to last)
     order: tuple[str, ...] = ()
+    # the files' add actions (metastore.delta.files.add_actions), for their statistics: a Spark read
+    # prunes the files by them (metastore.delta.stats.scan_bounds); None: never pruned
+    adds: Any = dataclasses.field(default=None, compare=False, repr=False)
 
     def fields(self) -> list[dict[str, Any]]:
         """Its columns as the log's schema lists them, in order: ``{"name", "type", "nullable"}`` each,
@@ -55,11 +58,12 @@ def pin(catalog: Catalog, table: Table, version: int | None = None, *, check: bo
     """``table`` at ``version`` (default: the newest), its log and (unless not ``check``) its files
     checked first (a statement read on another cluster checks the copies it reads instead)."""
     dt = catalog.load(table, version)
-    files = tuple(live_files(dt))
+    adds = add_actions(dt)
+    files = tuple(files_of_adds(adds))
     if check:
         check_files(table, files)
     order = tuple(f["name"] for f in json.loads(dt.schema().to_json())["fields"])
-    return Snapshot(table, int(dt.version()), files, columns_of(dt, f"table {table.name}"), order)
+    return Snapshot(table, int(dt.version()), files, columns_of(dt, f"table {table.name}"), order, adds)
 
 
 def view_of(resolved: Resolved, snap: Snapshot) -> Snapshot:

@@ -166,7 +166,7 @@ def files_frame(spark: SparkSession, snap: Snapshot, arrivals: Mapping[str, int]
     row_index, read_as = "_tmp_metadata_row_index", "_TMP_METADATA_ROW_INDEX"
     holds = any(c.name == row_index for c in snap.columns)
     read = [c.model_copy(update={"name": read_as}) if c.name == row_index else c for c in snap.columns]
-    data = parquet_files(spark, spark_ddl(read) + extra, paths)
+    data = pruned(spark, parquet_files(spark, spark_ddl(read) + extra, paths), snap)
     key = unused_name("__sp_file", [*(c.name for c in snap.columns), pcol])
     if keyed:
         assert arrivals is not None
@@ -188,6 +188,21 @@ def files_frame(spark: SparkSession, snap: Snapshot, arrivals: Mapping[str, int]
         frame = frame.withColumn(ARRIVAL_COLUMN, F.coalesce(F.col(ARRIVAL_COLUMN), F.col(tag))).drop(tag)
         frame = frame.select(*(F.col(f"`{c}`") for c in [*(c.name for c in read), pcol, ARRIVAL_COLUMN]))
     return frame.withColumnRenamed(read_as, row_index) if holds else frame
+
+
+def pruned(spark: SparkSession, data: DataFrame, snap: Snapshot) -> DataFrame:
+    """``data`` (a Parquet read of ``snap``'s files) with its files pruned by their statistics before
+    Spark opens them: Spark scans only the files whose ranges can match the filters it pushes to the
+    read (``streampart/java/Pruning.java``). A snapshot without its add actions is read whole."""
+    from pyspark.sql import DataFrame
+
+    from metastore.delta.stats import scan_bounds
+
+    if snap.adds is None or snap.adds.num_rows == 0:
+        return data
+    jvm = spark._jvm
+    assert jvm is not None
+    return DataFrame(jvm.streampart.sqlserver.Pruning.prune(data._jdf, scan_bounds(snap.adds)), spark)
 
 
 def read_table(

@@ -96,7 +96,16 @@ def disk_path(path: str) -> str:
 
 def live_files(dt: Any) -> list[LiveFile]:
     """The files of the snapshot ``dt`` (a loaded DeltaTable), as its add actions list them."""
-    adds = pa.table(dt.get_add_actions(flatten=True))
+    return files_of_adds(add_actions(dt))
+
+
+def add_actions(dt: Any) -> pa.Table:
+    """The add actions of the snapshot ``dt``, flattened (``path``, ``num_records``, ``min.<col>``, …)."""
+    return pa.table(dt.get_add_actions(flatten=True))
+
+
+def files_of_adds(adds: pa.Table) -> list[LiveFile]:
+    """The files that ``adds`` (:func:`add_actions`) list."""
     if adds.num_rows == 0:
         return []
     pcol = next(c for c in adds.column_names if c.startswith("partition."))

@@ -210,3 +210,38 @@ def stats_by_path(files: Mapping[str, str], paths: Sequence[str]) -> dict[str, s
         if found and found != "{}":
             out[path] = found
     return out
+
+
+def scan_bounds(adds: pa.Table) -> str:
+    """What a Spark read of a snapshot prunes its files by (``streampart/java/Pruning.java``): the
+    files' names and rows, and each column's minimum, maximum and null count per file, as JSON, from
+    the snapshot's add actions (:func:`metastore.delta.files.add_actions`). Bounds are in the units
+    Spark holds values in: timestamps in microseconds, dates in days."""
+    names = [disk_path(p).rsplit("/", 1)[-1] for p in adds.column("path").to_pylist()]
+    rows = adds.column("num_records").to_pylist() if "num_records" in adds.column_names else []
+    columns: dict[str, dict[str, list[Any]]] = {}
+    for field in adds.schema:
+        if not field.name.startswith("null_count."):
+            continue
+        name = field.name.removeprefix("null_count.")
+        bounds: dict[str, list[Any]] = {"nulls": adds.column(field.name).to_pylist()}
+        for side in ("min", "max"):
+            key = f"{side}.{name}"
+            if key not in adds.column_names:
+                bounds[side] = [None] * adds.num_rows
+                continue
+            values = adds.column(key)
+            if pa.types.is_timestamp(values.type):
+                values = pc.cast(values, pa.timestamp("us", tz=values.type.tz)).cast(pa.int64())
+            elif pa.types.is_date(values.type):
+                values = pc.cast(values, pa.date32()).cast(pa.int32())
+            elif not (
+                pa.types.is_integer(values.type)
+                or pa.types.is_floating(values.type)
+                or pa.types.is_string(values.type)
+                or pa.types.is_large_string(values.type)
+            ):
+                values = pa.nulls(adds.num_rows)  # no order Spark and this share: never pruned by it
+            bounds[side] = values.to_pylist()
+        columns[name] = bounds
+    return json.dumps({"names": names, "rows": rows, "columns": columns}, allow_nan=False)
