@@ -415,7 +415,10 @@ def _append(
     if change is not None:
         metadata[SCHEMA_KEY] = change.key
     files = [f for m in active for f in plans[m]]
-    named = {f.path.rsplit("/", 1)[-1]: f.stats for m in active for f in m.item.chunk.files}
+    staged = {f.path.rsplit("/", 1)[-1]: f for m in active for f in m.item.chunk.files}
+    named = {name: f.stats for name, f in staged.items()}
+    # a placed file is its staged file under another name: the size the writer recorded
+    sizes = {path: staged[path.rsplit("/", 1)[-1]].bytes for path, _, _ in files}
     landing["maybe"] = True
     try:
         # fenced: written only while this process's commit-holder lease is live (checked last
@@ -428,6 +431,7 @@ def _append(
             fence=functools.partial(_require_live, active),
             schema_change=change.action if change is not None else None,
             ranges=stats_by_path(named, [path for path, _, _ in files]),
+            sizes=sizes,
         )
         if change is not None:
             crashpoint("chunk-evolving-after-delta-commit")

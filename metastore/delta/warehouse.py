@@ -197,6 +197,7 @@ class Warehouse:
         *,
         schema_change: dict[str, Any] | None = None,
         ranges: Mapping[str, str] | None = None,
+        sizes: Mapping[str, int] | None = None,
     ) -> int:
         """Append ``(path, partition, rows)`` files in one Delta commit after version ``read_version``.
 
@@ -209,6 +210,8 @@ class Warehouse:
         ``schema_change``: a ``metaData`` action (``metadata.metadata_action``) committed with the
         files, so they land with the columns they need; only on a table that takes plain appends.
         ``ranges``: the files' columns' statistics, by path (``metastore/delta/stats.py``).
+        ``sizes``: the files' sizes in bytes, by path, when the caller knows them (it wrote them):
+        a file not there is asked of the store (a HEAD in a bucket).
 
         Returns:
             The version of the new commit.
@@ -236,12 +239,16 @@ class Warehouse:
             if fence is not None:
                 fence()
             return self._transact(dt, table, actions, counted, "Delta commit", app_id)
+        now_ms = int(time.time() * 1000)
         with storage_errors(f"reading the files to commit to {table.name}"):
             entries = []
             for path, part, rows in files:
+                known = (sizes or {}).get(path)
+                if known is not None:  # its modification time: now (Delta's vacuum reads it as an age)
+                    entries.append((path, partition_value_text(part), rows, known, now_ms))
+                    continue
                 st = storage.stat(storage.join(table.location, path))
                 entries.append((path, partition_value_text(part), rows, st.size, st.mtime_ms))
-        now_ms = int(time.time() * 1000)
 
         def body(version: int) -> bytes:  # a keyed table's adds carry their arrival: the version
             arrival = version if table.keys is not None else None
