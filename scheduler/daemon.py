@@ -43,7 +43,7 @@ from scheduler.leadership import Leadership
 from scheduler.metrics import SchedulerMetrics
 from scheduler.replication_jobs import ReplicationJobs
 from scheduler.roll import owner_id
-from scheduler.roll_jobs import RollJobs
+from scheduler.roll_jobs import OPENER, RollJobs
 from scheduler.spark_compaction import SparkFactory
 
 log = logging.getLogger("streampart.scheduler")
@@ -104,6 +104,8 @@ class RollDaemon:
                 "default": ThreadPoolExecutor(self.config.workers),
                 # the heartbeat alone: it must never wait behind a long roll or housekeeping run
                 "control": ThreadPoolExecutor(1),
+                # the beginning of every due roll, at its due time: never behind the pool's rolls
+                OPENER: ThreadPoolExecutor(1),
                 "maintenance": ThreadPoolExecutor(2),
             },
         )

@@ -28,16 +28,23 @@ JOB: dict[str, Any] = {"misfire_grace_time": None, "coalesce": True, "max_instan
 
 
 def plan(
-    scheduler: Any, job: Callable[..., None], at: datetime, args: Sequence[Any], job_id: str, name: str
+    scheduler: Any,
+    job: Callable[..., None],
+    at: datetime,
+    args: Sequence[Any],
+    job_id: str,
+    name: str,
+    executor: str = "default",
 ) -> None:
-    """Have ``job(*args)`` run once at ``at`` on the worker pool as ``job_id`` (replacing its plan)."""
+    """Have ``job(*args)`` run once at ``at`` as ``job_id`` (replacing its plan), on the worker pool
+    or on another of the daemon's executors."""
     scheduler.add_job(
         job,
         DateTrigger(run_date=at, timezone=UTC),
         args=list(args),
         id=job_id,
         name=name,
-        executor="default",
+        executor=executor,
         replace_existing=True,
         **JOB,
     )

@@ -180,16 +180,30 @@ class Roller:
         """Begin and carry out the roll of one streaming partition; ``None`` if another roller has it."""
         if (home := self._home(table)) is not None:
             return home.roll_partition(table, partition, now)
-        next_value = next_partition_value(table, partition, now) if table.mode is Mode.ARRIVAL else None
         with commit_holder(self.catalog.store).holding(self.owner):  # renewed while we roll
+            roll = self.begin(table, partition, now)
+            if roll is None:
+                return None  # another roller began it
+            result = self.run(table, roll)
+        # the partition begin opened (the same function of the same arguments)
+        next_value = next_partition_value(table, partition, now) if table.mode is Mode.ARRIVAL else None
+        return RollResult(**{**result.__dict__, "next_partition": iso(next_value) if next_value else None})
+
+    def begin(self, table: Table, partition: Partition, now: datetime) -> Roll | None:
+        """Step 1 alone: in one metastore transaction the partition becomes ROLLING and (arrival mode)
+        the next one opens, so rows committed from now on go there; the roll, to carry out with
+        :meth:`run`, or None if another roller began it. The roll daemon begins every due roll at
+        once this way, and carries them out as its workers free up."""
+        if (home := self._home(table)) is not None:
+            return home.begin(table, partition, now)
+        next_value = next_partition_value(table, partition, now) if table.mode is Mode.ARRIVAL else None
+        with commit_holder(self.catalog.store).holding(self.owner):
             try:
-                roll = self.catalog.store.begin_roll(
+                return self.catalog.store.begin_roll(
                     partition, next_value, self.owner, self.config.lease, now=now, fence=self.fence
                 )
             except ConflictError:  # (a LeaseLostError, not a ConflictError, means we are no longer leader)
-                return None  # another roller began it
-            result = self.run(table, roll)
-        return RollResult(**{**result.__dict__, "next_partition": iso(next_value) if next_value else None})
+                return None
 
     def _step(self, name: str) -> None:
         """A step boundary of the roll: crash points (tests), then stop here if asked to."""

@@ -42,6 +42,10 @@ from scheduler.spark_compaction import SparkFactory
 
 log = logging.getLogger("streampart.scheduler")
 
+# The executor of the job that begins every roll due at one instant (``RollJobs.open_due``): a
+# thread of its own, so a partition closes on time however many rolls the pool is still carrying.
+OPENER = "opener"
+
 # Why 1 s: a roll job that finds its table's lock taken (another partition of the same table
 # is rolling) tries again this much later instead of holding a worker thread while it waits.
 TABLE_BUSY_RETRY = timedelta(seconds=1)
@@ -56,6 +60,10 @@ def backoff(config: SchedulerConfig, failures: int) -> timedelta:
     base = config.retry_base.total_seconds() * 2 ** min(failures - 1, 30)
     delay = min(config.retry_max.total_seconds(), base)
     return timedelta(seconds=delay * (1 + config.retry_jitter * random.random()))
+
+
+# A streaming partition to begin: its table, itself, and when it is due
+_Due = tuple[Table, Partition, datetime]
 
 
 @dataclass
@@ -94,6 +102,11 @@ class RollJobs:
     _failures: dict[int, int] = field(default_factory=dict, init=False)
     _retry_at: dict[int, datetime] = field(default_factory=dict, init=False)
     _known: dict[int, str] = field(default_factory=dict, init=False)
+    # Streaming partitions by (table id, value): the table, the partition and when it is due, as
+    # the last sync found them (open_due begins their rolls at that time)
+    _due: dict[tuple[int, datetime], _Due] = field(default_factory=dict, init=False)
+    # Rolls open_due began and no job has carried yet: roll id → when it began
+    _begun: dict[str, datetime] = field(default_factory=dict, init=False)
 
     # -- scheduling ------------------------------------------------------------------------
     def sync(self) -> None:
@@ -133,6 +146,11 @@ class RollJobs:
     def remove(self, table_id: int | None = None) -> None:
         """Drop the planned roll jobs (of one table): running ones stop at their next step."""
         remove_jobs(self.scheduler, "roll:" if table_id is None else f"roll:{table_id}:")
+        if table_id is None:  # no longer leading (or stopping): the next leader plans its own
+            remove_jobs(self.scheduler, "open:")
+            with self._lock:
+                self._due.clear()
+                self._begun.clear()
 
     def running(self) -> list[str]:
         """The ids of the roll jobs running now."""
@@ -169,6 +187,7 @@ class RollJobs:
         partitions = store.list_partitions(table.id, [PartitionState.STREAMING, PartitionState.ROLLING])
         rolls = {r.partition_id: r for r in store.list_rolls(table.id, unfinished=True)}
         wanted: dict[str, tuple[datetime, datetime]] = {}
+        due: dict[tuple[int, datetime], _Due] = {}
         for p in partitions:
             if p.state is PartitionState.ROLLING:
                 roll = rolls.get(p.id)
@@ -181,6 +200,7 @@ class RollJobs:
                 at = due_time(table, p)
                 if at >= NEVER:
                     continue  # nothing to plan (the scheduler cannot hold a job at year 9999)
+                due[(table.id, p.value)] = (table, p, at)
             retry = self._retry_at.get(table.id)
             if retry is not None and retry > at:
                 at = retry
@@ -189,6 +209,58 @@ class RollJobs:
         remove_jobs(self.scheduler, f"roll:{table.id}:", keep=wanted)
         for value, at in wanted.values():
             self._schedule(table.id, str(table.name), value, at)
+        with self._lock:
+            for key in [k for k in self._due if k[0] == table.id and k not in due]:
+                del self._due[key]
+            self._due.update(due)
+        for _, _, at in due.values():
+            self._plan_opening(at)
+
+    def _plan_opening(self, at: datetime) -> None:
+        """Have :meth:`open_due` run at ``at`` (one job for every roll due at that instant)."""
+        job_id = f"open:{iso(at)}"
+        if self.stopping() or self.scheduler.get_job(job_id) is not None:
+            return
+        plan(self.scheduler, self.open_due, at, [], job_id, f"begin the rolls due at {iso(at)}", OPENER)
+
+    def open_due(self) -> None:
+        """Begin the roll of every streaming partition due by now (step 1 alone: the partition
+        closes and, in arrival mode, the next opens, in one metastore transaction each), so that
+        each begins at its due time however many rolls the pool is carrying; each partition's own
+        job carries its roll out when a worker is free (:meth:`_roll`)."""
+        fence = self.fence()
+        if fence is None or self.stopping():
+            return
+        now = clock.now()
+        with self._lock:
+            due = [(k, v) for k, v in self._due.items() if v[2] <= now]
+            for key, _ in due:
+                del self._due[key]
+        for _, (table, partition, _) in sorted(due, key=lambda item: item[1][2]):
+            if self.fence() is None or self.stopping():
+                return
+            if self._retry_at.get(table.id) is not None:
+                continue  # a failing table: its own job begins it, after its backoff
+            roller = Roller(self.catalog, self.roll_config.renewed(), owner=self.owner, fence=fence)
+            try:
+                roll = roller.begin(table, partition, clock.now())
+            except LeaseLostError as exc:
+                self.step_down(str(exc))
+                return
+            except Exception as exc:  # its own job begins it (and reports what fails)
+                event(
+                    log,
+                    logging.WARNING,
+                    "roll.begin_failed",
+                    "could not begin a due roll; its job tries again",
+                    table=str(table.name),
+                    partition=iso(partition.value),
+                    error=str(exc),
+                )
+                continue
+            if roll is not None:
+                with self._lock:
+                    self._begun[roll.id] = roll.started_at
 
     def _schedule(self, table_id: int, name: str, value: datetime, at: datetime) -> None:
         """Have the partition's job run at ``at`` (replacing its earlier plan).
@@ -217,6 +289,8 @@ class RollJobs:
         with self._lock:
             self._failures.pop(table_id, None)
             self._retry_at.pop(table_id, None)
+            for key in [k for k in self._due if k[0] == table_id]:
+                del self._due[key]
 
     def table_lock(self, table_id: int) -> threading.Lock:
         with self._lock:
@@ -308,7 +382,11 @@ class RollJobs:
         if roll is None:
             return None
         attempt.roll_id = roll.id
-        return roller.run(attempt.table, roll, resumed=True)
+        with self._lock:
+            begun = self._begun.pop(roll.id, None)
+        if begun is not None:  # begun on time by open_due: carried out now, not resumed
+            attempt.resumed, attempt.started = False, begun
+        return roller.run(attempt.table, roll, resumed=attempt.resumed)
 
     def _roll_of(self, partition: Partition) -> Roll | None:
         rolls = self.catalog.store.list_rolls(partition.table_id, unfinished=True)

@@ -279,3 +279,35 @@ def test_the_heartbeat_extends_its_rolls_and_copies_leases_in_one_transaction(ca
     daemon._heartbeat()  # and when the metastore answers, both are extended again
     assert catalog.store.get_roll(roll.id).lease_until > roll.lease_until
     daemon.leadership.release()
+
+
+@SQLITE_ONLY
+def test_every_due_roll_begins_at_once_while_one_worker_carries_them_out_in_turn(
+    catalog, monkeypatch
+) -> None:
+    """Four tables due at one instant, one worker, each roll held 1.5 s after its seal: every
+    partition closes (its roll begins, the next partition opens) before the first roll is done,
+    and each roll is then carried out whole, none counted as resumed."""
+    tables = [make_table(catalog, f"ns.t{k}", roll_every="3s") for k in range(4)]
+    for table in tables:
+        ChunkWriter(catalog, table).write(records(range(5)), Format.JSONL)
+    first = {t.id: catalog.store.streaming_partition(t.id) for t in tables}
+    monkeypatch.setenv("STREAMPART_PAUSEPOINT", "roll-after-seal:1.5")
+    with running(catalog, fast_config(workers=1)):
+        wait_for(
+            lambda: all(
+                catalog.store.get_partition(t.id, first[t.id].value).state is PartitionState.STANDARD
+                for t in tables
+            ),
+            "the first partition of every table rolled",
+            timeout=60,
+        )
+    rolls = [
+        next(r for r in catalog.store.list_rolls(t.id) if r.partition_value == first[t.id].value)
+        for t in tables
+    ]
+    assert max(r.started_at for r in rolls) < min(r.finished_at for r in rolls), rolls
+    for table in tables:
+        done = _attempts(catalog, table, RollOutcome.DONE)
+        assert done and not any(a.resumed for a in done if a.partition_value == first[table.id].value)
+        assert standard(catalog, table)[0].rows == 5
