@@ -319,6 +319,8 @@ def test_a_daemon_process_expires_while_writer_processes_commit_and_a_delete_pro
             held = before_expiry.setdefault(v, ids_by_partition(table, v)).get(value, [])
             gone = i in deleted and v >= done["version"]
             assert (i in held) != gone, f"row {i} of expired partition {iso(value)} at version {v}"
+        elif p.state is PartitionState.EXPIRING and value not in current:
+            continue  # the daemon stopped between its expiry's commit and its record: gone, as planned
         else:
             assert (i in current.get(value, [])) != (i in deleted), f"row {i} lost or come back"
     assert [p for p in check_table(catalog, table) if p.severity == "error"] == []
