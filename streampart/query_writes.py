@@ -308,7 +308,10 @@ def table_spec(
         "dead_letter": lambda v: _flag(v, "dead_letter"),
         "schema_evolution": lambda v: _choice(SchemaEvolution, v, "schema_evolution"),
         "max_new_columns": lambda v: _count(v, "max_new_columns"),
-        "cluster_by": lambda v: parse_cluster_by(v, "TBLPROPERTIES 'cluster_by'"),
+        # checked against the result's columns, named as the statement names it
+        "cluster_by": lambda v: check_cluster_by(
+            parse_cluster_by(v, "TBLPROPERTIES 'cluster_by'"), columns, "TBLPROPERTIES 'cluster_by'"
+        ),
     }
     options = {
         key: parse.get(key, lambda v, key=key: parse_duration(v, f"TBLPROPERTIES {key!r}"))(value)
@@ -316,8 +319,6 @@ def table_spec(
         if key != "time_column" and key not in KEY_PROPERTIES
     }
     keys = keys_from_options(*(given.get(k) for k in KEY_PROPERTIES), flag="TBLPROPERTIES '{}'")
-    if "cluster_by" in options:  # named as the statement names it
-        options["cluster_by"] = check_cluster_by(options["cluster_by"], columns, "TBLPROPERTIES 'cluster_by'")
     spec = TableSpec(
         name=name, columns=tuple(columns), time_column=time_column, cluster=cluster, keys=keys, **options
     )
