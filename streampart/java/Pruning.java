@@ -223,18 +223,15 @@ public final class Pruning {
 
     /** {@code a <op> v} (or {@code v <op> a}, {@code flipped}) may hold in the file. */
     private static boolean compare(BinaryComparison cmp, Attribute a, Object v, Stats s, boolean flipped) {
-        Bound b = s.columns().get(a.name().toLowerCase(Locale.ROOT));
-        if (b == null || v == null) {
-            return true;
+        int[] span = span(a, v, s);
+        if (span == null) {
+            return true;  // nothing known: it may
         }
-        if (b.min() == null || b.max() == null) {
-            return !allNull(b, s);
+        if (span == NO_ROW) {
+            return false;  // every value null: no comparison holds
         }
-        Integer low = order(b.min(), v);
-        Integer high = order(b.max(), v);
-        if (low == null || high == null) {
-            return true;
-        }
+        int low = span[0];
+        int high = span[1];
         if (cmp instanceof EqualTo || cmp instanceof EqualNullSafe) {
             return low <= 0 && high >= 0;
         }
@@ -264,17 +261,31 @@ public final class Pruning {
         return true;
     }
 
+    /** {@code a = v} may hold in the file. */
     private static boolean within(Attribute a, Object v, Stats s) {
+        int[] span = span(a, v, s);
+        return span == null || (span != NO_ROW && span[0] <= 0 && span[1] >= 0);
+    }
+
+    /** The span's answer when every value of the column is null: no comparison holds. */
+    private static final int[] NO_ROW = new int[0];
+
+    /**
+     * How the column's minimum and maximum order against {@code v}: {@code {min vs v, max vs v}};
+     * {@link #NO_ROW} if every value is null; null if nothing is known (no bound, no literal, or
+     * values this cannot compare): the file may hold anything.
+     */
+    private static int[] span(Attribute a, Object v, Stats s) {
         Bound b = s.columns().get(a.name().toLowerCase(Locale.ROOT));
         if (b == null || v == null) {
-            return true;
+            return null;
         }
         if (b.min() == null || b.max() == null) {
-            return !allNull(b, s);
+            return allNull(b, s) ? NO_ROW : null;
         }
         Integer low = order(b.min(), v);
         Integer high = order(b.max(), v);
-        return low == null || high == null || (low <= 0 && high >= 0);
+        return low == null || high == null ? null : new int[] {low, high};
     }
 
     private static boolean allNull(Bound b, Stats s) {

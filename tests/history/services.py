@@ -101,6 +101,12 @@ class Daemons:
             if proc.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
                     proc.send_signal(signal.SIGCONT)
+        # a daemon paused while Python itself started (before any code of streampart's can take
+        # SIGTERM) is let run on a moment first: stopped there, the signal kills it (-15)
+        time.sleep(2)
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
                     proc.send_signal(signal.SIGTERM)
         out = {}
         for slot, proc in self.procs.items():

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -171,3 +172,9 @@ def test_sigterm_while_the_daemon_starts_exits_cleanly(catalog, tmp_path) -> Non
     finally:
         if proc.poll() is None:
             proc.kill()
+    # … and stopped earlier still, while its command line loads (before any command code runs)
+    for after in (0.1, 0.5):
+        proc = start_daemon(catalog, log)
+        time.sleep(after)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0, (after, _log(log))
