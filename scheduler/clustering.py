@@ -32,6 +32,12 @@ RANGES = 1 << BITS
 SAMPLE_ROWS = 100_000
 
 
+def rows_per_file(target_size: int, rows: int, size: int) -> int:
+    """How many rows make a file of about ``target_size`` bytes, when ``rows`` rows took ``size`` bytes
+    in their source files (a clustered file's rows are cut by count, not by bytes written)."""
+    return max(1, math.ceil(target_size * rows / max(1, size)))
+
+
 def order(data: pa.Table, names: Sequence[str]) -> tuple[pa.Table, np.ndarray | None]:
     """``data``'s rows in clustering order by ``names`` (sorted by one; Z-ordered by several), with
     each row's Z-value in that order (None for one column)."""

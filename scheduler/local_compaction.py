@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import math
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -26,7 +25,7 @@ from metastore.delta.files import LiveFile
 from metastore.delta.layout import partition_dir
 from metastore.delta.stats import Ranges
 from metastore.models import Column, Table
-from scheduler.clustering import order, pieces
+from scheduler.clustering import order, pieces, rows_per_file
 from scheduler.errors import RollFailedError
 
 # How the local engine writes a standard partition's files. Why 1 Mi rows a row group (pyarrow's
@@ -143,7 +142,7 @@ class CompactedFiles:
             return
         rows, z = order(pa.concat_tables(self._run), self._cluster_by)
         self._run.clear()
-        per_file = max(1, math.ceil(self._target_size * self._run_rows / max(1, self._run_source)))
+        per_file = rows_per_file(self._target_size, self._run_rows, self._run_source)
         self._run_rows = self._run_bytes_held = self._run_source = 0
         for start, end in pieces(rows.num_rows, per_file, z, len(self._cluster_by)):
             piece = rows.slice(start, end - start)

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import math
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -55,6 +54,7 @@ from metastore.models import (
     saturating_add,
 )
 from metastore.progress import Progress
+from scheduler.clustering import rows_per_file
 from scheduler.compacted_names import compacted_name, compacted_version
 from scheduler.config import RollConfig
 from scheduler.errors import RollAbandonedError, RollBusyError, RollFailedError
@@ -417,8 +417,8 @@ class Roller:
         file_rows = KEYED_FILE_ROWS
         if table.cluster_by:  # files of about the target size, as an unkeyed clustered table's
             mine = [f for f in every if f.partition == value]
-            per_byte = sum(f.rows for f in mine) / max(1, sum(f.size for f in mine))
-            file_rows = min(KEYED_FILE_ROWS, max(1, math.ceil(self.config.target_file_size * per_byte)))
+            rows, size = sum(f.rows for f in mine), sum(f.size for f in mine)
+            file_rows = min(KEYED_FILE_ROWS, rows_per_file(self.config.target_file_size, rows, size))
         sweep = keyed_sweep(
             table,
             columns,

@@ -99,7 +99,7 @@ def compact_with_spark(
                 frame = spark_clustered(frame, cluster_by, sum(f.rows for f in files), count)
             else:
                 frame = frame.coalesce(count)
-            (frame.write.mode("errorifexists").option("compression", "snappy").parquet(str(scratch)))
+            frame.write.mode("errorifexists").option("compression", "snappy").parquet(str(scratch))
         crashpoint("roll-spark-after-write")
         written = sorted(
             p for p in scratch.iterdir() if p.name.startswith("part-") and p.name.endswith(".parquet")
