@@ -16,15 +16,15 @@ from fastapi import APIRouter, Response
 from ingest.api.auth import Principal
 from ingest.api.deps import Caller, State
 from ingest.api.errors import ApiError, blame
-from ingest.api.models import (
+from ingest.api.federation_models import (
     AddMetastore,
     AlterMetastore,
     MetastoreInfo,
     RouteInfo,
     RouteNamespace,
     RoutesInfo,
-    error_responses,
 )
+from ingest.api.models import error_responses
 from metastore.catalog.federation import metastore_info
 from metastore.models import Permission
 from metastore.namespaces import check_namespace
