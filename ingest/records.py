@@ -1,5 +1,7 @@
 """Records checked against a table's schema: each value converted to its column's type, or a bad record.
 
+Each field's conversion to its column's type: ``ingest/conversions.py``.
+
 :class:`RecordValidator` turns records (mappings of column → value, from any format) into Arrow
 columns of the table's schema; a record that cannot be written yields a :class:`BadRecord`
 naming its position (line or row number, 1-based) and the fault, so the caller can fail the
@@ -11,19 +13,17 @@ where it does not. The formats that produce the records: ``ingest/formats.py``.
 from __future__ import annotations
 
 import json
-import math
-import re
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, date, datetime
-from decimal import ROUND_HALF_EVEN, Context, Decimal, InvalidOperation
+from datetime import datetime
 from typing import Any
 
 import pyarrow as pa
 
+from ingest.conversions import FieldError, byte_size, converter
 from ingest.errors import MalformedChunkError
-from ingest.evolution import INT_RANGES, ExtraFields, NewFields, widened_type
+from ingest.evolution import ExtraFields, NewFields, widened_type
 from ingest.keys import op_refusal, ops_valid
 from metastore.delta.arrow import arrow_type, data_schema
 from metastore.models import Column, Keys, SchemaEvolution, iso, widening_refusal
@@ -59,169 +59,6 @@ class Parsed:
             return ()
         known = {c.name for c in table_columns}
         return tuple(c for c in self.columns if c.name not in known)
-
-
-class _FieldError(ValueError):
-    pass
-
-
-def _to_int(kind: str) -> Callable[[Any], int]:
-    lo, hi = INT_RANGES[kind]
-
-    def convert(v: Any) -> int:
-        if isinstance(v, bool):
-            raise _FieldError(f"expected an integer, got {json.dumps(v)}")
-        if isinstance(v, float):
-            if not v.is_integer():
-                raise _FieldError(f"expected an integer, got {v!r}")
-            v = int(v)
-        elif isinstance(v, str):
-            try:
-                v = int(v.strip())
-            except ValueError:
-                raise _FieldError(f"expected an integer, got {v!r}") from None
-        elif not isinstance(v, int):
-            raise _FieldError(f"expected an integer, got {type(v).__name__}")
-        if not lo <= v <= hi:
-            raise _FieldError(f"{v} is out of range for {kind}")
-        return v
-
-    return convert
-
-
-def _to_float(v: Any) -> float:
-    if isinstance(v, bool):
-        raise _FieldError(f"expected a number, got {json.dumps(v)}")
-    if isinstance(v, int | float):
-        return float(v)
-    if isinstance(v, str):
-        try:
-            return float(v)
-        except ValueError:
-            raise _FieldError(f"expected a number, got {v!r}") from None
-    raise _FieldError(f"expected a number, got {type(v).__name__}")
-
-
-def _to_bool(v: Any) -> bool:
-    if isinstance(v, bool):
-        return v
-    if isinstance(v, str) and v.strip().lower() in ("true", "false"):
-        return v.strip().lower() == "true"
-    raise _FieldError(f"expected true or false, got {v!r}")
-
-
-def _to_str(v: Any) -> str:
-    if isinstance(v, str):
-        return v
-    if isinstance(v, int | float) and not isinstance(v, bool):
-        return json.dumps(v)
-    raise _FieldError(f"expected a string, got {type(v).__name__}")
-
-
-def _to_binary(v: Any) -> bytes:
-    if isinstance(v, bytes):
-        return v
-    if isinstance(v, str):
-        return v.encode()
-    raise _FieldError(f"expected a string, got {type(v).__name__}")
-
-
-def _to_timestamp(v: Any) -> datetime:
-    if isinstance(v, datetime):
-        return v if v.tzinfo else v.replace(tzinfo=UTC)
-    if isinstance(v, int | float) and not isinstance(v, bool):
-        if not math.isfinite(v):
-            raise _FieldError(f"{v!r} is not a time")
-        return datetime.fromtimestamp(v, UTC)
-    if isinstance(v, str):
-        try:
-            ts = datetime.fromisoformat(v.strip().replace("Z", "+00:00"))
-        except ValueError:
-            if _JSON_NUMBER.fullmatch(v.strip()):  # epoch seconds as text (CSV): as a JSON number
-                return _to_timestamp(json.loads(v))
-            raise _FieldError(f"expected an ISO-8601 timestamp, got {v!r}") from None
-        return ts if ts.tzinfo else ts.replace(tzinfo=UTC)
-    raise _FieldError(f"expected an ISO-8601 timestamp, got {type(v).__name__}")
-
-
-_JSON_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
-
-
-def _to_date(v: Any) -> date:
-    if isinstance(v, date) and not isinstance(v, datetime):
-        return v
-    if isinstance(v, str):
-        try:
-            return date.fromisoformat(v.strip())
-        except ValueError:
-            raise _FieldError(f"expected an ISO-8601 date, got {v!r}") from None
-    raise _FieldError(f"expected an ISO-8601 date, got {type(v).__name__}")
-
-
-# Quantizing needs the digits of DECIMAL(38,s), not the default context's 28.
-_DECIMAL_CONTEXT = Context(prec=38, rounding=ROUND_HALF_EVEN)
-
-
-def _to_decimal(
-    precision: int, scale: int, rounded: Callable[[], None] | None = None
-) -> Callable[[Any], Decimal]:
-    """Values as DECIMAL(precision, scale): more decimals than ``scale`` are rounded half to even
-    (as Spark's cast does), and ``rounded`` is called for each value whose value that changed."""
-    quantum = Decimal(1).scaleb(-scale)
-
-    def convert(v: Any) -> Decimal:
-        if isinstance(v, bool) or not isinstance(v, int | float | str | Decimal):
-            raise _FieldError(f"expected a decimal number, got {type(v).__name__}")
-        try:
-            d = Decimal(str(v))
-        except InvalidOperation:
-            raise _FieldError(f"expected a decimal number, got {v!r}") from None
-        if not d.is_finite():
-            raise _FieldError(f"expected a finite decimal number, got {v!r}")
-        try:
-            q = d.quantize(quantum, context=_DECIMAL_CONTEXT)
-        except InvalidOperation:  # more digits than any decimal holds
-            raise _FieldError(f"{v} does not fit DECIMAL({precision},{scale})") from None
-        if len(q.as_tuple().digits) > precision:
-            raise _FieldError(f"{v} does not fit DECIMAL({precision},{scale})")
-        if rounded is not None and q != d:
-            rounded()
-        return q
-
-    return convert
-
-
-def converter(column: Column, rounded: Callable[[], None] | None = None) -> Callable[[Any], Any]:
-    """The function that checks and converts a value for ``column`` (``rounded``: see _to_decimal)."""
-    t = column.type
-    if t in INT_RANGES:
-        return _to_int(t)
-    if t.startswith("decimal("):
-        p, sc = t[len("decimal(") : -1].split(",")
-        return _to_decimal(int(p), int(sc), rounded)
-    return {
-        "float": _to_float,
-        "double": _to_float,
-        "boolean": _to_bool,
-        "string": _to_str,
-        "binary": _to_binary,
-        "timestamp": _to_timestamp,
-        "date": _to_date,
-    }[t]
-
-
-def _byte_size(value: Any) -> int:
-    """UTF-8 size of a string or binary value (0 for other values)."""
-    if isinstance(value, bytes):
-        return len(value)
-    if isinstance(value, str):
-        if value.isascii():  # one byte per character, without encoding a copy
-            return len(value)
-        try:
-            return len(value.encode("utf-8"))
-        except UnicodeEncodeError as exc:  # a lone surrogate, e.g. from a JSON "\ud800" escape
-            raise _FieldError(f"not valid Unicode: unpaired surrogate at character {exc.start + 1}") from None
-    return 0
 
 
 @dataclass(frozen=True)
@@ -373,14 +210,14 @@ class RecordValidator:
             try:
                 try:
                     value = conv(v)
-                except _FieldError:
+                except FieldError:
                     widened = self._widening(col, v)
                     if widened is None:
                         raise
                     value = converter(widened, self._rounding(col.name))(v)
                     wider.append((i, widened.type))
-                size = _byte_size(value)
-            except _FieldError as exc:
+                size = byte_size(value)
+            except FieldError as exc:
                 self.bad.append(BadRecord(position, f"column {col.name!r}: {exc}", raw))
                 return
             except (OverflowError, OSError, ValueError) as exc:
@@ -469,8 +306,8 @@ class RecordValidator:
             for index, value in self._extra.values.get(column.name, {}).items():
                 try:
                     values[index] = convert(value)
-                    size = _byte_size(values[index])
-                except (_FieldError, OverflowError, ValueError) as exc:
+                    size = byte_size(values[index])
+                except (FieldError, OverflowError, ValueError) as exc:
                     reason = f"column {column.name!r} (new): {exc}"
                 else:
                     if size <= self._max:
