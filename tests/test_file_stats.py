@@ -92,3 +92,26 @@ def test_chunk_commits_and_rolls_give_every_file_its_bounds_and_readers_skip_by_
     [stats] = live_stats(table.location).values()
     assert (stats["minValues"]["id"], stats["maxValues"]["id"]) == (10, 404)
     assert "msg" in stats["minValues"] and "score" not in stats["minValues"]  # its NaN stayed
+
+
+def test_a_delete_reads_only_the_files_whose_bounds_may_hold_a_match(catalog) -> None:
+    table = make_table(catalog, schema=SCHEMA)
+    writer = ChunkWriter(catalog, table)
+    for k in range(6):
+        writer.write(rows(k * 100, 20), Format.JSONL, key=f"c{k}")  # ids k*100 … +19; no msg where i%3==0
+
+    def dry(where: str) -> tuple[int, int]:
+        [result] = Deleter(catalog).delete(table, where, dry_run=True)
+        return result.files_read, result.rows
+
+    assert dry("id = 205") == (1, 1)
+    assert dry("id IN (5, 519)") == (2, 2)
+    assert dry("ts > TIMESTAMP '2026-11-21 10:20:06'") == (3, 14 + 20 + 20)  # ids 306 … and the two after
+    assert dry("id IS NULL") == (0, 0)  # no file holds a null id
+    nulls = sum(1 for k in range(6) for i in range(k * 100, k * 100 + 20) if i % 3 == 0)
+    assert dry("id = 205 OR msg IS NULL") == (6, 1 + nulls)  # every file holds a null msg: all read
+
+    [done] = Deleter(catalog).delete(table, "id = 205")
+    assert (done.files_read, done.rows, done.files_removed) == (1, 1, 1)
+    ids = deltalake.DeltaTable(table.location).to_pyarrow_table(columns=["id"]).column("id").to_pylist()
+    assert sorted(ids) == [i for k in range(6) for i in range(k * 100, k * 100 + 20) if i != 205]

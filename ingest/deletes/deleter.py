@@ -16,9 +16,11 @@ without it (``dataChange=true``). Its steps, recorded in ``sp_deletes`` (``metas
    with one line if it does not finish. An expiring partition's files are rewritten like a standard
    one's (its rows are in the snapshot until the expiry's commit removes them): never skipped.
 4. ``commit`` the removes and the rewritten files, at most once (app transaction
-   ``streampart.delete/<id>``). Delta refuses it when a concurrent commit removed one of the same
-   files (a roll's sweep, an expiry, a seal since the plan): then the delete plans again on the
-   newer snapshot. Chunk appends never conflict with it.
+   ``streampart.delete/<id>``). It is refused when a commit since the plan removed one of the same
+   files (a roll's sweep, an expiry) or changed the metadata (a seal): then the delete plans again
+   on the newer snapshot. That check is ours (``Warehouse.replace_files(checked=True)``): delta-rs
+   lets a remove through when the concurrent one had ``dataChange=false``, as a sweep's has. Chunk
+   appends never conflict with it.
 5. ``finish``: the rewritten standard partitions counted anew (and their ``_SUCCESS``), the bytes it
    freed in streaming partitions taken off the quota ledger.
 
@@ -63,6 +65,7 @@ from metastore.delta.files import (
 from metastore.delta.layout import parse_partition_value
 from metastore.delta.log import DELETE_KEY, DELETED_KEY, commit_actions
 from metastore.delta.staging import files as staged_files
+from metastore.delta.stats import file_bounds
 from metastore.errors import (
     ConflictError,
     DeleteBusyError,
@@ -234,7 +237,7 @@ class Deleter:
     def _dry_run(self, table: Table, predicate: Predicate) -> DeleteResult:
         dt = self.catalog.load(table)
         states = {p.value: p.state for p in self.catalog.partitions(table)}
-        files, _ = candidates(table, predicate, live_files(dt), states)
+        files, _ = candidates(table, predicate, live_files(dt), states, file_bounds(dt, predicate.columns))
         plan = rewrite(table, predicate, files, "", int(dt.version()), "", dry_run=True)
         return self._result(table, predicate.text, plan, dry_run=True)
 
@@ -328,7 +331,8 @@ class Deleter:
                     )
                 return Plan(delete.read_version or -1), found
             states = {p.value: p.state for p in store.list_partitions(table.id)}  # after the snapshot
-            files, rolling = candidates(table, predicate, live_files(dt), states)
+            bounds = file_bounds(dt, predicate.columns)  # files whose statistics rule it out are not read
+            files, rolling = candidates(table, predicate, live_files(dt), states, bounds)
             if rolling:
                 if time.monotonic() - waited_since > self.roll_wait_s:
                     raise DeleteBusyError(
@@ -363,6 +367,7 @@ class Deleter:
                     data_change=True,
                     app_id=delete_app_id(delete.id),
                     ranges=plan.ranges,
+                    checked=True,  # (delta-rs lets it past a sweep of the same files)
                 )
                 return plan, landed
             except ConflictError:

@@ -24,6 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -72,20 +73,52 @@ class Plan:
 
 
 def candidates(
-    table: Table, predicate: Predicate, files: Iterable[LiveFile], states: Mapping[datetime, PartitionState]
+    table: Table,
+    predicate: Predicate,
+    files: Iterable[LiveFile],
+    states: Mapping[datetime, PartitionState],
+    bounds: Bounds | None = None,
 ) -> tuple[list[LiveFile], list[datetime]]:
     """The files a delete must read, and the rolling partitions among theirs: every live file whose
     partition may hold a match, whatever the partition's state (never skipped by it: a delete that
-    skipped expiring partitions reported success while readers still saw their matches)."""
-    out, rolling = [], set()
-    for f in files:
-        state = states.get(f.partition)
-        if not predicate.partition_may_match({table.partition_column: f.partition}):
-            continue
-        if state is PartitionState.ROLLING:
-            rolling.add(f.partition)
-        out.append(f)
-    return out, sorted(rolling)
+    skipped expiring partitions reported success while readers still saw their matches), and whose
+    statistics (``bounds``: path → column → (min, max), :func:`metastore.delta.stats.file_bounds`)
+    do not rule a match out."""
+    kept = [f for f in files if predicate.partition_may_match({table.partition_column: f.partition})]
+    if bounds:
+        kept = _within_bounds(table, predicate, kept, bounds)
+    rolling = {f.partition for f in kept if states.get(f.partition) is PartitionState.ROLLING}
+    return kept, sorted(rolling)
+
+
+Bounds = Mapping[str, Mapping[str, tuple[Any, Any]]]  # path → column → (min, max) of every row
+
+
+def _within_bounds(
+    table: Table, predicate: Predicate, files: list[LiveFile], bounds: Bounds
+) -> list[LiveFile]:
+    """The ``files`` whose bounds may hold a row the predicate matches. Each file is an Arrow dataset
+    fragment (never opened) whose partition expression says what its statistics promise of every
+    row (``min <= column <= max``, for columns without nulls); Arrow's own simplification of the
+    predicate under that promise leaves out the files it rules out."""
+    types = _named(table, predicate)
+    fmt, nowhere = ds.ParquetFileFormat(), pafs.LocalFileSystem()
+    fragments = []
+    for k, f in enumerate(files):
+        promise = pc.field(table.partition_column) == pa.scalar(f.partition, _PERIOD)
+        for name, (low, high) in bounds.get(f.path, {}).items():
+            kind = types.get(name)
+            if kind is None or name == table.partition_column:
+                continue
+            try:
+                low_s, high_s = pa.scalar(low, kind), pa.scalar(high, kind)
+            except (pa.ArrowException, TypeError, ValueError, OverflowError):
+                continue  # a bound this column's type cannot hold (the column changed): no promise
+            promise = promise & (pc.field(name) >= low_s) & (pc.field(name) <= high_s)
+        fragments.append(fmt.make_fragment(f"/{k}", nowhere, partition_expression=promise))
+    dataset = ds.FileSystemDataset(fragments, pa.schema(list(types.items())), fmt, nowhere)
+    kept = {int(fragment.path[1:]) for fragment in dataset.get_fragments(filter=predicate.matches)}
+    return [f for k, f in enumerate(files) if k in kept]
 
 
 def _view(table: Table, predicate: Predicate, f: LiveFile, data: pa.Table) -> pa.Table:

@@ -2,8 +2,9 @@
 
 Every file streampart adds to a table's log carries them, for every column whose values Delta
 readers compare (:func:`ranges_stats`): a reader with a filter that reads them (delta-rs'
-``to_pyarrow_dataset``) skips the files whose ranges cannot match it. A keyed table's roll finds
-the files that may hold older versions of its keys by them too (``scheduler/keyed_rolls.py``).
+``to_pyarrow_dataset``; a delete by predicate, ``ingest/deletes/plan.py``) skips the files whose
+ranges cannot match it. A keyed table's roll finds the files that may hold older versions of its
+keys by them too (``scheduler/keyed_rolls.py``).
 
 A bound is only ever written where every reader takes it as one: integers, dates and strings of at
 most :data:`MAX_TEXT` characters exactly; timestamps to the millisecond Delta keeps, the minimum
@@ -17,7 +18,7 @@ Spark roll engine's), from its Parquet footer (:meth:`Ranges.add_footer`).
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import date, datetime, timedelta
 from typing import Any
 
@@ -187,6 +188,28 @@ def key_ranges(dt: Any, names: Sequence[str]) -> dict[str, list[tuple[Any, Any]]
         pairs = [(lows[i], highs[i]) for lows, highs in bounds]
         if all(lo is not None and hi is not None for lo, hi in pairs):
             out[path] = pairs
+    return out
+
+
+def file_bounds(dt: Any, names: Iterable[str]) -> dict[str, dict[str, tuple[Any, Any]]]:
+    """Each live file of the snapshot ``dt`` (its path, as on disk) → the (min, max) of each column
+    among ``names`` that its add gives a range for and counts no null in: every row's value lies
+    within them. A file or column without them is left out (it may hold anything)."""
+    adds = pa.table(dt.get_add_actions(flatten=True))
+    if adds.num_rows == 0:
+        return {}
+    have = set(adds.column_names)
+    ranged = [n for n in names if {f"min.{n}", f"max.{n}", f"null_count.{n}"} <= have]
+    out: dict[str, dict[str, tuple[Any, Any]]] = {}
+    if not ranged:
+        return out
+    paths = [disk_path(p) for p in adds.column("path").to_pylist()]
+    for n in ranged:
+        lows, highs = adds.column(f"min.{n}").to_pylist(), adds.column(f"max.{n}").to_pylist()
+        nulls = adds.column(f"null_count.{n}").to_pylist()
+        for path, low, high, null in zip(paths, lows, highs, nulls, strict=True):
+            if low is not None and high is not None and null == 0:
+                out.setdefault(path, {})[n] = (low, high)
     return out
 
 

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 from metastore import clock, storage
 from metastore.delta import append
@@ -36,9 +37,11 @@ from metastore.delta.log import (
     ROLL_KEY,
     SCHEMA_KEY,
     SEAL_PROPERTY,
+    commit_actions,
     commit_chunks,
     commit_info,
     delta_table,
+    newest_version,
 )
 from metastore.delta.stats import stats_json
 from metastore.errors import CommitStateUnknownError, ConflictError, UserInputError
@@ -388,11 +391,14 @@ class Warehouse:
         app_id: str | None = None,
         txns: Sequence[tuple[str, int]] = (),
         ranges: Mapping[str, str] | None = None,
+        checked: bool = False,
     ) -> int:
         """Swap files in one commit: without changing data (``dataChange=false``), the sweep; with
         ``data_change``, a delete's rewrite (at most once with its ``app_id``), or a secondary's copy
         of a partition a delete rewrote (``txns``: its app transaction at the copy's generation).
-        ``ranges``: the added files' columns' statistics, by path (``metastore/delta/stats.py``)."""
+        ``ranges``: the added files' columns' statistics, by path (``metastore/delta/stats.py``).
+        ``checked``: refused (ConflictError) if a commit since ``dt``'s snapshot removed one of
+        ``removes`` in any way (:meth:`_transact_checked`); a delete's rewrite."""
         from deltalake.transaction import RemoveAction
 
         now_ms = int(clock.now().timestamp() * 1000)
@@ -409,7 +415,54 @@ class Warehouse:
         actions += [self._add_action(table, p, part, rows, data_change, ranges) for p, part, rows in adds]
         counted = {**metadata, ACTIONS_KEY: str(len(actions))}
         what = "delete commit" if data_change else "sweep commit"
+        if checked:
+            return self._transact_checked(
+                dt, table, actions, counted, what, app_id, {f.path for f in removes}
+            )
         return self._transact(dt, table, actions, counted, what, app_id, txns)
+
+    def _transact_checked(
+        self,
+        dt: Any,
+        table: Table,
+        actions: list[Any],
+        metadata: dict[str, str],
+        what: str,
+        app_id: str | None,
+        removed: set[str],
+    ) -> int:
+        """:meth:`_transact` with the conflict check done here. delta-rs lets a commit remove a file
+        that a concurrent commit removed with ``dataChange=false`` (a roll's sweep, which put the
+        file's rows into another file): a delete planned before a sweep then committed, and the
+        rows it deleted stayed in the sweep's file. So every commit after ``dt``'s snapshot is read
+        here: one that removed a file of ``removed``, changed the metadata (a seal) or carries
+        ``app_id`` refuses the commit (ConflictError: plan again); else ``dt`` is brought up to it
+        and the commit goes to the very next version, with delta-rs' retries off (another commit
+        got in first: check that one too)."""
+        read = int(dt.version())
+        for _ in range(MAX_COMMIT_RETRIES):
+            newest = newest_version(table, read)
+            if newest is None:
+                newest = int(self.load(table).version())
+            for version in range(read + 1, newest + 1):
+                for action in commit_actions(table, version) or []:
+                    gone = unquote(
+                        (action.get("remove") or {}).get("path") or ""
+                    )  # (the log's are URL-encoded)
+                    txn = (action.get("txn") or {}).get("appId")
+                    if gone in removed or "metaData" in action or (app_id and txn == app_id):
+                        raise ConflictError(
+                            f"{what} to {table.name}: version {version} changed what it was planned on"
+                        )
+            if newest != read:
+                with log_errors(table):
+                    dt.load_as_version(newest)
+                read = newest
+            try:
+                return self._transact(dt, table, actions, metadata, what, app_id, retries=0)
+            except ConflictError:
+                continue  # a commit took the next version first
+        raise ConflictError(f"{what} to {table.name}: other commits kept taking the next version")
 
     def remove_partitions(
         self,
@@ -446,9 +499,11 @@ class Warehouse:
         what: str,
         app_id: str | None = None,
         txns: Sequence[tuple[str, int]] = (),
+        retries: int = MAX_COMMIT_RETRIES,
     ) -> int:
         """Commit ``actions`` on top of ``dt``'s snapshot (errors as ``errors.commit_errors`` says),
-        with the app transaction ``app_id`` at version 1 and ``txns`` (id, version) if given."""
+        with the app transaction ``app_id`` at version 1 and ``txns`` (id, version) if given;
+        ``retries``: delta-rs' (0: only at the version after the snapshot)."""
         from deltalake.transaction import CommitProperties, Transaction
 
         read_version = int(dt.version())
@@ -465,7 +520,7 @@ class Warehouse:
                 [table.partition_column],
                 commit_properties=CommitProperties(
                     custom_metadata=metadata,
-                    max_commit_retries=MAX_COMMIT_RETRIES,
+                    max_commit_retries=retries,
                     app_transactions=[
                         Transaction(a, v) for a, v in [*([(app_id, 1)] if app_id else []), *txns]
                     ]

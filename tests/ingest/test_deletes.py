@@ -31,7 +31,7 @@ from metastore.models import Column, DeleteState, PartitionState, Table, TableKi
 from scheduler.config import HousekeepingConfig
 from scheduler.housekeeping import Housekeeper
 from scheduler.roll import Roller
-from tests.fixtures import make_table
+from tests.fixtures import add_clusters, make_table
 from tests.helpers import (
     all_ids,
     assert_gone_early_flagged,
@@ -219,9 +219,7 @@ def test_a_delete_racing_writers_rolls_and_replication_loses_and_resurrects_noth
     from metastore.replicas import replica_table
     from scheduler.replication import Replicator
 
-    for name in ("c1", "c2"):
-        (tmp_path / name).mkdir()
-        catalog.clusters.add(name, str(tmp_path / name), "local[2]")
+    add_clusters(catalog, tmp_path, "c1", "c2")
     table = make_table(catalog, cluster="c1", replicate_to=("c2",))
     stop = tmp_path / "stop"
     until = ("--until", str(stop))
@@ -268,15 +266,104 @@ def test_a_delete_racing_writers_rolls_and_replication_loses_and_resurrects_noth
     assert [p for p in check_table(catalog, table) if p.severity == "error"] == []
 
 
+def test_a_delete_commit_planned_before_a_sweep_of_its_files_is_refused(catalog) -> None:
+    """delta-rs lets a commit remove a file another commit removed with dataChange=false (a roll's
+    sweep, which moved the file's rows into its own): a delete planned before that sweep committed,
+    and the rows it deleted stayed in the sweep's file. A delete's commit is checked against every
+    commit since its snapshot, so it is refused and planned again."""
+    from metastore.delta.files import live_files
+    from metastore.errors import ConflictError
+
+    table = make_table(catalog, schema=SCHEMA)
+    ChunkWriter(catalog, table).write(rows(range(10)), Format.JSONL)
+    wh = catalog.warehouse
+    planned = catalog.load(table)  # the delete's snapshot
+    [chunk] = live_files(planned)
+    swept = catalog.load(table)
+    wh.replace_files(swept, table, [chunk], [], {"test.sweep": "1"})  # a sweep's remove (dataChange=false)
+    with pytest.raises(ConflictError, match="changed what it was planned on"):
+        wh.replace_files(planned, table, [chunk], [], {"test.delete": "1"}, data_change=True, checked=True)
+    unchecked = catalog.load(table)  # (delta-rs' own check lets the same commit through)
+    unchecked.load_as_version(int(planned.version()))
+    wh.replace_files(unchecked, table, [chunk], [], {"test.delete": "2"}, data_change=True)
+
+
+def test_a_copy_under_way_when_a_delete_rewrites_its_partition_is_copied_again(catalog, tmp_path) -> None:
+    """A copy read the partition's files before a delete rewrote it: renewing its claim after a file is
+    refused (the claim kept its generation), so the copy is abandoned and the next pass copies the
+    files the delete left; the secondary never holds the deleted rows as present."""
+    from metastore.replicas import CopyState, replica_table
+    from scheduler.errors import ReplicationAbandonedError
+    from scheduler.replication import Replicator
+
+    add_clusters(catalog, tmp_path, "c1", "c2")
+    table = make_table(catalog, schema=SCHEMA, cluster="c1", replicate_to=("c2",))
+    w = ChunkWriter(catalog, table)
+    for k in range(2):
+        w.write(rows(range(k * 10, k * 10 + 10)), Format.JSONL)
+    Roller(catalog).roll_table(table, force=True)
+    steps: list[int] = []
+
+    def delete_after_the_first_file() -> bool:
+        steps.append(1)
+        if len(steps) == 2:  # after the claim (1); after the first file (2), the claim renewed next
+            Deleter(catalog).delete(table, "user_id = 1")
+        return False
+
+    with pytest.raises(ReplicationAbandonedError, match="a delete rewrote the partition"):
+        Replicator(catalog, should_abandon=delete_after_the_first_file).replicate(table)
+    assert len(steps) == 2
+    assert {c.state for c in catalog.store.list_copies(table.id, "c2")} != {CopyState.PRESENT}
+    assert len(Replicator(catalog).replicate(table).copied) == 1
+    [replica] = catalog.replicas.list(table)
+    assert table_rows(replica_table(table, replica)) == [(i, i % 5) for i in range(20) if i % 5 != 1]
+
+
+def test_a_copy_finishing_while_a_rewrite_commits_is_not_recorded_present(catalog, tmp_path) -> None:
+    """A copier records its copy present while a delete's rewrite of the partition is committing
+    (its new generation and its present copies marked stale, in one transaction): the copy is refused
+    (it was made at the old generation), never left present with the replaced files. On PostgreSQL
+    the copier's read of the generation once came before the rewrite's commit and its own update
+    after the rewrite's stale-marking, and the copy stayed present."""
+    from metastore.errors import ConflictError
+    from metastore.replicas import CopyState
+    from metastore.store.rewrites import record_rewritten
+
+    add_clusters(catalog, tmp_path, "c1", "c2")
+    table = make_table(catalog, schema=SCHEMA, cluster="c1", replicate_to=("c2",))
+    ChunkWriter(catalog, table).write(rows(range(10)), Format.JSONL)
+    Roller(catalog).roll_table(table, force=True)
+    [partition] = catalog.partitions(table, [PartitionState.STANDARD])
+    copy = catalog.store.claim_copy(partition, "c2", "copier", timedelta(seconds=60))
+    outcome: list[object] = []
+
+    def finish() -> None:
+        try:
+            outcome.append(
+                catalog.store.finish_copy(copy, "copier", files=1, bytes=1, checksum="x", delta_version=1)
+            )
+        except ConflictError as exc:
+            outcome.append(exc)
+
+    with catalog.store.tx() as conn:  # the rewrite's transaction, open while the copier finishes
+        record_rewritten(conn, table.id, {partition.value: (8, 1, 1)}, {})
+        copier = threading.Thread(target=finish)
+        copier.start()
+        copier.join(timeout=1.5)  # it waits for the rewrite (or, before the fix, did not)
+    copier.join(timeout=60)
+    [result] = outcome
+    assert isinstance(result, ConflictError) and "a delete rewrote the partition" in str(result), result
+    [after] = catalog.store.list_copies(table.id, "c2")
+    assert after.state is not CopyState.PRESENT and catalog.replicas.present_on(table, "c2") == set()
+
+
 def test_a_delete_reaches_the_secondaries(catalog, tmp_path) -> None:
     """A rewritten standard partition's copies go stale at once (queries there stop reading them) and
     the next copy pass replaces the secondary's files in one commit of the new generation."""
     from metastore.replicas import CopyState, replica_table
     from scheduler.replication import Replicator
 
-    for name in ("c1", "c2"):
-        (tmp_path / name).mkdir()
-        catalog.clusters.add(name, str(tmp_path / name), "local[2]")
+    add_clusters(catalog, tmp_path, "c1", "c2")
     table = make_table(catalog, schema=SCHEMA, cluster="c1", replicate_to=("c2",))
     w = ChunkWriter(catalog, table)
     for k in range(2):
@@ -501,9 +588,9 @@ def test_check_names_a_row_a_finished_delete_left_visible(catalog, monkeypatch) 
     table = two_hours(catalog)
     killed_expiry(catalog, table)
 
-    def skipping(table, predicate, files, states):  # the old plan: expiring partitions left out
+    def skipping(table, predicate, files, states, bounds=None):  # the old plan: expiring ones left out
         files = [f for f in files if states.get(f.partition) is not PartitionState.EXPIRING]
-        return candidates(table, predicate, files, states)
+        return candidates(table, predicate, files, states, bounds)
 
     monkeypatch.setattr(deleter_module, "candidates", skipping)
     [done] = Deleter(catalog).delete(table, "g = 3")
