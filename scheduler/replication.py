@@ -226,9 +226,13 @@ class Replicator:
         if self.should_abandon is not None and self.should_abandon():
             raise ReplicationAbandonedError(f"copy abandoned at step {name}; it resumes from there")
 
-    def _claim(self, partition: Partition, replica: Replica) -> PartitionCopy:
+    def _claim(
+        self, partition: Partition, replica: Replica, renewing: PartitionCopy | None = None
+    ) -> PartitionCopy:
+        """Claim the copy, or renew the claim ``renewing`` (refused if a delete rewrote the
+        partition since it was taken: the files being copied may be the ones it replaced)."""
         return self.catalog.store.claim_copy(
-            partition, replica.cluster, self.owner, self.lease, fence=self.fence
+            partition, replica.cluster, self.owner, self.lease, fence=self.fence, renewing=renewing
         )
 
     def copy(
@@ -362,12 +366,13 @@ class Replicator:
         if self._by_spark(files, table.location, target.location):
             digests, written = self._copy_files_with_spark(table, target, files, attempt, progress)
             self._step("replica-after-file")
-            return self._claim(partition, replica), digests, written
+            return self._claim(partition, replica, renewing=copy), digests, written
         for f in files:
             _, digests[f.path], copied = self._copy_file(table, target, f, attempt, progress)
             written += copied
             self._step("replica-after-file")
-            copy = self._claim(partition, replica)  # renewed: still ours (and still the leader's)
+            # renewed: still ours, still the leader's, and still the generation it copies
+            copy = self._claim(partition, replica, renewing=copy)
         return copy, digests, written
 
     def _commit(

@@ -17,6 +17,13 @@ from tests.pg import drop_scratch_schema, scratch_schema_url
 BACKENDS = ["sqlite", "postgresql"]
 
 
+def add_clusters(catalog: Catalog, root: Path, *names: str) -> None:
+    """Register a local cluster per name, each with its own warehouse directory under ``root``."""
+    for name in names:
+        (root / name).mkdir()
+        catalog.clusters.add(name, str(root / name), "local[2]")
+
+
 def fresh_metastore_url(backend: str, tmp_path: Path) -> str:
     """A metastore URL of an empty database: a new SQLite file, or a new PostgreSQL schema."""
     if backend == "sqlite":

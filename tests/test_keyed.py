@@ -36,7 +36,7 @@ from scheduler.config import HousekeepingConfig
 from scheduler.housekeeping import Housekeeper
 from scheduler.roll import Roller
 from streampart.snapshots import read_batches
-from tests.fixtures import make_table
+from tests.fixtures import add_clusters, make_table
 
 SCHEMA = "id BIGINT, ts TIMESTAMP, v BIGINT, op STRING, lsn BIGINT"
 
@@ -687,9 +687,7 @@ def test_a_keyed_roll_rewriting_standard_partitions_reaches_the_secondaries(cata
     from metastore.replicas import CopyState, replica_table
     from scheduler.replication import Replicator
 
-    for name in ("c1", "c2"):
-        (tmp_path / name).mkdir()
-        catalog.clusters.add(name, str(tmp_path / name), "local[2]")
+    add_clusters(catalog, tmp_path, "c1", "c2")
     table = catalog.create_table(
         TableSpec(
             name=TableName.parse("ns.kv"),

@@ -26,7 +26,7 @@ from scheduler.replication import Replicator
 from scheduler.roll import Roller
 from streampart.cli import app
 from streampart.query_cluster import NoClusterError
-from tests.fixtures import make_table
+from tests.fixtures import add_clusters, make_table
 from tests.helpers import all_ids, records
 
 
@@ -59,9 +59,7 @@ def _rolled(cat: Catalog, table: Table, first: int, partitions: int = 2, rows: i
 @pytest.fixture
 def seed(catalog: Catalog, tmp_path: Path) -> Catalog:
     """The seed's world: T11, T12 on C1, T21 on C2, T31 on C3; T11 replicated whole to C2."""
-    for name in ("C1", "C2", "C3"):
-        (tmp_path / name).mkdir()
-        catalog.clusters.add(name, str(tmp_path / name), "local[2]")
+    add_clusters(catalog, tmp_path, "C1", "C2", "C3")
     for name, cluster, first in (
         ("ns.t11", "C1", 0),
         ("ns.t12", "C1", 100),

@@ -21,7 +21,7 @@ import sqlalchemy as sa
 from metastore import schema as s
 from metastore.errors import DeleteBusyError
 from metastore.models import Delete, DeleteState
-from metastore.store.engine import Database, _db, _now, _out
+from metastore.store.engine import Database, _db, _now, _out, locking
 from metastore.store.leased import Work
 from metastore.store.namespaces import fence_table
 from metastore.store.rewrites import record_rewritten
@@ -75,7 +75,12 @@ class DeleteStore(Database):
         now = now or _now()
         d = s.deletes.c
         with self.tx() as conn:
-            fence_table(conn, table_id, self.label)  # (it locks the table's namespace row: one at a time)
+            fence_table(conn, table_id, self.label)
+            # the table's row locked: two deletes beginning at once take turns, and the second
+            # finds the first (fence_table's lock on the namespace is shared: both would pass)
+            conn.execute(
+                locking(conn, sa.select(s.tables.c.id).where(s.tables.c.id == table_id), no_key=True)
+            )
             other = conn.execute(
                 sa.select(s.deletes).where(d.table_id == table_id, d.state != DeleteState.DONE.value)
             ).first()

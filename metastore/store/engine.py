@@ -35,7 +35,13 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import OperationalError
 
 from metastore import clock
-from metastore.errors import MetastoreDownError, MetastoreUnavailableError, MissingStoreError, UserInputError
+from metastore.errors import (
+    ConflictError,
+    MetastoreDownError,
+    MetastoreUnavailableError,
+    MissingStoreError,
+    UserInputError,
+)
 from metastore.models import PRIMARY, utc
 
 # Why 30 s: SQLite serialises writers; under several writer processes plus a roller a write
@@ -72,6 +78,27 @@ _QUOTED = re.compile(r"""["']([^"']+)["']""")
 
 # The execution option that marks a connection's transaction as read-only (see Database.read_tx).
 _READ_ONLY = "streampart_read_only"
+
+
+def locking(conn: Connection, query: Any, *, share: bool = False, no_key: bool = False) -> Any:
+    """``query``, its rows locked until the transaction ends on PostgreSQL: ``FOR SHARE`` with
+    ``share``, ``FOR NO KEY UPDATE`` with ``no_key`` (foreign-key checks of inserts still pass),
+    else ``FOR UPDATE``. At READ COMMITTED a plain read can be overtaken: another transaction
+    changes the row and commits before this one writes what it decided from it. SQLite needs no
+    lock: one writing transaction runs at a time (``BEGIN IMMEDIATE``)."""
+    if conn.dialect.name != "postgresql":
+        return query
+    return query.with_for_update(read=share, key_share=no_key)
+
+
+# PostgreSQL's SQLSTATEs for a transaction rolled back because of another one: a deadlock, a
+# serialization failure. Retrying is safe, and the database is not down.
+LOST_RACE_SQLSTATES = frozenset({"40P01", "40001"})
+
+
+def _lost_to_another_transaction(exc: OperationalError) -> bool:
+    orig = exc.orig
+    return (getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None)) in LOST_RACE_SQLSTATES
 
 
 def _db(ts: datetime | None) -> datetime | None:
@@ -307,6 +334,11 @@ class Database:
         except OperationalError as exc:
             self.call_times.observe(time.perf_counter() - started)
             why = " ".join(str(exc.orig).split())
+            if _lost_to_another_transaction(exc):  # the database is up: this one lost a race
+                raise ConflictError(
+                    f"metastore {self.label}: this transaction was rolled back, as it and another "
+                    f"each waited for the other ({why}); try it again"
+                ) from exc
             if self.fail_fast_s is not None:
                 with self._down_lock:
                     self._down = (time.monotonic() + self.fail_fast_s, why)

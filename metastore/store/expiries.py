@@ -23,7 +23,7 @@ from sqlalchemy.engine import Connection
 from metastore import schema as s
 from metastore.models import Expiry, ExpiryState, Lease, Partition, PartitionState, Table, check_transition
 from metastore.replicas import CopyState
-from metastore.store.engine import Database, _db, _now, _out
+from metastore.store.engine import Database, _db, _now, _out, locking
 from metastore.store.leased import Work
 from metastore.store.leases import check_fence
 from metastore.store.namespaces import fence_table
@@ -94,6 +94,13 @@ class ExpiryStore(Database):
             if fence is not None:
                 check_fence(conn, fence, now)
             fence_table(conn, table_id, self.label)
+            # the partitions locked first: a copy claimed meanwhile (it holds its partition FOR
+            # SHARE) commits before the copies are read, so it is seen copying below; else the
+            # partition expired under a copy that then became present, and the secondary kept the
+            # expired rows. In value order, as a rewrite updates them (record_rewritten): else each
+            # could hold one partition the other waits for
+            held = sa.select(p.id).where(p.id.in_([x.id for x in partitions])).order_by(p.value)
+            conn.execute(locking(conn, held, no_key=True)).all()
             copying = {
                 r.partition_id
                 for r in conn.execute(

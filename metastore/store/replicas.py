@@ -20,11 +20,29 @@ from metastore import schema as s
 from metastore.errors import AlreadyExistsError, ConflictError, NotFoundError
 from metastore.models import Lease, Partition, PartitionState, iso
 from metastore.replicas import CopyState, PartitionCopy, Replica
-from metastore.store.engine import Database, _db, _now, _out
+from metastore.store.engine import Database, _db, _now, _out, locking
 from metastore.store.leases import check_fence
 from metastore.store.namespaces import fence_table
 from metastore.store.preconditions import Precondition, at, guarded_update, state_in
 from metastore.store.rolls import claimable
+
+
+def _partition_held(conn: Connection, partition_id: int) -> tuple[str, int] | None:
+    """The partition's state and generation, read so that a rewrite cannot slip past what the caller
+    records next (a copy claimed at, or made present at, this generation).
+
+    A rewrite (:func:`metastore.store.rewrites.record_rewritten`) bumps the generation and marks
+    the present copies stale in one transaction. Under PostgreSQL's READ COMMITTED a copier's plain
+    read of the old generation could precede that transaction's commit and the copier's own update
+    follow its stale-marking, so a copy of the replaced files was recorded present (a secondary
+    kept deleted rows). ``FOR SHARE`` on the partition's row orders the two: the rewrite's update of
+    that row waits for the copier's transaction, or the copier's read waits for the rewrite's and
+    sees the new generation. SQLite runs one writing transaction at a time (``BEGIN IMMEDIATE``)."""
+    p = s.partitions.c
+    row = conn.execute(
+        locking(conn, sa.select(p.state, p.generation).where(p.id == partition_id), share=True)
+    ).one_or_none()
+    return None if row is None else (row[0], row[1] or 0)
 
 
 def replica_from_row(row: Any) -> Replica:
@@ -172,8 +190,10 @@ class ReplicaStore(Database):
         """Forget a replica and every copy on it, in one transaction; returns what it was."""
         r, c = s.replicas.c, s.partition_copies.c
         with self.tx() as conn:
+            # locked: a copy claimed meanwhile waits, then finds the replica gone (else its copy
+            # outlived the replica, recorded present on a secondary that no longer has it)
             row = conn.execute(
-                sa.select(s.replicas).where(r.table_id == table_id, r.cluster == cluster)
+                locking(conn, sa.select(s.replicas).where(r.table_id == table_id, r.cluster == cluster))
             ).first()
             if row is None:
                 raise NotFoundError(f"table #{table_id} has no replica on {cluster}")
@@ -208,19 +228,25 @@ class ReplicaStore(Database):
         lease: timedelta,
         now: datetime | None = None,
         fence: Lease | None = None,
+        renewing: PartitionCopy | None = None,
     ) -> PartitionCopy:
         """Take (or extend) the copy of a standard partition to a secondary, under a lease.
 
+        ``renewing``: the claim being extended mid-copy; it keeps the partition's generation it was
+        taken at, and is refused if a delete rewrote the partition since (the files being copied
+        may be the ones it replaced).
+
         Raises:
             ConflictError: the copy is present already, another live owner holds it, the
-                partition is not standard, or the replica was dropped.
+                partition is not standard, the replica was dropped, or (``renewing``) a delete
+                rewrote the partition since the claim was taken.
             LeaseLostError: ``fence`` (if given) is no longer held.
         """
         now = now or _now()
         try:
-            return self._claim_copy(partition, cluster, owner, lease, now, fence)
+            return self._claim_copy(partition, cluster, owner, lease, now, fence, renewing)
         except IntegrityError:  # another copier recorded it first, in between: claim it as any other
-            return self._claim_copy(partition, cluster, owner, lease, now, fence)
+            return self._claim_copy(partition, cluster, owner, lease, now, fence, renewing)
 
     def _claim_copy(
         self,
@@ -230,29 +256,38 @@ class ReplicaStore(Database):
         lease: timedelta,
         now: datetime,
         fence: Lease | None,
+        renewing: PartitionCopy | None,
     ) -> PartitionCopy:
         c = s.partition_copies.c
         with self.tx() as conn:
             if fence is not None:
                 check_fence(conn, fence, now)
             fence_table(conn, partition.table_id, self.label)  # not while its namespace moves
-            state, generation = conn.execute(
-                sa.select(s.partitions.c.state, s.partitions.c.generation).where(
-                    s.partitions.c.id == partition.id
+            # Rows locked in one order everywhere: the replica's, then the partition's, then the
+            # copy's (drop_table and remove_replica take the replica's first too; a rewrite and an
+            # expiry take partitions only), so no two of them can each wait for the other.
+            replica = conn.execute(  # held: not removed under the claim (remove_replica)
+                locking(
+                    conn,
+                    sa.select(s.replicas.c.cluster).where(
+                        s.replicas.c.table_id == partition.table_id, s.replicas.c.cluster == cluster
+                    ),
+                    share=True,
                 )
-            ).one_or_none() or (None, 0)
+            ).first()
+            state, generation = _partition_held(conn, partition.id) or (None, 0)
             if state != PartitionState.STANDARD.value:
                 raise ConflictError(
                     f"partition {iso(partition.value)} is {state or 'gone'}; "
                     "only standard partitions are copied"
                 )
-            replica = conn.execute(
-                sa.select(s.replicas.c.cluster).where(
-                    s.replicas.c.table_id == partition.table_id, s.replicas.c.cluster == cluster
-                )
-            ).first()
             if replica is None:
                 raise ConflictError(f"table #{partition.table_id} has no replica on {cluster} (any more)")
+            if renewing is not None and (generation or 0) != (renewing.generation or 0):
+                raise ConflictError(
+                    f"{_subject(renewing)}: a delete rewrote the partition while it was copied "
+                    f"(generation {renewing.generation or 0}, now {generation}); it is copied again"
+                )
             values = {"owner": owner, "lease_until": _db(now + lease), "generation": generation}
             key = _copy_key(partition.id, cluster)
             if conn.execute(sa.select(c.state).where(key)).first() is None:
@@ -301,9 +336,7 @@ class ReplicaStore(Database):
         now = now or _now()
         with self.tx() as conn:
             fence_table(conn, copy.table_id, self.label)  # not while its namespace moves
-            generation = conn.execute(
-                sa.select(s.partitions.c.generation).where(s.partitions.c.id == copy.partition_id)
-            ).scalar()
+            _, generation = _partition_held(conn, copy.partition_id) or (None, 0)
             if (generation or 0) != (copy.generation or 0):
                 raise ConflictError(
                     f"{_subject(copy)}: a delete rewrote the partition while it was copied (generation "

@@ -47,7 +47,7 @@ def record_rewritten(
             ),
             [
                 {"b_value": _db(v), "b_rows": rows, "b_bytes": size, "b_files": files}
-                for v, (rows, size, files) in standard.items()
+                for v, (rows, size, files) in sorted(standard.items())  # (row locks in value order)
             ],
         )
         # their copies on secondaries hold the deleted rows: not read there until copied again

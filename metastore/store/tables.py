@@ -38,7 +38,7 @@ from metastore.models import (
     utc,
 )
 from metastore.store.chunks import insert_chunk
-from metastore.store.engine import Database, _db, _new_id, _now, _out
+from metastore.store.engine import Database, _db, _new_id, _now, _out, locking
 from metastore.store.links import link_named
 from metastore.store.namespaces import ensure_namespace, fence_table
 
@@ -214,6 +214,10 @@ class TableStore(Database):
                 fence_table(conn, table_id, self.label)
             except NotFoundError:
                 return  # gone already
+            # its replicas' rows first, as a copy's claim and remove_replica lock them (before any
+            # partition or copy): else a replica removed meanwhile and this drop each wait for the other
+            replicas = sa.select(s.replicas.c.cluster).where(s.replicas.c.table_id == table_id)
+            conn.execute(locking(conn, replicas.order_by(s.replicas.c.cluster))).all()
             conn.execute(
                 sa.update(s.links).where(s.links.c.source_table_id == table_id).values(source_table_id=None)
             )

@@ -9,12 +9,11 @@ import httpx
 from metastore.durations import parse_duration
 from metastore.models import TableName, TableSpec, parse_schema
 from tests.api.fixtures import Server, auth
+from tests.fixtures import add_clusters
 
 
 def test_a_chunk_opened_for_a_secondary_is_a_409_secondary_cluster(server: Server, tmp_path: Path) -> None:
-    for name in ("c1", "c2"):
-        (tmp_path / name).mkdir()
-        server.catalog.clusters.add(name, str(tmp_path / name), "local[2]")
+    add_clusters(server.catalog, tmp_path, "c1", "c2")
     server.catalog.create_table(
         TableSpec(name=TableName.parse("ns.replicated"), columns=parse_schema("id BIGINT, ts TIMESTAMP"),
                   time_column="ts", roll_every=parse_duration("1h"), cluster="c1"),

@@ -59,6 +59,34 @@ def test_begin_roll_is_a_compare_and_swap(catalog) -> None:
     assert states == [PartitionState.ROLLING, PartitionState.STREAMING]
 
 
+def test_rolls_due_together_begin_in_one_transaction_and_a_taken_one_is_skipped(catalog) -> None:
+    """``begin_rolls``: each partition closes and its next opens as ``begin_roll`` does, all at once;
+    one another roller began meanwhile is None; one that fails (its table dropped) fails them all."""
+    store = home(catalog)
+    tables = [make_table(catalog, f"ns.t{k}") for k in range(3)]
+    parts = [store.streaming_partition(t.id) for t in tables]
+    hour = timedelta(hours=1)
+    store.begin_roll(parts[1], parts[1].value + hour, "other", timedelta(minutes=1))  # taken
+    now = datetime.now(UTC)
+    rolls = store.begin_rolls([(p, p.value + hour) for p in parts], "me", timedelta(minutes=1), now=now)
+    assert rolls[1] is None
+    for t, p, roll in ((tables[0], parts[0], rolls[0]), (tables[2], parts[2], rolls[2])):
+        assert roll is not None and roll.partition_value == p.value and roll.owner == "me"
+        assert roll.state is RollState.SEALING and roll.started_at == now
+        assert [x.state for x in store.list_partitions(t.id)] == [
+            PartitionState.ROLLING,
+            PartitionState.STREAMING,
+        ]
+    assert len(store.list_rolls(tables[1].id, unfinished=True)) == 1  # the other roller's alone
+    fresh = [make_table(catalog, f"ns.u{k}") for k in range(2)]
+    due = [(store.streaming_partition(t.id), None) for t in fresh]
+    store.drop_table(fresh[1].id)
+    with pytest.raises(NotFoundError):
+        store.begin_rolls(due, "me", timedelta(minutes=1))
+    assert store.streaming_partition(fresh[0].id).state is PartitionState.STREAMING  # nothing began
+    assert store.list_rolls(fresh[0].id, unfinished=True) == []
+
+
 def test_roll_lease_excludes_other_owners_until_it_expires(catalog) -> None:
     t = make_table(catalog)
     p = home(catalog).streaming_partition(t.id)

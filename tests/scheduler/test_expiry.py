@@ -34,7 +34,7 @@ from scheduler.expiry import Expirer
 from scheduler.housekeeping import Housekeeper
 from scheduler.replication import Replicator
 from scheduler.roll import Roller
-from tests.fixtures import make_table
+from tests.fixtures import add_clusters, make_table
 from tests.helpers import (
     all_ids,
     assert_gone_early_flagged,
@@ -327,9 +327,7 @@ def test_a_daemon_process_expires_while_writer_processes_commit_and_a_delete_pro
 
 
 def test_expired_partitions_leave_the_secondaries_too(catalog, tmp_path) -> None:
-    for name in ("c1", "c2"):
-        (tmp_path / name).mkdir()
-        catalog.clusters.add(name, str(tmp_path / name), "local[2]")
+    add_clusters(catalog, tmp_path, "c1", "c2")
     table = make_table(catalog, cluster="c1", replicate_to=("c2",), retain="1h")
     w = ChunkWriter(catalog, table)
     for k in range(3):

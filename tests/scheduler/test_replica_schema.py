@@ -24,7 +24,7 @@ from scheduler.errors import ReplicationFailedError
 from scheduler.replica_schema import catch_up
 from scheduler.replication import Replicator
 from scheduler.roll import Roller
-from tests.fixtures import make_table
+from tests.fixtures import add_clusters, make_table
 from tests.helpers import delta_rows, jsonl, worker_call
 
 SCHEMA = "id BIGINT, ts TIMESTAMP, msg STRING, qty INT"
@@ -34,9 +34,7 @@ BIG = 2**40  # fits BIGINT only: proves the widened type reached the reader
 def _setup(
     catalog: Catalog, tmp_path: Path, *clusters: str, replicate_to: tuple[str, ...] = ("c2",)
 ) -> Table:
-    for name in clusters:
-        (tmp_path / name).mkdir()
-        catalog.clusters.add(name, str(tmp_path / name), "local[2]")
+    add_clusters(catalog, tmp_path, *clusters)
     return make_table(catalog, "ns.events", schema=SCHEMA, cluster="c1", replicate_to=replicate_to)
 
 

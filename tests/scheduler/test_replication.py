@@ -28,14 +28,8 @@ from metastore.models import PartitionState, Table, iso
 from metastore.replicas import REPLICA_KEY, CopyState, Replica, replica_table
 from scheduler.replication import Replicator
 from scheduler.roll import Roller
-from tests.fixtures import make_table
+from tests.fixtures import add_clusters, make_table
 from tests.helpers import all_ids, downgraded, ids_by_partition, live_adds, records, worker_call
-
-
-def _clusters(catalog: Catalog, tmp_path: Path, *names: str) -> None:
-    for name in names:
-        (tmp_path / name).mkdir()
-        catalog.clusters.add(name, str(tmp_path / name), "local[2]")
 
 
 def _table(
@@ -75,7 +69,7 @@ def _live_stats(location: str) -> dict[str, str]:
 def test_a_table_lives_on_its_primary_and_copies_standard_partitions_to_its_secondary(
     catalog: Catalog, tmp_path: Path
 ) -> None:
-    _clusters(catalog, tmp_path, "c1", "c2")
+    add_clusters(catalog, tmp_path, "c1", "c2")
     table = _table(catalog)
     assert table.location == str((tmp_path / "c1").resolve() / "ns" / "events")
     [replica] = catalog.replicas.list(table)
@@ -116,7 +110,7 @@ def test_a_table_lives_on_its_primary_and_copies_standard_partitions_to_its_seco
 def test_a_replica_added_later_is_backfilled_and_a_dropped_one_leaves_nothing(
     catalog: Catalog, tmp_path: Path
 ) -> None:
-    _clusters(catalog, tmp_path, "c1", "c2", "c3")
+    add_clusters(catalog, tmp_path, "c1", "c2", "c3")
     table = _table(catalog, replicate_to=())
     _rolled(catalog, table, 2)
     replica = catalog.replicas.add(table, "c3")
@@ -137,7 +131,7 @@ def test_a_replica_added_later_is_backfilled_and_a_dropped_one_leaves_nothing(
 
 
 def test_dropping_a_table_removes_its_replicas(catalog: Catalog, tmp_path: Path) -> None:
-    _clusters(catalog, tmp_path, "c1", "c2")
+    add_clusters(catalog, tmp_path, "c1", "c2")
     table = _table(catalog)
     _rolled(catalog, table, 1)
     Replicator(catalog).replicate(table)
@@ -159,7 +153,7 @@ def test_dropping_a_table_removes_its_replicas(catalog: Catalog, tmp_path: Path)
 def test_bad_replicas_are_refused_and_nothing_is_made(
     catalog: Catalog, tmp_path: Path, make, says, error
 ) -> None:
-    _clusters(catalog, tmp_path, "c1")
+    add_clusters(catalog, tmp_path, "c1")
     catalog.clusters.add("twin", str(tmp_path / "c1"), "local[2]")
     with pytest.raises(error, match=says):
         make(catalog)
@@ -168,7 +162,7 @@ def test_bad_replicas_are_refused_and_nothing_is_made(
 
 
 def test_replica_commands_refuse_what_makes_no_sense(catalog: Catalog, tmp_path: Path) -> None:
-    _clusters(catalog, tmp_path, "c1", "c2")
+    add_clusters(catalog, tmp_path, "c1", "c2")
     (tmp_path / "c3").mkdir()
     table = _table(catalog)
     with pytest.raises(AlreadyExistsError, match="replicates to c2 already"):
@@ -191,7 +185,7 @@ def test_replica_commands_refuse_what_makes_no_sense(catalog: Catalog, tmp_path:
 def test_a_failing_copy_is_recorded_retried_after_backoff_and_then_lands(
     catalog: Catalog, tmp_path: Path
 ) -> None:
-    _clusters(catalog, tmp_path, "c1", "c2")
+    add_clusters(catalog, tmp_path, "c1", "c2")
     table = _table(catalog)
     _rolled(catalog, table, 1)
     [replica] = catalog.replicas.list(table)
@@ -217,7 +211,7 @@ def test_a_failing_copy_is_recorded_retried_after_backoff_and_then_lands(
 def test_a_stale_copier_that_lost_its_claim_commits_nothing_twice(catalog: Catalog, tmp_path: Path) -> None:
     """A copier paused past its lease: another copies and commits; the first's commit is refused
     by the partition's Delta application transaction, and it records nothing."""
-    _clusters(catalog, tmp_path, "c1", "c2")
+    add_clusters(catalog, tmp_path, "c1", "c2")
     table = _table(catalog)
     _rolled(catalog, table, 1)
     [replica] = catalog.replicas.list(table)
@@ -266,7 +260,7 @@ def test_a_stale_copier_that_lost_its_claim_commits_nothing_twice(catalog: Catal
 def test_a_copier_killed_at_each_step_is_resumed_and_copies_once(
     catalog: Catalog, tmp_path: Path, point: str
 ) -> None:
-    _clusters(catalog, tmp_path, "c1", "c2")
+    add_clusters(catalog, tmp_path, "c1", "c2")
     table = _table(catalog)
     ids = _rolled(catalog, table, 2)
     [replica] = catalog.replicas.list(table)
@@ -296,7 +290,7 @@ def test_a_killed_copier_is_taken_over_within_seconds(catalog: Catalog, tmp_path
     until then, takes it over and copies it once."""
     import time
 
-    _clusters(catalog, tmp_path, "c1", "c2")
+    add_clusters(catalog, tmp_path, "c1", "c2")
     table = _table(catalog)
     ids = _rolled(catalog, table, 1)
     [replica] = catalog.replicas.list(table)
@@ -329,7 +323,7 @@ def test_a_copy_failing_while_the_metastore_is_out_is_retriable(
     from metastore.errors import MetastoreUnavailableError
     from scheduler.errors import ReplicationFailedError
 
-    _clusters(catalog, tmp_path, "c1", "c2")
+    add_clusters(catalog, tmp_path, "c1", "c2")
     table = _table(catalog)
     ids = _rolled(catalog, table, 1)
     [partition] = catalog.store.list_partitions(table.id, [PartitionState.STANDARD])
@@ -355,7 +349,7 @@ def test_a_metastore_from_before_replicas_upgrades_unchanged(metastore_url: str,
     import sqlalchemy as sa
 
     catalog = Catalog.open(tmp_path / "wh", metastore_url)
-    _clusters(catalog, tmp_path, "c1", "c2")
+    add_clusters(catalog, tmp_path, "c1", "c2")
     table = _table(catalog, replicate_to=())
     ids = _rolled(catalog, table, 2)
     before = catalog.store.list_partitions(table.id)
@@ -376,7 +370,7 @@ def test_a_metastore_from_before_replicas_upgrades_unchanged(metastore_url: str,
 def test_check_finds_a_damaged_or_incomplete_replica(catalog: Catalog, tmp_path: Path) -> None:
     from metastore.integrity import check_table
 
-    _clusters(catalog, tmp_path, "c1", "c2")
+    add_clusters(catalog, tmp_path, "c1", "c2")
     table = _table(catalog)
     _rolled(catalog, table, 2)
     Replicator(catalog).replicate(table)
@@ -403,7 +397,7 @@ def test_check_finds_a_damaged_or_incomplete_replica(catalog: Catalog, tmp_path:
 def test_the_heartbeat_renews_live_claims_only(catalog: Catalog, tmp_path: Path) -> None:
     """The daemon's heartbeat keeps a long copy's claim (renew_roll_and_copy_leases); a copy it let go
     (failed, or released) stays free for another copier."""
-    _clusters(catalog, tmp_path, "c1", "c2")
+    add_clusters(catalog, tmp_path, "c1", "c2")
     table = _table(catalog)
     _rolled(catalog, table, 2)
     first, second = catalog.store.list_partitions(table.id, [PartitionState.STANDARD])
@@ -444,7 +438,7 @@ def test_a_replica_file_changed_in_place_is_found_no_longer_read_and_copied_agai
     from metastore.integrity import check_table
     from scheduler.housekeeping import Housekeeper
 
-    _clusters(catalog, tmp_path, "c1", "c2")
+    add_clusters(catalog, tmp_path, "c1", "c2")
     table = _table(catalog)
     _rolled(catalog, table, 2)
     Replicator(catalog).replicate(table)

@@ -19,6 +19,7 @@ from metastore.durations import parse_duration
 from metastore.models import Table, TableName, TableSpec, parse_schema
 from metastore.replicas import REPLICA_KEY, Replica, replica_table
 from scheduler.replication import Replicator
+from tests.fixtures import add_clusters
 from tests.helpers import ids_by_partition, wait_for
 from tests.scheduler.helpers import (
     Writer,
@@ -36,9 +37,7 @@ def _says(log: Path, text: str) -> Callable[[], bool]:
 
 
 def _setup(catalog: Catalog, tmp_path: Path, roll_every: str = "2s") -> tuple[Table, Replica]:
-    for name in ("c1", "c2"):
-        (tmp_path / name).mkdir()
-        catalog.clusters.add(name, str(tmp_path / name), "local[2]")
+    add_clusters(catalog, tmp_path, "c1", "c2")
     spec = TableSpec(
         name=TableName.parse("ns.clicks"),
         columns=parse_schema("id BIGINT, ts TIMESTAMP, msg STRING"),

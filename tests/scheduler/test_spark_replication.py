@@ -13,9 +13,9 @@ from metastore.models import Table
 from metastore.replicas import CopyState, replica_table
 from scheduler.config import ReplicationConfig
 from scheduler.replication import Replicator
-from tests.fixtures import make_table
+from tests.fixtures import add_clusters, make_table
 from tests.helpers import all_ids
-from tests.scheduler.test_replication import _clusters, _replica_commits, _rolled
+from tests.scheduler.test_replication import _replica_commits, _rolled
 
 pytestmark = pytest.mark.spark
 
@@ -24,7 +24,7 @@ SPARK = ReplicationConfig(engine="spark", spark_min_bytes=0)
 
 def test_spark_tasks_copy_a_partition_verified_and_committed_once(spark, sqlite_catalog, tmp_path) -> None:
     catalog = sqlite_catalog
-    _clusters(catalog, tmp_path, "c1", "c2")
+    add_clusters(catalog, tmp_path, "c1", "c2")
     table = make_table(catalog, cluster="c1", replicate_to=("c2",))
     ids = _rolled(catalog, table, 2)
     [replica] = catalog.replicas.list(table)
@@ -45,7 +45,7 @@ def test_spark_tasks_copy_a_partition_verified_and_committed_once(spark, sqlite_
 
 def test_a_failing_spark_copy_is_one_error_and_retried(spark, sqlite_catalog, tmp_path) -> None:
     catalog = sqlite_catalog
-    _clusters(catalog, tmp_path, "c1", "c2")
+    add_clusters(catalog, tmp_path, "c1", "c2")
     table = make_table(catalog, cluster="c1", replicate_to=("c2",))
     _rolled(catalog, table, 1)
     [replica] = catalog.replicas.list(table)
@@ -63,7 +63,7 @@ def test_a_failing_spark_copy_is_one_error_and_retried(spark, sqlite_catalog, tm
 
 def test_small_partitions_stay_local_and_spark_needs_a_session(sqlite_catalog, tmp_path) -> None:
     catalog = sqlite_catalog
-    _clusters(catalog, tmp_path, "c1", "c2")
+    add_clusters(catalog, tmp_path, "c1", "c2")
     table = make_table(catalog, cluster="c1", replicate_to=("c2",))
     _rolled(catalog, table, 1)
     no_spark = Replicator.configured(catalog, ReplicationConfig(engine="spark"))  # 1 GiB threshold
