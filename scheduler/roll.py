@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -157,6 +157,12 @@ class Roller:
         home = self.catalog.home(table, write=True)
         return None if home is self.catalog else replace(self, catalog=home)
 
+    def _is_home(self, table: Table) -> bool:
+        try:
+            return self._home(table) is None
+        except StreampartError:  # (its own begin says what)
+            return False
+
     def roll_table(self, table: Table, now: datetime | None = None, force: bool = False) -> list[RollResult]:
         """Resume interrupted rolls of ``table``, then roll every partition due at ``now``."""
         if (home := self._home(table)) is not None:
@@ -204,6 +210,21 @@ class Roller:
                 )
             except ConflictError:  # (a LeaseLostError, not a ConflictError, means we are no longer leader)
                 return None
+
+    def begin_due(self, due: Sequence[tuple[Table, Partition]], now: datetime) -> list[Roll | None]:
+        """:meth:`begin` of each ``(table, partition)`` in ``due``, those of tables in this roller's
+        metastore in one metastore transaction (the rest one by one, in their own). Raises what a
+        ``begin`` raises; then none of that transaction's rolls began."""
+        mine = [(t, p) for t, p in due if self._is_home(t)]
+        began: dict[int, Roll | None] = {}
+        if mine:
+            items = [
+                (p, next_partition_value(t, p, now) if t.mode is Mode.ARRIVAL else None) for t, p in mine
+            ]
+            with commit_holder(self.catalog.store).holding(self.owner):
+                rolls = self.catalog.store.begin_rolls(items, self.owner, self.config.lease, now, self.fence)
+            began = {p.id: r for (_, p), r in zip(mine, rolls, strict=True)}
+        return [began[p.id] if p.id in began else self.begin(t, p, now) for t, p in due]
 
     def _step(self, name: str) -> None:
         """A step boundary of the roll: crash points (tests), then stop here if asked to."""

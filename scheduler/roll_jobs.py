@@ -225,9 +225,10 @@ class RollJobs:
 
     def open_due(self) -> None:
         """Begin the roll of every streaming partition due by now (step 1 alone: the partition
-        closes and, in arrival mode, the next opens, in one metastore transaction each), so that
-        each begins at its due time however many rolls the pool is carrying; each partition's own
-        job carries its roll out when a worker is free (:meth:`_roll`)."""
+        closes and, in arrival mode, the next opens; all of them in one metastore transaction, or
+        one by one if that failed), so that each begins at its due time however many rolls the pool
+        is carrying; each partition's own job carries its roll out when a worker is free
+        (:meth:`_roll`)."""
         fence = self.fence()
         if fence is None or self.stopping():
             return
@@ -236,31 +237,56 @@ class RollJobs:
             due = [(k, v) for k, v in self._due.items() if v[2] <= now]
             for key, _ in due:
                 del self._due[key]
-        for _, (table, partition, _) in sorted(due, key=lambda item: item[1][2]):
-            if self.fence() is None or self.stopping():
-                return
-            if self._retry_at.get(table.id) is not None:
-                continue  # a failing table: its own job begins it, after its backoff
-            roller = Roller(self.catalog, self.roll_config.renewed(), owner=self.owner, fence=fence)
-            try:
-                roll = roller.begin(table, partition, clock.now())
-            except LeaseLostError as exc:
-                self.step_down(str(exc))
-                return
-            except Exception as exc:  # its own job begins it (and reports what fails)
-                event(
-                    log,
-                    logging.WARNING,
-                    "roll.begin_failed",
-                    "could not begin a due roll; its job tries again",
-                    table=str(table.name),
-                    partition=iso(partition.value),
-                    error=str(exc),
-                )
-                continue
-            if roll is not None:
-                with self._lock:
+        # every partition due by now, but a failing table's (its own job begins it, after its backoff)
+        todo = [
+            (table, partition)
+            for _, (table, partition, _) in sorted(due, key=lambda item: item[1][2])
+            if self._retry_at.get(table.id) is None
+        ]
+        if not todo or self.fence() is None or self.stopping():
+            return
+        roller = Roller(self.catalog, self.roll_config.renewed(), owner=self.owner, fence=fence)
+        started = time.monotonic()
+        try:  # all of them in one metastore transaction
+            began = list(zip(todo, roller.begin_due(todo, clock.now()), strict=True))
+            event(
+                log,
+                logging.INFO,
+                "roll.due_begun",
+                "began the rolls due",
+                rolls=sum(1 for _, roll in began if roll is not None),
+                seconds=round(time.monotonic() - started, 3),  # until their partitions closed
+            )
+        except LeaseLostError as exc:
+            self.step_down(str(exc))
+            return
+        except Exception:  # one of them failed the whole transaction: one by one, each on its own
+            began = [(item, self._begin_one(roller, *item)) for item in todo]
+        with self._lock:
+            for _, roll in began:
+                if roll is not None:
                     self._begun[roll.id] = roll.started_at
+
+    def _begin_one(self, roller: Roller, table: Table, partition: Partition) -> Roll | None:
+        """Begin one due roll on its own; None if another roller has it, or if it failed (then its
+        job begins it, and reports what fails)."""
+        if self.fence() is None or self.stopping():
+            return None
+        try:
+            return roller.begin(table, partition, clock.now())
+        except LeaseLostError as exc:
+            self.step_down(str(exc))
+        except Exception as exc:
+            event(
+                log,
+                logging.WARNING,
+                "roll.begin_failed",
+                "could not begin a due roll; its job tries again",
+                table=str(table.name),
+                partition=iso(partition.value),
+                error=str(exc),
+            )
+        return None
 
     def _schedule(self, table_id: int, name: str, value: datetime, at: datetime) -> None:
         """Have the partition's job run at ``at`` (replacing its earlier plan).
@@ -333,6 +359,12 @@ class RollJobs:
         fence = self.fence()
         if partition is None or partition.state is PartitionState.STANDARD or fence is None:
             return table, None
+        with self._lock:
+            retry = self._retry_at.get(table_id)
+        if retry is not None and retry > clock.now():
+            # the table is failing: none of its partitions' jobs runs before its backoff has
+            # passed (this one may have been planned before the last failure set it)
+            return None, retry
         attempt = _Attempt(
             table, partition, fence, clock.now(), resumed=partition.state is PartitionState.ROLLING
         )

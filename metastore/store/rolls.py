@@ -63,6 +63,46 @@ def _roll_query() -> sa.Select[Any]:
     )
 
 
+def _begin(
+    conn: Connection,
+    partition: Partition,
+    next_value: datetime | None,
+    owner: str,
+    lease: timedelta,
+    now: datetime,
+    label: str,
+) -> str:
+    """In ``conn``'s transaction: ``partition`` STREAMING → ROLLING, the next one opened (arrival
+    mode: ``next_value``) and its roll recorded; the roll's id. A partition not streaming any more
+    is a ConflictError, and then nothing was changed (the transaction can go on)."""
+    check_transition(partition.state, PartitionState.ROLLING)
+    fence_table(conn, partition.table_id, label)
+    guarded_update(
+        conn,
+        s.partitions,
+        s.partitions.c.id == partition.id,
+        partition_subject(partition.table_id, partition.value),
+        [state_in(s.partitions.c.state, [PartitionState.STREAMING])],
+        {"state": PartitionState.ROLLING.value},
+        gone=ConflictError,
+    )
+    if next_value is not None:
+        insert_partition(conn, partition.table_id, next_value, now)
+    roll_id = str(uuid.uuid4())
+    conn.execute(
+        sa.insert(s.rolls).values(
+            id=roll_id,
+            table_id=partition.table_id,
+            partition_id=partition.id,
+            state=RollState.SEALING.value,
+            started_at=_db(now),
+            owner=owner,
+            lease_until=_db(now + lease),
+        )
+    )
+    return roll_id
+
+
 def _read_roll(conn: Connection, roll_id: str) -> Roll:
     row = conn.execute(_roll_query().where(s.rolls.c.id == roll_id)).first()
     if row is None:
@@ -190,35 +230,40 @@ class RollStore(Database):
             LeaseLostError: ``fence`` is no longer held.
         """
         now = now or _now()
-        check_transition(partition.state, PartitionState.ROLLING)
-        roll_id = str(uuid.uuid4())
         with self.tx() as conn:
             if fence is not None:
                 check_fence(conn, fence, now)
-            fence_table(conn, partition.table_id, self.label)
-            guarded_update(
-                conn,
-                s.partitions,
-                s.partitions.c.id == partition.id,
-                partition_subject(partition.table_id, partition.value),
-                [state_in(s.partitions.c.state, [PartitionState.STREAMING])],
-                {"state": PartitionState.ROLLING.value},
-                gone=ConflictError,
-            )
-            if next_value is not None:
-                insert_partition(conn, partition.table_id, next_value, now)
-            conn.execute(
-                sa.insert(s.rolls).values(
-                    id=roll_id,
-                    table_id=partition.table_id,
-                    partition_id=partition.id,
-                    state=RollState.SEALING.value,
-                    started_at=_db(now),
-                    owner=owner,
-                    lease_until=_db(now + lease),
-                )
-            )
-            return _read_roll(conn, roll_id)
+            return _read_roll(conn, _begin(conn, partition, next_value, owner, lease, now, self.label))
+
+    def begin_rolls(
+        self,
+        due: Sequence[tuple[Partition, datetime | None]],
+        owner: str,
+        lease: timedelta,
+        now: datetime | None = None,
+        fence: Lease | None = None,
+    ) -> list[Roll | None]:
+        """``begin_roll`` of each ``(partition, next_value)`` in ``due``, all in one transaction (the
+        roll daemon's partitions due at one instant): one round of locks and one commit instead of one
+        each. A partition no longer streaming (another roller began it) is skipped: None in its place.
+
+        Raises:
+            LeaseLostError: ``fence`` is no longer held; anything else a ``begin_roll`` raises (a
+                namespace being moved, a table dropped), for the whole batch: nothing began.
+        """
+        now = now or _now()
+        with self.tx() as conn:
+            if fence is not None:
+                check_fence(conn, fence, now)
+            ids: list[str | None] = []
+            for partition, next_value in due:
+                try:
+                    ids.append(_begin(conn, partition, next_value, owner, lease, now, self.label))
+                except ConflictError:  # another roller began it: its update matched no row
+                    ids.append(None)
+            began = conn.execute(_roll_query().where(s.rolls.c.id.in_([i for i in ids if i])))
+            found = {r.id: r for r in map(roll_from_row, began)}
+            return [found[i] if i is not None else None for i in ids]
 
     def claim_roll(
         self,

@@ -12,6 +12,7 @@ import json
 import signal
 import subprocess
 import time
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,7 @@ from ingest.formats import Format
 from metastore.delta.log import SEAL_PROPERTY
 from metastore.models import PartitionState, RollOutcome, RollState
 from tests.fixtures import make_table
-from tests.helpers import records, wait_for
+from tests.helpers import catches, records, wait_for
 from tests.scheduler.helpers import Writer, check_rolled_rows, cli, leader_pid, start_daemon
 
 
@@ -33,6 +34,10 @@ def _stop(proc: subprocess.Popen[str], timeout: float = 30) -> int:
 
 def _log(path: Path) -> str:
     return path.read_text() if path.exists() else ""
+
+
+def _handles_sigterm(proc: subprocess.Popen[str]) -> bool:
+    return catches(proc.pid, signal.SIGTERM) or proc.poll() is not None
 
 
 def _events(path: Path) -> list[dict]:
@@ -103,17 +108,19 @@ def test_the_leader_killed_mid_roll_is_replaced_and_the_roll_finishes_exactly_on
 
 
 @pytest.mark.parametrize(
-    "grace, outcome",
+    "grace, dwell, outcome",
     [
         # the roll may finish within the grace period: it does, then the daemon exits
-        ("10s", RollOutcome.DONE),
-        # no grace: the roll stops at its next step boundary; a restarted daemon resumes it
-        ("0s", RollOutcome.ABANDONED),
+        ("10s", 2, RollOutcome.DONE),
+        # no grace: the roll stops at its next step boundary; a restarted daemon resumes it. It
+        # dwells long enough that the signal surely comes before it would move on (a busy host),
+        # and less than the daemon waits for its rolls to stop (scheduler.daemon.ABANDON_WAIT)
+        ("0s", 6, RollOutcome.ABANDONED),
     ],
 )
 @pytest.mark.process
 def test_sigterm_during_a_roll_exits_cleanly_and_leaves_the_partition_correct(
-    catalog, tmp_path, grace: str, outcome: RollOutcome
+    catalog, tmp_path, grace: str, dwell: int, outcome: RollOutcome
 ) -> None:
     table = make_table(catalog, "ns.t", roll_every="2s")
     w = ChunkWriter(catalog, table)
@@ -121,16 +128,11 @@ def test_sigterm_during_a_roll_exits_cleanly_and_leaves_the_partition_correct(
     for k in range(3):
         w.write(records(range(k * 10, k * 10 + 10)), Format.JSONL)
     log = tmp_path / "d1.log"
-    d1 = start_daemon(catalog, log, pausepoint="roll-after-seal:2", shutdown_grace=grace)
+    d1 = start_daemon(catalog, log, pausepoint=f"roll-after-seal:{dwell}", shutdown_grace=grace)
     try:
         # mid-roll: the partition's roll has sealed the Delta table and dwells there
-        roll = wait_for(lambda: catalog.store.list_rolls(table.id, unfinished=True), "the roll to begin")[0]
-        wait_for(
-            lambda: str(
-                catalog.warehouse.load(table).metadata().configuration.get(SEAL_PROPERTY, "")
-            ).startswith(roll.id),
-            "the seal",
-        )
+        wait_for(lambda: "pausepoint roll-after-seal" in _log(log), "the roll to dwell after its seal")
+        [roll] = catalog.store.list_rolls(table.id, unfinished=True)
         d1.send_signal(signal.SIGTERM)
         assert d1.wait(timeout=30) == 0, _log(log)
     finally:
@@ -141,7 +143,9 @@ def test_sigterm_during_a_roll_exits_cleanly_and_leaves_the_partition_correct(
     assert attempt.outcome is outcome
     lease = catalog.store.get_lease("roll-daemon")
     assert lease.holder is None  # released: a standby need not wait for it to lapse
-    if outcome is RollOutcome.ABANDONED:
+    if outcome is RollOutcome.ABANDONED:  # sealed, not swept
+        seal = catalog.warehouse.load(table).metadata().configuration.get(SEAL_PROPERTY, "")
+        assert str(seal).startswith(roll.id)
         left = catalog.store.get_roll(roll.id)
         assert left.state is not RollState.DONE and left.lease_until <= lease.expires_at  # released too
         d2 = start_daemon(catalog, tmp_path / "d2.log")
@@ -172,9 +176,11 @@ def test_sigterm_while_the_daemon_starts_exits_cleanly(catalog, tmp_path) -> Non
     finally:
         if proc.poll() is None:
             proc.kill()
-    # … and stopped earlier still, while its command line loads (before any command code runs)
-    for after in (0.1, 0.5):
+    # … and stopped earlier still, while its command line loads (before any command code runs):
+    # from the moment the interpreter has taken the signal (before that, nothing in the process can)
+    for after in (0, 0.3):
         proc = start_daemon(catalog, log)
+        wait_for(partial(_handles_sigterm, proc), "the handler", interval=0.005)
         time.sleep(after)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0, (after, _log(log))
