@@ -10,8 +10,9 @@ every table's chunk has the idempotency key ``kafka:q:n`` in that table:
 2. Each planned table's chunk is reserved (or found: a table whose chunk committed before a crash
    is skipped, its records left alone). A table that refuses — dropped, read-only, not the
    table's primary, a companion — is *refused*: its records go to the job's dead letters.
-3. One Spark job reads the batch; each task splits its records by table and stages each table's
-   part (:mod:`ingest.kafka.route_task`). Records of a table new to the job come back to the
+3. One Spark job reads the batch: each task reads its offset range from Kafka itself (the query's
+   source yields the ranges, ``streampart.emit=ranges``), splits its records by table and stages
+   each table's part (:mod:`ingest.kafka.route_task`). Records of a table new to the job come back to the
    driver, which reserves that table's chunk and stages them itself. A table whose schema moved
    under its staging is staged again, alone.
 4. The tables commit one after another, in name order; a commit refused (the namespace's quota)
@@ -25,6 +26,7 @@ dead letters last; a record lands once, in its table or in the dead letters.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections import defaultdict
@@ -40,7 +42,7 @@ from ingest.errors import IngestError
 from ingest.formats import parse_arrow
 from ingest.kafka.batch_plans import BatchPlan, fix_plan
 from ingest.kafka.registry import RecordSchemas
-from ingest.kafka.route_task import ROUTED_SCHEMA, RoutedSpec, route_task
+from ingest.kafka.route_task import RECORD_COLUMNS, ROUTED_SCHEMA, RoutedSpec, route_task
 from ingest.kafka.routes import Routes
 from ingest.kafka.table_sink import TableSink
 from metastore.catalog import Catalog
@@ -58,6 +60,8 @@ from metastore.models import ChunkState, Table, TableKind
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
+
+    from ingest.kafka.options import KafkaSourceOptions
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +132,10 @@ class BatchSink:
         config: ChunkConfig,
         topics_with_data: Callable[[int], set[str] | None],
         schemas: RecordSchemas | None = None,
+        source: KafkaSourceOptions | None = None,
     ) -> None:
+        """``source``: the options of the query's source when it yields offset ranges
+        (``streampart.emit=ranges``), which the batch's tasks then read themselves."""
         self.catalog = catalog
         self.routes = routes
         self.dead = dead_letters
@@ -138,6 +145,7 @@ class BatchSink:
         self.config = config
         self.topics_with_data = topics_with_data
         self.schemas = schemas
+        self.source = source if source is not None and source.emit_ranges else None
         self.sinks: dict[str, TableSink] = {}
         self.field_tables: dict[str, int] = {}  # tables a field route named → the batch it last did
         self.refused: dict[str, str] = {}  # the last batch's refused tables → why
@@ -258,11 +266,11 @@ class _Batch:
     def _pass(self, spec: RoutedSpec) -> dict[str | None, list[Any]]:
         """One Spark job over the batch; its rows by table (None: the job's dead letters)."""
         by_table: dict[str | None, list[Any]] = defaultdict(list)
-        for r in (
-            self.df.select("value", "topic", "partition", "offset")
-            .mapInArrow(route_task(spec), spark_schema())
-            .collect()
-        ):
+        source = self.owner.source
+        rows = self.df if source is not None else self.df.select(*RECORD_COLUMNS)  # (ranges: read there)
+        for r in rows.mapInArrow(
+            route_task(dataclasses.replace(spec, source=source)), spark_schema()
+        ).collect():
             by_table[r.table].append(r)
         return by_table
 

@@ -10,10 +10,10 @@ table, committed once whatever crashes and replays happen (:mod:`ingest.kafka.ba
 1. The batch's plan (routes, tables) is fixed at its first attempt; each table's chunk is reserved
    under the key. The query id lives in the checkpoint, so a batch replayed after a restart finds
    the same chunks: a table whose chunk is committed is done and not written again.
-2. One Spark job reads the batch's offset ranges, and each task splits its records by table,
-   parses and validates them and writes each table's good rows straight to that table's staging
-   area. Tasks return only file names, row counts and the bad records, so the driver never holds
-   the rows.
+2. One Spark job reads the batch: each task reads its offset range from the brokers, splits its
+   records by table, parses and validates them and writes each table's good rows straight to
+   that table's staging area. Tasks return only file names, row counts and the bad records, so
+   the driver never holds the rows.
 3. The driver records each table's files (bad records go to its dead-letter table, by the same
    chunk) and commits its chunk: one Delta transaction, in whichever streaming partition(s) the
    rows belong to (arrival mode: the open one; event-time: each row's own, late rows per the
@@ -333,6 +333,7 @@ def _start(
     control_file = options.control_file(checkpoint)
     routes = RoutesWatch(options, control_file)
     query_id = _QueryId(checkpoint)
+    reader_options = options.source_reader_options(control_file)
     batches = BatchSink(
         catalog,
         routes,
@@ -343,6 +344,7 @@ def _start(
         config,
         lambda batch_id: topics_with_data(checkpoint, batch_id),
         options.record_schemas(),
+        KafkaSourceOptions.parse(reader_options),
     )
     sink = IngestSink(
         batches, options, checkpoint, Steering(catalog, options.job, control_file, options.dead_letter_table)
@@ -350,7 +352,7 @@ def _start(
     sink.resume()
     sink.steering.apply(routes())  # requests made while the job was down
     reader = spark.readStream.format(source_format)
-    for key, value in options.source_reader_options(control_file).items():
+    for key, value in reader_options.items():
         reader = reader.option(key, value)
     writer = (
         reader.load()

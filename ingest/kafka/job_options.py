@@ -271,4 +271,5 @@ class KafkaIngestOptions(BaseModel):
         )
         del options["subscribe"]  # the control file says what is subscribed
         options["streampart.controlFile"] = control_file
+        options["streampart.emit"] = "ranges"  # the batch's own tasks read them (ingest.kafka.batch_sink)
         return options

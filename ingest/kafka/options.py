@@ -30,6 +30,11 @@ by :func:`check_offsets_spec`, which the ingest job's options use as well.
 ``fetchOffset.retryIntervalMs``    1000        first backoff; doubles, at most 30 s: the
                                                defaults ride out a broker outage of about
                                                90 s (1+2+4+8+16+30+30 s between attempts)
+``streampart.emit``                records     ``records``: a row per record (the columns
+                                               above); ``ranges``: a row per task's offset
+                                               range (topic, partition, start, end), which
+                                               the query's own tasks then read
+                                               (``ingest.kafka.reader.read_ranges``)
 ``kafka.<consumer config>``        —           passed to kafka-python's KafkaConsumer, dots as
                                                underscores: ``kafka.request.timeout.ms``,
                                                ``kafka.bootstrap.timeout.ms`` (default 10000),
@@ -90,6 +95,7 @@ class KafkaSourceOptions:
     retry_interval_ms: int = 1_000
     consumer_config: Mapping[str, Any] = field(default_factory=dict)
     control_file: str | None = None
+    emit_ranges: bool = False
 
     @classmethod
     def parse(cls, options: Mapping[str, str], *, batch: bool = False) -> KafkaSourceOptions:
@@ -131,6 +137,9 @@ class KafkaSourceOptions:
                 check_offsets_spec(spec, allow_earliest=allow_earliest)
             except ValueError as exc:
                 raise KafkaConfigError(f"option {name} {exc}") from None
+        emit = opts.get("streampart.emit", "records").strip().lower()
+        if emit not in ("records", "ranges"):
+            raise KafkaConfigError(f"option streampart.emit must be records or ranges, got {emit!r}")
         return cls(
             bootstrap_servers=servers,
             topics=topics,
@@ -148,6 +157,7 @@ class KafkaSourceOptions:
             ),
             consumer_config=_consumer_config(opts),
             control_file=control,
+            emit_ranges=emit == "ranges",
         )
 
     def subscribed(self, topic: str) -> bool:

@@ -10,7 +10,8 @@ Each row a task returns (:data:`ROUTED_SCHEMA`) is a staging row of a table (``t
 staged file, a bad record for the table's dead letters, its ignored fields), or a record the
 driver handles itself: ``pending`` (its table has no spec in this pass: a table this job had not
 seen yet; the driver stages it) or a dead letter of the job (``table`` null: unrouted, or its table
-refused). Like :mod:`ingest.kafka.staging`, this imports only the standard library and pyarrow.
+refused). Like :mod:`ingest.kafka.staging`, this imports only the standard library and pyarrow (and, in
+a task that reads its range itself, the reader of the Kafka source).
 """
 
 from __future__ import annotations
@@ -26,7 +27,11 @@ from ingest.kafka.routes import Routes, field_values
 from ingest.kafka.staging import STAGED_SCHEMA, stage_records
 
 if TYPE_CHECKING:
+    from ingest.kafka.options import KafkaSourceOptions
     from ingest.kafka.staging import StageSpec
+
+RECORD_COLUMNS = ("value", "topic", "partition", "offset")
+"""The columns of a record a pass reads."""
 
 ROUTED_SCHEMA = STAGED_SCHEMA.append(pa.field("table", pa.string())).append(pa.field("pending", pa.bool_()))
 """A task's rows: :data:`~ingest.kafka.staging.STAGED_SCHEMA` with the table each belongs to (null:
@@ -49,18 +54,29 @@ class RoutedSpec:
     skip: frozenset[str] = frozenset()
     refused: Mapping[str, str] = field(default_factory=dict)
     others: bool = True
+    source: KafkaSourceOptions | None = None
 
 
 def route_task(spec: RoutedSpec) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """The ``mapInArrow`` function of one pass (input columns value, topic, partition, offset)."""
+    """The ``mapInArrow`` function of one pass (input columns value, topic, partition, offset; or, with
+    ``spec.source``, a range's topic, partition, start and end)."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
 
         ctx = TaskContext.get()
+        if spec.source is not None:
+            batches = _records(batches, spec.source)
         yield from _route(spec, ctx.partitionId() if ctx is not None else 0, batches)
 
     return run
+
+
+def _records(ranges: Iterator[pa.RecordBatch], source: KafkaSourceOptions) -> Iterator[pa.RecordBatch]:
+    from ingest.kafka.reader import read_ranges  # (Spark's types: only where a range is read)
+
+    for batch in read_ranges(ranges, source):
+        yield batch.select(list(RECORD_COLUMNS))
 
 
 def _route(spec: RoutedSpec, task: int, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

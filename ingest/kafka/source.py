@@ -94,17 +94,30 @@ from ingest.kafka.offsets import (
 )
 from ingest.kafka.options import KafkaSourceOptions
 from ingest.kafka.planning import KafkaRange, plan_ranges, rate_limit
-from ingest.kafka.reader import SCHEMA, read_range, report_data_loss
+from ingest.kafka.reader import RANGES_SCHEMA, SCHEMA, range_batch, read_range, report_data_loss
 
 NAME = "streampart-kafka"
 """The format name of the source: ``spark.readStream.format(NAME)`` once :func:`register` ran."""
 
 
-def _check_schema(schema: StructType | None) -> None:
-    if schema is not None and schema != SCHEMA:
+def _check_schema(schema: StructType | None, opts: KafkaSourceOptions) -> None:
+    fixed = _schema(opts)
+    if schema is not None and schema != fixed:
         raise KafkaConfigError(
-            f"the {NAME} source has a fixed schema ({SCHEMA.simpleString()}); do not pass another one"
+            f"the {NAME} source has a fixed schema ({fixed.simpleString()}); do not pass another one"
         )
+
+
+def _schema(opts: KafkaSourceOptions) -> StructType:
+    return RANGES_SCHEMA if opts.emit_ranges else SCHEMA
+
+
+def _read(partition: InputPartition, opts: KafkaSourceOptions) -> Iterator[pa.RecordBatch]:
+    if not isinstance(partition, KafkaRange):  # Spark's placeholder for "no partitions"
+        return iter(())
+    if opts.emit_ranges:  # the query's own tasks read it (ingest.kafka.reader.read_ranges)
+        return iter((range_batch(partition),))
+    return read_range(partition, opts)
 
 
 def resolve_offsets(
@@ -147,8 +160,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Micro-batch reader; see the module docstring. Cheap to build: connects on first use."""
 
     def __init__(self, options: Mapping[str, str], schema: StructType | None = None) -> None:
-        _check_schema(schema)
         self.opts = KafkaSourceOptions.parse(options)
+        _check_schema(schema, self.opts)
         self._client: OffsetClient | None = None
         self._target: OffsetMap | None = None
         self._last_latest: OffsetMap | None = None
@@ -316,9 +329,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         )
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        if not isinstance(partition, KafkaRange):  # Spark's placeholder for "no partitions"
-            return iter(())
-        return read_range(partition, self.opts)
+        return _read(partition, self.opts)
 
     def commit(self, end: dict) -> None:
         """Nothing to do: offsets live in Spark's checkpoint, not in Kafka."""
@@ -333,8 +344,8 @@ class KafkaBatchReader(DataSourceReader):
     """Bounded read of ``[startingOffsets, endingOffsets)`` (defaults: earliest, latest)."""
 
     def __init__(self, options: Mapping[str, str], schema: StructType | None = None) -> None:
-        _check_schema(schema)
         self.opts = KafkaSourceOptions.parse(options, batch=True)
+        _check_schema(schema, self.opts)
 
     def partitions(self) -> Sequence[InputPartition]:
         client = OffsetClient(self.opts)
@@ -347,9 +358,7 @@ class KafkaBatchReader(DataSourceReader):
         return plan_ranges(start, end, self.opts.min_partitions, self.opts.max_records_per_partition)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        if not isinstance(partition, KafkaRange):  # Spark's placeholder for "no partitions"
-            return iter(())
-        return read_range(partition, self.opts)
+        return _read(partition, self.opts)
 
 
 class KafkaDataSource(DataSource):
@@ -360,7 +369,10 @@ class KafkaDataSource(DataSource):
         return NAME
 
     def schema(self) -> StructType:
-        return SCHEMA
+        emit = next(
+            (str(v).strip().lower() for k, v in self.options.items() if k.lower() == "streampart.emit"), ""
+        )
+        return RANGES_SCHEMA if emit == "ranges" else SCHEMA  # (a bad value: refused by the reader)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         return KafkaStreamReader(self.options, schema)

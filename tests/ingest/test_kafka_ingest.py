@@ -87,6 +87,7 @@ def test_the_jobs_source_options_are_built_as_the_sources() -> None:
     assert opts.source_reader_options("/ckpt/control.json") == {
         **expected,
         "streampart.controlFile": "/ckpt/control.json",
+        "streampart.emit": "ranges",  # the batch's tasks read them
     }
     assert opts.routes().subscription() == {"topics": ["a", "b"], "pattern": None}
 

@@ -23,7 +23,7 @@ from ingest.kafka.devbroker import EmbeddedBroker, free_port
 from ingest.kafka.offsets import dump_offsets
 from ingest.kafka.options import KafkaSourceOptions, source_options
 from ingest.kafka.planning import KafkaRange, plan_ranges, rate_limit
-from ingest.kafka.reader import SCHEMA, read_range
+from ingest.kafka.reader import RANGES_SCHEMA, SCHEMA, read_range, read_ranges
 from ingest.kafka.source import NAME, KafkaStreamReader, read_stream, register
 from tests.helpers import wait_for
 
@@ -129,6 +129,7 @@ def no_duplicates(rows: list[Row]) -> bool:
             "kafka.no.such.thing",
         ),
         ({"kafka.bootstrap.servers": "h:1", "subscribe": "t", "endingOffsets": "latest"}, "batch"),
+        ({"kafka.bootstrap.servers": "h:1", "subscribe": "t", "streampart.emit": "rows"}, "streampart.emit"),
     ],
 )
 def test_bad_options_name_the_option(opts: dict[str, str], message: str) -> None:
@@ -524,6 +525,34 @@ def test_batch_read(spark: Any, kafka_broker: EmbeddedBroker) -> None:
     assert df.schema == SCHEMA
     rows = [(r.topic, r.partition, r.offset, r.key, r.value) for r in df.collect()]
     assert key_sorted(rows) == key_sorted([r for r in expected if r[1] == 1 or r[2] < 3])
+
+
+def test_a_source_that_emits_ranges_yields_one_row_per_task_and_its_reader_the_same_records(
+    spark: Any, kafka_broker: EmbeddedBroker
+) -> None:
+    """``streampart.emit=ranges``: each task yields its offset range, not its records; read where the
+    rows go (as the ingest job's tasks do), the ranges give the very records a records read gives."""
+    topic = topic_name()
+    kafka_broker.create_topic(topic, 2)
+    expected = produce(kafka_broker, topic, records(topic, 30, 2))
+    register(spark)
+    opts = options(kafka_broker, subscribe=topic, maxRecordsPerPartition=4, **{"streampart.emit": "ranges"})
+    reader = spark.read.format(NAME)
+    for k, v in opts.items():
+        reader = reader.option(k, v)
+    df = reader.load()
+    assert df.schema == RANGES_SCHEMA
+    ranges = sorted((r.topic, r.partition, r.start, r.end) for r in df.collect())
+    assert len(ranges) == 8 and all(end - start <= 4 for _, _, start, end in ranges)  # 15 a partition
+    parsed = KafkaSourceOptions.parse(opts, batch=True)
+
+    def read(batches: Any) -> Any:
+        for batch in read_ranges(batches, parsed):
+            yield batch.select(["topic", "partition", "offset", "key", "value"])
+
+    fields = "topic STRING, partition INT, offset LONG, key BINARY, value BINARY"
+    rows = [tuple(r) for r in df.mapInArrow(read, fields).collect()]
+    assert key_sorted(rows) == key_sorted(expected) and no_duplicates(rows)
 
 
 def test_offsets_json_is_canonical() -> None:

@@ -16,6 +16,7 @@ import pytest
 from ingest.kafka.staging import _arrow_json, stage_records, stage_spec, stage_task
 from metastore.catalog import Catalog
 from tests.fixtures import make_table
+from tests.helpers import SCRIPT_END
 
 SCHEMA = "id BIGINT, ts TIMESTAMP, msg STRING, n INT, x DOUBLE, ok BOOLEAN"
 
@@ -120,6 +121,7 @@ def test_what_the_workers_unpickle_imports_no_metastore_nor_pydantic(sqlite_cata
         "import pickle, sys\n"
         f"fn = pickle.loads(open({str(tmp_path / 'task.pickle')!r}, 'rb').read())\n"
         f"print(sorted({{m for m in sys.modules for h in {heavy!r} if m == h or m.startswith(h + '.')}}))\n"
+        + SCRIPT_END
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
@@ -140,7 +142,7 @@ def test_a_fresh_worker_reads_a_csv_field_over_the_csv_modules_limit(sqlite_cata
         "import json, pickle, sys\n"
         f"fn, spec, batch = pickle.loads(open({str(tmp_path / 'task.pickle')!r}, 'rb').read())\n"
         "out = fn(spec, 0, iter([batch])).to_pylist()\n"
-        "print(json.dumps([(r['rows'], r['position'], r['reason']) for r in out]))\n"
+        "print(json.dumps([(r['rows'], r['position'], r['reason']) for r in out]))\n" + SCRIPT_END
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert sorted(json.loads(done.stdout), key=str) == [
