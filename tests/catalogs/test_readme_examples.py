@@ -66,5 +66,10 @@ def test_the_readme_examples_of_both_clients_run(tour_server: Server, tmp_path: 
 
     for python, code in ((sys.executable, iceberg), (str(CLIENT_PYTHON), sharing)):
         done = subprocess.run([python, "-c", placed(code)], capture_output=True, text=True, timeout=240)
-        assert done.returncode == 0, done.stderr
+        # the README's code as a user runs it; pyarrow may abort such a process after its last line
+        # (apache/arrow#34314: status -6, that one line on stderr), which is not the example failing
+        arrow_exit = (
+            done.returncode == -6 and done.stderr.strip() == "terminate called without an active exception"
+        )
+        assert done.returncode == 0 or arrow_exit, done.stderr
         assert done.stdout.strip()
