@@ -134,6 +134,17 @@ def wait_for(
         time.sleep(interval)
 
 
+def catches(pid: int, signum: int) -> bool:
+    """Whether process ``pid`` has a handler of its own for ``signum`` (Linux: ``SigCgt`` in
+    ``/proc/<pid>/status``); False once it is gone."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    mask = next((line.split()[1] for line in status.splitlines() if line.startswith("SigCgt:")), "0")
+    return bool(int(mask, 16) >> (signum - 1) & 1)
+
+
 @contextmanager
 def downgraded(metastore_url: str, revision: str) -> Iterator[Any]:
     """Take the metastore down to migration ``revision`` (a warehouse made by an older release);
@@ -280,3 +291,28 @@ def checked_stats(location: str) -> dict[str, dict[str, Any]]:
                 want_low, want_high = want_low.isoformat(), want_high.isoformat()
             assert (low, stats["maxValues"][column]) == (want_low, want_high), (path, column)
     return live
+
+
+def run_script(main: Callable[[], None]) -> None:
+    """Run a test's worker script's ``main`` and end the process as the CLI does
+    (:func:`streampart.cli.root.leave`): past its work, Arrow's C++ thread pools could otherwise abort
+    the process at exit (status -6, apache/arrow#34314), failing a test whose work was done. An
+    exception is printed and ends it with status 1, as the interpreter would."""
+    import traceback
+
+    from streampart.cli.root import leave
+
+    try:
+        main()
+    except SystemExit as exc:
+        leave(exc.code)
+    except BaseException:
+        traceback.print_exc()
+        leave(1)
+    leave(0)
+
+
+SCRIPT_END = "import os, sys; sys.stdout.flush(); sys.stderr.flush(); os._exit(0)\n"
+"""The last line of a ``python -c`` script a test runs that touches pyarrow: once its output is out,
+the process ends without the teardown where Arrow's thread pools can abort it (see
+:func:`run_script`)."""

@@ -1,7 +1,7 @@
 """How a ``streampart`` process ends: with its command's status, and only once the work the
 command started in the background (a Delta checkpoint after a commit) is done, as at an
 interpreter's normal exit (the command line ends its process itself, skipping native libraries'
-static destructors: ``streampart.cli.root._leave``)."""
+static destructors: ``streampart.cli.root.leave``)."""
 
 from __future__ import annotations
 

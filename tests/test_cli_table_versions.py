@@ -20,7 +20,7 @@ from ingest.chunks import ChunkWriter
 from ingest.formats import Format
 from metastore.delta.checkpoints import set_log_settings
 from scheduler.housekeeping import Housekeeper
-from tests.helpers import all_ids, records
+from tests.helpers import SCRIPT_END, all_ids, records
 from tests.test_cli_chunks import CREATE, Env, env  # noqa: F401  (the fixture)
 
 
@@ -139,6 +139,7 @@ def test_history_and_read_import_no_spark(env: Env) -> None:  # noqa: F811
         "    result = CliRunner().invoke(app, base + args)\n"
         "    assert result.exit_code == 0, result.output\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pyspark', 'py4j', 'sqlglot')))\n"
+        + SCRIPT_END
     )
     found = subprocess.run(
         [sys.executable, "-c", script, str(env.wh), env.url], capture_output=True, text=True, check=True

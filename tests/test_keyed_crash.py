@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import worker_call
+from tests.helpers import run_script, worker_call
 
 PROCESS_ROLL_CRASHES = [
     "roll-after-begin",  # partition ROLLING, table not sealed
@@ -672,4 +672,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -24,7 +24,7 @@ from metastore.errors import MetastoreDownError, NotFoundError, QuotaExceededErr
 from scheduler.config import RollConfig
 from scheduler.errors import RollBusyError
 from scheduler.roll import Roller
-from tests.helpers import jsonl, records
+from tests.helpers import jsonl, records, run_script
 
 _say_lock = threading.Lock()
 
@@ -193,4 +193,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

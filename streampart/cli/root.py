@@ -119,7 +119,7 @@ def main() -> None:
     try:
         _main()
     except SystemExit as exc:
-        _leave(exc.code)
+        leave(exc.code)
 
 
 def _main() -> None:
@@ -141,7 +141,7 @@ def _main() -> None:
         sys.exit(1)
 
 
-def _leave(code: object) -> None:
+def leave(code: object) -> None:
     """End the process with the command's status, as the interpreter would, but without native
     libraries' static destructors: after a command's work and output are done, Arrow's C++ thread
     pools could still abort the process as it exits ("terminate called without an active

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from deltalake import DeltaTable
 
-from ingest.chunks import ChunkWriter, CommitResult
+from ingest.chunks import ChunkWriter, CommitResult, group_commit
 from ingest.chunks.group_commit import CommitGroups, Member, UnsettledError
 from ingest.config import ChunkConfig
 from ingest.errors import ChunkBusyError, ChunkStateError, LateDataError
@@ -101,6 +101,7 @@ class Committers:
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch, pause: float = 1.0) -> None:
         monkeypatch.setenv(crashpoints.PAUSE_ENV, f"{PAUSE}:{pause}")
+        self.monkeypatch = monkeypatch
         self.results: dict[str, CommitResult | BaseException] = {}
         self.threads: list[threading.Thread] = []
 
@@ -116,12 +117,26 @@ class Committers:
         self.threads.append(t)
 
     def start_blocked(self, w: ChunkWriter, blocker: Chunk, chunks: list[Chunk]) -> None:
-        """``blocker`` commits first and dwells; ``chunks`` all queue behind it as one group."""
+        """``blocker`` commits first and dwells until ``chunks`` all queue behind it as one group (its
+        pause alone was too short for that on a loaded machine)."""
+        queued, pause = threading.Event(), group_commit.pausepoint
+
+        def held(name: str) -> None:
+            pause(name)
+            if name == PAUSE:
+                queued.wait(60)
+
+        self.monkeypatch.setattr(group_commit, "pausepoint", held)
         self.start(w, blocker)
         wait_for(lambda: w.store.get_chunk(blocker.id).state is ChunkState.COMMITTING, "the first commit")
-        time.sleep(0.1)  # it is in its pause now
         for c in chunks:
             self.start(w, c)
+        key = group_commit._group_key(w)
+        wait_for(
+            lambda: len(getattr(group_commit._GROUPS._queues.get(key), "pending", [])) == len(chunks),
+            "the chunks to queue behind the first",
+        )
+        queued.set()
 
     def join(self) -> dict[str, CommitResult | BaseException]:
         for t in self.threads:
