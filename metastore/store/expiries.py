@@ -193,6 +193,7 @@ class ExpiryStore(Database):
         c, p = s.partition_copies.c, s.partitions.c
         ids = sa.select(p.id).where(p.table_id == table_id, p.value.in_([_db(v) for v in values]))
         with self.tx() as conn:
+            fence_table(conn, table_id, self.label)  # not while its namespace moves
             return int(
                 conn.execute(
                     sa.update(s.partition_copies)

@@ -146,6 +146,7 @@ class ReplicaStore(Database):
         """Record ``cluster`` as a secondary of the table (the catalog has checked it may be one)."""
         try:
             with self.tx() as conn:
+                fence_table(conn, table_id, self.label)  # not while its namespace moves
                 conn.execute(
                     sa.insert(s.replicas).values(
                         table_id=table_id, cluster=cluster, location=location, added_at=_db(now or _now())
@@ -190,6 +191,7 @@ class ReplicaStore(Database):
         """Forget a replica and every copy on it, in one transaction; returns what it was."""
         r, c = s.replicas.c, s.partition_copies.c
         with self.tx() as conn:
+            fence_table(conn, table_id, self.label)  # not while its namespace moves
             # locked: a copy claimed meanwhile waits, then finds the replica gone (else its copy
             # outlived the replica, recorded present on a secondary that no longer has it)
             row = conn.execute(

@@ -264,6 +264,29 @@ def test_every_write_is_fenced_while_the_namespace_moves(federation: Catalog) ->
     assert sorted(all_ids(table)) == list(range(20))
 
 
+def test_replica_records_are_fenced_while_the_namespace_moves(federation: Catalog) -> None:
+    """A replica added or removed, or copies marked expired, in the source after the move copied the
+    table would be lost with the source's rows: refused while the namespace is fenced."""
+    catalog = federation
+    table = make_table(catalog, "shop.orders")
+    store = catalog.store
+    store.add_replica(table.id, "c1", "/replicas/c1")
+    store.fence_namespace_for_move("shop", "m2")
+    value = store.streaming_partition(table.id).value
+    for call in (
+        lambda: store.add_replica(table.id, "c2", "/replicas/c2"),
+        lambda: store.remove_replica(table.id, "c1"),
+        lambda: store.expire_copies(table.id, "c1", [value]),
+    ):
+        with pytest.raises(NamespaceMovingError, match="namespace shop is moving to metastore m2"):
+            call()
+    assert [r.cluster for r in store.list_replicas(table.id)] == ["c1"]
+    assert store.unfence_namespace("shop")
+    store.add_replica(table.id, "c2", "/replicas/c2")
+    store.remove_replica(table.id, "c1")
+    assert [r.cluster for r in store.list_replicas(table.id)] == ["c2"]
+
+
 # Each refusal: what is asked, the error, and a word of its message.
 REFUSALS = [
     ("missing", "m2", NotFoundError, "namespace missing does not exist"),
