@@ -219,8 +219,18 @@ class ReplicaStore(Database):
         return [copy_from_row(row) for row in rows]
 
     def present_values(self, table_id: int, cluster: str) -> set[datetime]:
-        """The partition values wholly present on the secondary ``cluster``."""
-        return {copy.partition_value for copy in self.list_copies(table_id, cluster, CopyState.PRESENT)}
+        """The partition values wholly present on the secondary ``cluster``: copies recorded present
+        at their partition's current generation (a copy of files a rewrite replaced never counts,
+        even if something left it marked present)."""
+        c, p = s.partition_copies.c, s.partitions.c
+        q = _copy_query().where(
+            c.table_id == table_id,
+            c.cluster == cluster,
+            c.state == CopyState.PRESENT.value,
+            sa.func.coalesce(c.generation, 0) == sa.func.coalesce(p.generation, 0),
+        )
+        with self.read_tx() as conn:
+            return {copy_from_row(row).partition_value for row in conn.execute(q).all()}
 
     def claim_copy(
         self,

@@ -7,9 +7,12 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
+import sqlalchemy as sa
 
+from metastore import schema as s
 from metastore.errors import AlreadyExistsError, ConflictError, IllegalTransitionError, NotFoundError
 from metastore.models import ChunkState, Mode, PartitionState, RollState, StagedFile, TableName
+from metastore.replicas import CopyState
 from metastore.store import Metastore
 from tests.fixtures import home, make_table, routed_catalog  # noqa: F401
 
@@ -249,3 +252,23 @@ def test_a_table_lives_in_its_namespaces_home_only(catalog) -> None:
     for name in catalog.router.names():
         held = [str(x.name) for x in catalog.on(name).store.list_tables()]
         assert held == (["ns.a"] if name == t.metastore else []), name
+
+
+def test_a_copy_counts_as_present_only_at_its_partitions_generation(catalog) -> None:
+    """What a query may read on a secondary: a present copy of the partition as it is now. A copy
+    left marked present after its partition was rewritten (a newer generation) does not count."""
+    store = home(catalog)
+    table = make_table(catalog)
+    p = store.streaming_partition(table.id)
+    roll = store.begin_roll(p, p.value + timedelta(hours=1), "roller", timedelta(minutes=1))
+    roll = store.advance_roll(roll, RollState.SWEEPING, "roller", seal_version=1)
+    store.finish_roll(roll, "roller", chunks=1, rows=10, bytes=100, files=1)
+    [p] = store.list_partitions(table.id, [PartitionState.STANDARD])
+    store.add_replica(table.id, "c2", "/replicas/c2")
+    claim = store.claim_copy(p, "c2", "copier", timedelta(minutes=1))
+    store.finish_copy(claim, "copier", files=1, bytes=100, checksum="x", delta_version=1)
+    assert store.present_values(table.id, "c2") == {p.value}
+    with store.engine.begin() as conn:  # the partition rewritten, its copy's state left as it was
+        conn.execute(sa.update(s.partitions).where(s.partitions.c.id == p.id).values(generation=1))
+    assert [c.state for c in store.list_copies(table.id, "c2")] == [CopyState.PRESENT]
+    assert store.present_values(table.id, "c2") == set()
