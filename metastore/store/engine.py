@@ -290,11 +290,17 @@ class Database:
             yield conn
 
     @contextmanager
-    def read_tx(self) -> Iterator[Connection]:
-        """One transaction that only reads: it never waits for a writer (nor takes SQLite's lock)."""
+    def read_tx(self, snapshot: bool = False) -> Iterator[Connection]:
+        """One transaction that only reads: it never waits for a writer (nor takes SQLite's lock).
+
+        ``snapshot``: every statement sees the database as the first one did (PostgreSQL's
+        REPEATABLE READ; at its default READ COMMITTED each statement sees what committed before
+        it). A SQLite read transaction always does."""
         with self._unavailable_is_retriable(), self.engine.connect() as conn:
             if self.is_sqlite:
                 conn.execution_options(**{_READ_ONLY: True})
+            elif snapshot:
+                conn.execution_options(postgresql_readonly=True, isolation_level="REPEATABLE READ")
             else:
                 conn.execution_options(postgresql_readonly=True)
             with conn.begin():

@@ -165,7 +165,7 @@ class TransferStore(Database):
     # -- export ------------------------------------------------------------------------------
     def export_table(self, table_id: int) -> TableRows:
         """Every row of the table ``table_id`` and of what belongs to it, in one snapshot."""
-        with self.read_tx() as conn:
+        with self.read_tx(snapshot=True) as conn:
             found = _rows(conn, s.tables, s.tables.c.id == table_id)
             if not found:
                 raise NotFoundError(f"table #{table_id} does not exist in metastore {self.label}")

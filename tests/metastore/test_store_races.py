@@ -19,6 +19,7 @@ import sqlalchemy as sa
 
 import metastore.store.deletes as deletes_module
 import metastore.store.replicas as replicas_module
+import metastore.store.transfer as transfer_module
 from metastore import schema as s
 from metastore.catalog import Catalog
 from metastore.errors import ConflictError, DeleteBusyError
@@ -188,6 +189,33 @@ def test_a_replica_removed_while_its_table_is_dropped_neither_waits_for_the_othe
     assert not isinstance(out["remove"], Exception), out["remove"]
     assert not isinstance(out["drop"], Exception), out["drop"]
     assert store.list_replicas(table.id) == [] and store.list_copies(table.id) == []
+
+
+def test_a_tables_export_is_one_snapshot_whatever_commits_meanwhile(catalog, monkeypatch) -> None:
+    """A namespace move copies each table from one export: its rows as they were at one instant,
+    though other transactions commit between its reads. (Before, on PostgreSQL: a partition and a
+    replica committed after the table's row was read were exported with it.)"""
+    store = catalog.store
+    table, _ = _standard(catalog)
+    before = store.export_table(table.id)
+    reached, go = _paused_after(monkeypatch, transfer_module, "_rows", "export")
+    later = before.partitions[-1]["value"] + timedelta(hours=5)
+
+    def write() -> None:
+        store.ensure_partition(table.id, later)
+        store.add_replica(table.id, "c2", "/c2")
+
+    out = _overtaken(  # the export held after its first read (the table's row)
+        ("export", lambda: store.export_table(table.id)),
+        ("write", write),
+        reached,
+        go,
+    )
+    assert out["write"] is None, out["write"]
+    exported = out["export"]
+    assert not isinstance(exported, Exception), exported
+    assert exported.partitions == before.partitions and exported.replicas == []
+    assert len(store.export_table(table.id).partitions) == len(before.partitions) + 1
 
 
 def test_a_deadlock_is_a_lost_race_not_an_outage(catalog) -> None:
