@@ -39,7 +39,7 @@ import time
 import uuid
 import weakref
 from collections.abc import Collection, Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from ingest.errors import CommitTimeoutError
@@ -92,6 +92,7 @@ class CommitHolder:
         self._lock = threading.Lock()
         self._in_flight = 0
         self._valid_until = 0.0  # time.monotonic() at which the lease may have lapsed
+        self._expires_at: datetime | None = None  # when it lapses in the metastore (by clock.now())
         self._epoch: int | None = None  # the lease's epoch: it rises when a lapsed lease is taken again
         self._entered: dict[str, tuple[int | None, int]] = {}  # chunk id → (epoch at entry, depth)
         self._thread: threading.Thread | None = None
@@ -115,7 +116,7 @@ class CommitHolder:
         with _IN_FLIGHT_LOCK:
             _IN_FLIGHT[chunk_id] = _IN_FLIGHT.get(chunk_id, 0) + 1
         try:
-            if time.monotonic() > self._valid_until - TTL.total_seconds() / 2:
+            if time.monotonic() > self._valid_until - TTL.total_seconds() / 2 or self._lapsing():
                 self._renew()
             with self._lock:
                 epoch, depth = self._entered.get(chunk_id, (self._epoch, 0))
@@ -176,6 +177,16 @@ class CommitHolder:
             return False
         return True
 
+    def _lapsing(self) -> bool:
+        """Whether the lease lapses soon, or has lapsed, by the clock the metastore's leases are
+        compared against (``clock.now()``). Its monotonic deadline says when it lapses if that clock
+        runs as time does; one that jumps (an NTP step, a test's moved clock) lapses it sooner, and
+        an attempt entering then would take the old epoch for its own: the renewal that takes the
+        lapsed lease again, a new epoch, would then count the attempt as overtaken."""
+        with self._lock:
+            expires = self._expires_at
+        return expires is None or clock.now() > expires - timedelta(seconds=MARGIN)
+
     def _renew(self) -> None:
         store = self._store()
         if store is None:
@@ -190,6 +201,7 @@ class CommitHolder:
             with self._lock:  # a lease that had lapsed in the metastore was taken again: a new epoch
                 self._epoch = lease.epoch
                 self._valid_until = max(self._valid_until, started + TTL.total_seconds())
+                self._expires_at = lease.expires_at
 
     def _renew_loop(self) -> None:
         while True:

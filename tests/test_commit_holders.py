@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from ingest.chunks import ChunkWriter, recover_commits
-from ingest.commit_holders import GRACE, PREFIX, TTL
+from ingest.commit_holders import GRACE, HEARTBEAT, PREFIX, TTL, commit_holder
 from ingest.errors import ChunkBusyError
 from ingest.formats import Format
 from metastore import clock
@@ -149,3 +149,17 @@ def test_a_holder_frozen_past_its_lease_never_commits_after_the_retry_took_over(
     ids = all_ids(table)
     assert sorted(ids) == list(range(10)) and duplicates(ids) == []
     assert not _commit(table, 2).exists()  # the woken writer wrote no second commit
+
+
+def test_an_attempt_begun_after_the_clock_jumped_past_the_lease_is_not_taken_for_overtaken(catalog) -> None:
+    """The wall clock jumps forward past the holder's lease (an NTP step; a test's moved clock)
+    between two attempts: the second renews the lapsed lease as it enters, so the renewals during
+    it keep its epoch and its commit goes ahead. (Before: it entered at the old epoch, the next
+    renewal took the lapsed lease again, and the attempt was refused as overtaken; a roll in a
+    test that moves the clock an hour failed with LeaseLostError when it took over a second.)"""
+    holder = commit_holder(catalog.store)
+    with holder.holding("first"):
+        holder.require_live(["first"])
+    with clock.use(clock.SystemClock(timedelta(hours=1))), holder.holding("second"):
+        time.sleep(HEARTBEAT * 2.5)  # the holder's thread renews the lease meanwhile
+        holder.require_live(["second"])
