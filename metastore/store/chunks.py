@@ -22,7 +22,7 @@ from sqlalchemy.exc import IntegrityError
 from metastore import schema as s
 from metastore.errors import NotFoundError, StreampartError, TableIntegrityError
 from metastore.models import Chunk, ChunkState, StagedFile, TableActivity, check_transition, utc
-from metastore.store.engine import Database, _db, _now, _out
+from metastore.store.engine import Database, _db, _now, _out, locking
 from metastore.store.namespaces import QuotaSetMeanwhile, fence_commit, fence_table
 from metastore.store.preconditions import Precondition, at, failed_precondition, guarded_update, state_in
 from metastore.store.schema_changes import finish_change
@@ -285,7 +285,7 @@ class ChunkStore(Database):
         with self.tx() as conn:
             fence_table(conn, chunk.table_id, self.label, main_only=True)
             q = sa.select(s.chunks.c.files).where(key, *(p.clause for p in reserved))
-            before = conn.execute(q if self.is_sqlite else q.with_for_update()).first()
+            before = conn.execute(locking(conn, q)).first()
             if before is None:
                 raise failed_precondition(conn, s.chunks, key, subject, reserved)
             row = guarded_update(

@@ -80,15 +80,18 @@ _QUOTED = re.compile(r"""["']([^"']+)["']""")
 _READ_ONLY = "streampart_read_only"
 
 
-def locking(conn: Connection, query: Any, *, share: bool = False, no_key: bool = False) -> Any:
+def locking(
+    conn: Connection, query: Any, *, share: bool = False, no_key: bool = False, of: Any = None
+) -> Any:
     """``query``, its rows locked until the transaction ends on PostgreSQL: ``FOR SHARE`` with
     ``share``, ``FOR NO KEY UPDATE`` with ``no_key`` (foreign-key checks of inserts still pass),
-    else ``FOR UPDATE``. At READ COMMITTED a plain read can be overtaken: another transaction
-    changes the row and commits before this one writes what it decided from it. SQLite needs no
-    lock: one writing transaction runs at a time (``BEGIN IMMEDIATE``)."""
+    else ``FOR UPDATE``; ``of``: only that table's rows (a join). At READ COMMITTED a plain read can
+    be overtaken: another transaction changes the row and commits before this one writes what it
+    decided from it. SQLite needs no lock: one writing transaction runs at a time
+    (``BEGIN IMMEDIATE``)."""
     if conn.dialect.name != "postgresql":
         return query
-    return query.with_for_update(read=share, key_share=no_key)
+    return query.with_for_update(read=share, key_share=no_key, of=of)
 
 
 # PostgreSQL's SQLSTATEs for a transaction rolled back because of another one: a deadlock, a

@@ -19,7 +19,7 @@ from metastore import schema as s
 from metastore.errors import AlreadyExistsError, NotFoundError, UserInputError
 from metastore.federation import PRIMARY, AccessType, FederatedMetastore
 from metastore.namespaces import check_namespace
-from metastore.store.engine import Database, _db, _now, _out
+from metastore.store.engine import Database, _db, _now, _out, locking
 
 
 def metastore_from_row(row: Any) -> FederatedMetastore:
@@ -46,8 +46,7 @@ def bump_route_version(conn: Connection) -> None:
 
 def _lock_registry(conn: Connection) -> None:
     """Serialise registry changes (PostgreSQL: the version row; SQLite holds its write lock)."""
-    if conn.dialect.name == "postgresql":
-        conn.execute(sa.select(s.route_version.c.version).where(s.route_version.c.id == 1).with_for_update())
+    conn.execute(locking(conn, sa.select(s.route_version.c.version).where(s.route_version.c.id == 1)))
 
 
 def _routes(conn: Connection) -> dict[str, str]:

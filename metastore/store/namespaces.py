@@ -48,7 +48,7 @@ from metastore.errors import (
 )
 from metastore.models import ChunkState, PartitionState, TableKind
 from metastore.namespaces import Namespace, check_namespace, format_size
-from metastore.store.engine import Database, _db, _now, _out
+from metastore.store.engine import Database, _db, _now, _out, locking
 from metastore.store.federation import bump_route_version
 
 _UNSET: Any = object()
@@ -80,9 +80,7 @@ def lock_namespace(conn: Connection, name: str, *, share: bool = False) -> Any:
     not ask for the exclusive lock later (two of them would deadlock).
     """
     q = sa.select(s.namespaces).where(s.namespaces.c.name == name)
-    if conn.dialect.name == "postgresql":
-        q = q.with_for_update(read=share)
-    return conn.execute(q).first()
+    return conn.execute(locking(conn, q, share=share)).first()
 
 
 def moving_error(name: str, target: str, since: datetime | None) -> NamespaceMovingError:
@@ -126,9 +124,7 @@ def fence_table(
         .select_from(s.tables.join(s.namespaces, n.name == t.namespace))
         .where(t.id == table_id)
     )
-    if conn.dialect.name == "postgresql":
-        q = q.with_for_update(read=share, of=s.namespaces)
-    row = conn.execute(q).first()
+    row = conn.execute(locking(conn, q, share=share, of=s.namespaces)).first()
     if row is None:  # no such table here, or its namespace has no row (then nothing fences it)
         if conn.execute(sa.select(t.id).where(t.id == table_id)).first() is None:
             raise NotFoundError(

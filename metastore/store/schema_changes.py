@@ -17,7 +17,7 @@ from sqlalchemy.engine import Connection
 from metastore import schema as s
 from metastore.errors import ConflictError, NotFoundError, SchemaConflictError
 from metastore.models import Column, RecordedSchemaChange, SchemaChangeState, check_transition, format_schema
-from metastore.store.engine import _db, _out
+from metastore.store.engine import _db, _out, locking
 from metastore.store.preconditions import guarded_update, state_in
 
 # The source of a schema change made by a chunk's data (then the chunks' ids): its columns count
@@ -64,9 +64,7 @@ def _locked_columns(conn: Connection, table_id: int) -> tuple[Column, ...]:
     """The table's columns, its row locked until the transaction ends (PostgreSQL; SQLite holds its
     write lock already): no other change of them commits between this read and our update."""
     q = sa.select(s.tables.c.columns).where(s.tables.c.id == table_id)
-    if conn.dialect.name == "postgresql":
-        q = q.with_for_update()
-    value = conn.execute(q).scalar()
+    value = conn.execute(locking(conn, q)).scalar()
     if value is None:
         raise NotFoundError(f"table #{table_id} does not exist")
     return columns_from_json(value)
