@@ -201,6 +201,12 @@ def test_a_delete_killed_at_each_step_is_finished_once_by_the_next(catalog, poin
     assert [p for p in check_table(catalog, table) if p.severity != "info"] == []  # no stray file either
 
 
+def _replicated(catalog: Catalog, tmp_path: Path) -> Table:
+    """A table of :data:`SCHEMA` on local cluster c1, replicated to c2."""
+    add_clusters(catalog, tmp_path, "c1", "c2")
+    return make_table(catalog, schema=SCHEMA, cluster="c1", replicate_to=("c2",))
+
+
 def _spawn(catalog: Catalog, table: Table, *args: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         **worker_call(catalog, table, *args), stdout=subprocess.PIPE, stderr=subprocess.PIPE
@@ -296,8 +302,7 @@ def test_a_copy_under_way_when_a_delete_rewrites_its_partition_is_copied_again(c
     from scheduler.errors import ReplicationAbandonedError
     from scheduler.replication import Replicator
 
-    add_clusters(catalog, tmp_path, "c1", "c2")
-    table = make_table(catalog, schema=SCHEMA, cluster="c1", replicate_to=("c2",))
+    table = _replicated(catalog, tmp_path)
     w = ChunkWriter(catalog, table)
     for k in range(2):
         w.write(rows(range(k * 10, k * 10 + 10)), Format.JSONL)
@@ -329,8 +334,7 @@ def test_a_copy_finishing_while_a_rewrite_commits_is_not_recorded_present(catalo
     from metastore.replicas import CopyState
     from metastore.store.rewrites import record_rewritten
 
-    add_clusters(catalog, tmp_path, "c1", "c2")
-    table = make_table(catalog, schema=SCHEMA, cluster="c1", replicate_to=("c2",))
+    table = _replicated(catalog, tmp_path)
     ChunkWriter(catalog, table).write(rows(range(10)), Format.JSONL)
     Roller(catalog).roll_table(table, force=True)
     [partition] = catalog.partitions(table, [PartitionState.STANDARD])
@@ -363,8 +367,7 @@ def test_a_delete_reaches_the_secondaries(catalog, tmp_path) -> None:
     from metastore.replicas import CopyState, replica_table
     from scheduler.replication import Replicator
 
-    add_clusters(catalog, tmp_path, "c1", "c2")
-    table = make_table(catalog, schema=SCHEMA, cluster="c1", replicate_to=("c2",))
+    table = _replicated(catalog, tmp_path)
     w = ChunkWriter(catalog, table)
     for k in range(2):
         w.write(rows(range(k * 10, k * 10 + 10)), Format.JSONL)
