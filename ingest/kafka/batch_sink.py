@@ -42,7 +42,7 @@ from ingest.errors import IngestError
 from ingest.formats import parse_arrow
 from ingest.kafka.batch_plans import BatchPlan, fix_plan
 from ingest.kafka.registry import RecordSchemas
-from ingest.kafka.route_task import RECORD_COLUMNS, ROUTED_SCHEMA, RoutedSpec, route_task
+from ingest.kafka.route_task import ROUTED_SCHEMA, RoutedSpec, route_task
 from ingest.kafka.routes import Routes
 from ingest.kafka.table_sink import TableSink
 from metastore.catalog import Catalog
@@ -131,11 +131,12 @@ class BatchSink:
         query_id: Callable[[], str],
         config: ChunkConfig,
         topics_with_data: Callable[[int], set[str] | None],
+        source: KafkaSourceOptions,
         schemas: RecordSchemas | None = None,
-        source: KafkaSourceOptions | None = None,
     ) -> None:
-        """``source``: the options of the query's source when it yields offset ranges
-        (``streampart.emit=ranges``), which the batch's tasks then read themselves."""
+        """``source``: the options of the query's source, which yields offset ranges
+        (``streampart.emit=ranges``) that the batch's tasks then read themselves."""
+        assert source.emit_ranges, "the ingest job's source yields offset ranges"
         self.catalog = catalog
         self.routes = routes
         self.dead = dead_letters
@@ -145,7 +146,7 @@ class BatchSink:
         self.config = config
         self.topics_with_data = topics_with_data
         self.schemas = schemas
-        self.source = source if source is not None and source.emit_ranges else None
+        self.source = source
         self.sinks: dict[str, TableSink] = {}
         self.field_tables: dict[str, int] = {}  # tables a field route named → the batch it last did
         self.refused: dict[str, str] = {}  # the last batch's refused tables → why
@@ -266,10 +267,8 @@ class _Batch:
     def _pass(self, spec: RoutedSpec) -> dict[str | None, list[Any]]:
         """One Spark job over the batch; its rows by table (None: the job's dead letters)."""
         by_table: dict[str | None, list[Any]] = defaultdict(list)
-        source = self.owner.source
-        rows = self.df if source is not None else self.df.select(*RECORD_COLUMNS)  # (ranges: read there)
-        for r in rows.mapInArrow(
-            route_task(dataclasses.replace(spec, source=source)), spark_schema()
+        for r in self.df.mapInArrow(  # (the batch's rows are offset ranges: each task reads its own)
+            route_task(dataclasses.replace(spec, source=self.owner.source)), spark_schema()
         ).collect():
             by_table[r.table].append(r)
         return by_table

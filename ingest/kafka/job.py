@@ -343,8 +343,8 @@ def _start(
         query_id,
         config,
         lambda batch_id: topics_with_data(checkpoint, batch_id),
-        options.record_schemas(),
         KafkaSourceOptions.parse(reader_options),
+        options.record_schemas(),
     )
     sink = IngestSink(
         batches, options, checkpoint, Steering(catalog, options.job, control_file, options.dead_letter_table)
